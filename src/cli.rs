@@ -1,0 +1,294 @@
+//! The command line: clap definitions and dispatch. Nothing here decides anything; each
+//! subcommand hands plain values to the stage that owns the work.
+
+use crate::config::KvType;
+use crate::util::Format;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Tune llama-server launch flags for Mixture-of-Experts GGUF models on this box.
+///
+/// `qtune --model M.gguf` is the same as `qtune tune --model M.gguf`: it profiles the box,
+/// reads the model, searches `--n-cpu-moe`, threads, batch sizes and KV types with real
+/// llama-server trials, and prints the fastest safe launch command as its last line.
+#[derive(Debug, Parser)]
+#[command(name = "qtune", version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    #[command(flatten)]
+    pub tune: Option<TuneArgs>,
+
+    /// More log output (-v: debug, -vv: trace). QTUNE_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Find the fastest safe launch config for a model on this box (the default command).
+    Tune(TuneArgs),
+    /// Run the whole pipeline on a built-in tiny MoE model: obtains llama-server, synthesizes
+    /// the model, tunes it and writes the report.
+    Demo(DemoArgs),
+    /// Print this box's hardware profile: GPUs (VRAM, PCIe link), RAM, cores.
+    Hw(HwArgs),
+    /// Read a GGUF and predict memory for every --n-cpu-moe.
+    Inspect(InspectArgs),
+    /// Write a random-weight GGUF of a real MoE shape (for testing and benchmarking).
+    Synth(SynthArgs),
+    /// Find, check or build llama-server.
+    #[command(subcommand)]
+    Server(ServerCommand),
+    /// Re-render the report (Markdown, plots, launch script) of a run directory.
+    Report(ReportArgs),
+    /// Write a launch script for the winner of a run.
+    Script(ScriptArgs),
+    /// Export, import, list and show shareable profiles.
+    #[command(subcommand)]
+    Profile(ProfileCommand),
+    /// Propose a config for this box without trials, from the memory prediction and profiles.
+    Plan(PlanArgs),
+    /// Prepare the test models in qtune's cache (SmolLM2 and the tiny synthetic MoE models).
+    #[command(hide = true)]
+    Fixtures,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TuneArgs {
+    /// The GGUF model to tune.
+    #[arg(long, short = 'm', required = true)]
+    pub model: Option<PathBuf>,
+    /// llama-server to use (else QTUNE_LLAMA_SERVER, PATH, then qtune's cache).
+    #[arg(long)]
+    pub server: Option<PathBuf>,
+    /// Search space: a YAML file or a built-in name (default, quick, cpu-only, long-context).
+    #[arg(long)]
+    pub space: Option<String>,
+    /// VRAM (MiB) to keep free: the budget is free VRAM before the tune minus this.
+    #[arg(long, default_value_t = 512)]
+    pub target_vram_headroom: u64,
+    /// Context size (overrides the space's).
+    #[arg(long)]
+    pub ctx: Option<u32>,
+    /// Most search trials (overrides the space's budget).
+    #[arg(long)]
+    pub budget_trials: Option<u32>,
+    /// Wall-clock limit in minutes (overrides the space's budget).
+    #[arg(long)]
+    pub budget_minutes: Option<f64>,
+    /// Run directory (default: reports/<date>-<model>-<host>/).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Continue a killed tune from its run directory without repeating finished trials.
+    #[arg(long, conflicts_with = "out")]
+    pub resume: Option<PathBuf>,
+    /// Start the search from a profile's winner.
+    #[arg(long)]
+    pub from_profile: Option<PathBuf>,
+    /// Host for the printed launch command (trials always use 127.0.0.1).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port for the printed launch command.
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Print the result as JSON instead of the summary table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Run directory (default: reports/<date>-demo-<host>/).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// llama-server to use (built into qtune's cache when none is found).
+    #[arg(long)]
+    pub server: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct HwArgs {
+    #[arg(long, conflicts_with = "yaml")]
+    pub json: bool,
+    #[arg(long)]
+    pub yaml: bool,
+    /// Skip the host memory bandwidth measurement (about two seconds).
+    #[arg(long)]
+    pub no_bandwidth: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct InspectArgs {
+    pub model: PathBuf,
+    /// Context size for the KV cache prediction.
+    #[arg(long, default_value_t = 8192)]
+    pub ctx: u32,
+    /// KV cache type (K and V).
+    #[arg(long, default_value = "f16")]
+    pub kv: KvType,
+    /// VRAM (MiB) to keep free when marking what fits.
+    #[arg(long, default_value_t = 512)]
+    pub target_vram_headroom: u64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SynthArgs {
+    /// Output GGUF path.
+    pub out: PathBuf,
+    /// qwen3.5-35b-a3b, qwen3-30b-a3b, tiny-qwen35moe or tiny-qwen3moe.
+    #[arg(long)]
+    pub shape: String,
+    /// q4_k_m or q8_0.
+    #[arg(long, default_value = "q4_k_m")]
+    pub ftype: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ServerCommand {
+    /// Print the llama-server qtune will use: --server, QTUNE_LLAMA_SERVER, PATH, cache.
+    Path {
+        #[arg(long)]
+        server: Option<PathBuf>,
+    },
+    /// Check that a llama-server runs and has the flags qtune passes.
+    Check {
+        #[arg(long)]
+        server: Option<PathBuf>,
+    },
+    /// Build llama-server from the pinned llama.cpp source into qtune's cache.
+    Build {
+        /// Build with CUDA for the compute capability NVML reports.
+        #[arg(long)]
+        cuda: bool,
+    },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// The run directory.
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ScriptArgs {
+    /// The run directory whose winner to launch.
+    #[arg(long)]
+    pub from: PathBuf,
+    /// Where to write the script.
+    #[arg(long)]
+    pub out: PathBuf,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Also write a systemd unit next to the script.
+    #[arg(long)]
+    pub systemd: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProfileCommand {
+    /// Export a run's result as a shareable profile.
+    Export {
+        dir: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Validate a profile from elsewhere and add it to profiles/.
+    Import { file: PathBuf },
+    /// List the profiles in profiles/.
+    List,
+    /// Show one profile.
+    Show { name: String },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PlanArgs {
+    #[arg(long, short = 'm')]
+    pub model: PathBuf,
+    /// Start from this profile (else the best match in profiles/).
+    #[arg(long)]
+    pub profile: Option<PathBuf>,
+    #[arg(long, default_value_t = 32768)]
+    pub ctx: u32,
+    #[arg(long, default_value_t = 512)]
+    pub target_vram_headroom: u64,
+}
+
+fn format(json: bool, yaml: bool) -> Format {
+    if json {
+        Format::Json
+    } else if yaml {
+        Format::Yaml
+    } else {
+        Format::Text
+    }
+}
+
+/// Run the parsed command line.
+pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    let command = match (cli.command, cli.tune) {
+        (Some(c), _) => c,
+        (None, Some(t)) => Command::Tune(t),
+        (None, None) => {
+            anyhow::bail!("nothing to do: give --model M.gguf to tune, or try 'qtune demo' or 'qtune --help'")
+        }
+    };
+    match command {
+        Command::Tune(t) => crate::search::cmd_tune(tune_options(t)?),
+        Command::Demo(d) => crate::search::cmd_demo(d.out, d.server),
+        Command::Hw(h) => crate::hardware::cmd_hw(format(h.json, h.yaml), !h.no_bandwidth),
+        Command::Inspect(i) => crate::model::cmd_inspect(
+            &i.model,
+            i.ctx,
+            i.kv,
+            i.target_vram_headroom,
+            format(i.json, false),
+        ),
+        Command::Synth(s) => crate::model::cmd_synth(&s.out, &s.shape, &s.ftype),
+        Command::Server(ServerCommand::Path { server }) => crate::server::cmd_path(server),
+        Command::Server(ServerCommand::Check { server }) => crate::server::cmd_check(server),
+        Command::Server(ServerCommand::Build { cuda }) => crate::server::cmd_build(cuda),
+        Command::Report(r) => crate::report::cmd_report(&r.dir),
+        Command::Script(s) => {
+            crate::report::cmd_script(&s.from, &s.out, &s.host, s.port, s.systemd)
+        }
+        Command::Profile(ProfileCommand::Export { dir, out }) => {
+            crate::profile::cmd_export(&dir, &out)
+        }
+        Command::Profile(ProfileCommand::Import { file }) => crate::profile::cmd_import(&file),
+        Command::Profile(ProfileCommand::List) => crate::profile::cmd_list(),
+        Command::Profile(ProfileCommand::Show { name }) => crate::profile::cmd_show(&name),
+        Command::Plan(p) => crate::profile::cmd_plan(
+            &p.model,
+            p.profile.as_deref(),
+            p.ctx,
+            p.target_vram_headroom,
+        ),
+        Command::Fixtures => crate::fixtures::cmd_fixtures(),
+    }
+}
+
+fn tune_options(t: TuneArgs) -> anyhow::Result<crate::search::TuneOptions> {
+    Ok(crate::search::TuneOptions {
+        model: t
+            .model
+            .ok_or_else(|| anyhow::anyhow!("--model is required"))?,
+        server: t.server,
+        space: t.space,
+        headroom_mib: t.target_vram_headroom,
+        ctx: t.ctx,
+        budget_trials: t.budget_trials,
+        budget_minutes: t.budget_minutes,
+        out: t.out,
+        resume: t.resume,
+        from_profile: t.from_profile,
+        host: t.host,
+        port: t.port,
+        json: t.json,
+    })
+}

@@ -1,0 +1,352 @@
+//! `LaunchConfig`: one way to launch `llama-server`, the unit every stage talks about.
+//!
+//! The model path, host and port are not part of a config: they belong to where it runs
+//! (a trial, a launch script). [`LaunchConfig::server_args`] is the one place flags are rendered.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::Path;
+
+/// KV cache element type (`-ctk` / `-ctv`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum KvType {
+    #[serde(rename = "f32")]
+    F32,
+    #[serde(rename = "f16")]
+    F16,
+    #[serde(rename = "bf16")]
+    Bf16,
+    #[serde(rename = "q8_0")]
+    Q8_0,
+    #[serde(rename = "q5_1")]
+    Q5_1,
+    #[serde(rename = "q5_0")]
+    Q5_0,
+    #[serde(rename = "q4_1")]
+    Q4_1,
+    #[serde(rename = "q4_0")]
+    Q4_0,
+    #[serde(rename = "iq4_nl")]
+    Iq4Nl,
+}
+
+impl KvType {
+    pub const ALL: [KvType; 9] = [
+        KvType::F32,
+        KvType::F16,
+        KvType::Bf16,
+        KvType::Q8_0,
+        KvType::Q5_1,
+        KvType::Q5_0,
+        KvType::Q4_1,
+        KvType::Q4_0,
+        KvType::Iq4Nl,
+    ];
+
+    /// The name llama-server takes on its command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KvType::F32 => "f32",
+            KvType::F16 => "f16",
+            KvType::Bf16 => "bf16",
+            KvType::Q8_0 => "q8_0",
+            KvType::Q5_1 => "q5_1",
+            KvType::Q5_0 => "q5_0",
+            KvType::Q4_1 => "q4_1",
+            KvType::Q4_0 => "q4_0",
+            KvType::Iq4Nl => "iq4_nl",
+        }
+    }
+
+    /// Bytes per element, averaged over the quantization block.
+    pub fn bytes_per_element(self) -> f64 {
+        match self {
+            KvType::F32 => 4.0,
+            KvType::F16 | KvType::Bf16 => 2.0,
+            KvType::Q8_0 => 34.0 / 32.0,
+            KvType::Q5_1 => 24.0 / 32.0,
+            KvType::Q5_0 => 22.0 / 32.0,
+            KvType::Q4_1 => 20.0 / 32.0,
+            KvType::Q4_0 | KvType::Iq4Nl => 18.0 / 32.0,
+        }
+    }
+
+    /// Quantized V cache needs flash attention in llama.cpp.
+    pub fn is_quantized(self) -> bool {
+        !matches!(self, KvType::F32 | KvType::F16 | KvType::Bf16)
+    }
+}
+
+impl fmt::Display for KvType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for KvType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        KvType::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s.to_ascii_lowercase())
+            .ok_or_else(|| {
+                format!(
+                    "unknown KV cache type '{s}' (expected one of: {})",
+                    KvType::ALL.map(|k| k.as_str()).join(", ")
+                )
+            })
+    }
+}
+
+/// Flash attention (`-fa on|off|auto`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlashAttn {
+    On,
+    Off,
+    Auto,
+}
+
+impl FlashAttn {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlashAttn::On => "on",
+            FlashAttn::Off => "off",
+            FlashAttn::Auto => "auto",
+        }
+    }
+}
+
+impl fmt::Display for FlashAttn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One way to launch `llama-server` (without model path, host and port).
+///
+/// `None` means "do not pass the flag": the server's own default applies. The baseline
+/// (what a user gets without qtune) is a config with no placement flags at all.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaunchConfig {
+    /// Context size in tokens (`-c`).
+    pub ctx: u32,
+    /// Parallel slots (`-np`); 1 for single-user tuning.
+    pub parallel: u32,
+    /// Layers on the GPU (`-ngl`); `None` leaves placement to the server.
+    #[serde(default)]
+    pub n_gpu_layers: Option<u32>,
+    /// Blocks whose routed experts stay on the CPU (`--n-cpu-moe`).
+    #[serde(default)]
+    pub n_cpu_moe: Option<u32>,
+    /// Generation threads (`-t`).
+    #[serde(default)]
+    pub threads: Option<u32>,
+    /// Logical batch size (`-b`).
+    #[serde(default)]
+    pub batch: Option<u32>,
+    /// Physical micro-batch size (`-ub`).
+    #[serde(default)]
+    pub ubatch: Option<u32>,
+    /// KV cache type for K (`-ctk`).
+    pub cache_type_k: KvType,
+    /// KV cache type for V (`-ctv`).
+    pub cache_type_v: KvType,
+    /// Flash attention (`-fa`).
+    pub flash_attn: FlashAttn,
+    /// Memory-map the model (`--no-mmap` when false).
+    pub mmap: bool,
+    /// `--fit on|off`; `None` leaves the server's default (on in the pinned build).
+    #[serde(default)]
+    pub fit: Option<bool>,
+}
+
+impl LaunchConfig {
+    /// What a user gets without qtune: same context, single slot, no placement flags.
+    pub fn baseline(ctx: u32) -> Self {
+        LaunchConfig {
+            ctx,
+            parallel: 1,
+            n_gpu_layers: None,
+            n_cpu_moe: None,
+            threads: None,
+            batch: None,
+            ubatch: None,
+            cache_type_k: KvType::F16,
+            cache_type_v: KvType::F16,
+            flash_attn: FlashAttn::Auto,
+            mmap: true,
+            fit: None,
+        }
+    }
+
+    /// True when this config leaves placement to the server (the baseline).
+    pub fn is_auto_placement(&self) -> bool {
+        self.n_gpu_layers.is_none() && self.n_cpu_moe.is_none() && self.fit != Some(false)
+    }
+
+    /// The flags for `llama-server`, in a stable order. The one place argv is rendered.
+    pub fn server_args(&self) -> Vec<String> {
+        let mut a: Vec<String> = Vec::new();
+        let mut push = |k: &str, v: String| {
+            a.push(k.to_string());
+            a.push(v);
+        };
+        push("-c", self.ctx.to_string());
+        push("-np", self.parallel.to_string());
+        if let Some(n) = self.n_gpu_layers {
+            push("-ngl", n.to_string());
+        }
+        if let Some(n) = self.n_cpu_moe {
+            push("--n-cpu-moe", n.to_string());
+        }
+        if let Some(t) = self.threads {
+            push("-t", t.to_string());
+        }
+        if let Some(b) = self.batch {
+            push("-b", b.to_string());
+        }
+        if let Some(ub) = self.ubatch {
+            push("-ub", ub.to_string());
+        }
+        if self.cache_type_k != KvType::F16 {
+            push("-ctk", self.cache_type_k.to_string());
+        }
+        if self.cache_type_v != KvType::F16 {
+            push("-ctv", self.cache_type_v.to_string());
+        }
+        if self.flash_attn != FlashAttn::Auto {
+            push("-fa", self.flash_attn.to_string());
+        }
+        if let Some(fit) = self.fit {
+            push("--fit", if fit { "on" } else { "off" }.to_string());
+        }
+        if !self.mmap {
+            a.push("--no-mmap".to_string());
+        }
+        a
+    }
+
+    /// The full argv of a server for this config: binary, model, flags, host and port.
+    pub fn command(&self, server: &Path, model: &Path, host: &str, port: u16) -> Vec<String> {
+        let mut argv = vec![
+            server.display().to_string(),
+            "-m".to_string(),
+            model.display().to_string(),
+        ];
+        argv.extend(self.server_args());
+        argv.extend([
+            "--host".to_string(),
+            host.to_string(),
+            "--port".to_string(),
+            port.to_string(),
+        ]);
+        argv
+    }
+
+    /// A short human label, e.g. `ncmoe=24 t=8 b=2048/512 kv=q8_0/q8_0 fa=on`.
+    pub fn label(&self) -> String {
+        if self.is_auto_placement()
+            && self.threads.is_none()
+            && self.batch.is_none()
+            && self.ubatch.is_none()
+            && self.cache_type_k == KvType::F16
+            && self.cache_type_v == KvType::F16
+        {
+            return "baseline (server defaults, auto-fit)".to_string();
+        }
+        let mut parts = Vec::new();
+        match (self.n_gpu_layers, self.n_cpu_moe) {
+            (_, Some(n)) => parts.push(format!("ncmoe={n}")),
+            (Some(0), None) => parts.push("cpu".to_string()),
+            (Some(n), None) => parts.push(format!("ngl={n}")),
+            (None, None) => parts.push("auto-fit".to_string()),
+        }
+        if let Some(t) = self.threads {
+            parts.push(format!("t={t}"));
+        }
+        match (self.batch, self.ubatch) {
+            (None, None) => {}
+            (b, ub) => parts.push(format!(
+                "b={}/{}",
+                b.map_or("-".into(), |v| v.to_string()),
+                ub.map_or("-".into(), |v| v.to_string())
+            )),
+        }
+        parts.push(format!("kv={}/{}", self.cache_type_k, self.cache_type_v));
+        if self.flash_attn != FlashAttn::Auto {
+            parts.push(format!("fa={}", self.flash_attn));
+        }
+        parts.join(" ")
+    }
+}
+
+/// Quote one word for a POSIX shell (single quotes; `'` becomes `'\''`).
+pub fn shell_quote(word: &str) -> String {
+    let safe = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
+    if safe {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// Render an argv as one shell line, every word quoted as needed.
+pub fn shell_line(argv: &[String]) -> String {
+    argv.iter()
+        .map(|w| shell_quote(w))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn baseline_passes_no_placement_flags() {
+        let args = LaunchConfig::baseline(8192).server_args();
+        assert_eq!(args, ["-c", "8192", "-np", "1"]);
+    }
+
+    #[test]
+    fn manual_config_renders_every_flag_once() {
+        let cfg = LaunchConfig {
+            n_gpu_layers: Some(999),
+            n_cpu_moe: Some(24),
+            threads: Some(8),
+            batch: Some(2048),
+            ubatch: Some(512),
+            cache_type_k: KvType::Q8_0,
+            cache_type_v: KvType::Q8_0,
+            flash_attn: FlashAttn::On,
+            mmap: false,
+            fit: Some(false),
+            ..LaunchConfig::baseline(32768)
+        };
+        let line = cfg.server_args().join(" ");
+        assert_eq!(
+            line,
+            "-c 32768 -np 1 -ngl 999 --n-cpu-moe 24 -t 8 -b 2048 -ub 512 -ctk q8_0 -ctv q8_0 -fa on --fit off --no-mmap"
+        );
+        assert_eq!(cfg.label(), "ncmoe=24 t=8 b=2048/512 kv=q8_0/q8_0 fa=on");
+    }
+
+    #[test]
+    fn shell_quoting_survives_metacharacters() {
+        assert_eq!(shell_quote("plain/path.gguf"), "plain/path.gguf");
+        assert_eq!(shell_quote("my model.gguf"), "'my model.gguf'");
+        assert_eq!(shell_quote("it's $HOME`x`"), r"'it'\''s $HOME`x`'");
+        assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn kv_type_parses_case_insensitively_and_rejects_unknown() {
+        assert_eq!("Q8_0".parse::<KvType>().unwrap(), KvType::Q8_0);
+        assert!("q3_k".parse::<KvType>().is_err());
+    }
+}

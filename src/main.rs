@@ -1,0 +1,27 @@
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = qtune::cli::Cli::parse();
+    let default_level = match cli.verbose {
+        0 => "warn",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("QTUNE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("qtune={default_level}")));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .init();
+    qtune::trial::cleanup::install_handlers();
+    match qtune::cli::dispatch(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line: the error and its causes, joined.
+            eprintln!("qtune: error: {e:#}");
+            ExitCode::from(qtune::trial::cleanup::exit_code_for(&e))
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! The model: GGUF reading (and writing, for synthetic models), the tensor layout that matters
+//! for placement ([`ModelLayout`]), and memory prediction for a [`crate::config::LaunchConfig`].
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Bytes of one block (layer), split the way placement flags split them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BlockBytes {
+    /// Routed experts (`ffn_*_exps`): what `--n-cpu-moe` moves to the CPU.
+    pub routed_experts: u64,
+    /// Shared experts and router (`*_shexp`, `ffn_gate_inp`).
+    pub shared_experts: u64,
+    /// Attention / delta-net / dense FFN / norms: everything else in the block.
+    pub rest: u64,
+}
+
+impl BlockBytes {
+    pub fn total(&self) -> u64 {
+        self.routed_experts + self.shared_experts + self.rest
+    }
+}
+
+/// What qtune needs to know about a model to place it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelLayout {
+    /// `general.architecture`, e.g. `qwen35moe`, `qwen3moe`, `llama`.
+    pub arch: String,
+    pub name: Option<String>,
+    /// `general.file_type` as llama.cpp names it (e.g. `Q4_K_M`), when known.
+    pub file_type: Option<String>,
+    pub file_bytes: u64,
+    pub n_blocks: u32,
+    /// 0 for dense models: nothing to tune with `--n-cpu-moe`.
+    pub n_experts: u32,
+    pub n_experts_used: u32,
+    pub n_embd: u32,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub head_dim_k: u32,
+    pub head_dim_v: u32,
+    pub n_vocab: u32,
+    pub ctx_train: u32,
+    /// Per block: does it hold a KV cache (full attention)? Hybrid models hold KV in few blocks.
+    pub kv_blocks: Vec<bool>,
+    /// Per block: recurrent (delta-net / SSM) state bytes per sequence, 0 for attention blocks.
+    pub recurrent_state_bytes: Vec<u64>,
+    pub blocks: Vec<BlockBytes>,
+    pub token_embd_bytes: u64,
+    pub output_bytes: u64,
+    /// Tensors outside blocks other than embedding and output (output_norm, ...).
+    pub other_bytes: u64,
+    /// Bytes per ggml tensor type name (e.g. "Q4_K" -> bytes).
+    pub bytes_by_type: BTreeMap<String, u64>,
+    /// Sum of all tensor bytes (equals the file's tensor data).
+    pub tensor_bytes: u64,
+    /// Stable short hash of architecture, shape and tensor types (not the path).
+    pub fingerprint: String,
+}
+
+impl ModelLayout {
+    pub fn is_moe(&self) -> bool {
+        self.n_experts > 0
+    }
+}
+
+/// `qtune inspect`: layout summary and predicted memory for every `--n-cpu-moe`.
+pub fn cmd_inspect(
+    path: &std::path::Path,
+    ctx: u32,
+    kv: crate::config::KvType,
+    headroom_mib: u64,
+    format: crate::util::Format,
+) -> anyhow::Result<()> {
+    let _ = (path, ctx, kv, headroom_mib, format);
+    anyhow::bail!("qtune inspect is not implemented yet")
+}
+
+/// `qtune synth`: write a random-weight GGUF of a real MoE shape.
+pub fn cmd_synth(out: &std::path::Path, shape: &str, ftype: &str) -> anyhow::Result<()> {
+    let _ = (out, shape, ftype);
+    anyhow::bail!("qtune synth is not implemented yet")
+}

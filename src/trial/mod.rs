@@ -1,0 +1,197 @@
+//! Trials: one launch of `llama-server` with one [`LaunchConfig`], measured, classified and
+//! journaled. The [`TrialRunner`] trait has the real runner ([`server::LlamaServerRunner`]) and
+//! replay / fault-injecting runners for testing the search's logic.
+
+pub mod cleanup;
+pub mod journal;
+
+use crate::config::LaunchConfig;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// How a trial ended. Every failure names the log lines that prove it (`TrialOutcome::evidence`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OutcomeKind {
+    /// Loaded, served every request, stayed within the VRAM budget.
+    Ok,
+    /// Out of memory while loading the model or allocating buffers.
+    OomLoad,
+    /// Loaded and answered `/health`, then ran out of memory on a request.
+    OomRuntime,
+    /// Peak VRAM above the budget (free VRAM before the tune minus headroom), or a spill collapse.
+    Spill,
+    /// The server died or failed for a reason other than memory.
+    Crash,
+    /// `/health` never became ready within the load timeout.
+    LoadTimeout,
+    /// A request did not finish within its timeout.
+    RequestTimeout,
+    /// The server rejected a flag or value (too old a build, typo in a space).
+    BadFlag,
+    /// Predicted not to fit: never launched.
+    Skipped,
+}
+
+impl OutcomeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutcomeKind::Ok => "ok",
+            OutcomeKind::OomLoad => "oom-load",
+            OutcomeKind::OomRuntime => "oom-runtime",
+            OutcomeKind::Spill => "spill",
+            OutcomeKind::Crash => "crash",
+            OutcomeKind::LoadTimeout => "load-timeout",
+            OutcomeKind::RequestTimeout => "request-timeout",
+            OutcomeKind::BadFlag => "bad-flag",
+            OutcomeKind::Skipped => "skipped",
+        }
+    }
+
+    pub fn is_ok(self) -> bool {
+        self == OutcomeKind::Ok
+    }
+
+    /// Failures caused by memory: the config is too big for this box.
+    pub fn is_memory_failure(self) -> bool {
+        matches!(
+            self,
+            OutcomeKind::OomLoad | OutcomeKind::OomRuntime | OutcomeKind::Spill
+        )
+    }
+}
+
+impl std::fmt::Display for OutcomeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Repeated measurements of one metric: median and spread, never a single sample.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stat {
+    pub samples: Vec<f64>,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    /// (max - min) / median, in percent.
+    pub spread_pct: f64,
+}
+
+impl Stat {
+    /// `None` for no samples.
+    pub fn from_samples(samples: &[f64]) -> Option<Stat> {
+        if samples.is_empty() {
+            return None;
+        }
+        let mut s: Vec<f64> = samples.to_vec();
+        s.sort_by(|a, b| a.total_cmp(b));
+        let n = s.len();
+        let median = if n % 2 == 1 {
+            s[n / 2]
+        } else {
+            (s[n / 2 - 1] + s[n / 2]) / 2.0
+        };
+        let (min, max) = (s[0], s[n - 1]);
+        let spread_pct = if median > 0.0 {
+            (max - min) / median * 100.0
+        } else {
+            0.0
+        };
+        Some(Stat {
+            samples: samples.to_vec(),
+            median,
+            min,
+            max,
+            spread_pct,
+        })
+    }
+}
+
+/// What a successful trial measured, from the server's own `timings`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Metrics {
+    /// Generation speed, tokens per second.
+    pub gen_tps: Stat,
+    /// Prompt processing speed, tokens per second.
+    pub prompt_tps: Stat,
+    /// Time to first token, milliseconds.
+    pub ttft_ms: Stat,
+    /// Generation speed with `context_depth` tokens already in context, when asked for.
+    #[serde(default)]
+    pub gen_tps_at_depth: Option<Stat>,
+}
+
+/// Why this trial was run; reports and the search treat them differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrialRole {
+    #[default]
+    Search,
+    Baseline,
+    Confirm,
+    Sweep,
+}
+
+/// Memory the server itself reported in its log (MiB), per device name ("CUDA0", "CPU", ...).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReportedMemory {
+    pub model_mib: std::collections::BTreeMap<String, f64>,
+    pub kv_mib: std::collections::BTreeMap<String, f64>,
+    pub recurrent_mib: std::collections::BTreeMap<String, f64>,
+    pub compute_mib: std::collections::BTreeMap<String, f64>,
+}
+
+/// One finished trial, as journaled the moment it ends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrialOutcome {
+    /// Sequence number within the tune (1-based).
+    pub id: u32,
+    pub role: TrialRole,
+    pub config: LaunchConfig,
+    pub kind: OutcomeKind,
+    /// Present when `kind` is `ok` (and for `spill`, where it was measured anyway).
+    pub metrics: Option<Metrics>,
+    /// Peak VRAM used on each GPU during the trial (MiB), sampled through NVML.
+    #[serde(default)]
+    pub peak_vram_mib: Vec<u64>,
+    /// What the server reported for its buffers.
+    #[serde(default)]
+    pub reported: Option<ReportedMemory>,
+    /// One line saying what happened, for people.
+    pub message: String,
+    /// The log lines that prove the classification.
+    #[serde(default)]
+    pub evidence: Vec<String>,
+    /// When the trial started (RFC 3339).
+    pub started_at: String,
+    /// Wall time of the whole trial, seconds.
+    pub duration_s: f64,
+    /// The per-trial server log.
+    #[serde(default)]
+    pub log: Option<PathBuf>,
+}
+
+impl TrialOutcome {
+    /// Generation tok/s median, if measured and ok.
+    pub fn gen_tps(&self) -> Option<f64> {
+        self.metrics.as_ref().map(|m| m.gen_tps.median)
+    }
+    pub fn prompt_tps(&self) -> Option<f64> {
+        self.metrics.as_ref().map(|m| m.prompt_tps.median)
+    }
+    /// Peak VRAM summed over GPUs (MiB), if sampled.
+    pub fn peak_vram_total_mib(&self) -> Option<u64> {
+        if self.peak_vram_mib.is_empty() {
+            None
+        } else {
+            Some(self.peak_vram_mib.iter().sum())
+        }
+    }
+}
+
+/// Runs one config and says what happened. Never panics on server misbehaviour: every
+/// failure is an outcome. Implementations must leave no server process behind.
+pub trait TrialRunner {
+    fn run(&mut self, config: &LaunchConfig, role: TrialRole) -> TrialOutcome;
+}

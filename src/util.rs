@@ -1,0 +1,95 @@
+//! Small helpers shared by every stage: atomic file writes and qtune's cache directory.
+
+use anyhow::{Context, Result};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Write `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename.
+/// A failure (disk full, permission) leaves no half-written file behind.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create directory {}", dir.display()))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".into());
+    let tmp = dir.join(format!(".{name}.qtune-tmp-{}", std::process::id()));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot write {}", path.display()));
+    }
+    Ok(())
+}
+
+/// qtune's cache: `$QTUNE_CACHE_DIR`, else `$XDG_CACHE_HOME/qtune`, else `~/.cache/qtune`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("QTUNE_CACHE_DIR") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(d).join("qtune");
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    home.join(".cache").join("qtune")
+}
+
+/// Format MiB with a thousands separator, e.g. `14,874 MiB`.
+pub fn fmt_mib(mib: f64) -> String {
+    let n = mib.round() as i64;
+    let s = n.abs().to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    format!("{}{} MiB", if n < 0 { "-" } else { "" }, out)
+}
+
+pub const MIB: u64 = 1024 * 1024;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.txt");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "two");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn atomic_write_to_unwritable_place_fails_cleanly() {
+        let err = write_atomic(Path::new("/proc/qtune-nope/x"), b"x").unwrap_err();
+        assert!(format!("{err:#}").contains("/proc/qtune-nope"));
+    }
+
+    #[test]
+    fn mib_formatting() {
+        assert_eq!(fmt_mib(14874.4), "14,874 MiB");
+        assert_eq!(fmt_mib(512.0), "512 MiB");
+    }
+}
+
+/// How a command prints its result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+    Yaml,
+}
