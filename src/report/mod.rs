@@ -26,3 +26,5 @@ pub fn cmd_script(
     let _ = (from, out, host, port, systemd);
     anyhow::bail!("qtune script is not implemented yet")
 }
+
+pub mod pareto;
