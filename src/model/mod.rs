@@ -1,6 +1,9 @@
 //! The model: GGUF reading (and writing, for synthetic models), the tensor layout that matters
 //! for placement ([`ModelLayout`]), and memory prediction for a [`crate::config::LaunchConfig`].
 
+pub mod ggml_type;
+pub mod gguf;
+
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
