@@ -3,6 +3,9 @@
 
 pub mod ggml_type;
 pub mod gguf;
+pub mod layout;
+
+pub use layout::load;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
