@@ -2,8 +2,12 @@
 //! journaled. The [`TrialRunner`] trait has the real runner ([`server::LlamaServerRunner`]) and
 //! replay / fault-injecting runners for testing the search's logic.
 
+pub mod classify;
 pub mod cleanup;
 pub mod journal;
+pub mod replay;
+pub mod server;
+pub mod workload;
 
 use crate::config::LaunchConfig;
 use serde::{Deserialize, Serialize};
@@ -170,6 +174,9 @@ pub struct TrialOutcome {
     /// The per-trial server log.
     #[serde(default)]
     pub log: Option<PathBuf>,
+    /// Caveats about the measurement, e.g. a spread too wide to rank on.
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 impl TrialOutcome {

@@ -1,0 +1,618 @@
+//! Classifying how a trial ended, from what was observed: the phase, how the process exited,
+//! the server's log and the HTTP failure. Pure functions, unit-tested with real log lines of
+//! the pinned llama.cpp build (messages grepped from ggml-cuda.cu, ggml-backend.cpp,
+//! ggml-alloc.c, llama-model.cpp, llama-context.cpp, llama-kv-cache.cpp and common/arg.cpp).
+
+use super::OutcomeKind;
+use std::fmt;
+
+/// Where the trial was when it failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Launched, `/health` not yet 200.
+    Load,
+    /// Healthy; warm-up or measured requests.
+    Measure,
+}
+
+/// How the server process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitInfo {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+impl ExitInfo {
+    pub fn from_status(st: &std::process::ExitStatus) -> ExitInfo {
+        use std::os::unix::process::ExitStatusExt;
+        ExitInfo {
+            code: st.code(),
+            signal: st.signal(),
+        }
+    }
+}
+
+/// The conventional name of a signal number, e.g. `SIGSEGV`.
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGTERM => "SIGTERM",
+        _ => return format!("signal {sig}"),
+    };
+    format!("signal {sig} {name}")
+}
+
+impl fmt::Display for ExitInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.code, self.signal) {
+            (_, Some(s)) => write!(f, "killed by {}", signal_name(s)),
+            (Some(c), None) => write!(f, "exit code {c}"),
+            (None, None) => f.write_str("unknown exit"),
+        }
+    }
+}
+
+/// What went wrong, as the runner saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Failure {
+    /// The process exited (during load, or while serving).
+    Exited,
+    /// `/health` was not 200 within this many seconds.
+    LoadTimeout { secs: f64 },
+    /// A request did not finish within this many seconds.
+    RequestTimeout { secs: f64 },
+    /// The server answered a request with an error status.
+    Http { status: u16, body: String },
+    /// The connection failed or dropped (reqwest's message).
+    Connection(String),
+    /// The server answered, but not what the workload needs (e.g. fewer tokens generated).
+    BadResponse(String),
+}
+
+/// Everything observed about a failed trial.
+#[derive(Debug, Clone)]
+pub struct Observation<'a> {
+    pub phase: Phase,
+    /// `Some` when the process had exited by the time the failure was classified.
+    pub exit: Option<ExitInfo>,
+    /// The whole per-trial log.
+    pub log: &'a str,
+    /// Byte offset in `log` where the server became healthy (start of the measure phase).
+    pub healthy_at: Option<usize>,
+    pub failure: Failure,
+}
+
+/// A classification: the kind, one line for people, and the log lines that prove it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    pub kind: OutcomeKind,
+    pub message: String,
+    pub evidence: Vec<String>,
+}
+
+/// At most this many evidence lines.
+pub const MAX_EVIDENCE: usize = 8;
+
+/// Lines that mean llama-server rejected its command line.
+const BAD_FLAG: &[&str] = &[
+    "error: invalid argument:",
+    "error while handling argument",
+    "error while handling environment variable",
+    "unknown argument",
+    "unsupported cache type",
+    "error: unknown value for",
+    "expected value for argument",
+];
+
+/// Lines that mean an allocation failed (GPU or host). Matched case-insensitively.
+const OOM: &[&str] = &[
+    "out of memory",
+    "cudamalloc failed",
+    "hipmalloc failed",
+    "failed to allocate",
+    "unable to allocate",
+    "cublas_status_alloc_failed",
+    "erroroutofdevicememory",
+    "std::bad_alloc",
+    "cannot allocate memory",
+];
+
+/// Debug lines that contain an OOM word but are harmless: the server falls back and goes on.
+const OOM_BENIGN: &[&str] = &[
+    "pinned memory",
+    "failed to allocate graph, reserving",
+    "async uploads",
+    "falling back",
+];
+
+fn is_bad_flag_line(line: &str) -> bool {
+    let l = line.to_ascii_lowercase();
+    BAD_FLAG.iter().any(|p| l.contains(p))
+}
+
+/// True when one log line reports a failed allocation.
+pub fn is_oom_line(line: &str) -> bool {
+    let l = line.to_ascii_lowercase();
+    OOM.iter().any(|p| l.contains(p)) && !OOM_BENIGN.iter().any(|p| l.contains(p))
+}
+
+fn non_empty_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .map(|l| l.trim_end())
+        .filter(|l| !l.trim().is_empty())
+        .collect()
+}
+
+/// Up to [`MAX_EVIDENCE`] lines around `idx`: two before, the line, the rest after.
+fn window(lines: &[&str], idx: usize) -> Vec<String> {
+    let start = idx.saturating_sub(2);
+    let end = (start + MAX_EVIDENCE).min(lines.len());
+    lines[start..end].iter().map(|s| s.to_string()).collect()
+}
+
+/// The last [`MAX_EVIDENCE`] non-empty lines.
+pub fn tail_evidence(text: &str) -> Vec<String> {
+    let lines = non_empty_lines(text);
+    let start = lines.len().saturating_sub(MAX_EVIDENCE);
+    lines[start..].iter().map(|s| s.to_string()).collect()
+}
+
+/// The first bad-flag line and what follows it.
+pub fn find_bad_flag(log: &str) -> Option<Vec<String>> {
+    let lines = non_empty_lines(log);
+    let idx = lines.iter().position(|l| is_bad_flag_line(l))?;
+    Some(window(&lines, idx))
+}
+
+/// The first allocation failure (the root cause; later lines are its consequences) and the
+/// lines around it.
+pub fn find_oom(log: &str) -> Option<Vec<String>> {
+    let lines = non_empty_lines(log);
+    let idx = lines.iter().position(|l| is_oom_line(l))?;
+    Some(window(&lines, idx))
+}
+
+fn first_line(s: &str, max: usize) -> String {
+    let l = s
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    if l.chars().count() > max {
+        format!("{}…", l.chars().take(max).collect::<String>())
+    } else {
+        l.to_string()
+    }
+}
+
+/// Pull the error text out of a bad-flag line, e.g. `error: invalid argument: --n-cpu-moe`.
+fn bad_flag_detail(evidence: &[String]) -> String {
+    evidence
+        .iter()
+        .find(|l| is_bad_flag_line(l))
+        .map(|l| first_line(l, 160))
+        .unwrap_or_default()
+}
+
+/// Classify a failed trial.
+pub fn classify(obs: &Observation<'_>) -> Verdict {
+    let log = obs.log;
+    // The measure phase only looks at what the server printed after it became healthy, so a
+    // harmless load-time line cannot turn a runtime failure into something else.
+    let runtime_log = match (obs.phase, obs.healthy_at) {
+        (Phase::Measure, Some(off)) if off <= log.len() && log.is_char_boundary(off) => &log[off..],
+        _ => log,
+    };
+    let exit = obs.exit;
+
+    match &obs.failure {
+        Failure::LoadTimeout { secs } => {
+            if let Some(ev) = find_oom(log) {
+                return Verdict {
+                    kind: OutcomeKind::OomLoad,
+                    message: "out of memory while loading (the server then hung): raise --n-cpu-moe, lower the context or quantize the KV cache".into(),
+                    evidence: ev,
+                };
+            }
+            return Verdict {
+                kind: OutcomeKind::LoadTimeout,
+                message: format!(
+                    "not ready within {secs:.0} s: the model loads too slowly (disk, --no-mmap, spilling to swap?); check the log or raise the load timeout"
+                ),
+                evidence: tail_evidence(log),
+            };
+        }
+        Failure::RequestTimeout { secs } if exit.is_none() => {
+            return Verdict {
+                kind: OutcomeKind::RequestTimeout,
+                message: format!(
+                    "a request did not finish within {secs:.0} s: this config is far too slow (weights spilling to system RAM?) or the server hung"
+                ),
+                evidence: tail_evidence(runtime_log),
+            };
+        }
+        _ => {}
+    }
+
+    match obs.phase {
+        Phase::Load => {
+            if let Some(ev) = find_bad_flag(log) {
+                let detail = bad_flag_detail(&ev);
+                return Verdict {
+                    kind: OutcomeKind::BadFlag,
+                    message: format!(
+                        "llama-server rejected its command line ({detail}): the build is too old for this flag or the search space has a bad value; update llama.cpp or fix the space"
+                    ),
+                    evidence: ev,
+                };
+            }
+            if let Some(ev) = find_oom(log) {
+                return Verdict {
+                    kind: OutcomeKind::OomLoad,
+                    message: "out of memory while loading: raise --n-cpu-moe (more experts on the CPU), lower the context or quantize the KV cache".into(),
+                    evidence: ev,
+                };
+            }
+            let how = exit.map_or("stopped".to_string(), |e| e.to_string());
+            Verdict {
+                kind: OutcomeKind::Crash,
+                message: format!(
+                    "llama-server died while loading ({how}) with no out-of-memory line: read the trial log"
+                ),
+                evidence: tail_evidence(log),
+            }
+        }
+        Phase::Measure => {
+            if let Some(ev) = find_oom(runtime_log) {
+                return Verdict {
+                    kind: OutcomeKind::OomRuntime,
+                    message: "loaded, then ran out of memory serving a request (compute or cuBLAS buffers): raise --n-cpu-moe or lower -ub / the context".into(),
+                    evidence: ev,
+                };
+            }
+            match (&obs.failure, exit) {
+                (_, Some(e)) => {
+                    let hint = if e.signal == Some(libc::SIGKILL) {
+                        " (the kernel's OOM killer? check system RAM)"
+                    } else {
+                        ""
+                    };
+                    Verdict {
+                        kind: OutcomeKind::Crash,
+                        message: format!(
+                            "llama-server died while serving a request ({e}){hint} with no out-of-memory line: read the trial log"
+                        ),
+                        evidence: tail_evidence(runtime_log),
+                    }
+                }
+                (Failure::Http { status, body }, None) => Verdict {
+                    kind: OutcomeKind::Crash,
+                    message: format!(
+                        "llama-server answered HTTP {status} ({}): read the trial log",
+                        first_line(body, 160)
+                    ),
+                    evidence: tail_evidence(runtime_log),
+                },
+                (Failure::BadResponse(why), None) => Verdict {
+                    kind: OutcomeKind::Crash,
+                    message: format!("llama-server answered, but {why}"),
+                    evidence: tail_evidence(runtime_log),
+                },
+                (Failure::Connection(err), None) => Verdict {
+                    kind: OutcomeKind::Crash,
+                    message: format!(
+                        "the connection to llama-server failed ({}) while it kept running: read the trial log",
+                        first_line(err, 160)
+                    ),
+                    evidence: tail_evidence(runtime_log),
+                },
+                (f, None) => Verdict {
+                    kind: OutcomeKind::Crash,
+                    message: format!("llama-server failed: {f:?}"),
+                    evidence: tail_evidence(runtime_log),
+                },
+            }
+        }
+    }
+}
+
+/// A spill verdict when the peak VRAM of a trial went over the budget (both MiB), else `None`.
+pub fn classify_spill(peak_mib: u64, budget_mib: Option<u64>) -> Option<Verdict> {
+    let budget = budget_mib?;
+    if peak_mib <= budget {
+        return None;
+    }
+    Some(Verdict {
+        kind: OutcomeKind::Spill,
+        message: format!(
+            "peak VRAM {} over the budget {}: raise --n-cpu-moe or lower the context so the other programs on this GPU keep their memory",
+            crate::util::fmt_mib(peak_mib as f64),
+            crate::util::fmt_mib(budget as f64)
+        ),
+        evidence: vec![format!(
+            "peak VRAM used by this trial: {peak_mib} MiB; budget (free VRAM at start minus headroom): {budget} MiB"
+        )],
+    })
+}
+
+/// The warning added when repeated measurements disagree too much to rank on.
+pub fn spread_warning(metric: &str, stat: &super::Stat, limit_pct: f64) -> Option<String> {
+    if stat.samples.len() >= 2 && stat.spread_pct > limit_pct {
+        Some(format!(
+            "{metric} spread {:.1} % (min {:.2}, max {:.2} over {} runs) is wider than {limit_pct:.0} %: spread too wide to rank: rerun with more repetitions",
+            stat.spread_pct,
+            stat.min,
+            stat.max,
+            stat.samples.len()
+        ))
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obs(phase: Phase, exit: Option<ExitInfo>, log: &str, failure: Failure) -> Verdict {
+        classify(&Observation {
+            phase,
+            exit,
+            log,
+            healthy_at: None,
+            failure,
+        })
+    }
+
+    const EXIT1: Option<ExitInfo> = Some(ExitInfo {
+        code: Some(1),
+        signal: None,
+    });
+    const ABRT: Option<ExitInfo> = Some(ExitInfo {
+        code: None,
+        signal: Some(libc::SIGABRT),
+    });
+
+    // Real output of the pinned CPU llama-server: `-np 0`.
+    const REAL_NP0: &str = r#"error while handling argument "-np": error: invalid value for n_parallel
+
+
+usage:
+-np,   --parallel N                     number of server slots (default: -1, -1 = auto)
+                                        (env: LLAMA_ARG_N_PARALLEL)
+
+
+to show complete usage, run with -h
+"#;
+
+    // Real output of the pinned CPU llama-server: a missing model file.
+    const REAL_NO_MODEL: &str = r#"0.00.004.671 I common_fit_params: fitting params to free memory took 0.00 seconds
+0.00.004.679 E gguf_init_from_file: failed to open GGUF file 'nonexist.gguf' (No such file or directory)
+0.00.004.686 E llama_model_load: error loading model: llama_model_loader: failed to load model from nonexist.gguf
+0.00.004.686 E llama_model_load_from_file_impl: failed to load model
+0.00.004.687 E cmn  common_init_: failed to load model 'nonexist.gguf'
+0.00.004.688 E srv    load_model: failed to load model, 'nonexist.gguf'
+0.00.004.689 I srv    operator(): operator(): cleaning up before exit...
+0.00.005.044 E srv  llama_server: exiting due to model loading error
+"#;
+
+    // A CUDA build with too few experts on the CPU (format of ggml-cuda.cu / llama-model.cpp).
+    const CUDA_LOAD_OOM: &str = r#"0.01.002.100 I load_tensors: offloading 48 repeating layers to GPU
+0.01.002.200 I load_tensors: offloaded 49/49 layers to GPU
+0.01.310.500 E ggml_backend_cuda_buffer_type_alloc_buffer: allocating 17034.56 MiB on device 0: cudaMalloc failed: out of memory
+0.01.310.600 E alloc_tensor_range: failed to allocate CUDA0 buffer of size 17861977344
+0.01.320.000 E llama_model_load: error loading model: unable to allocate CUDA0 buffer
+0.01.320.100 E llama_model_load_from_file_impl: failed to load model
+0.01.320.200 E srv    load_model: failed to load model, '/models/qwen3-30b-a3b.gguf'
+0.01.330.000 E srv  llama_server: exiting due to model loading error
+"#;
+
+    // A KV cache too big for the card.
+    const CUDA_KV_OOM: &str = r#"0.02.000.000 I llama_context: constructing llama_context
+0.02.100.000 E ggml_backend_cuda_buffer_type_alloc_buffer: allocating 6144.00 MiB on device 0: cudaMalloc failed: out of memory
+0.02.100.100 E llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache
+0.02.100.200 E srv    load_model: failed to load model, '/m.gguf'
+"#;
+
+    // Loaded and healthy, then the first request aborts allocating a cuBLAS workspace.
+    const CUDA_RUNTIME_OOM: &str = r#"0.03.000.000 I srv  llama_server: model loaded
+0.03.000.100 I srv  llama_server: listening on http://127.0.0.1:8080
+0.04.000.000 I slot launch_slot_: id  0 | task 0 | processing task
+CUDA error: out of memory
+  current device: 0, in function ggml_cuda_op_mul_mat_cublas at ggml/src/ggml-cuda/ggml-cuda.cu:1402
+  cublasCreate_v2(&cublas_handles[device])
+ggml/src/ggml-cuda/ggml-cuda.cu:101: CUDA error
+"#;
+
+    // Harmless debug lines seen with -lv 4.
+    const BENIGN: &str = r#"0.00.100.000 D ggml_cuda_host_malloc: failed to allocate 512.00 MiB of pinned memory: out of memory
+0.00.200.000 D ggml_backend_sched_alloc_graph: failed to allocate graph, reserving (backend_ids_changed = 1)
+0.00.300.000 D load_all_data: failed to allocate host buffer for async uploads for device CUDA0
+"#;
+
+    #[test]
+    fn real_bad_value_is_bad_flag_with_the_error_line_first() {
+        let v = obs(Phase::Load, EXIT1, REAL_NP0, Failure::Exited);
+        assert_eq!(v.kind, OutcomeKind::BadFlag);
+        assert!(v.evidence[0].contains("invalid value for n_parallel"));
+        assert!(v.message.contains("\"-np\""), "{}", v.message);
+        assert!(v.evidence.len() <= MAX_EVIDENCE);
+    }
+
+    #[test]
+    fn unknown_flag_and_bad_kv_type_are_bad_flags() {
+        let v = obs(
+            Phase::Load,
+            EXIT1,
+            "error: invalid argument: --n-cpu-moe\n",
+            Failure::Exited,
+        );
+        assert_eq!(v.kind, OutcomeKind::BadFlag);
+        assert!(v.message.contains("--n-cpu-moe"));
+        let v = obs(
+            Phase::Load,
+            EXIT1,
+            "error while handling argument \"-ctk\": Unsupported cache type: q3_k\n",
+            Failure::Exited,
+        );
+        assert_eq!(v.kind, OutcomeKind::BadFlag);
+    }
+
+    #[test]
+    fn cuda_load_oom_points_at_the_root_cause() {
+        let v = obs(Phase::Load, EXIT1, CUDA_LOAD_OOM, Failure::Exited);
+        assert_eq!(v.kind, OutcomeKind::OomLoad);
+        assert!(
+            v.evidence
+                .iter()
+                .any(|l| l.contains("cudaMalloc failed: out of memory")),
+            "{:?}",
+            v.evidence
+        );
+        assert!(v.message.contains("--n-cpu-moe"));
+        let v = obs(Phase::Load, EXIT1, CUDA_KV_OOM, Failure::Exited);
+        assert_eq!(v.kind, OutcomeKind::OomLoad);
+    }
+
+    #[test]
+    fn cpu_buffer_failures_are_oom_too() {
+        for line in [
+            "E alloc_tensor_range: failed to allocate CPU buffer of size 123456789",
+            "E llama_model_load: error loading model: unable to allocate CPU_Mapped buffer",
+            "E ggml_gallocr_reserve_n_impl: failed to allocate CUDA0 buffer of size 2147483648",
+            "E llama_init_from_model: failed to initialize the context: failed to allocate compute pp buffers",
+        ] {
+            let v = obs(Phase::Load, EXIT1, line, Failure::Exited);
+            assert_eq!(v.kind, OutcomeKind::OomLoad, "{line}");
+        }
+    }
+
+    #[test]
+    fn benign_debug_lines_are_not_oom() {
+        let log = format!("{BENIGN}{REAL_NO_MODEL}");
+        let v = obs(Phase::Load, EXIT1, &log, Failure::Exited);
+        assert_eq!(v.kind, OutcomeKind::Crash);
+        assert!(v.message.contains("exit code 1"));
+        assert!(v
+            .evidence
+            .last()
+            .unwrap()
+            .contains("exiting due to model loading error"));
+    }
+
+    #[test]
+    fn runtime_oom_after_health_with_dropped_connection() {
+        let v = obs(
+            Phase::Measure,
+            ABRT,
+            CUDA_RUNTIME_OOM,
+            Failure::Connection("connection closed before message completed".into()),
+        );
+        assert_eq!(v.kind, OutcomeKind::OomRuntime);
+        assert!(v.evidence.iter().any(|l| l == "CUDA error: out of memory"));
+        assert!(v.evidence.iter().any(|l| l.contains("cublasCreate")));
+    }
+
+    #[test]
+    fn measure_phase_ignores_load_time_lines() {
+        // An allocation failure the server survived while loading (e.g. while fitting).
+        let log = format!(
+            "{BENIGN}0.05 E ggml_backend_cuda_buffer_type_alloc_buffer: allocating 9000.00 MiB on device 0: cudaMalloc failed: out of memory\n0.1 I srv  llama_server: model loaded\n"
+        );
+        let healthy_at = log.len();
+        let log = format!("{log}0.2 I slot launch_slot_: processing task\n");
+        let v = classify(&Observation {
+            phase: Phase::Measure,
+            exit: Some(ExitInfo {
+                code: None,
+                signal: Some(libc::SIGSEGV),
+            }),
+            log: &log,
+            healthy_at: Some(healthy_at),
+            failure: Failure::Connection("dropped".into()),
+        });
+        assert_eq!(v.kind, OutcomeKind::Crash);
+        assert!(v.message.contains("SIGSEGV"), "{}", v.message);
+        assert_eq!(v.evidence, ["0.2 I slot launch_slot_: processing task"]);
+    }
+
+    #[test]
+    fn timeouts() {
+        let v = obs(
+            Phase::Load,
+            None,
+            "loading...\n",
+            Failure::LoadTimeout { secs: 90.0 },
+        );
+        assert_eq!(v.kind, OutcomeKind::LoadTimeout);
+        assert!(v.message.contains("90 s"));
+        let v = obs(
+            Phase::Measure,
+            None,
+            "x\n",
+            Failure::RequestTimeout { secs: 5.0 },
+        );
+        assert_eq!(v.kind, OutcomeKind::RequestTimeout);
+        // A request timeout where the server died under it is a crash, not a timeout.
+        let v = obs(
+            Phase::Measure,
+            ABRT,
+            "x\n",
+            Failure::RequestTimeout { secs: 5.0 },
+        );
+        assert_eq!(v.kind, OutcomeKind::Crash);
+    }
+
+    #[test]
+    fn http_error_from_a_live_server_is_a_crash_with_the_body() {
+        let v = obs(
+            Phase::Measure,
+            None,
+            "",
+            Failure::Http {
+                status: 500,
+                body: "{\"error\":{\"message\":\"failed to decode\"}}".into(),
+            },
+        );
+        assert_eq!(v.kind, OutcomeKind::Crash);
+        assert!(v.message.contains("HTTP 500") && v.message.contains("failed to decode"));
+    }
+
+    #[test]
+    fn evidence_is_capped() {
+        let log: String = (0..100).map(|i| format!("line {i}\n")).collect();
+        let v = obs(Phase::Load, EXIT1, &log, Failure::Exited);
+        assert_eq!(v.evidence.len(), MAX_EVIDENCE);
+        assert_eq!(v.evidence.last().unwrap(), "line 99");
+    }
+
+    #[test]
+    fn spill_only_over_budget() {
+        assert!(classify_spill(15000, Some(15360)).is_none());
+        assert!(classify_spill(15000, None).is_none());
+        let v = classify_spill(16000, Some(15360)).unwrap();
+        assert_eq!(v.kind, OutcomeKind::Spill);
+        assert!(v.message.contains("16,000 MiB"));
+    }
+
+    #[test]
+    fn spread_warning_only_when_wide() {
+        let s = super::super::Stat::from_samples(&[10.0, 10.5, 10.2]).unwrap();
+        assert!(spread_warning("gen tok/s", &s, 10.0).is_none());
+        let s = super::super::Stat::from_samples(&[10.0, 12.0, 10.2]).unwrap();
+        let w = spread_warning("gen tok/s", &s, 10.0).unwrap();
+        assert!(w.contains("rerun with more repetitions"));
+        let one = super::super::Stat::from_samples(&[10.0]).unwrap();
+        assert!(spread_warning("gen tok/s", &one, 10.0).is_none());
+    }
+}

@@ -1,0 +1,344 @@
+//! A [`TrialRunner`] that answers from a table or a function instead of launching anything:
+//! measured outcomes (e.g. a journal from a real tune) or a synthetic model of a box. Fully
+//! deterministic (noise comes from a seeded hash), so the search's efficiency can be tested:
+//! how many trials it needs, whether it finds the known best, how it treats failures.
+
+use super::journal::Journal;
+use super::{Metrics, OutcomeKind, Stat, TrialOutcome, TrialRole, TrialRunner};
+use crate::config::LaunchConfig;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+
+/// What the replayed box does with one config.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplayAnswer {
+    /// Runs at these speeds, using this much VRAM (MiB) when given.
+    Ok {
+        gen_tps: f64,
+        prompt_tps: f64,
+        peak_vram_mib: Option<u64>,
+    },
+    /// Fails this way (oom-load, crash, ...).
+    Fail(OutcomeKind),
+    /// A recorded outcome, returned as it was (with a new id and role).
+    Recorded(Box<TrialOutcome>),
+}
+
+type AnswerFn = Box<dyn FnMut(&LaunchConfig) -> ReplayAnswer>;
+
+pub struct ReplayRunner {
+    answer: AnswerFn,
+    next_id: u32,
+    calls: Vec<LaunchConfig>,
+    journal: Option<Journal>,
+    repetitions: u32,
+    noise_pct: f64,
+    seed: u64,
+    vram_budget_mib: Option<u64>,
+    seconds_per_trial: f64,
+}
+
+/// splitmix64: a tiny, good, deterministic mixer.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn config_hash(c: &LaunchConfig) -> u64 {
+    // DefaultHasher::new() uses fixed keys: stable within a build, which is all tests need.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    c.hash(&mut h);
+    h.finish()
+}
+
+impl ReplayRunner {
+    /// Answers from a function of the config (a synthetic box).
+    pub fn from_fn(f: impl FnMut(&LaunchConfig) -> ReplayAnswer + 'static) -> Self {
+        ReplayRunner {
+            answer: Box::new(f),
+            next_id: 1,
+            calls: Vec::new(),
+            journal: None,
+            repetitions: 3,
+            noise_pct: 0.0,
+            seed: 42,
+            vram_budget_mib: None,
+            seconds_per_trial: 30.0,
+        }
+    }
+
+    /// Answers from a table; a config not in it ends as a `crash` saying so.
+    pub fn from_table(entries: Vec<(LaunchConfig, ReplayAnswer)>) -> Self {
+        let table: HashMap<LaunchConfig, ReplayAnswer> = entries.into_iter().collect();
+        Self::from_fn(move |c| {
+            table
+                .get(c)
+                .cloned()
+                .unwrap_or_else(|| ReplayAnswer::Recorded(Box::new(missing_outcome(c))))
+        })
+    }
+
+    /// Answers with recorded outcomes (e.g. `Journal::read` of a real run); the last one
+    /// recorded for a config wins.
+    pub fn from_outcomes(outcomes: &[TrialOutcome]) -> Self {
+        Self::from_table(
+            outcomes
+                .iter()
+                .map(|o| {
+                    (
+                        o.config.clone(),
+                        ReplayAnswer::Recorded(Box::new(o.clone())),
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    /// Samples per trial for synthetic answers (default 3).
+    pub fn with_repetitions(mut self, n: u32) -> Self {
+        self.repetitions = n.max(1);
+        self
+    }
+
+    /// Spread synthetic samples uniformly by ±`pct` percent, from `seed` (default: no noise).
+    pub fn with_noise(mut self, pct: f64, seed: u64) -> Self {
+        self.noise_pct = pct.max(0.0);
+        self.seed = seed;
+        self
+    }
+
+    /// Turn synthetic answers whose VRAM exceeds the budget into `spill`.
+    pub fn with_vram_budget(mut self, mib: Option<u64>) -> Self {
+        self.vram_budget_mib = mib;
+        self
+    }
+
+    /// Journal every outcome, like the real runner.
+    pub fn with_journal(mut self, j: Journal) -> Self {
+        self.journal = Some(j);
+        self
+    }
+
+    /// Pretend wall time per trial (for budget-in-minutes logic).
+    pub fn with_seconds_per_trial(mut self, s: f64) -> Self {
+        self.seconds_per_trial = s;
+        self
+    }
+
+    pub fn with_first_id(mut self, id: u32) -> Self {
+        self.next_id = id.max(1);
+        self
+    }
+
+    /// Every config run so far, in order.
+    pub fn calls(&self) -> &[LaunchConfig] {
+        &self.calls
+    }
+
+    pub fn trials_run(&self) -> usize {
+        self.calls.len()
+    }
+
+    fn samples(&self, base: f64, salt: u64, call: u64) -> Vec<f64> {
+        (0..self.repetitions as u64)
+            .map(|r| {
+                if self.noise_pct == 0.0 {
+                    return base;
+                }
+                let z = mix(self.seed ^ salt ^ mix(call.wrapping_mul(1000).wrapping_add(r)));
+                let u = (z >> 11) as f64 / (1u64 << 53) as f64; // [0, 1)
+                base * (1.0 + self.noise_pct / 100.0 * (2.0 * u - 1.0))
+            })
+            .collect()
+    }
+}
+
+fn missing_outcome(c: &LaunchConfig) -> TrialOutcome {
+    TrialOutcome {
+        id: 0,
+        role: TrialRole::Search,
+        config: c.clone(),
+        kind: OutcomeKind::Crash,
+        metrics: None,
+        peak_vram_mib: Vec::new(),
+        reported: None,
+        message: format!("no replay entry for {}", c.label()),
+        evidence: Vec::new(),
+        started_at: String::new(),
+        duration_s: 0.0,
+        log: None,
+        warnings: Vec::new(),
+    }
+}
+
+fn failure_message(kind: OutcomeKind) -> String {
+    format!("replayed {kind}")
+}
+
+impl TrialRunner for ReplayRunner {
+    fn run(&mut self, config: &LaunchConfig, role: TrialRole) -> TrialOutcome {
+        let id = self.next_id;
+        self.next_id += 1;
+        let call = self.calls.len() as u64;
+        self.calls.push(config.clone());
+        let answer = (self.answer)(config);
+        let started_at = chrono::DateTime::<chrono::Utc>::from_timestamp(
+            1_700_000_000 + (call as f64 * self.seconds_per_trial) as i64,
+            0,
+        )
+        .map(|t| t.to_rfc3339())
+        .unwrap_or_default();
+        let mut out = TrialOutcome {
+            id,
+            role,
+            config: config.clone(),
+            kind: OutcomeKind::Ok,
+            metrics: None,
+            peak_vram_mib: Vec::new(),
+            reported: None,
+            message: "ok".into(),
+            evidence: Vec::new(),
+            started_at,
+            duration_s: self.seconds_per_trial,
+            log: None,
+            warnings: Vec::new(),
+        };
+        match answer {
+            ReplayAnswer::Ok {
+                gen_tps,
+                prompt_tps,
+                peak_vram_mib,
+            } => {
+                let salt = config_hash(config);
+                let g = self.samples(gen_tps, salt, call);
+                let p = self.samples(prompt_tps, salt.rotate_left(17), call);
+                let ttft: Vec<f64> = p.iter().map(|pp| 512.0 / pp.max(1e-9) * 1000.0).collect();
+                let metrics = Metrics {
+                    gen_tps: Stat::from_samples(&g).expect("samples"),
+                    prompt_tps: Stat::from_samples(&p).expect("samples"),
+                    ttft_ms: Stat::from_samples(&ttft).expect("samples"),
+                    gen_tps_at_depth: None,
+                };
+                if let Some(w) = super::classify::spread_warning(
+                    "generation tok/s",
+                    &metrics.gen_tps,
+                    super::workload::SPREAD_LIMIT_PCT,
+                ) {
+                    out.warnings.push(w);
+                }
+                out.metrics = Some(metrics);
+                out.peak_vram_mib = peak_vram_mib.into_iter().collect();
+                if let Some(v) = peak_vram_mib
+                    .and_then(|p| super::classify::classify_spill(p, self.vram_budget_mib))
+                {
+                    out.kind = v.kind;
+                    out.message = v.message;
+                    out.evidence = v.evidence;
+                }
+            }
+            ReplayAnswer::Fail(kind) => {
+                out.kind = kind;
+                out.message = failure_message(kind);
+            }
+            ReplayAnswer::Recorded(rec) => {
+                out = TrialOutcome {
+                    id,
+                    role,
+                    started_at: out.started_at,
+                    ..*rec
+                };
+            }
+        }
+        if let Some(j) = &self.journal {
+            if let Err(e) = j.append(&out) {
+                out.warnings.push(format!("not journaled: {e:#}"));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(ncmoe: u32) -> LaunchConfig {
+        LaunchConfig {
+            n_cpu_moe: Some(ncmoe),
+            n_gpu_layers: Some(999),
+            ..LaunchConfig::baseline(8192)
+        }
+    }
+
+    /// A synthetic 48-block MoE on a 16 GB card: below 20 blocks on the CPU it does not fit.
+    fn synthetic(c: &LaunchConfig) -> ReplayAnswer {
+        let n = c.n_cpu_moe.unwrap_or(48);
+        if n < 18 {
+            ReplayAnswer::Fail(OutcomeKind::OomLoad)
+        } else {
+            ReplayAnswer::Ok {
+                gen_tps: 60.0 - n as f64,
+                prompt_tps: 900.0 - 10.0 * n as f64,
+                peak_vram_mib: Some(24000 - 450 * n as u64),
+            }
+        }
+    }
+
+    #[test]
+    fn synthetic_answers_are_deterministic_and_noisy_within_bounds() {
+        let mut a = ReplayRunner::from_fn(synthetic).with_noise(5.0, 7);
+        let mut b = ReplayRunner::from_fn(synthetic).with_noise(5.0, 7);
+        let oa = a.run(&cfg(24), TrialRole::Search);
+        let ob = b.run(&cfg(24), TrialRole::Search);
+        assert_eq!(oa.metrics, ob.metrics);
+        let g = &oa.metrics.unwrap().gen_tps;
+        assert_eq!(g.samples.len(), 3);
+        assert!(g.samples.iter().all(|s| (34.2..=37.8).contains(s)), "{g:?}");
+        assert!(g.samples.windows(2).any(|w| w[0] != w[1]));
+        // The same config again gets other noise (a re-measurement), the same centre.
+        let again = a.run(&cfg(24), TrialRole::Confirm);
+        assert_ne!(again.metrics.as_ref().unwrap().gen_tps.samples, g.samples);
+        assert_eq!(again.id, 2);
+        assert_eq!(a.trials_run(), 2);
+    }
+
+    #[test]
+    fn failures_spill_and_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = ReplayRunner::from_fn(synthetic)
+            .with_vram_budget(Some(14000))
+            .with_journal(Journal::open(dir.path()).unwrap());
+        assert_eq!(
+            r.run(&cfg(10), TrialRole::Search).kind,
+            OutcomeKind::OomLoad
+        );
+        // 24000 - 450*20 = 15000 > 14000
+        assert_eq!(r.run(&cfg(20), TrialRole::Search).kind, OutcomeKind::Spill);
+        assert_eq!(r.run(&cfg(30), TrialRole::Search).kind, OutcomeKind::Ok);
+        let j = Journal::read(dir.path()).unwrap();
+        assert_eq!(
+            j.iter().map(|o| (o.id, o.kind)).collect::<Vec<_>>(),
+            [
+                (1, OutcomeKind::OomLoad),
+                (2, OutcomeKind::Spill),
+                (3, OutcomeKind::Ok)
+            ]
+        );
+    }
+
+    #[test]
+    fn table_and_recorded_outcomes() {
+        let mut src = ReplayRunner::from_fn(synthetic);
+        let recorded = vec![src.run(&cfg(30), TrialRole::Search)];
+        let mut r = ReplayRunner::from_outcomes(&recorded).with_first_id(7);
+        let o = r.run(&cfg(30), TrialRole::Baseline);
+        assert_eq!(o.id, 7);
+        assert_eq!(o.role, TrialRole::Baseline);
+        assert_eq!(o.metrics, recorded[0].metrics);
+        let missing = r.run(&cfg(31), TrialRole::Search);
+        assert_eq!(missing.kind, OutcomeKind::Crash);
+        assert!(missing.message.contains("no replay entry"));
+    }
+}

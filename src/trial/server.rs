@@ -1,0 +1,536 @@
+//! The real trial runner: launches `llama-server` with one [`LaunchConfig`], waits for
+//! `/health`, runs the workload, samples VRAM, classifies and journals the outcome, and ends
+//! the server's process group on every path.
+
+use super::classify::{self, ExitInfo, Failure, Observation, Phase, Verdict};
+use super::journal::Journal;
+use super::workload::{self, Measured, Session};
+use super::{Metrics, OutcomeKind, ReportedMemory, TrialOutcome, TrialRole, TrialRunner};
+use crate::config::{shell_line, LaunchConfig};
+use crate::space::Workload;
+use anyhow::{Context, Result};
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How often `/health` is polled while the server loads.
+const HEALTH_POLL: Duration = Duration::from_millis(100);
+/// Grace between SIGTERM and SIGKILL when a trial ends normally.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// Attempts when the chosen port is taken between the check and the launch.
+const PORT_ATTEMPTS: usize = 4;
+/// The server's line when its port is taken (tools/server/server-http.cpp).
+const BIND_FAILED: &str = "couldn't bind HTTP server socket";
+
+/// A running `llama-server` in its own process group. Dropping it ends the group and reaps it.
+pub struct ServerProcess {
+    child: Child,
+    pgid: i32,
+    exit: Option<ExitInfo>,
+}
+
+impl ServerProcess {
+    /// Spawn `argv` (never through a shell) in a new process group, stdout and stderr to
+    /// `log`, with `PR_SET_PDEATHSIG = SIGKILL` so it dies with the thread that started it.
+    /// `LLAMA_ARG_*` variables are removed from its environment: they would silently change
+    /// the config under test.
+    pub fn spawn(argv: &[String], log: &std::fs::File, env: &[(String, String)]) -> Result<Self> {
+        let (prog, args) = argv.split_first().context("empty server command")?;
+        let mut cmd = Command::new(prog);
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log.try_clone()?)
+            .process_group(0);
+        for (k, _) in std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v))) {
+            if k.starts_with("LLAMA_ARG_") {
+                cmd.env_remove(k);
+            }
+        }
+        // No gdb attach on abort: the error lines are the evidence, and aborts stay fast.
+        cmd.env("GGML_NO_BACKTRACE", "1");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        // SAFETY: getpid is async-signal-safe; read before fork.
+        let parent = unsafe { libc::getpid() };
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The parent died before prctl took effect: do not run as an orphan.
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start {prog}: check the server path"))?;
+        let pgid = child.id() as i32;
+        super::cleanup::register(pgid);
+        Ok(ServerProcess {
+            child,
+            pgid,
+            exit: None,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// How the process ended, if it has (non-blocking; reaps it).
+    pub fn try_exit(&mut self) -> Option<ExitInfo> {
+        if self.exit.is_none() {
+            match self.child.try_wait() {
+                Ok(Some(st)) => {
+                    self.exit = Some(ExitInfo::from_status(&st));
+                    // The server is gone; end anything it left in its group.
+                    // SAFETY: signalling the group we created.
+                    unsafe {
+                        libc::kill(-self.pgid, libc::SIGKILL);
+                    }
+                    super::cleanup::unregister(self.pgid);
+                }
+                Ok(None) => {}
+                Err(_) => {
+                    self.exit = Some(ExitInfo {
+                        code: None,
+                        signal: None,
+                    });
+                    super::cleanup::unregister(self.pgid);
+                }
+            }
+        }
+        self.exit
+    }
+
+    /// Wait up to `d` for the process to exit by itself.
+    pub fn wait_exit(&mut self, d: Duration) -> Option<ExitInfo> {
+        let t0 = Instant::now();
+        loop {
+            if let Some(e) = self.try_exit() {
+                return Some(e);
+            }
+            if t0.elapsed() >= d {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// End the group: SIGTERM, up to `grace`, then SIGKILL; reap. Returns how it ended.
+    pub fn stop(&mut self, grace: Duration) -> ExitInfo {
+        if let Some(e) = self.try_exit() {
+            return e;
+        }
+        // SAFETY: signalling the group we created (still unreaped, so the id is ours).
+        unsafe {
+            libc::kill(-self.pgid, libc::SIGTERM);
+        }
+        if let Some(e) = self.wait_exit(grace) {
+            return e;
+        }
+        unsafe {
+            libc::kill(-self.pgid, libc::SIGKILL);
+        }
+        let e = match self.child.wait() {
+            Ok(st) => ExitInfo::from_status(&st),
+            Err(_) => ExitInfo {
+                code: None,
+                signal: Some(libc::SIGKILL),
+            },
+        };
+        self.exit = Some(e);
+        super::cleanup::unregister(self.pgid);
+        e
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if self.exit.is_none() {
+            self.stop(Duration::from_secs(2));
+        }
+    }
+}
+
+/// Find a free loopback port (bind port 0, read it, release it).
+pub fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .context("cannot bind a loopback port to find a free one")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// Load timeout for a model file: 60 s + 15 s per GiB.
+pub fn load_timeout_for(model_bytes: u64) -> Duration {
+    let gib = model_bytes as f64 / (1024.0 * 1024.0 * 1024.0);
+    Duration::from_secs_f64(60.0 + 15.0 * gib)
+}
+
+/// What one launch produced, before it becomes a [`TrialOutcome`].
+struct Draft {
+    kind: OutcomeKind,
+    metrics: Option<Metrics>,
+    message: String,
+    evidence: Vec<String>,
+    warnings: Vec<String>,
+    peak_vram_mib: Vec<u64>,
+    reported: Option<ReportedMemory>,
+    log: Option<PathBuf>,
+}
+
+impl Draft {
+    fn from_verdict(v: Verdict) -> Draft {
+        Draft {
+            kind: v.kind,
+            metrics: None,
+            message: v.message,
+            evidence: v.evidence,
+            warnings: Vec::new(),
+            peak_vram_mib: Vec::new(),
+            reported: None,
+            log: None,
+        }
+    }
+}
+
+/// The real trial runner. Sync: it owns a small tokio runtime and blocks on it, so call
+/// `run()` from an ordinary thread (not from inside another runtime). Servers die with the
+/// thread that calls `run()` (PDEATHSIG), so keep that thread alive for the tune.
+pub struct LlamaServerRunner {
+    server: PathBuf,
+    model: PathBuf,
+    workload: Workload,
+    run_dir: PathBuf,
+    journal: Journal,
+    vram_budget_mib: Option<u64>,
+    request_timeout: Duration,
+    load_timeout: Duration,
+    extra_args: Vec<String>,
+    env: Vec<(String, String)>,
+    next_id: u32,
+    last_pid: Option<u32>,
+    rt: tokio::runtime::Runtime,
+    client: reqwest::Client,
+}
+
+impl LlamaServerRunner {
+    /// A runner for one model and workload. Per-trial logs go to `<run_dir>/logs/trial-<id>.log`,
+    /// every outcome to `journal` the moment it ends. `vram_budget_mib` (free VRAM at start
+    /// minus headroom) turns a trial whose own peak VRAM exceeds it into `spill`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        server: &Path,
+        model: &Path,
+        model_bytes: u64,
+        workload: Workload,
+        run_dir: &Path,
+        journal: Journal,
+        vram_budget_mib: Option<u64>,
+        request_timeout: Duration,
+    ) -> Result<Self> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the HTTP runtime")?;
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .context("cannot build the HTTP client")?;
+        std::fs::create_dir_all(run_dir.join("logs"))
+            .with_context(|| format!("cannot create {}", run_dir.join("logs").display()))?;
+        Ok(LlamaServerRunner {
+            server: server.to_path_buf(),
+            model: model.to_path_buf(),
+            workload,
+            run_dir: run_dir.to_path_buf(),
+            journal,
+            vram_budget_mib,
+            request_timeout,
+            load_timeout: load_timeout_for(model_bytes),
+            extra_args: Vec::new(),
+            env: Vec::new(),
+            next_id: 1,
+            last_pid: None,
+            rt,
+            client,
+        })
+    }
+
+    /// Override the load timeout (default: 60 s + 15 s per GiB of model file).
+    pub fn with_load_timeout(mut self, d: Duration) -> Self {
+        self.load_timeout = d;
+        self
+    }
+
+    /// Extra server flags appended after the config's (e.g. `--alias`, for tests).
+    pub fn with_extra_args(mut self, args: Vec<String>) -> Self {
+        self.extra_args = args;
+        self
+    }
+
+    /// Extra environment for the server process.
+    pub fn with_env(mut self, env: Vec<(String, String)>) -> Self {
+        self.env = env;
+        self
+    }
+
+    /// The id the next trial gets (default 1; a resumed tune continues its numbering).
+    pub fn with_first_id(mut self, id: u32) -> Self {
+        self.next_id = id.max(1);
+        self
+    }
+
+    pub fn next_id(&self) -> u32 {
+        self.next_id
+    }
+
+    pub fn load_timeout(&self) -> Duration {
+        self.load_timeout
+    }
+
+    /// The pid of the last server started (for leak checks in tests).
+    pub fn last_server_pid(&self) -> Option<u32> {
+        self.last_pid
+    }
+
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    /// The full argv for a config on a port: the config's own flags, then `-lv 4` (buffer
+    /// sizes and the memory breakdown in the log), then the extra flags.
+    pub fn argv(&self, config: &LaunchConfig, port: u16) -> Vec<String> {
+        let mut argv = config.command(&self.server, &self.model, "127.0.0.1", port);
+        argv.extend(["-lv".to_string(), "4".to_string()]);
+        argv.extend(self.extra_args.iter().cloned());
+        argv
+    }
+
+    fn log_path(&self, id: u32) -> PathBuf {
+        self.run_dir.join("logs").join(format!("trial-{id}.log"))
+    }
+
+    fn open_log(&self, path: &Path, argv: &[String]) -> Result<std::fs::File> {
+        let mut f = std::fs::File::create(path)
+            .with_context(|| format!("cannot create trial log {}", path.display()))?;
+        writeln!(f, "# qtune: {}", shell_line(argv))?;
+        f.flush()?;
+        Ok(f)
+    }
+
+    /// One launch, measured and classified.
+    fn trial(&mut self, id: u32, config: &LaunchConfig) -> Draft {
+        let need = workload::needed_ctx(&self.workload);
+        if need > config.ctx as u64 {
+            return Draft::from_verdict(Verdict {
+                kind: OutcomeKind::BadFlag,
+                message: format!(
+                    "the workload needs {need} tokens of context but this config has -c {}: raise the context or shorten the workload",
+                    config.ctx
+                ),
+                evidence: Vec::new(),
+            });
+        }
+        let log_path = self.log_path(id);
+        let vram_before = crate::hardware::VramSampler::start(Duration::from_secs(3600)).stop();
+        let sampler = crate::hardware::VramSampler::start(Duration::from_millis(100));
+
+        let mut draft = self.launch_and_measure(config, &log_path);
+
+        let peaks = sampler.stop();
+        draft.peak_vram_mib = peaks
+            .iter()
+            .enumerate()
+            .map(|(i, p)| p.saturating_sub(vram_before.get(i).copied().unwrap_or(0)))
+            .collect();
+        draft.log = Some(log_path.clone());
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        draft.reported = reported_memory(&log);
+        if draft.kind == OutcomeKind::Ok {
+            let own: u64 = draft.peak_vram_mib.iter().sum();
+            if let Some(v) = classify::classify_spill(own, self.vram_budget_mib) {
+                draft.kind = v.kind;
+                draft.message = v.message;
+                draft.evidence = v.evidence;
+            }
+        }
+        draft
+    }
+
+    fn launch_and_measure(&mut self, config: &LaunchConfig, log_path: &Path) -> Draft {
+        for attempt in 1..=PORT_ATTEMPTS {
+            let port = match free_port() {
+                Ok(p) => p,
+                Err(e) => return self.setup_failure(format!("{e:#}")),
+            };
+            let argv = self.argv(config, port);
+            let log_file = match self.open_log(log_path, &argv) {
+                Ok(f) => f,
+                Err(e) => return self.setup_failure(format!("{e:#}")),
+            };
+            let mut proc = match ServerProcess::spawn(&argv, &log_file, &self.env) {
+                Ok(p) => p,
+                Err(e) => return self.setup_failure(format!("{e:#}")),
+            };
+            drop(log_file);
+            self.last_pid = Some(proc.pid());
+            let base_url = format!("http://127.0.0.1:{port}");
+            match self.wait_healthy(&mut proc, &base_url) {
+                Ok(()) => return self.measure(proc, &base_url, log_path),
+                Err(failure) => {
+                    let exit = match failure {
+                        Failure::LoadTimeout { .. } => {
+                            proc.stop(Duration::from_millis(500));
+                            None
+                        }
+                        _ => Some(proc.stop(STOP_GRACE)),
+                    };
+                    let log = std::fs::read_to_string(log_path).unwrap_or_default();
+                    if exit.is_some() && log.contains(BIND_FAILED) && attempt < PORT_ATTEMPTS {
+                        tracing::debug!("port {port} was taken; retrying on another");
+                        continue;
+                    }
+                    return Draft::from_verdict(classify::classify(&Observation {
+                        phase: Phase::Load,
+                        exit,
+                        log: &log,
+                        healthy_at: None,
+                        failure,
+                    }));
+                }
+            }
+        }
+        unreachable!("the last attempt always returns")
+    }
+
+    fn setup_failure(&self, why: String) -> Draft {
+        Draft::from_verdict(Verdict {
+            kind: OutcomeKind::Crash,
+            message: format!("could not start the trial: {why}"),
+            evidence: Vec::new(),
+        })
+    }
+
+    /// Poll `/health` until 200 while watching the process.
+    fn wait_healthy(&self, proc: &mut ServerProcess, base_url: &str) -> Result<(), Failure> {
+        let url = format!("{base_url}/health");
+        let client = &self.client;
+        let deadline = Instant::now() + self.load_timeout;
+        let load_secs = self.load_timeout.as_secs_f64();
+        self.rt.block_on(async {
+            loop {
+                if proc.try_exit().is_some() {
+                    return Err(Failure::Exited);
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(Failure::LoadTimeout { secs: load_secs });
+                }
+                let per_try = (deadline - now).min(Duration::from_secs(2));
+                if let Ok(Ok(resp)) = tokio::time::timeout(per_try, client.get(&url).send()).await {
+                    if resp.status().as_u16() == 200 {
+                        return Ok(());
+                    }
+                }
+                tokio::time::sleep(HEALTH_POLL).await;
+            }
+        })
+    }
+
+    fn measure(&mut self, mut proc: ServerProcess, base_url: &str, log_path: &Path) -> Draft {
+        // Everything the server logs from here on belongs to the measure phase.
+        let healthy_at = std::fs::metadata(log_path).map(|m| m.len()).unwrap_or(0) as usize;
+        let request_timeout = self.request_timeout;
+        let workload = self.workload.clone();
+        let client = &self.client;
+        let result: Result<Measured, Failure> = {
+            let mut exited = || proc.try_exit();
+            let mut session = Session {
+                client,
+                base_url: base_url.to_string(),
+                request_timeout,
+                exited: &mut exited,
+            };
+            self.rt.block_on(session.run(&workload))
+        };
+        match result {
+            Ok(m) => {
+                let exit = proc.stop(STOP_GRACE);
+                tracing::debug!("server stopped after the trial: {exit}");
+                Draft {
+                    kind: OutcomeKind::Ok,
+                    metrics: Some(m.metrics),
+                    message: "ok".to_string(),
+                    evidence: Vec::new(),
+                    warnings: m.warnings,
+                    peak_vram_mib: Vec::new(),
+                    reported: None,
+                    log: None,
+                }
+            }
+            Err(failure) => {
+                // A dropped connection often comes a moment before the process is gone
+                // (abort, backtrace): give it time to exit so the cause is read right.
+                let exit = match failure {
+                    Failure::RequestTimeout { .. } => proc.try_exit(),
+                    _ => proc.wait_exit(Duration::from_secs(3)),
+                };
+                proc.stop(STOP_GRACE);
+                let log = std::fs::read_to_string(log_path).unwrap_or_default();
+                Draft::from_verdict(classify::classify(&Observation {
+                    phase: Phase::Measure,
+                    exit,
+                    log: &log,
+                    healthy_at: Some(healthy_at.min(log.len())),
+                    failure,
+                }))
+            }
+        }
+    }
+}
+
+/// The server's own buffer sizes, from its log.
+fn reported_memory(log: &str) -> Option<ReportedMemory> {
+    let _ = log;
+    None
+}
+
+impl TrialRunner for LlamaServerRunner {
+    fn run(&mut self, config: &LaunchConfig, role: TrialRole) -> TrialOutcome {
+        let id = self.next_id;
+        self.next_id += 1;
+        let started_at = chrono::Utc::now().to_rfc3339();
+        let t0 = Instant::now();
+        let d = self.trial(id, config);
+        let mut outcome = TrialOutcome {
+            id,
+            role,
+            config: config.clone(),
+            kind: d.kind,
+            metrics: d.metrics,
+            peak_vram_mib: d.peak_vram_mib,
+            reported: d.reported,
+            message: d.message,
+            evidence: d.evidence,
+            started_at,
+            duration_s: t0.elapsed().as_secs_f64(),
+            log: d.log,
+            warnings: d.warnings,
+        };
+        if let Err(e) = self.journal.append(&outcome) {
+            tracing::error!("{e:#}");
+            outcome
+                .warnings
+                .push(format!("not journaled ({e:#}): --resume will run it again"));
+        }
+        outcome
+    }
+}

@@ -1,0 +1,286 @@
+//! The measured workload of one trial, over llama-server's HTTP API: an optional warm-up, then
+//! `repetitions` `/completion` requests with a prompt of exactly `prompt_tokens` token ids
+//! (sent as an array of ids, so no tokenizer round trip can change its length), `n_predict =
+//! gen_tokens` with `ignore_eos`, no prompt cache, greedy sampling. Speeds come from the
+//! server's own `timings`.
+
+use super::classify::{ExitInfo, Failure};
+use super::{Metrics, Stat};
+use crate::space::Workload;
+use serde::Deserialize;
+use std::time::Duration;
+
+/// Requests whose repeated speeds differ by more than this (percent) get a warning.
+pub const SPREAD_LIMIT_PCT: f64 = 10.0;
+
+/// Fixed, ordinary English text: tokenized once per trial, its ids cycled to any length.
+const PROMPT_TEXT: &str =
+    "The history of the lighthouse is a history of people who chose to keep a \
+light burning for strangers. Before electric lamps, keepers trimmed wicks every few hours, \
+polished brass and glass, and wrote the weather into log books that still survive in coastal \
+archives. A keeper's family often lived in the tower itself, carrying oil up narrow spiral \
+stairs and watching the horizon through long winter nights. Ships learned each light by its \
+rhythm: one long flash, two short ones, a steady beam that turned every thirty seconds. When \
+fog rolled in, bells and horns took over, and sailors counted the seconds between sounds to \
+judge their distance from the rocks. Today most lighthouses run on their own, powered by \
+small solar panels and checked by engineers who visit a few times a year, yet the old towers \
+remain, painted in bold stripes so that they can be recognised by day as well as by night.";
+
+/// What the server reported for one request (`timings` in the `/completion` response).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Timings {
+    #[serde(default)]
+    pub cache_n: i64,
+    pub prompt_n: i64,
+    pub prompt_ms: f64,
+    pub prompt_per_second: f64,
+    pub predicted_n: i64,
+    pub predicted_ms: f64,
+    pub predicted_per_second: f64,
+}
+
+#[derive(Deserialize)]
+struct CompletionResponse {
+    timings: Timings,
+}
+
+#[derive(Deserialize)]
+struct TokenizeResponse {
+    tokens: Vec<serde_json::Value>,
+}
+
+/// A measured workload: metrics and caveats.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measured {
+    pub metrics: Metrics,
+    pub warnings: Vec<String>,
+}
+
+/// `len` token ids cycled from `base`, starting at `offset`: each repetition gets a different
+/// first token, so nothing can be reused from an earlier request.
+pub fn prompt_ids(base: &[u32], len: usize, offset: usize) -> Vec<u32> {
+    if base.is_empty() {
+        return Vec::new();
+    }
+    (0..len).map(|i| base[(i + offset) % base.len()]).collect()
+}
+
+/// The rotation used for request `k` (0 = warm-up).
+fn offset_for(k: usize, base_len: usize) -> usize {
+    (k * 17) % base_len.max(1)
+}
+
+/// The context a workload needs (tokens): the longest request plus its generation.
+pub fn needed_ctx(w: &Workload) -> u64 {
+    let longest = w.prompt_tokens.max(w.context_depth.unwrap_or(0)) as u64;
+    longest + w.gen_tokens as u64
+}
+
+/// The HTTP side of a trial, bound to one server.
+pub struct Session<'a> {
+    pub client: &'a reqwest::Client,
+    pub base_url: String,
+    pub request_timeout: Duration,
+    /// Says whether the server process has exited; polled while a request is in flight.
+    pub exited: &'a mut dyn FnMut() -> Option<ExitInfo>,
+}
+
+impl Session<'_> {
+    /// Run `fut` while watching the process; a dead server ends the wait at once.
+    async fn watched<T>(
+        &mut self,
+        fut: impl std::future::Future<Output = Result<T, Failure>>,
+    ) -> Result<T, Failure> {
+        let timeout = self.request_timeout;
+        let exited = &mut *self.exited;
+        let watch = async move {
+            loop {
+                if exited().is_some() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        tokio::select! {
+            r = tokio::time::timeout(timeout, fut) => match r {
+                Ok(r) => r,
+                Err(_) => Err(Failure::RequestTimeout { secs: timeout.as_secs_f64() }),
+            },
+            _ = watch => Err(Failure::Exited),
+        }
+    }
+
+    async fn post_json(&mut self, path: &str, body: serde_json::Value) -> Result<String, Failure> {
+        let url = format!("{}{}", self.base_url, path);
+        let client = self.client;
+        self.watched(async move {
+            let resp = client
+                .post(&url)
+                .json(&body)
+                .send()
+                .await
+                .map_err(|e| Failure::Connection(format!("{e:#}")))?;
+            let status = resp.status();
+            let text = resp
+                .text()
+                .await
+                .map_err(|e| Failure::Connection(format!("{e:#}")))?;
+            if !status.is_success() {
+                return Err(Failure::Http {
+                    status: status.as_u16(),
+                    body: text,
+                });
+            }
+            Ok(text)
+        })
+        .await
+    }
+
+    /// Token ids of the fixed prompt text, as this model tokenizes it.
+    pub async fn base_tokens(&mut self) -> Result<Vec<u32>, Failure> {
+        let body = serde_json::json!({ "content": PROMPT_TEXT, "add_special": false });
+        let text = self.post_json("/tokenize", body).await?;
+        let r: TokenizeResponse = serde_json::from_str(&text).map_err(|e| {
+            Failure::BadResponse(format!("/tokenize returned unreadable JSON: {e}"))
+        })?;
+        let ids: Vec<u32> = r
+            .tokens
+            .iter()
+            .filter_map(|v| v.as_u64().map(|n| n as u32))
+            .collect();
+        if ids.is_empty() {
+            return Err(Failure::BadResponse(
+                "/tokenize returned no tokens for the prompt text".into(),
+            ));
+        }
+        Ok(ids)
+    }
+
+    /// One `/completion` with these prompt ids; checks the server generated every token.
+    pub async fn complete(&mut self, ids: &[u32], n_predict: u32) -> Result<Timings, Failure> {
+        let body = serde_json::json!({
+            "prompt": ids,
+            "n_predict": n_predict,
+            "ignore_eos": true,
+            "cache_prompt": false,
+            "seed": 42,
+            "temperature": 0,
+            "stream": false,
+        });
+        let text = self.post_json("/completion", body).await?;
+        let r: CompletionResponse = serde_json::from_str(&text).map_err(|e| {
+            Failure::BadResponse(format!("/completion returned no readable timings: {e}"))
+        })?;
+        let t = r.timings;
+        if t.predicted_n != n_predict as i64 {
+            return Err(Failure::BadResponse(format!(
+                "it generated {} tokens instead of {n_predict} (context too small for the workload?)",
+                t.predicted_n
+            )));
+        }
+        if !(t.predicted_per_second.is_finite() && t.prompt_per_second.is_finite()) {
+            return Err(Failure::BadResponse(
+                "its timings are not finite numbers".into(),
+            ));
+        }
+        Ok(t)
+    }
+
+    /// The whole workload.
+    pub async fn run(&mut self, w: &Workload) -> Result<Measured, Failure> {
+        let base = self.base_tokens().await?;
+        let plen = w.prompt_tokens as usize;
+        let mut warnings = Vec::new();
+        if w.warmup {
+            let ids = prompt_ids(&base, plen, offset_for(0, base.len()) + 1);
+            self.complete(&ids, w.gen_tokens).await?;
+        }
+        let reps = w.repetitions.max(1) as usize;
+        let (mut gen, mut pp, mut ttft) = (Vec::new(), Vec::new(), Vec::new());
+        let mut prompt_mismatch = None;
+        for k in 1..=reps {
+            let ids = prompt_ids(&base, plen, offset_for(k, base.len()));
+            let t = self.complete(&ids, w.gen_tokens).await?;
+            if t.prompt_n + t.cache_n != plen as i64 {
+                prompt_mismatch = Some(t.prompt_n + t.cache_n);
+            }
+            gen.push(t.predicted_per_second);
+            pp.push(t.prompt_per_second);
+            ttft.push(t.prompt_ms);
+        }
+        if let Some(n) = prompt_mismatch {
+            warnings.push(format!(
+                "the server processed {n} prompt tokens instead of {plen}"
+            ));
+        }
+        let gen_tps_at_depth = match w.context_depth {
+            Some(depth) if depth > 0 => {
+                let ids = prompt_ids(&base, depth as usize, offset_for(reps + 1, base.len()));
+                let t = self.complete(&ids, w.gen_tokens).await?;
+                Stat::from_samples(&[t.predicted_per_second])
+            }
+            _ => None,
+        };
+        let stat = |v: &[f64]| Stat::from_samples(v).expect("at least one repetition");
+        let metrics = Metrics {
+            gen_tps: stat(&gen),
+            prompt_tps: stat(&pp),
+            ttft_ms: stat(&ttft),
+            gen_tps_at_depth,
+        };
+        for (name, s) in [
+            ("generation tok/s", &metrics.gen_tps),
+            ("prompt tok/s", &metrics.prompt_tps),
+        ] {
+            if let Some(wn) = super::classify::spread_warning(name, s, SPREAD_LIMIT_PCT) {
+                warnings.push(wn);
+            }
+        }
+        Ok(Measured { metrics, warnings })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompt_ids_have_exact_length_and_rotate() {
+        let base = [10, 11, 12, 13, 14];
+        assert_eq!(prompt_ids(&base, 7, 0), [10, 11, 12, 13, 14, 10, 11]);
+        assert_eq!(prompt_ids(&base, 3, 2), [12, 13, 14]);
+        assert_ne!(
+            prompt_ids(&base, 32, offset_for(1, 5)),
+            prompt_ids(&base, 32, offset_for(2, 5))
+        );
+        assert!(prompt_ids(&[], 3, 0).is_empty());
+    }
+
+    #[test]
+    fn needed_context_covers_the_longest_request() {
+        let w = Workload {
+            prompt_tokens: 512,
+            gen_tokens: 128,
+            repetitions: 3,
+            warmup: true,
+            context_depth: Some(4096),
+        };
+        assert_eq!(needed_ctx(&w), 4096 + 128);
+        let w = Workload {
+            context_depth: None,
+            ..w
+        };
+        assert_eq!(needed_ctx(&w), 640);
+    }
+
+    #[test]
+    fn timings_parse_from_a_real_response() {
+        // From the pinned CPU llama-server with SmolLM2.
+        let body = r#"{"content":"x","timings":{"cache_n":0,"prompt_n":10,"prompt_ms":66.707,
+            "prompt_per_token_ms":6.67,"prompt_per_second":149.909,"predicted_n":8,
+            "predicted_ms":84.779,"predicted_per_token_ms":12.11,"predicted_per_second":82.567}}"#;
+        let r: CompletionResponse = serde_json::from_str(body).unwrap();
+        assert_eq!(r.timings.predicted_n, 8);
+        assert!((r.timings.prompt_per_second - 149.909).abs() < 1e-9);
+    }
+}
