@@ -369,20 +369,20 @@ fn ensure_source() -> Result<PathBuf> {
 
 /// CUDA architectures for this box's GPUs, e.g. "90", from the compute capability NVML reports.
 fn cuda_architectures() -> Result<String> {
-    let (ok, out) = run_captured(
-        Command::new("nvidia-smi").args(["--query-gpu=compute_cap", "--format=csv,noheader"]),
-        Duration::from_secs(30),
-    )
-    .context("--cuda needs an NVIDIA GPU and its driver (nvidia-smi not found)")?;
-    let mut archs: Vec<String> = out
-        .lines()
-        .filter(|l| ok && !l.trim().is_empty())
-        .map(|l| l.trim().replace('.', ""))
+    let hw = crate::hardware::probe(false);
+    let mut archs: Vec<String> = hw
+        .gpus
+        .iter()
+        .filter_map(|g| g.compute_capability)
+        .map(|(major, minor)| format!("{major}{minor}"))
         .collect();
     archs.sort();
     archs.dedup();
     if archs.is_empty() {
-        bail!("--cuda needs an NVIDIA GPU, and none is reported");
+        bail!(
+            "--cuda needs an NVIDIA GPU, and NVML reports none ({})",
+            hw.no_gpu_reason.as_deref().unwrap_or("no GPU found")
+        );
     }
     Ok(archs.join(";"))
 }

@@ -130,6 +130,9 @@ pub enum Metric {
     Gen,
     /// Prompt processing tok/s.
     Prompt,
+    /// Generation tok/s with `workload.context_depth` tokens already in context.
+    #[serde(rename = "gen_at_depth")]
+    GenAtDepth,
     /// `gen_weight * gen/gen_best + prompt_weight * prompt/prompt_best`.
     Blend,
 }
@@ -195,5 +198,180 @@ impl Default for Budget {
             confirm_top: 2,
             confirm_rounds: 2,
         }
+    }
+}
+
+/// Built-in spaces, embedded so the binary works anywhere (the files in `search-spaces/`).
+pub const BUILTIN: [(&str, &str); 5] = [
+    ("default", include_str!("../search-spaces/default.yaml")),
+    ("quick", include_str!("../search-spaces/quick.yaml")),
+    ("cpu-only", include_str!("../search-spaces/cpu-only.yaml")),
+    ("long-context", include_str!("../search-spaces/long-context.yaml")),
+    ("demo", include_str!("../search-spaces/demo.yaml")),
+];
+
+/// A space that could not be used, with where in the file.
+#[derive(Debug, thiserror::Error)]
+pub enum SpaceError {
+    #[error("cannot read search space {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+    #[error("unknown search space '{0}': give a YAML file or one of default, quick, cpu-only, long-context, demo")]
+    Unknown(String),
+}
+
+/// Load a space by built-in name or YAML path, and validate it.
+pub fn load(name_or_path: &str) -> Result<SearchSpace, SpaceError> {
+    if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
+        return parse(text, &format!("built-in space '{name_or_path}'"));
+    }
+    let path = std::path::Path::new(name_or_path);
+    if !path.exists() && !name_or_path.contains('/') && !name_or_path.ends_with(".yaml") {
+        return Err(SpaceError::Unknown(name_or_path.to_string()));
+    }
+    let text = std::fs::read_to_string(path).map_err(|source| SpaceError::Read {
+        path: name_or_path.to_string(),
+        source,
+    })?;
+    parse(&text, name_or_path)
+}
+
+/// Parse and validate YAML text; errors carry the line number.
+pub fn parse(text: &str, origin: &str) -> Result<SearchSpace, SpaceError> {
+    let space: SearchSpace = serde_yaml::from_str(text).map_err(|e| SpaceError::Invalid {
+        path: origin.to_string(),
+        message: match e.location() {
+            Some(l) => format!("line {}: {}", l.line(), strip_location(&e.to_string())),
+            None => e.to_string(),
+        },
+    })?;
+    validate(&space).map_err(|(key, message)| SpaceError::Invalid {
+        path: origin.to_string(),
+        message: match line_of(text, key) {
+            Some(l) => format!("line {l}: {message}"),
+            None => message,
+        },
+    })?;
+    Ok(space)
+}
+
+fn strip_location(msg: &str) -> String {
+    match msg.find(" at line ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg.to_string(),
+    }
+}
+
+/// First line (1-based) where `key:` appears.
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    let pat = format!("{key}:");
+    text.lines()
+        .position(|l| l.trim_start().starts_with(&pat))
+        .map(|i| i + 1)
+}
+
+/// Check values serde cannot: returns (the offending key, the message).
+pub fn validate(s: &SearchSpace) -> Result<(), (&'static str, String)> {
+    if !(256..=1_048_576).contains(&s.fixed.ctx) {
+        return Err(("ctx", format!("ctx {} is outside 256..=1048576", s.fixed.ctx)));
+    }
+    if !(1..=256).contains(&s.fixed.parallel) {
+        return Err(("parallel", "parallel must be 1..=256".into()));
+    }
+    if let Some(NCpuMoe::Range { min, max }) = s.vary.n_cpu_moe {
+        if min > max {
+            return Err(("n_cpu_moe", format!("n_cpu_moe min {min} is above max {max}")));
+        }
+    }
+    if s.vary.threads.is_empty() {
+        return Err(("threads", "threads needs at least one value (or 'auto')".into()));
+    }
+    if let Some(Threads::Count(0)) = s.vary.threads.iter().find(|t| matches!(t, Threads::Count(0))) {
+        return Err(("threads", "threads must be at least 1".into()));
+    }
+    if s.vary.batch_ubatch.is_empty() {
+        return Err(("batch_ubatch", "batch_ubatch needs at least one [batch, ubatch] pair".into()));
+    }
+    for [b, ub] in &s.vary.batch_ubatch {
+        if *ub == 0 || *b == 0 || ub > b || *b > 65536 {
+            return Err((
+                "batch_ubatch",
+                format!("[{b}, {ub}]: need 1 <= ubatch <= batch <= 65536"),
+            ));
+        }
+    }
+    if s.vary.kv_types.is_empty() {
+        return Err(("kv_types", "kv_types needs at least one [K, V] pair".into()));
+    }
+    if s.vary.flash_attn.is_empty() {
+        return Err(("flash_attn", "flash_attn needs at least one value".into()));
+    }
+    let w = &s.workload;
+    if w.prompt_tokens == 0 || w.gen_tokens == 0 || w.repetitions == 0 {
+        return Err((
+            "workload",
+            "prompt_tokens, gen_tokens and repetitions must be at least 1".into(),
+        ));
+    }
+    if w.prompt_tokens + w.gen_tokens + w.context_depth.unwrap_or(0) > s.fixed.ctx {
+        return Err((
+            "workload",
+            format!(
+                "prompt_tokens + gen_tokens + context_depth exceed ctx {}",
+                s.fixed.ctx
+            ),
+        ));
+    }
+    if s.objective.metric == Metric::GenAtDepth && w.context_depth.is_none() {
+        return Err(("metric", "metric gen_at_depth needs workload.context_depth".into()));
+    }
+    if !(0.0..=50.0).contains(&s.objective.tie_pct) {
+        return Err(("tie_pct", "tie_pct must be within 0..=50".into()));
+    }
+    if s.budget.trials == 0 || !(s.budget.minutes > 0.0) {
+        return Err(("budget", "budget trials and minutes must be positive".into()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_space_parses() {
+        for (name, _) in BUILTIN {
+            load(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+
+    #[test]
+    fn unknown_key_is_refused_with_its_line() {
+        let text = BUILTIN[1].1.replace("workload:", "workload:\n  flavour: 3");
+        let err = parse(&text, "x.yaml").unwrap_err().to_string();
+        assert!(err.contains("line") && err.contains("flavour"), "{err}");
+    }
+
+    #[test]
+    fn ubatch_above_batch_is_refused_with_its_line() {
+        let text = "name: t\nvary:\n  batch_ubatch: [[512, 1024]]\nfixed:\n  ctx: 4096\nworkload:\n  prompt_tokens: 64\n  gen_tokens: 16\n  repetitions: 2\n";
+        let err = parse(text, "t.yaml").unwrap_err().to_string();
+        assert_eq!(err, "t.yaml: line 3: [512, 1024]: need 1 <= ubatch <= batch <= 65536");
+    }
+
+    #[test]
+    fn malformed_yaml_reports_a_line() {
+        let err = parse("name: [unclosed\n", "bad.yaml").unwrap_err().to_string();
+        assert!(err.starts_with("bad.yaml: line"), "{err}");
+    }
+
+    #[test]
+    fn bad_kv_type_is_refused() {
+        let text = "name: t\nvary:\n  kv_types: [[q8_0, 'q8_0; rm -rf /']]\nfixed:\n  ctx: 4096\nworkload:\n  prompt_tokens: 64\n  gen_tokens: 16\n  repetitions: 2\n";
+        assert!(parse(text, "t.yaml").is_err());
     }
 }
