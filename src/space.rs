@@ -332,7 +332,7 @@ pub fn validate(s: &SearchSpace) -> Result<(), (&'static str, String)> {
     if !(0.0..=50.0).contains(&s.objective.tie_pct) {
         return Err(("tie_pct", "tie_pct must be within 0..=50".into()));
     }
-    if s.budget.trials == 0 || !(s.budget.minutes > 0.0) {
+    if s.budget.trials == 0 || !s.budget.minutes.is_finite() || s.budget.minutes <= 0.0 {
         return Err(("budget", "budget trials and minutes must be positive".into()));
     }
     Ok(())

