@@ -4,6 +4,7 @@
 pub mod ggml_type;
 pub mod gguf;
 pub mod layout;
+pub mod synth;
 
 pub use layout::load;
 
@@ -84,6 +85,5 @@ pub fn cmd_inspect(
 
 /// `qtune synth`: write a random-weight GGUF of a real MoE shape.
 pub fn cmd_synth(out: &std::path::Path, shape: &str, ftype: &str) -> anyhow::Result<()> {
-    let _ = (out, shape, ftype);
-    anyhow::bail!("qtune synth is not implemented yet")
+    synth::cmd_synth(out, shape, ftype)
 }

@@ -1,0 +1,644 @@
+//! Random-weight GGUFs of real MoE shapes (`qtune synth`).
+//!
+//! Throughput depends on shapes, tensor types and bytes, not on values: the header and tensor
+//! layout match the real model, quantized blocks are random bytes with a small finite fp16
+//! scale, F32 tensors are small values (norms near 1, `ssm_a` negative). The tokenizer is
+//! copied from llama.cpp's `models/ggml-vocab-*.gguf`, padded with unused tokens to the real
+//! vocabulary size.
+
+use super::ggml_type::GgmlType;
+use super::gguf::{self, vtype, GgufValue, TensorSpec};
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+
+/// Gated-delta-net (linear attention) hyperparameters of hybrid shapes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeltaNet {
+    pub conv_kernel: u32,
+    pub state_size: u32,
+    /// Key heads.
+    pub group_count: u32,
+    /// Value heads.
+    pub time_step_rank: u32,
+    pub inner_size: u32,
+    pub full_attention_interval: u32,
+}
+
+/// A model shape that `qtune synth` can write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shape {
+    pub name: &'static str,
+    pub arch: &'static str,
+    /// `general.name` written into the file.
+    pub model_name: &'static str,
+    pub n_blocks: u32,
+    pub n_embd: u32,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub head_dim: u32,
+    pub n_experts: u32,
+    pub n_experts_used: u32,
+    pub expert_ff: u32,
+    /// Shared expert FFN size (`None`: no shared expert).
+    pub shared_ff: Option<u32>,
+    /// `feed_forward_length` key.
+    pub ff: u32,
+    pub n_vocab: u32,
+    pub ctx_train: u32,
+    pub rope_base: f32,
+    /// Rope dimensions (`rope.dimension_count`) and multi-rope sections, when used.
+    pub rope_dims: Option<u32>,
+    pub rope_sections: Option<[i32; 4]>,
+    /// Tokenizer source: `models/ggml-vocab-<vocab>.gguf` in the llama.cpp tree.
+    pub vocab: &'static str,
+    pub delta_net: Option<DeltaNet>,
+}
+
+/// Names accepted by [`shape_by_name`].
+pub const SHAPES: [&str; 4] = [
+    "qwen3.5-35b-a3b",
+    "qwen3-30b-a3b",
+    "tiny-qwen35moe",
+    "tiny-qwen3moe",
+];
+
+/// The shape called `name` (one of [`SHAPES`]).
+pub fn shape_by_name(name: &str) -> Result<Shape> {
+    let qwen35 = Shape {
+        name: "qwen3.5-35b-a3b",
+        arch: "qwen35moe",
+        model_name: "Qwen3.5-35B-A3B (qtune synthetic, random weights)",
+        n_blocks: 40,
+        n_embd: 2048,
+        n_head: 16,
+        n_head_kv: 2,
+        head_dim: 256,
+        n_experts: 256,
+        n_experts_used: 8,
+        expert_ff: 512,
+        shared_ff: Some(512),
+        ff: 512,
+        n_vocab: 248_320,
+        ctx_train: 262_144,
+        rope_base: 1.0e7,
+        rope_dims: Some(64),
+        rope_sections: Some([11, 11, 10, 0]),
+        vocab: "qwen35",
+        delta_net: Some(DeltaNet {
+            conv_kernel: 4,
+            state_size: 128,
+            group_count: 16,
+            time_step_rank: 32,
+            inner_size: 4096,
+            full_attention_interval: 4,
+        }),
+    };
+    let qwen3 = Shape {
+        name: "qwen3-30b-a3b",
+        arch: "qwen3moe",
+        model_name: "Qwen3-30B-A3B (qtune synthetic, random weights)",
+        n_blocks: 48,
+        n_embd: 2048,
+        n_head: 32,
+        n_head_kv: 4,
+        head_dim: 128,
+        n_experts: 128,
+        n_experts_used: 8,
+        expert_ff: 768,
+        shared_ff: None,
+        ff: 6144,
+        n_vocab: 151_936,
+        ctx_train: 40_960,
+        rope_base: 1.0e6,
+        rope_dims: None,
+        rope_sections: None,
+        vocab: "qwen2",
+        delta_net: None,
+    };
+    Ok(match name {
+        "qwen3.5-35b-a3b" => qwen35,
+        "qwen3-30b-a3b" => qwen3,
+        "tiny-qwen35moe" => Shape {
+            name: "tiny-qwen35moe",
+            model_name: "tiny qwen35moe (qtune synthetic, random weights)",
+            n_blocks: 4,
+            n_embd: 256,
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 64,
+            n_experts: 8,
+            n_experts_used: 2,
+            expert_ff: 256,
+            shared_ff: Some(256),
+            ff: 256,
+            n_vocab: 151_936,
+            ctx_train: 32_768,
+            rope_dims: Some(16),
+            rope_sections: Some([3, 3, 2, 0]),
+            delta_net: Some(DeltaNet {
+                conv_kernel: 4,
+                state_size: 64,
+                group_count: 2,
+                time_step_rank: 4,
+                inner_size: 256,
+                full_attention_interval: 4,
+            }),
+            ..qwen35
+        },
+        "tiny-qwen3moe" => Shape {
+            name: "tiny-qwen3moe",
+            model_name: "tiny qwen3moe (qtune synthetic, random weights)",
+            n_blocks: 4,
+            n_embd: 256,
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 64,
+            n_experts: 8,
+            n_experts_used: 2,
+            expert_ff: 256,
+            ff: 768,
+            ctx_train: 32_768,
+            ..qwen3
+        },
+        other => bail!(
+            "unknown shape '{other}' (known shapes: {})",
+            SHAPES.join(", ")
+        ),
+    })
+}
+
+/// Which tensor type mix to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SynthFtype {
+    /// llama.cpp's Q4_K_M mix (Q4_K, Q6_K in "more bits" blocks for ffn_down / attn_v, Q6_K output).
+    Q4KM,
+    /// Every matrix Q8_0.
+    Q8_0,
+}
+
+impl SynthFtype {
+    pub fn parse(s: &str) -> Result<SynthFtype> {
+        match s.to_ascii_lowercase().as_str() {
+            "q4_k_m" => Ok(SynthFtype::Q4KM),
+            "q8_0" => Ok(SynthFtype::Q8_0),
+            _ => bail!("unknown --ftype '{s}' (expected q4_k_m or q8_0)"),
+        }
+    }
+    /// `general.file_type` (llama_ftype).
+    pub fn file_type(self) -> u32 {
+        match self {
+            SynthFtype::Q4KM => 15,
+            SynthFtype::Q8_0 => 7,
+        }
+    }
+}
+
+/// llama.cpp's `use_more_bits` rule of the Q4_K_M mix.
+fn use_more_bits(i: u32, n: u32) -> bool {
+    i < n / 8 || i >= 7 * n / 8 || (i as i64 - (n / 8) as i64) % 3 == 2
+}
+
+/// Values of an F32 tensor, by name.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum F32Fill {
+    /// Around 1 (norms).
+    One,
+    /// Negative (`ssm_a`).
+    Negative,
+    /// Small random values.
+    Small,
+}
+
+struct PlannedTensor {
+    spec: TensorSpec,
+    fill: F32Fill,
+}
+
+/// The tensors of a shape in file order, with their types.
+pub fn tensor_specs(shape: &Shape, ftype: SynthFtype) -> Vec<TensorSpec> {
+    plan(shape, ftype).into_iter().map(|p| p.spec).collect()
+}
+
+fn plan(s: &Shape, ftype: SynthFtype) -> Vec<PlannedTensor> {
+    let e = s.n_embd as u64;
+    let v = s.n_vocab as u64;
+    let x = s.n_experts as u64;
+    let n = s.n_blocks;
+    let mut out = Vec::new();
+    let q = |base: GgmlType| match ftype {
+        SynthFtype::Q4KM => base,
+        SynthFtype::Q8_0 => GgmlType::Q8_0,
+    };
+    let mut push = |name: String, dims: Vec<u64>, ty: GgmlType| {
+        let fill = if name.ends_with("ssm_a") {
+            F32Fill::Negative
+        } else if name.contains("norm") {
+            F32Fill::One
+        } else {
+            F32Fill::Small
+        };
+        out.push(PlannedTensor {
+            spec: TensorSpec {
+                name,
+                dims,
+                ggml_type: ty,
+            },
+            fill,
+        });
+    };
+    push("token_embd.weight".into(), vec![e, v], q(GgmlType::Q4_K));
+    push("output_norm.weight".into(), vec![e], GgmlType::F32);
+    push(
+        "output.weight".into(),
+        vec![e, v],
+        match ftype {
+            SynthFtype::Q4KM => GgmlType::Q6_K,
+            SynthFtype::Q8_0 => GgmlType::Q8_0,
+        },
+    );
+    let hd = s.head_dim as u64;
+    let q_dim = s.n_head as u64 * hd;
+    let kv_dim = s.n_head_kv as u64 * hd;
+    let is_recurrent = |il: u32| match &s.delta_net {
+        Some(d) => (il + 1) % d.full_attention_interval != 0,
+        None => false,
+    };
+    let n_attn_v = (0..n).filter(|&il| !is_recurrent(il)).count() as u32;
+    let mut i_attn_v = 0u32;
+    for il in 0..n {
+        let b = |t: &str| format!("blk.{il}.{t}");
+        let more = use_more_bits(il, n);
+        let down_ty = q(if more { GgmlType::Q6_K } else { GgmlType::Q4_K });
+        push(b("attn_norm.weight"), vec![e], GgmlType::F32);
+        if s.delta_net.is_some() {
+            push(b("post_attention_norm.weight"), vec![e], GgmlType::F32);
+        } else {
+            push(b("ffn_norm.weight"), vec![e], GgmlType::F32);
+        }
+        if let (true, Some(d)) = (is_recurrent(il), &s.delta_net) {
+            let key_dim = (d.state_size * d.group_count) as u64;
+            let value_dim = (d.state_size * d.time_step_rank) as u64;
+            let conv_dim = 2 * key_dim + value_dim;
+            let dt = d.time_step_rank as u64;
+            push(b("attn_qkv.weight"), vec![e, conv_dim], q(GgmlType::Q4_K));
+            push(b("attn_gate.weight"), vec![e, value_dim], q(GgmlType::Q4_K));
+            push(
+                b("ssm_conv1d.weight"),
+                vec![d.conv_kernel as u64, conv_dim],
+                GgmlType::F32,
+            );
+            push(b("ssm_dt.bias"), vec![dt], GgmlType::F32);
+            push(b("ssm_a"), vec![dt], GgmlType::F32);
+            push(b("ssm_beta.weight"), vec![e, dt], GgmlType::F32);
+            push(b("ssm_alpha.weight"), vec![e, dt], GgmlType::F32);
+            push(
+                b("ssm_norm.weight"),
+                vec![d.state_size as u64],
+                GgmlType::F32,
+            );
+            push(b("ssm_out.weight"), vec![value_dim, e], q(GgmlType::Q4_K));
+        } else {
+            // Gated attention (qwen35moe) packs q and its gate: twice the query width.
+            let q_out = if s.delta_net.is_some() {
+                2 * q_dim
+            } else {
+                q_dim
+            };
+            let v_ty = q(if use_more_bits(i_attn_v, n_attn_v) {
+                GgmlType::Q6_K
+            } else {
+                GgmlType::Q4_K
+            });
+            i_attn_v += 1;
+            push(b("attn_q.weight"), vec![e, q_out], q(GgmlType::Q4_K));
+            push(b("attn_k.weight"), vec![e, kv_dim], q(GgmlType::Q4_K));
+            push(b("attn_v.weight"), vec![e, kv_dim], v_ty);
+            push(b("attn_output.weight"), vec![q_dim, e], q(GgmlType::Q4_K));
+            push(b("attn_q_norm.weight"), vec![hd], GgmlType::F32);
+            push(b("attn_k_norm.weight"), vec![hd], GgmlType::F32);
+        }
+        let f = s.expert_ff as u64;
+        push(b("ffn_gate_inp.weight"), vec![e, x], GgmlType::F32);
+        push(b("ffn_gate_exps.weight"), vec![e, f, x], q(GgmlType::Q4_K));
+        push(b("ffn_up_exps.weight"), vec![e, f, x], q(GgmlType::Q4_K));
+        push(b("ffn_down_exps.weight"), vec![f, e, x], down_ty);
+        if let Some(sf) = s.shared_ff {
+            let sf = sf as u64;
+            push(b("ffn_gate_inp_shexp.weight"), vec![e], GgmlType::F32);
+            push(b("ffn_gate_shexp.weight"), vec![e, sf], q(GgmlType::Q4_K));
+            push(b("ffn_up_shexp.weight"), vec![e, sf], q(GgmlType::Q4_K));
+            push(b("ffn_down_shexp.weight"), vec![sf, e], down_ty);
+        }
+    }
+    out
+}
+
+/// The vocabulary directory: `$QTUNE_VOCAB_DIR`, else `models/` of the pinned llama.cpp tree.
+pub fn default_vocab_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("QTUNE_VOCAB_DIR") {
+        return PathBuf::from(d);
+    }
+    crate::server::llama_cpp_source_dir().join("models")
+}
+
+fn metadata(
+    shape: &Shape,
+    ftype: SynthFtype,
+    vocab_dir: &Path,
+) -> Result<Vec<(String, GgufValue)>> {
+    let vpath = vocab_dir.join(format!("ggml-vocab-{}.gguf", shape.vocab));
+    if !vpath.is_file() {
+        bail!(
+            "tokenizer file {} not found (run `qtune server build` to fetch the llama.cpp source, or set QTUNE_VOCAB_DIR)",
+            vpath.display()
+        );
+    }
+    let vocab =
+        gguf::read(&vpath).with_context(|| format!("cannot read tokenizer {}", vpath.display()))?;
+    let a = shape.arch;
+    let k = |s: &str| format!("{a}.{s}");
+    let u32v = GgufValue::U32;
+    let mut md: Vec<(String, GgufValue)> = vec![
+        ("general.architecture".into(), GgufValue::String(a.into())),
+        ("general.type".into(), GgufValue::String("model".into())),
+        (
+            "general.name".into(),
+            GgufValue::String(shape.model_name.into()),
+        ),
+        ("general.file_type".into(), u32v(ftype.file_type())),
+        ("general.quantization_version".into(), u32v(2)),
+        (k("block_count"), u32v(shape.n_blocks)),
+        (k("context_length"), u32v(shape.ctx_train)),
+        (k("embedding_length"), u32v(shape.n_embd)),
+        (k("feed_forward_length"), u32v(shape.ff)),
+        (k("attention.head_count"), u32v(shape.n_head)),
+        (k("attention.head_count_kv"), u32v(shape.n_head_kv)),
+        (k("attention.key_length"), u32v(shape.head_dim)),
+        (k("attention.value_length"), u32v(shape.head_dim)),
+        (k("rope.freq_base"), GgufValue::F32(shape.rope_base)),
+        (k("attention.layer_norm_rms_epsilon"), GgufValue::F32(1e-6)),
+        (k("expert_count"), u32v(shape.n_experts)),
+        (k("expert_used_count"), u32v(shape.n_experts_used)),
+        (k("expert_feed_forward_length"), u32v(shape.expert_ff)),
+    ];
+    if let Some(r) = shape.rope_dims {
+        md.push((k("rope.dimension_count"), u32v(r)));
+    }
+    if let Some(sec) = shape.rope_sections {
+        md.push((
+            k("rope.dimension_sections"),
+            GgufValue::Array(vtype::I32, sec.iter().map(|&x| GgufValue::I32(x)).collect()),
+        ));
+    }
+    if let Some(sf) = shape.shared_ff {
+        md.push((k("expert_shared_feed_forward_length"), u32v(sf)));
+    }
+    if let Some(d) = &shape.delta_net {
+        md.push((k("ssm.conv_kernel"), u32v(d.conv_kernel)));
+        md.push((k("ssm.state_size"), u32v(d.state_size)));
+        md.push((k("ssm.group_count"), u32v(d.group_count)));
+        md.push((k("ssm.time_step_rank"), u32v(d.time_step_rank)));
+        md.push((k("ssm.inner_size"), u32v(d.inner_size)));
+        md.push((
+            k("full_attention_interval"),
+            u32v(d.full_attention_interval),
+        ));
+    }
+    // Tokenizer: every tokenizer.* key, tokens and types padded to the real vocabulary.
+    for (key, val) in &vocab.metadata {
+        if !key.starts_with("tokenizer.") {
+            continue;
+        }
+        let val = match (key.as_str(), val) {
+            ("tokenizer.ggml.tokens", GgufValue::Array(et, items)) => {
+                let mut items = items.clone();
+                let have = items.len();
+                for i in have..shape.n_vocab as usize {
+                    items.push(GgufValue::String(format!("<|qtune_unused_{i}|>")));
+                }
+                items.truncate(shape.n_vocab as usize);
+                GgufValue::Array(*et, items)
+            }
+            ("tokenizer.ggml.token_type", GgufValue::Array(et, items)) => {
+                let mut items = items.clone();
+                let pad = match et {
+                    &vtype::I32 => GgufValue::I32(5),
+                    &vtype::U32 => GgufValue::U32(5),
+                    _ => GgufValue::I32(5),
+                };
+                items.resize(shape.n_vocab as usize, pad);
+                GgufValue::Array(*et, items)
+            }
+            _ => val.clone(),
+        };
+        md.push((key.clone(), val));
+    }
+    if !md.iter().any(|(k, _)| k == "tokenizer.ggml.tokens") {
+        bail!("{} holds no tokenizer.ggml.tokens", vpath.display());
+    }
+    Ok(md)
+}
+
+/// Small deterministic PRNG (splitmix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn fill(&mut self, buf: &mut [u8]) {
+        for c in buf.chunks_mut(8) {
+            let r = self.next().to_le_bytes();
+            c.copy_from_slice(&r[..c.len()]);
+        }
+    }
+}
+
+/// fp16 bits of 0.002, the block scale of every quantized block.
+const SCALE_F16: [u8; 2] = 0x1819u16.to_le_bytes();
+
+/// One random chunk of whole blocks of `ty` with finite small scales.
+fn quant_chunk(ty: GgmlType, rng: &mut Rng, target_bytes: usize) -> Vec<u8> {
+    let bs = ty.type_size() as usize;
+    let n_blocks = (target_bytes / bs).max(1);
+    let mut buf = vec![0u8; n_blocks * bs];
+    rng.fill(&mut buf);
+    // Byte offsets of fp16 scale fields within a block.
+    let scales: &[usize] = match ty {
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q2_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        GgmlType::Q3_K => &[108],
+        GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::IQ4_NL => &[0],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q8_1 => &[0, 2],
+        _ => &[0],
+    };
+    for blk in buf.chunks_mut(bs) {
+        for &o in scales {
+            blk[o..o + 2].copy_from_slice(&SCALE_F16);
+        }
+    }
+    buf
+}
+
+/// Writes a random-weight GGUF of `shape` to `path` (atomically: a temp file renamed at the end;
+/// nothing is left behind on error). Returns the file size.
+pub fn write_synthetic(path: &Path, shape: &Shape, ftype: SynthFtype) -> Result<u64> {
+    write_synthetic_with_vocab(path, shape, ftype, &default_vocab_dir())
+}
+
+/// [`write_synthetic`] with an explicit directory holding `ggml-vocab-*.gguf`.
+pub fn write_synthetic_with_vocab(
+    path: &Path,
+    shape: &Shape,
+    ftype: SynthFtype,
+    vocab_dir: &Path,
+) -> Result<u64> {
+    let md = metadata(shape, ftype, vocab_dir)?;
+    let planned = plan(shape, ftype);
+    let specs: Vec<TensorSpec> = planned.iter().map(|p| p.spec.clone()).collect();
+    if path.is_dir() {
+        bail!(
+            "{} is a directory: give a file name such as model.gguf",
+            path.display()
+        );
+    }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model.gguf".into());
+    let tmp = dir.join(format!(".{name}.qtune-tmp-{}", std::process::id()));
+    let result = (|| -> Result<u64> {
+        let file = std::fs::File::create(&tmp)
+            .with_context(|| format!("cannot create {}", tmp.display()))?;
+        let mut w = std::io::BufWriter::with_capacity(8 << 20, file);
+        let mut rng = Rng(0x5eed_0f_9709e);
+        let mut chunks: std::collections::HashMap<GgmlType, Vec<u8>> = Default::default();
+        let n = gguf::write_gguf(&mut w, &md, &specs, gguf::DEFAULT_ALIGNMENT, |i, t, out| {
+            let total = t.bytes().unwrap_or(0) as usize;
+            if t.ggml_type == GgmlType::F32 {
+                let fill = planned[i].fill;
+                let mut buf = Vec::with_capacity(total);
+                for _ in 0..total / 4 {
+                    let r = rng.unit();
+                    let v = match fill {
+                        F32Fill::One => 1.0 + 0.01 * r,
+                        F32Fill::Negative => -(1.0 + 0.5 * r),
+                        F32Fill::Small => 0.02 * r,
+                    };
+                    buf.extend_from_slice(&v.to_le_bytes());
+                }
+                return out.write_all(&buf);
+            }
+            let chunk = chunks
+                .entry(t.ggml_type)
+                .or_insert_with(|| quant_chunk(t.ggml_type, &mut rng, 4 << 20));
+            let mut left = total;
+            while left > 0 {
+                let k = left.min(chunk.len());
+                out.write_all(&chunk[..k])?;
+                left -= k;
+            }
+            Ok(())
+        })?;
+        let file = w.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        Ok(n)
+    })();
+    match result {
+        Ok(n) => Ok(n),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(anyhow::anyhow!(
+                "cannot write {}: {}",
+                path.display(),
+                root_cause(&e)
+            ))
+        }
+    }
+}
+
+fn root_cause(e: &anyhow::Error) -> String {
+    e.chain().last().map(|c| c.to_string()).unwrap_or_default()
+}
+
+/// Size of the file [`write_synthetic`] would write, without writing it.
+pub fn synthetic_file_size(shape: &Shape, ftype: SynthFtype, vocab_dir: &Path) -> Result<u64> {
+    let md = metadata(shape, ftype, vocab_dir)?;
+    let specs = tensor_specs(shape, ftype);
+    let (header, offsets) = gguf::encode_header(&md, &specs, gguf::DEFAULT_ALIGNMENT)?;
+    let last = specs.len() - 1;
+    let end = offsets[last] + specs[last].bytes().unwrap_or(0);
+    Ok(header.len() as u64 + end.div_ceil(gguf::DEFAULT_ALIGNMENT) * gguf::DEFAULT_ALIGNMENT)
+}
+
+/// `qtune synth OUT --shape S --ftype F`.
+pub fn cmd_synth(out: &Path, shape: &str, ftype: &str) -> Result<()> {
+    let shape = shape_by_name(shape)?;
+    let ftype = SynthFtype::parse(ftype)?;
+    let t0 = std::time::Instant::now();
+    let n = write_synthetic(out, &shape, ftype)?;
+    println!(
+        "wrote {} ({} bytes, {:.2} GiB, shape {}, {:.1} s)",
+        out.display(),
+        n,
+        n as f64 / (1u64 << 30) as f64,
+        shape.name,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn more_bits_rule_matches_llama_cpp() {
+        let v: Vec<u32> = (0..40).filter(|&i| use_more_bits(i, 40)).collect();
+        assert_eq!(
+            v,
+            [0, 1, 2, 3, 4, 7, 10, 13, 16, 19, 22, 25, 28, 31, 34, 35, 36, 37, 38, 39]
+        );
+    }
+
+    #[test]
+    fn unknown_shape_and_ftype_are_errors() {
+        let e = shape_by_name("qwen9").unwrap_err().to_string();
+        assert!(e.contains("tiny-qwen35moe"), "{e}");
+        assert!(SynthFtype::parse("q2_k").is_err());
+        for s in SHAPES {
+            assert_eq!(shape_by_name(s).unwrap().name, s);
+        }
+    }
+
+    #[test]
+    fn every_tensor_fits_its_blocks() {
+        for s in SHAPES {
+            let shape = shape_by_name(s).unwrap();
+            for f in [SynthFtype::Q4KM, SynthFtype::Q8_0] {
+                for t in tensor_specs(&shape, f) {
+                    assert!(
+                        t.bytes().is_some(),
+                        "{s}: {} {:?} {}",
+                        t.name,
+                        t.dims,
+                        t.ggml_type
+                    );
+                }
+            }
+        }
+    }
+}

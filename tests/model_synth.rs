@@ -1,0 +1,75 @@
+//! Synthetic GGUFs: tiny shapes written and read back, full shapes checked by size and header.
+
+use qtune::model::{self, gguf, synth};
+
+fn vocab_dir() -> std::path::PathBuf {
+    synth::default_vocab_dir()
+}
+
+#[test]
+fn tiny_shapes_round_trip_through_the_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["tiny-qwen35moe", "tiny-qwen3moe"] {
+        let shape = synth::shape_by_name(name).unwrap();
+        for ftype in [synth::SynthFtype::Q4KM, synth::SynthFtype::Q8_0] {
+            let p = dir.path().join(format!("{name}.gguf"));
+            let n = synth::write_synthetic(&p, &shape, ftype).unwrap();
+            assert_eq!(std::fs::metadata(&p).unwrap().len(), n);
+            assert_eq!(
+                synth::synthetic_file_size(&shape, ftype, &vocab_dir()).unwrap(),
+                n
+            );
+            let g = gguf::read(&p).unwrap();
+            let l = model::load(&p).unwrap();
+            assert_eq!(l.arch, shape.arch);
+            assert_eq!(l.n_blocks, 4);
+            assert_eq!(l.n_experts, 8);
+            assert_eq!(l.n_experts_used, 2);
+            assert_eq!(l.n_vocab, shape.n_vocab);
+            let last = g.tensors.iter().max_by_key(|t| t.offset).unwrap();
+            let end = g.data_offset + last.offset + last.n_bytes;
+            assert!(end <= n && n - end < 32, "data ends at end of file");
+            assert_eq!(l.tensor_bytes, g.tensor_bytes());
+            assert!(l.blocks.iter().all(|b| b.routed_experts > 0));
+            if shape.arch == "qwen35moe" {
+                assert_eq!(l.kv_blocks, [false, false, false, true]);
+                assert!(l.recurrent_state_bytes[0] > 0 && l.recurrent_state_bytes[3] == 0);
+                assert!(l.blocks.iter().all(|b| b.shared_experts > 0));
+            } else {
+                assert!(l.kv_blocks.iter().all(|&b| b));
+            }
+            let expect_ft = match ftype {
+                synth::SynthFtype::Q4KM => "Q4_K_M",
+                synth::SynthFtype::Q8_0 => "Q8_0",
+            };
+            assert_eq!(l.file_type.as_deref(), Some(expect_ft));
+            // No temp file left behind.
+            let left: Vec<_> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains("qtune-tmp"))
+                .collect();
+            assert!(left.is_empty(), "{left:?}");
+        }
+    }
+}
+
+#[test]
+fn full_shapes_have_the_real_sizes() {
+    let q35 = synth::shape_by_name("qwen3.5-35b-a3b").unwrap();
+    let n = synth::synthetic_file_size(&q35, synth::SynthFtype::Q4KM, &vocab_dir()).unwrap();
+    println!("qwen3.5-35b-a3b q4_k_m: {n} bytes");
+    // The lead's writer made 21,117,790,336 bytes; tensor data is identical, headers
+    // (tokenizer padding names, general.* keys) differ by a few KB.
+    assert!(n.abs_diff(21_117_790_336) < 64 * 1024, "{n}");
+    let specs = synth::tensor_specs(&q35, synth::SynthFtype::Q4KM);
+    let data: u64 = specs.iter().map(|t| t.bytes().unwrap()).sum();
+    println!("qwen3.5-35b-a3b q4_k_m tensor data: {data} bytes");
+    let q3 = synth::shape_by_name("qwen3-30b-a3b").unwrap();
+    let n3 = synth::synthetic_file_size(&q3, synth::SynthFtype::Q4KM, &vocab_dir()).unwrap();
+    println!("qwen3-30b-a3b q4_k_m: {n3} bytes");
+    for s in [&q35, &q3] {
+        let n = synth::synthetic_file_size(s, synth::SynthFtype::Q8_0, &vocab_dir()).unwrap();
+        println!("{} q8_0: {n} bytes", s.name);
+    }
+}
