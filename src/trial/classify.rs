@@ -146,16 +146,19 @@ pub fn is_oom_line(line: &str) -> bool {
     OOM.iter().any(|p| l.contains(p)) && !OOM_BENIGN.iter().any(|p| l.contains(p))
 }
 
+/// The header line the runner writes at the top of each trial log (the command).
+pub const LOG_HEADER: &str = "# qtune: ";
+
 fn non_empty_lines(text: &str) -> Vec<&str> {
     text.lines()
         .map(|l| l.trim_end())
-        .filter(|l| !l.trim().is_empty())
+        .filter(|l| !l.trim().is_empty() && !l.starts_with(LOG_HEADER))
         .collect()
 }
 
-/// Up to [`MAX_EVIDENCE`] lines around `idx`: two before, the line, the rest after.
-fn window(lines: &[&str], idx: usize) -> Vec<String> {
-    let start = idx.saturating_sub(2);
+/// Up to [`MAX_EVIDENCE`] lines from `before` lines ahead of `idx` on.
+fn window(lines: &[&str], idx: usize, before: usize) -> Vec<String> {
+    let start = idx.saturating_sub(before);
     let end = (start + MAX_EVIDENCE).min(lines.len());
     lines[start..end].iter().map(|s| s.to_string()).collect()
 }
@@ -171,7 +174,7 @@ pub fn tail_evidence(text: &str) -> Vec<String> {
 pub fn find_bad_flag(log: &str) -> Option<Vec<String>> {
     let lines = non_empty_lines(log);
     let idx = lines.iter().position(|l| is_bad_flag_line(l))?;
-    Some(window(&lines, idx))
+    Some(window(&lines, idx, 0))
 }
 
 /// The first allocation failure (the root cause; later lines are its consequences) and the
@@ -179,7 +182,7 @@ pub fn find_bad_flag(log: &str) -> Option<Vec<String>> {
 pub fn find_oom(log: &str) -> Option<Vec<String>> {
     let lines = non_empty_lines(log);
     let idx = lines.iter().position(|l| is_oom_line(l))?;
-    Some(window(&lines, idx))
+    Some(window(&lines, idx, 2))
 }
 
 fn first_line(s: &str, max: usize) -> String {

@@ -321,7 +321,7 @@ impl LlamaServerRunner {
     fn open_log(&self, path: &Path, argv: &[String]) -> Result<std::fs::File> {
         let mut f = std::fs::File::create(path)
             .with_context(|| format!("cannot create trial log {}", path.display()))?;
-        writeln!(f, "# qtune: {}", shell_line(argv))?;
+        writeln!(f, "{}{}", classify::LOG_HEADER, shell_line(argv))?;
         f.flush()?;
         Ok(f)
     }
