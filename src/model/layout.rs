@@ -131,7 +131,7 @@ pub fn from_gguf(g: &GgufFile) -> Result<ModelLayout> {
     let heads_kv =
         per_layer(g, &key("attention.head_count_kv"), nb).unwrap_or_else(|| heads.clone());
     let n_head_kv = heads_kv.iter().copied().max().unwrap_or(0) as u32;
-    let default_head_dim = if n_head > 0 { n_embd / n_head } else { 0 };
+    let default_head_dim = n_embd.checked_div(n_head).unwrap_or(0);
     let head_dim_k = g
         .get_u64(&key("attention.key_length"))
         .map_or(default_head_dim, |v| v as u32);

@@ -5,6 +5,7 @@
 pub mod classify;
 pub mod cleanup;
 pub mod journal;
+pub mod logparse;
 pub mod replay;
 pub mod server;
 pub mod workload;
