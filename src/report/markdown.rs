@@ -1,0 +1,599 @@
+//! `report.md`: the tune told for people, meant to read well on GitHub.
+
+use crate::config::{shell_line, LaunchConfig};
+use crate::search::TuneResult;
+use crate::trial::{OutcomeKind, Stat, TrialOutcome, TrialRole};
+use crate::util::fmt_mib;
+use std::fmt::Write as _;
+
+/// Host and port the report's commands and the launch script use by default.
+pub const DEFAULT_HOST: &str = "127.0.0.1";
+pub const DEFAULT_PORT: u16 = 8080;
+
+/// Free VRAM below this share of the total at start means another process held the rest.
+const EMULATED_FREE_SHARE: f64 = 0.60;
+
+/// The model's file name without `.gguf`.
+pub fn model_stem(r: &TuneResult) -> String {
+    r.model_path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| r.model.arch.clone())
+}
+
+/// How the report names the model: its GGUF name, else its file name.
+pub fn model_title(r: &TuneResult) -> String {
+    r.model.name.clone().unwrap_or_else(|| model_stem(r))
+}
+
+fn date(ts: &str) -> String {
+    chrono::DateTime::parse_from_rfc3339(ts)
+        .map(|t| {
+            t.with_timezone(&chrono::Utc)
+                .format("%Y-%m-%d %H:%M UTC")
+                .to_string()
+        })
+        .unwrap_or_else(|_| ts.to_string())
+}
+
+/// Escape a table cell: pipes and newlines would break the row.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+fn tps(s: &Stat) -> String {
+    format!("{:.2} (spread {:.1} %)", s.median, s.spread_pct)
+}
+
+fn pct(p: Option<f64>) -> String {
+    match p {
+        Some(p) => format!("**{p:+.1} %**"),
+        None => "n/a".to_string(),
+    }
+}
+
+fn vram(v: Option<u64>) -> String {
+    v.map_or("–".to_string(), |v| fmt_mib(v as f64))
+}
+
+/// What the baseline measured: the confirmation's pooled samples, else its own trial.
+struct BaselineView {
+    config: LaunchConfig,
+    gen: Option<Stat>,
+    prompt: Option<Stat>,
+    vram: Option<u64>,
+    source: String,
+    failure: Option<String>,
+}
+
+fn baseline_view(r: &TuneResult) -> Option<BaselineView> {
+    if let Some(c) = r.confirmation.iter().find(|c| c.is_baseline) {
+        if c.gen_tps.is_some() {
+            return Some(BaselineView {
+                config: c.config.clone(),
+                gen: c.gen_tps.clone(),
+                prompt: c.prompt_tps.clone(),
+                vram: c.peak_vram_mib,
+                source: format!("confirmation trials {}", ids(&c.trial_ids)),
+                failure: None,
+            });
+        }
+    }
+    let t = r
+        .trials
+        .iter()
+        .filter(|t| t.role == TrialRole::Baseline)
+        .find(|t| t.kind.is_ok())
+        .or_else(|| r.trials.iter().find(|t| t.role == TrialRole::Baseline))?;
+    Some(BaselineView {
+        config: t.config.clone(),
+        gen: t.metrics.as_ref().map(|m| m.gen_tps.clone()),
+        prompt: t.metrics.as_ref().map(|m| m.prompt_tps.clone()),
+        vram: t.peak_vram_total_mib(),
+        source: format!("trial {}", t.id),
+        failure: (!t.kind.is_ok()).then(|| format!("{}: {}", t.kind, t.message)),
+    })
+}
+
+fn ids(v: &[u32]) -> String {
+    v.iter()
+        .map(|i| format!("#{i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn role(r: TrialRole) -> &'static str {
+    match r {
+        TrialRole::Search => "search",
+        TrialRole::Baseline => "baseline",
+        TrialRole::Confirm => "confirm",
+        TrialRole::Sweep => "sweep",
+    }
+}
+
+fn outcome_cell(t: &TrialOutcome) -> String {
+    if t.kind == OutcomeKind::Ok {
+        "ok".to_string()
+    } else {
+        format!("**{}**", t.kind)
+    }
+}
+
+/// Render the whole report. `plots` are the stems of the plots written next to it.
+pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
+    let mut md = String::new();
+    let m = &mut md;
+    let title = model_title(r);
+    let _ = writeln!(m, "# qtune report: {} — {}\n", title, date(&r.started_at));
+
+    // The answer first.
+    let base = baseline_view(r);
+    match &r.winner {
+        Some(w) => {
+            let _ = writeln!(
+                m,
+                "**Winner:** `{}`: generation **{:.2} tok/s** ({} vs the baseline), prompt {:.2} tok/s ({}){}.\n",
+                w.config.label(),
+                w.gen_tps.median,
+                pct(w.gen_gain_pct),
+                w.prompt_tps.median,
+                pct(w.prompt_gain_pct),
+                w.peak_vram_mib
+                    .map(|v| format!(", peak VRAM {}", fmt_mib(v as f64)))
+                    .unwrap_or_default()
+            );
+        }
+        None => {
+            let _ = writeln!(
+                m,
+                "**No winner:** no configuration completed the workload within the budget. \
+                 The trials table below says why each one failed.\n"
+            );
+        }
+    }
+
+    let _ = writeln!(m, "## Winner vs baseline\n");
+    if let Some(w) = &r.winner {
+        let (bg, bp, bv, blabel) = match &base {
+            Some(b) => (
+                b.gen.as_ref().map_or("failed".to_string(), tps),
+                b.prompt.as_ref().map_or("failed".to_string(), tps),
+                vram(b.vram),
+                b.config.label(),
+            ),
+            None => (
+                "not run".into(),
+                "not run".into(),
+                "–".into(),
+                "baseline".into(),
+            ),
+        };
+        let _ = writeln!(m, "| | baseline | winner | gain |");
+        let _ = writeln!(m, "|---|---:|---:|---:|");
+        let _ = writeln!(
+            m,
+            "| generation (tok/s) | {bg} | {} | {} |",
+            tps(&w.gen_tps),
+            pct(w.gen_gain_pct)
+        );
+        let _ = writeln!(
+            m,
+            "| prompt processing (tok/s) | {bp} | {} | {} |",
+            tps(&w.prompt_tps),
+            pct(w.prompt_gain_pct)
+        );
+        let _ = writeln!(m, "| peak VRAM | {bv} | {} | |", vram(w.peak_vram_mib));
+        let _ = writeln!(
+            m,
+            "| config | `{}` | `{}` | |\n",
+            cell(&blabel),
+            cell(&w.config.label())
+        );
+        let wsrc = r
+            .confirmation
+            .iter()
+            .find(|c| !c.is_baseline && c.config == w.config)
+            .map(|c| format!("confirmation trials {}", ids(&c.trial_ids)));
+        let _ = writeln!(
+            m,
+            "Medians over all samples; spread = (max − min) / median. Winner: {}; baseline: {}.\n",
+            wsrc.as_deref().unwrap_or("its search trials"),
+            base.as_ref()
+                .map_or("not measured".to_string(), |b| b.source.clone())
+        );
+        if let Some(f) = base.as_ref().and_then(|b| b.failure.as_ref()) {
+            let _ = writeln!(m, "The baseline failed: {}\n", cell(f));
+        }
+        let _ = writeln!(m, "### Launch the winner\n");
+        let _ = writeln!(m, "```sh\n{}\n```\n", shell_line(&w.command));
+        let _ = writeln!(
+            m,
+            "Or run [`launch.sh`](launch.sh): it checks the model, the server binary and free VRAM \
+             first, waits for `/health`, and stops the server on Ctrl-C.\n"
+        );
+    } else {
+        let _ = writeln!(m, "No winner to compare.\n");
+    }
+    let bcfg = base
+        .as_ref()
+        .map(|b| b.config.clone())
+        .unwrap_or_else(|| LaunchConfig::baseline(r.space.fixed.ctx));
+    let _ = writeln!(m, "### The baseline (what you get without qtune)\n");
+    let _ = writeln!(
+        m,
+        "```sh\n{}\n```\n",
+        shell_line(&bcfg.command(&r.server_path, &r.model_path, DEFAULT_HOST, DEFAULT_PORT))
+    );
+
+    // Plots.
+    if !plots.is_empty() {
+        let _ = writeln!(m, "## Plots\n");
+        for (stem, title) in plots {
+            let _ = writeln!(m, "![{title}]({stem}.png)\n\n{title}: [SVG]({stem}.svg)\n");
+        }
+    }
+
+    hardware(m, r);
+    model(m, r);
+    search(m, r);
+    confirmation(m, r);
+    trials(m, r);
+
+    let _ = writeln!(m, "## Warnings\n");
+    let per_trial = r.trials.iter().flat_map(|t| {
+        t.warnings
+            .iter()
+            .map(move |w| format!("trial {}: {w}", t.id))
+    });
+    let all: Vec<String> = r.warnings.iter().cloned().chain(per_trial).collect();
+    if all.is_empty() {
+        let _ = writeln!(m, "None.\n");
+    } else {
+        for w in &all {
+            let _ = writeln!(m, "- {}", w.replace('\n', " "));
+        }
+        let _ = writeln!(m);
+    }
+
+    let _ = writeln!(m, "## Files\n");
+    let _ = writeln!(
+        m,
+        "- [`results.json`](results.json): everything above, machine-readable (`qtune report DIR` re-renders this file)"
+    );
+    let _ = writeln!(
+        m,
+        "- [`journal.jsonl`](journal.jsonl): one line per trial, written as each ended (`--resume` reads it)"
+    );
+    let _ = writeln!(m, "- [`logs/`](logs/): each trial's llama-server log");
+    if r.winner.is_some() {
+        let _ = writeln!(m, "- [`launch.sh`](launch.sh): starts the winner");
+    }
+    let _ = writeln!(
+        m,
+        "\n<sub>qtune {} · {} · started {} · finished {}</sub>",
+        r.qtune_version,
+        cell(&r.server_version),
+        r.started_at,
+        r.finished_at
+    );
+    md
+}
+
+fn hardware(m: &mut String, r: &TuneResult) {
+    let hw = &r.hardware;
+    let _ = writeln!(m, "## Hardware\n");
+    if hw.gpus.is_empty() {
+        let _ = writeln!(
+            m,
+            "- **GPU:** none ({}): a CPU-only tune, VRAM not measured",
+            hw.no_gpu_reason.as_deref().unwrap_or("none found")
+        );
+    }
+    for g in &hw.gpus {
+        let link = match (g.pcie.gen_current, g.pcie.width_current) {
+            (Some(gen), Some(w)) => format!(" · PCIe {gen}.0 x{w}"),
+            _ => String::new(),
+        };
+        let cc = g
+            .compute_capability
+            .map(|(a, b)| format!(" · compute {a}.{b}"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            m,
+            "- **GPU {}:** {} · {} total, {} free at start{link}{cc}",
+            g.index,
+            g.name,
+            fmt_mib(g.vram_total_mib as f64),
+            fmt_mib(g.vram_free_mib as f64)
+        );
+        if g.vram_total_mib > 0
+            && (g.vram_free_mib as f64) < EMULATED_FREE_SHARE * g.vram_total_mib as f64
+        {
+            let _ = writeln!(
+                m,
+                "  - **Emulated card:** free VRAM at start {} of {}: another process (e.g. a ballast \
+                 emulating a smaller card) held the rest. The tune used only what was free.",
+                fmt_mib(g.vram_free_mib as f64),
+                fmt_mib(g.vram_total_mib as f64)
+            );
+        }
+    }
+    if let (Some(d), c) = (&hw.driver_version, &hw.cuda_version) {
+        let _ = writeln!(
+            m,
+            "- **Driver:** {d}{}",
+            c.as_ref()
+                .map(|c| format!(" (CUDA {c})"))
+                .unwrap_or_default()
+        );
+    }
+    if let Some(b) = r.vram_budget_mib {
+        let _ = writeln!(
+            m,
+            "- **VRAM budget:** {} (free at start {} − headroom {})",
+            fmt_mib(b as f64),
+            fmt_mib(r.free_vram_at_start_mib as f64),
+            fmt_mib(r.headroom_mib as f64)
+        );
+    }
+    let h = &hw.host;
+    let _ = writeln!(
+        m,
+        "- **CPU:** {} · {} cores ({} logical){}",
+        h.cpu_model,
+        h.physical_cores.map_or("?".to_string(), |c| c.to_string()),
+        h.logical_cores,
+        h.mem_bandwidth_gbs
+            .map(|b| format!(" · memory read {b:.0} GB/s"))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(
+        m,
+        "- **RAM:** {:.1} GiB ({:.1} GiB available at start)",
+        h.ram_total_mib as f64 / 1024.0,
+        h.ram_available_mib as f64 / 1024.0
+    );
+    let _ = writeln!(m, "- **OS:** {}\n", h.os);
+}
+
+fn model(m: &mut String, r: &TuneResult) {
+    let l = &r.model;
+    let _ = writeln!(m, "## Model\n");
+    let _ = writeln!(
+        m,
+        "| architecture | blocks | experts (used) | file type | size | file |"
+    );
+    let _ = writeln!(m, "|---|---:|---|---|---:|---|");
+    let experts = if l.n_experts > 0 {
+        format!("{} ({})", l.n_experts, l.n_experts_used)
+    } else {
+        "dense".to_string()
+    };
+    let _ = writeln!(
+        m,
+        "| {} | {} | {} | {} | {:.2} GiB | `{}` |\n",
+        cell(&l.arch),
+        l.n_blocks,
+        experts,
+        cell(l.file_type.as_deref().unwrap_or("?")),
+        l.file_bytes as f64 / (1024.0 * 1024.0 * 1024.0),
+        cell(&r.model_path.display().to_string())
+    );
+    let _ = writeln!(
+        m,
+        "Server: `{}` ({})\n",
+        cell(&r.server_path.display().to_string()),
+        cell(&r.server_version)
+    );
+}
+
+fn search(m: &mut String, r: &TuneResult) {
+    let s = &r.space;
+    let _ = writeln!(m, "## Search space and budget\n");
+    let _ = writeln!(
+        m,
+        "- **Space:** `{}`{}",
+        s.name,
+        if s.description.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", s.description.replace('\n', " "))
+        }
+    );
+    let _ = writeln!(
+        m,
+        "- **Fixed:** context {} tokens, {} slot(s), mmap {}",
+        s.fixed.ctx,
+        s.fixed.parallel,
+        if s.fixed.mmap { "on" } else { "off" }
+    );
+    let w = &s.workload;
+    let _ = writeln!(
+        m,
+        "- **Workload per trial:** {} prompt tokens, {} generated, {} measured request(s){}{}",
+        w.prompt_tokens,
+        w.gen_tokens,
+        w.repetitions,
+        if w.warmup { " after a warm-up" } else { "" },
+        w.context_depth
+            .map(|d| format!(", generation also measured at depth {d}"))
+            .unwrap_or_default()
+    );
+    let vary = serde_json::to_string(&s.vary).unwrap_or_default();
+    let _ = writeln!(m, "- **Varied:** `{}`", cell(&vary));
+    let _ = writeln!(
+        m,
+        "- **Objective:** {} (ties within {} %)",
+        format!("{:?}", s.objective.metric).to_lowercase(),
+        s.objective.tie_pct
+    );
+    let b = &s.budget;
+    let count = |role: TrialRole| r.trials.iter().filter(|t| t.role == role).count();
+    let skipped = r
+        .trials
+        .iter()
+        .filter(|t| t.kind == OutcomeKind::Skipped)
+        .count();
+    let _ = writeln!(
+        m,
+        "- **Budget:** {} search trials, {} minutes; top {} confirmed over {} interleaved rounds",
+        b.trials, b.minutes, b.confirm_top, b.confirm_rounds
+    );
+    let _ = writeln!(
+        m,
+        "- **Used:** {} trials ({} search, {} baseline, {} confirmation, {} sweep; {} skipped by the memory prediction) in {:.1} minutes\n",
+        r.trials.len(),
+        count(TrialRole::Search),
+        count(TrialRole::Baseline),
+        count(TrialRole::Confirm),
+        count(TrialRole::Sweep),
+        skipped,
+        r.minutes_used
+    );
+}
+
+fn confirmation(m: &mut String, r: &TuneResult) {
+    if r.confirmation.is_empty() {
+        return;
+    }
+    let _ = writeln!(m, "## Confirmation (interleaved re-measurement)\n");
+    let _ = writeln!(
+        m,
+        "| candidate | generation (tok/s) | prompt (tok/s) | peak VRAM | trials |"
+    );
+    let _ = writeln!(m, "|---|---:|---:|---:|---|");
+    for c in &r.confirmation {
+        let name = if c.is_baseline {
+            format!("baseline: `{}`", c.config.label())
+        } else {
+            format!("`{}`", c.config.label())
+        };
+        let _ = writeln!(
+            m,
+            "| {} | {} | {} | {} | {} |",
+            cell(&name),
+            c.gen_tps.as_ref().map_or("failed".to_string(), tps),
+            c.prompt_tps.as_ref().map_or("failed".to_string(), tps),
+            vram(c.peak_vram_mib),
+            ids(&c.trial_ids)
+        );
+    }
+    let _ = writeln!(m);
+}
+
+fn trials(m: &mut String, r: &TuneResult) {
+    let _ = writeln!(m, "## All trials\n");
+    if r.trials.is_empty() {
+        let _ = writeln!(m, "No trial ran.\n");
+        return;
+    }
+    let _ = writeln!(
+        m,
+        "| # | role | config | outcome | generation (tok/s) | prompt (tok/s) | peak VRAM | time | note |"
+    );
+    let _ = writeln!(m, "|---:|---|---|---|---:|---:|---:|---:|---|");
+    for t in &r.trials {
+        let (g, p) = match &t.metrics {
+            Some(x) => (
+                format!(
+                    "{:.2} ±{:.1} %",
+                    x.gen_tps.median,
+                    x.gen_tps.spread_pct / 2.0
+                ),
+                format!("{:.2}", x.prompt_tps.median),
+            ),
+            None => ("–".to_string(), "–".to_string()),
+        };
+        let note = if t.kind.is_ok() {
+            String::new()
+        } else {
+            t.message.lines().next().unwrap_or("").to_string()
+        };
+        let _ = writeln!(
+            m,
+            "| {} | {} | `{}` | {} | {} | {} | {} | {:.0} s | {} |",
+            t.id,
+            role(t.role),
+            cell(&t.config.label()),
+            outcome_cell(t),
+            g,
+            p,
+            vram(t.peak_vram_total_mib()),
+            t.duration_s,
+            cell(&note)
+        );
+    }
+    let _ = writeln!(
+        m,
+        "\nGeneration: median ± half the spread of the trial's requests. A failed trial's note is \
+         its one-line diagnosis; its log is under `logs/`.\n"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::sample;
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn gpu_report_has_the_commands_every_trial_and_the_emulated_card_note() {
+        let (srv, model) = (
+            Path::new("/opt/llama cpp/llama-server"),
+            Path::new("/m/it's.gguf"),
+        );
+        let r = sample::gpu_result(srv, model);
+        let md = render(&r, &super::super::plots::PLOTS);
+        let w = r.winner.as_ref().unwrap();
+        assert!(md.contains(&format!("```sh\n{}\n```", shell_line(&w.command))));
+        let base = LaunchConfig::baseline(8192).command(srv, model, DEFAULT_HOST, DEFAULT_PORT);
+        assert!(md.contains(&shell_line(&base)));
+        assert!(md.contains("'/m/it'\\''s.gguf'"), "paths are shell-quoted");
+        for t in &r.trials {
+            assert!(
+                md.contains(&format!("\n| {} | ", t.id)),
+                "trial {} missing from the table",
+                t.id
+            );
+        }
+        for needle in [
+            "# qtune report: Sample qwen3moe — 2025-11-22",
+            "**+120.9 %**",
+            "Emulated card",
+            "another process (e.g. a ballast emulating a smaller card) held the rest",
+            "VRAM budget:** 15,360 MiB",
+            "**oom-load**",
+            "cudaMalloc failed to allocate 1,230 MiB",
+            "compute buffer \\| 1,024 MiB",
+            "trial 5: spread 14 %",
+            "![Generation speed vs peak VRAM](plot-vram.png)",
+            "[SVG](plot-ncmoe.svg)",
+            "| qwen3moe | 48 | 128 (8) | Q4_K_M |",
+        ] {
+            assert!(md.contains(needle), "missing {needle:?} in:\n{md}");
+        }
+    }
+
+    #[test]
+    fn cpu_report_says_no_gpu_and_no_winner_is_explained() {
+        let mut r = sample::cpu_result(Path::new("/s"), Path::new("/m.gguf"));
+        let md = render(&r, &[]);
+        assert!(md.contains("**GPU:** none (NVML not found"));
+        assert!(!md.contains("Emulated card"));
+        assert!(!md.contains("VRAM budget"));
+        assert!(md.contains("| dense |"));
+        r.winner = None;
+        let md = render(&r, &[]);
+        assert!(md.contains("**No winner:**"));
+        assert!(!md.contains("launch.sh"));
+        assert!(md.contains("exited with status 134"));
+    }
+
+    #[test]
+    fn a_card_with_most_vram_free_is_not_called_emulated() {
+        let mut r = sample::gpu_result(Path::new("/s"), Path::new("/m.gguf"));
+        r.hardware.gpus[0].vram_total_mib = 24_576;
+        r.hardware.gpus[0].vram_free_mib = 23_000;
+        assert!(!render(&r, &[]).contains("Emulated card"));
+    }
+}

@@ -1,0 +1,299 @@
+//! `launch.sh`: a bash script that starts the winner the way it was measured, and optionally a
+//! systemd unit that runs it.
+//!
+//! The server's argv comes from [`LaunchConfig::command`](crate::config::LaunchConfig::command)
+//! and every word is quoted with [`shell_quote`]: paths with spaces, quotes, `$` or backticks
+//! are safe.
+
+use crate::config::{shell_line, shell_quote};
+use crate::search::TuneResult;
+use anyhow::{bail, Result};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// The URL a client on this machine reaches a server bound to `host` at.
+fn local_url(host: &str, port: u16) -> String {
+    let h = match host {
+        "0.0.0.0" | "" => "127.0.0.1".to_string(),
+        "::" | "[::]" => "[::1]".to_string(),
+        h if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
+        h => h.to_string(),
+    };
+    format!("http://{h}:{port}")
+}
+
+/// The winner's launch script. Errors when the run has no winner.
+pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
+    let Some(w) = &r.winner else {
+        bail!(
+            "this run has no winner (every configuration failed; see its report.md): nothing to launch"
+        );
+    };
+    let argv = w.config.command(&r.server_path, &r.model_path, host, port);
+    let url = local_url(host, port);
+    let uses_gpu = r.hardware.has_gpu() && w.config.n_gpu_layers != Some(0);
+    let need_vram = w.peak_vram_mib.filter(|_| uses_gpu);
+
+    let mut s = String::new();
+    let m = &mut s;
+    let _ = writeln!(m, "#!/usr/bin/env bash");
+    let _ = writeln!(
+        m,
+        "# Starts llama-server with the launch flags qtune found fastest on this machine."
+    );
+    let _ = writeln!(
+        m,
+        "# Written by qtune {} from the tune started {}.",
+        r.qtune_version, r.started_at
+    );
+    let _ = writeln!(
+        m,
+        "# Model:  {}",
+        super::markdown::model_title(r).replace('\n', " ")
+    );
+    let _ = writeln!(
+        m,
+        "# Config: {} (generation {:.2} tok/s, prompt {:.2} tok/s{})",
+        w.config.label(),
+        w.gen_tps.median,
+        w.prompt_tps.median,
+        w.peak_vram_mib
+            .map(|v| format!(", peak VRAM {v} MiB"))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(
+        m,
+        "# Ctrl-C or SIGTERM stops the server with it. QTUNE_HEALTH_TIMEOUT_S (default 600) bounds\n\
+         # the wait for /health."
+    );
+    let _ = writeln!(m, "set -euo pipefail\n");
+    let _ = writeln!(
+        m,
+        "SERVER={}",
+        shell_quote(&r.server_path.display().to_string())
+    );
+    let _ = writeln!(
+        m,
+        "MODEL={}",
+        shell_quote(&r.model_path.display().to_string())
+    );
+    let _ = writeln!(m, "URL={}", shell_quote(&url));
+    let _ = writeln!(m, "HEALTH_TIMEOUT_S=${{QTUNE_HEALTH_TIMEOUT_S:-600}}");
+    if let Some(v) = need_vram {
+        let _ = writeln!(
+            m,
+            "NEED_VRAM_MIB={v}  # the winner's measured peak VRAM, all GPUs"
+        );
+    }
+    m.push_str(
+        r#"
+say() { printf 'launch.sh: %s\n' "$*" >&2; }
+
+if [[ ! -f "$MODEL" ]]; then
+  say "model file not found: $MODEL"
+  say "put the model back at that path, or tune again and write a new script (qtune script)"
+  exit 1
+fi
+if [[ ! -x "$SERVER" ]]; then
+  say "llama-server not found or not executable: $SERVER"
+  say "build it again with 'qtune server build', or tune again with --server PATH"
+  exit 1
+fi"#,
+    );
+    m.push('\n');
+    if need_vram.is_some() {
+        m.push_str(r#"
+# Refuse to start when another process took the VRAM this config needs (it would spill or fail).
+if command -v nvidia-smi >/dev/null 2>&1; then
+  if free_mib=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits 2>/dev/null \
+      | awk '{ s += $1 } END { print s + 0 }'); then
+    if (( free_mib < NEED_VRAM_MIB )); then
+      say "only ${free_mib} MiB of VRAM free; this config needs ${NEED_VRAM_MIB} MiB (its measured peak)"
+      say "another process holds the GPU: check nvidia-smi, stop it, then run this script again"
+      exit 1
+    fi
+  else
+    say "nvidia-smi failed: skipping the free-VRAM check"
+  fi
+else
+  say "nvidia-smi not found: skipping the free-VRAM check"
+fi"#);
+        m.push('\n');
+    }
+    m.push_str(
+        r#"
+server_pid=""
+stop() {
+  trap - INT TERM
+  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
+    say "stopping llama-server (pid $server_pid)"
+    kill -TERM "$server_pid" 2>/dev/null || true
+    for ((i = 0; i < 150; i++)); do
+      kill -0 "$server_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  exit "$1"
+}
+trap 'stop 130' INT
+trap 'stop 143' TERM
+"#,
+    );
+    m.push('\n');
+    let _ = writeln!(m, "cmd=({})", shell_line(&argv));
+    m.push_str(
+        r#"say "starting: ${cmd[*]}"
+exec "${cmd[@]}" &
+server_pid=$!
+
+if command -v curl >/dev/null 2>&1; then
+  deadline=$((SECONDS + HEALTH_TIMEOUT_S))
+  until curl -fsS --max-time 2 "$URL/health" >/dev/null 2>&1; do
+    if ! kill -0 "$server_pid" 2>/dev/null; then
+      rc=0
+      wait "$server_pid" || rc=$?
+      server_pid=""
+      say "llama-server exited (status $rc) before it was ready: its log is above"
+      exit 1
+    fi
+    if (( SECONDS >= deadline )); then
+      say "llama-server not ready after ${HEALTH_TIMEOUT_S} s: stopping it"
+      stop 1
+    fi
+    sleep 0.5
+  done
+  say "ready: $URL (OpenAI-compatible API at $URL/v1)"
+else
+  say "curl not found: not waiting for /health"
+fi
+
+rc=0
+wait "$server_pid" || rc=$?
+server_pid=""
+exit "$rc""#,
+    );
+    m.push('\n');
+    Ok(s)
+}
+
+/// Quote one word for a systemd `ExecStart=` line (`%` and `$` are special there).
+pub fn systemd_quote(word: &str) -> String {
+    let escaped = word.replace('%', "%%").replace('$', "$$");
+    if escaped
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%$".contains(&b))
+    {
+        escaped
+    } else {
+        format!("\"{}\"", escaped.replace('\\', "\\\\").replace('"', "\\\""))
+    }
+}
+
+/// A systemd unit that runs `script` (an absolute path) and restarts it when it fails.
+pub fn systemd_unit(r: &TuneResult, script: &Path) -> String {
+    let label = r
+        .winner
+        .as_ref()
+        .map(|w| w.config.label())
+        .unwrap_or_default();
+    let name = script
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "launch.sh".into());
+    format!(
+        "# systemd unit written by qtune {ver}: runs {script_disp}.\n\
+         # Install: sudo cp {name}.service /etc/systemd/system/llama-server.service\n\
+         #          sudo systemctl daemon-reload && sudo systemctl enable --now llama-server\n\
+         # Add User= under [Service] to run it as your user.\n\
+         [Unit]\n\
+         Description=llama-server: {model} ({label}), tuned by qtune\n\
+         After=network-online.target\n\
+         Wants=network-online.target\n\
+         \n\
+         [Service]\n\
+         Type=simple\n\
+         ExecStart={exec}\n\
+         Restart=on-failure\n\
+         RestartSec=5\n\
+         KillMode=mixed\n\
+         KillSignal=SIGTERM\n\
+         TimeoutStopSec=30\n\
+         \n\
+         [Install]\n\
+         WantedBy=multi-user.target\n",
+        ver = r.qtune_version,
+        script_disp = script.display(),
+        name = name,
+        model = super::markdown::model_title(r).replace(['\n', '%'], " "),
+        label = label.replace('%', "%%"),
+        exec = systemd_quote(&script.display().to_string()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn weird() -> (PathBuf, PathBuf) {
+        (
+            PathBuf::from("/opt/llama `cpp`/bin/llama-server"),
+            PathBuf::from("/data/my models/it's $HOME/m.gguf"),
+        )
+    }
+
+    #[test]
+    fn script_quotes_paths_and_checks_vram_on_gpu() {
+        let (srv, model) = weird();
+        let r = super::super::sample::gpu_result(&srv, &model);
+        let s = launch_script(&r, "0.0.0.0", 9000).unwrap();
+        assert!(s.starts_with("#!/usr/bin/env bash\n"));
+        assert!(s.contains("set -euo pipefail"));
+        assert!(s.contains(r"MODEL='/data/my models/it'\''s $HOME/m.gguf'"));
+        assert!(s.contains("SERVER='/opt/llama `cpp`/bin/llama-server'"));
+        assert!(s.contains("NEED_VRAM_MIB=14935"));
+        assert!(s.contains("nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits"));
+        assert!(s.contains("URL=http://127.0.0.1:9000"));
+        let argv = r
+            .winner
+            .as_ref()
+            .unwrap()
+            .config
+            .command(&srv, &model, "0.0.0.0", 9000);
+        assert!(s.contains(&format!("cmd=({})", shell_line(&argv))));
+        assert!(s.contains("--n-cpu-moe 11"));
+    }
+
+    #[test]
+    fn cpu_script_skips_the_vram_check_and_no_winner_is_an_error() {
+        let (srv, model) = weird();
+        let mut r = super::super::sample::cpu_result(&srv, &model);
+        let s = launch_script(&r, "127.0.0.1", 8080).unwrap();
+        assert!(!s.contains("NEED_VRAM_MIB"));
+        assert!(!s.contains("nvidia-smi"));
+        r.winner = None;
+        let e = launch_script(&r, "127.0.0.1", 8080).unwrap_err();
+        assert!(e.to_string().contains("no winner"), "{e}");
+    }
+
+    #[test]
+    fn ipv6_hosts_are_bracketed() {
+        assert_eq!(local_url("::", 80), "http://[::1]:80");
+        assert_eq!(local_url("::1", 80), "http://[::1]:80");
+        assert_eq!(local_url("localhost", 80), "http://localhost:80");
+    }
+
+    #[test]
+    fn systemd_quoting() {
+        assert_eq!(systemd_quote("/usr/bin/x"), "/usr/bin/x");
+        assert_eq!(systemd_quote("/a b/$x%y"), "\"/a b/$$x%%y\"");
+        assert_eq!(systemd_quote("/a\"b"), "\"/a\\\"b\"");
+        let (srv, model) = weird();
+        let r = super::super::sample::gpu_result(&srv, &model);
+        let u = systemd_unit(&r, Path::new("/srv/my run/launch.sh"));
+        assert!(u.contains("ExecStart=\"/srv/my run/launch.sh\"\n"));
+        assert!(u.contains("Restart=on-failure\n"));
+    }
+}
