@@ -76,6 +76,45 @@ pub fn classify(name: &str) -> TensorClass {
     TensorClass::Other
 }
 
+/// What memory prediction needs beyond [`ModelLayout`] (kept out of the shared contract type so
+/// its struct literals elsewhere stay valid). Remembered per fingerprint by [`from_gguf`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Details {
+    /// Per block, bytes of tensors the x86 (AVX2) CPU backend repacks into a second host buffer
+    /// (`CPU_REPACK`) when they live on the host: Q4_0/Q4_K/IQ4_NL/MXFP4 matrices with a
+    /// multiple of 8 rows.
+    pub cpu_repack: Vec<BlockBytes>,
+    /// Same for the output matrix.
+    pub cpu_repack_output: u64,
+    /// Dense FFN width (`feed_forward_length`, 0 if absent).
+    pub n_ff: u32,
+    /// Routed expert FFN width (0 if absent).
+    pub n_ff_exp: u32,
+    /// Shared expert FFN width (0 if none).
+    pub n_ff_shexp: u32,
+}
+
+fn details_registry() -> &'static std::sync::Mutex<std::collections::HashMap<String, Details>> {
+    static R: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, Details>>> =
+        std::sync::OnceLock::new();
+    R.get_or_init(Default::default)
+}
+
+fn remember_details(fingerprint: &str, d: Details) {
+    if let Ok(mut m) = details_registry().lock() {
+        m.insert(fingerprint.to_string(), d);
+    }
+}
+
+/// The details of a layout loaded in this process, by fingerprint.
+pub fn details(layout: &ModelLayout) -> Option<Details> {
+    details_registry()
+        .lock()
+        .ok()?
+        .get(&layout.fingerprint)
+        .cloned()
+}
+
 /// Read a model file and build its layout.
 pub fn load(path: &Path) -> Result<ModelLayout> {
     let g = super::gguf::read(path)?;
@@ -193,6 +232,24 @@ pub fn from_gguf(g: &GgufFile) -> Result<ModelLayout> {
     let mut output_bytes = 0;
     let mut other_bytes = 0;
     let mut bytes_by_type: BTreeMap<String, u64> = BTreeMap::new();
+    let mut cpu_repack = vec![BlockBytes::default(); nb];
+    let mut cpu_repack_output = 0;
+    for t in &g.tensors {
+        let repack = if cpu_repacks(t) { t.n_bytes } else { 0 };
+        match classify(&t.name) {
+            TensorClass::RoutedExperts(il) if (il as usize) < nb => {
+                cpu_repack[il as usize].routed_experts += repack
+            }
+            TensorClass::SharedExperts(il) if (il as usize) < nb => {
+                cpu_repack[il as usize].shared_experts += repack
+            }
+            TensorClass::BlockRest(il) if (il as usize) < nb => {
+                cpu_repack[il as usize].rest += repack
+            }
+            TensorClass::Output => cpu_repack_output += repack,
+            _ => {}
+        }
+    }
     for t in &g.tensors {
         *bytes_by_type
             .entry(t.ggml_type.name().to_string())
@@ -248,6 +305,19 @@ pub fn from_gguf(g: &GgufFile) -> Result<ModelLayout> {
         .map(|b| format!("{b:02x}"))
         .collect();
 
+    let details = Details {
+        cpu_repack,
+        cpu_repack_output,
+        n_ff: per_layer(g, &key("feed_forward_length"), nb)
+            .and_then(|v| v.into_iter().max())
+            .unwrap_or(0) as u32,
+        n_ff_exp: g.get_u64(&key("expert_feed_forward_length")).unwrap_or(0) as u32,
+        n_ff_shexp: g
+            .get_u64(&key("expert_shared_feed_forward_length"))
+            .unwrap_or(0) as u32,
+    };
+    remember_details(&fingerprint, details);
+
     Ok(ModelLayout {
         arch,
         name: g.get_str("general.name").map(|s| s.to_string()),
@@ -273,6 +343,15 @@ pub fn from_gguf(g: &GgufFile) -> Result<ModelLayout> {
         tensor_bytes,
         fingerprint,
     })
+}
+
+/// Would llama.cpp's x86 CPU backend (AVX2) repack this weight (ggml-cpu/repack.cpp)?
+fn cpu_repacks(t: &super::gguf::TensorInfo) -> bool {
+    use super::ggml_type::GgmlType as T;
+    matches!(t.ggml_type, T::Q4_0 | T::Q4_K | T::IQ4_NL | T::MXFP4)
+        && t.dims.len() >= 2
+        && t.dims[1] % 8 == 0
+        && !t.name.starts_with("token_embd.")
 }
 
 /// llama.cpp's `llama_ftype` names (`general.file_type`).

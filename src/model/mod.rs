@@ -4,6 +4,7 @@
 pub mod ggml_type;
 pub mod gguf;
 pub mod layout;
+pub mod memory;
 pub mod synth;
 
 pub use layout::load;

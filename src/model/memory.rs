@@ -1,0 +1,462 @@
+//! Memory prediction: where llama.cpp puts weights, KV cache, recurrent state and compute
+//! buffers for a [`LaunchConfig`], and how big each is.
+//!
+//! Placement (llama.cpp `llama_model::load_tensors`): block `il` is on the GPU when
+//! `il >= n_blocks + 1 - ngl` (`-ngl` counts the output layer too; no `-ngl` with a GPU means
+//! all layers); the output layer (`output.weight`, `output_norm`) is on the GPU when `ngl >= 1`;
+//! `token_embd` always stays on the host; `--n-cpu-moe N` keeps the routed experts
+//! (`ffn_*_exps`) of blocks `0..N` on the host. A tied output is a copy of `token_embd` on the
+//! output device. KV cache and recurrent state live on the device of their block.
+//!
+//! Compute buffers are an empirical model of ggml's graph allocator at one micro-batch,
+//! calibrated against the CPU `llama-server` of the pinned build (see [`ComputeModel`]).
+
+use super::layout::Details;
+use super::ModelLayout;
+use crate::config::{FlashAttn, KvType, LaunchConfig};
+use serde::{Deserialize, Serialize};
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Predicted memory by kind and device, MiB (byte-exact weights in `*_bytes`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemoryBreakdown {
+    pub weights_gpu_bytes: u64,
+    pub weights_host_bytes: u64,
+    /// Extra host copy of CPU-resident weights repacked by the x86 backend (`CPU_REPACK`).
+    pub repack_host_bytes: u64,
+    pub kv_gpu_mib: f64,
+    pub kv_host_mib: f64,
+    pub recurrent_gpu_mib: f64,
+    pub recurrent_host_mib: f64,
+    pub compute_gpu_mib: f64,
+    pub compute_host_mib: f64,
+    /// Logits / embeddings output buffer (host memory).
+    pub output_host_mib: f64,
+}
+
+impl MemoryBreakdown {
+    pub fn weights_gpu_mib(&self) -> f64 {
+        self.weights_gpu_bytes as f64 / MIB
+    }
+    pub fn weights_host_mib(&self) -> f64 {
+        self.weights_host_bytes as f64 / MIB
+    }
+    pub fn repack_host_mib(&self) -> f64 {
+        self.repack_host_bytes as f64 / MIB
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemoryPrediction {
+    /// Everything on the GPU(s), MiB.
+    pub gpu_mib: f64,
+    /// Everything in host RAM (weights, repacked copies, host KV, buffers), MiB.
+    pub host_mib: f64,
+    pub breakdown: MemoryBreakdown,
+    /// Blocks whose layers are on the GPU.
+    pub gpu_blocks: u32,
+    /// Blocks whose routed experts are on the host.
+    pub host_expert_blocks: u32,
+}
+
+/// Constants of the compute-buffer model (per micro-batch token, f32 activations).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ComputeModel {
+    /// Live activations per token in units of n_embd.
+    pub embd_factor: f64,
+    /// Live activations per token in units of the widest FFN (dense n_ff, or
+    /// n_expert_used * n_ff_exp for MoE).
+    pub ffn_factor: f64,
+    /// Fixed overhead per token, floats.
+    pub per_token_floats: f64,
+    /// Fixed overhead per device buffer, MiB.
+    pub fixed_mib: f64,
+}
+
+/// Calibrated on the CPU server (SmolLM2-135M, tiny qwen3moe / qwen35moe): per token the
+/// allocator keeps about 3 FFN widths and 5 embedding widths alive.
+pub const CPU_COMPUTE: ComputeModel = ComputeModel {
+    embd_factor: 5.0,
+    ffn_factor: 3.0,
+    per_token_floats: 16.0,
+    fixed_mib: 0.0,
+};
+
+/// What the host CPU backend does with weights it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostCaps {
+    /// x86 AVX2: Q4_0/Q4_K/IQ4_NL/MXFP4 weights on the host are repacked into a second buffer.
+    pub repack: bool,
+}
+
+impl HostCaps {
+    /// This machine's CPU.
+    pub fn detect() -> HostCaps {
+        #[cfg(target_arch = "x86_64")]
+        {
+            HostCaps {
+                repack: std::arch::is_x86_feature_detected!("avx2"),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            HostCaps { repack: false }
+        }
+    }
+}
+
+/// Predict memory for `cfg` on this host (`has_gpu`: a GPU backend takes the offloaded layers).
+pub fn predict(layout: &ModelLayout, cfg: &LaunchConfig, has_gpu: bool) -> MemoryPrediction {
+    predict_with(layout, cfg, has_gpu, HostCaps::detect(), &CPU_COMPUTE)
+}
+
+fn kv_row_bytes(t: KvType, n: u64) -> f64 {
+    // ggml_row_size: whole blocks.
+    let (blk, bytes) = match t {
+        KvType::F32 => (1, 4),
+        KvType::F16 | KvType::Bf16 => (1, 2),
+        KvType::Q8_0 => (32, 34),
+        KvType::Q5_1 => (32, 24),
+        KvType::Q5_0 => (32, 22),
+        KvType::Q4_1 => (32, 20),
+        KvType::Q4_0 | KvType::Iq4Nl => (32, 18),
+    };
+    (n.div_ceil(blk) * bytes) as f64
+}
+
+/// Does the server use flash attention for this config? `auto` enables it where supported
+/// (CPU and CUDA, the backends qtune targets).
+pub fn flash_attention_enabled(cfg: &LaunchConfig) -> bool {
+    cfg.flash_attn != FlashAttn::Off
+}
+
+/// [`predict`] with explicit host capabilities and compute constants (for tests).
+pub fn predict_with(
+    layout: &ModelLayout,
+    cfg: &LaunchConfig,
+    has_gpu: bool,
+    host: HostCaps,
+    cm: &ComputeModel,
+) -> MemoryPrediction {
+    let nb = layout.n_blocks;
+    let details: Details = super::layout::details(layout).unwrap_or_default();
+    // Layers on the GPU (the output layer counts as one).
+    let ngl: u32 = if !has_gpu {
+        0
+    } else {
+        cfg.n_gpu_layers.unwrap_or(nb + 1).min(nb + 1)
+    };
+    let first_gpu_block = (nb + 1).saturating_sub(ngl);
+    let block_on_gpu = |il: u32| il >= first_gpu_block;
+    let output_on_gpu = ngl >= 1;
+    let ncmoe = cfg.n_cpu_moe.unwrap_or(0).min(nb);
+
+    let mut b = MemoryBreakdown::default();
+    let mut host_expert_blocks = 0;
+    let repack_of = |il: usize, experts: bool, rest: bool| -> u64 {
+        if !host.repack {
+            return 0;
+        }
+        details.cpu_repack.get(il).map_or(0, |r| {
+            (if experts { r.routed_experts } else { 0 })
+                + (if rest { r.shared_experts + r.rest } else { 0 })
+        })
+    };
+    for (il, bb) in layout.blocks.iter().enumerate() {
+        let il32 = il as u32;
+        let on_gpu = block_on_gpu(il32);
+        let experts_on_host = !on_gpu || il32 < ncmoe;
+        if experts_on_host && bb.routed_experts > 0 {
+            host_expert_blocks += 1;
+        }
+        if on_gpu {
+            b.weights_gpu_bytes += bb.shared_experts + bb.rest;
+        } else {
+            b.weights_host_bytes += bb.shared_experts + bb.rest;
+        }
+        if experts_on_host {
+            b.weights_host_bytes += bb.routed_experts;
+        } else {
+            b.weights_gpu_bytes += bb.routed_experts;
+        }
+        b.repack_host_bytes += repack_of(il, experts_on_host, !on_gpu);
+    }
+    // Input embedding: always host.
+    b.weights_host_bytes += layout.token_embd_bytes;
+    // Output layer (and other non-block tensors such as output_norm).
+    let tied = layout.output_bytes == 0;
+    if output_on_gpu {
+        b.weights_gpu_bytes += layout.output_bytes + layout.other_bytes;
+        if tied {
+            b.weights_gpu_bytes += layout.token_embd_bytes;
+        }
+    } else {
+        b.weights_host_bytes += layout.output_bytes + layout.other_bytes;
+        if host.repack {
+            b.repack_host_bytes += details.cpu_repack_output;
+        }
+    }
+
+    // KV cache: every KV block holds ctx cells of K and V rows.
+    let ctx = cfg.ctx.max(1) as u64;
+    let k_row = kv_row_bytes(
+        cfg.cache_type_k,
+        layout.n_head_kv as u64 * layout.head_dim_k as u64,
+    );
+    let v_row = kv_row_bytes(
+        cfg.cache_type_v,
+        layout.n_head_kv as u64 * layout.head_dim_v as u64,
+    );
+    let kv_block_mib = ctx as f64 * (k_row + v_row) / MIB;
+    let n_seq = cfg.parallel.max(1) as u64;
+    for il in 0..nb {
+        let on_gpu = block_on_gpu(il);
+        if layout.kv_blocks.get(il as usize).copied().unwrap_or(false) {
+            if on_gpu {
+                b.kv_gpu_mib += kv_block_mib;
+            } else {
+                b.kv_host_mib += kv_block_mib;
+            }
+        }
+        let rs = layout
+            .recurrent_state_bytes
+            .get(il as usize)
+            .copied()
+            .unwrap_or(0);
+        let rs_mib = (rs * n_seq) as f64 / MIB;
+        if on_gpu {
+            b.recurrent_gpu_mib += rs_mib;
+        } else {
+            b.recurrent_host_mib += rs_mib;
+        }
+    }
+
+    // Output buffer: logits of n_outputs_max (= n_seq) rows, host memory.
+    b.output_host_mib = (layout.n_vocab as u64 * 4 * n_seq) as f64 / MIB;
+
+    // Compute buffers at one micro-batch.
+    let t = cfg
+        .ubatch
+        .unwrap_or(512)
+        .min(cfg.batch.unwrap_or(2048))
+        .min(cfg.ctx.max(1)) as f64;
+    let ffn_width = if layout.is_moe() {
+        let exp = details.n_ff_exp.max(1) as f64 * layout.n_experts_used.max(1) as f64;
+        exp.max(details.n_ff_shexp as f64)
+    } else {
+        details.n_ff as f64
+    };
+    let n_kv = ctx as f64;
+    let has_attention = layout.kv_blocks.iter().any(|&k| k);
+    let attn_bytes = if !has_attention {
+        0.0
+    } else if flash_attention_enabled(cfg) {
+        // f16 KQ mask, n_kv x n_tokens.
+        t * n_kv * 2.0
+    } else {
+        // f32 KQ (n_head) and mask.
+        t * n_kv * (layout.n_head as f64 + 1.0) * 4.0
+    };
+    let act_bytes = t
+        * 4.0
+        * (cm.embd_factor * layout.n_embd as f64 + cm.ffn_factor * ffn_width + cm.per_token_floats);
+    let full_compute = (act_bytes + attn_bytes) / MIB + cm.fixed_mib;
+    let gpu_blocks = (0..nb).filter(|&il| block_on_gpu(il)).count() as u32;
+    if ngl == 0 {
+        b.compute_host_mib = full_compute;
+    } else {
+        b.compute_gpu_mib = full_compute;
+        // The host side computes the input embedding rows and any host experts.
+        let host_ffn = if host_expert_blocks > 0 {
+            cm.ffn_factor * ffn_width
+        } else {
+            0.0
+        };
+        b.compute_host_mib = t * 4.0 * (layout.n_embd as f64 + host_ffn) / MIB;
+    }
+
+    let gpu_mib = b.weights_gpu_mib() + b.kv_gpu_mib + b.recurrent_gpu_mib + b.compute_gpu_mib;
+    let host_mib = b.weights_host_mib()
+        + b.repack_host_mib()
+        + b.kv_host_mib
+        + b.recurrent_host_mib
+        + b.compute_host_mib
+        + b.output_host_mib;
+    MemoryPrediction {
+        gpu_mib,
+        host_mib,
+        breakdown: b,
+        gpu_blocks,
+        host_expert_blocks,
+    }
+}
+
+/// The smallest `--n-cpu-moe` whose predicted GPU memory fits `budget_mib`, `None` when even
+/// all experts on the host do not fit (or the model has no experts and does not fit).
+pub fn min_n_cpu_moe_that_fits(
+    layout: &ModelLayout,
+    cfg_template: &LaunchConfig,
+    budget_mib: f64,
+) -> Option<u32> {
+    let max = if layout.is_moe() { layout.n_blocks } else { 0 };
+    (0..=max).find(|&n| {
+        let cfg = LaunchConfig {
+            n_cpu_moe: Some(n),
+            ..cfg_template.clone()
+        };
+        predict(layout, &cfg, true).gpu_mib <= budget_mib
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::BlockBytes;
+    use std::collections::BTreeMap;
+
+    fn moe(n_blocks: u32) -> ModelLayout {
+        ModelLayout {
+            arch: "qwen3moe".into(),
+            name: None,
+            file_type: None,
+            file_bytes: 0,
+            n_blocks,
+            n_experts: 8,
+            n_experts_used: 2,
+            n_embd: 1024,
+            n_head: 8,
+            n_head_kv: 2,
+            head_dim_k: 128,
+            head_dim_v: 128,
+            n_vocab: 1000,
+            ctx_train: 4096,
+            kv_blocks: vec![true; n_blocks as usize],
+            recurrent_state_bytes: vec![0; n_blocks as usize],
+            blocks: vec![
+                BlockBytes {
+                    routed_experts: 100 << 20,
+                    shared_experts: 1 << 20,
+                    rest: 10 << 20,
+                };
+                n_blocks as usize
+            ],
+            token_embd_bytes: 50 << 20,
+            output_bytes: 60 << 20,
+            other_bytes: 4096,
+            bytes_by_type: BTreeMap::new(),
+            tensor_bytes: n_blocks as u64 * (111 << 20) + (110 << 20) + 4096,
+            fingerprint: "test".into(),
+        }
+    }
+
+    fn caps() -> HostCaps {
+        HostCaps { repack: false }
+    }
+
+    #[test]
+    fn weights_split_exactly() {
+        let l = moe(10);
+        for (gpu, ncmoe, ngl) in [
+            (false, None, None),
+            (true, None, None),
+            (true, Some(4), None),
+            (true, Some(99), None),
+            (true, None, Some(5)),
+            (true, None, Some(0)),
+        ] {
+            let cfg = LaunchConfig {
+                n_cpu_moe: ncmoe,
+                n_gpu_layers: ngl,
+                ..LaunchConfig::baseline(4096)
+            };
+            let p = predict_with(&l, &cfg, gpu, caps(), &CPU_COMPUTE);
+            let b = &p.breakdown;
+            assert_eq!(b.weights_gpu_bytes + b.weights_host_bytes, l.tensor_bytes);
+        }
+    }
+
+    #[test]
+    fn n_cpu_moe_moves_experts_and_kv_stays() {
+        let l = moe(10);
+        let at = |n| {
+            predict_with(
+                &l,
+                &LaunchConfig {
+                    n_cpu_moe: Some(n),
+                    ..LaunchConfig::baseline(4096)
+                },
+                true,
+                caps(),
+                &CPU_COMPUTE,
+            )
+        };
+        let p0 = at(0);
+        let p4 = at(4);
+        assert_eq!(p0.breakdown.weights_host_bytes, 50 << 20);
+        assert_eq!(
+            p0.breakdown.weights_gpu_bytes - p4.breakdown.weights_gpu_bytes,
+            4 * (100 << 20)
+        );
+        assert_eq!(p0.breakdown.kv_gpu_mib, p4.breakdown.kv_gpu_mib);
+        // 10 blocks * 4096 cells * 2 heads * 128 * 2 bytes * (K + V)
+        assert_eq!(
+            p0.breakdown.kv_gpu_mib,
+            10.0 * 4096.0 * 256.0 * 2.0 * 2.0 / MIB
+        );
+        assert!(p4.gpu_mib < p0.gpu_mib);
+        assert_eq!(p4.host_expert_blocks, 4);
+    }
+
+    #[test]
+    fn ngl_counts_the_output_layer() {
+        let l = moe(10);
+        let p = |ngl| {
+            predict_with(
+                &l,
+                &LaunchConfig {
+                    n_gpu_layers: Some(ngl),
+                    ..LaunchConfig::baseline(4096)
+                },
+                true,
+                caps(),
+                &CPU_COMPUTE,
+            )
+        };
+        assert_eq!(p(1).gpu_blocks, 0);
+        assert_eq!(p(1).breakdown.weights_gpu_bytes, (60 << 20) + 4096);
+        assert_eq!(p(11).gpu_blocks, 10);
+        assert_eq!(p(5).gpu_blocks, 4);
+        assert_eq!(p(0).gpu_mib, 0.0);
+    }
+
+    #[test]
+    fn quantized_kv_is_smaller_and_min_ncmoe_is_monotone() {
+        let l = moe(10);
+        let f16 = predict_with(
+            &l,
+            &LaunchConfig::baseline(8192),
+            true,
+            caps(),
+            &CPU_COMPUTE,
+        );
+        let q8 = predict_with(
+            &l,
+            &LaunchConfig {
+                cache_type_k: KvType::Q8_0,
+                cache_type_v: KvType::Q8_0,
+                ..LaunchConfig::baseline(8192)
+            },
+            true,
+            caps(),
+            &CPU_COMPUTE,
+        );
+        assert!((q8.breakdown.kv_gpu_mib / f16.breakdown.kv_gpu_mib - 34.0 / 64.0).abs() < 1e-9);
+        let t = LaunchConfig::baseline(4096);
+        let all = predict_with(&l, &t, true, caps(), &CPU_COMPUTE).gpu_mib;
+        assert_eq!(min_n_cpu_moe_that_fits(&l, &t, all + 1.0), Some(0));
+        let n = min_n_cpu_moe_that_fits(&l, &t, all - 250.0).unwrap();
+        assert_eq!(n, 3);
+        assert_eq!(min_n_cpu_moe_that_fits(&l, &t, 10.0), None);
+    }
+}
