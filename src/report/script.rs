@@ -143,9 +143,13 @@ trap 'stop 143' TERM
     );
     m.push('\n');
     let _ = writeln!(m, "cmd=({})", shell_line(&argv));
+    let _ = writeln!(
+        m,
+        "say {}",
+        shell_quote(&format!("starting: {}", shell_line(&argv)))
+    );
     m.push_str(
-        r#"say "starting: ${cmd[*]}"
-exec "${cmd[@]}" &
+        r#"exec "${cmd[@]}" &
 server_pid=$!
 
 if command -v curl >/dev/null 2>&1; then

@@ -1,0 +1,334 @@
+//! The launch script, run for real: `qtune script` writes it from a results.json, a clean shell
+//! (`env -i`) runs it with the real CPU llama-server and SmolLM2 at a path full of shell
+//! metacharacters; an OpenAI-compatible request gets an answer; SIGTERM stops script and
+//! server. Faults the real server cannot produce (a GPU taken by another process) use a fake
+//! `nvidia-smi`.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+fn real_server() -> PathBuf {
+    if let Some(p) = std::env::var_os("QTUNE_LLAMA_SERVER").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap();
+    let p = home.join(".cache/qtune/llama.cpp/b11434-cpu/bin/llama-server");
+    assert!(
+        p.is_file(),
+        "no llama-server at {} (set QTUNE_LLAMA_SERVER or run `qtune server build`)",
+        p.display()
+    );
+    p
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A directory whose name needs every kind of shell quoting.
+fn hostile_dir(root: &Path) -> PathBuf {
+    let d = root.join("my models").join("it's $HOME `x`");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Write `result` as a run directory's results.json and have the real `qtune script` turn it
+/// into `launch.sh`.
+fn write_script(root: &Path, result: &qtune::search::TuneResult, port: u16) -> PathBuf {
+    let run = root.join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(
+        run.join("results.json"),
+        serde_json::to_string_pretty(result).unwrap(),
+    )
+    .unwrap();
+    let out = root.join("launch dir").join("launch.sh");
+    let st = Command::new(env!("CARGO_BIN_EXE_qtune"))
+        .args(["script", "--from"])
+        .arg(&run)
+        .arg("--out")
+        .arg(&out)
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "qtune script failed: {}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    out
+}
+
+/// The script, run in a clean environment, in its own process group (killed on drop).
+struct Script {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Script {
+    fn start(script: &Path, home: &Path, path_env: &str) -> Script {
+        let log = home.join("script.log");
+        let f = std::fs::File::create(&log).unwrap();
+        let child = Command::new("/usr/bin/env")
+            .arg("-i")
+            .arg(format!("PATH={path_env}"))
+            .arg(format!("HOME={}", home.display()))
+            .arg("bash")
+            .arg(script)
+            .stdin(Stdio::null())
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        Script { child, log }
+    }
+
+    fn log(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(&self.log) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+
+    fn wait_timeout(&mut self, t: Duration) -> Option<ExitStatus> {
+        let start = Instant::now();
+        while start.elapsed() < t {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Script {
+    fn drop(&mut self) {
+        // Whatever happened, nothing of the group survives the test.
+        unsafe {
+            libc::killpg(self.child.id() as i32, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Pids of live processes whose command line mentions `needle`.
+fn processes_mentioning(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let zombie = stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .is_some_and(|s| s == "Z" || s == "X");
+        if !zombie && String::from_utf8_lossy(&cmd).contains(needle) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn curl(args: &[&str]) -> (bool, String) {
+    let o = Command::new("curl").args(args).output().unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn script_serves_the_winner_from_a_hostile_path_and_stops_cleanly_on_sigterm() {
+    serve_request_and_stop(libc::SIGTERM, 143);
+}
+
+#[test]
+fn sigint_to_the_script_stops_the_server_too() {
+    serve_request_and_stop(libc::SIGINT, 130);
+}
+
+fn serve_request_and_stop(signal: i32, want_code: i32) {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = real_server();
+    let model_dir = hostile_dir(tmp.path());
+    let model = model_dir.join("SmolLM2 135M.gguf");
+    std::fs::copy(qtune::fixtures::smollm2().unwrap(), &model).unwrap();
+    let port = free_port();
+    let result = qtune::report::sample::cpu_result(&server, &model);
+    let script = write_script(tmp.path(), &result, port);
+    let text = std::fs::read_to_string(&script).unwrap();
+    assert!(text.starts_with("#!/usr/bin/env bash\n"));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&script).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
+
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut run = Script::start(&script, &home, "/usr/bin:/bin");
+
+    // Up within two minutes: the script says so once /health answers.
+    let start = Instant::now();
+    while !run.log().contains("launch.sh: ready:") {
+        if let Some(st) = run.child.try_wait().unwrap() {
+            panic!("script exited early ({st}):\n{}", run.log());
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "not ready after 120 s:\n{}",
+            run.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let url = format!("http://127.0.0.1:{port}");
+    // The server runs with the winner's flags and the quoted model path.
+    let servers = processes_mentioning(&model.display().to_string());
+    assert_eq!(servers.len(), 1, "one llama-server expected: {servers:?}");
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", servers[0])).unwrap();
+    let argv: Vec<String> = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let want = result
+        .winner
+        .as_ref()
+        .unwrap()
+        .config
+        .command(&server, &model, "127.0.0.1", port);
+    assert_eq!(argv, want);
+
+    // A plain OpenAI-compatible request.
+    let body = r#"{"messages":[{"role":"user","content":"Say hello."}],"max_tokens":8}"#;
+    let (ok, out) = curl(&[
+        "-sS",
+        "--max-time",
+        "120",
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        body,
+        &format!("{url}/v1/chat/completions"),
+    ]);
+    assert!(ok, "request failed: {out}\n{}", run.log());
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let msg = &v["choices"][0]["message"];
+    assert!(msg.is_object(), "no choices[0].message in {out}");
+    assert!(msg["content"].is_string(), "no content in {out}");
+
+    // The signal to the script alone: it stops the server and exits; nothing remains.
+    unsafe {
+        libc::kill(run.child.id() as i32, signal);
+    }
+    let st = run
+        .wait_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("script still running 30 s after the signal:\n{}", run.log()));
+    eprintln!("--- launch.sh output ---\n{}", run.log());
+    assert_eq!(st.code(), Some(want_code), "{}", run.log());
+    assert!(
+        run.log()
+            .contains(&format!("starting: {}", qtune::config::shell_line(&want))),
+        "the script shows the exact, quoted command"
+    );
+    assert!(run.log().contains("stopping llama-server"), "{}", run.log());
+    let start = Instant::now();
+    while !processes_mentioning(&model.display().to_string()).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "llama-server left behind after the signal"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!curl(&["-sS", "--max-time", "2", &format!("{url}/health")]).0);
+}
+
+#[test]
+fn missing_model_or_server_exits_nonzero_with_a_clear_message() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = hostile_dir(tmp.path()).join("gone.gguf");
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+
+    let result = qtune::report::sample::cpu_result(&real_server(), &model);
+    let script = write_script(tmp.path(), &result, free_port());
+    let mut run = Script::start(&script, &home, "/usr/bin:/bin");
+    let st = run.wait_timeout(Duration::from_secs(20)).expect("exits");
+    assert_eq!(st.code(), Some(1), "{}", run.log());
+    assert!(
+        run.log()
+            .contains(&format!("model file not found: {}", model.display())),
+        "{}",
+        run.log()
+    );
+    drop(run);
+
+    std::fs::write(&model, b"not really a model").unwrap();
+    let result = qtune::report::sample::cpu_result(Path::new("/nonexistent/llama-server"), &model);
+    let script = write_script(tmp.path(), &result, free_port());
+    let mut run = Script::start(&script, &home, "/usr/bin:/bin");
+    let st = run.wait_timeout(Duration::from_secs(20)).expect("exits");
+    assert_eq!(st.code(), Some(1), "{}", run.log());
+    assert!(run
+        .log()
+        .contains("llama-server not found or not executable"));
+}
+
+#[test]
+fn gpu_script_refuses_when_another_process_took_the_vram() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = hostile_dir(tmp.path()).join("m.gguf");
+    std::fs::write(&model, b"placeholder: the script stops before loading it").unwrap();
+    let home = tmp.path().join("home");
+    let bin = tmp.path().join("fakebin");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&bin).unwrap();
+    // A fake nvidia-smi: two GPUs with 1,000 and 2,000 MiB free (the winner needs 14,935).
+    let smi = bin.join("nvidia-smi");
+    std::fs::write(&smi, "#!/bin/sh\necho 1000\necho 2000\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let result = qtune::report::sample::gpu_result(&real_server(), &model);
+    let script = write_script(tmp.path(), &result, free_port());
+    let path_env = format!("{}:/usr/bin:/bin", bin.display());
+    let mut run = Script::start(&script, &home, &path_env);
+    let st = run.wait_timeout(Duration::from_secs(20)).expect("exits");
+    assert_eq!(st.code(), Some(1), "{}", run.log());
+    let log = run.log();
+    assert!(
+        log.contains("only 3000 MiB of VRAM free; this config needs 14935 MiB"),
+        "{log}"
+    );
+    assert!(log.contains("another process holds the GPU"), "{log}");
+    assert!(processes_mentioning(&model.display().to_string()).is_empty());
+    drop(run);
+
+    // Without nvidia-smi the check is skipped (said so) and the server starts; this one dies
+    // on the placeholder model, and the script reports that instead of waiting forever.
+    let mut run = Script::start(&script, &home, "/usr/bin:/bin");
+    let st = run.wait_timeout(Duration::from_secs(60)).expect("exits");
+    let log = run.log();
+    assert_eq!(st.code(), Some(1), "{log}");
+    assert!(
+        log.contains("nvidia-smi not found: skipping the free-VRAM check"),
+        "{log}"
+    );
+    assert!(log.contains("exited (status"), "{log}");
+    assert!(log.contains("before it was ready"), "{log}");
+}
