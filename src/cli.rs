@@ -50,6 +50,12 @@ pub enum Command {
     Profile(ProfileCommand),
     /// Propose a config for this box without trials, from the memory prediction and profiles.
     Plan(PlanArgs),
+    /// Measure a run's winner at every --n-cpu-moe in a range (brute force, for comparison).
+    Sweep(SweepArgs),
+    /// Measure a run's winner with tokens already in context (does speed hold at long context?).
+    Depth(DepthArgs),
+    /// Compare the memory prediction with what llama-server reports for its buffers.
+    Calibrate(CalibrateArgs),
     /// Prepare the test models in qtune's cache (SmolLM2 and the tiny synthetic MoE models).
     #[command(hide = true)]
     Fixtures,
@@ -106,6 +112,48 @@ pub struct DemoArgs {
     /// llama-server to use (built into qtune's cache when none is found).
     #[arg(long)]
     pub server: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SweepArgs {
+    /// The run directory (its winner's flags are kept, --n-cpu-moe varies).
+    pub dir: PathBuf,
+    /// First --n-cpu-moe (default 0).
+    #[arg(long)]
+    pub from: Option<u32>,
+    /// Last --n-cpu-moe (default: the block count).
+    #[arg(long)]
+    pub to: Option<u32>,
+    #[arg(long, default_value_t = 1)]
+    pub step: u32,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DepthArgs {
+    /// The run directory whose winner to measure.
+    pub dir: PathBuf,
+    /// Tokens already in context, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0,8192")]
+    pub depths: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CalibrateArgs {
+    pub model: PathBuf,
+    #[arg(long)]
+    pub server: Option<PathBuf>,
+    /// --n-cpu-moe values (GPU only), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub n_cpu_moe: Vec<u32>,
+    /// Context sizes, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "8192")]
+    pub ctx: Vec<u32>,
+    /// KV cache types (K = V), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "f16")]
+    pub kv: Vec<KvType>,
+    /// Directory for the server logs and calibration.json.
+    #[arg(long)]
+    pub out: PathBuf,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -268,6 +316,16 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             p.profile.as_deref(),
             p.ctx,
             p.target_vram_headroom,
+        ),
+        Command::Sweep(s) => crate::search::measure::cmd_sweep(&s.dir, s.from, s.to, s.step),
+        Command::Depth(d) => crate::search::measure::cmd_depth(&d.dir, &d.depths),
+        Command::Calibrate(c) => crate::search::measure::cmd_calibrate(
+            &c.model,
+            c.server.as_deref(),
+            &c.n_cpu_moe,
+            &c.ctx,
+            &c.kv,
+            &c.out,
         ),
         Command::Fixtures => crate::fixtures::cmd_fixtures(),
     }

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# The GPU proof: run on the GPU machine from the repo root, one command per call:
+#
+#   scripts/gpu-proof.sh CASE...
+#
+# It needs, carried in .gpu/ (gitignored): the qtune release binary (.gpu/qtune), a CUDA build of
+# the pinned llama-server (.gpu/cuda-b11434/cuda-bin.tar.xz.part-*; or nvcc + the source to build
+# one) and the tokenizer files (.gpu/vocab/ggml-vocab-*.gguf.xz). Everything it produces goes to
+# $OUT (default /tmp/qtune-out): one tar.xz per case plus a log.
+#
+# Cases:
+#   hw            qtune hw, without and with a 16 GiB ballast
+#   calib35       memory prediction vs llama-server's report, qwen3.5-35b-a3b q4_k_m
+#                 (--n-cpu-moe 0/20/40 x ctx 8k/64k x KV f16/q8_0)
+#   calib30       the same for qwen3-30b-a3b q4_k_m
+#   tune35-16     qwen3.5-35b-a3b on an emulated 16 GiB card: tune, sweep, depth
+#   tune35-24     the same on 24 GiB (tune + sweep)
+#   tune30-16     qwen3-30b-a3b on 16 GiB: tune, sweep, depth
+#   plan35        qtune plan on 16 GiB starting from the 24 GiB profile, then the plan launched
+#
+# A card of N GiB is emulated by a ballast process that allocates all but N GiB of the GPU
+# (python3 + torch), so llama-server, --fit and qtune see N GiB free and OOM happens for real.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-/tmp/qtune-out}
+W=${QTUNE_GPU_WORK:-/tmp/qtune-gpu}
+mkdir -p "$OUT" "$W"
+LOG="$OUT/gpu-proof.log"
+exec > >(tee -a "$LOG") 2>&1
+say() { echo "== $(date +%T) $*"; }
+
+Q="$ROOT/.gpu/qtune"
+chmod +x "$Q" 2>/dev/null || true
+export QTUNE_CACHE_DIR="$W/cache"
+export QTUNE_VOCAB_DIR="$W/vocab"
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+SPACE="$ROOT/search-spaces/gpu-proof.yaml"
+
+setup() {
+  if [ ! -x "$W/bin/llama-server" ]; then
+    if ls .gpu/cuda-b11434/cuda-bin.tar.xz.part-* >/dev/null 2>&1; then
+      say "unpacking the kept CUDA llama-server"
+      cat .gpu/cuda-b11434/cuda-bin.tar.xz.part-* | tar xJf - -C "$W"
+    else
+      say "building the CUDA llama-server"
+      "$Q" server build --cuda || exit 1
+      mkdir -p "$W/bin" && cp -a "$QTUNE_CACHE_DIR"/llama.cpp/b11434-cuda/bin/. "$W/bin/"
+    fi
+  fi
+  export QTUNE_LLAMA_SERVER="$W/bin/llama-server"
+  mkdir -p "$QTUNE_VOCAB_DIR"
+  for f in .gpu/vocab/*.xz; do
+    [ -f "$QTUNE_VOCAB_DIR/$(basename "${f%.xz}")" ] || xz -dc "$f" > "$QTUNE_VOCAB_DIR/$(basename "${f%.xz}")"
+  done
+  "$Q" server check || exit 1
+}
+
+model() { # shape -> path (synthesized once)
+  local p="$W/$1-q4_k_m.gguf"
+  [ -f "$p" ] || "$Q" synth "$p" --shape "$1" --ftype q4_k_m >&2 || exit 1
+  echo "$p"
+}
+
+BALLAST_PID=""
+ballast() { # leave N GiB free
+  unballast
+  python3 -u - "$1" > "$W/ballast.out" 2>&1 <<'PY' &
+import sys, time, torch
+keep = int(sys.argv[1]) << 30
+free, total = torch.cuda.mem_get_info()
+n = free - keep
+x = torch.empty(n, dtype=torch.uint8, device="cuda")
+x.fill_(1)
+torch.cuda.synchronize()
+free2, _ = torch.cuda.mem_get_info()
+print(f"ready ballast={n >> 20} MiB free={free2 >> 20} MiB total={total >> 20} MiB", flush=True)
+time.sleep(1e9)
+PY
+  BALLAST_PID=$!
+  for _ in $(seq 1 120); do grep -q ready "$W/ballast.out" 2>/dev/null && break; sleep 0.5; done
+  say "ballast for $1 GiB: $(cat "$W/ballast.out")"
+  nvidia-smi --query-gpu=memory.total,memory.used,memory.free --format=csv
+}
+unballast() {
+  if [ -n "$BALLAST_PID" ]; then kill "$BALLAST_PID" 2>/dev/null; wait "$BALLAST_PID" 2>/dev/null; BALLAST_PID=""; sleep 1; fi
+}
+trap unballast EXIT
+
+pack() { # name dir: the run's files, server logs compressed too
+  tar -C "$(dirname "$2")" -cJf "$OUT/$1.tar.xz" "$(basename "$2")" && ls -la "$OUT/$1.tar.xz"
+}
+
+tune_case() { # name shape gib [extra tune flags]
+  local name=$1 shape=$2 gib=$3; shift 3
+  local m; m=$(model "$shape")
+  local run="$W/runs/$name"
+  ballast "$gib"
+  say "$name: tune ($GPU_NAME, emulated ${gib} GiB card)"
+  local t0=$SECONDS
+  "$Q" tune --model "$m" --space "$SPACE" --target-vram-headroom 512 --ctx 32768 --out "$run" "$@" > "$W/$name.cmd"
+  echo "tune exit $? after $((SECONDS - t0)) s; command: $(tail -1 "$W/$name.cmd")"
+  echo "emulated card: ${gib} GiB free of ${GPU_NAME}" > "$run/card.txt"
+}
+
+sweep_case() { # name: sweep --n-cpu-moe around the winner (every value up to +8, then coarse)
+  local run="$W/runs/$1"
+  local n; n=$(python3 -c "import json;w=json.load(open('$run/results.json'))['winner'];print(w['config'].get('n_cpu_moe') or 0)" 2>/dev/null || echo 0)
+  local lo=$(( n > 2 ? n - 2 : 0 ))
+  say "$1: sweep around --n-cpu-moe $n"
+  "$Q" sweep "$run" --from "$lo" --to $(( n + 6 ))
+  "$Q" sweep "$run" --from $(( n + 10 )) --to 40 --step 10
+}
+
+depth_case() {
+  say "$1: generation at 0, 8k and 31k tokens of context"
+  "$Q" depth "$W/runs/$1" --depths 0,8192,31744
+}
+
+setup
+for c in "$@"; do
+  case "$c" in
+    hw)
+      "$Q" hw --json > "$OUT/hw-full.json"; "$Q" hw
+      ballast 16; "$Q" hw --json > "$OUT/hw-16g.json"; "$Q" hw; unballast ;;
+    calib35)
+      m=$(model qwen3.5-35b-a3b); "$Q" inspect "$m" --ctx 32768 --kv q8_0 > "$OUT/inspect35.txt"
+      "$Q" calibrate "$m" --n-cpu-moe 0,20,40 --ctx 8192,65536 --kv f16,q8_0 --out "$W/runs/calib35"
+      pack calib35 "$W/runs/calib35" ;;
+    calib30)
+      m=$(model qwen3-30b-a3b); "$Q" inspect "$m" --ctx 32768 --kv q8_0 > "$OUT/inspect30.txt"
+      "$Q" calibrate "$m" --n-cpu-moe 0,24,48 --ctx 8192,65536 --kv f16,q8_0 --out "$W/runs/calib30"
+      pack calib30 "$W/runs/calib30" ;;
+    tune35-16) tune_case q35-16g qwen3.5-35b-a3b 16; sweep_case q35-16g; depth_case q35-16g; unballast; pack q35-16g "$W/runs/q35-16g" ;;
+    tune35-24) tune_case q35-24g qwen3.5-35b-a3b 24; sweep_case q35-24g; unballast; pack q35-24g "$W/runs/q35-24g" ;;
+    tune30-16) tune_case q30-16g qwen3-30b-a3b 16; sweep_case q30-16g; depth_case q30-16g; unballast; pack q30-16g "$W/runs/q30-16g" ;;
+    plan35)
+      m=$(model qwen3.5-35b-a3b)
+      "$Q" profile export "$W/runs/q35-24g" --out "$W/q35-24g.yaml"
+      ballast 16
+      "$Q" plan --model "$m" --profile "$W/q35-24g.yaml" --ctx 32768 --target-vram-headroom 512 | tee "$OUT/plan35.txt"
+      unballast ;;
+    *) echo "unknown case $c" ;;
+  esac
+done
+say "done"
+ls -la "$OUT"

@@ -1,0 +1,58 @@
+//! argmin checkpointing into the run directory: the solver and its state as JSON, written
+//! atomically after every trial, so `qtune tune --resume DIR` continues where a killed tune was.
+
+use super::strategy::{QtuneSearch, TuneState};
+use argmin::core::checkpointing::{Checkpoint, CheckpointingFrequency};
+use argmin::core::Error as ArgminError;
+use std::path::{Path, PathBuf};
+
+pub const FILE_NAME: &str = "checkpoint.json";
+
+pub struct RunDirCheckpoint {
+    path: PathBuf,
+}
+
+impl RunDirCheckpoint {
+    pub fn new(run_dir: &Path) -> Self {
+        RunDirCheckpoint {
+            path: run_dir.join(FILE_NAME),
+        }
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Saved {
+    solver: QtuneSearch,
+    state: TuneState,
+}
+
+impl Checkpoint<QtuneSearch, TuneState> for RunDirCheckpoint {
+    fn save(&self, solver: &QtuneSearch, state: &TuneState) -> Result<(), ArgminError> {
+        let mut solver = solver.clone();
+        // Persist the time spent so far; a resumed session adds to it.
+        solver.elapsed_before_s = solver.elapsed_s();
+        let json = serde_json::to_vec(&Saved {
+            solver,
+            state: state.clone(),
+        })?;
+        crate::util::write_atomic(&self.path, &json).map_err(|e| ArgminError::msg(format!("{e:#}")))
+    }
+
+    fn load(&self) -> Result<Option<(QtuneSearch, TuneState)>, ArgminError> {
+        if !self.path.exists() {
+            return Ok(None);
+        }
+        let bytes = std::fs::read(&self.path)?;
+        let saved: Saved = serde_json::from_slice(&bytes).map_err(|e| {
+            ArgminError::msg(format!(
+                "checkpoint {} is unreadable ({e}); delete it to resume from the journal alone",
+                self.path.display()
+            ))
+        })?;
+        Ok(Some((saved.solver, saved.state)))
+    }
+
+    fn frequency(&self) -> CheckpointingFrequency {
+        CheckpointingFrequency::Always
+    }
+}

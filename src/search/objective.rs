@@ -1,0 +1,122 @@
+//! Ranking trials: the space's objective turned into one comparable number, with generation
+//! ties (within `tie_pct`) broken by prompt speed.
+
+use crate::space::{Metric, Objective};
+use crate::trial::{Stat, TrialOutcome};
+
+/// The measured speeds of one config (possibly pooled over several trials).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Speeds {
+    pub gen: Stat,
+    pub prompt: Stat,
+    pub gen_at_depth: Option<Stat>,
+}
+
+impl Speeds {
+    /// Pool the samples of every ok outcome given.
+    pub fn pooled<'a>(outcomes: impl IntoIterator<Item = &'a TrialOutcome>) -> Option<Speeds> {
+        let (mut g, mut p, mut d) = (Vec::new(), Vec::new(), Vec::new());
+        for o in outcomes {
+            if !o.kind.is_ok() {
+                continue;
+            }
+            if let Some(m) = &o.metrics {
+                g.extend(&m.gen_tps.samples);
+                p.extend(&m.prompt_tps.samples);
+                if let Some(s) = &m.gen_tps_at_depth {
+                    d.extend(&s.samples);
+                }
+            }
+        }
+        Some(Speeds {
+            gen: Stat::from_samples(&g)?,
+            prompt: Stat::from_samples(&p)?,
+            gen_at_depth: Stat::from_samples(&d),
+        })
+    }
+
+    /// The primary value the objective ranks by (higher is better).
+    pub fn primary(&self, obj: &Objective, reference: Option<&Speeds>) -> f64 {
+        match obj.metric {
+            Metric::Gen => self.gen.median,
+            Metric::Prompt => self.prompt.median,
+            Metric::GenAtDepth => self
+                .gen_at_depth
+                .as_ref()
+                .map_or(self.gen.median, |s| s.median),
+            Metric::Blend => {
+                let (gr, pr) = reference
+                    .map(|r| (r.gen.median, r.prompt.median))
+                    .unwrap_or((1.0, 1.0));
+                obj.gen_weight * self.gen.median / gr.max(1e-9)
+                    + obj.prompt_weight * self.prompt.median / pr.max(1e-9)
+            }
+        }
+    }
+
+    /// The tie-break value: prompt speed, or generation when prompt is primary.
+    fn secondary(&self, obj: &Objective) -> f64 {
+        match obj.metric {
+            Metric::Prompt => self.gen.median,
+            _ => self.prompt.median,
+        }
+    }
+}
+
+/// Is `a` better than `b`? Primary values within `tie_pct` are a tie, broken by the secondary.
+pub fn better(a: &Speeds, b: &Speeds, obj: &Objective, reference: Option<&Speeds>) -> bool {
+    let (pa, pb) = (a.primary(obj, reference), b.primary(obj, reference));
+    if is_tie(pa, pb, obj.tie_pct) {
+        a.secondary(obj) > b.secondary(obj)
+    } else {
+        pa > pb
+    }
+}
+
+/// Two primary values within `tie_pct` percent of the larger.
+pub fn is_tie(a: f64, b: f64, tie_pct: f64) -> bool {
+    let hi = a.max(b);
+    hi <= 0.0 || (a - b).abs() / hi * 100.0 <= tie_pct
+}
+
+/// Percent gain of `a` over `b` (None when `b` is not positive).
+pub fn gain_pct(a: f64, b: f64) -> Option<f64> {
+    (b > 0.0).then(|| (a / b - 1.0) * 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sp(g: f64, p: f64) -> Speeds {
+        Speeds {
+            gen: Stat::from_samples(&[g]).unwrap(),
+            prompt: Stat::from_samples(&[p]).unwrap(),
+            gen_at_depth: None,
+        }
+    }
+
+    #[test]
+    fn generation_decides_unless_tied_then_prompt_breaks_the_tie() {
+        let obj = Objective::default(); // gen, tie 3 %
+        assert!(better(&sp(50.0, 100.0), &sp(40.0, 900.0), &obj, None));
+        // 50 vs 49.5 is a tie: prompt speed decides
+        assert!(better(&sp(49.5, 900.0), &sp(50.0, 100.0), &obj, None));
+        assert!(!better(&sp(50.0, 100.0), &sp(49.5, 900.0), &obj, None));
+    }
+
+    #[test]
+    fn prompt_objective_ranks_by_prompt() {
+        let obj = Objective {
+            metric: Metric::Prompt,
+            ..Objective::default()
+        };
+        assert!(better(&sp(10.0, 900.0), &sp(50.0, 100.0), &obj, None));
+    }
+
+    #[test]
+    fn gains() {
+        assert_eq!(gain_pct(150.0, 100.0), Some(50.0));
+        assert_eq!(gain_pct(1.0, 0.0), None);
+    }
+}

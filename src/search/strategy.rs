@@ -1,0 +1,684 @@
+//! The search strategy, an argmin [`Solver`]: one trial per iteration.
+//!
+//! 1. Baseline: what the user gets without qtune (no placement flags, the build auto-fits).
+//! 2. Explore: for the starting point, find the fitting `--n-cpu-moe` boundary (start at the
+//!    memory prediction, confirm the boundary once below it, bisect when the prediction was off),
+//!    then improve KV type, batch/ubatch, threads and flash attention by coordinate steps, each
+//!    alternative placed at its own predicted boundary (shifted by what the first boundary taught).
+//!    Close results (a tie within `tie_pct`) are re-measured before deciding.
+//! 3. Confirm: the top candidates and the baseline re-measured interleaved (A B A B ...).
+//!
+//! The solver's decisions depend only on the trial history, so a tune that is killed and
+//! resumed (argmin checkpoint + journal replay) takes exactly the same path.
+
+use super::objective::{better, is_tie, Speeds};
+use crate::config::{FlashAttn, KvType, LaunchConfig};
+use crate::model::ModelLayout;
+use crate::space::{NCpuMoe, SearchSpace, Threads};
+use crate::trial::{OutcomeKind, TrialOutcome, TrialRole, TrialRunner};
+use argmin::core::{
+    Error as ArgminError, IterState, Problem, Solver, State, TerminationReason, TerminationStatus,
+    KV,
+};
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::time::Instant;
+
+/// The argmin state: the parameter is a launch config, the cost is minus the objective.
+pub type TuneState = IterState<LaunchConfig, (), (), (), (), f64>;
+
+/// Everything except placement: one point of the coordinate search.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Base {
+    pub threads: Option<u32>,
+    pub batch: Option<[u32; 2]>,
+    pub kv: [KvType; 2],
+    pub flash_attn: FlashAttn,
+}
+
+/// What the search knows that does not change during a tune (not checkpointed).
+#[derive(Debug, Clone)]
+pub struct SearchContext {
+    pub space: SearchSpace,
+    pub layout: ModelLayout,
+    /// A GPU is present and the model has experts: `--n-cpu-moe` is searched.
+    pub gpu_moe: bool,
+    pub has_gpu: bool,
+    /// VRAM budget for predictions (free before the tune minus headroom), MiB.
+    pub budget_mib: Option<f64>,
+    pub physical_cores: u32,
+    pub logical_cores: u32,
+    /// Start here instead of the space's first values (from a profile).
+    pub start: Option<Base>,
+}
+
+impl SearchContext {
+    fn ncmoe_bounds(&self) -> (u32, u32) {
+        let n = self.layout.n_blocks;
+        match &self.space.vary.n_cpu_moe {
+            Some(NCpuMoe::Range { min, max }) => ((*min).min(n), (*max).min(n)),
+            _ => (0, n),
+        }
+    }
+
+    fn thread_values(&self) -> Vec<Option<u32>> {
+        let mut v: Vec<Option<u32>> = self
+            .space
+            .vary
+            .threads
+            .iter()
+            .map(|t| match t {
+                Threads::Auto(_) => self.physical_cores.max(1),
+                Threads::Count(c) => *c,
+            })
+            .filter(|&c| c >= 1 && c <= self.logical_cores.max(1))
+            .map(Some)
+            .collect();
+        v.dedup();
+        if v.is_empty() {
+            v.push(Some(self.physical_cores.max(1)));
+        }
+        v
+    }
+
+    fn start_base(&self) -> Base {
+        if let Some(b) = &self.start {
+            return b.clone();
+        }
+        let v = &self.space.vary;
+        Base {
+            threads: self.thread_values()[0],
+            batch: v.batch_ubatch.first().copied(),
+            kv: v.kv_types.first().copied().unwrap_or([KvType::F16; 2]),
+            flash_attn: v.flash_attn.first().copied().unwrap_or(FlashAttn::Auto),
+        }
+    }
+
+    /// Alternatives to `inc` along dimension `dim` (0 KV, 1 batch, 2 threads, 3 flash attention).
+    fn alternatives(&self, inc: &Base, dim: usize) -> Vec<Base> {
+        let v = &self.space.vary;
+        let mut out: Vec<Base> = match dim {
+            0 => v
+                .kv_types
+                .iter()
+                .map(|kv| Base { kv: *kv, ..inc.clone() })
+                .collect(),
+            1 => v
+                .batch_ubatch
+                .iter()
+                .map(|b| Base {
+                    batch: Some(*b),
+                    ..inc.clone()
+                })
+                .collect(),
+            2 => self
+                .thread_values()
+                .into_iter()
+                .map(|t| Base {
+                    threads: t,
+                    ..inc.clone()
+                })
+                .collect(),
+            3 => v
+                .flash_attn
+                .iter()
+                .map(|fa| Base {
+                    flash_attn: *fa,
+                    ..inc.clone()
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        out.retain(|b| b != inc);
+        out
+    }
+
+    /// The launch config of a base at `n_cpu_moe` (ignored without GPU + experts).
+    pub fn config(&self, base: &Base, n_cpu_moe: u32) -> LaunchConfig {
+        let f = &self.space.fixed;
+        let mut c = LaunchConfig {
+            ctx: f.ctx,
+            parallel: f.parallel,
+            n_gpu_layers: None,
+            n_cpu_moe: None,
+            threads: base.threads,
+            batch: base.batch.map(|b| b[0]),
+            ubatch: base.batch.map(|b| b[1]),
+            cache_type_k: base.kv[0],
+            cache_type_v: base.kv[1],
+            flash_attn: base.flash_attn,
+            mmap: f.mmap,
+            fit: None,
+        };
+        if self.gpu_moe {
+            c.n_gpu_layers = Some(999);
+            c.n_cpu_moe = Some(n_cpu_moe);
+            c.fit = Some(false);
+        }
+        c
+    }
+
+    /// Smallest `--n-cpu-moe` the memory prediction says fits the budget (None: nothing fits).
+    pub fn predicted_fit(&self, base: &Base) -> Option<u32> {
+        let (lo, hi) = self.ncmoe_bounds();
+        let budget = self.budget_mib?;
+        let template = self.config(base, lo);
+        crate::model::memory::min_n_cpu_moe_that_fits(&self.layout, &template, budget)
+            .map(|n| n.clamp(lo, hi))
+    }
+
+    pub fn baseline(&self) -> LaunchConfig {
+        let f = &self.space.fixed;
+        LaunchConfig {
+            parallel: f.parallel,
+            mmap: f.mmap,
+            ..LaunchConfig::baseline(f.ctx)
+        }
+    }
+}
+
+/// The argmin problem: runs trials (or replays journaled ones after a resume).
+pub struct TuneProblem {
+    pub ctx: SearchContext,
+    runner: RefCell<Box<dyn TrialRunner>>,
+    /// Journaled outcomes not yet seen by the solver (a resumed tune): used instead of launching.
+    replay: RefCell<VecDeque<TrialOutcome>>,
+    started: Instant,
+    progress: Option<std::sync::Arc<super::progress::Progress>>,
+}
+
+impl TuneProblem {
+    pub fn new(
+        ctx: SearchContext,
+        runner: Box<dyn TrialRunner>,
+        replay: Vec<TrialOutcome>,
+        progress: Option<std::sync::Arc<super::progress::Progress>>,
+    ) -> Self {
+        TuneProblem {
+            ctx,
+            runner: RefCell::new(runner),
+            replay: RefCell::new(replay.into()),
+            started: Instant::now(),
+            progress,
+        }
+    }
+
+    fn evaluate(&self, config: &LaunchConfig, role: TrialRole) -> TrialOutcome {
+        let mut replay = self.replay.borrow_mut();
+        if let Some(front) = replay.front() {
+            if &front.config == config && front.role == role {
+                return replay.pop_front().expect("front exists");
+            }
+            // The journal diverged from the plan (edited by hand?): stop replaying.
+            tracing::warn!("journal does not match the search path; running trials afresh");
+            replay.clear();
+        }
+        drop(replay);
+        if let Some(p) = &self.progress {
+            p.starting(config, role);
+        }
+        self.runner.borrow_mut().run(config, role)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Phase {
+    Baseline,
+    Explore,
+    Confirm,
+    Done,
+}
+
+/// The solver. All of its state is serializable (argmin checkpoints it after every trial).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QtuneSearch {
+    pub history: Vec<TrialOutcome>,
+    pub phase: Phase,
+    /// Best base so far and the dimension being stepped.
+    incumbent: Option<Base>,
+    dim: usize,
+    /// Bases waiting to be evaluated (front: in progress).
+    queue: VecDeque<Base>,
+    /// Configs to run before the next decision (re-measurements, confirmation rounds).
+    pending: VecDeque<(LaunchConfig, TrialRole)>,
+    /// A challenger waiting for its re-measurement before it is compared.
+    undecided: Option<Base>,
+    /// Observed boundary minus predicted, learned from the first base.
+    delta: Option<i32>,
+    /// The starting base has been queued.
+    seeded: bool,
+    pub search_trials: u32,
+    /// Seconds spent in earlier sessions of this tune (resume).
+    pub elapsed_before_s: f64,
+    #[serde(skip)]
+    session_start: Option<Instant>,
+    pub warnings: Vec<String>,
+}
+
+impl Default for QtuneSearch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl QtuneSearch {
+    pub fn new() -> Self {
+        QtuneSearch {
+            history: Vec::new(),
+            phase: Phase::Baseline,
+            incumbent: None,
+            dim: 0,
+            queue: VecDeque::new(),
+            pending: VecDeque::new(),
+            undecided: None,
+            delta: None,
+            seeded: false,
+            search_trials: 0,
+            elapsed_before_s: 0.0,
+            session_start: None,
+            warnings: Vec::new(),
+        }
+    }
+
+    pub fn elapsed_s(&self) -> f64 {
+        self.elapsed_before_s
+            + self
+                .session_start
+                .map_or(0.0, |s| s.elapsed().as_secs_f64())
+    }
+
+    fn search_outcomes<'a>(
+        &'a self,
+        ctx: &'a SearchContext,
+        base: &'a Base,
+    ) -> impl Iterator<Item = &'a TrialOutcome> + 'a {
+        self.history.iter().filter(move |o| {
+            o.role == TrialRole::Search && o.config == ctx.config(base, o.config.n_cpu_moe.unwrap_or(0))
+        })
+    }
+
+    /// The next config to try for `base`, or None when its boundary is known (or it is hopeless).
+    fn next_for_base(&mut self, ctx: &SearchContext, base: &Base) -> Option<LaunchConfig> {
+        if !ctx.gpu_moe {
+            let cfg = ctx.config(base, 0);
+            let tried = self.search_outcomes(ctx, base).next().is_some();
+            return (!tried).then_some(cfg);
+        }
+        let (lo, hi) = ctx.ncmoe_bounds();
+        let mut ok_min: Option<u32> = None;
+        let mut fails: Vec<u32> = Vec::new();
+        let mut oks = 0u32;
+        for o in self.search_outcomes(ctx, base) {
+            let n = o.config.n_cpu_moe.unwrap_or(0);
+            if o.kind.is_ok() {
+                oks += 1;
+                ok_min = Some(ok_min.map_or(n, |m: u32| m.min(n)));
+            } else if o.kind.is_memory_failure() {
+                fails.push(n);
+            } else {
+                // Crash, bad flag, timeout: this base does not run; do not bisect on it.
+                return None;
+            }
+        }
+        let fail_max_below = |limit: Option<u32>| {
+            fails
+                .iter()
+                .copied()
+                .filter(|&f| limit.is_none_or(|l| f < l))
+                .max()
+        };
+        let raw = ctx.predicted_fit(base);
+        let start = match raw {
+            Some(p) => (p as i64 + self.delta.unwrap_or(0) as i64).clamp(lo as i64, hi as i64) as u32,
+            None => {
+                if ctx.budget_mib.is_some() && self.search_outcomes(ctx, base).next().is_none() {
+                    let msg = format!(
+                        "{}: predicted not to fit even with every expert on the CPU; skipped",
+                        ctx.config(base, hi).label()
+                    );
+                    if !self.warnings.contains(&msg) {
+                        self.warnings.push(msg);
+                    }
+                    return None;
+                }
+                hi
+            }
+        };
+        let n = match (ok_min, fail_max_below(ok_min)) {
+            (None, None) => start,
+            (None, Some(f)) => {
+                if f >= hi {
+                    return None;
+                }
+                let k = fails.len() as u32;
+                (f + (1u32 << (k - 1).min(8))).min(hi).max(f + 1)
+            }
+            (Some(o), None) => {
+                if o <= lo {
+                    return None;
+                }
+                let step = 1u32 << oks.saturating_sub(1).min(8);
+                o.saturating_sub(step).max(lo)
+            }
+            (Some(o), Some(f)) => {
+                if f + 1 >= o {
+                    return None;
+                }
+                (f + o) / 2
+            }
+        };
+        Some(ctx.config(base, n))
+    }
+
+    /// The best measured config of a base and its pooled speeds.
+    fn best_of(&self, ctx: &SearchContext, base: &Base) -> Option<(LaunchConfig, Speeds)> {
+        let best_cfg = self
+            .search_outcomes(ctx, base)
+            .filter(|o| o.kind.is_ok())
+            .min_by_key(|o| o.config.n_cpu_moe.unwrap_or(0))?
+            .config
+            .clone();
+        let speeds = Speeds::pooled(self.history.iter().filter(|o| {
+            o.config == best_cfg && matches!(o.role, TrialRole::Search)
+        }))?;
+        Some((best_cfg, speeds))
+    }
+
+    fn baseline_speeds(&self) -> Option<Speeds> {
+        Speeds::pooled(
+            self.history
+                .iter()
+                .filter(|o| o.role == TrialRole::Baseline),
+        )
+    }
+
+    fn trials_of(&self, cfg: &LaunchConfig) -> usize {
+        self.history
+            .iter()
+            .filter(|o| &o.config == cfg && o.role == TrialRole::Search && o.kind.is_ok())
+            .count()
+    }
+
+    /// Compare a finished challenger with the incumbent; may schedule re-measurements.
+    fn decide(&mut self, ctx: &SearchContext, challenger: Base) {
+        let Some(inc) = self.incumbent.clone() else {
+            if self.best_of(ctx, &challenger).is_some() {
+                self.incumbent = Some(challenger);
+            }
+            return;
+        };
+        let (Some((ci, si)), Some((cc, sc))) =
+            (self.best_of(ctx, &inc), self.best_of(ctx, &challenger))
+        else {
+            if self.best_of(ctx, &inc).is_none() && self.best_of(ctx, &challenger).is_some() {
+                self.incumbent = Some(challenger);
+            }
+            return;
+        };
+        let obj = &ctx.space.objective;
+        let reference = self.baseline_speeds();
+        let tie = is_tie(
+            si.primary(obj, reference.as_ref()),
+            sc.primary(obj, reference.as_ref()),
+            obj.tie_pct,
+        );
+        if tie && (self.trials_of(&ci) < 2 || self.trials_of(&cc) < 2) {
+            // Close: measure both again (incumbent first) before deciding.
+            if self.trials_of(&ci) < 2 {
+                self.pending.push_back((ci, TrialRole::Search));
+            }
+            if self.trials_of(&cc) < 2 {
+                self.pending.push_back((cc, TrialRole::Search));
+            }
+            self.undecided = Some(challenger);
+            return;
+        }
+        if better(&sc, &si, obj, reference.as_ref()) {
+            self.incumbent = Some(challenger);
+        }
+    }
+
+    fn budget_left(&self, ctx: &SearchContext) -> bool {
+        let b = &ctx.space.budget;
+        self.search_trials < b.trials && self.elapsed_s() < b.minutes * 60.0 * 0.75
+    }
+
+    /// Top distinct candidates for the confirmation, best first.
+    pub fn ranked_candidates(&self, ctx: &SearchContext) -> Vec<(LaunchConfig, Speeds)> {
+        let mut bases: Vec<Base> = Vec::new();
+        for o in self.history.iter().filter(|o| o.role == TrialRole::Search) {
+            let b = base_of(&o.config);
+            if !bases.contains(&b) {
+                bases.push(b);
+            }
+        }
+        let mut cands: Vec<(LaunchConfig, Speeds)> =
+            bases.iter().filter_map(|b| self.best_of(ctx, b)).collect();
+        let obj = &ctx.space.objective;
+        let reference = self.baseline_speeds();
+        cands.sort_by(|a, b| {
+            if better(&a.1, &b.1, obj, reference.as_ref()) {
+                std::cmp::Ordering::Less
+            } else if better(&b.1, &a.1, obj, reference.as_ref()) {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        });
+        cands
+    }
+
+    fn plan_confirmation(&mut self, ctx: &SearchContext) {
+        let b = &ctx.space.budget;
+        let mut configs: Vec<LaunchConfig> = self
+            .ranked_candidates(ctx)
+            .into_iter()
+            .take(b.confirm_top.max(1) as usize)
+            .map(|(c, _)| c)
+            .collect();
+        if configs.is_empty() {
+            return;
+        }
+        let baseline = ctx.baseline();
+        let baseline_ok = self
+            .history
+            .iter()
+            .any(|o| o.role == TrialRole::Baseline && o.kind.is_ok());
+        if baseline_ok && !configs.contains(&baseline) {
+            configs.push(baseline);
+        }
+        for _ in 0..b.confirm_rounds {
+            for c in &configs {
+                self.pending.push_back((c.clone(), TrialRole::Confirm));
+            }
+        }
+    }
+
+    /// Decide what to run next; None when the tune is finished.
+    fn next_action(&mut self, ctx: &SearchContext) -> Option<(LaunchConfig, TrialRole)> {
+        loop {
+            if let Some(p) = self.pending.pop_front() {
+                return Some(p);
+            }
+            match self.phase {
+                Phase::Baseline => {
+                    self.phase = Phase::Explore;
+                    return Some((ctx.baseline(), TrialRole::Baseline));
+                }
+                Phase::Explore => {
+                    if let Some(ch) = self.undecided.take() {
+                        self.decide(ctx, ch);
+                        continue;
+                    }
+                    if !self.budget_left(ctx) {
+                        self.phase = Phase::Confirm;
+                        self.plan_confirmation(ctx);
+                        continue;
+                    }
+                    if !self.seeded {
+                        self.seeded = true;
+                        self.queue.push_back(ctx.start_base());
+                    }
+                    let Some(base) = self.queue.front().cloned() else {
+                        // Dimension finished: step the next one from the incumbent (or from the
+                        // starting point when nothing has run yet).
+                        let inc = self.incumbent.clone().unwrap_or_else(|| ctx.start_base());
+                        if self.dim >= 4 {
+                            self.phase = Phase::Confirm;
+                            self.plan_confirmation(ctx);
+                            continue;
+                        }
+                        self.queue = ctx.alternatives(&inc, self.dim).into();
+                        self.dim += 1;
+                        continue;
+                    };
+                    if let Some(cfg) = self.next_for_base(ctx, &base) {
+                        return Some((cfg, TrialRole::Search));
+                    }
+                    // This base is done: learn the prediction offset once, then compare.
+                    self.queue.pop_front();
+                    if self.delta.is_none() && ctx.gpu_moe {
+                        if let (Some(p), Some((cfg, _))) =
+                            (ctx.predicted_fit(&base), self.best_of(ctx, &base))
+                        {
+                            self.delta = Some(cfg.n_cpu_moe.unwrap_or(0) as i32 - p as i32);
+                        }
+                    }
+                    self.decide(ctx, base);
+                }
+                Phase::Confirm => {
+                    self.phase = Phase::Done;
+                    return None;
+                }
+                Phase::Done => return None,
+            }
+        }
+    }
+
+    fn record(&mut self, outcome: TrialOutcome) {
+        if outcome.role == TrialRole::Search {
+            self.search_trials += 1;
+        }
+        self.history.push(outcome);
+    }
+}
+
+/// The non-placement part of a config.
+pub fn base_of(c: &LaunchConfig) -> Base {
+    Base {
+        threads: c.threads,
+        batch: match (c.batch, c.ubatch) {
+            (Some(b), Some(u)) => Some([b, u]),
+            _ => None,
+        },
+        kv: [c.cache_type_k, c.cache_type_v],
+        flash_attn: c.flash_attn,
+    }
+}
+
+fn cost_of(o: &TrialOutcome, ctx: &SearchContext, reference: Option<&Speeds>) -> f64 {
+    match Speeds::pooled(std::iter::once(o)) {
+        Some(s) if o.kind == OutcomeKind::Ok => -s.primary(&ctx.space.objective, reference),
+        _ => f64::INFINITY,
+    }
+}
+
+impl Solver<TuneProblem, TuneState> for QtuneSearch {
+    fn name(&self) -> &str {
+        "qtune boundary + coordinate search"
+    }
+
+    fn init(
+        &mut self,
+        _problem: &mut Problem<TuneProblem>,
+        state: TuneState,
+    ) -> Result<(TuneState, Option<KV>), ArgminError> {
+        self.session_start = Some(Instant::now());
+        Ok((state, None))
+    }
+
+    fn next_iter(
+        &mut self,
+        problem: &mut Problem<TuneProblem>,
+        state: TuneState,
+    ) -> Result<(TuneState, Option<KV>), ArgminError> {
+        if self.session_start.is_none() {
+            // Resumed from a checkpoint: the clock restarts from what was spent before.
+            self.session_start = Some(Instant::now());
+        }
+        let ctx = problem
+            .problem
+            .as_ref()
+            .expect("problem present")
+            .ctx
+            .clone();
+        let Some((cfg, role)) = self.next_action(&ctx) else {
+            return Ok((
+                state.terminate_with(TerminationReason::SolverConverged),
+                None,
+            ));
+        };
+        let outcome = problem.problem("trial_count", |p| Ok(p.evaluate(&cfg, role)))?;
+        let cost = cost_of(&outcome, &ctx, self.baseline_speeds().as_ref());
+        self.record(outcome.clone());
+        let line = super::progress::Progress::line(
+            &outcome,
+            self.search_trials,
+            ctx.space.budget.trials,
+        );
+        let kv = argmin::kv!(
+            "trial" => outcome.id;
+            "outcome" => outcome.kind.as_str().to_string();
+            "line" => line;
+        );
+        Ok((state.param(cfg).cost(cost), Some(kv)))
+    }
+
+    fn terminate(&mut self, _state: &TuneState) -> TerminationStatus {
+        if self.phase == Phase::Done {
+            TerminationStatus::Terminated(TerminationReason::SolverConverged)
+        } else {
+            TerminationStatus::NotTerminated
+        }
+    }
+}
+
+impl TuneProblem {
+    /// Seconds since this session started (for the time budget of a fresh tune).
+    pub fn session_elapsed_s(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+}
+
+/// Run the whole search (baseline, exploration, confirmation) through argmin's executor.
+/// `replay` holds journaled outcomes of an earlier session; `run_dir` enables checkpointing.
+pub fn run_search(
+    ctx: SearchContext,
+    runner: Box<dyn TrialRunner>,
+    replay: Vec<TrialOutcome>,
+    run_dir: Option<&std::path::Path>,
+) -> anyhow::Result<QtuneSearch> {
+    run_search_with(ctx, runner, replay, run_dir, None)
+}
+
+pub(super) fn run_search_with(
+    ctx: SearchContext,
+    runner: Box<dyn TrialRunner>,
+    replay: Vec<TrialOutcome>,
+    run_dir: Option<&std::path::Path>,
+    progress: Option<std::sync::Arc<super::progress::Progress>>,
+) -> anyhow::Result<QtuneSearch> {
+    use argmin::core::observers::ObserverMode;
+    use argmin::core::Executor;
+    let problem = TuneProblem::new(ctx, runner, replay, progress.clone());
+    let mut exec = Executor::new(problem, QtuneSearch::new());
+    if let Some(dir) = run_dir {
+        exec = exec.checkpointing(super::checkpoint::RunDirCheckpoint::new(dir));
+    }
+    if let Some(p) = progress {
+        exec = exec.add_observer(super::progress::Observer(p), ObserverMode::Always);
+    }
+    let res = exec.run()?;
+    Ok(res.solver().clone())
+}

@@ -1,0 +1,142 @@
+//! The verdict: the interleaved confirmation pooled per config, the winner and its gain over the
+//! baseline. A config that failed or went over the VRAM budget in any trial never wins.
+
+use super::objective::{better, gain_pct, Speeds};
+use super::strategy::SearchContext;
+use super::{Confirmed, RunInputs, Winner};
+use crate::config::LaunchConfig;
+use crate::trial::{TrialOutcome, TrialRole};
+use std::path::Path;
+
+fn peak(outcomes: &[&TrialOutcome]) -> Option<u64> {
+    outcomes.iter().filter_map(|o| o.peak_vram_total_mib()).max()
+}
+
+/// Group the trials of `role` by config, in order of first appearance.
+fn grouped<'a>(history: &'a [TrialOutcome], role: TrialRole) -> Vec<(LaunchConfig, Vec<&'a TrialOutcome>)> {
+    let mut groups: Vec<(LaunchConfig, Vec<&TrialOutcome>)> = Vec::new();
+    for o in history.iter().filter(|o| o.role == role) {
+        match groups.iter_mut().find(|(c, _)| *c == o.config) {
+            Some((_, v)) => v.push(o),
+            None => groups.push((o.config.clone(), vec![o])),
+        }
+    }
+    groups
+}
+
+/// Decide the winner. Returns the confirmation table and the winner (None if nothing ran).
+pub fn decide(
+    ctx: &SearchContext,
+    history: &[TrialOutcome],
+    server: &Path,
+    model: &Path,
+    inputs: &RunInputs,
+    warnings: &mut Vec<String>,
+) -> (Vec<Confirmed>, Option<Winner>) {
+    let baseline_cfg = ctx.baseline();
+    let budget = inputs.vram_budget_mib;
+    // Every trial of a config counts against it: one failure or spill disqualifies it.
+    let disqualified = |cfg: &LaunchConfig| {
+        history.iter().filter(|o| &o.config == cfg).any(|o| {
+            !o.kind.is_ok()
+                || matches!((budget, o.peak_vram_total_mib()), (Some(b), Some(p)) if p > b)
+        })
+    };
+    let confirmation: Vec<Confirmed> = grouped(history, TrialRole::Confirm)
+        .into_iter()
+        .map(|(config, trials)| {
+            let speeds = Speeds::pooled(trials.iter().copied());
+            Confirmed {
+                is_baseline: config == baseline_cfg,
+                gen_tps: speeds.as_ref().map(|s| s.gen.clone()),
+                prompt_tps: speeds.as_ref().map(|s| s.prompt.clone()),
+                peak_vram_mib: peak(&trials),
+                trial_ids: trials.iter().map(|o| o.id).collect(),
+                config,
+            }
+        })
+        .collect();
+
+    // Candidates: from the confirmation when it ran, else from the search.
+    let role = if confirmation.iter().any(|c| !c.is_baseline) {
+        TrialRole::Confirm
+    } else {
+        TrialRole::Search
+    };
+    let mut candidates: Vec<(LaunchConfig, Speeds, Option<u64>)> = Vec::new();
+    for (cfg, trials) in grouped(history, role) {
+        if cfg == baseline_cfg {
+            continue;
+        }
+        if disqualified(&cfg) {
+            if role == TrialRole::Confirm {
+                warnings.push(format!(
+                    "{} failed or exceeded the VRAM budget in a trial: not eligible to win",
+                    cfg.label()
+                ));
+            }
+            continue;
+        }
+        if let Some(s) = Speeds::pooled(trials.iter().copied()) {
+            candidates.push((cfg, s, peak(&trials)));
+        }
+    }
+    let baseline_trials: Vec<&TrialOutcome> = {
+        let confirm: Vec<&TrialOutcome> = history
+            .iter()
+            .filter(|o| o.role == TrialRole::Confirm && o.config == baseline_cfg)
+            .collect();
+        if confirm.is_empty() {
+            history
+                .iter()
+                .filter(|o| o.role == TrialRole::Baseline)
+                .collect()
+        } else {
+            confirm
+        }
+    };
+    let baseline = Speeds::pooled(baseline_trials.iter().copied());
+    let obj = &ctx.space.objective;
+    let best = candidates.into_iter().reduce(|a, b| {
+        if better(&b.1, &a.1, obj, baseline.as_ref()) {
+            b
+        } else {
+            a
+        }
+    });
+    let baseline_eligible = baseline.is_some() && !disqualified(&baseline_cfg);
+    let (config, speeds, vram) = match (best, baseline_eligible) {
+        (Some(b), true) if better(baseline.as_ref().unwrap(), &b.1, obj, baseline.as_ref()) => {
+            warnings.push(format!(
+                "the baseline (server defaults) measured faster than qtune's best ({}); the baseline is the recommendation",
+                b.0.label()
+            ));
+            (baseline_cfg.clone(), baseline.clone().unwrap(), peak(&baseline_trials))
+        }
+        (Some(b), _) => b,
+        (None, true) => {
+            warnings.push("no searched config ran successfully; the baseline is the recommendation".into());
+            (baseline_cfg.clone(), baseline.clone().unwrap(), peak(&baseline_trials))
+        }
+        (None, false) => return (confirmation, None),
+    };
+    let gen_gain = baseline
+        .as_ref()
+        .and_then(|b| gain_pct(speeds.gen.median, b.gen.median));
+    let prompt_gain = baseline
+        .as_ref()
+        .and_then(|b| gain_pct(speeds.prompt.median, b.prompt.median));
+    let command = config.command(server, model, &inputs.host, inputs.port);
+    (
+        confirmation,
+        Some(Winner {
+            config,
+            gen_tps: speeds.gen,
+            prompt_tps: speeds.prompt,
+            peak_vram_mib: vram,
+            gen_gain_pct: gen_gain,
+            prompt_gain_pct: prompt_gain,
+            command,
+        }),
+    )
+}

@@ -1,0 +1,187 @@
+//! The search's logic on replayed landscapes (no server launched): does it find the known
+//! optimum, within budget, never crowning a failed config, whatever the prediction's error?
+//! The real llama-server path of the search is covered by tests/tune_cli.rs.
+
+use qtune::config::{KvType, LaunchConfig};
+use qtune::model::{BlockBytes, ModelLayout};
+use qtune::search::strategy::{run_search, SearchContext};
+use qtune::trial::replay::{ReplayAnswer, ReplayRunner};
+use qtune::trial::{OutcomeKind, TrialRole};
+use std::collections::BTreeMap;
+
+const MIB: u64 = 1 << 20;
+
+/// A qwen3.5-35b-a3b-like layout: 40 blocks, ~420 MiB of routed experts each.
+fn layout() -> ModelLayout {
+    let blocks: Vec<BlockBytes> = (0..40)
+        .map(|_| BlockBytes {
+            routed_experts: 420 * MIB,
+            shared_experts: 4 * MIB,
+            rest: 30 * MIB,
+        })
+        .collect();
+    let tensor_bytes = blocks.iter().map(|b| b.total()).sum::<u64>() + 2 * 300 * MIB;
+    ModelLayout {
+        arch: "qwen35moe".into(),
+        name: Some("replayed".into()),
+        file_type: Some("Q4_K_M".into()),
+        file_bytes: tensor_bytes + 10 * MIB,
+        n_blocks: 40,
+        n_experts: 256,
+        n_experts_used: 8,
+        n_embd: 2048,
+        n_head: 16,
+        n_head_kv: 2,
+        head_dim_k: 256,
+        head_dim_v: 256,
+        n_vocab: 248_320,
+        ctx_train: 262_144,
+        kv_blocks: (0..40).map(|i| (i + 1) % 4 == 0).collect(),
+        recurrent_state_bytes: (0..40)
+            .map(|i| if (i + 1) % 4 == 0 { 0 } else { 1 << 20 })
+            .collect(),
+        blocks,
+        token_embd_bytes: 300 * MIB,
+        output_bytes: 300 * MIB,
+        other_bytes: 0,
+        bytes_by_type: BTreeMap::new(),
+        tensor_bytes,
+        fingerprint: "replayed".into(),
+    }
+}
+
+fn context(budget_mib: f64) -> SearchContext {
+    SearchContext {
+        space: qtune::space::load("default").unwrap(),
+        layout: layout(),
+        gpu_moe: true,
+        has_gpu: true,
+        budget_mib: Some(budget_mib),
+        physical_cores: 16,
+        logical_cores: 32,
+        start: None,
+    }
+}
+
+/// The replayed box: the true boundary is the prediction's plus `offset`; fewer CPU experts are
+/// faster; q8_0 KV is 4 % faster; ubatch 2048 doubles prompt speed; 8 threads are 10 % slower.
+fn landscape(ctx: &SearchContext, offset: i64) -> ReplayRunner {
+    ReplayRunner::from_fn(landscape_fn(ctx, offset))
+}
+
+fn landscape_fn(ctx: &SearchContext, offset: i64) -> impl FnMut(&LaunchConfig) -> ReplayAnswer {
+    let ctx = ctx.clone();
+    move |c: &LaunchConfig| {
+        let Some(n) = c.n_cpu_moe else {
+            // The baseline: the server's own auto-fit, slower than a tuned placement.
+            return ReplayAnswer::Ok {
+                gen_tps: 40.0,
+                prompt_tps: 300.0,
+                peak_vram_mib: Some(14_000),
+            };
+        };
+        let base = qtune::search::strategy::base_of(c);
+        let predicted = ctx.predicted_fit(&base).expect("fits somewhere") as i64;
+        let boundary = (predicted + offset).clamp(0, 40);
+        if (n as i64) < boundary {
+            return ReplayAnswer::Fail(if n as i64 == boundary - 1 {
+                OutcomeKind::OomRuntime
+            } else {
+                OutcomeKind::OomLoad
+            });
+        }
+        let mut tg = 70.0 - 1.5 * (n as f64 - boundary as f64);
+        if c.cache_type_k == KvType::Q8_0 {
+            tg *= 1.04;
+        }
+        if c.threads == Some(8) {
+            tg *= 0.9;
+        }
+        let pp = if c.ubatch.unwrap_or(512) >= 2048 { 900.0 } else { 450.0 };
+        ReplayAnswer::Ok {
+            gen_tps: tg,
+            prompt_tps: pp,
+            peak_vram_mib: Some(15_000),
+        }
+    }
+}
+
+/// The true optimum's --n-cpu-moe for the winner's flags.
+fn true_boundary(ctx: &SearchContext, c: &LaunchConfig, offset: i64) -> u32 {
+    let base = qtune::search::strategy::base_of(c);
+    (ctx.predicted_fit(&base).unwrap() as i64 + offset).clamp(0, 40) as u32
+}
+
+fn check(offset: i64) {
+    let ctx = context(15_800.0);
+    let search = run_search(ctx.clone(), Box::new(landscape(&ctx, offset)), Vec::new(), None).unwrap();
+    let h = &search.history;
+    assert_eq!(h[0].role, TrialRole::Baseline, "the baseline is measured first");
+    let searched = h.iter().filter(|o| o.role == TrialRole::Search).count() as u32;
+    assert!(searched <= ctx.space.budget.trials, "{searched} search trials");
+    let (best, _) = search.ranked_candidates(&ctx).into_iter().next().expect("a candidate");
+    assert_eq!(best.cache_type_k, KvType::Q8_0, "q8_0 is faster here");
+    assert_eq!(best.threads, Some(16), "physical cores beat 8 threads here");
+    assert_eq!(
+        best.n_cpu_moe,
+        Some(true_boundary(&ctx, &best, offset)),
+        "the winner sits on the true boundary (prediction offset {offset})"
+    );
+    assert!(
+        h.iter().any(|o| o.role == TrialRole::Confirm && o.config.n_cpu_moe.is_none()),
+        "the baseline is re-measured in the confirmation"
+    );
+    for o in h.iter().filter(|o| !o.kind.is_ok()) {
+        assert_ne!(Some(&o.config), Some(&best), "a failed config never ranks first");
+    }
+}
+
+#[test]
+fn finds_the_boundary_when_the_prediction_is_right() {
+    check(0);
+}
+
+#[test]
+fn finds_the_boundary_when_the_prediction_is_pessimistic() {
+    check(-3);
+}
+
+#[test]
+fn finds_the_boundary_when_the_prediction_is_optimistic() {
+    check(2);
+}
+
+#[test]
+fn every_config_failing_gives_no_candidate_and_stays_in_budget() {
+    let ctx = context(15_800.0);
+    let runner = ReplayRunner::from_fn(|_| ReplayAnswer::Fail(OutcomeKind::Crash));
+    let search = run_search(ctx.clone(), Box::new(runner), Vec::new(), None).unwrap();
+    assert!(search.ranked_candidates(&ctx).is_empty());
+    assert!(search.search_trials <= ctx.space.budget.trials);
+}
+
+#[test]
+fn a_replayed_journal_is_not_run_again() {
+    // Resume: the trials of a first (killed) session are replayed from the journal, not re-run.
+    let ctx = context(15_800.0);
+    let full = run_search(ctx.clone(), Box::new(landscape(&ctx, 0)), Vec::new(), None).unwrap();
+    let done: Vec<_> = full.history[..5].to_vec();
+    let counting = std::rc::Rc::new(std::cell::Cell::new(0u32));
+    let mut inner = landscape_fn(&ctx, 0);
+    let c2 = counting.clone();
+    let runner = ReplayRunner::from_fn(move |c| {
+        c2.set(c2.get() + 1);
+        inner(c)
+    });
+    let resumed = run_search(ctx.clone(), Box::new(runner), done, None).unwrap();
+    assert_eq!(resumed.history.len(), full.history.len());
+    assert_eq!(
+        counting.get() as usize,
+        full.history.len() - 5,
+        "only the trials after the journal ran"
+    );
+    let cfgs = |s: &qtune::search::strategy::QtuneSearch| {
+        s.history.iter().map(|o| o.config.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(cfgs(&resumed), cfgs(&full), "the resumed tune takes the same path");
+}
