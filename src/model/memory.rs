@@ -125,6 +125,11 @@ fn kv_row_bytes(t: KvType, n: u64) -> f64 {
     (n.div_ceil(blk) * bytes) as f64
 }
 
+/// The context llama.cpp allocates for `-c ctx`: rounded up to a multiple of 256.
+pub fn padded_ctx(ctx: u32) -> u32 {
+    ctx.max(1).div_ceil(256) * 256
+}
+
 /// Does the server use flash attention for this config? `auto` enables it where supported
 /// (CPU and CUDA, the backends qtune targets).
 pub fn flash_attention_enabled(cfg: &LaunchConfig) -> bool {
@@ -198,8 +203,9 @@ pub fn predict_with(
         }
     }
 
-    // KV cache: every KV block holds ctx cells of K and V rows.
-    let ctx = cfg.ctx.max(1) as u64;
+    // KV cache: every KV block holds ctx cells of K and V rows; llama.cpp pads the context
+    // to a multiple of 256 cells.
+    let ctx = padded_ctx(cfg.ctx) as u64;
     let k_row = kv_row_bytes(
         cfg.cache_type_k,
         layout.n_head_kv as u64 * layout.head_dim_k as u64,
@@ -240,7 +246,7 @@ pub fn predict_with(
         .ubatch
         .unwrap_or(512)
         .min(cfg.batch.unwrap_or(2048))
-        .min(cfg.ctx.max(1)) as f64;
+        .min(padded_ctx(cfg.ctx)) as f64;
     let ffn_width = if layout.is_moe() {
         let exp = details.n_ff_exp.max(1) as f64 * layout.n_experts_used.max(1) as f64;
         exp.max(details.n_ff_shexp as f64)

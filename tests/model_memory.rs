@@ -1,0 +1,175 @@
+//! Memory prediction against the real CPU llama-server's own report (`-lv 4` buffer lines):
+//! SmolLM2 (dense) and the tiny synthetic MoE shapes, two contexts, two KV types.
+
+use qtune::config::{KvType, LaunchConfig};
+use qtune::model::{self, memory};
+use qtune::trial::logparse;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn server_binary() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("QTUNE_LLAMA_SERVER") {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Some(p);
+        }
+    }
+    let p = qtune::server::cached_server(false);
+    p.is_file().then_some(p)
+}
+
+/// A server in its own process group, killed (group) on drop.
+struct Server {
+    child: Child,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let pid = self.child.id() as i32;
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn health_ok(port: u16) -> bool {
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut buf = String::new();
+    let _ = s.read_to_string(&mut buf);
+    buf.starts_with("HTTP/1.1 200")
+}
+
+/// Start the server for `cfg`, wait until healthy, return its log.
+fn run_server(bin: &Path, model: &Path, cfg: &LaunchConfig, log: &Path) -> String {
+    use std::os::unix::process::CommandExt;
+    let port = free_port();
+    let argv = cfg.command(bin, model, "127.0.0.1", port);
+    let logf = std::fs::File::create(log).unwrap();
+    let child = Command::new(&argv[0])
+        .args(&argv[1..])
+        .args(["-lv", "4"])
+        .stdin(Stdio::null())
+        .stdout(logf.try_clone().unwrap())
+        .stderr(logf)
+        .process_group(0)
+        .spawn()
+        .expect("spawn llama-server");
+    let mut server = Server { child };
+    let t0 = Instant::now();
+    loop {
+        if health_ok(port) {
+            break;
+        }
+        if let Ok(Some(st)) = server.child.try_wait() {
+            panic!(
+                "llama-server exited ({st}) for {}: {}",
+                cfg.label(),
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "server never became healthy"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(server);
+    std::fs::read_to_string(log).unwrap()
+}
+
+fn close(pred: f64, rep: f64, abs_mib: f64, rel: f64) -> bool {
+    (pred - rep).abs() <= abs_mib.max(rel * rep)
+}
+
+#[test]
+fn predictions_match_the_cpu_servers_report() {
+    let Some(bin) = server_binary() else {
+        eprintln!(
+            "SKIP: no llama-server (build it with `qtune server build` or set QTUNE_LLAMA_SERVER)"
+        );
+        return;
+    };
+    let mut models = vec![qtune::fixtures::smollm2().expect("SmolLM2 fixture")];
+    for s in ["tiny-qwen35moe", "tiny-qwen3moe"] {
+        models.push(qtune::fixtures::tiny_moe(s).expect("tiny synthetic fixture"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for m in &models {
+        let layout = model::load(m).unwrap();
+        for ctx in [1000u32, 4096] {
+            for kv in [KvType::F16, KvType::Q8_0] {
+                let cfg = LaunchConfig {
+                    cache_type_k: kv,
+                    cache_type_v: kv,
+                    threads: Some(2),
+                    ..LaunchConfig::baseline(ctx)
+                };
+                let log = run_server(&bin, m, &cfg, &dir.path().join("server.log"));
+                let rep = logparse::parse_reported_memory(&log);
+                let p = memory::predict(&layout, &cfg, false);
+                let b = &p.breakdown;
+                let rep_model = rep.model_mib.get("CPU_Mapped").copied().unwrap_or(0.0)
+                    + rep.model_mib.get("CPU").copied().unwrap_or(0.0);
+                let rep_repack = rep.model_mib.get("CPU_REPACK").copied().unwrap_or(0.0);
+                let rep_kv: f64 = rep.kv_mib.values().sum();
+                let rep_rs: f64 = rep.recurrent_mib.values().sum();
+                let rep_compute: f64 = rep.compute_mib.values().sum();
+                let rep_host = logparse::host_total_mib(&rep);
+                let name = m.file_name().unwrap().to_string_lossy();
+                println!(
+                    "{name} ctx={ctx} kv={kv}: model {:.2}/{:.2} repack {:.2}/{:.2} kv {:.2}/{:.2} rs {:.2}/{:.2} compute+out {:.2}/{:.2} host {:.2}/{:.2} (predicted/reported MiB)",
+                    b.weights_host_mib(), rep_model,
+                    b.repack_host_mib(), rep_repack,
+                    b.kv_host_mib, rep_kv,
+                    b.recurrent_host_mib, rep_rs,
+                    b.compute_host_mib + b.output_host_mib, rep_compute,
+                    p.host_mib, rep_host
+                );
+                assert!(rep_model > 0.0, "no model buffer parsed from the log");
+                // Weights: the mapped buffer spans exactly the tensor data (plus alignment).
+                let checks = [
+                    ("weights", b.weights_host_mib(), rep_model, 0.05, 0.0),
+                    ("repack", b.repack_host_mib(), rep_repack, 0.05, 0.0),
+                    ("kv", b.kv_host_mib, rep_kv, 0.01, 0.0),
+                    ("recurrent", b.recurrent_host_mib, rep_rs, 0.01, 0.0),
+                    (
+                        "compute",
+                        b.compute_host_mib + b.output_host_mib,
+                        rep_compute,
+                        0.5,
+                        0.05,
+                    ),
+                    ("host total", p.host_mib, rep_host, 64.0, 0.03),
+                ];
+                for (what, pred, r, abs, rel) in checks {
+                    if !close(pred, r, abs, rel) {
+                        failures.push(format!(
+                            "{name} ctx={ctx} kv={kv} {what}: predicted {pred:.2} MiB, reported {r:.2} MiB"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
