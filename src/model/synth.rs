@@ -421,9 +421,8 @@ fn metadata(
             }
             ("tokenizer.ggml.token_type", GgufValue::Array(et, items)) => {
                 let mut items = items.clone();
-                let pad = match et {
-                    &vtype::I32 => GgufValue::I32(5),
-                    &vtype::U32 => GgufValue::U32(5),
+                let pad = match *et {
+                    vtype::U32 => GgufValue::U32(5),
                     _ => GgufValue::I32(5),
                 };
                 items.resize(shape.n_vocab as usize, pad);
@@ -523,7 +522,7 @@ pub fn write_synthetic_with_vocab(
         let file = std::fs::File::create(&tmp)
             .with_context(|| format!("cannot create {}", tmp.display()))?;
         let mut w = std::io::BufWriter::with_capacity(8 << 20, file);
-        let mut rng = Rng(0x5eed_0f_9709e);
+        let mut rng = Rng(0x05ee_d0f9_709e);
         let mut chunks: std::collections::HashMap<GgmlType, Vec<u8>> = Default::default();
         let n = gguf::write_gguf(&mut w, &md, &specs, gguf::DEFAULT_ALIGNMENT, |i, t, out| {
             let total = t.bytes().unwrap_or(0) as usize;
