@@ -525,6 +525,14 @@ impl TrialRunner for LlamaServerRunner {
             log: d.log,
             warnings: d.warnings,
         };
+        if super::cleanup::interrupted().is_some() {
+            // qtune is being interrupted: this trial's server was ended by the signal handler,
+            // so its outcome is not a result. Never journal it (a resumed tune would skip a
+            // config as "crashed"); the handler exits the process in a moment.
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
         if let Err(e) = self.journal.append(&outcome) {
             tracing::error!("{e:#}");
             outcome
