@@ -3,6 +3,7 @@
 
 pub mod ggml_type;
 pub mod gguf;
+pub mod inspect;
 pub mod layout;
 pub mod memory;
 pub mod synth;
@@ -80,8 +81,18 @@ pub fn cmd_inspect(
     headroom_mib: u64,
     format: crate::util::Format,
 ) -> anyhow::Result<()> {
-    let _ = (path, ctx, kv, headroom_mib, format);
-    anyhow::bail!("qtune inspect is not implemented yet")
+    let layout = load(path)?;
+    let hw = crate::hardware::probe(false);
+    let budget = hw
+        .has_gpu()
+        .then(|| hw.free_vram_mib() as f64 - headroom_mib as f64);
+    let report = inspect::build(path, &layout, ctx, kv, budget, hw.summary());
+    match format {
+        crate::util::Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        crate::util::Format::Yaml => print!("{}", serde_yaml::to_string(&report)?),
+        crate::util::Format::Text => print!("{}", inspect::render_text(&report)),
+    }
+    Ok(())
 }
 
 /// `qtune synth`: write a random-weight GGUF of a real MoE shape.
