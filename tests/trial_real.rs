@@ -47,6 +47,12 @@ fn assert_measured_ok(o: &TrialOutcome) {
     assert!(log.starts_with("# qtune: "));
     assert!(log.contains(" -lv 4"), "verbosity flag passed");
     assert!(log.contains("model loaded"));
+    // The server's own buffer report, parsed from the -lv 4 log.
+    let rep = o.reported.as_ref().expect("buffer sizes reported");
+    let model_mib: f64 = rep.model_mib.values().sum();
+    let kv_mib: f64 = rep.kv_mib.values().sum::<f64>() + rep.recurrent_mib.values().sum::<f64>();
+    assert!(model_mib > 1.0, "{rep:?}");
+    assert!(kv_mib > 0.0, "{rep:?}");
 }
 
 #[test]

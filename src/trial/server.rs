@@ -497,10 +497,15 @@ impl LlamaServerRunner {
     }
 }
 
-/// The server's own buffer sizes, from its log.
+/// The server's own buffer sizes, from its log; `None` when it reported none (e.g. it died
+/// before allocating anything).
 fn reported_memory(log: &str) -> Option<ReportedMemory> {
-    let _ = log;
-    None
+    let r = super::logparse::parse_reported_memory(log);
+    if r == ReportedMemory::default() {
+        None
+    } else {
+        Some(r)
+    }
 }
 
 impl TrialRunner for LlamaServerRunner {
