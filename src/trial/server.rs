@@ -547,3 +547,44 @@ impl TrialRunner for LlamaServerRunner {
         outcome
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_timeout_scales_with_the_model() {
+        assert_eq!(load_timeout_for(0), Duration::from_secs(60));
+        assert_eq!(load_timeout_for(4 << 30), Duration::from_secs(120));
+    }
+
+    #[test]
+    fn free_port_is_bindable() {
+        let p = free_port().unwrap();
+        assert!(p > 0);
+        std::net::TcpListener::bind(("127.0.0.1", p)).unwrap();
+    }
+
+    #[test]
+    fn argv_adds_verbosity_and_extra_flags_after_the_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = LlamaServerRunner::new(
+            Path::new("/opt/llama-server"),
+            Path::new("/m/model.gguf"),
+            1 << 30,
+            Workload::default(),
+            dir.path(),
+            Journal::open(dir.path()).unwrap(),
+            None,
+            Duration::from_secs(60),
+        )
+        .unwrap()
+        .with_extra_args(vec!["--alias".into(), "x".into()]);
+        assert_eq!(r.load_timeout(), Duration::from_secs(75));
+        let argv = r.argv(&LaunchConfig::baseline(4096), 8123);
+        assert_eq!(
+            argv.join(" "),
+            "/opt/llama-server -m /m/model.gguf -c 4096 -np 1 --host 127.0.0.1 --port 8123 -lv 4 --alias x"
+        );
+    }
+}
