@@ -24,10 +24,8 @@ pub enum GgufError {
         #[source]
         source: std::io::Error,
     },
-    #[error(
-        "{path} is not a GGUF file (starts with {magic:?}, expected \"GGUF\"); pass a .gguf model"
-    )]
-    BadMagic { path: PathBuf, magic: String },
+    #[error("{path} is not a GGUF file ({found}, expected \"GGUF\"); pass a .gguf model")]
+    BadMagic { path: PathBuf, found: String },
     #[error("{path} is truncated: {what} (re-download or re-create the file)")]
     Truncated { path: PathBuf, what: String },
     #[error("{path} has GGUF version {version}, qtune reads versions 2 and 3 (re-convert with a current llama.cpp)")]
@@ -344,14 +342,14 @@ impl<R: Read> Reader<R> {
         if self.len < 4 {
             return Err(GgufError::BadMagic {
                 path: self.path.clone(),
-                magic: format!("{} bytes only", self.len),
+                found: format!("only {} bytes", self.len),
             });
         }
         let magic = self.bytes::<4>("magic")?;
         if &magic != GGUF_MAGIC {
             return Err(GgufError::BadMagic {
                 path: self.path.clone(),
-                magic: String::from_utf8_lossy(&magic).into_owned(),
+                found: format!("starts with {:?}", String::from_utf8_lossy(&magic)),
             });
         }
         let version = self.u32("version")?;
