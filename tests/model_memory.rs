@@ -58,8 +58,27 @@ fn health_ok(port: u16) -> bool {
     buf.starts_with("HTTP/1.1 200")
 }
 
-/// Start the server for `cfg`, wait until healthy, return its log.
-fn run_server(bin: &Path, model: &Path, cfg: &LaunchConfig, log: &Path) -> String {
+/// POST /completion with n_predict 16; returns timings.predicted_n.
+fn predicted_n(port: u16) -> i64 {
+    let body = r#"{"prompt":"Hello there","n_predict":16}"#;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(
+        s,
+        "POST /completion HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).unwrap();
+    let json = buf.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+    let v: serde_json::Value =
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("bad /completion reply ({e}): {buf}"));
+    v["timings"]["predicted_n"].as_i64().unwrap_or(-1)
+}
+
+/// Start the server for `cfg`, wait until healthy, optionally generate 16 tokens, return its log.
+fn run_server(bin: &Path, model: &Path, cfg: &LaunchConfig, log: &Path, generate: bool) -> String {
     use std::os::unix::process::CommandExt;
     let port = free_port();
     let argv = cfg.command(bin, model, "127.0.0.1", port);
@@ -91,6 +110,9 @@ fn run_server(bin: &Path, model: &Path, cfg: &LaunchConfig, log: &Path) -> Strin
             "server never became healthy"
         );
         std::thread::sleep(Duration::from_millis(200));
+    }
+    if generate {
+        assert_eq!(predicted_n(port), 16, "{}", model.display());
     }
     drop(server);
     std::fs::read_to_string(log).unwrap()
@@ -124,7 +146,13 @@ fn predictions_match_the_cpu_servers_report() {
                     threads: Some(2),
                     ..LaunchConfig::baseline(ctx)
                 };
-                let log = run_server(&bin, m, &cfg, &dir.path().join("server.log"));
+                let generate = ctx == 4096 && kv == KvType::F16;
+                let log = run_server(&bin, m, &cfg, &dir.path().join("server.log"), generate);
+                if layout.is_moe() {
+                    // The server read the expert and block counts we wrote.
+                    assert!(log.contains(&format!("n_expert              = {}", layout.n_experts)));
+                    assert!(log.contains(&format!("n_layer               = {}", layout.n_blocks)));
+                }
                 let rep = logparse::parse_reported_memory(&log);
                 let p = memory::predict(&layout, &cfg, false);
                 let b = &p.breakdown;

@@ -73,3 +73,49 @@ fn full_shapes_have_the_real_sizes() {
         println!("{} q8_0: {n} bytes", s.name);
     }
 }
+
+#[test]
+fn full_shapes_read_back_and_weights_add_up() {
+    use qtune::config::LaunchConfig;
+    use qtune::model::memory;
+    let dir = tempfile::tempdir().unwrap();
+    for (name, blocks, experts, kv_blocks) in [
+        ("qwen3.5-35b-a3b", 40, 256, 10),
+        ("qwen3-30b-a3b", 48, 128, 48),
+    ] {
+        let shape = synth::shape_by_name(name).unwrap();
+        let p = dir.path().join(format!("{name}.gguf"));
+        let n =
+            synth::write_sparse_header(&p, &shape, synth::SynthFtype::Q4KM, &vocab_dir()).unwrap();
+        let l = model::load(&p).unwrap();
+        assert_eq!(l.file_bytes, n);
+        assert_eq!(l.n_blocks, blocks);
+        assert_eq!(l.n_experts, experts);
+        assert_eq!(l.n_experts_used, 8);
+        assert_eq!(l.kv_blocks.iter().filter(|&&k| k).count(), kv_blocks);
+        assert_eq!(l.file_type.as_deref(), Some("Q4_K_M"));
+        let specs_bytes: u64 = synth::tensor_specs(&shape, synth::SynthFtype::Q4KM)
+            .iter()
+            .map(|t| t.bytes().unwrap())
+            .sum();
+        assert_eq!(l.tensor_bytes, specs_bytes);
+        for (gpu, ncmoe) in [
+            (false, None),
+            (true, Some(0)),
+            (true, Some(17)),
+            (true, Some(99)),
+        ] {
+            let cfg = LaunchConfig {
+                n_cpu_moe: ncmoe,
+                ..LaunchConfig::baseline(32768)
+            };
+            let b = memory::predict(&l, &cfg, gpu).breakdown;
+            assert_eq!(b.weights_gpu_bytes + b.weights_host_bytes, l.tensor_bytes);
+        }
+        if name == "qwen3.5-35b-a3b" {
+            // 30 delta-net blocks: conv (4-1)*(4096+2*16*128) + state 128*4096 floats each.
+            assert_eq!(l.recurrent_state_bytes[0], (3 * 8192 + 128 * 4096) * 4);
+            assert_eq!(l.recurrent_state_bytes[3], 0);
+        }
+    }
+}

@@ -583,6 +583,31 @@ pub fn synthetic_file_size(shape: &Shape, ftype: SynthFtype, vocab_dir: &Path) -
     Ok(header.len() as u64 + end.div_ceil(gguf::DEFAULT_ALIGNMENT) * gguf::DEFAULT_ALIGNMENT)
 }
 
+/// Writes only the header of the synthetic file and extends it (sparse, no data written) to
+/// the full size: a file [`crate::model::load`] reads like the real one, in milliseconds and
+/// without disk space. For tests and quick inspection of full shapes; not loadable by a server.
+pub fn write_sparse_header(
+    path: &Path,
+    shape: &Shape,
+    ftype: SynthFtype,
+    vocab_dir: &Path,
+) -> Result<u64> {
+    let md = metadata(shape, ftype, vocab_dir)?;
+    let specs = tensor_specs(shape, ftype);
+    let (header, _) = gguf::encode_header(&md, &specs, gguf::DEFAULT_ALIGNMENT)?;
+    let total = synthetic_file_size(shape, ftype, vocab_dir)?;
+    let res = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(path)?;
+        std::io::Write::write_all(&mut f, &header)?;
+        f.set_len(total)
+    })();
+    if let Err(e) = res {
+        let _ = std::fs::remove_file(path);
+        bail!("cannot write {}: {e}", path.display());
+    }
+    Ok(total)
+}
+
 /// `qtune synth OUT --shape S --ftype F`.
 pub fn cmd_synth(out: &Path, shape: &str, ftype: &str) -> Result<()> {
     let shape = shape_by_name(shape)?;
