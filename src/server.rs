@@ -56,10 +56,7 @@ pub fn llama_cpp_source_dir() -> PathBuf {
 
 /// The build directory for a flavour; binaries land in its `bin/`.
 pub fn build_dir(cuda: bool) -> PathBuf {
-    llama_cpp_dir().join(format!(
-        "{BUILD_TAG}-{}",
-        if cuda { "cuda" } else { "cpu" }
-    ))
+    llama_cpp_dir().join(format!("{BUILD_TAG}-{}", if cuda { "cuda" } else { "cpu" }))
 }
 
 /// The cached server of a flavour (may not exist).
@@ -440,8 +437,8 @@ pub fn build(cuda: bool) -> Result<PathBuf> {
         configure.arg("-DBUILD_SHARED_LIBS=OFF");
     }
     eprintln!("qtune: configuring llama.cpp in {}", dir.display());
-    let (ok, out) = run_captured(&mut configure, Duration::from_secs(600))
-        .context("cannot run cmake")?;
+    let (ok, out) =
+        run_captured(&mut configure, Duration::from_secs(600)).context("cannot run cmake")?;
     if !ok {
         let log = dir.join("qtune-configure.log");
         let _ = std::fs::create_dir_all(&dir);
@@ -458,10 +455,7 @@ pub fn build(cuda: bool) -> Result<PathBuf> {
     }
     run_build_with_progress(&dir, &path_var)?;
     if !target.is_file() {
-        bail!(
-            "the build finished but {} is missing",
-            target.display()
-        );
+        bail!("the build finished but {} is missing", target.display());
     }
     Ok(target)
 }

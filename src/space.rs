@@ -206,7 +206,10 @@ pub const BUILTIN: [(&str, &str); 5] = [
     ("default", include_str!("../search-spaces/default.yaml")),
     ("quick", include_str!("../search-spaces/quick.yaml")),
     ("cpu-only", include_str!("../search-spaces/cpu-only.yaml")),
-    ("long-context", include_str!("../search-spaces/long-context.yaml")),
+    (
+        "long-context",
+        include_str!("../search-spaces/long-context.yaml"),
+    ),
     ("demo", include_str!("../search-spaces/demo.yaml")),
 ];
 
@@ -277,24 +280,41 @@ fn line_of(text: &str, key: &str) -> Option<usize> {
 /// Check values serde cannot: returns (the offending key, the message).
 pub fn validate(s: &SearchSpace) -> Result<(), (&'static str, String)> {
     if !(256..=1_048_576).contains(&s.fixed.ctx) {
-        return Err(("ctx", format!("ctx {} is outside 256..=1048576", s.fixed.ctx)));
+        return Err((
+            "ctx",
+            format!("ctx {} is outside 256..=1048576", s.fixed.ctx),
+        ));
     }
     if !(1..=256).contains(&s.fixed.parallel) {
         return Err(("parallel", "parallel must be 1..=256".into()));
     }
     if let Some(NCpuMoe::Range { min, max }) = s.vary.n_cpu_moe {
         if min > max {
-            return Err(("n_cpu_moe", format!("n_cpu_moe min {min} is above max {max}")));
+            return Err((
+                "n_cpu_moe",
+                format!("n_cpu_moe min {min} is above max {max}"),
+            ));
         }
     }
     if s.vary.threads.is_empty() {
-        return Err(("threads", "threads needs at least one value (or 'auto')".into()));
+        return Err((
+            "threads",
+            "threads needs at least one value (or 'auto')".into(),
+        ));
     }
-    if let Some(Threads::Count(0)) = s.vary.threads.iter().find(|t| matches!(t, Threads::Count(0))) {
+    if let Some(Threads::Count(0)) = s
+        .vary
+        .threads
+        .iter()
+        .find(|t| matches!(t, Threads::Count(0)))
+    {
         return Err(("threads", "threads must be at least 1".into()));
     }
     if s.vary.batch_ubatch.is_empty() {
-        return Err(("batch_ubatch", "batch_ubatch needs at least one [batch, ubatch] pair".into()));
+        return Err((
+            "batch_ubatch",
+            "batch_ubatch needs at least one [batch, ubatch] pair".into(),
+        ));
     }
     for [b, ub] in &s.vary.batch_ubatch {
         if *ub == 0 || *b == 0 || ub > b || *b > 65536 {
@@ -327,13 +347,19 @@ pub fn validate(s: &SearchSpace) -> Result<(), (&'static str, String)> {
         ));
     }
     if s.objective.metric == Metric::GenAtDepth && w.context_depth.is_none() {
-        return Err(("metric", "metric gen_at_depth needs workload.context_depth".into()));
+        return Err((
+            "metric",
+            "metric gen_at_depth needs workload.context_depth".into(),
+        ));
     }
     if !(0.0..=50.0).contains(&s.objective.tie_pct) {
         return Err(("tie_pct", "tie_pct must be within 0..=50".into()));
     }
     if s.budget.trials == 0 || !s.budget.minutes.is_finite() || s.budget.minutes <= 0.0 {
-        return Err(("budget", "budget trials and minutes must be positive".into()));
+        return Err((
+            "budget",
+            "budget trials and minutes must be positive".into(),
+        ));
     }
     Ok(())
 }
@@ -360,12 +386,17 @@ mod tests {
     fn ubatch_above_batch_is_refused_with_its_line() {
         let text = "name: t\nvary:\n  batch_ubatch: [[512, 1024]]\nfixed:\n  ctx: 4096\nworkload:\n  prompt_tokens: 64\n  gen_tokens: 16\n  repetitions: 2\n";
         let err = parse(text, "t.yaml").unwrap_err().to_string();
-        assert_eq!(err, "t.yaml: line 3: [512, 1024]: need 1 <= ubatch <= batch <= 65536");
+        assert_eq!(
+            err,
+            "t.yaml: line 3: [512, 1024]: need 1 <= ubatch <= batch <= 65536"
+        );
     }
 
     #[test]
     fn malformed_yaml_reports_a_line() {
-        let err = parse("name: [unclosed\n", "bad.yaml").unwrap_err().to_string();
+        let err = parse("name: [unclosed\n", "bad.yaml")
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("bad.yaml: line"), "{err}");
     }
 

@@ -97,7 +97,11 @@ fn landscape_fn(ctx: &SearchContext, offset: i64) -> impl FnMut(&LaunchConfig) -
         if c.threads == Some(8) {
             tg *= 0.9;
         }
-        let pp = if c.ubatch.unwrap_or(512) >= 2048 { 900.0 } else { 450.0 };
+        let pp = if c.ubatch.unwrap_or(512) >= 2048 {
+            900.0
+        } else {
+            450.0
+        };
         ReplayAnswer::Ok {
             gen_tps: tg,
             prompt_tps: pp,
@@ -114,12 +118,29 @@ fn true_boundary(ctx: &SearchContext, c: &LaunchConfig, offset: i64) -> u32 {
 
 fn check(offset: i64) {
     let ctx = context(15_800.0);
-    let search = run_search(ctx.clone(), Box::new(landscape(&ctx, offset)), Vec::new(), None).unwrap();
+    let search = run_search(
+        ctx.clone(),
+        Box::new(landscape(&ctx, offset)),
+        Vec::new(),
+        None,
+    )
+    .unwrap();
     let h = &search.history;
-    assert_eq!(h[0].role, TrialRole::Baseline, "the baseline is measured first");
+    assert_eq!(
+        h[0].role,
+        TrialRole::Baseline,
+        "the baseline is measured first"
+    );
     let searched = h.iter().filter(|o| o.role == TrialRole::Search).count() as u32;
-    assert!(searched <= ctx.space.budget.trials, "{searched} search trials");
-    let (best, _) = search.ranked_candidates(&ctx).into_iter().next().expect("a candidate");
+    assert!(
+        searched <= ctx.space.budget.trials,
+        "{searched} search trials"
+    );
+    let (best, _) = search
+        .ranked_candidates(&ctx)
+        .into_iter()
+        .next()
+        .expect("a candidate");
     assert_eq!(best.cache_type_k, KvType::Q8_0, "q8_0 is faster here");
     assert_eq!(best.threads, Some(16), "physical cores beat 8 threads here");
     assert_eq!(
@@ -128,11 +149,16 @@ fn check(offset: i64) {
         "the winner sits on the true boundary (prediction offset {offset})"
     );
     assert!(
-        h.iter().any(|o| o.role == TrialRole::Confirm && o.config.n_cpu_moe.is_none()),
+        h.iter()
+            .any(|o| o.role == TrialRole::Confirm && o.config.n_cpu_moe.is_none()),
         "the baseline is re-measured in the confirmation"
     );
     for o in h.iter().filter(|o| !o.kind.is_ok()) {
-        assert_ne!(Some(&o.config), Some(&best), "a failed config never ranks first");
+        assert_ne!(
+            Some(&o.config),
+            Some(&best),
+            "a failed config never ranks first"
+        );
     }
 }
 
@@ -181,7 +207,14 @@ fn a_replayed_journal_is_not_run_again() {
         "only the trials after the journal ran"
     );
     let cfgs = |s: &qtune::search::strategy::QtuneSearch| {
-        s.history.iter().map(|o| o.config.clone()).collect::<Vec<_>>()
+        s.history
+            .iter()
+            .map(|o| o.config.clone())
+            .collect::<Vec<_>>()
     };
-    assert_eq!(cfgs(&resumed), cfgs(&full), "the resumed tune takes the same path");
+    assert_eq!(
+        cfgs(&resumed),
+        cfgs(&full),
+        "the resumed tune takes the same path"
+    );
 }

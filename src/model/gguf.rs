@@ -541,7 +541,7 @@ pub fn encode_header(
         off = (off + n).div_ceil(alignment) * alignment;
     }
     let pad = (out.len() as u64).div_ceil(alignment) * alignment - out.len() as u64;
-    out.extend(std::iter::repeat(0u8).take(pad as usize));
+    out.extend(std::iter::repeat_n(0u8, pad as usize));
     Ok((out, offsets))
 }
 

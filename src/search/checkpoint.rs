@@ -4,6 +4,7 @@
 use super::strategy::{QtuneSearch, TuneState};
 use argmin::core::checkpointing::{Checkpoint, CheckpointingFrequency};
 use argmin::core::Error as ArgminError;
+use argmin::core::State;
 use std::path::{Path, PathBuf};
 
 pub const FILE_NAME: &str = "checkpoint.json";
@@ -20,21 +21,19 @@ impl RunDirCheckpoint {
     }
 }
 
+/// The solver holds every decision-relevant fact (the trial history); argmin's own state only
+/// holds costs (infinite for failed trials, which JSON cannot carry), so it starts afresh.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Saved {
     solver: QtuneSearch,
-    state: TuneState,
 }
 
 impl Checkpoint<QtuneSearch, TuneState> for RunDirCheckpoint {
-    fn save(&self, solver: &QtuneSearch, state: &TuneState) -> Result<(), ArgminError> {
+    fn save(&self, solver: &QtuneSearch, _state: &TuneState) -> Result<(), ArgminError> {
         let mut solver = solver.clone();
         // Persist the time spent so far; a resumed session adds to it.
         solver.elapsed_before_s = solver.elapsed_s();
-        let json = serde_json::to_vec(&Saved {
-            solver,
-            state: state.clone(),
-        })?;
+        let json = serde_json::to_vec(&Saved { solver })?;
         crate::util::write_atomic(&self.path, &json).map_err(|e| ArgminError::msg(format!("{e:#}")))
     }
 
@@ -49,7 +48,7 @@ impl Checkpoint<QtuneSearch, TuneState> for RunDirCheckpoint {
                 self.path.display()
             ))
         })?;
-        Ok(Some((saved.solver, saved.state)))
+        Ok(Some((saved.solver, TuneState::new())))
     }
 
     fn frequency(&self) -> CheckpointingFrequency {

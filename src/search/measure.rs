@@ -13,7 +13,10 @@ use std::path::Path;
 fn load_run(dir: &Path) -> Result<(RunInputs, TuneResult)> {
     let read = |name: &str| {
         std::fs::read_to_string(dir.join(name)).with_context(|| {
-            format!("{} has no {name}: not a finished qtune run directory", dir.display())
+            format!(
+                "{} has no {name}: not a finished qtune run directory",
+                dir.display()
+            )
         })
     };
     let inputs: RunInputs = serde_json::from_str(&read(RUN_FILE)?)
@@ -39,7 +42,9 @@ pub fn cmd_sweep(dir: &Path, from: Option<u32>, to: Option<u32>, step: u32) -> R
         .config
         .clone();
     if winner.n_cpu_moe.is_none() {
-        anyhow::bail!("the winner does not place experts (no GPU or a dense model): nothing to sweep");
+        anyhow::bail!(
+            "the winner does not place experts (no GPU or a dense model): nothing to sweep"
+        );
     }
     let n_blocks = result.model.n_blocks;
     let from = from.unwrap_or(0).min(n_blocks);
@@ -57,7 +62,10 @@ pub fn cmd_sweep(dir: &Path, from: Option<u32>, to: Option<u32>, step: u32) -> R
         std::time::Duration::from_secs(300),
     )?
     .with_first_id(next_id);
-    eprintln!("{:>6} {:>10} {:>10} {:>12}  outcome", "ncmoe", "tg t/s", "pp t/s", "peak VRAM");
+    eprintln!(
+        "{:>6} {:>10} {:>10} {:>12}  outcome",
+        "ncmoe", "tg t/s", "pp t/s", "peak VRAM"
+    );
     for n in sweep_points(from, to, step) {
         let cfg = LaunchConfig {
             n_cpu_moe: Some(n),
@@ -68,7 +76,8 @@ pub fn cmd_sweep(dir: &Path, from: Option<u32>, to: Option<u32>, step: u32) -> R
             "{n:>6} {:>10} {:>10} {:>12}  {}",
             o.gen_tps().map_or("-".into(), |v| format!("{v:.1}")),
             o.prompt_tps().map_or("-".into(), |v| format!("{v:.1}")),
-            o.peak_vram_total_mib().map_or("-".into(), |v| fmt_mib(v as f64)),
+            o.peak_vram_total_mib()
+                .map_or("-".into(), |v| fmt_mib(v as f64)),
             o.kind
         );
         result.trials.push(o);
@@ -265,15 +274,20 @@ pub fn cmd_depth(dir: &Path, depths: &[u32]) -> Result<()> {
         next_id = o.id + 1;
         let gen = o.metrics.as_ref().map(|m| {
             if d > 0 {
-                m.gen_tps_at_depth.clone().unwrap_or_else(|| m.gen_tps.clone())
+                m.gen_tps_at_depth
+                    .clone()
+                    .unwrap_or_else(|| m.gen_tps.clone())
             } else {
                 m.gen_tps.clone()
             }
         });
         eprintln!(
             "{d:>8} {:>14}  {}",
-            gen.as_ref()
-                .map_or("-".into(), |s| format!("{:.1} ±{:.0}%", s.median, s.spread_pct / 2.0)),
+            gen.as_ref().map_or("-".into(), |s| format!(
+                "{:.1} ±{:.0}%",
+                s.median,
+                s.spread_pct / 2.0
+            )),
             o.kind
         );
         rows.push(DepthRow {

@@ -118,7 +118,13 @@ fn default_run_dir(model: &std::path::Path, tag: Option<&str>) -> PathBuf {
     let host = sysinfo::System::host_name().unwrap_or_else(|| "host".into());
     let clean = |s: &str| -> String {
         s.chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '.' || c == '-' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect()
     };
     let date = chrono::Local::now().format("%Y%m%d-%H%M%S");
@@ -170,8 +176,12 @@ pub fn tune(opts: &TuneOptions) -> anyhow::Result<(TuneResult, PathBuf)> {
                     dir.display()
                 )
             })?;
-            let inputs: RunInputs = serde_json::from_str(&text)
-                .with_context(|| format!("cannot resume: {} is unreadable", dir.join(RUN_FILE).display()))?;
+            let inputs: RunInputs = serde_json::from_str(&text).with_context(|| {
+                format!(
+                    "cannot resume: {} is unreadable",
+                    dir.join(RUN_FILE).display()
+                )
+            })?;
             if inputs.model_path != opts.model {
                 anyhow::bail!(
                     "cannot resume: {} was a tune of {}, not {}",
@@ -192,7 +202,9 @@ pub fn tune(opts: &TuneOptions) -> anyhow::Result<(TuneResult, PathBuf)> {
                 .has_gpu()
                 .then(|| free.saturating_sub(opts.headroom_mib));
             let start = match &opts.from_profile {
-                Some(p) => Some(strategy::base_of(&crate::profile::load_profile(p)?.winner.config)),
+                Some(p) => Some(strategy::base_of(
+                    &crate::profile::load_profile(p)?.winner.config,
+                )),
                 None => None,
             };
             let run_dir = opts
@@ -300,11 +312,26 @@ fn run(run_dir: &std::path::Path, inputs: &RunInputs) -> anyhow::Result<TuneResu
     progress.finish();
     let history = solver.history.clone();
     let mut warnings = solver.warnings.clone();
-    let (confirmation, winner) = verdict::decide(&ctx, &history, &server.path, &inputs.model_path, inputs, &mut warnings);
-    for o in &history {
-        for w in &o.warnings {
-            warnings.push(format!("trial {}: {w}", o.id));
-        }
+    let (confirmation, winner) = verdict::decide(
+        &ctx,
+        &history,
+        &server.path,
+        &inputs.model_path,
+        inputs,
+        &mut warnings,
+    );
+    let noisy: Vec<String> = history
+        .iter()
+        .filter(|o| !o.warnings.is_empty())
+        .map(|o| o.id.to_string())
+        .collect();
+    if !noisy.is_empty() {
+        warnings.push(format!(
+            "{} of {} trials had a spread wider than 10 % (trials {}): the box was busy or noisy; the confirmation pooled repeated rounds, but consider more repetitions in the space",
+            noisy.len(),
+            history.len(),
+            noisy.join(", ")
+        ));
     }
     let result = TuneResult {
         qtune_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -357,9 +384,16 @@ fn print_outcome((result, run_dir): &(TuneResult, PathBuf), json: bool) -> anyho
 /// run a small tune end to end.
 pub fn cmd_demo(out: Option<PathBuf>, server: Option<PathBuf>) -> anyhow::Result<()> {
     let server = crate::server::resolve_or_build(server.as_deref())?;
-    eprintln!("qtune demo: llama-server {} ({})", server.path.display(), server.version);
+    eprintln!(
+        "qtune demo: llama-server {} ({})",
+        server.path.display(),
+        server.version
+    );
     let model = crate::fixtures::tiny_moe("tiny-qwen35moe")?;
-    eprintln!("qtune demo: model {} (synthetic tiny qwen35moe)", model.display());
+    eprintln!(
+        "qtune demo: model {} (synthetic tiny qwen35moe)",
+        model.display()
+    );
     let opts = TuneOptions {
         model: model.clone(),
         server: Some(server.path),

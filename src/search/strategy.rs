@@ -102,7 +102,10 @@ impl SearchContext {
             0 => v
                 .kv_types
                 .iter()
-                .map(|kv| Base { kv: *kv, ..inc.clone() })
+                .map(|kv| Base {
+                    kv: *kv,
+                    ..inc.clone()
+                })
                 .collect(),
             1 => v
                 .batch_ubatch
@@ -294,7 +297,8 @@ impl QtuneSearch {
         base: &'a Base,
     ) -> impl Iterator<Item = &'a TrialOutcome> + 'a {
         self.history.iter().filter(move |o| {
-            o.role == TrialRole::Search && o.config == ctx.config(base, o.config.n_cpu_moe.unwrap_or(0))
+            o.role == TrialRole::Search
+                && o.config == ctx.config(base, o.config.n_cpu_moe.unwrap_or(0))
         })
     }
 
@@ -330,7 +334,9 @@ impl QtuneSearch {
         };
         let raw = ctx.predicted_fit(base);
         let start = match raw {
-            Some(p) => (p as i64 + self.delta.unwrap_or(0) as i64).clamp(lo as i64, hi as i64) as u32,
+            Some(p) => {
+                (p as i64 + self.delta.unwrap_or(0) as i64).clamp(lo as i64, hi as i64) as u32
+            }
             None => {
                 if ctx.budget_mib.is_some() && self.search_outcomes(ctx, base).next().is_none() {
                     let msg = format!(
@@ -379,9 +385,11 @@ impl QtuneSearch {
             .min_by_key(|o| o.config.n_cpu_moe.unwrap_or(0))?
             .config
             .clone();
-        let speeds = Speeds::pooled(self.history.iter().filter(|o| {
-            o.config == best_cfg && matches!(o.role, TrialRole::Search)
-        }))?;
+        let speeds = Speeds::pooled(
+            self.history
+                .iter()
+                .filter(|o| o.config == best_cfg && matches!(o.role, TrialRole::Search)),
+        )?;
         Some((best_cfg, speeds))
     }
 
@@ -622,11 +630,8 @@ impl Solver<TuneProblem, TuneState> for QtuneSearch {
         let outcome = problem.problem("trial_count", |p| Ok(p.evaluate(&cfg, role)))?;
         let cost = cost_of(&outcome, &ctx, self.baseline_speeds().as_ref());
         self.record(outcome.clone());
-        let line = super::progress::Progress::line(
-            &outcome,
-            self.search_trials,
-            ctx.space.budget.trials,
-        );
+        let line =
+            super::progress::Progress::line(&outcome, self.search_trials, ctx.space.budget.trials);
         let kv = argmin::kv!(
             "trial" => outcome.id;
             "outcome" => outcome.kind.as_str().to_string();

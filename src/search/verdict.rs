@@ -9,11 +9,17 @@ use crate::trial::{TrialOutcome, TrialRole};
 use std::path::Path;
 
 fn peak(outcomes: &[&TrialOutcome]) -> Option<u64> {
-    outcomes.iter().filter_map(|o| o.peak_vram_total_mib()).max()
+    outcomes
+        .iter()
+        .filter_map(|o| o.peak_vram_total_mib())
+        .max()
 }
 
 /// Group the trials of `role` by config, in order of first appearance.
-fn grouped<'a>(history: &'a [TrialOutcome], role: TrialRole) -> Vec<(LaunchConfig, Vec<&'a TrialOutcome>)> {
+fn grouped(
+    history: &[TrialOutcome],
+    role: TrialRole,
+) -> Vec<(LaunchConfig, Vec<&TrialOutcome>)> {
     let mut groups: Vec<(LaunchConfig, Vec<&TrialOutcome>)> = Vec::new();
     for o in history.iter().filter(|o| o.role == role) {
         match groups.iter_mut().find(|(c, _)| *c == o.config) {
@@ -111,12 +117,22 @@ pub fn decide(
                 "the baseline (server defaults) measured faster than qtune's best ({}); the baseline is the recommendation",
                 b.0.label()
             ));
-            (baseline_cfg.clone(), baseline.clone().unwrap(), peak(&baseline_trials))
+            (
+                baseline_cfg.clone(),
+                baseline.clone().unwrap(),
+                peak(&baseline_trials),
+            )
         }
         (Some(b), _) => b,
         (None, true) => {
-            warnings.push("no searched config ran successfully; the baseline is the recommendation".into());
-            (baseline_cfg.clone(), baseline.clone().unwrap(), peak(&baseline_trials))
+            warnings.push(
+                "no searched config ran successfully; the baseline is the recommendation".into(),
+            );
+            (
+                baseline_cfg.clone(),
+                baseline.clone().unwrap(),
+                peak(&baseline_trials),
+            )
         }
         (None, false) => return (confirmation, None),
     };

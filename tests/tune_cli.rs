@@ -1,0 +1,302 @@
+//! `qtune tune` end to end: the real binary, the real llama-server (CPU), real models.
+//! Each test gets its own directory and its own symlink to the model, so the servers it starts
+//! can be found by that path (and must be gone when qtune is).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn qtune() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_qtune"));
+    c.env_remove("QTUNE_LOG");
+    c
+}
+
+fn fixture(f: fn() -> anyhow::Result<PathBuf>) -> PathBuf {
+    f().expect("test model (run scripts/test.sh, which prepares them)")
+}
+
+/// The model under a unique path (a symlink inside `dir`): servers of this test carry it in argv.
+fn model_in(dir: &Path, model: &Path) -> PathBuf {
+    let p = dir.join(model.file_name().unwrap());
+    std::os::unix::fs::symlink(model, &p).unwrap();
+    p
+}
+
+/// Pids of processes whose command line mentions `needle`.
+fn processes_mentioning(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) && cmd.contains("llama-server") {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+fn assert_no_server_left(needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = processes_mentioning(needle);
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "llama-server left running: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn results(run: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap()
+}
+
+fn journal_lines(run: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run.join("journal.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// A small tune: checks what every tune must satisfy.
+fn tune_and_check(model: PathBuf, extra: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let m = model_in(dir.path(), &model);
+    let run = dir.path().join("run");
+    let out = qtune()
+        .args(["tune", "--model"])
+        .arg(&m)
+        .args(["--space", "demo", "--budget-trials", "4", "--out"])
+        .arg(&run)
+        .args(extra)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tune failed: {stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if extra.contains(&"--json") {
+        let j: serde_json::Value = serde_json::from_str(&stdout).expect("--json prints JSON");
+        assert_eq!(j, results(&run), "--json prints results.json");
+    }
+    let last = if extra.contains(&"--json") {
+        results(&run)["winner"]["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w.as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    } else {
+        stdout
+            .lines()
+            .last()
+            .expect("a command on stdout")
+            .to_string()
+    };
+    assert!(
+        last.contains("llama-server") && last.contains("--host 127.0.0.1 --port 8080"),
+        "{last}"
+    );
+    assert!(
+        last.contains(&m.display().to_string()),
+        "the model path is in the command: {last}"
+    );
+
+    let r = results(&run);
+    let trials = r["trials"].as_array().unwrap();
+    let searched = trials.iter().filter(|t| t["role"] == "search").count();
+    assert!(searched <= 4, "{searched} search trials for a budget of 4");
+    assert!(
+        trials.iter().any(|t| t["role"] == "baseline"),
+        "baseline measured"
+    );
+    // Every trial was journaled, once.
+    assert_eq!(journal_lines(&run).len(), trials.len());
+    // The winner ran ok in every one of its trials and is not slower than the baseline
+    // beyond the tie margin, in the interleaved confirmation.
+    let w = &r["winner"];
+    let wcfg = &w["config"];
+    for t in trials.iter().filter(|t| &t["config"] == wcfg) {
+        assert_eq!(t["kind"], "ok", "the winner failed a trial: {t}");
+    }
+    let conf = r["confirmation"].as_array().unwrap();
+    let base = conf.iter().find(|c| c["is_baseline"] == true);
+    if let Some(base) = base {
+        let b = base["gen_tps"]["median"].as_f64().unwrap();
+        let g = w["gen_tps"]["median"].as_f64().unwrap();
+        let tie = r["space"]["objective"]["tie_pct"].as_f64().unwrap();
+        assert!(g >= b * (1.0 - tie / 100.0), "winner {g} vs baseline {b}");
+    }
+    for f in ["report.md", "launch.sh"] {
+        assert!(run.join(f).is_file(), "{f} written");
+    }
+    assert_no_server_left(&m.display().to_string());
+}
+
+#[test]
+fn tune_tiny_moe_on_cpu() {
+    tune_and_check(fixture(|| qtune::fixtures::tiny_moe("tiny-qwen35moe")), &[]);
+}
+
+#[test]
+fn tune_smollm2_dense_on_cpu() {
+    tune_and_check(fixture(qtune::fixtures::smollm2), &["--json"]);
+}
+
+#[test]
+fn sigkill_then_resume_does_not_repeat_finished_trials() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = model_in(
+        dir.path(),
+        &fixture(|| qtune::fixtures::tiny_moe("tiny-qwen3moe")),
+    );
+    let run = dir.path().join("run");
+    let mut child = qtune()
+        .args(["tune", "--model"])
+        .arg(&m)
+        .args(["--space", "demo", "--budget-trials", "4", "--out"])
+        .arg(&run)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kill it once two trials are journaled (mid-tune).
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while journal_lines(&run).len() < 2 {
+        assert!(Instant::now() < deadline, "no trial finished");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "tune ended before it could be killed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.kill().unwrap(); // SIGKILL: no handler runs; the servers die with it (PDEATHSIG)
+    child.wait().unwrap();
+    assert_no_server_left(&m.display().to_string());
+    let before = journal_lines(&run);
+    assert!(before.len() >= 2);
+
+    let out = qtune()
+        .args(["tune", "--model"])
+        .arg(&m)
+        .arg("--resume")
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = journal_lines(&run);
+    let r = results(&run);
+    let trials = r["trials"].as_array().unwrap();
+    // The finished trials are kept as they were, none run twice, and ids keep counting.
+    assert_eq!(&after[..before.len()], &before[..]);
+    assert_eq!(after.len(), trials.len(), "every trial journaled once");
+    let ids: Vec<u64> = trials.iter().map(|t| t["id"].as_u64().unwrap()).collect();
+    let mut sorted = ids.clone();
+    sorted.dedup();
+    assert_eq!(ids, sorted, "trial ids unique and increasing: {ids:?}");
+    assert_no_server_left(&m.display().to_string());
+}
+
+#[test]
+fn sigint_stops_the_tune_cleanly_and_keeps_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = model_in(dir.path(), &fixture(qtune::fixtures::smollm2));
+    let run = dir.path().join("run");
+    let child = qtune()
+        .args(["tune", "--model"])
+        .arg(&m)
+        .args(["--space", "demo", "--budget-trials", "4", "--out"])
+        .arg(&run)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    // Interrupt while a server is up (after the first trial finished).
+    while journal_lines(&run).is_empty()
+        || processes_mentioning(&m.display().to_string()).is_empty()
+    {
+        assert!(Instant::now() < deadline, "no server seen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_no_server_left(&m.display().to_string());
+    assert!(!journal_lines(&run).is_empty(), "finished trials kept");
+}
+
+#[test]
+fn bad_inputs_give_one_line_and_no_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_gguf = dir.path().join("x.gguf");
+    std::fs::write(&not_gguf, b"definitely not a model").unwrap();
+    let bad_space = dir.path().join("s.yaml");
+    std::fs::write(&bad_space, "name: x\nvary: {threads: [0]}\n").unwrap();
+    let m = fixture(qtune::fixtures::smollm2);
+    let cases: Vec<(Vec<std::ffi::OsString>, &str)> = vec![
+        (vec!["--model".into(), not_gguf.clone().into()], "GGUF"),
+        (
+            vec!["--model".into(), dir.path().join("missing.gguf").into()],
+            "missing.gguf",
+        ),
+        (
+            vec![
+                "--model".into(),
+                m.clone().into(),
+                "--space".into(),
+                bad_space.clone().into(),
+            ],
+            "s.yaml",
+        ),
+        (
+            vec![
+                "--model".into(),
+                m.clone().into(),
+                "--server".into(),
+                "/bin/true".into(),
+            ],
+            "/bin/true",
+        ),
+    ];
+    for (args, needle) in cases {
+        let run = dir.path().join("run");
+        let out = qtune()
+            .arg("tune")
+            .args(&args)
+            .arg("--out")
+            .arg(&run)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert_eq!(
+            err.trim().lines().count(),
+            1,
+            "one line for {args:?}: {err}"
+        );
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(
+            !run.join("journal.jsonl").exists(),
+            "no run started for {args:?}"
+        );
+    }
+}
