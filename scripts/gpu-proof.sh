@@ -13,9 +13,9 @@
 #   calib35       memory prediction vs llama-server's report, qwen3.5-35b-a3b q4_k_m
 #                 (--n-cpu-moe 0/20/40 x ctx 8k/64k x KV f16/q8_0)
 #   calib30       the same for qwen3-30b-a3b q4_k_m
-#   tune35-16     qwen3.5-35b-a3b on an emulated 16 GiB card: tune, sweep, depth
-#   tune35-24     the same on 24 GiB (tune + sweep)
-#   tune30-16     qwen3-30b-a3b on 16 GiB: tune, sweep, depth
+#   tune35-16     qwen3.5-35b-a3b on an emulated 16 GiB card (sweep35-16, depth35-16 after it)
+#   tune35-24     the same on 24 GiB (sweep35-24 after it)
+#   tune30-16     qwen3-30b-a3b on 16 GiB (sweep30-16, depth30-16 after it)
 #   plan35        qtune plan on 16 GiB starting from the 24 GiB profile, then the plan launched
 #
 # A card of N GiB is emulated by a ballast process that allocates all but N GiB of the GPU
@@ -100,21 +100,26 @@ tune_case() { # name shape gib [extra tune flags]
   local t0=$SECONDS
   "$Q" tune --model "$m" --space "$SPACE" --target-vram-headroom 512 --ctx 32768 --out "$run" "$@" > "$W/$name.cmd"
   echo "tune exit $? after $((SECONDS - t0)) s; command: $(tail -1 "$W/$name.cmd")"
-  echo "emulated card: ${gib} GiB free of ${GPU_NAME}" > "$run/card.txt"
+  echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$run/card.txt"
+  pack "$name" "$run"
 }
 
-sweep_case() { # name: sweep --n-cpu-moe around the winner (every value up to +8, then coarse)
+sweep_case() { # name: sweep --n-cpu-moe around the winner (n-2 .. n+4), then coarse to the end
   local run="$W/runs/$1"
   local n; n=$(python3 -c "import json;w=json.load(open('$run/results.json'))['winner'];print(w['config'].get('n_cpu_moe') or 0)" 2>/dev/null || echo 0)
   local lo=$(( n > 2 ? n - 2 : 0 ))
+  local blocks; blocks=$(python3 -c "import json;print(json.load(open('$run/results.json'))['model']['n_blocks'])")
   say "$1: sweep around --n-cpu-moe $n"
-  "$Q" sweep "$run" --from "$lo" --to $(( n + 6 ))
-  "$Q" sweep "$run" --from $(( n + 10 )) --to 40 --step 10
+  "$Q" sweep "$run" --from "$lo" --to $(( n + 4 ))
+  pack "$1" "$run"
+  "$Q" sweep "$run" --from $(( n + 10 )) --to "$blocks" --step 10
+  pack "$1" "$run"
 }
 
-depth_case() {
+depth_case() { # two interleaved rounds of 0, 8k and 31k tokens already in context
   say "$1: generation at 0, 8k and 31k tokens of context"
-  "$Q" depth "$W/runs/$1" --depths 0,8192,31744
+  "$Q" depth "$W/runs/$1" --depths 0,8192,31744,0,8192,31744
+  pack "$1" "$W/runs/$1"
 }
 
 setup
@@ -125,15 +130,20 @@ for c in "$@"; do
       ballast 16; "$Q" hw --json > "$OUT/hw-16g.json"; "$Q" hw; unballast ;;
     calib35)
       m=$(model qwen3.5-35b-a3b); "$Q" inspect "$m" --ctx 32768 --kv q8_0 > "$OUT/inspect35.txt"
-      "$Q" calibrate "$m" --n-cpu-moe 0,20,40 --ctx 8192,65536 --kv f16,q8_0 --out "$W/runs/calib35"
+      "$Q" calibrate "$m" --n-cpu-moe 0,20,40 --ctx 8192,65536 --kv f16,q8_0 --out "$W/runs/calib35" > /dev/null
       pack calib35 "$W/runs/calib35" ;;
     calib30)
       m=$(model qwen3-30b-a3b); "$Q" inspect "$m" --ctx 32768 --kv q8_0 > "$OUT/inspect30.txt"
-      "$Q" calibrate "$m" --n-cpu-moe 0,24,48 --ctx 8192,65536 --kv f16,q8_0 --out "$W/runs/calib30"
+      "$Q" calibrate "$m" --n-cpu-moe 0,24,48 --ctx 8192,65536 --kv f16,q8_0 --out "$W/runs/calib30" > /dev/null
       pack calib30 "$W/runs/calib30" ;;
-    tune35-16) tune_case q35-16g qwen3.5-35b-a3b 16; sweep_case q35-16g; depth_case q35-16g; unballast; pack q35-16g "$W/runs/q35-16g" ;;
-    tune35-24) tune_case q35-24g qwen3.5-35b-a3b 24; sweep_case q35-24g; unballast; pack q35-24g "$W/runs/q35-24g" ;;
-    tune30-16) tune_case q30-16g qwen3-30b-a3b 16; sweep_case q30-16g; depth_case q30-16g; unballast; pack q30-16g "$W/runs/q30-16g" ;;
+    tune35-16) tune_case q35-16g qwen3.5-35b-a3b 16 ;;
+    sweep35-16) ballast 16; sweep_case q35-16g ;;
+    depth35-16) ballast 16; depth_case q35-16g ;;
+    tune35-24) tune_case q35-24g qwen3.5-35b-a3b 24 ;;
+    sweep35-24) ballast 24; sweep_case q35-24g ;;
+    tune30-16) tune_case q30-16g qwen3-30b-a3b 16 ;;
+    sweep30-16) ballast 16; sweep_case q30-16g ;;
+    depth30-16) ballast 16; depth_case q30-16g ;;
     plan35)
       m=$(model qwen3.5-35b-a3b)
       "$Q" profile export "$W/runs/q35-24g" --out "$W/q35-24g.yaml"

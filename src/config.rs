@@ -253,6 +253,7 @@ impl LaunchConfig {
             && self.ubatch.is_none()
             && self.cache_type_k == KvType::F16
             && self.cache_type_v == KvType::F16
+            && self.flash_attn == FlashAttn::Auto
         {
             return "baseline (server defaults, auto-fit)".to_string();
         }

@@ -182,7 +182,7 @@ pub fn cmd_calibrate(
                 };
                 eprintln!(
                     "{:<40} {:>12} {:>12} {:>7}   {:>12} {:>12} {:>7}  {}",
-                    cfg.label(),
+                    format!("c={} {}", cfg.ctx, cfg.label()),
                     fmt_mib(pred.gpu_mib),
                     rg.map_or("-".into(), fmt_mib),
                     err(pred.gpu_mib, rg),

@@ -292,7 +292,8 @@ fn run(run_dir: &std::path::Path, inputs: &RunInputs) -> anyhow::Result<TuneResu
         inputs.vram_budget_mib,
         request_timeout(&inputs.space.workload),
     )?
-    .with_first_id(next_id);
+    .with_first_id(next_id)
+    .with_free_vram_at_start(hw.has_gpu().then_some(inputs.free_vram_at_start_mib));
     let journal_path = run_dir.join(crate::trial::journal::FILE_NAME);
     let solver = strategy::run_search_with(
         ctx.clone(),
@@ -322,9 +323,14 @@ fn run(run_dir: &std::path::Path, inputs: &RunInputs) -> anyhow::Result<TuneResu
     );
     let noisy: Vec<String> = history
         .iter()
-        .filter(|o| !o.warnings.is_empty())
+        .filter(|o| o.warnings.iter().any(|w| w.contains("spread")))
         .map(|o| o.id.to_string())
         .collect();
+    for o in &history {
+        for w in o.warnings.iter().filter(|w| !w.contains("spread")) {
+            warnings.push(format!("trial {}: {w}", o.id));
+        }
+    }
     if !noisy.is_empty() {
         warnings.push(format!(
             "{} of {} trials had a spread wider than 10 % (trials {}): the box was busy or noisy; the confirmation pooled repeated rounds, but consider more repetitions in the space",

@@ -16,10 +16,7 @@ fn peak(outcomes: &[&TrialOutcome]) -> Option<u64> {
 }
 
 /// Group the trials of `role` by config, in order of first appearance.
-fn grouped(
-    history: &[TrialOutcome],
-    role: TrialRole,
-) -> Vec<(LaunchConfig, Vec<&TrialOutcome>)> {
+fn grouped(history: &[TrialOutcome], role: TrialRole) -> Vec<(LaunchConfig, Vec<&TrialOutcome>)> {
     let mut groups: Vec<(LaunchConfig, Vec<&TrialOutcome>)> = Vec::new();
     for o in history.iter().filter(|o| o.role == role) {
         match groups.iter_mut().find(|(c, _)| *c == o.config) {

@@ -217,6 +217,8 @@ pub struct LlamaServerRunner {
     env: Vec<(String, String)>,
     next_id: u32,
     last_pid: Option<u32>,
+    /// Free VRAM (MiB, summed) measured before the tune, to notice other processes.
+    free_vram_at_start_mib: Option<u64>,
     rt: tokio::runtime::Runtime,
     client: reqwest::Client,
 }
@@ -259,6 +261,7 @@ impl LlamaServerRunner {
             env: Vec::new(),
             next_id: 1,
             last_pid: None,
+            free_vram_at_start_mib: None,
             rt,
             client,
         })
@@ -279,6 +282,13 @@ impl LlamaServerRunner {
     /// Extra environment for the server process.
     pub fn with_env(mut self, env: Vec<(String, String)>) -> Self {
         self.env = env;
+        self
+    }
+
+    /// Free VRAM measured before the tune: a trial that starts with noticeably less (another
+    /// process took VRAM) or more (one left) carries a warning saying so.
+    pub fn with_free_vram_at_start(mut self, mib: Option<u64>) -> Self {
+        self.free_vram_at_start_mib = mib;
         self
     }
 
@@ -341,9 +351,13 @@ impl LlamaServerRunner {
         }
         let log_path = self.log_path(id);
         let vram_before = crate::hardware::VramSampler::start(Duration::from_secs(3600)).stop();
+        let free_now: Option<u64> = crate::hardware::free_vram_mib_now().map(|v| v.iter().sum());
         let sampler = crate::hardware::VramSampler::start(Duration::from_millis(100));
 
         let mut draft = self.launch_and_measure(config, &log_path);
+        if let Some(w) = vram_drift_warning(self.free_vram_at_start_mib, free_now) {
+            draft.warnings.push(w);
+        }
 
         let peaks = sampler.stop();
         draft.peak_vram_mib = peaks
@@ -586,5 +600,41 @@ mod tests {
             argv.join(" "),
             "/opt/llama-server -m /m/model.gguf -c 4096 -np 1 --host 127.0.0.1 --port 8123 -lv 4 --alias x"
         );
+    }
+}
+
+/// A warning when free VRAM before a trial differs from free VRAM before the tune by more
+/// than 512 MiB or 5 %: another process took (or released) VRAM, and the budget is stale.
+pub fn vram_drift_warning(at_start: Option<u64>, now: Option<u64>) -> Option<String> {
+    let (start, now) = (at_start?, now?);
+    let diff = now.abs_diff(start);
+    if diff <= 512.max(start / 20) {
+        return None;
+    }
+    Some(if now < start {
+        format!(
+            "free VRAM before this trial was {now} MiB, {diff} MiB less than before the tune ({start} MiB): another process took VRAM, so this trial may fail or spill; free it or re-run the tune"
+        )
+    } else {
+        format!(
+            "free VRAM before this trial was {now} MiB, {diff} MiB more than before the tune ({start} MiB): another process released VRAM; the budget still holds the tune's starting value"
+        )
+    })
+}
+
+#[cfg(test)]
+mod drift_tests {
+    use super::vram_drift_warning;
+
+    #[test]
+    fn drift_is_noticed_both_ways_and_small_changes_are_not() {
+        assert!(vram_drift_warning(Some(16_384), Some(16_200)).is_none());
+        assert!(vram_drift_warning(Some(16_384), Some(12_000))
+            .unwrap()
+            .contains("took VRAM"));
+        assert!(vram_drift_warning(Some(16_384), Some(24_000))
+            .unwrap()
+            .contains("released"));
+        assert!(vram_drift_warning(None, Some(1)).is_none());
     }
 }
