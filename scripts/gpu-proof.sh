@@ -41,7 +41,9 @@ setup() {
   if [ ! -x "$W/bin/llama-server" ]; then
     if ls .gpu/cuda-b11434/cuda-bin.tar.xz.part-* >/dev/null 2>&1; then
       say "unpacking the kept CUDA llama-server"
-      cat .gpu/cuda-b11434/cuda-bin.tar.xz.part-* | tar xJf - -C "$W"
+      # Its RPATH is the build folder it was made in (/tmp/b/bin): unpack there, link it here.
+      mkdir -p /tmp/b && cat .gpu/cuda-b11434/cuda-bin.tar.xz.part-* | tar xJf - -C /tmp/b
+      ln -sfn /tmp/b/bin "$W/bin"
     else
       say "building the CUDA llama-server"
       "$Q" server build --cuda || exit 1
@@ -49,6 +51,7 @@ setup() {
     fi
   fi
   export QTUNE_LLAMA_SERVER="$W/bin/llama-server"
+  export LD_LIBRARY_PATH="$W/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   mkdir -p "$QTUNE_VOCAB_DIR"
   for f in .gpu/vocab/*.xz; do
     [ -f "$QTUNE_VOCAB_DIR/$(basename "${f%.xz}")" ] || xz -dc "$f" > "$QTUNE_VOCAB_DIR/$(basename "${f%.xz}")"

@@ -152,8 +152,13 @@ pub fn check(path: &Path, source: Source) -> Result<ServerBinary> {
             )
         })?;
     if !ok && !help.contains("--ctx-size") {
+        let first = help
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or("no output");
         bail!(
-            "{} (from {from}) does not behave like llama-server: '--help' failed",
+            "{} (from {from}) does not behave like llama-server: '--help' failed: {first}",
             path.display()
         );
     }
