@@ -56,6 +56,7 @@ setup() {
   for f in .gpu/vocab/*.xz; do
     [ -f "$QTUNE_VOCAB_DIR/$(basename "${f%.xz}")" ] || xz -dc "$f" > "$QTUNE_VOCAB_DIR/$(basename "${f%.xz}")"
   done
+  ldd "$W/bin/llama-server" | grep "not found" && echo "(libraries missing above)"
   "$Q" server check || exit 1
 }
 
