@@ -69,6 +69,11 @@ fn check_common(r: &Run, kind: OutcomeKind) {
         o.message, o.evidence
     );
     for pid in &r.pids {
+        // A SIGKILLed orphan may take a moment to be torn down on a loaded machine.
+        let t0 = Instant::now();
+        while alive(*pid) && t0.elapsed() < std::time::Duration::from_secs(3) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         assert!(!alive(*pid), "process {pid} outlived the trial");
     }
     assert_eq!(r.journal.len(), 1);
@@ -175,6 +180,11 @@ fn healthy_fake_is_ok_and_measured() {
     assert_eq!(m.prompt_tps.samples, [1002.0, 1003.0]);
     assert!(o.warnings.is_empty());
     for pid in &r.pids {
+        // A SIGKILLed orphan may take a moment to be torn down on a loaded machine.
+        let t0 = Instant::now();
+        while alive(*pid) && t0.elapsed() < std::time::Duration::from_secs(3) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         assert!(!alive(*pid), "process {pid} outlived the trial");
     }
     assert_eq!(r.journal.len(), 1);

@@ -96,6 +96,7 @@ impl ServerProcess {
                     unsafe {
                         libc::kill(-self.pgid, libc::SIGKILL);
                     }
+                    wait_group_gone(self.pgid, Duration::from_secs(2));
                     super::cleanup::unregister(self.pgid);
                 }
                 Ok(None) => {}
@@ -140,6 +141,7 @@ impl ServerProcess {
         unsafe {
             libc::kill(-self.pgid, libc::SIGKILL);
         }
+        wait_group_gone(self.pgid, Duration::from_secs(2));
         let e = match self.child.wait() {
             Ok(st) => ExitInfo::from_status(&st),
             Err(_) => ExitInfo {
@@ -159,6 +161,34 @@ impl Drop for ServerProcess {
             self.stop(Duration::from_secs(2));
         }
     }
+}
+
+/// After a SIGKILL to a group: wait (bounded) until no live member is left, so a caller that
+/// returns afterwards leaves nothing running. Zombies waiting for their reaper count as gone.
+fn wait_group_gone(pgid: i32, limit: Duration) {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit && group_has_live_member(pgid) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn group_has_live_member(pgid: i32) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.flatten().any(|e| {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            return false;
+        };
+        // Fields after the command name: state, ppid, pgrp, ...
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            return false;
+        };
+        let mut f = rest.split_whitespace();
+        let state = f.next().unwrap_or("?");
+        let pgrp = f.nth(1).and_then(|p| p.parse::<i32>().ok());
+        pgrp == Some(pgid) && state != "Z" && state != "X"
+    })
 }
 
 /// Find a free loopback port (bind port 0, read it, release it).
