@@ -152,7 +152,21 @@ for c in "$@"; do
       m=$(model qwen3.5-35b-a3b)
       "$Q" profile export "$W/runs/q35-24g" --out "$W/q35-24g.yaml"
       ballast 16
-      "$Q" plan --model "$m" --profile "$W/q35-24g.yaml" --ctx 32768 --target-vram-headroom 512 | tee "$OUT/plan35.txt"
+      "$Q" plan --model "$m" --profile "$W/q35-24g.yaml" --ctx 32768 --target-vram-headroom 512 > "$W/plan35.cmd"
+      cat "$W/plan35.cmd"
+      # Launch exactly the planned command (on another port) and serve one request.
+      cmd=$(tail -1 "$W/plan35.cmd" | sed 's/--port 8080/--port 18080/')
+      say "plan35: launching the plan: $cmd"
+      (eval "exec $cmd -lv 4" > "$W/plan35-server.log" 2>&1) &
+      sp=$!
+      for _ in $(seq 1 240); do curl -sf http://127.0.0.1:18080/health >/dev/null && break; kill -0 $sp 2>/dev/null || break; sleep 0.5; done
+      curl -s -m 120 http://127.0.0.1:18080/completion -d '{"prompt":"Hello, tell me a story about a GPU.","n_predict":64,"ignore_eos":true}' \
+        | python3 -c "import json,sys;t=json.load(sys.stdin)['timings'];print('plan35 served: predicted_n',t['predicted_n'],'tg',round(t['predicted_per_second'],1),'pp',round(t['prompt_per_second'],1))" \
+        || { echo "plan35: the planned config did not serve"; tail -20 "$W/plan35-server.log"; }
+      nvidia-smi --query-gpu=memory.used,memory.free --format=csv
+      kill $sp 2>/dev/null; wait $sp 2>/dev/null
+      grep -E "out of memory|failed to allocate" "$W/plan35-server.log" | head -3
+      cp "$W/plan35.cmd" "$OUT/plan35.txt"
       unballast ;;
     *) echo "unknown case $c" ;;
   esac
