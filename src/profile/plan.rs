@@ -1,0 +1,677 @@
+//! `qtune plan`: propose a config for this box without trials, from the memory prediction and
+//! the best-matching profile (a 24 GB card's profile adapted to a 16 GB card, say).
+
+use super::*;
+
+/// Safety margin on the predicted GPU memory: the plan fits `budget * PLAN_FIT_FRACTION`.
+pub const PLAN_FIT_FRACTION: f64 = 0.97;
+/// Budgets within this fraction of the profile's count as "the same card budget".
+const SAME_BUDGET_FRACTION: f64 = 0.10;
+
+/// How far a plan can be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Confidence {
+    /// Same model, same card, about the same VRAM budget: the profile's winner, re-checked.
+    High,
+    /// Same model (or its shape) on another card or budget: placement re-predicted.
+    Medium,
+    /// No matching profile: the default search space's first choices.
+    Low,
+}
+
+impl Confidence {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Confidence::High => "high",
+            Confidence::Medium => "medium",
+            Confidence::Low => "low",
+        }
+    }
+}
+
+/// How a profile's model relates to the model being planned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ModelMatch {
+    /// Different architecture or shape.
+    Other,
+    /// Same architecture, block count and expert count (e.g. another quantization).
+    Shape,
+    /// Same model fingerprint (shape and tensor types).
+    Fingerprint,
+}
+
+/// How `p`'s model relates to `layout`.
+pub fn model_match(p: &Profile, layout: &ModelLayout) -> ModelMatch {
+    if p.model.fingerprint == layout.fingerprint {
+        ModelMatch::Fingerprint
+    } else if p.model.arch == layout.arch
+        && p.model.n_blocks == layout.n_blocks
+        && p.model.n_experts == layout.n_experts
+    {
+        ModelMatch::Shape
+    } else {
+        ModelMatch::Other
+    }
+}
+
+/// The VRAM budget a profile was tuned under (None for a CPU-only tune).
+pub fn profile_budget_mib(p: &Profile) -> Option<u64> {
+    if p.hardware.gpus.is_empty() {
+        return None;
+    }
+    Some(p.hardware.vram_budget_mib.unwrap_or_else(|| {
+        p.hardware
+            .free_vram_at_start_mib
+            .saturating_sub(p.hardware.headroom_mib)
+    }))
+}
+
+/// This box's VRAM budget: free VRAM (summed) minus headroom; None with no GPU.
+pub fn box_budget_mib(hw: &HardwareProfile, headroom_mib: u64) -> Option<u64> {
+    hw.has_gpu()
+        .then(|| hw.free_vram_mib().saturating_sub(headroom_mib))
+}
+
+fn same_gpus(p: &Profile, hw: &HardwareProfile) -> bool {
+    let mine: Vec<String> = hw.gpus.iter().map(|g| sanitize_label(&g.name)).collect();
+    let theirs: Vec<String> = p.hardware.gpus.iter().map(|g| g.name.clone()).collect();
+    mine == theirs
+}
+
+fn same_budget(p: &Profile, budget: Option<u64>) -> bool {
+    match (profile_budget_mib(p), budget) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            (a as f64 - b as f64).abs() < SAME_BUDGET_FRACTION * (a.max(b).max(1)) as f64
+        }
+        _ => false,
+    }
+}
+
+/// The best profile for `layout` on `hw` among `profiles`: same model fingerprint first, then
+/// same architecture and shape; among those the same GPUs, then the closest VRAM budget.
+/// None when no profile is for this model.
+pub fn best_profile<'a>(
+    layout: &ModelLayout,
+    hw: &HardwareProfile,
+    headroom_mib: u64,
+    profiles: &'a [Profile],
+) -> Option<&'a Profile> {
+    let budget = box_budget_mib(hw, headroom_mib);
+    profiles
+        .iter()
+        .filter(|p| model_match(p, layout) > ModelMatch::Other)
+        .min_by_key(|p| {
+            let distance = match (profile_budget_mib(p), budget) {
+                (Some(a), Some(b)) => a.abs_diff(b),
+                (None, None) => 0,
+                _ => u64::MAX,
+            };
+            (
+                std::cmp::Reverse(model_match(p, layout)),
+                !same_gpus(p, hw),
+                distance,
+            )
+        })
+}
+
+/// A launch config proposed for this box, with why and how far to trust it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    pub config: LaunchConfig,
+    pub confidence: Confidence,
+    /// Why the config is what it is, one sentence each.
+    pub reasons: Vec<String>,
+    /// Things the user should check (host RAM, nothing fits).
+    pub warnings: Vec<String>,
+    pub predicted_gpu_mib: f64,
+    pub predicted_host_mib: f64,
+    /// Free VRAM minus headroom; None with no GPU.
+    pub budget_mib: Option<u64>,
+    /// Name of the profile the plan started from.
+    pub from_profile: Option<String>,
+    /// False when even all experts on the CPU do not fit the budget.
+    pub fits: bool,
+}
+
+/// Threads for this box from a profile's thread count: a profile that used all its physical
+/// cores uses all of ours; otherwise its count, at most our logical cores.
+pub fn scale_threads(profile_threads: u32, p: &ProfileHardware, host: &HostInfo) -> u32 {
+    let ours_physical = host.physical_cores.unwrap_or(host.logical_cores).max(1);
+    if p.physical_cores == Some(profile_threads) {
+        ours_physical
+    } else {
+        profile_threads.min(host.logical_cores.max(1))
+    }
+}
+
+/// The non-placement part of a config from the built-in `default` space's first choices.
+fn default_base(ctx: u32, host: &HostInfo, reasons: &mut Vec<String>) -> LaunchConfig {
+    let mut cfg = LaunchConfig::baseline(ctx);
+    match crate::space::load("default") {
+        Ok(s) => {
+            cfg.parallel = s.fixed.parallel;
+            cfg.mmap = s.fixed.mmap;
+            cfg.threads = s.vary.threads.first().map(|t| match t {
+                crate::space::Threads::Auto(_) => {
+                    host.physical_cores.unwrap_or(host.logical_cores).max(1)
+                }
+                crate::space::Threads::Count(n) => (*n).min(host.logical_cores.max(1)),
+            });
+            if let Some([b, ub]) = s.vary.batch_ubatch.first() {
+                cfg.batch = Some(*b);
+                cfg.ubatch = Some(*ub);
+            }
+            if let Some([k, v]) = s.vary.kv_types.first() {
+                cfg.cache_type_k = *k;
+                cfg.cache_type_v = *v;
+            }
+            if let Some(fa) = s.vary.flash_attn.first() {
+                cfg.flash_attn = *fa;
+            }
+            reasons.push(
+                "no profile for this model: threads, batch sizes and KV type are the built-in \
+                 'default' space's first choices (run 'qtune tune' to measure)"
+                    .to_string(),
+            );
+        }
+        Err(e) => reasons.push(format!(
+            "no profile for this model and the default space did not load ({e}): server defaults"
+        )),
+    }
+    cfg
+}
+
+/// Propose a config for `layout` on `hw` from `profile` (or the defaults) at context `ctx`,
+/// leaving `headroom_mib` of free VRAM unused. Pure: no probing, no files.
+pub fn plan(
+    layout: &ModelLayout,
+    hw: &HardwareProfile,
+    profile: Option<&Profile>,
+    ctx: u32,
+    headroom_mib: u64,
+) -> Plan {
+    let mut reasons = Vec::new();
+    let mut warnings = Vec::new();
+    let budget = box_budget_mib(hw, headroom_mib);
+    let matched = profile.map(|p| model_match(p, layout));
+
+    let mut cfg = match profile {
+        Some(p) => {
+            let w = &p.winner.config;
+            match model_match(p, layout) {
+                ModelMatch::Fingerprint => reasons.push(format!(
+                    "profile '{}' is for this exact model (same fingerprint)",
+                    p.name
+                )),
+                ModelMatch::Shape => reasons.push(format!(
+                    "profile '{}' is for the same architecture and shape ({} blocks, {} experts) \
+                     but other tensor types",
+                    p.name, layout.n_blocks, layout.n_experts
+                )),
+                ModelMatch::Other => reasons.push(format!(
+                    "profile '{}' is for another model ({} {} blocks): only its threads, batch \
+                     sizes and KV type are used",
+                    p.name, p.model.arch, p.model.n_blocks
+                )),
+            }
+            let threads = w.threads.map(|t| {
+                let s = scale_threads(t, &p.hardware, &hw.host);
+                if s != t {
+                    reasons.push(format!(
+                        "threads {t} on the profile's box ({} physical cores) become {s} here ({} physical, {} logical)",
+                        p.hardware.physical_cores.map_or("?".into(), |c| c.to_string()),
+                        hw.host.physical_cores.map_or("?".into(), |c| c.to_string()),
+                        hw.host.logical_cores
+                    ));
+                }
+                s
+            });
+            if p.space.ctx != ctx {
+                reasons.push(format!(
+                    "the profile was tuned at ctx {}; planned for ctx {ctx} (KV cache re-predicted)",
+                    p.space.ctx
+                ));
+            }
+            LaunchConfig {
+                ctx,
+                parallel: w.parallel,
+                n_gpu_layers: None,
+                n_cpu_moe: None,
+                threads,
+                batch: w.batch,
+                ubatch: w.ubatch,
+                cache_type_k: w.cache_type_k,
+                cache_type_v: w.cache_type_v,
+                flash_attn: w.flash_attn,
+                mmap: w.mmap,
+                fit: None,
+            }
+        }
+        None => default_base(ctx, &hw.host, &mut reasons),
+    };
+
+    let mut fits = true;
+    match budget {
+        Some(b) if layout.is_moe() => {
+            let target = b as f64 * PLAN_FIT_FRACTION;
+            cfg.n_gpu_layers = Some(999);
+            cfg.fit = Some(false);
+            match crate::model::memory::min_n_cpu_moe_that_fits(layout, &cfg, target) {
+                Some(n) => {
+                    cfg.n_cpu_moe = Some(n);
+                    reasons.push(format!(
+                        "--n-cpu-moe {n}: the fewest blocks' experts on the CPU whose predicted \
+                         VRAM fits 97 % of the {} budget (3 % margin for prediction error)",
+                        crate::util::fmt_mib(b as f64)
+                    ));
+                }
+                None => {
+                    fits = false;
+                    cfg.n_cpu_moe = Some(layout.n_blocks);
+                    warnings.push(format!(
+                        "nothing fits: even with all {} blocks' experts on the CPU the predicted \
+                         VRAM exceeds 97 % of the {} budget",
+                        layout.n_blocks,
+                        crate::util::fmt_mib(b as f64)
+                    ));
+                }
+            }
+            if let (Some(p), Some(n)) = (profile, p_ncmoe(profile)) {
+                if cfg.n_cpu_moe != Some(n) {
+                    reasons.push(format!(
+                        "the profile's box used --n-cpu-moe {n} with a budget of {}",
+                        profile_budget_mib(p)
+                            .map_or("?".into(), |v| crate::util::fmt_mib(v as f64))
+                    ));
+                }
+            }
+        }
+        Some(_) => reasons.push(
+            "dense model: nothing for --n-cpu-moe to move; placement left to the server's \
+             auto-fit"
+                .to_string(),
+        ),
+        None => reasons.push("no GPU on this box: CPU-only config, no placement flags".to_string()),
+    }
+
+    let pred = crate::model::memory::predict(layout, &cfg, hw.has_gpu());
+    if pred.host_mib > hw.host.ram_available_mib as f64 {
+        warnings.push(format!(
+            "predicted host memory {} exceeds this box's available RAM {}{}",
+            crate::util::fmt_mib(pred.host_mib),
+            crate::util::fmt_mib(hw.host.ram_available_mib as f64),
+            if cfg.mmap {
+                " (the model is memory-mapped: expect paging from disk)"
+            } else {
+                ""
+            }
+        ));
+    }
+
+    let confidence = match (profile, matched) {
+        (Some(p), Some(ModelMatch::Fingerprint)) if same_gpus(p, hw) && same_budget(p, budget) => {
+            reasons.push("same model, same card and a VRAM budget within 10 %".to_string());
+            Confidence::High
+        }
+        (Some(p), Some(ModelMatch::Fingerprint | ModelMatch::Shape)) => {
+            if !same_gpus(p, hw) {
+                reasons.push(format!(
+                    "the profile ran on {}; this box has {}",
+                    p.hardware.gpu_label(),
+                    if hw.gpus.is_empty() {
+                        "no GPU".to_string()
+                    } else {
+                        hw.gpus
+                            .iter()
+                            .map(|g| g.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" + ")
+                    }
+                ));
+            } else if !same_budget(p, budget) {
+                reasons.push(format!(
+                    "the profile's VRAM budget ({}) differs from this box's ({}) by 10 % or more",
+                    profile_budget_mib(p).map_or("-".into(), |v| crate::util::fmt_mib(v as f64)),
+                    budget.map_or("-".into(), |v| crate::util::fmt_mib(v as f64))
+                ));
+            }
+            Confidence::Medium
+        }
+        _ => Confidence::Low,
+    };
+
+    Plan {
+        config: cfg,
+        confidence,
+        reasons,
+        warnings,
+        predicted_gpu_mib: pred.gpu_mib,
+        predicted_host_mib: pred.host_mib,
+        budget_mib: budget,
+        from_profile: profile.map(|p| p.name.clone()),
+        fits,
+    }
+}
+
+fn p_ncmoe(profile: Option<&Profile>) -> Option<u32> {
+    profile.and_then(|p| p.winner.config.n_cpu_moe)
+}
+
+/// The text block `qtune plan` prints on stderr.
+pub fn plan_text(plan: &Plan, model: &Path) -> String {
+    let mib = crate::util::fmt_mib;
+    let mut o = String::new();
+    let _ = writeln!(o, "Plan for {}", model.display());
+    let _ = writeln!(
+        o,
+        "  profile: {}",
+        plan.from_profile
+            .as_deref()
+            .unwrap_or("none (built-in defaults)")
+    );
+    let _ = writeln!(o, "  config: {}", plan.config.label());
+    let _ = writeln!(o, "  confidence: {}", plan.confidence.as_str());
+    for r in &plan.reasons {
+        let _ = writeln!(o, "    - {r}");
+    }
+    match plan.budget_mib {
+        Some(b) => {
+            let _ = writeln!(
+                o,
+                "  predicted VRAM: {} of a {} budget ({} with the 3 % margin)",
+                mib(plan.predicted_gpu_mib),
+                mib(b as f64),
+                mib(b as f64 * PLAN_FIT_FRACTION)
+            );
+        }
+        None => {
+            let _ = writeln!(o, "  predicted VRAM: none (no GPU)");
+        }
+    }
+    let _ = writeln!(o, "  predicted host RAM: {}", mib(plan.predicted_host_mib));
+    for w in &plan.warnings {
+        let _ = writeln!(o, "  warning: {w}");
+    }
+    o
+}
+
+/// `qtune plan --model M [--profile P]`: propose a config for this box without trials.
+pub fn cmd_plan(
+    model: &Path,
+    profile: Option<&Path>,
+    ctx: u32,
+    headroom_mib: u64,
+) -> anyhow::Result<()> {
+    let layout = crate::model::load(model)?;
+    let hw = crate::hardware::probe(false);
+    let dir = Path::new(PROFILES_DIR);
+    let chosen: Option<Profile> = match profile {
+        Some(p) => Some(find_profile(&p.to_string_lossy(), dir)?.1),
+        None => {
+            let all: Vec<Profile> = load_dir(dir)
+                .into_iter()
+                .filter_map(|(_, r)| r.ok())
+                .collect();
+            best_profile(&layout, &hw, headroom_mib, &all).cloned()
+        }
+    };
+    let plan = plan(&layout, &hw, chosen.as_ref(), ctx, headroom_mib);
+    eprint!("{}", plan_text(&plan, model));
+    if !plan.fits {
+        bail!(
+            "no placement fits this GPU's budget of {}: free VRAM, lower --ctx or use a smaller quantization",
+            plan.budget_mib
+                .map_or("-".into(), |b| crate::util::fmt_mib(b as f64))
+        );
+    }
+    let server = crate::server::locate(None)
+        .map(|(p, _)| p)
+        .unwrap_or_else(|| PathBuf::from("llama-server"));
+    let argv = plan.config.command(&server, model, "127.0.0.1", 8080);
+    println!("{}", crate::config::shell_line(&argv));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::KvType;
+    use crate::hardware::{GpuInfo, PcieLink};
+    use crate::model::BlockBytes;
+
+    fn layout(n_experts: u32) -> ModelLayout {
+        let n = 24u32;
+        ModelLayout {
+            arch: "qwen3moe".into(),
+            name: None,
+            file_type: Some("Q4_K_M".into()),
+            file_bytes: 0,
+            n_blocks: n,
+            n_experts,
+            n_experts_used: if n_experts > 0 { 2 } else { 0 },
+            n_embd: 1024,
+            n_head: 8,
+            n_head_kv: 2,
+            head_dim_k: 128,
+            head_dim_v: 128,
+            n_vocab: 1000,
+            ctx_train: 32768,
+            kv_blocks: vec![true; n as usize],
+            recurrent_state_bytes: vec![0; n as usize],
+            blocks: vec![
+                BlockBytes {
+                    routed_experts: if n_experts > 0 { 400 << 20 } else { 0 },
+                    shared_experts: 0,
+                    rest: 40 << 20,
+                };
+                n as usize
+            ],
+            token_embd_bytes: 100 << 20,
+            output_bytes: 100 << 20,
+            other_bytes: 0,
+            bytes_by_type: Default::default(),
+            tensor_bytes: 0,
+            fingerprint: "00112233aabbccdd".into(),
+        }
+    }
+
+    fn host(physical: u32, logical: u32) -> HostInfo {
+        HostInfo {
+            cpu_model: "test cpu".into(),
+            physical_cores: Some(physical),
+            logical_cores: logical,
+            ram_total_mib: 65536,
+            ram_available_mib: 60000,
+            os: "test".into(),
+            mem_bandwidth_gbs: None,
+        }
+    }
+
+    fn hw(gpu: Option<(&str, u64)>) -> HardwareProfile {
+        HardwareProfile {
+            gpus: gpu
+                .into_iter()
+                .map(|(name, free)| GpuInfo {
+                    index: 0,
+                    name: name.into(),
+                    uuid: "GPU-0".into(),
+                    vram_total_mib: free + 300,
+                    vram_free_mib: free,
+                    vram_used_mib: 300,
+                    pcie: PcieLink {
+                        gen_current: None,
+                        gen_max: None,
+                        width_current: None,
+                        width_max: None,
+                    },
+                    compute_capability: None,
+                    processes: Vec::new(),
+                })
+                .collect(),
+            no_gpu_reason: gpu.is_none().then(|| "test".to_string()),
+            driver_version: None,
+            cuda_version: None,
+            host: host(8, 16),
+            fingerprint: "abcdef0123456789".into(),
+        }
+    }
+
+    /// The profile of the other test module, re-pointed at `layout(8)` on a 6 GiB card.
+    fn profile_for(l: &ModelLayout) -> Profile {
+        let mut p = crate::profile::tests::profile();
+        p.model.fingerprint = l.fingerprint.clone();
+        p.model.arch = l.arch.clone();
+        p.model.n_blocks = l.n_blocks;
+        p.model.n_experts = l.n_experts;
+        p.model.n_experts_used = l.n_experts_used;
+        p.hardware.gpus[0].name = "Test GPU 6G".into();
+        p.hardware.free_vram_at_start_mib = 6144;
+        p.hardware.headroom_mib = 512;
+        p.hardware.vram_budget_mib = Some(5632);
+        p
+    }
+
+    #[test]
+    fn threads_scale_with_physical_cores_or_are_capped() {
+        let mut ph = crate::profile::tests::profile().hardware;
+        ph.physical_cores = Some(8);
+        // All physical cores there: all physical cores here.
+        assert_eq!(scale_threads(8, &ph, &host(16, 32)), 16);
+        assert_eq!(scale_threads(8, &ph, &host(4, 8)), 4);
+        // Any other count: kept, capped at our logical cores.
+        assert_eq!(scale_threads(6, &ph, &host(16, 32)), 6);
+        assert_eq!(scale_threads(12, &ph, &host(4, 8)), 8);
+    }
+
+    #[test]
+    fn same_model_same_card_same_budget_is_high_and_keeps_the_profile_choices() {
+        let l = layout(8);
+        let p = profile_for(&l);
+        let plan = plan(&l, &hw(Some(("Test GPU 6G", 6144))), Some(&p), 8192, 512);
+        assert_eq!(plan.confidence, Confidence::High, "{:?}", plan.reasons);
+        assert_eq!(plan.config.cache_type_k, KvType::Q8_0);
+        assert_eq!(plan.config.batch, Some(2048));
+        assert_eq!(plan.config.threads, Some(8));
+        assert_eq!(plan.config.n_gpu_layers, Some(999));
+        assert_eq!(plan.config.fit, Some(false));
+        assert!(plan.fits);
+        assert!(plan.predicted_gpu_mib <= 5632.0 * PLAN_FIT_FRACTION);
+        // One block fewer on the CPU would not fit the margin.
+        let n = plan.config.n_cpu_moe.unwrap();
+        assert!(n > 0);
+        let one_less = LaunchConfig {
+            n_cpu_moe: Some(n - 1),
+            ..plan.config.clone()
+        };
+        assert!(
+            crate::model::memory::predict(&l, &one_less, true).gpu_mib > 5632.0 * PLAN_FIT_FRACTION
+        );
+        assert_eq!(plan.from_profile.as_deref(), Some(p.name.as_str()));
+    }
+
+    #[test]
+    fn other_budget_or_card_is_medium_and_other_model_is_low() {
+        let l = layout(8);
+        let p = profile_for(&l);
+        let bigger = plan(&l, &hw(Some(("Test GPU 6G", 8192))), Some(&p), 8192, 512);
+        assert_eq!(bigger.confidence, Confidence::Medium);
+        assert!(
+            bigger.reasons.iter().any(|r| r.contains("10 %")),
+            "{:?}",
+            bigger.reasons
+        );
+        let other_card = plan(&l, &hw(Some(("Other GPU", 6144))), Some(&p), 8192, 512);
+        assert_eq!(other_card.confidence, Confidence::Medium);
+        let mut shape_only = p.clone();
+        shape_only.model.fingerprint = "ffff".into();
+        assert_eq!(model_match(&shape_only, &l), ModelMatch::Shape);
+        let mut other = p.clone();
+        other.model.n_blocks = 40;
+        other.model.fingerprint = "eeee".into();
+        assert_eq!(model_match(&other, &l), ModelMatch::Other);
+        let low = plan(
+            &l,
+            &hw(Some(("Test GPU 6G", 6144))),
+            Some(&other),
+            8192,
+            512,
+        );
+        assert_eq!(low.confidence, Confidence::Low);
+    }
+
+    #[test]
+    fn best_profile_prefers_fingerprint_then_card_then_budget() {
+        let l = layout(8);
+        let box_hw = hw(Some(("Test GPU 6G", 6144)));
+        let exact = profile_for(&l);
+        let mut shape = exact.clone();
+        shape.name = "shape".into();
+        shape.model.fingerprint = "ffff".into();
+        let mut other_card = exact.clone();
+        other_card.name = "other card".into();
+        other_card.hardware.gpus[0].name = "Other GPU".into();
+        let mut far = exact.clone();
+        far.name = "far".into();
+        far.hardware.vram_budget_mib = Some(20000);
+        let mut other_model = exact.clone();
+        other_model.name = "other model".into();
+        other_model.model.arch = "llama".into();
+        other_model.model.fingerprint = "eeee".into();
+
+        let all = vec![
+            other_model.clone(),
+            shape.clone(),
+            far.clone(),
+            other_card.clone(),
+            exact.clone(),
+        ];
+        let pick = |ps: &[Profile]| best_profile(&l, &box_hw, 512, ps).map(|p| p.name.clone());
+        assert_eq!(pick(&all), Some(exact.name.clone()));
+        assert_eq!(pick(&all[..4]), Some("far".to_string()));
+        assert_eq!(
+            pick(&[shape.clone(), other_card.clone()]),
+            Some("other card".into())
+        );
+        assert_eq!(pick(&[other_model.clone(), shape]), Some("shape".into()));
+        assert_eq!(pick(&[other_model]), None);
+    }
+
+    #[test]
+    fn no_gpu_or_dense_model_gets_no_placement_flags() {
+        for (l, gpu) in [(layout(8), None), (layout(0), Some(("Test GPU 6G", 6144)))] {
+            let plan = plan(&l, &hw(gpu), None, 4096, 512);
+            assert_eq!(plan.confidence, Confidence::Low);
+            assert!(plan.fits);
+            assert!(plan.config.is_auto_placement(), "{:?}", plan.config);
+            let args = plan.config.server_args();
+            assert!(
+                !args.iter().any(|a| a == "-ngl" || a == "--n-cpu-moe"),
+                "{args:?}"
+            );
+            assert_eq!(plan.budget_mib, gpu.map(|(_, f)| f - 512));
+        }
+    }
+
+    #[test]
+    fn nothing_fits_is_reported_and_host_ram_is_checked() {
+        let l = layout(8);
+        let mut tiny_box = hw(Some(("Test GPU 6G", 700)));
+        tiny_box.host.ram_available_mib = 100;
+        let plan = plan(&l, &tiny_box, None, 8192, 512);
+        assert!(!plan.fits);
+        assert!(
+            plan.warnings.iter().any(|w| w.contains("nothing fits")),
+            "{:?}",
+            plan.warnings
+        );
+        assert!(
+            plan.warnings.iter().any(|w| w.contains("available RAM")),
+            "{:?}",
+            plan.warnings
+        );
+        let text = plan_text(&plan, Path::new("m.gguf"));
+        assert!(text.contains("warning: nothing fits"), "{text}");
+    }
+}
