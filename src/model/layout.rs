@@ -92,6 +92,9 @@ pub struct Details {
     pub n_ff_exp: u32,
     /// Shared expert FFN width (0 if none).
     pub n_ff_shexp: u32,
+    /// The output tensors are stored before the blocks in the file, so a mapped span that
+    /// reaches a host expert tensor also covers them (llama.cpp maps first..last host tensor).
+    pub output_before_blocks: bool,
 }
 
 fn details_registry() -> &'static std::sync::Mutex<std::collections::HashMap<String, Details>> {
@@ -315,6 +318,15 @@ pub fn from_gguf(g: &GgufFile) -> Result<ModelLayout> {
         n_ff_shexp: g
             .get_u64(&key("expert_shared_feed_forward_length"))
             .unwrap_or(0) as u32,
+        output_before_blocks: {
+            let first_block = g
+                .tensors
+                .iter()
+                .filter(|t| t.name.starts_with("blk."))
+                .map(|t| t.offset)
+                .min();
+            matches!((g.tensor("output.weight").map(|t| t.offset), first_block), (Some(o), Some(b)) if o < b)
+        },
     };
     remember_details(&fingerprint, details);
 

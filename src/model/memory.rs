@@ -159,8 +159,11 @@ pub fn predict_with(
 
     let mut b = MemoryBreakdown::default();
     let mut host_expert_blocks = 0;
+    // The x86 backend repacks host weights only when no GPU takes part (seen on the GPU
+    // machine: with -ngl and --n-cpu-moe, CPU_Mapped holds the host experts once, no CPU_REPACK).
+    let repack = host.repack && ngl == 0;
     let repack_of = |il: usize, experts: bool, rest: bool| -> u64 {
-        if !host.repack {
+        if !repack {
             return 0;
         }
         details.cpu_repack.get(il).map_or(0, |r| {
@@ -186,6 +189,11 @@ pub fn predict_with(
             b.weights_gpu_bytes += bb.routed_experts;
         }
         b.repack_host_bytes += repack_of(il, experts_on_host, !on_gpu);
+        // With mmap, llama.cpp maps the file span from the first to the last host tensor: the
+        // GPU-resident tensors of blocks whose experts stay on the host lie inside it.
+        if cfg.mmap && on_gpu && experts_on_host && bb.routed_experts > 0 {
+            b.weights_host_bytes += bb.shared_experts + bb.rest;
+        }
     }
     // Input embedding: always host.
     b.weights_host_bytes += layout.token_embd_bytes;
@@ -196,9 +204,13 @@ pub fn predict_with(
         if tied {
             b.weights_gpu_bytes += layout.token_embd_bytes;
         }
+        if cfg.mmap && host_expert_blocks > 0 && details.output_before_blocks {
+            // Inside the mapped span (see above).
+            b.weights_host_bytes += layout.output_bytes + layout.other_bytes;
+        }
     } else {
         b.weights_host_bytes += layout.output_bytes + layout.other_bytes;
-        if host.repack {
+        if repack {
             b.repack_host_bytes += details.cpu_repack_output;
         }
     }
@@ -272,14 +284,45 @@ pub fn predict_with(
     if ngl == 0 {
         b.compute_host_mib = full_compute;
     } else {
-        b.compute_gpu_mib = full_compute;
+        // Flash attention over a quantized cache converts one K (or V) view to f16 on the GPU.
+        let dequant = if has_attention
+            && flash_attention_enabled(cfg)
+            && (cfg.cache_type_k.is_quantized() || cfg.cache_type_v.is_quantized())
+        {
+            n_kv * layout.n_head_kv as f64 * layout.head_dim_k.max(layout.head_dim_v) as f64 * 2.0
+                / MIB
+        } else {
+            0.0
+        };
+        // With routed experts on the host, a large micro-batch's MoE ops run on the GPU with the
+        // layer's expert weights copied in: the compute buffer must hold one layer's gate and up
+        // expert tensors (about 2/3 of the block's routed experts when down is not upgraded)
+        // plus the routed activations. Calibrated on the GPU machine (Qwen3.5-35B-A3B Q4_K_M:
+        // +336 MiB at ubatch 512, whatever the context).
+        let min_host_routed = layout
+            .blocks
+            .iter()
+            .enumerate()
+            .filter(|(il, bb)| {
+                bb.routed_experts > 0 && (!block_on_gpu(*il as u32) || (*il as u32) < ncmoe)
+            })
+            .map(|(_, bb)| bb.routed_experts)
+            .min();
+        let moe_phase = min_host_routed.map_or(0.0, |r| {
+            (act_bytes / MIB + cm.fixed_mib) + r as f64 * 2.0 / 3.0 / MIB + 48.0 * t / 512.0
+        });
+        // A fixed CUDA-side share the buffers above do not itemize: measured 64-72 MiB on
+        // every configuration of the GPU calibration (reports/gpu-calibration/).
+        const CUDA_FIXED_MIB: f64 = 72.0;
+        b.compute_gpu_mib = (full_compute + dequant).max(moe_phase) + CUDA_FIXED_MIB;
         // The host side computes the input embedding rows and any host experts.
         let host_ffn = if host_expert_blocks > 0 {
             cm.ffn_factor * ffn_width
         } else {
             0.0
         };
-        b.compute_host_mib = t * 4.0 * (layout.n_embd as f64 + host_ffn) / MIB;
+        // Plus the pinned host copy of the attention mask (CUDA_Host grows with the context).
+        b.compute_host_mib = (t * 4.0 * (layout.n_embd as f64 + host_ffn) + attn_bytes) / MIB;
     }
 
     let gpu_mib = b.weights_gpu_mib() + b.kv_gpu_mib + b.recurrent_gpu_mib + b.compute_gpu_mib;

@@ -95,11 +95,13 @@ impl SearchContext {
         }
     }
 
-    /// Alternatives to `inc` along dimension `dim` (0 KV, 1 batch, 2 threads, 3 flash attention).
+    /// Alternatives to `inc` along dimension `dim`: 0 batch/ubatch, 1 KV type, 2 threads,
+    /// 3 flash attention. Batch comes first: it moves VRAM (compute buffer) and prompt speed
+    /// most, and the KV type decided after it can win back the VRAM a larger ubatch took.
     fn alternatives(&self, inc: &Base, dim: usize) -> Vec<Base> {
         let v = &self.space.vary;
         let mut out: Vec<Base> = match dim {
-            0 => v
+            1 => v
                 .kv_types
                 .iter()
                 .map(|kv| Base {
@@ -107,7 +109,7 @@ impl SearchContext {
                     ..inc.clone()
                 })
                 .collect(),
-            1 => v
+            0 => v
                 .batch_ubatch
                 .iter()
                 .map(|b| Base {
