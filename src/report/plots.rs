@@ -293,7 +293,11 @@ where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE)?;
-    let caption = format!("{title} — {}", d.model);
+    // Keep the caption inside the 1000 px canvas at 24 px (about 75 characters).
+    let mut caption = format!("{title} — {}", d.model);
+    if caption.chars().count() > 75 {
+        caption = caption.chars().take(74).collect::<String>() + "…";
+    }
     match which {
         Plot::Vram => draw_vram(root, d, &caption),
         Plot::TgPp => draw_tg_pp(root, d, &caption),
