@@ -68,10 +68,13 @@ model() { # shape -> path (synthesized once)
 
 BALLAST_PID=""
 ballast() { # leave N GiB free
+  ballast_mib $(( $1 * 1024 ))
+}
+ballast_mib() { # leave N MiB free
   unballast
   python3 -u - "$1" > "$W/ballast.out" 2>&1 <<'PY' &
 import sys, time, torch
-keep = int(sys.argv[1]) << 30
+keep = int(sys.argv[1]) << 20
 free, total = torch.cuda.mem_get_info()
 n = free - keep
 x = torch.empty(n, dtype=torch.uint8, device="cuda")
@@ -83,7 +86,7 @@ time.sleep(1e9)
 PY
   BALLAST_PID=$!
   for _ in $(seq 1 120); do grep -q ready "$W/ballast.out" 2>/dev/null && break; sleep 0.5; done
-  say "ballast for $1 GiB: $(cat "$W/ballast.out")"
+  say "ballast leaving $1 MiB: $(cat "$W/ballast.out")"
   nvidia-smi --query-gpu=memory.total,memory.used,memory.free --format=csv
 }
 unballast() {
@@ -120,6 +123,18 @@ sweep_case() { # name: sweep --n-cpu-moe around the winner (n-2 .. n+4), then co
   pack "$1" "$run"
 }
 
+oomrt_case() { # name: the winner with free VRAM just under its measured peak (OOM on a request?)
+  local run="$W/runs/$1"
+  read -r n peak < <(python3 -c "import json;r=json.load(open('$run/results.json'));w=r['winner'];print(w['config'].get('n_cpu_moe') or 0, w['peak_vram_mib'])")
+  for d in 64 192; do
+    ballast_mib $(( peak - d ))
+    say "$1: --n-cpu-moe $n with $(( peak - d )) MiB free (its peak was $peak MiB)"
+    "$Q" sweep "$run" --from "$n" --to "$n"
+  done
+  unballast
+  pack "$1" "$run"
+}
+
 depth_case() { # two interleaved rounds of 0, 8k and 31k tokens already in context
   say "$1: generation at 0, 8k and 31k tokens of context"
   "$Q" depth "$W/runs/$1" --depths 0,8192,31744,0,8192,31744
@@ -148,6 +163,8 @@ for c in "$@"; do
     tune30-16) tune_case q30-16g qwen3-30b-a3b 16 ;;
     sweep30-16) ballast 16; sweep_case q30-16g ;;
     depth30-16) ballast 16; depth_case q30-16g ;;
+    oomrt30-16) oomrt_case q30-16g ;;
+    oomrt35-16) oomrt_case q35-16g ;;
     plan35)
       m=$(model qwen3.5-35b-a3b)
       "$Q" profile export "$W/runs/q35-24g" --out "$W/q35-24g.yaml"
