@@ -63,14 +63,26 @@ impl Speeds {
     }
 }
 
-/// Is `a` better than `b`? Primary values within `tie_pct` are a tie, broken by the secondary.
+/// Is `a` better than `b`? Primary values within `tie_pct` are a tie, and so are repeated
+/// measurements that cannot be told apart (each median inside the other's measured range);
+/// a tie is broken by the secondary metric.
 pub fn better(a: &Speeds, b: &Speeds, obj: &Objective, reference: Option<&Speeds>) -> bool {
     let (pa, pb) = (a.primary(obj, reference), b.primary(obj, reference));
-    if is_tie(pa, pb, obj.tie_pct) {
+    let noise_tie = matches!(obj.metric, Metric::Gen) && indistinguishable(&a.gen, &b.gen);
+    if noise_tie || is_tie(pa, pb, obj.tie_pct) {
         a.secondary(obj) > b.secondary(obj)
     } else {
         pa > pb
     }
+}
+
+/// Two repeated measurements (at least 3 samples each) whose medians each lie within the
+/// other's [min, max]: the difference is within what the box's noise produces.
+pub fn indistinguishable(a: &Stat, b: &Stat) -> bool {
+    a.samples.len() >= 3
+        && b.samples.len() >= 3
+        && (b.min..=b.max).contains(&a.median)
+        && (a.min..=a.max).contains(&b.median)
 }
 
 /// Two primary values within `tie_pct` percent of the larger.
@@ -103,6 +115,27 @@ mod tests {
         // 50 vs 49.5 is a tie: prompt speed decides
         assert!(better(&sp(49.5, 900.0), &sp(50.0, 100.0), &obj, None));
         assert!(!better(&sp(50.0, 100.0), &sp(49.5, 900.0), &obj, None));
+    }
+
+    #[test]
+    fn overlapping_repeated_measurements_tie_and_prompt_decides() {
+        let obj = Objective::default();
+        let many = |g: &[f64], p: f64| Speeds {
+            gen: Stat::from_samples(g).unwrap(),
+            prompt: Stat::from_samples(&[p, p, p, p]).unwrap(),
+            gen_at_depth: None,
+        };
+        // Medians 113 and 103.5 (9 % apart) but each inside the other's range: noise.
+        let a = many(&[99.0, 112.0, 113.7, 114.9], 4800.0);
+        let b = many(&[99.0, 103.0, 104.0, 114.0], 7500.0);
+        assert!(better(&b, &a, &obj, None));
+        // Clearly separated samples: generation decides.
+        let c = many(&[120.0, 121.0, 122.0, 123.0], 4800.0);
+        assert!(better(&c, &b, &obj, None));
+        // Two samples are too few to call noise.
+        let d = many(&[99.0, 114.9], 4800.0);
+        let e = many(&[104.0, 103.0], 7500.0);
+        assert!(better(&d, &e, &obj, None));
     }
 
     #[test]
