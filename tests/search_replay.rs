@@ -7,7 +7,6 @@ use qtune::model::{BlockBytes, ModelLayout};
 use qtune::search::strategy::{run_search, SearchContext};
 use qtune::trial::replay::{ReplayAnswer, ReplayRunner};
 use qtune::trial::{OutcomeKind, TrialRole};
-use std::collections::BTreeMap;
 
 const MIB: u64 = 1 << 20;
 
@@ -23,13 +22,7 @@ fn layout() -> ModelLayout {
     let tensor_bytes = blocks.iter().map(|b| b.total()).sum::<u64>() + 2 * 300 * MIB;
     ModelLayout {
         arch: "qwen35moe".into(),
-        name: Some("replayed".into()),
-        file_type: Some("Q4_K_M".into()),
         file_bytes: tensor_bytes + 10 * MIB,
-        n_blocks: 40,
-        n_experts: 256,
-        n_experts_used: 8,
-        n_embd: 2048,
         n_head: 16,
         n_head_kv: 2,
         head_dim_k: 256,
@@ -43,10 +36,8 @@ fn layout() -> ModelLayout {
         blocks,
         token_embd_bytes: 300 * MIB,
         output_bytes: 300 * MIB,
-        other_bytes: 0,
-        bytes_by_type: BTreeMap::new(),
         tensor_bytes,
-        fingerprint: "replayed".into(),
+        ..ModelLayout::uniform(40, 256, 0, 0)
     }
 }
 

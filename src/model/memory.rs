@@ -25,6 +25,10 @@ pub struct MemoryBreakdown {
     pub weights_host_bytes: u64,
     /// Extra host copy of CPU-resident weights repacked by the x86 backend (`CPU_REPACK`).
     pub repack_host_bytes: u64,
+    /// GPU-resident tensors that lie inside the mmapped span of the host tensors: llama.cpp
+    /// maps (and reports as `CPU_Mapped`) the file from the first to the last host tensor.
+    #[serde(default)]
+    pub mapped_span_host_bytes: u64,
     pub kv_gpu_mib: f64,
     pub kv_host_mib: f64,
     pub recurrent_gpu_mib: f64,
@@ -192,7 +196,7 @@ pub fn predict_with(
         // With mmap, llama.cpp maps the file span from the first to the last host tensor: the
         // GPU-resident tensors of blocks whose experts stay on the host lie inside it.
         if cfg.mmap && on_gpu && experts_on_host && bb.routed_experts > 0 {
-            b.weights_host_bytes += bb.shared_experts + bb.rest;
+            b.mapped_span_host_bytes += bb.shared_experts + bb.rest;
         }
     }
     // Input embedding: always host.
@@ -206,7 +210,7 @@ pub fn predict_with(
         }
         if cfg.mmap && host_expert_blocks > 0 && details.output_before_blocks {
             // Inside the mapped span (see above).
-            b.weights_host_bytes += layout.output_bytes + layout.other_bytes;
+            b.mapped_span_host_bytes += layout.output_bytes + layout.other_bytes;
         }
     } else {
         b.weights_host_bytes += layout.output_bytes + layout.other_bytes;
@@ -327,6 +331,7 @@ pub fn predict_with(
 
     let gpu_mib = b.weights_gpu_mib() + b.kv_gpu_mib + b.recurrent_gpu_mib + b.compute_gpu_mib;
     let host_mib = b.weights_host_mib()
+        + b.mapped_span_host_bytes as f64 / MIB
         + b.repack_host_mib()
         + b.kv_host_mib
         + b.recurrent_host_mib
@@ -362,26 +367,17 @@ pub fn min_n_cpu_moe_that_fits(
 mod tests {
     use super::*;
     use crate::model::BlockBytes;
-    use std::collections::BTreeMap;
 
     fn moe(n_blocks: u32) -> ModelLayout {
         ModelLayout {
-            arch: "qwen3moe".into(),
-            name: None,
             file_type: None,
             file_bytes: 0,
-            n_blocks,
-            n_experts: 8,
             n_experts_used: 2,
             n_embd: 1024,
             n_head: 8,
             n_head_kv: 2,
-            head_dim_k: 128,
-            head_dim_v: 128,
             n_vocab: 1000,
             ctx_train: 4096,
-            kv_blocks: vec![true; n_blocks as usize],
-            recurrent_state_bytes: vec![0; n_blocks as usize],
             blocks: vec![
                 BlockBytes {
                     routed_experts: 100 << 20,
@@ -393,9 +389,9 @@ mod tests {
             token_embd_bytes: 50 << 20,
             output_bytes: 60 << 20,
             other_bytes: 4096,
-            bytes_by_type: BTreeMap::new(),
             tensor_bytes: n_blocks as u64 * (111 << 20) + (110 << 20) + 4096,
             fingerprint: "test".into(),
+            ..ModelLayout::uniform(n_blocks, 8, 0, 0)
         }
     }
 
@@ -504,8 +500,10 @@ mod tests {
         let t = LaunchConfig::baseline(4096);
         let all = predict_with(&l, &t, true, caps(), &CPU_COMPUTE).gpu_mib;
         assert_eq!(min_n_cpu_moe_that_fits(&l, &t, all + 1.0), Some(0));
+        // Three host blocks free 300 MiB of experts, but the first one also brings the MoE
+        // op-offload staging into the GPU compute buffer (2/3 of 100 MiB + 48 MiB): four.
         let n = min_n_cpu_moe_that_fits(&l, &t, all - 250.0).unwrap();
-        assert_eq!(n, 3);
+        assert_eq!(n, 4);
         assert_eq!(min_n_cpu_moe_that_fits(&l, &t, 10.0), None);
     }
 }

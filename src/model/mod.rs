@@ -68,6 +68,46 @@ pub struct ModelLayout {
 }
 
 impl ModelLayout {
+    /// A uniform all-attention layout, for tests and samples: `n_blocks` blocks of
+    /// `expert_bytes` routed experts and `rest_bytes` of everything else, qwen3moe-like
+    /// hyperparameters. Callers override what matters to them with struct update syntax.
+    #[doc(hidden)]
+    pub fn uniform(n_blocks: u32, n_experts: u32, expert_bytes: u64, rest_bytes: u64) -> Self {
+        let nb = n_blocks as usize;
+        ModelLayout {
+            arch: "qwen3moe".into(),
+            name: None,
+            file_type: Some("Q4_K_M".into()),
+            file_bytes: n_blocks as u64 * (expert_bytes + rest_bytes),
+            n_blocks,
+            n_experts,
+            n_experts_used: n_experts.min(8),
+            n_embd: 2048,
+            n_head: 32,
+            n_head_kv: 4,
+            head_dim_k: 128,
+            head_dim_v: 128,
+            n_vocab: 151_936,
+            ctx_train: 40_960,
+            kv_blocks: vec![true; nb],
+            recurrent_state_bytes: vec![0; nb],
+            blocks: vec![
+                BlockBytes {
+                    routed_experts: expert_bytes,
+                    shared_experts: 0,
+                    rest: rest_bytes,
+                };
+                nb
+            ],
+            token_embd_bytes: 0,
+            output_bytes: 0,
+            other_bytes: 0,
+            bytes_by_type: BTreeMap::new(),
+            tensor_bytes: n_blocks as u64 * (expert_bytes + rest_bytes),
+            fingerprint: "0123456789abcdef".into(),
+        }
+    }
+
     pub fn is_moe(&self) -> bool {
         self.n_experts > 0
     }

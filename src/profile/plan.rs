@@ -439,41 +439,22 @@ mod tests {
     use super::*;
     use crate::config::KvType;
     use crate::hardware::{GpuInfo, PcieLink};
-    use crate::model::BlockBytes;
 
     fn layout(n_experts: u32) -> ModelLayout {
-        let n = 24u32;
+        let experts = if n_experts > 0 { 400 << 20 } else { 0 };
         ModelLayout {
-            arch: "qwen3moe".into(),
-            name: None,
-            file_type: Some("Q4_K_M".into()),
             file_bytes: 0,
-            n_blocks: n,
-            n_experts,
-            n_experts_used: if n_experts > 0 { 2 } else { 0 },
+            n_experts_used: n_experts.min(2),
             n_embd: 1024,
             n_head: 8,
             n_head_kv: 2,
-            head_dim_k: 128,
-            head_dim_v: 128,
             n_vocab: 1000,
             ctx_train: 32768,
-            kv_blocks: vec![true; n as usize],
-            recurrent_state_bytes: vec![0; n as usize],
-            blocks: vec![
-                BlockBytes {
-                    routed_experts: if n_experts > 0 { 400 << 20 } else { 0 },
-                    shared_experts: 0,
-                    rest: 40 << 20,
-                };
-                n as usize
-            ],
             token_embd_bytes: 100 << 20,
             output_bytes: 100 << 20,
-            other_bytes: 0,
-            bytes_by_type: Default::default(),
             tensor_bytes: 0,
             fingerprint: "00112233aabbccdd".into(),
+            ..ModelLayout::uniform(24, n_experts, experts, 40 << 20)
         }
     }
 

@@ -4,7 +4,7 @@
 
 use crate::config::{KvType, LaunchConfig};
 use crate::hardware::{GpuInfo, HardwareProfile, HostInfo, PcieLink};
-use crate::model::{BlockBytes, ModelLayout};
+use crate::model::ModelLayout;
 use crate::search::{Confirmed, TuneResult, Winner};
 use crate::space::{Budget, Fixed, Objective, SearchSpace, Threads, Vary, Workload};
 use crate::trial::{Metrics, OutcomeKind, Stat, TrialOutcome, TrialRole};
@@ -94,37 +94,13 @@ fn host() -> HostInfo {
 }
 
 fn layout(arch: &str, n_blocks: u32, n_experts: u32, file_bytes: u64) -> ModelLayout {
+    let per_block = file_bytes / n_blocks as u64;
     ModelLayout {
         arch: arch.to_string(),
         name: Some(format!("Sample {arch}")),
-        file_type: Some("Q4_K_M".to_string()),
         file_bytes,
-        n_blocks,
-        n_experts,
-        n_experts_used: if n_experts > 0 { 8 } else { 0 },
-        n_embd: 2048,
-        n_head: 32,
-        n_head_kv: 4,
-        head_dim_k: 128,
-        head_dim_v: 128,
-        n_vocab: 151_936,
-        ctx_train: 40_960,
-        kv_blocks: vec![true; n_blocks as usize],
-        recurrent_state_bytes: vec![0; n_blocks as usize],
-        blocks: vec![
-            BlockBytes {
-                routed_experts: file_bytes / n_blocks as u64 * 9 / 10,
-                shared_experts: 0,
-                rest: file_bytes / n_blocks as u64 / 10,
-            };
-            n_blocks as usize
-        ],
-        token_embd_bytes: 0,
-        output_bytes: 0,
-        other_bytes: 0,
-        bytes_by_type: Default::default(),
         tensor_bytes: file_bytes,
-        fingerprint: "0123456789abcdef".to_string(),
+        ..ModelLayout::uniform(n_blocks, n_experts, per_block * 9 / 10, per_block / 10)
     }
 }
 
