@@ -348,6 +348,49 @@ pub fn classify_spill(peak_mib: u64, budget_mib: Option<u64>) -> Option<Verdict>
     })
 }
 
+/// A CUDA abort with the GPU full is an out-of-memory failure. When ggml-cuda aborts, the
+/// "CUDA error: out of memory" text goes through llama.cpp's asynchronous logger and is lost
+/// with the process; only `ggml-cuda.cu:N: CUDA error` reaches stderr (seen on the GPU machine
+/// with a 16 GiB ballast, on load warm-up and on the first request). If this trial's own peak
+/// VRAM came within 256 MiB of the free VRAM before it, the GPU was full: classify as OOM,
+/// with the abort line and the VRAM figures as evidence.
+pub fn full_gpu_abort(
+    log: &str,
+    runtime: bool,
+    own_peak_mib: u64,
+    free_before_mib: Option<u64>,
+) -> Option<Verdict> {
+    let free = free_before_mib?;
+    let abort = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("ggml-cuda") && l.contains("CUDA error"))?;
+    if own_peak_mib + 256 < free {
+        return None;
+    }
+    let (kind, message) = if runtime {
+        (
+            OutcomeKind::OomRuntime,
+            "loaded, then the GPU ran out of memory on a request (CUDA abort with VRAM full): raise --n-cpu-moe or lower -ub / the context",
+        )
+    } else {
+        (
+            OutcomeKind::OomLoad,
+            "the GPU ran out of memory while loading or warming up (CUDA abort with VRAM full): raise --n-cpu-moe, lower the context or quantize the KV cache",
+        )
+    };
+    Some(Verdict {
+        kind,
+        message: message.to_string(),
+        evidence: vec![
+            abort.trim().to_string(),
+            format!(
+                "peak VRAM used by this trial: {own_peak_mib} MiB of {free} MiB free before it: the GPU was full"
+            ),
+        ],
+    })
+}
+
 /// The warning added when repeated measurements disagree too much to rank on.
 pub fn spread_warning(metric: &str, stat: &super::Stat, limit_pct: f64) -> Option<String> {
     if stat.samples.len() >= 2 && stat.spread_pct > limit_pct {
@@ -617,5 +660,25 @@ ggml/src/ggml-cuda/ggml-cuda.cu:101: CUDA error
         assert!(w.contains("rerun with more repetitions"));
         let one = super::super::Stat::from_samples(&[10.0]).unwrap();
         assert!(spread_warning("gen tok/s", &one, 10.0).is_none());
+    }
+
+    #[test]
+    fn cuda_abort_with_a_full_gpu_is_oom_and_with_room_is_not() {
+        // From the GPU machine (run 3): the first request aborted with VRAM full.
+        let log = "0.02.906.971 I slot   operator(): id  0 | task 0 | cached n_tokens = 0\n/tmp/src/llama.cpp/ggml/src/ggml-cuda/ggml-cuda.cu:109: CUDA error\n";
+        let v = full_gpu_abort(log, true, 16_288, Some(16_291)).unwrap();
+        assert_eq!(v.kind, OutcomeKind::OomRuntime);
+        assert!(v.evidence[0].ends_with("CUDA error"));
+        assert_eq!(
+            full_gpu_abort(log, false, 15_356, Some(15_415))
+                .unwrap()
+                .kind,
+            OutcomeKind::OomLoad
+        );
+        // Plenty of VRAM left: a real crash, not memory.
+        assert!(full_gpu_abort(log, true, 9_000, Some(16_291)).is_none());
+        // No GPU figures or no CUDA abort: nothing to say.
+        assert!(full_gpu_abort(log, true, 16_288, None).is_none());
+        assert!(full_gpu_abort("segfault\n", true, 16_288, Some(16_291)).is_none());
     }
 }

@@ -398,6 +398,15 @@ impl LlamaServerRunner {
         draft.log = Some(log_path.clone());
         let log = std::fs::read_to_string(&log_path).unwrap_or_default();
         draft.reported = reported_memory(&log);
+        if draft.kind == OutcomeKind::Crash {
+            let own: u64 = draft.peak_vram_mib.iter().sum();
+            let runtime = draft.message.contains("while serving");
+            if let Some(v) = classify::full_gpu_abort(&log, runtime, own, free_now) {
+                draft.kind = v.kind;
+                draft.message = v.message;
+                draft.evidence = v.evidence;
+            }
+        }
         if draft.kind == OutcomeKind::Ok {
             let own: u64 = draft.peak_vram_mib.iter().sum();
             if let Some(v) = classify::classify_spill(own, self.vram_budget_mib) {
