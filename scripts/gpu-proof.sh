@@ -125,6 +125,7 @@ sweep_case() { # name: sweep --n-cpu-moe around the winner (n-2 .. n+4), then co
 
 oomrt_case() { # name: the winner with free VRAM just under its measured peak (OOM on a request?)
   local run="$W/runs/$1"
+  [ -f "$run/results.json" ] || { echo "$1: no run here to squeeze"; return; }
   read -r n peak < <(python3 -c "import json;r=json.load(open('$run/results.json'));w=r['winner'];print(w['config'].get('n_cpu_moe') or 0, w['peak_vram_mib'])")
   for d in 64 192; do
     ballast_mib $(( peak - d ))
