@@ -165,6 +165,15 @@ for c in "$@"; do
     sweep30-16) ballast 16; sweep_case q30-16g ;;
     depth30-16) ballast 16; depth_case q30-16g ;;
     oomrt30-16) oomrt_case q30-16g ;;
+    firstreq35)
+      # Run 3's trial 22 again: --n-cpu-moe 11 with ubatch 2048 loads on 16 GiB, then the first
+      # request needs more than is left. Seeds the run directory from the committed report.
+      m=$(model qwen3.5-35b-a3b); run="$W/runs/q35-16g-firstreq"
+      mkdir -p "$run" && cp reports/gpu-h200-qwen3.5-35b-a3b-16gib/run.json reports/gpu-h200-qwen3.5-35b-a3b-16gib/results.json "$run/"
+      ballast 16; "$Q" sweep "$run" --from 11 --to 11; "$Q" sweep "$run" --from 11 --to 11; unballast
+      pack q35-16g-firstreq "$run" ;;
+    confirm35-16)
+      SPACE="$ROOT/search-spaces/gpu-proof-confirm4.yaml" tune_case q35-16g-c4 qwen3.5-35b-a3b 16; unballast ;;
     oomrt35-16) oomrt_case q35-16g ;;
     plan35)
       m=$(model qwen3.5-35b-a3b)
