@@ -395,27 +395,12 @@ where
     }
     let pts: Vec<&Point> = d.points.iter().filter(|p| p.vram.is_some()).collect();
     let xy: Vec<(f64, f64)> = pts.iter().map(|p| (p.vram.unwrap_or(0.0), p.tg)).collect();
-    // The front first, under the points.
-    let front: Vec<(f64, f64)> = pareto::front(&xy, Goal::Min, Goal::Max)
-        .into_iter()
-        .map(|i| xy[i])
-        .collect();
-    chart
-        .draw_series(LineSeries::new(
-            pareto::staircase(&front, Goal::Min, Goal::Max),
-            C_FRONT.stroke_width(3),
-        ))?
-        .label("Pareto front (fastest for its VRAM)")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], C_FRONT.stroke_width(3)));
-    chart.draw_series(
-        front
-            .iter()
-            .map(|&c| Circle::new(c, 9, C_FRONT.stroke_width(3))),
+    draw_front_and_points(
+        &mut chart,
+        &xy,
+        (Goal::Min, Goal::Max),
+        "Pareto front (fastest for its VRAM)",
     )?;
-    chart
-        .draw_series(xy.iter().map(|&c| Circle::new(c, 5, C_POINT.filled())))?
-        .label("trial (ok)")
-        .legend(legend_dot(C_POINT));
     chart.draw_series(
         pts.iter()
             .map(|p| id_label!(p.id, (p.vram.unwrap_or(0.0), p.tg))),
@@ -450,6 +435,43 @@ where
         .background_style(WHITE.mix(0.9))
         .border_style(RGBColor(160, 160, 160))
         .draw()?;
+    Ok(())
+}
+
+/// The Pareto front (a staircase, its points ringed) drawn under every ok trial's point.
+fn draw_front_and_points<DB: DrawingBackend>(
+    chart: &mut ChartContext<
+        '_,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    xy: &[(f64, f64)],
+    (gx, gy): (Goal, Goal),
+    front_label: &str,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let front: Vec<(f64, f64)> = pareto::front(xy, gx, gy)
+        .into_iter()
+        .map(|i| xy[i])
+        .collect();
+    chart
+        .draw_series(LineSeries::new(
+            pareto::staircase(&front, gx, gy),
+            C_FRONT.stroke_width(3),
+        ))?
+        .label(front_label)
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], C_FRONT.stroke_width(3)));
+    chart.draw_series(
+        front
+            .iter()
+            .map(|&c| Circle::new(c, 9, C_FRONT.stroke_width(3))),
+    )?;
+    chart
+        .draw_series(xy.iter().map(|&c| Circle::new(c, 5, C_POINT.filled())))?
+        .label("trial (ok)")
+        .legend(legend_dot(C_POINT));
     Ok(())
 }
 
@@ -522,32 +544,17 @@ where
         );
     }
     let xy: Vec<(f64, f64)> = d.points.iter().map(|p| (p.pp, p.tg)).collect();
-    let front: Vec<(f64, f64)> = pareto::front(&xy, Goal::Max, Goal::Max)
-        .into_iter()
-        .map(|i| xy[i])
-        .collect();
-    chart
-        .draw_series(LineSeries::new(
-            pareto::staircase(&front, Goal::Max, Goal::Max),
-            C_FRONT.stroke_width(3),
-        ))?
-        .label("Pareto front (faster at both)")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], C_FRONT.stroke_width(3)));
-    chart.draw_series(
-        front
-            .iter()
-            .map(|&c| Circle::new(c, 9, C_FRONT.stroke_width(3))),
+    draw_front_and_points(
+        &mut chart,
+        &xy,
+        (Goal::Max, Goal::Max),
+        "Pareto front (faster at both)",
     )?;
-    chart
-        .draw_series(xy.iter().map(|&c| Circle::new(c, 5, C_POINT.filled())))?
-        .label("trial (ok)")
-        .legend(legend_dot(C_POINT));
     chart.draw_series(d.points.iter().map(|p| id_label!(p.id, (p.pp, p.tg))))?;
     draw_highlights(&mut chart, d, |m| Some((m.pp, m.tg)))?;
     if !d.failed.is_empty() {
         let style = font(14.0).color(&C_FAIL);
-        let (w, h) = chart.plotting_area().dim_in_pixel();
-        let _ = w;
+        let (_, h) = chart.plotting_area().dim_in_pixel();
         chart.plotting_area().strip_coord_spec().draw(&Text::new(
             format!("{} not shown (no speeds)", d.failed_label()),
             (10, h as i32 - 24),
