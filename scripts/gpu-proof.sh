@@ -13,6 +13,7 @@
 #   calib35       memory prediction vs llama-server's report, qwen3.5-35b-a3b q4_k_m
 #                 (--n-cpu-moe 0/20/40 x ctx 8k/64k x KV f16/q8_0)
 #   calib30       the same for qwen3-30b-a3b q4_k_m
+#   heldout       both models at placements, contexts and ubatch sizes the prediction was not fitted on
 #   tune35-16     qwen3.5-35b-a3b on an emulated 16 GiB card (sweep35-16, depth35-16 after it)
 #   tune35-24     the same on 24 GiB (sweep35-24 after it)
 #   tune30-16     qwen3-30b-a3b on 16 GiB (sweep30-16, depth30-16 after it)
@@ -152,6 +153,14 @@ for c in "$@"; do
       m=$(model qwen3.5-35b-a3b); "$Q" inspect "$m" --ctx 32768 --kv q8_0 > "$OUT/inspect35.txt"
       "$Q" calibrate "$m" --n-cpu-moe 0,20,40 --ctx 8192,65536 --kv f16,q8_0 --out "$W/runs/calib35" > /dev/null
       pack calib35 "$W/runs/calib35" ;;
+    heldout)
+      # Values the memory model was not fitted on: other contexts, placements and ubatch sizes.
+      m=$(model qwen3.5-35b-a3b)
+      "$Q" calibrate "$m" --n-cpu-moe 5,30 --ctx 16384 --kv q8_0,f16 --ubatch 1024,3072 --out "$W/runs/heldout35" > /dev/null
+      pack heldout35 "$W/runs/heldout35"
+      m=$(model qwen3-30b-a3b)
+      "$Q" calibrate "$m" --n-cpu-moe 6,36 --ctx 16384 --kv q8_0 --ubatch 1024,3072 --out "$W/runs/heldout30" > /dev/null
+      pack heldout30 "$W/runs/heldout30" ;;
     calib30)
       m=$(model qwen3-30b-a3b); "$Q" inspect "$m" --ctx 32768 --kv q8_0 > "$OUT/inspect30.txt"
       "$Q" calibrate "$m" --n-cpu-moe 0,24,48 --ctx 8192,65536 --kv f16,q8_0 --out "$W/runs/calib30" > /dev/null

@@ -151,6 +151,9 @@ pub struct CalibrateArgs {
     /// KV cache types (K = V), comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "f16")]
     pub kv: Vec<KvType>,
+    /// Micro-batch sizes (-ub; -b is at least 2048), comma-separated; default: the server's.
+    #[arg(long, value_delimiter = ',')]
+    pub ubatch: Vec<u32>,
     /// Directory for the server logs and calibration.json.
     #[arg(long)]
     pub out: PathBuf,
@@ -327,6 +330,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             &c.n_cpu_moe,
             &c.ctx,
             &c.kv,
+            &c.ubatch,
             &c.out,
         ),
         Command::Fixtures => crate::fixtures::cmd_fixtures(),

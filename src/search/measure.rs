@@ -123,9 +123,15 @@ pub fn cmd_calibrate(
     n_cpu_moe: &[u32],
     ctxs: &[u32],
     kvs: &[KvType],
+    ubatches: &[u32],
     out: &Path,
 ) -> Result<()> {
     let server = crate::server::resolve(server)?;
+    let ubatches: Vec<Option<u32>> = if ubatches.is_empty() {
+        vec![None]
+    } else {
+        ubatches.iter().map(|u| Some(*u)).collect()
+    };
     let layout = crate::model::load(model)?;
     let hw = crate::hardware::probe(false);
     let workload = crate::space::Workload {
@@ -156,52 +162,60 @@ pub fn cmd_calibrate(
         "{:<40} {:>12} {:>12} {:>7}   {:>12} {:>12} {:>7}",
         "config", "GPU pred", "GPU server", "err", "host pred", "host server", "err"
     );
-    for n in &placements {
+    let mut combos = Vec::new();
+    for &n in &placements {
         for &ctx in ctxs {
             for &kv in kvs {
-                let mut cfg = LaunchConfig {
-                    cache_type_k: kv,
-                    cache_type_v: kv,
-                    flash_attn: crate::config::FlashAttn::On,
-                    ..LaunchConfig::baseline(ctx)
-                };
-                if let Some(n) = n {
-                    cfg.n_gpu_layers = Some(999);
-                    cfg.n_cpu_moe = Some(*n);
-                    cfg.fit = Some(false);
+                for &ub in &ubatches {
+                    combos.push((n, ctx, kv, ub));
                 }
-                let pred = crate::model::memory::predict(&layout, &cfg, hw.has_gpu());
-                let o = runner.run(&cfg, TrialRole::Sweep);
-                let (rg, rh) = match &o.reported {
-                    Some(r) => (Some(device_total(r, true)), Some(device_total(r, false))),
-                    None => (None, None),
-                };
-                let err = |p: f64, r: Option<f64>| {
-                    r.filter(|r| *r > 0.0)
-                        .map_or("-".into(), |r| format!("{:+.1}%", (p / r - 1.0) * 100.0))
-                };
-                eprintln!(
-                    "{:<40} {:>12} {:>12} {:>7}   {:>12} {:>12} {:>7}  {}",
-                    format!("c={} {}", cfg.ctx, cfg.label()),
-                    fmt_mib(pred.gpu_mib),
-                    rg.map_or("-".into(), fmt_mib),
-                    err(pred.gpu_mib, rg),
-                    fmt_mib(pred.host_mib),
-                    rh.map_or("-".into(), fmt_mib),
-                    err(pred.host_mib, rh),
-                    o.kind
-                );
-                rows.push(CalibrationRow {
-                    config: cfg,
-                    outcome: o.kind.to_string(),
-                    predicted_gpu_mib: pred.gpu_mib,
-                    predicted_host_mib: pred.host_mib,
-                    reported_gpu_mib: rg,
-                    reported_host_mib: rh,
-                    reported: o.reported,
-                });
             }
         }
+    }
+    for (n, ctx, kv, ub) in combos {
+        let mut cfg = LaunchConfig {
+            cache_type_k: kv,
+            cache_type_v: kv,
+            flash_attn: crate::config::FlashAttn::On,
+            batch: ub.map(|u| u.max(2048)),
+            ubatch: ub,
+            ..LaunchConfig::baseline(ctx)
+        };
+        if let Some(n) = n {
+            cfg.n_gpu_layers = Some(999);
+            cfg.n_cpu_moe = Some(n);
+            cfg.fit = Some(false);
+        }
+        let pred = crate::model::memory::predict(&layout, &cfg, hw.has_gpu());
+        let o = runner.run(&cfg, TrialRole::Sweep);
+        let (rg, rh) = match &o.reported {
+            Some(r) => (Some(device_total(r, true)), Some(device_total(r, false))),
+            None => (None, None),
+        };
+        let err = |p: f64, r: Option<f64>| {
+            r.filter(|r| *r > 0.0)
+                .map_or("-".into(), |r| format!("{:+.1}%", (p / r - 1.0) * 100.0))
+        };
+        eprintln!(
+            "{:<40} {:>12} {:>12} {:>7}   {:>12} {:>12} {:>7}  {}",
+            format!("c={} {}", cfg.ctx, cfg.label()),
+            fmt_mib(pred.gpu_mib),
+            rg.map_or("-".into(), fmt_mib),
+            err(pred.gpu_mib, rg),
+            fmt_mib(pred.host_mib),
+            rh.map_or("-".into(), fmt_mib),
+            err(pred.host_mib, rh),
+            o.kind
+        );
+        rows.push(CalibrationRow {
+            config: cfg,
+            outcome: o.kind.to_string(),
+            predicted_gpu_mib: pred.gpu_mib,
+            predicted_host_mib: pred.host_mib,
+            reported_gpu_mib: rg,
+            reported_host_mib: rh,
+            reported: o.reported,
+        });
     }
     let path = out.join("calibration.json");
     crate::util::write_atomic(&path, serde_json::to_string_pretty(&rows)?.as_bytes())?;
