@@ -28,7 +28,7 @@ fn check(shape: &str, file: &str, over_allowance_mib: f64) {
         .unwrap(),
     )
     .unwrap();
-    assert!(rows.len() >= 12, "{file}: {} rows", rows.len());
+    assert!(rows.len() >= 4, "{file}: {} rows", rows.len());
     let mut worst: f64 = 0.0;
     for r in &rows {
         let p = qtune::model::memory::predict(&layout, &r.config, true);
@@ -59,6 +59,19 @@ fn check(shape: &str, file: &str, over_allowance_mib: f64) {
 #[test]
 fn qwen35_35b_a3b_on_the_gpu_machine() {
     check("qwen3.5-35b-a3b", "qwen3.5-35b-a3b-q4_k_m.json", 64.0);
+}
+
+/// Measured after the model was fitted, at placements, contexts (16k) and ubatch sizes (1024,
+/// 3072) it never saw. Under-prediction held to 3 % / 64 MiB; over-prediction is allowed up to
+/// 150 MiB (Qwen3-30B's host total at ubatch 3072 is 143 MiB, 4.9 %, high).
+#[test]
+fn held_out_configs_on_the_gpu_machine() {
+    check(
+        "qwen3.5-35b-a3b",
+        "heldout-qwen3.5-35b-a3b-q4_k_m.json",
+        150.0,
+    );
+    check("qwen3-30b-a3b", "heldout-qwen3-30b-a3b-q4_k_m.json", 150.0);
 }
 
 #[test]
