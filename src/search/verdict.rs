@@ -139,6 +139,9 @@ pub fn decide(
     let prompt_gain = baseline
         .as_ref()
         .and_then(|b| gain_pct(speeds.prompt.median, b.prompt.median));
+    if let Some(w) = secondary_regression_warning(gen_gain, prompt_gain) {
+        warnings.push(w);
+    }
     let command = config.command(server, model, &inputs.host, inputs.port);
     (
         confirmation,
@@ -152,4 +155,34 @@ pub fn decide(
             command,
         }),
     )
+}
+
+/// A warning when the winner gives up much more prompt speed than it gains in generation
+/// (seen on the GPU machine: Qwen3-30B, +8 % generation for −72 % prompt processing).
+pub fn secondary_regression_warning(
+    gen_gain: Option<f64>,
+    prompt_gain: Option<f64>,
+) -> Option<String> {
+    let (g, p) = (gen_gain?, prompt_gain?);
+    (p < -25.0 && -p > 2.0 * g.max(0.0)).then(|| {
+        format!(
+            "the winner generates {g:+.1} % faster than the baseline but processes prompts {p:+.1} %: if long prompts matter to you, re-run with an objective that weighs them (objective: {{metric: blend, gen_weight: 1, prompt_weight: 0.5}} in a --space file)"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::secondary_regression_warning as w;
+
+    #[test]
+    fn warns_only_when_prompt_speed_is_traded_away_heavily() {
+        assert!(w(Some(8.4), Some(-71.6)).unwrap().contains("-71.6 %"));
+        assert!(w(Some(2.8), Some(75.2)).is_none());
+        assert!(
+            w(Some(30.0), Some(-30.0)).is_none(),
+            "a large generation gain may pay for it"
+        );
+        assert!(w(None, Some(-90.0)).is_none());
+    }
 }
