@@ -209,3 +209,27 @@ fn a_replayed_journal_is_not_run_again() {
         "the resumed tune takes the same path"
     );
 }
+
+#[test]
+fn re_measuring_ties_never_exceeds_the_trial_budget() {
+    // Every config measures the same: every comparison is a tie and asks for re-measurement.
+    for trials in 1..=8 {
+        let mut ctx = context(15_800.0);
+        ctx.space.budget.trials = trials;
+        let flat = ReplayRunner::from_fn(|c: &LaunchConfig| ReplayAnswer::Ok {
+            gen_tps: 50.0,
+            prompt_tps: 500.0,
+            peak_vram_mib: Some(if c.n_cpu_moe.is_some() {
+                15_000
+            } else {
+                14_000
+            }),
+        });
+        let search = run_search(ctx.clone(), Box::new(flat), Vec::new(), None).unwrap();
+        assert!(
+            search.search_trials <= trials,
+            "{} search trials for a budget of {trials}",
+            search.search_trials
+        );
+    }
+}

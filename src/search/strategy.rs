@@ -433,7 +433,8 @@ impl QtuneSearch {
             sc.primary(obj, reference.as_ref()),
             obj.tie_pct,
         );
-        if tie && (self.trials_of(&ci) < 2 || self.trials_of(&cc) < 2) {
+        let needed = u32::from(self.trials_of(&ci) < 2) + u32::from(self.trials_of(&cc) < 2);
+        if tie && needed > 0 && self.search_trials + needed <= ctx.space.budget.trials {
             // Close: measure both again (incumbent first) before deciding.
             if self.trials_of(&ci) < 2 {
                 self.pending.push_back((ci, TrialRole::Search));
@@ -509,6 +510,11 @@ impl QtuneSearch {
     fn next_action(&mut self, ctx: &SearchContext) -> Option<(LaunchConfig, TrialRole)> {
         loop {
             if let Some(p) = self.pending.pop_front() {
+                // Re-measurements count against the search budget; confirmation rounds do not.
+                if p.1 == TrialRole::Search && self.search_trials >= ctx.space.budget.trials {
+                    self.pending.retain(|q| q.1 != TrialRole::Search);
+                    continue;
+                }
                 return Some(p);
             }
             match self.phase {
