@@ -60,7 +60,8 @@ fn health_ok(port: u16) -> bool {
 
 /// POST /completion with n_predict 16; returns timings.predicted_n.
 fn predicted_n(port: u16) -> i64 {
-    let body = r#"{"prompt":"Hello there","n_predict":16}"#;
+    // ignore_eos: a real model (SmolLM2) may otherwise stop before 16 tokens.
+    let body = r#"{"prompt":"Hello there","n_predict":16,"ignore_eos":true,"temperature":0}"#;
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     write!(
