@@ -8,7 +8,8 @@
 use qtune::model::synth::{shape_by_name, write_sparse_header, SynthFtype};
 use qtune::search::measure::CalibrationRow;
 
-fn check(shape: &str, file: &str, over_allowance_mib: f64) {
+/// The layout of a synthetic shape, read from a header-only (sparse) copy.
+fn layout_of(shape: &str) -> qtune::model::ModelLayout {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.gguf");
     let vocab = qtune::model::synth::default_vocab_dir();
@@ -19,7 +20,11 @@ fn check(shape: &str, file: &str, over_allowance_mib: f64) {
         &vocab,
     )
     .unwrap();
-    let layout = qtune::model::load(&path).unwrap();
+    qtune::model::load(&path).unwrap()
+}
+
+fn check(shape: &str, file: &str, over_allowance_mib: f64) {
+    let layout = layout_of(shape);
     let rows: Vec<CalibrationRow> = serde_json::from_str(
         &std::fs::read_to_string(format!(
             "{}/reports/gpu-calibration/{file}",
@@ -82,17 +87,7 @@ fn qwen3_30b_a3b_on_the_gpu_machine() {
 /// Every trial of the committed GPU tunes carries what the server reported for its buffers:
 /// a wider replay (ubatch 512 to 4096, many placements, f16 and q8_0) than `qtune calibrate`.
 fn replay_tune_trials(shape: &str, dirs: &[&str]) -> (usize, f64, f64) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("m.gguf");
-    let vocab = qtune::model::synth::default_vocab_dir();
-    write_sparse_header(
-        &path,
-        &shape_by_name(shape).unwrap(),
-        SynthFtype::Q4KM,
-        &vocab,
-    )
-    .unwrap();
-    let layout = qtune::model::load(&path).unwrap();
+    let layout = layout_of(shape);
     let (mut n, mut worst_under, mut worst_over) = (0, 0.0f64, 0.0f64);
     for d in dirs {
         let text = std::fs::read_to_string(format!(
