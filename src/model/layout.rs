@@ -2,7 +2,7 @@
 //! them, hyperparameters from the `<arch>.*` keys, KV / recurrent-state blocks.
 
 use super::gguf::{GgufFile, GgufValue};
-use super::{BlockBytes, ModelLayout};
+use super::{BlockBytes, Details, ModelLayout};
 use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -74,48 +74,6 @@ pub fn classify(name: &str) -> TensorClass {
         return TensorClass::Output;
     }
     TensorClass::Other
-}
-
-/// What memory prediction needs beyond [`ModelLayout`] (kept out of the shared contract type so
-/// its struct literals elsewhere stay valid). Remembered per fingerprint by [`from_gguf`].
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Details {
-    /// Per block, bytes of tensors the x86 (AVX2) CPU backend repacks into a second host buffer
-    /// (`CPU_REPACK`) when they live on the host: Q4_0/Q4_K/IQ4_NL/MXFP4 matrices with a
-    /// multiple of 8 rows.
-    pub cpu_repack: Vec<BlockBytes>,
-    /// Same for the output matrix.
-    pub cpu_repack_output: u64,
-    /// Dense FFN width (`feed_forward_length`, 0 if absent).
-    pub n_ff: u32,
-    /// Routed expert FFN width (0 if absent).
-    pub n_ff_exp: u32,
-    /// Shared expert FFN width (0 if none).
-    pub n_ff_shexp: u32,
-    /// The output tensors are stored before the blocks in the file, so a mapped span that
-    /// reaches a host expert tensor also covers them (llama.cpp maps first..last host tensor).
-    pub output_before_blocks: bool,
-}
-
-fn details_registry() -> &'static std::sync::Mutex<std::collections::HashMap<String, Details>> {
-    static R: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, Details>>> =
-        std::sync::OnceLock::new();
-    R.get_or_init(Default::default)
-}
-
-fn remember_details(fingerprint: &str, d: Details) {
-    if let Ok(mut m) = details_registry().lock() {
-        m.insert(fingerprint.to_string(), d);
-    }
-}
-
-/// The details of a layout loaded in this process, by fingerprint.
-pub fn details(layout: &ModelLayout) -> Option<Details> {
-    details_registry()
-        .lock()
-        .ok()?
-        .get(&layout.fingerprint)
-        .cloned()
 }
 
 /// Read a model file and build its layout.
@@ -328,9 +286,9 @@ pub fn from_gguf(g: &GgufFile) -> Result<ModelLayout> {
             matches!((g.tensor("output.weight").map(|t| t.offset), first_block), (Some(o), Some(b)) if o < b)
         },
     };
-    remember_details(&fingerprint, details);
 
     Ok(ModelLayout {
+        details,
         arch,
         name: g.get_str("general.name").map(|s| s.to_string()),
         file_type,

@@ -11,7 +11,6 @@
 //! Compute buffers are an empirical model of ggml's graph allocator at one micro-batch,
 //! calibrated against the CPU `llama-server` of the pinned build (see [`ComputeModel`]).
 
-use super::layout::Details;
 use super::ModelLayout;
 use crate::config::{FlashAttn, KvType, LaunchConfig};
 use serde::{Deserialize, Serialize};
@@ -153,7 +152,7 @@ pub fn predict_with(
     cm: &ComputeModel,
 ) -> MemoryPrediction {
     let nb = layout.n_blocks;
-    let details: Details = super::layout::details(layout).unwrap_or_default();
+    let details = &layout.details;
     // Layers on the GPU (the output layer counts as one).
     let ngl: u32 = if !has_gpu {
         0

@@ -30,6 +30,27 @@ impl BlockBytes {
     }
 }
 
+/// What memory prediction needs beyond the placement summary: what the CPU backend repacks,
+/// FFN widths, tensor order in the file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Details {
+    /// Per block, bytes of tensors the x86 (AVX2) CPU backend repacks into a second host buffer
+    /// (`CPU_REPACK`) when they live on the host: Q4_0/Q4_K/IQ4_NL/MXFP4 matrices with a
+    /// multiple of 8 rows.
+    pub cpu_repack: Vec<BlockBytes>,
+    /// Same for the output matrix.
+    pub cpu_repack_output: u64,
+    /// Dense FFN width (`feed_forward_length`, 0 if absent).
+    pub n_ff: u32,
+    /// Routed expert FFN width (0 if absent).
+    pub n_ff_exp: u32,
+    /// Shared expert FFN width (0 if none).
+    pub n_ff_shexp: u32,
+    /// The output tensors are stored before the blocks in the file, so a mapped span that
+    /// reaches a host expert tensor also covers them (llama.cpp maps first..last host tensor).
+    pub output_before_blocks: bool,
+}
+
 /// What qtune needs to know about a model to place it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelLayout {
@@ -65,6 +86,9 @@ pub struct ModelLayout {
     pub tensor_bytes: u64,
     /// Stable short hash of architecture, shape and tensor types (not the path).
     pub fingerprint: String,
+    /// Inputs of the memory prediction beyond the fields above.
+    #[serde(default)]
+    pub details: Details,
 }
 
 impl ModelLayout {
@@ -105,6 +129,7 @@ impl ModelLayout {
             bytes_by_type: BTreeMap::new(),
             tensor_bytes: n_blocks as u64 * (expert_bytes + rest_bytes),
             fingerprint: "0123456789abcdef".into(),
+            details: Details::default(),
         }
     }
 
