@@ -206,6 +206,8 @@ pub fn load_timeout_for(model_bytes: u64) -> Duration {
 
 /// What one launch produced, before it becomes a [`TrialOutcome`].
 struct Draft {
+    /// The phase a failure was classified in (None for a success or a setup failure).
+    phase: Option<Phase>,
     kind: OutcomeKind,
     metrics: Option<Metrics>,
     message: String,
@@ -217,8 +219,17 @@ struct Draft {
 }
 
 impl Draft {
+    /// Classify a failure and remember the phase it happened in.
+    fn classified(obs: &Observation<'_>) -> Draft {
+        Draft {
+            phase: Some(obs.phase),
+            ..Draft::from_verdict(classify::classify(obs))
+        }
+    }
+
     fn from_verdict(v: Verdict) -> Draft {
         Draft {
+            phase: None,
             kind: v.kind,
             metrics: None,
             message: v.message,
@@ -400,7 +411,7 @@ impl LlamaServerRunner {
         draft.reported = reported_memory(&log);
         if draft.kind == OutcomeKind::Crash {
             let own: u64 = draft.peak_vram_mib.iter().sum();
-            let runtime = draft.message.contains("while serving");
+            let runtime = draft.phase == Some(Phase::Measure);
             if let Some(v) = classify::full_gpu_abort(&log, runtime, own, free_now) {
                 draft.kind = v.kind;
                 draft.message = v.message;
@@ -451,13 +462,13 @@ impl LlamaServerRunner {
                         tracing::debug!("port {port} was taken; retrying on another");
                         continue;
                     }
-                    return Draft::from_verdict(classify::classify(&Observation {
+                    return Draft::classified(&Observation {
                         phase: Phase::Load,
                         exit,
                         log: &log,
                         healthy_at: None,
                         failure,
-                    }));
+                    });
                 }
             }
         }
@@ -519,6 +530,7 @@ impl LlamaServerRunner {
                 let exit = proc.stop(STOP_GRACE);
                 tracing::debug!("server stopped after the trial: {exit}");
                 Draft {
+                    phase: None,
                     kind: OutcomeKind::Ok,
                     metrics: Some(m.metrics),
                     message: "ok".to_string(),
@@ -538,13 +550,13 @@ impl LlamaServerRunner {
                 };
                 proc.stop(STOP_GRACE);
                 let log = std::fs::read_to_string(log_path).unwrap_or_default();
-                Draft::from_verdict(classify::classify(&Observation {
+                Draft::classified(&Observation {
                     phase: Phase::Measure,
                     exit,
                     log: &log,
                     healthy_at: Some(healthy_at.min(log.len())),
                     failure,
-                }))
+                })
             }
         }
     }
