@@ -281,7 +281,7 @@ fn run(run_dir: &std::path::Path, inputs: &RunInputs) -> anyhow::Result<TuneResu
         );
     }
 
-    let progress = Arc::new(progress::Progress::new(&ctx));
+    let progress = Arc::new(progress::Progress::new());
     let runner = crate::trial::server::LlamaServerRunner::new(
         &server.path,
         &inputs.model_path,

@@ -1,7 +1,7 @@
 //! Progress on stderr through argmin's observer interface: a spinner while a trial runs and one
 //! line per finished trial.
 
-use super::strategy::{SearchContext, TuneState};
+use super::strategy::TuneState;
 use crate::config::LaunchConfig;
 use crate::trial::{TrialOutcome, TrialRole};
 use argmin::core::observers::Observe;
@@ -12,21 +12,17 @@ use std::time::Duration;
 
 pub struct Progress {
     bar: ProgressBar,
-    budget_trials: u32,
 }
 
 impl Progress {
-    pub fn new(ctx: &SearchContext) -> Self {
+    pub fn new() -> Self {
         let bar = ProgressBar::new_spinner();
         bar.set_style(
             ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
                 .expect("static template"),
         );
         bar.enable_steady_tick(Duration::from_millis(200));
-        Progress {
-            bar,
-            budget_trials: ctx.space.budget.trials,
-        }
+        Progress { bar }
     }
 
     /// A trial is about to launch.
@@ -61,10 +57,6 @@ impl Progress {
             outcome.kind.as_str(),
             outcome.duration_s
         )
-    }
-
-    pub fn budget_trials(&self) -> u32 {
-        self.budget_trials
     }
 
     pub fn finish(&self) {

@@ -189,7 +189,6 @@ pub struct TuneProblem {
     runner: RefCell<Box<dyn TrialRunner>>,
     /// Journaled outcomes not yet seen by the solver (a resumed tune): used instead of launching.
     replay: RefCell<VecDeque<TrialOutcome>>,
-    started: Instant,
     progress: Option<std::sync::Arc<super::progress::Progress>>,
 }
 
@@ -204,7 +203,6 @@ impl TuneProblem {
             ctx,
             runner: RefCell::new(runner),
             replay: RefCell::new(replay.into()),
-            started: Instant::now(),
             progress,
         }
     }
@@ -654,13 +652,6 @@ impl Solver<TuneProblem, TuneState> for QtuneSearch {
         } else {
             TerminationStatus::NotTerminated
         }
-    }
-}
-
-impl TuneProblem {
-    /// Seconds since this session started (for the time budget of a fresh tune).
-    pub fn session_elapsed_s(&self) -> f64 {
-        self.started.elapsed().as_secs_f64()
     }
 }
 
