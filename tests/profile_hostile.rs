@@ -1,8 +1,8 @@
 //! Profiles are data from strangers. Every hostile or broken profile is refused through the real
 //! binary with one clear line, a non-zero exit, and nothing written to `profiles/`.
 
-#[path = "profile_support.rs"]
-mod support;
+mod profile_support;
+use profile_support as support;
 
 use serde_yaml::Value;
 use std::path::Path;

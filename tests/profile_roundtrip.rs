@@ -1,7 +1,7 @@
 //! Export a run's result, import it elsewhere, list and show it: through the real binary.
 
-#[path = "profile_support.rs"]
-mod support;
+mod profile_support;
+use profile_support as support;
 
 use qtune::profile::{load_profile, Profile};
 use support::{qtune, stderr, stdout, write_run_dir};
