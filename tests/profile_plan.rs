@@ -3,6 +3,8 @@
 //! MoE and the full Qwen3.5-35B-A3B shape (header-only sparse file). The real binary runs on
 //! this GPU-less machine, and `qtune tune --from-profile` starts a real (CPU) tune from one.
 
+mod require;
+
 use qtune::config::{KvType, LaunchConfig};
 use qtune::hardware::{GpuInfo, HardwareProfile, HostInfo, PcieLink};
 use qtune::model::ModelLayout;
@@ -311,11 +313,9 @@ fn real_binary_picks_the_matching_profile_from_profiles_dir() {
 
 #[test]
 fn tune_starts_from_a_profile() {
-    let server = qtune::server::cached_server(false);
-    if !server.is_file() {
-        eprintln!("skipped: no CPU llama-server at {}", server.display());
+    let Some(_server) = require::or_skip(require::server(), "the real llama-server") else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let model = tiny();
     let layout = qtune::model::load(&model).unwrap();

@@ -1,6 +1,7 @@
 //! The real CPU llama-server (pinned build) measuring real models through `LlamaServerRunner`:
 //! the happy path, the real server's own bad-flag rejections, and no server left behind.
 
+mod require;
 mod trial_common;
 
 use qtune::config::LaunchConfig;
@@ -209,12 +210,11 @@ fn missing_model_is_a_crash_with_the_servers_words() {
 
 #[test]
 fn tiny_moe_trial() {
-    let model = match qtune::fixtures::tiny_moe("tiny-qwen35moe") {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("SKIPPED: the tiny MoE fixture is not available yet: {e:#}");
-            return;
-        }
+    let Some(model) = require::or_skip(
+        qtune::fixtures::tiny_moe("tiny-qwen35moe").map_err(|e| format!("{e:#}")),
+        "the tiny MoE fixture",
+    ) else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let mut r = runner(&model, dir.path());

@@ -121,20 +121,17 @@ fn tune_and_check(model: PathBuf, extra: &[&str]) {
     );
     // Every trial was journaled, once.
     assert_eq!(journal_lines(&run).len(), trials.len());
-    // The winner ran ok in every one of its trials and is not slower than the baseline
-    // beyond the tie margin, in the interleaved confirmation.
+    // The verdict's rules, not a measured speed (speeds are noisy and belong in reports):
+    // the winner ran ok in every one of its trials, and it is the printed command.
     let w = &r["winner"];
     let wcfg = &w["config"];
-    for t in trials.iter().filter(|t| &t["config"] == wcfg) {
+    let winner_trials: Vec<_> = trials.iter().filter(|t| &t["config"] == wcfg).collect();
+    assert!(!winner_trials.is_empty(), "the winner was measured: {w}");
+    for t in winner_trials {
         assert_eq!(t["kind"], "ok", "the winner failed a trial: {t}");
     }
-    let conf = r["confirmation"].as_array().unwrap();
-    let base = conf.iter().find(|c| c["is_baseline"] == true);
-    if let Some(base) = base {
-        let b = base["gen_tps"]["median"].as_f64().unwrap();
-        let g = w["gen_tps"]["median"].as_f64().unwrap();
-        let tie = r["space"]["objective"]["tie_pct"].as_f64().unwrap();
-        assert!(g >= b * (1.0 - tie / 100.0), "winner {g} vs baseline {b}");
+    if let Some(ctx) = wcfg["ctx"].as_u64() {
+        assert!(last.contains(&format!("-c {ctx}")), "{last}");
     }
     for f in ["report.md", "launch.sh"] {
         assert!(run.join(f).is_file(), "{f} written");

@@ -7,11 +7,10 @@ use std::path::{Path, PathBuf};
 
 /// The real CPU llama-server: `$QTUNE_LLAMA_SERVER`, else the pinned CPU build in the cache.
 pub fn real_server() -> PathBuf {
-    if let Some(p) = std::env::var_os("QTUNE_LLAMA_SERVER") {
+    if let Some(p) = std::env::var_os("QTUNE_LLAMA_SERVER").filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap();
-    let p = home.join(".cache/qtune/llama.cpp/b11434-cpu/bin/llama-server");
+    let p = qtune::server::cached_server(false);
     assert!(
         p.is_file(),
         "no llama-server at {} (set QTUNE_LLAMA_SERVER or run `qtune server build`)",
