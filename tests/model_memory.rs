@@ -5,7 +5,7 @@ use qtune::config::{KvType, LaunchConfig};
 use qtune::model::{self, memory};
 use qtune::trial::logparse;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 

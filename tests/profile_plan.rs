@@ -313,7 +313,7 @@ fn real_binary_picks_the_matching_profile_from_profiles_dir() {
 
 #[test]
 fn tune_starts_from_a_profile() {
-    let Some(_server) = require::or_skip(require::server(), "the real llama-server") else {
+    let Some(server) = require::or_skip(require::server(), "the real llama-server") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
