@@ -66,9 +66,9 @@ if [ "$(basename "$first_word")" != "llama-server" ] || ! grep -q -- ' -m ' <<<"
   exit 1
 fi
 # Phases, from what cargo and qtune print.
-compile=$(sed -n 's/.*Finished .* in \([0-9.]*\)\(m \)\{0,1\}\([0-9.]*\)s.*/\1 \3/p' "$log" | tail -1)
+compile=$(sed -n 's/.*Finished .* in \(.*\)$/\1/p' "$log" | tail -1)
 server=$(sed -n 's/^qtune: built llama-server in \([0-9]*\) s.*/\1/p' "$log" | tail -1)
-echo "fresh-path: ok in $((t1 - t0)) s (dependency compile: ${compile:-?} (cargo's m s); llama.cpp build: ${server:-?} s; the rest is the tool install, source download, configure and demo)" >&2
+echo "fresh-path: ok in $((t1 - t0)) s (qtune compile: ${compile:-?}; llama.cpp build: ${server:-?} s; the rest is the tool install, source download, configure and demo)" >&2
 echo "fresh-path: last line: $last" >&2
 if [ "${1:-}" != "" ]; then
   echo "$fresh/.cache/qtune" >"$1"
