@@ -517,7 +517,13 @@ pub fn write_synthetic_with_vocab(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "model.gguf".into());
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::create_dir_all(&dir).with_context(|| {
+        format!(
+            "cannot write {}: cannot create its folder {}",
+            path.display(),
+            dir.display()
+        )
+    })?;
     let tmp = dir.join(format!(".{name}.qtune-tmp-{}", std::process::id()));
     let result = (|| -> Result<u64> {
         let file = std::fs::File::create(&tmp)
