@@ -95,15 +95,11 @@ pub fn tiny_moe(shape: &str) -> Result<PathBuf> {
     if out.is_file() {
         return Ok(out);
     }
-    crate::model::cmd_synth(&out, shape, "q4_k_m")?;
+    let shape = crate::model::synth::shape_by_name(shape)?;
+    crate::model::synth::write_synthetic(
+        &out,
+        &shape,
+        crate::model::synth::SynthFtype::parse("q4_k_m")?,
+    )?;
     Ok(out)
-}
-
-/// `qtune fixtures`: prepare every test model and print their paths.
-pub fn cmd_fixtures() -> Result<()> {
-    println!("{}", smollm2()?.display());
-    for s in TINY_SHAPES {
-        println!("{}", tiny_moe(s)?.display());
-    }
-    Ok(())
 }

@@ -29,7 +29,7 @@ pub enum Source {
 }
 
 impl Source {
-    fn describe(self) -> &'static str {
+    pub fn describe(self) -> &'static str {
         match self {
             Source::Flag => "--server",
             Source::Env => "QTUNE_LLAMA_SERVER",
@@ -223,34 +223,8 @@ pub fn resolve_or_build(explicit: Option<&Path>) -> Result<ServerBinary> {
     if explicit.is_some() || locate(None).is_some() {
         return resolve(explicit);
     }
-    eprintln!("qtune: no llama-server found; building the pinned llama.cpp (one time, ~10 minutes on 2 cores)");
     let path = build(false)?;
     check(&path, Source::Cache)
-}
-
-pub fn cmd_path(explicit: Option<PathBuf>) -> Result<()> {
-    let s = resolve(explicit.as_deref())?;
-    println!("{}", s.path.display());
-    Ok(())
-}
-
-pub fn cmd_check(explicit: Option<PathBuf>) -> Result<()> {
-    let s = resolve(explicit.as_deref())?;
-    println!(
-        "{} (from {}): {}; has {}",
-        s.path.display(),
-        s.source.describe(),
-        s.version,
-        REQUIRED_FLAGS.join(" ")
-    );
-    Ok(())
-}
-
-pub fn cmd_build(cuda: bool) -> Result<()> {
-    let path = build(cuda)?;
-    let s = check(&path, Source::Cache)?;
-    println!("{}", s.path.display());
-    Ok(())
 }
 
 /// A tool the build needs, with what to install when it is missing.

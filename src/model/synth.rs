@@ -609,23 +609,6 @@ pub fn write_sparse_header(
     Ok(total)
 }
 
-/// `qtune synth OUT --shape S --ftype F`.
-pub fn cmd_synth(out: &Path, shape: &str, ftype: &str) -> Result<()> {
-    let shape = shape_by_name(shape)?;
-    let ftype = SynthFtype::parse(ftype)?;
-    let t0 = std::time::Instant::now();
-    let n = write_synthetic(out, &shape, ftype)?;
-    println!(
-        "wrote {} ({} bytes, {:.2} GiB, shape {}, {:.1} s)",
-        out.display(),
-        n,
-        n as f64 / (1u64 << 30) as f64,
-        shape.name,
-        t0.elapsed().as_secs_f64()
-    );
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,14 +1,13 @@
 //! `report.md`: the tune told for people, meant to read well on GitHub.
 
 use crate::config::{shell_line, LaunchConfig};
-use crate::search::TuneResult;
+use crate::run::TuneResult;
 use crate::trial::{OutcomeKind, Stat, TrialOutcome, TrialRole};
 use crate::util::fmt_mib;
 use std::fmt::Write as _;
 
-/// Host and port the report's commands and the launch script use by default.
-pub const DEFAULT_HOST: &str = "127.0.0.1";
-pub const DEFAULT_PORT: u16 = 8080;
+/// Host and port the report's commands use when a run does not say (older results).
+pub use crate::run::{DEFAULT_HOST, DEFAULT_PORT};
 
 /// Free VRAM below this share of the total at start means another process held the rest.
 const EMULATED_FREE_SHARE: f64 = 0.60;
@@ -222,7 +221,7 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
     let _ = writeln!(
         m,
         "```sh\n{}\n```\n",
-        shell_line(&bcfg.command(&r.server_path, &r.model_path, DEFAULT_HOST, DEFAULT_PORT))
+        shell_line(&bcfg.command(&r.server_path, &r.model_path, &r.host, r.port))
     );
 
     // Plots.
@@ -532,8 +531,8 @@ fn trials(m: &mut String, r: &TuneResult) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::sample;
     use super::*;
+    use crate::run::sample;
     use std::path::Path;
 
     #[test]

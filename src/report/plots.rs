@@ -5,8 +5,8 @@
 //! - `plot-tg-pp`: generation vs prompt tok/s, Pareto front (both higher).
 //! - `plot-ncmoe`: tok/s and peak VRAM across `--n-cpu-moe`, with the budget.
 
-use super::pareto::{self, Goal};
-use crate::search::TuneResult;
+use crate::run::pareto::{self, Goal};
+use crate::run::TuneResult;
 use crate::trial::{OutcomeKind, TrialRole};
 use anyhow::{anyhow, Result};
 use plotters::coord::Shift;
@@ -782,8 +782,8 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::super::sample;
     use super::*;
+    use crate::run::sample;
     use std::path::Path;
 
     fn check(plots: &[RenderedPlot]) {

@@ -23,19 +23,12 @@ use argmin::core::{
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::sync::Arc;
 
 /// The argmin state: the parameter is a launch config, the cost is minus the objective.
 pub type TuneState = IterState<LaunchConfig, (), (), (), (), f64>;
 
-/// Everything except placement: one point of the coordinate search.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Base {
-    pub threads: Option<u32>,
-    pub batch: Option<[u32; 2]>,
-    pub kv: [KvType; 2],
-    pub flash_attn: FlashAttn,
-}
+pub use crate::config::Base;
 
 /// What the search knows that does not change during a tune (not checkpointed).
 #[derive(Debug, Clone)]
@@ -51,6 +44,8 @@ pub struct SearchContext {
     pub logical_cores: u32,
     /// Start here instead of the space's first values (from a profile).
     pub start: Option<Base>,
+    /// The clock the minutes budget is read from.
+    pub clock: Arc<dyn crate::clock::Clock>,
 }
 
 impl SearchContext {
@@ -157,9 +152,7 @@ impl SearchContext {
             fit: None,
         };
         if self.gpu_moe {
-            c.n_gpu_layers = Some(999);
-            c.n_cpu_moe = Some(n_cpu_moe);
-            c.fit = Some(false);
+            c.place_experts(n_cpu_moe);
         }
         c
     }
@@ -189,7 +182,7 @@ pub struct TuneProblem {
     runner: RefCell<Box<dyn TrialRunner>>,
     /// Journaled outcomes not yet seen by the solver (a resumed tune): used instead of launching.
     replay: RefCell<VecDeque<TrialOutcome>>,
-    progress: Option<std::sync::Arc<super::progress::Progress>>,
+    progress: Option<Arc<dyn super::progress::Watch>>,
 }
 
 impl TuneProblem {
@@ -197,7 +190,7 @@ impl TuneProblem {
         ctx: SearchContext,
         runner: Box<dyn TrialRunner>,
         replay: Vec<TrialOutcome>,
-        progress: Option<std::sync::Arc<super::progress::Progress>>,
+        progress: Option<Arc<dyn super::progress::Watch>>,
     ) -> Self {
         TuneProblem {
             ctx,
@@ -207,21 +200,40 @@ impl TuneProblem {
         }
     }
 
-    fn evaluate(&self, config: &LaunchConfig, role: TrialRole) -> TrialOutcome {
+    /// Run (or replay) one trial. Fails with [`Interrupted`] when qtune is being interrupted:
+    /// a trial cut short by Ctrl-C is not a result (its runner did not journal it).
+    ///
+    /// [`Interrupted`]: crate::trial::cleanup::Interrupted
+    fn evaluate(
+        &self,
+        config: &LaunchConfig,
+        role: TrialRole,
+    ) -> Result<TrialOutcome, ArgminError> {
+        let interrupted = || {
+            crate::trial::cleanup::interrupted()
+                .map(|signal| ArgminError::new(crate::trial::cleanup::Interrupted { signal }))
+        };
         let mut replay = self.replay.borrow_mut();
         if let Some(front) = replay.front() {
             if &front.config == config && front.role == role {
-                return replay.pop_front().expect("front exists");
+                return Ok(replay.pop_front().expect("front exists"));
             }
             // The journal diverged from the plan (edited by hand?): stop replaying.
             tracing::warn!("journal does not match the search path; running trials afresh");
             replay.clear();
         }
         drop(replay);
+        if let Some(e) = interrupted() {
+            return Err(e);
+        }
         if let Some(p) = &self.progress {
             p.starting(config, role);
         }
-        self.runner.borrow_mut().run(config, role)
+        let outcome = self.runner.borrow_mut().run(config, role);
+        match interrupted() {
+            Some(e) => Err(e),
+            None => Ok(outcome),
+        }
     }
 }
 
@@ -254,8 +266,9 @@ pub struct QtuneSearch {
     pub search_trials: u32,
     /// Seconds spent in earlier sessions of this tune (resume).
     pub elapsed_before_s: f64,
+    /// The clock's reading when this session started (not saved: a resumed session restarts it).
     #[serde(skip)]
-    session_start: Option<Instant>,
+    session_start: Option<f64>,
     pub warnings: Vec<String>,
 }
 
@@ -284,11 +297,12 @@ impl QtuneSearch {
         }
     }
 
-    pub fn elapsed_s(&self) -> f64 {
+    /// Seconds spent on this tune, over every session, read from `clock`.
+    pub fn elapsed_s(&self, clock: &dyn crate::clock::Clock) -> f64 {
         self.elapsed_before_s
             + self
                 .session_start
-                .map_or(0.0, |s| s.elapsed().as_secs_f64())
+                .map_or(0.0, |s| (clock.seconds() - s).max(0.0))
     }
 
     fn search_outcomes<'a>(
@@ -450,7 +464,8 @@ impl QtuneSearch {
 
     fn budget_left(&self, ctx: &SearchContext) -> bool {
         let b = &ctx.space.budget;
-        self.search_trials < b.trials && self.elapsed_s() < b.minutes * 60.0 * 0.75
+        self.search_trials < b.trials
+            && self.elapsed_s(ctx.clock.as_ref()) < b.minutes * 60.0 * 0.75
     }
 
     /// Top distinct candidates for the confirmation, best first.
@@ -578,17 +593,9 @@ impl QtuneSearch {
     }
 }
 
-/// The non-placement part of a config.
+/// The non-placement part of a config ([`LaunchConfig::base`]).
 pub fn base_of(c: &LaunchConfig) -> Base {
-    Base {
-        threads: c.threads,
-        batch: match (c.batch, c.ubatch) {
-            (Some(b), Some(u)) => Some([b, u]),
-            _ => None,
-        },
-        kv: [c.cache_type_k, c.cache_type_v],
-        flash_attn: c.flash_attn,
-    }
+    c.base()
 }
 
 fn cost_of(o: &TrialOutcome, ctx: &SearchContext, reference: Option<&Speeds>) -> f64 {
@@ -605,10 +612,11 @@ impl Solver<TuneProblem, TuneState> for QtuneSearch {
 
     fn init(
         &mut self,
-        _problem: &mut Problem<TuneProblem>,
+        problem: &mut Problem<TuneProblem>,
         state: TuneState,
     ) -> Result<(TuneState, Option<KV>), ArgminError> {
-        self.session_start = Some(Instant::now());
+        let clock = &problem.problem.as_ref().expect("problem present").ctx.clock;
+        self.session_start = Some(clock.seconds());
         Ok((state, None))
     }
 
@@ -617,27 +625,26 @@ impl Solver<TuneProblem, TuneState> for QtuneSearch {
         problem: &mut Problem<TuneProblem>,
         state: TuneState,
     ) -> Result<(TuneState, Option<KV>), ArgminError> {
-        if self.session_start.is_none() {
-            // Resumed from a checkpoint: the clock restarts from what was spent before.
-            self.session_start = Some(Instant::now());
-        }
         let ctx = problem
             .problem
             .as_ref()
             .expect("problem present")
             .ctx
             .clone();
+        if self.session_start.is_none() {
+            // Resumed from a checkpoint: the clock restarts from what was spent before.
+            self.session_start = Some(ctx.clock.seconds());
+        }
         let Some((cfg, role)) = self.next_action(&ctx) else {
             return Ok((
                 state.terminate_with(TerminationReason::SolverConverged),
                 None,
             ));
         };
-        let outcome = problem.problem("trial_count", |p| Ok(p.evaluate(&cfg, role)))?;
+        let outcome = problem.problem("trial_count", |p| p.evaluate(&cfg, role))?;
         let cost = cost_of(&outcome, &ctx, self.baseline_speeds().as_ref());
         self.record(outcome.clone());
-        let line =
-            super::progress::Progress::line(&outcome, self.search_trials, ctx.space.budget.trials);
+        let line = super::progress::line(&outcome, self.search_trials, ctx.space.budget.trials);
         let kv = argmin::kv!(
             "trial" => outcome.id;
             "outcome" => outcome.kind.as_str().to_string();
@@ -671,14 +678,15 @@ pub(super) fn run_search_with(
     runner: Box<dyn TrialRunner>,
     replay: Vec<TrialOutcome>,
     run_dir: Option<&std::path::Path>,
-    progress: Option<std::sync::Arc<super::progress::Progress>>,
+    progress: Option<Arc<dyn super::progress::Watch>>,
 ) -> anyhow::Result<QtuneSearch> {
     use argmin::core::observers::ObserverMode;
     use argmin::core::Executor;
+    let clock = ctx.clock.clone();
     let problem = TuneProblem::new(ctx, runner, replay, progress.clone());
     let mut exec = Executor::new(problem, QtuneSearch::new());
     if let Some(dir) = run_dir {
-        exec = exec.checkpointing(super::checkpoint::RunDirCheckpoint::new(dir));
+        exec = exec.checkpointing(super::checkpoint::RunDirCheckpoint::new(dir, clock));
     }
     if let Some(p) = progress {
         exec = exec.add_observer(super::progress::Observer(p), ObserverMode::Always);

@@ -3,10 +3,9 @@
 
 use super::objective::{better, gain_pct, Speeds};
 use super::strategy::SearchContext;
-use super::{Confirmed, RunInputs, Winner};
 use crate::config::LaunchConfig;
+use crate::run::{Confirmed, Winner};
 use crate::trial::{TrialOutcome, TrialRole};
-use std::path::Path;
 
 fn peak(outcomes: &[&TrialOutcome]) -> Option<u64> {
     outcomes
@@ -28,16 +27,15 @@ fn grouped(history: &[TrialOutcome], role: TrialRole) -> Vec<(LaunchConfig, Vec<
 }
 
 /// Decide the winner. Returns the confirmation table and the winner (None if nothing ran).
+/// `budget` is the tune's VRAM budget (MiB); `command` renders a config's launch command.
 pub fn decide(
     ctx: &SearchContext,
     history: &[TrialOutcome],
-    server: &Path,
-    model: &Path,
-    inputs: &RunInputs,
+    budget: Option<u64>,
+    command: &dyn Fn(&LaunchConfig) -> Vec<String>,
     warnings: &mut Vec<String>,
 ) -> (Vec<Confirmed>, Option<Winner>) {
     let baseline_cfg = ctx.baseline();
-    let budget = inputs.vram_budget_mib;
     // Every trial of a config counts against it: one failure or spill disqualifies it.
     let disqualified = |cfg: &LaunchConfig| {
         history.iter().filter(|o| &o.config == cfg).any(|o| {
@@ -84,20 +82,7 @@ pub fn decide(
             candidates.push((cfg, s, peak(&trials)));
         }
     }
-    let baseline_trials: Vec<&TrialOutcome> = {
-        let confirm: Vec<&TrialOutcome> = history
-            .iter()
-            .filter(|o| o.role == TrialRole::Confirm && o.config == baseline_cfg)
-            .collect();
-        if confirm.is_empty() {
-            history
-                .iter()
-                .filter(|o| o.role == TrialRole::Baseline)
-                .collect()
-        } else {
-            confirm
-        }
-    };
+    let baseline_trials = crate::run::baseline_trials(history, &baseline_cfg);
     let baseline = Speeds::pooled(baseline_trials.iter().copied());
     let obj = &ctx.space.objective;
     let best = candidates.into_iter().reduce(|a, b| {
@@ -142,7 +127,7 @@ pub fn decide(
     if let Some(w) = secondary_regression_warning(gen_gain, prompt_gain) {
         warnings.push(w);
     }
-    let command = config.command(server, model, &inputs.host, inputs.port);
+    let command = command(&config);
     (
         confirmation,
         Some(Winner {

@@ -494,6 +494,10 @@ impl LlamaServerRunner {
                 if proc.try_exit().is_some() {
                     return Err(Failure::Exited);
                 }
+                if super::cleanup::interrupted().is_some() {
+                    // qtune is being interrupted: stop waiting; the caller ends the server.
+                    return Err(Failure::LoadTimeout { secs: load_secs });
+                }
                 let now = Instant::now();
                 if now >= deadline {
                     return Err(Failure::LoadTimeout { secs: load_secs });
@@ -545,6 +549,7 @@ impl LlamaServerRunner {
                 // A dropped connection often comes a moment before the process is gone
                 // (abort, backtrace): give it time to exit so the cause is read right.
                 let exit = match failure {
+                    _ if super::cleanup::interrupted().is_some() => None,
                     Failure::RequestTimeout { .. } => proc.try_exit(),
                     _ => proc.wait_exit(Duration::from_secs(3)),
                 };
@@ -576,10 +581,18 @@ fn reported_memory(log: &str) -> Option<ReportedMemory> {
 impl TrialRunner for LlamaServerRunner {
     fn run(&mut self, config: &LaunchConfig, role: TrialRole) -> TrialOutcome {
         let id = self.next_id;
-        self.next_id += 1;
         let started_at = chrono::Utc::now().to_rfc3339();
         let t0 = Instant::now();
-        let d = self.trial(id, config);
+        let d = if super::cleanup::interrupted().is_some() {
+            // Interrupted before this trial began: launch nothing.
+            Draft::from_verdict(Verdict {
+                kind: OutcomeKind::Crash,
+                message: "interrupted before it started".into(),
+                evidence: Vec::new(),
+            })
+        } else {
+            self.trial(id, config)
+        };
         let mut outcome = TrialOutcome {
             id,
             role,
@@ -596,13 +609,13 @@ impl TrialRunner for LlamaServerRunner {
             warnings: d.warnings,
         };
         if super::cleanup::interrupted().is_some() {
-            // qtune is being interrupted: this trial's server was ended by the signal handler,
-            // so its outcome is not a result. Never journal it (a resumed tune would skip a
-            // config as "crashed"); the handler exits the process in a moment.
-            loop {
-                std::thread::sleep(Duration::from_secs(1));
-            }
+            // qtune is being interrupted: this trial was cut short and its server is already
+            // stopped, so its outcome is not a result. Never journal it (a resumed tune would
+            // skip a config as "crashed"), and do not use up its id: the caller stops here.
+            outcome.message = "interrupted".into();
+            return outcome;
         }
+        self.next_id += 1;
         if let Err(e) = self.journal.append(&outcome) {
             tracing::error!("{e:#}");
             outcome
