@@ -69,10 +69,7 @@ pub fn cached_server(cuda: bool) -> PathBuf {
 }
 
 fn find_on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
+    which::which(name).ok()
 }
 
 /// Which server would be used, without checking it.
@@ -116,17 +113,13 @@ fn run_captured(cmd: &mut Command, timeout: Duration) -> std::io::Result<(bool, 
         }
         s
     });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait()? {
-            break Some(st);
-        }
-        if start.elapsed() > timeout {
+    let status = match wait_timeout::ChildExt::wait_timeout(&mut child, timeout)? {
+        Some(st) => Some(st),
+        None => {
             let _ = child.kill();
             let _ = child.wait();
-            break None;
+            None
         }
-        std::thread::sleep(Duration::from_millis(20));
     };
     let mut text = String::from_utf8_lossy(&t_out.join().unwrap_or_default()).into_owned();
     text.push_str(&String::from_utf8_lossy(&t_err.join().unwrap_or_default()));

@@ -4,9 +4,10 @@ use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// Write `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename.
-/// A failure (disk full, permission) leaves no half-written file behind.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+/// A temporary file next to `path` (same filesystem, so it can be renamed into place), mode
+/// 644 like a plainly created file. Removed on drop unless persisted.
+pub fn temp_file_for(path: &Path) -> Result<tempfile::NamedTempFile> {
+    use std::os::unix::fs::PermissionsExt;
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -17,17 +18,39 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "out".into());
-    let tmp = dir.join(format!(".{name}.qtune-tmp-{}", std::process::id()));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("cannot write {}", path.display()));
-    }
+    tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".qtune-tmp")
+        .permissions(std::fs::Permissions::from_mode(0o644))
+        .tempfile_in(&dir)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn write_temp(path: &Path, bytes: &[u8]) -> Result<tempfile::NamedTempFile> {
+    let mut tmp = temp_file_for(path)?;
+    tmp.write_all(bytes)
+        .and_then(|_| tmp.as_file().sync_all())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(tmp)
+}
+
+/// Write `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename
+/// (tempfile's `persist`). A failure (disk full, permission) leaves no half-written file.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_temp(path, bytes)?
+        .persist(path)
+        .map_err(|e| e.error)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// Like [`write_atomic`], but never replaces an existing file (`persist_noclobber`): fails
+/// with an `AlreadyExists` I/O error in its chain instead.
+pub fn write_new_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_temp(path, bytes)?
+        .persist_noclobber(path)
+        .map_err(|e| e.error)
+        .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }
 

@@ -10,6 +10,7 @@ pub(crate) fn model_label(m: &ProfileModel) -> String {
     s
 }
 
+/// The rows `qtune profile list` prints.
 pub fn list_text(entries: &[(PathBuf, Result<Profile>)]) -> String {
     let rows: Vec<[String; 4]> = entries
         .iter()
@@ -50,6 +51,7 @@ pub fn list_text(entries: &[(PathBuf, Result<Profile>)]) -> String {
     out
 }
 
+/// A profile as readable text.
 pub fn show_text(p: &Profile) -> String {
     let mib = |v: u64| crate::util::fmt_mib(v as f64);
     let mut o = String::new();

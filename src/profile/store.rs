@@ -3,6 +3,8 @@
 
 use super::*;
 
+/// Validate `file` and store it as `profiles_dir/<name>.yaml` (canonical YAML), atomically and
+/// without replacing a different profile. Returns the stored path and whether it was new.
 pub fn import_into(file: &Path, profiles_dir: &Path) -> Result<(PathBuf, bool)> {
     let p = load_profile(file)?;
     let yaml = to_yaml(&p)?;
@@ -18,24 +20,24 @@ pub fn import_into(file: &Path, profiles_dir: &Path) -> Result<(PathBuf, bool)> 
     }
     std::fs::create_dir_all(profiles_dir)
         .with_context(|| format!("cannot create {}", profiles_dir.display()))?;
-    // Write a temporary file, then link it into place: linking never replaces an existing file.
-    let tmp = profiles_dir.join(format!(".import-{}.tmp", std::process::id()));
-    crate::util::write_atomic(&tmp, yaml.as_bytes())?;
-    let linked = std::fs::hard_link(&tmp, &dest);
-    let result = match linked {
-        Ok(()) => Ok((dest.clone(), true)),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(anyhow!(
-            "{} appeared while importing: remove it or rename the profile first",
-            dest.display()
-        )),
-        Err(_) => std::fs::rename(&tmp, &dest)
-            .map(|_| (dest.clone(), true))
-            .with_context(|| format!("cannot write {}", dest.display())),
-    };
-    let _ = std::fs::remove_file(&tmp);
-    result
+    // Never replaces a file that appeared meanwhile (tempfile's persist_noclobber).
+    match crate::util::write_new_atomic(&dest, yaml.as_bytes()) {
+        Ok(()) => Ok((dest, true)),
+        Err(e) if e.chain().any(|c| {
+            c.downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::AlreadyExists)
+        }) =>
+        {
+            Err(anyhow!(
+                "{} appeared while importing: remove it or rename the profile first",
+                dest.display()
+            ))
+        }
+        Err(e) => Err(e),
+    }
 }
 
+/// Every `*.yaml` / `*.yml` in `dir`, loaded (invalid ones with their error), sorted by path.
 pub fn load_dir(dir: &Path) -> Vec<(PathBuf, Result<Profile>)> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
@@ -59,6 +61,7 @@ pub fn load_dir(dir: &Path) -> Vec<(PathBuf, Result<Profile>)> {
         .collect()
 }
 
+/// Find a profile by file path, by file stem in `profiles_dir`, or by its `name`.
 pub fn find_profile(name: &str, profiles_dir: &Path) -> Result<(PathBuf, Profile)> {
     let as_path = Path::new(name);
     if as_path.exists() {
