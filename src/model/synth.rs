@@ -549,13 +549,11 @@ pub fn write_synthetic_with_vocab(
     })();
     match result {
         Ok(n) => Ok(n),
-        Err(e) => {
-            Err(anyhow::anyhow!(
-                "cannot write {}: {}",
-                path.display(),
-                root_cause(&e)
-            ))
-        }
+        Err(e) => Err(anyhow::anyhow!(
+            "cannot write {}: {}",
+            path.display(),
+            root_cause(&e)
+        )),
     }
 }
 

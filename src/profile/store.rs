@@ -23,10 +23,11 @@ pub fn import_into(file: &Path, profiles_dir: &Path) -> Result<(PathBuf, bool)> 
     // Never replaces a file that appeared meanwhile (tempfile's persist_noclobber).
     match crate::util::write_new_atomic(&dest, yaml.as_bytes()) {
         Ok(()) => Ok((dest, true)),
-        Err(e) if e.chain().any(|c| {
-            c.downcast_ref::<std::io::Error>()
-                .is_some_and(|io| io.kind() == std::io::ErrorKind::AlreadyExists)
-        }) =>
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::AlreadyExists)
+            }) =>
         {
             Err(anyhow!(
                 "{} appeared while importing: remove it or rename the profile first",

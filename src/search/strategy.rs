@@ -134,6 +134,12 @@ impl SearchContext {
         out
     }
 
+    /// The starting base (for tests of the modules next to the strategy).
+    #[cfg(test)]
+    pub(crate) fn start_base_for_tests(&self) -> Base {
+        self.start_base()
+    }
+
     /// The launch config of a base at `n_cpu_moe` (ignored without GPU + experts).
     pub fn config(&self, base: &Base, n_cpu_moe: u32) -> LaunchConfig {
         let f = &self.space.fixed;
