@@ -66,31 +66,21 @@ struct BaselineView {
 }
 
 fn baseline_view(r: &TuneResult) -> Option<BaselineView> {
-    if let Some(c) = r.confirmation.iter().find(|c| c.is_baseline) {
-        if c.gen_tps.is_some() {
-            return Some(BaselineView {
-                config: c.config.clone(),
-                gen: c.gen_tps.clone(),
-                prompt: c.prompt_tps.clone(),
-                vram: c.peak_vram_mib,
-                source: format!("confirmation trials {}", ids(&c.trial_ids)),
-                failure: None,
-            });
-        }
-    }
-    let t = r
-        .trials
-        .iter()
-        .filter(|t| t.role == TrialRole::Baseline)
-        .find(|t| t.kind.is_ok())
-        .or_else(|| r.trials.iter().find(|t| t.role == TrialRole::Baseline))?;
+    let b = r.baseline()?;
+    let source = if b.confirmed {
+        format!("confirmation trials {}", ids(&b.trial_ids))
+    } else if b.trial_ids.len() == 1 {
+        format!("trial {}", b.trial_ids[0])
+    } else {
+        format!("trials {}", ids(&b.trial_ids))
+    };
     Some(BaselineView {
-        config: t.config.clone(),
-        gen: t.metrics.as_ref().map(|m| m.gen_tps.clone()),
-        prompt: t.metrics.as_ref().map(|m| m.prompt_tps.clone()),
-        vram: t.peak_vram_total_mib(),
-        source: format!("trial {}", t.id),
-        failure: (!t.kind.is_ok()).then(|| format!("{}: {}", t.kind, t.message)),
+        config: b.config,
+        gen: b.gen,
+        prompt: b.prompt,
+        vram: b.peak_vram_mib,
+        source,
+        failure: b.failure,
     })
 }
 

@@ -136,31 +136,14 @@ impl PlotData {
             vram: w.peak_vram_mib.map(|v| v as f64),
             ncmoe: w.config.n_cpu_moe,
         });
-        let baseline = r
-            .confirmation
-            .iter()
-            .find(|c| c.is_baseline)
-            .and_then(|c| {
-                Some(Marker {
-                    tg: c.gen_tps.as_ref()?.median,
-                    pp: c.prompt_tps.as_ref()?.median,
-                    vram: c.peak_vram_mib.map(|v| v as f64),
-                    ncmoe: c.config.n_cpu_moe,
-                })
+        let baseline = r.baseline().and_then(|b| {
+            Some(Marker {
+                tg: b.gen.as_ref()?.median,
+                pp: b.prompt.as_ref()?.median,
+                vram: b.peak_vram_mib.map(|v| v as f64),
+                ncmoe: b.config.n_cpu_moe,
             })
-            .or_else(|| {
-                r.trials
-                    .iter()
-                    .find(|t| t.role == TrialRole::Baseline && t.kind.is_ok())
-                    .and_then(|t| {
-                        Some(Marker {
-                            tg: t.gen_tps()?,
-                            pp: t.prompt_tps()?,
-                            vram: t.peak_vram_total_mib().map(|v| v as f64),
-                            ncmoe: t.config.n_cpu_moe,
-                        })
-                    })
-            });
+        });
         PlotData {
             model: r
                 .model
