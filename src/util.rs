@@ -105,10 +105,49 @@ mod tests {
     }
 
     #[test]
+    fn text_table_aligns_columns_without_borders() {
+        let t = text_table(
+            &["NAME", "TG"],
+            &[
+                vec!["a".into(), "1.0".into()],
+                vec!["longer".into(), "12.5".into()],
+            ],
+            &[1],
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines, ["NAME      TG", "a        1.0", "longer  12.5"]);
+    }
+
+    #[test]
     fn mib_formatting() {
         assert_eq!(fmt_mib(14874.4), "14,874 MiB");
         assert_eq!(fmt_mib(512.0), "512 MiB");
     }
+}
+
+/// A plain aligned text table (comfy-table, no borders): a header row, then `rows`; the
+/// columns listed in `right` are right-aligned. Lines carry no trailing spaces.
+pub fn text_table(header: &[&str], rows: &[Vec<String>], right: &[usize]) -> String {
+    use comfy_table::{presets::NOTHING, CellAlignment, ContentArrangement, Table};
+    let mut t = Table::new();
+    t.load_style(NOTHING)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header(header.to_vec());
+    for r in rows {
+        t.add_row(r.clone());
+    }
+    for (i, col) in t.column_iter_mut().enumerate() {
+        col.set_padding((0, 2));
+        if right.contains(&i) {
+            col.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    let mut out = String::new();
+    for line in t.lines() {
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 /// How a command prints its result.

@@ -29,24 +29,15 @@ pub fn list_text(entries: &[(PathBuf, Result<Profile>)]) -> String {
             ],
         })
         .collect();
-    let header = ["NAME", "MODEL", "GPU", "WINNER TG"].map(String::from);
-    let width = |i: usize| {
-        rows.iter()
-            .filter(|r| !r[1].starts_with("invalid: ") || i == 0)
-            .map(|r| r[i].chars().count())
-            .chain([header[i].len()])
-            .max()
-            .unwrap_or(0)
-    };
-    let (w0, w1, w2) = (width(0), width(1), width(2));
-    let mut out = String::new();
-    for r in std::iter::once(&header).chain(rows.iter()) {
-        let line = if r[1].starts_with("invalid: ") {
-            format!("{:<w0$}  {}", r[0], r[1])
-        } else {
-            format!("{:<w0$}  {:<w1$}  {:<w2$}  {:>10}", r[0], r[1], r[2], r[3])
-        };
-        let _ = writeln!(out, "{}", line.trim_end());
+    // Valid profiles as an aligned table; an invalid one as its file name and the reason.
+    let valid: Vec<Vec<String>> = rows
+        .iter()
+        .filter(|r| !r[1].starts_with("invalid: "))
+        .map(|r| r.to_vec())
+        .collect();
+    let mut out = crate::util::text_table(&["NAME", "MODEL", "GPU", "WINNER TG"], &valid, &[3]);
+    for r in rows.iter().filter(|r| r[1].starts_with("invalid: ")) {
+        let _ = writeln!(out, "{}  {}", r[0], r[1]);
     }
     out
 }
