@@ -4,6 +4,9 @@
 //! - `plot-vram`: generation tok/s vs peak VRAM, Pareto front (fastest for its VRAM), budget.
 //! - `plot-tg-pp`: generation vs prompt tok/s, Pareto front (both higher).
 //! - `plot-ncmoe`: tok/s and peak VRAM across `--n-cpu-moe`, with the budget.
+//!
+//! Over 600 lines on purpose: one job (the three plots share one data extraction, one style
+//! and one SVG/PNG backend setup); splitting by plot would duplicate that setup.
 
 use crate::run::pareto::{self, Goal};
 use crate::run::TuneResult;

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 mod checkpoint;
+pub mod context;
 pub mod objective;
 pub mod progress;
 pub mod strategy;
