@@ -16,6 +16,18 @@ fn load_run(dir: &Path) -> Result<(RunInputs, TuneResult)> {
     Ok((inputs, result))
 }
 
+/// After Ctrl-C / SIGTERM: stop here (the interrupted trial was not recorded; every finished
+/// one is in the journal), so qtune exits 130 / 143.
+fn stop_if_interrupted() -> Result<()> {
+    match crate::trial::cleanup::interrupted() {
+        Some(signal) => Err(
+            anyhow::Error::new(crate::trial::cleanup::Interrupted { signal })
+                .context("interrupted: every finished trial is in the run's journal.jsonl"),
+        ),
+        None => Ok(()),
+    }
+}
+
 /// The `--n-cpu-moe` values of a sweep: every value from `from` to `to`, unless `step` says otherwise.
 pub fn sweep_points(from: u32, to: u32, step: u32) -> Vec<u32> {
     (from..=to).step_by(step.max(1) as usize).collect()
@@ -24,6 +36,7 @@ pub fn sweep_points(from: u32, to: u32, step: u32) -> Vec<u32> {
 /// `qtune sweep DIR`: measure the winner's flags at every `--n-cpu-moe` in a range, append the
 /// trials (role `sweep`) to the run's results and re-render its report.
 pub fn sweep(dir: &Path, from: Option<u32>, to: Option<u32>, step: u32) -> Result<()> {
+    crate::trial::cleanup::install_handlers();
     let (inputs, mut result) = load_run(dir)?;
     let winner = result
         .winner
@@ -62,6 +75,7 @@ pub fn sweep(dir: &Path, from: Option<u32>, to: Option<u32>, step: u32) -> Resul
             ..winner.clone()
         };
         let o = runner.run(&cfg, TrialRole::Sweep);
+        stop_if_interrupted()?;
         eprintln!(
             "{n:>6} {:>10} {:>10} {:>12}  {}",
             o.gen_tps().map_or("-".into(), |v| format!("{v:.1}")),
@@ -113,6 +127,7 @@ pub fn calibrate(
     ubatches: &[u32],
     out: &Path,
 ) -> Result<()> {
+    crate::trial::cleanup::install_handlers();
     let server = crate::server::resolve(server)?;
     let ubatches: Vec<Option<u32>> = if ubatches.is_empty() {
         vec![None]
@@ -173,6 +188,7 @@ pub fn calibrate(
         }
         let pred = crate::model::memory::predict(&layout, &cfg, hw.has_gpu());
         let o = runner.run(&cfg, TrialRole::Sweep);
+        stop_if_interrupted()?;
         let (rg, rh) = match &o.reported {
             Some(r) => (Some(device_total(r, true)), Some(device_total(r, false))),
             None => (None, None),
@@ -232,6 +248,7 @@ pub struct DepthRow {
 /// `qtune depth DIR --depths 0,8192,31744`: the winner's generation speed with that many tokens
 /// already in context (does speed hold at long context?). Writes `depth.json` into the run.
 pub fn depth(dir: &Path, depths: &[u32]) -> Result<()> {
+    crate::trial::cleanup::install_handlers();
     let (inputs, result) = load_run(dir)?;
     let winner = result
         .winner
@@ -270,6 +287,7 @@ pub fn depth(dir: &Path, depths: &[u32]) -> Result<()> {
         )?
         .with_first_id(next_id);
         let o = runner.run(&winner, TrialRole::Sweep);
+        stop_if_interrupted()?;
         next_id = o.id + 1;
         let gen = o.metrics.as_ref().map(|m| {
             if d > 0 {

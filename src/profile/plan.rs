@@ -60,11 +60,13 @@ pub fn profile_budget_mib(p: &Profile) -> Option<u64> {
     if p.hardware.gpus.is_empty() {
         return None;
     }
-    Some(p.hardware.vram_budget_mib.unwrap_or_else(|| {
-        p.hardware
-            .free_vram_at_start_mib
-            .saturating_sub(p.hardware.headroom_mib)
-    }))
+    p.hardware.vram_budget_mib.or_else(|| {
+        crate::run::vram_budget_mib(
+            true,
+            p.hardware.free_vram_at_start_mib,
+            p.hardware.headroom_mib,
+        )
+    })
 }
 
 /// This box's VRAM budget: free VRAM (summed) minus headroom; None with no GPU.
