@@ -78,10 +78,15 @@ pub fn server_check(explicit: Option<PathBuf>) -> Result<()> {
 
 /// `qtune server build [--cuda]`.
 pub fn server_build(cuda: bool) -> Result<()> {
-    let path = crate::server::build(cuda)?;
+    let path = crate::server::build(cuda, &say)?;
     let s = crate::server::check(&path, crate::server::Source::Cache)?;
     println!("{}", s.path.display());
     Ok(())
+}
+
+/// Progress of a long stage operation (a build, a download), one line on stderr.
+pub fn say(line: &str) {
+    eprintln!("{line}");
 }
 
 /// `qtune fixtures`: prepare every test model and print their paths.

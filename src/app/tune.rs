@@ -317,7 +317,7 @@ pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>) -> Result<()> {
     if server.is_none() && crate::server::locate(None).is_none() {
         eprintln!("qtune: no llama-server found; building the pinned llama.cpp (one time, ~10 minutes on 2 cores)");
     }
-    let server = crate::server::resolve_or_build(server.as_deref())?;
+    let server = crate::server::resolve_or_build(server.as_deref(), &super::info::say)?;
     eprintln!(
         "qtune demo: llama-server {} ({})",
         server.path.display(),
