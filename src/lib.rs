@@ -2,16 +2,21 @@
 //!
 //! Data flows one way through the stages:
 //! `hardware` → `model` → `space` → `search` → `trial` → `report` / `profile`.
-//! `config` holds [`config::LaunchConfig`], the vocabulary every stage shares;
-//! `server` finds, checks and builds the `llama-server` binary; `cli` only parses and dispatches.
+//! `config` holds [`config::LaunchConfig`], the vocabulary every stage shares; `run` holds the
+//! finished run (the one reader and writer of a run directory's results); `clock` is the time a
+//! tune reads; `server` finds, checks and builds `llama-server`. `app` has one function per
+//! subcommand: it wires the stages and prints. `cli` only parses and calls `app`.
 
+pub mod app;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod fixtures;
 pub mod hardware;
 pub mod model;
 pub mod profile;
 pub mod report;
+pub mod run;
 pub mod search;
 pub mod server;
 pub mod space;

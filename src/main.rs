@@ -15,7 +15,6 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .without_time()
         .init();
-    qtune::trial::cleanup::install_handlers();
     match qtune::cli::dispatch(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

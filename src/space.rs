@@ -85,7 +85,7 @@ pub struct Vary {
     #[serde(default = "default_threads")]
     pub threads: Vec<Threads>,
     /// `[batch, ubatch]` pairs; `ubatch <= batch`.
-    #[serde(default = "default_batches")]
+    #[serde(default = "default_batches", deserialize_with = "batch_pairs")]
     pub batch_ubatch: Vec<[u32; 2]>,
     /// `[K, V]` cache type pairs.
     #[serde(default = "default_kv")]
@@ -97,6 +97,32 @@ pub struct Vary {
 fn default_threads() -> Vec<Threads> {
     vec![Threads::Auto(AutoWord::Auto)]
 }
+/// One `[batch, ubatch]` pair, checked while it is read, so a bad pair is reported at its
+/// own line (serde_yaml_ng attaches the location to errors raised during deserialization).
+struct BatchPair([u32; 2]);
+
+impl<'de> Deserialize<'de> for BatchPair {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let [b, ub] = <[u32; 2]>::deserialize(d)?;
+        check_batch_pair(b, ub).map_err(serde::de::Error::custom)?;
+        Ok(BatchPair([b, ub]))
+    }
+}
+
+fn check_batch_pair(b: u32, ub: u32) -> Result<(), String> {
+    if ub == 0 || b == 0 || ub > b || b > 65536 {
+        return Err(format!("[{b}, {ub}]: need 1 <= ubatch <= batch <= 65536"));
+    }
+    Ok(())
+}
+
+fn batch_pairs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<[u32; 2]>, D::Error> {
+    Ok(Vec::<BatchPair>::deserialize(d)?
+        .into_iter()
+        .map(|p| p.0)
+        .collect())
+}
+
 fn default_batches() -> Vec<[u32; 2]> {
     vec![[2048, 512]]
 }
@@ -317,12 +343,7 @@ pub fn validate(s: &SearchSpace) -> Result<(), (&'static str, String)> {
         ));
     }
     for [b, ub] in &s.vary.batch_ubatch {
-        if *ub == 0 || *b == 0 || ub > b || *b > 65536 {
-            return Err((
-                "batch_ubatch",
-                format!("[{b}, {ub}]: need 1 <= ubatch <= batch <= 65536"),
-            ));
-        }
+        check_batch_pair(*b, *ub).map_err(|m| ("batch_ubatch", m))?;
     }
     if s.vary.kv_types.is_empty() {
         return Err(("kv_types", "kv_types needs at least one [K, V] pair".into()));
@@ -388,7 +409,19 @@ mod tests {
         let err = parse(text, "t.yaml").unwrap_err().to_string();
         assert_eq!(
             err,
-            "t.yaml: line 3: [512, 1024]: need 1 <= ubatch <= batch <= 65536"
+            "t.yaml: line 3: vary.batch_ubatch: [512, 1024]: need 1 <= ubatch <= batch <= 65536"
+        );
+    }
+
+    #[test]
+    fn a_bad_pair_is_reported_where_its_list_starts_with_its_key_path() {
+        let text = "name: t\nvary:\n  batch_ubatch:\n    - [2048, 512]\n    - [512, 1024]\nfixed:\n  ctx: 4096\nworkload:\n  prompt_tokens: 64\n  gen_tokens: 16\n  repetitions: 2\n";
+        let err = parse(text, "t.yaml").unwrap_err().to_string();
+        // serde_yaml_ng places the error at the sequence the pair is in (line 4), with the
+        // key path; the old key grep could only name the key's line (3).
+        assert_eq!(
+            err,
+            "t.yaml: line 4: vary.batch_ubatch: [512, 1024]: need 1 <= ubatch <= batch <= 65536"
         );
     }
 

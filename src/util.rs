@@ -4,30 +4,58 @@ use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// Write `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename.
-/// A failure (disk full, permission) leaves no half-written file behind.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+/// A temporary file next to `path` (same filesystem, so it can be renamed into place), mode
+/// 644 like a plainly created file. Removed on drop unless persisted.
+pub fn temp_file_for(path: &Path) -> Result<tempfile::NamedTempFile> {
+    use std::os::unix::fs::PermissionsExt;
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("cannot create directory {}", dir.display()))?;
+    std::fs::create_dir_all(&dir).with_context(|| {
+        format!(
+            "cannot write {}: cannot create its folder {}",
+            path.display(),
+            dir.display()
+        )
+    })?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "out".into());
-    let tmp = dir.join(format!(".{name}.qtune-tmp-{}", std::process::id()));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("cannot write {}", path.display()));
-    }
+    tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".qtune-tmp")
+        .permissions(std::fs::Permissions::from_mode(0o644))
+        .tempfile_in(&dir)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn write_temp(path: &Path, bytes: &[u8]) -> Result<tempfile::NamedTempFile> {
+    let mut tmp = temp_file_for(path)?;
+    tmp.write_all(bytes)
+        .and_then(|_| tmp.as_file().sync_all())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(tmp)
+}
+
+/// Write `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename
+/// (tempfile's `persist`). A failure (disk full, permission) leaves no half-written file.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_temp(path, bytes)?
+        .persist(path)
+        .map_err(|e| e.error)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// Like [`write_atomic`], but never replaces an existing file (`persist_noclobber`): fails
+/// with an `AlreadyExists` I/O error in its chain instead.
+pub fn write_new_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_temp(path, bytes)?
+        .persist_noclobber(path)
+        .map_err(|e| e.error)
+        .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
 }
 
@@ -82,10 +110,49 @@ mod tests {
     }
 
     #[test]
+    fn text_table_aligns_columns_without_borders() {
+        let t = text_table(
+            &["NAME", "TG"],
+            &[
+                vec!["a".into(), "1.0".into()],
+                vec!["longer".into(), "12.5".into()],
+            ],
+            &[1],
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines, ["NAME      TG", "a        1.0", "longer  12.5"]);
+    }
+
+    #[test]
     fn mib_formatting() {
         assert_eq!(fmt_mib(14874.4), "14,874 MiB");
         assert_eq!(fmt_mib(512.0), "512 MiB");
     }
+}
+
+/// A plain aligned text table (comfy-table, no borders): a header row, then `rows`; the
+/// columns listed in `right` are right-aligned. Lines carry no trailing spaces.
+pub fn text_table(header: &[&str], rows: &[Vec<String>], right: &[usize]) -> String {
+    use comfy_table::{presets::NOTHING, CellAlignment, ContentArrangement, Table};
+    let mut t = Table::new();
+    t.load_style(NOTHING)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header(header.to_vec());
+    for r in rows {
+        t.add_row(r.clone());
+    }
+    for (i, col) in t.column_iter_mut().enumerate() {
+        col.set_padding((0, 2));
+        if right.contains(&i) {
+            col.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    let mut out = String::new();
+    for line in t.lines() {
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 /// How a command prints its result.

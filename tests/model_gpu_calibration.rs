@@ -5,8 +5,8 @@
 //! per-model allowance (64 MiB for both calibrated models). The layouts come from header-only copies of
 //! the synthetic shapes, so no GPU and no 20 GB file is needed here.
 
+use qtune::app::measure::CalibrationRow;
 use qtune::model::synth::{shape_by_name, write_sparse_header, SynthFtype};
-use qtune::search::measure::CalibrationRow;
 
 /// The layout of a synthetic shape, read from a header-only (sparse) copy.
 fn layout_of(shape: &str) -> qtune::model::ModelLayout {
@@ -95,7 +95,7 @@ fn replay_tune_trials(shape: &str, dirs: &[&str]) -> (usize, f64, f64) {
             env!("CARGO_MANIFEST_DIR")
         ))
         .unwrap();
-        let r: qtune::search::TuneResult = serde_json::from_str(&text).unwrap();
+        let r: qtune::run::TuneResult = serde_json::from_str(&text).unwrap();
         // Only trials that loaded completely: a failed load reports part of its buffers.
         let loaded = |t: &&qtune::trial::TrialOutcome| {
             matches!(

@@ -84,7 +84,7 @@ fn tiny() -> PathBuf {
 /// A profile of `layout` exported from a (hand-made) tune on a card with `free_mib` free,
 /// whose winner used all 16 physical cores, q8_0 KV and `--n-cpu-moe ncmoe`.
 fn profile_from(layout: &ModelLayout, card: &str, free_mib: u64, winner: LaunchConfig) -> Profile {
-    let mut r = qtune::report::sample::gpu_result(
+    let mut r = qtune::run::sample::gpu_result(
         Path::new("/opt/llama/llama-server"),
         Path::new("/models/m.gguf"),
     );

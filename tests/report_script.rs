@@ -41,7 +41,7 @@ fn hostile_dir(root: &Path) -> PathBuf {
 
 /// Write `result` as a run directory's results.json and have the real `qtune script` turn it
 /// into `launch.sh`.
-fn write_script(root: &Path, result: &qtune::search::TuneResult, port: u16) -> PathBuf {
+fn write_script(root: &Path, result: &qtune::run::TuneResult, port: u16) -> PathBuf {
     let run = root.join("run");
     std::fs::create_dir_all(&run).unwrap();
     std::fs::write(
@@ -168,7 +168,7 @@ fn serve_request_and_stop(signal: i32, want_code: i32) {
     let model = model_dir.join("SmolLM2 135M.gguf");
     std::fs::copy(qtune::fixtures::smollm2().unwrap(), &model).unwrap();
     let port = free_port();
-    let result = qtune::report::sample::cpu_result(&server, &model);
+    let result = qtune::run::sample::cpu_result(&server, &model);
     let script = write_script(tmp.path(), &result, port);
     let text = std::fs::read_to_string(&script).unwrap();
     assert!(text.starts_with("#!/usr/bin/env bash\n"));
@@ -264,7 +264,7 @@ fn missing_model_or_server_exits_nonzero_with_a_clear_message() {
     let home = tmp.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
 
-    let result = qtune::report::sample::cpu_result(&real_server(), &model);
+    let result = qtune::run::sample::cpu_result(&real_server(), &model);
     let script = write_script(tmp.path(), &result, free_port());
     let mut run = Script::start(&script, &home, "/usr/bin:/bin");
     let st = run.wait_timeout(Duration::from_secs(20)).expect("exits");
@@ -278,7 +278,7 @@ fn missing_model_or_server_exits_nonzero_with_a_clear_message() {
     drop(run);
 
     std::fs::write(&model, b"not really a model").unwrap();
-    let result = qtune::report::sample::cpu_result(Path::new("/nonexistent/llama-server"), &model);
+    let result = qtune::run::sample::cpu_result(Path::new("/nonexistent/llama-server"), &model);
     let script = write_script(tmp.path(), &result, free_port());
     let mut run = Script::start(&script, &home, "/usr/bin:/bin");
     let st = run.wait_timeout(Duration::from_secs(20)).expect("exits");
@@ -303,7 +303,7 @@ fn gpu_script_refuses_when_another_process_took_the_vram() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).unwrap();
 
-    let result = qtune::report::sample::gpu_result(&real_server(), &model);
+    let result = qtune::run::sample::gpu_result(&real_server(), &model);
     let script = write_script(tmp.path(), &result, free_port());
     let path_env = format!("{}:/usr/bin:/bin", bin.display());
     let mut run = Script::start(&script, &home, &path_env);

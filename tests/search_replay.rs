@@ -51,6 +51,7 @@ fn context(budget_mib: f64) -> SearchContext {
         physical_cores: 16,
         logical_cores: 32,
         start: None,
+        clock: qtune::clock::system(),
     }
 }
 

@@ -1,7 +1,8 @@
 //! No orphans under interruption. The parent tests re-run this test binary as a child that
 //! runs real llama-server trials in a loop (`interrupt_child`, only active with
 //! QTUNE_TEST_CHILD=1), then interrupt it at seeded random points in the load and measure
-//! phases: with SIGINT / SIGTERM (the handlers end the servers and exit 130 / 143) and with
+//! phases: with SIGINT / SIGTERM (the handlers set a flag; the runner ends its server on the
+//! main thread, and the child exits 130 / 143 as qtune does) and with
 //! SIGKILL (no handler runs: PR_SET_PDEATHSIG must take the server down). Each server carries a
 //! unique `--alias` marker so a leftover one can be found in /proc.
 
@@ -52,6 +53,11 @@ fn interrupt_child() {
         let id = runner.next_id();
         writeln!(progress, "started {id}").unwrap();
         let o = runner.run(&cpu_config(), TrialRole::Search);
+        // The handlers only set a flag; the runner stopped its server and journaled nothing
+        // half-done. Exit the way qtune's app layer does: 128 + the signal.
+        if let Some(sig) = qtune::trial::cleanup::interrupted() {
+            std::process::exit(128 + sig);
+        }
         writeln!(progress, "finished {id} {}", o.kind).unwrap();
     }
 }

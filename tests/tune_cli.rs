@@ -245,7 +245,21 @@ fn sigint_stops_the_tune_cleanly_and_keeps_the_journal() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_no_server_left(&m.display().to_string());
-    assert!(!journal_lines(&run).is_empty(), "finished trials kept");
+    let kept = journal_lines(&run).len();
+    assert!(kept > 0, "finished trials kept");
+    // It says what it kept and the exact command that continues.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("interrupted: {kept} finished trials kept")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "continue with: qtune tune --resume {}",
+            run.display()
+        )),
+        "{err}"
+    );
 }
 
 #[test]

@@ -251,19 +251,6 @@ pub fn render_text(hw: &HardwareProfile) -> String {
     out
 }
 
-/// `qtune hw`: print the hardware profile.
-pub fn cmd_hw(format: crate::util::Format, measure_bandwidth: bool) -> anyhow::Result<()> {
-    use crate::util::Format;
-    let hw = probe(measure_bandwidth);
-    let text = match format {
-        Format::Text => render_text(&hw),
-        Format::Json => serde_json::to_string_pretty(&hw)?,
-        Format::Yaml => serde_yaml::to_string(&hw)?,
-    };
-    println!("{}", text.trim_end());
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

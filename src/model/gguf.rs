@@ -3,6 +3,9 @@
 //! Format (little-endian): magic `GGUF`, u32 version (2 or 3), u64 tensor count, u64 metadata
 //! count, metadata key/value pairs, tensor infos (name, n_dims, dims, ggml type, offset), padding
 //! to `general.alignment` (default 32), then tensor data. Offsets are relative to the data start.
+//!
+//! Over 600 lines on purpose: one job, the GGUF format; the reader and the writer share the
+//! value-type tables and the alignment rules and are tested against each other.
 
 use super::ggml_type::GgmlType;
 use std::io::{BufReader, Read, Write};

@@ -137,30 +137,3 @@ impl ModelLayout {
         self.n_experts > 0
     }
 }
-
-/// `qtune inspect`: layout summary and predicted memory for every `--n-cpu-moe`.
-pub fn cmd_inspect(
-    path: &std::path::Path,
-    ctx: u32,
-    kv: crate::config::KvType,
-    headroom_mib: u64,
-    format: crate::util::Format,
-) -> anyhow::Result<()> {
-    let layout = load(path)?;
-    let hw = crate::hardware::probe(false);
-    let budget = hw
-        .has_gpu()
-        .then(|| hw.free_vram_mib() as f64 - headroom_mib as f64);
-    let report = inspect::build(path, &layout, ctx, kv, budget, hw.summary());
-    match format {
-        crate::util::Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        crate::util::Format::Yaml => print!("{}", serde_yaml::to_string(&report)?),
-        crate::util::Format::Text => print!("{}", inspect::render_text(&report)),
-    }
-    Ok(())
-}
-
-/// `qtune synth`: write a random-weight GGUF of a real MoE shape.
-pub fn cmd_synth(out: &std::path::Path, shape: &str, ftype: &str) -> anyhow::Result<()> {
-    synth::cmd_synth(out, shape, ftype)
-}

@@ -509,26 +509,10 @@ pub fn write_synthetic_with_vocab(
             path.display()
         );
     }
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "model.gguf".into());
-    std::fs::create_dir_all(&dir).with_context(|| {
-        format!(
-            "cannot write {}: cannot create its folder {}",
-            path.display(),
-            dir.display()
-        )
-    })?;
-    let tmp = dir.join(format!(".{name}.qtune-tmp-{}", std::process::id()));
+    // A temporary file next to `path`, removed on any error, renamed into place at the end.
     let result = (|| -> Result<u64> {
-        let file = std::fs::File::create(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
-        let mut w = std::io::BufWriter::with_capacity(8 << 20, file);
+        let tmp = crate::util::temp_file_for(path)?;
+        let mut w = std::io::BufWriter::with_capacity(8 << 20, tmp);
         let mut rng = Rng(0x05ee_d0f9_709e);
         let mut chunks: std::collections::HashMap<GgmlType, Vec<u8>> = Default::default();
         let n = gguf::write_gguf(&mut w, &md, &specs, gguf::DEFAULT_ALIGNMENT, |i, t, out| {
@@ -558,21 +542,18 @@ pub fn write_synthetic_with_vocab(
             }
             Ok(())
         })?;
-        let file = w.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)?;
+        let tmp = w.into_inner().map_err(|e| e.into_error())?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(path).map_err(|e| e.error)?;
         Ok(n)
     })();
     match result {
         Ok(n) => Ok(n),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(anyhow::anyhow!(
-                "cannot write {}: {}",
-                path.display(),
-                root_cause(&e)
-            ))
-        }
+        Err(e) => Err(anyhow::anyhow!(
+            "cannot write {}: {}",
+            path.display(),
+            root_cause(&e)
+        )),
     }
 }
 
@@ -613,23 +594,6 @@ pub fn write_sparse_header(
         bail!("cannot write {}: {e}", path.display());
     }
     Ok(total)
-}
-
-/// `qtune synth OUT --shape S --ftype F`.
-pub fn cmd_synth(out: &Path, shape: &str, ftype: &str) -> Result<()> {
-    let shape = shape_by_name(shape)?;
-    let ftype = SynthFtype::parse(ftype)?;
-    let t0 = std::time::Instant::now();
-    let n = write_synthetic(out, &shape, ftype)?;
-    println!(
-        "wrote {} ({} bytes, {:.2} GiB, shape {}, {:.1} s)",
-        out.display(),
-        n,
-        n as f64 / (1u64 << 30) as f64,
-        shape.name,
-        t0.elapsed().as_secs_f64()
-    );
-    Ok(())
 }
 
 #[cfg(test)]

@@ -60,17 +60,18 @@ pub fn profile_budget_mib(p: &Profile) -> Option<u64> {
     if p.hardware.gpus.is_empty() {
         return None;
     }
-    Some(p.hardware.vram_budget_mib.unwrap_or_else(|| {
-        p.hardware
-            .free_vram_at_start_mib
-            .saturating_sub(p.hardware.headroom_mib)
-    }))
+    p.hardware.vram_budget_mib.or_else(|| {
+        crate::run::vram_budget_mib(
+            true,
+            p.hardware.free_vram_at_start_mib,
+            p.hardware.headroom_mib,
+        )
+    })
 }
 
 /// This box's VRAM budget: free VRAM (summed) minus headroom; None with no GPU.
 pub fn box_budget_mib(hw: &HardwareProfile, headroom_mib: u64) -> Option<u64> {
-    hw.has_gpu()
-        .then(|| hw.free_vram_mib().saturating_sub(headroom_mib))
+    crate::run::vram_budget_mib(hw.has_gpu(), hw.free_vram_mib(), headroom_mib)
 }
 
 fn same_gpus(p: &Profile, hw: &HardwareProfile) -> bool {
@@ -256,8 +257,7 @@ pub fn plan(
     match budget {
         Some(b) if layout.is_moe() => {
             let target = b as f64 * PLAN_FIT_FRACTION;
-            cfg.n_gpu_layers = Some(999);
-            cfg.fit = Some(false);
+            cfg.place_experts(0);
             match crate::model::memory::min_n_cpu_moe_that_fits(layout, &cfg, target) {
                 Some(n) => {
                     cfg.n_cpu_moe = Some(n);
@@ -395,43 +395,6 @@ pub fn plan_text(plan: &Plan, model: &Path) -> String {
         let _ = writeln!(o, "  warning: {w}");
     }
     o
-}
-
-/// `qtune plan --model M [--profile P]`: propose a config for this box without trials.
-pub fn cmd_plan(
-    model: &Path,
-    profile: Option<&Path>,
-    ctx: u32,
-    headroom_mib: u64,
-) -> anyhow::Result<()> {
-    let layout = crate::model::load(model)?;
-    let hw = crate::hardware::probe(false);
-    let dir = Path::new(PROFILES_DIR);
-    let chosen: Option<Profile> = match profile {
-        Some(p) => Some(find_profile(&p.to_string_lossy(), dir)?.1),
-        None => {
-            let all: Vec<Profile> = load_dir(dir)
-                .into_iter()
-                .filter_map(|(_, r)| r.ok())
-                .collect();
-            best_profile(&layout, &hw, headroom_mib, &all).cloned()
-        }
-    };
-    let plan = plan(&layout, &hw, chosen.as_ref(), ctx, headroom_mib);
-    eprint!("{}", plan_text(&plan, model));
-    if !plan.fits {
-        bail!(
-            "no placement fits this GPU's budget of {}: free VRAM, lower --ctx or use a smaller quantization",
-            plan.budget_mib
-                .map_or("-".into(), |b| crate::util::fmt_mib(b as f64))
-        );
-    }
-    let server = crate::server::locate(None)
-        .map(|(p, _)| p)
-        .unwrap_or_else(|| PathBuf::from("llama-server"));
-    let argv = plan.config.command(&server, model, "127.0.0.1", 8080);
-    println!("{}", crate::config::shell_line(&argv));
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1,14 +1,13 @@
 //! `report.md`: the tune told for people, meant to read well on GitHub.
 
 use crate::config::{shell_line, LaunchConfig};
-use crate::search::TuneResult;
+use crate::run::TuneResult;
 use crate::trial::{OutcomeKind, Stat, TrialOutcome, TrialRole};
 use crate::util::fmt_mib;
 use std::fmt::Write as _;
 
-/// Host and port the report's commands and the launch script use by default.
-pub const DEFAULT_HOST: &str = "127.0.0.1";
-pub const DEFAULT_PORT: u16 = 8080;
+/// Host and port the report's commands use when a run does not say (older results).
+pub use crate::run::{DEFAULT_HOST, DEFAULT_PORT};
 
 /// Free VRAM below this share of the total at start means another process held the rest.
 const EMULATED_FREE_SHARE: f64 = 0.60;
@@ -67,31 +66,21 @@ struct BaselineView {
 }
 
 fn baseline_view(r: &TuneResult) -> Option<BaselineView> {
-    if let Some(c) = r.confirmation.iter().find(|c| c.is_baseline) {
-        if c.gen_tps.is_some() {
-            return Some(BaselineView {
-                config: c.config.clone(),
-                gen: c.gen_tps.clone(),
-                prompt: c.prompt_tps.clone(),
-                vram: c.peak_vram_mib,
-                source: format!("confirmation trials {}", ids(&c.trial_ids)),
-                failure: None,
-            });
-        }
-    }
-    let t = r
-        .trials
-        .iter()
-        .filter(|t| t.role == TrialRole::Baseline)
-        .find(|t| t.kind.is_ok())
-        .or_else(|| r.trials.iter().find(|t| t.role == TrialRole::Baseline))?;
+    let b = r.baseline()?;
+    let source = if b.confirmed {
+        format!("confirmation trials {}", ids(&b.trial_ids))
+    } else if b.trial_ids.len() == 1 {
+        format!("trial {}", b.trial_ids[0])
+    } else {
+        format!("trials {}", ids(&b.trial_ids))
+    };
     Some(BaselineView {
-        config: t.config.clone(),
-        gen: t.metrics.as_ref().map(|m| m.gen_tps.clone()),
-        prompt: t.metrics.as_ref().map(|m| m.prompt_tps.clone()),
-        vram: t.peak_vram_total_mib(),
-        source: format!("trial {}", t.id),
-        failure: (!t.kind.is_ok()).then(|| format!("{}: {}", t.kind, t.message)),
+        config: b.config,
+        gen: b.gen,
+        prompt: b.prompt,
+        vram: b.peak_vram_mib,
+        source,
+        failure: b.failure,
     })
 }
 
@@ -222,7 +211,7 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
     let _ = writeln!(
         m,
         "```sh\n{}\n```\n",
-        shell_line(&bcfg.command(&r.server_path, &r.model_path, DEFAULT_HOST, DEFAULT_PORT))
+        shell_line(&bcfg.command(&r.server_path, &r.model_path, &r.host, r.port))
     );
 
     // Plots.
@@ -532,8 +521,8 @@ fn trials(m: &mut String, r: &TuneResult) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::sample;
     use super::*;
+    use crate::run::sample;
     use std::path::Path;
 
     #[test]

@@ -5,13 +5,11 @@
 //! file atomically, so an error never leaves a half-written report.
 
 pub mod markdown;
-pub mod pareto;
 pub mod plots;
-#[doc(hidden)]
-pub mod sample;
 pub mod script;
+pub mod summary;
 
-use crate::search::TuneResult;
+use crate::run::TuneResult;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
@@ -63,20 +61,8 @@ impl Output for Plots {
     }
 }
 
-/// `launch.sh` (only when the run has a winner).
-pub struct LaunchScript {
-    pub host: String,
-    pub port: u16,
-}
-
-impl Default for LaunchScript {
-    fn default() -> Self {
-        LaunchScript {
-            host: markdown::DEFAULT_HOST.to_string(),
-            port: markdown::DEFAULT_PORT,
-        }
-    }
-}
+/// `launch.sh` (only when the run has a winner), for the host and port the tune was asked for.
+pub struct LaunchScript;
 
 impl Output for LaunchScript {
     fn render(&self, r: &TuneResult) -> Result<Vec<OutFile>> {
@@ -85,7 +71,7 @@ impl Output for LaunchScript {
         }
         Ok(vec![OutFile {
             name: "launch.sh".into(),
-            bytes: script::launch_script(r, &self.host, self.port)?.into_bytes(),
+            bytes: script::launch_script(r, &r.host, r.port)?.into_bytes(),
             executable: true,
         }])
     }
@@ -104,8 +90,8 @@ fn write_file(path: &Path, bytes: &[u8], executable: bool) -> Result<()> {
 
 /// Write (or re-write) the report, plots and launch script for a finished tune. Everything is
 /// rendered first; then each file is written atomically, `report.md` last.
-pub fn write_all(run_dir: &Path, result: &crate::search::TuneResult) -> anyhow::Result<()> {
-    let outputs: [&dyn Output; 3] = [&Plots, &LaunchScript::default(), &MarkdownReport];
+pub fn write_all(run_dir: &Path, result: &TuneResult) -> anyhow::Result<()> {
+    let outputs: [&dyn Output; 3] = [&Plots, &LaunchScript, &MarkdownReport];
     let mut files = Vec::new();
     for o in outputs {
         files.extend(o.render(result)?);
@@ -116,66 +102,23 @@ pub fn write_all(run_dir: &Path, result: &crate::search::TuneResult) -> anyhow::
     Ok(())
 }
 
-/// Read `results.json` from a run directory (or the file itself).
-pub fn load_result(dir_or_file: &Path) -> Result<(PathBuf, TuneResult)> {
-    let (dir, file) = if dir_or_file.is_dir() {
-        (dir_or_file.to_path_buf(), dir_or_file.join("results.json"))
-    } else if dir_or_file.file_name().is_some_and(|n| n == "results.json") {
-        let dir = dir_or_file
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        (dir.to_path_buf(), dir_or_file.to_path_buf())
-    } else {
-        anyhow::bail!(
-            "{} is not a run directory: pass the directory qtune tune wrote (it holds results.json)",
-            dir_or_file.display()
-        );
-    };
-    let text = match std::fs::read_to_string(&file) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => anyhow::bail!(
-            "no results.json in {}: is it a finished qtune run? (qtune tune writes it when a tune \
-             ends; resume an interrupted one with qtune tune --resume DIR)",
-            dir.display()
-        ),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", file.display())),
-    };
-    let result: TuneResult = serde_json::from_str(&text).map_err(|e| {
-        anyhow::anyhow!(
-            "{} is not a valid qtune result ({e}): was it edited, truncated, or written by another qtune version?",
-            file.display()
-        )
-    })?;
-    Ok((dir, result))
-}
-
-/// `qtune report DIR`: re-render the report of a run directory.
-pub fn cmd_report(dir: &Path) -> anyhow::Result<()> {
-    let (dir, result) = load_result(dir)?;
-    write_all(&dir, &result)?;
-    println!("{}", dir.join("report.md").display());
-    Ok(())
-}
-
-/// `qtune script --from DIR`: write a launch script (and optionally a systemd unit).
-pub fn cmd_script(
-    from: &Path,
+/// Write a launch script for a run's winner to `out` (mode 755) and, with `systemd`, a unit
+/// next to it (`OUT.service`). Returns the files written.
+pub fn write_script(
+    result: &TuneResult,
     out: &Path,
     host: &str,
     port: u16,
     systemd: bool,
-) -> anyhow::Result<()> {
-    let (dir, result) = load_result(from)?;
+) -> Result<Vec<PathBuf>> {
     if result.winner.is_none() {
         anyhow::bail!(
-            "the run in {} has no winner (every configuration failed; see its report.md): nothing to launch",
-            dir.display()
+            "the run has no winner (every configuration failed; see its report.md): nothing to launch"
         );
     }
-    let text = script::launch_script(&result, host, port)?;
+    let text = script::launch_script(result, host, port)?;
     write_file(out, text.as_bytes(), true)?;
-    println!("{}", out.display());
+    let mut written = vec![out.to_path_buf()];
     if systemd {
         let abs = std::fs::canonicalize(out)
             .with_context(|| format!("cannot resolve {}", out.display()))?;
@@ -184,17 +127,18 @@ pub fn cmd_script(
         let unit_path = PathBuf::from(unit_path);
         write_file(
             &unit_path,
-            script::systemd_unit(&result, &abs).as_bytes(),
+            script::systemd_unit(result, &abs).as_bytes(),
             false,
         )?;
-        println!("{}", unit_path.display());
+        written.push(unit_path);
     }
-    Ok(())
+    Ok(written)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::sample;
 
     fn paths() -> (PathBuf, PathBuf) {
         (
@@ -248,62 +192,23 @@ mod tests {
     }
 
     #[test]
-    fn cmd_report_round_trips_results_json_and_explains_bad_input() {
-        let (srv, model) = paths();
-        let dir = tempfile::tempdir().unwrap();
-        let e = cmd_report(dir.path()).unwrap_err();
-        assert!(format!("{e:#}").contains("no results.json"), "{e:#}");
-
-        let r = sample::gpu_result(&srv, &model);
-        let json = serde_json::to_string_pretty(&r).unwrap();
-        std::fs::write(dir.path().join("results.json"), &json[..json.len() / 2]).unwrap();
-        let e = cmd_report(dir.path()).unwrap_err();
-        let msg = format!("{e:#}");
-        assert!(msg.contains("not a valid qtune result"), "{msg}");
-        assert!(!msg.contains('\n'), "one line: {msg}");
-
-        std::fs::write(dir.path().join("results.json"), &json).unwrap();
-        cmd_report(dir.path()).unwrap();
-        let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
-        assert!(md.contains("--n-cpu-moe 11"));
-    }
-
-    #[test]
-    fn cmd_script_writes_script_and_unit_and_refuses_without_winner() {
+    fn launch_sh_honours_the_tunes_host_and_port() {
         let (srv, model) = paths();
         let dir = tempfile::tempdir().unwrap();
         let mut r = sample::gpu_result(&srv, &model);
-        std::fs::write(
-            dir.path().join("results.json"),
-            serde_json::to_string(&r).unwrap(),
-        )
-        .unwrap();
-        let out = dir.path().join("my launch.sh");
-        cmd_script(dir.path(), &out, "0.0.0.0", 9123, true).unwrap();
-        let s = std::fs::read_to_string(&out).unwrap();
-        assert!(s.contains("--port 9123"));
-        let unit = std::fs::read_to_string(dir.path().join("my launch.sh.service")).unwrap();
-        assert!(unit.contains("Restart=on-failure"));
-        assert!(unit.contains(&format!(
-            "ExecStart=\"{}\"",
-            std::fs::canonicalize(&out).unwrap().display()
-        )));
-
-        r.winner = None;
-        std::fs::write(
-            dir.path().join("results.json"),
-            serde_json::to_string(&r).unwrap(),
-        )
-        .unwrap();
-        let e = cmd_script(
-            dir.path(),
-            &dir.path().join("x.sh"),
-            "127.0.0.1",
-            8080,
-            false,
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("no winner"), "{e}");
-        assert!(!dir.path().join("x.sh").exists());
+        r.host = "0.0.0.0".into();
+        r.port = 9137;
+        // As a tune with --host 0.0.0.0 --port 9137 renders its winner's command.
+        let w = r.winner.as_mut().unwrap();
+        w.command = w.config.command(&srv, &model, "0.0.0.0", 9137);
+        write_all(dir.path(), &r).unwrap();
+        let script = std::fs::read_to_string(dir.path().join("launch.sh")).unwrap();
+        assert!(script.contains("--host 0.0.0.0"), "{script}");
+        assert!(script.contains("--port 9137"), "{script}");
+        let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+        assert!(
+            !md.contains("--port 8080"),
+            "the report uses the tune's port"
+        );
     }
 }

@@ -6,7 +6,7 @@
 //! are safe.
 
 use crate::config::{shell_line, shell_quote};
-use crate::search::TuneResult;
+use crate::run::TuneResult;
 use anyhow::{bail, Result};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -251,7 +251,7 @@ mod tests {
     #[test]
     fn script_quotes_paths_and_checks_vram_on_gpu() {
         let (srv, model) = weird();
-        let r = super::super::sample::gpu_result(&srv, &model);
+        let r = crate::run::sample::gpu_result(&srv, &model);
         let s = launch_script(&r, "0.0.0.0", 9000).unwrap();
         assert!(s.starts_with("#!/usr/bin/env bash\n"));
         assert!(s.contains("set -euo pipefail"));
@@ -273,7 +273,7 @@ mod tests {
     #[test]
     fn cpu_script_skips_the_vram_check_and_no_winner_is_an_error() {
         let (srv, model) = weird();
-        let mut r = super::super::sample::cpu_result(&srv, &model);
+        let mut r = crate::run::sample::cpu_result(&srv, &model);
         let s = launch_script(&r, "127.0.0.1", 8080).unwrap();
         assert!(!s.contains("NEED_VRAM_MIB"));
         assert!(!s.contains("nvidia-smi"));
@@ -295,7 +295,7 @@ mod tests {
         assert_eq!(systemd_quote("/a b/$x%y"), "\"/a b/$$x%%y\"");
         assert_eq!(systemd_quote("/a\"b"), "\"/a\\\"b\"");
         let (srv, model) = weird();
-        let r = super::super::sample::gpu_result(&srv, &model);
+        let r = crate::run::sample::gpu_result(&srv, &model);
         let u = systemd_unit(&r, Path::new("/srv/my run/launch.sh"));
         assert!(u.contains("ExecStart=\"/srv/my run/launch.sh\"\n"));
         assert!(u.contains("Restart=on-failure\n"));

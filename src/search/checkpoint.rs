@@ -1,22 +1,31 @@
 //! argmin checkpointing into the run directory: the solver and its state as JSON, written
 //! atomically after every trial, so `qtune tune --resume DIR` continues where a killed tune was.
+//!
+//! Written here rather than with `argmin-checkpointing-file`: that crate writes bincode with a
+//! plain `File::create` (a kill mid-write leaves a torn checkpoint) and saves argmin's state,
+//! whose infinite costs for failed trials are not worth carrying. This one writes JSON through
+//! the atomic writer and keeps only the solver, whose history decides everything.
 
 use super::strategy::{QtuneSearch, TuneState};
+use crate::clock::Clock;
 use argmin::core::checkpointing::{Checkpoint, CheckpointingFrequency};
 use argmin::core::Error as ArgminError;
 use argmin::core::State;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub const FILE_NAME: &str = "checkpoint.json";
 
 pub struct RunDirCheckpoint {
     path: PathBuf,
+    clock: Arc<dyn Clock>,
 }
 
 impl RunDirCheckpoint {
-    pub fn new(run_dir: &Path) -> Self {
+    pub fn new(run_dir: &Path, clock: Arc<dyn Clock>) -> Self {
         RunDirCheckpoint {
             path: run_dir.join(FILE_NAME),
+            clock,
         }
     }
 }
@@ -32,7 +41,7 @@ impl Checkpoint<QtuneSearch, TuneState> for RunDirCheckpoint {
     fn save(&self, solver: &QtuneSearch, _state: &TuneState) -> Result<(), ArgminError> {
         let mut solver = solver.clone();
         // Persist the time spent so far; a resumed session adds to it.
-        solver.elapsed_before_s = solver.elapsed_s();
+        solver.elapsed_before_s = solver.elapsed_s(self.clock.as_ref());
         let json = serde_json::to_vec(&Saved { solver })?;
         crate::util::write_atomic(&self.path, &json).map_err(|e| ArgminError::msg(format!("{e:#}")))
     }

@@ -12,9 +12,7 @@
 //! resumed (argmin checkpoint + journal replay) takes exactly the same path.
 
 use super::objective::{better, is_tie, Speeds};
-use crate::config::{FlashAttn, KvType, LaunchConfig};
-use crate::model::ModelLayout;
-use crate::space::{NCpuMoe, SearchSpace, Threads};
+use crate::config::LaunchConfig;
 use crate::trial::{OutcomeKind, TrialOutcome, TrialRole, TrialRunner};
 use argmin::core::{
     Error as ArgminError, IterState, Problem, Solver, State, TerminationReason, TerminationStatus,
@@ -23,165 +21,14 @@ use argmin::core::{
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::sync::Arc;
 
 /// The argmin state: the parameter is a launch config, the cost is minus the objective.
 pub type TuneState = IterState<LaunchConfig, (), (), (), (), f64>;
 
-/// Everything except placement: one point of the coordinate search.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Base {
-    pub threads: Option<u32>,
-    pub batch: Option<[u32; 2]>,
-    pub kv: [KvType; 2],
-    pub flash_attn: FlashAttn,
-}
+pub use crate::config::Base;
 
-/// What the search knows that does not change during a tune (not checkpointed).
-#[derive(Debug, Clone)]
-pub struct SearchContext {
-    pub space: SearchSpace,
-    pub layout: ModelLayout,
-    /// A GPU is present and the model has experts: `--n-cpu-moe` is searched.
-    pub gpu_moe: bool,
-    pub has_gpu: bool,
-    /// VRAM budget for predictions (free before the tune minus headroom), MiB.
-    pub budget_mib: Option<f64>,
-    pub physical_cores: u32,
-    pub logical_cores: u32,
-    /// Start here instead of the space's first values (from a profile).
-    pub start: Option<Base>,
-}
-
-impl SearchContext {
-    fn ncmoe_bounds(&self) -> (u32, u32) {
-        let n = self.layout.n_blocks;
-        match &self.space.vary.n_cpu_moe {
-            Some(NCpuMoe::Range { min, max }) => ((*min).min(n), (*max).min(n)),
-            _ => (0, n),
-        }
-    }
-
-    fn thread_values(&self) -> Vec<Option<u32>> {
-        let mut v: Vec<Option<u32>> = self
-            .space
-            .vary
-            .threads
-            .iter()
-            .map(|t| match t {
-                Threads::Auto(_) => self.physical_cores.max(1),
-                Threads::Count(c) => *c,
-            })
-            .filter(|&c| c >= 1 && c <= self.logical_cores.max(1))
-            .map(Some)
-            .collect();
-        v.dedup();
-        if v.is_empty() {
-            v.push(Some(self.physical_cores.max(1)));
-        }
-        v
-    }
-
-    fn start_base(&self) -> Base {
-        if let Some(b) = &self.start {
-            return b.clone();
-        }
-        let v = &self.space.vary;
-        Base {
-            threads: self.thread_values()[0],
-            batch: v.batch_ubatch.first().copied(),
-            kv: v.kv_types.first().copied().unwrap_or([KvType::F16; 2]),
-            flash_attn: v.flash_attn.first().copied().unwrap_or(FlashAttn::Auto),
-        }
-    }
-
-    /// Alternatives to `inc` along dimension `dim`: 0 batch/ubatch, 1 KV type, 2 threads,
-    /// 3 flash attention. Batch comes first: it moves VRAM (compute buffer) and prompt speed
-    /// most, and the KV type decided after it can win back the VRAM a larger ubatch took.
-    fn alternatives(&self, inc: &Base, dim: usize) -> Vec<Base> {
-        let v = &self.space.vary;
-        let mut out: Vec<Base> = match dim {
-            1 => v
-                .kv_types
-                .iter()
-                .map(|kv| Base {
-                    kv: *kv,
-                    ..inc.clone()
-                })
-                .collect(),
-            0 => v
-                .batch_ubatch
-                .iter()
-                .map(|b| Base {
-                    batch: Some(*b),
-                    ..inc.clone()
-                })
-                .collect(),
-            2 => self
-                .thread_values()
-                .into_iter()
-                .map(|t| Base {
-                    threads: t,
-                    ..inc.clone()
-                })
-                .collect(),
-            3 => v
-                .flash_attn
-                .iter()
-                .map(|fa| Base {
-                    flash_attn: *fa,
-                    ..inc.clone()
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        out.retain(|b| b != inc);
-        out
-    }
-
-    /// The launch config of a base at `n_cpu_moe` (ignored without GPU + experts).
-    pub fn config(&self, base: &Base, n_cpu_moe: u32) -> LaunchConfig {
-        let f = &self.space.fixed;
-        let mut c = LaunchConfig {
-            ctx: f.ctx,
-            parallel: f.parallel,
-            n_gpu_layers: None,
-            n_cpu_moe: None,
-            threads: base.threads,
-            batch: base.batch.map(|b| b[0]),
-            ubatch: base.batch.map(|b| b[1]),
-            cache_type_k: base.kv[0],
-            cache_type_v: base.kv[1],
-            flash_attn: base.flash_attn,
-            mmap: f.mmap,
-            fit: None,
-        };
-        if self.gpu_moe {
-            c.n_gpu_layers = Some(999);
-            c.n_cpu_moe = Some(n_cpu_moe);
-            c.fit = Some(false);
-        }
-        c
-    }
-
-    /// Smallest `--n-cpu-moe` the memory prediction says fits the budget (None: nothing fits).
-    pub fn predicted_fit(&self, base: &Base) -> Option<u32> {
-        let (lo, hi) = self.ncmoe_bounds();
-        let budget = self.budget_mib?;
-        let template = self.config(base, lo);
-        crate::model::memory::min_n_cpu_moe_that_fits(&self.layout, &template, budget)
-            .map(|n| n.clamp(lo, hi))
-    }
-
-    pub fn baseline(&self) -> LaunchConfig {
-        let f = &self.space.fixed;
-        LaunchConfig {
-            parallel: f.parallel,
-            mmap: f.mmap,
-            ..LaunchConfig::baseline(f.ctx)
-        }
-    }
-}
+pub use super::context::SearchContext;
 
 /// The argmin problem: runs trials (or replays journaled ones after a resume).
 pub struct TuneProblem {
@@ -189,7 +36,7 @@ pub struct TuneProblem {
     runner: RefCell<Box<dyn TrialRunner>>,
     /// Journaled outcomes not yet seen by the solver (a resumed tune): used instead of launching.
     replay: RefCell<VecDeque<TrialOutcome>>,
-    progress: Option<std::sync::Arc<super::progress::Progress>>,
+    progress: Option<Arc<dyn super::progress::Watch>>,
 }
 
 impl TuneProblem {
@@ -197,7 +44,7 @@ impl TuneProblem {
         ctx: SearchContext,
         runner: Box<dyn TrialRunner>,
         replay: Vec<TrialOutcome>,
-        progress: Option<std::sync::Arc<super::progress::Progress>>,
+        progress: Option<Arc<dyn super::progress::Watch>>,
     ) -> Self {
         TuneProblem {
             ctx,
@@ -207,21 +54,40 @@ impl TuneProblem {
         }
     }
 
-    fn evaluate(&self, config: &LaunchConfig, role: TrialRole) -> TrialOutcome {
+    /// Run (or replay) one trial. Fails with [`Interrupted`] when qtune is being interrupted:
+    /// a trial cut short by Ctrl-C is not a result (its runner did not journal it).
+    ///
+    /// [`Interrupted`]: crate::trial::cleanup::Interrupted
+    fn evaluate(
+        &self,
+        config: &LaunchConfig,
+        role: TrialRole,
+    ) -> Result<TrialOutcome, ArgminError> {
+        let interrupted = || {
+            crate::trial::cleanup::interrupted()
+                .map(|signal| ArgminError::new(crate::trial::cleanup::Interrupted { signal }))
+        };
         let mut replay = self.replay.borrow_mut();
         if let Some(front) = replay.front() {
             if &front.config == config && front.role == role {
-                return replay.pop_front().expect("front exists");
+                return Ok(replay.pop_front().expect("front exists"));
             }
             // The journal diverged from the plan (edited by hand?): stop replaying.
             tracing::warn!("journal does not match the search path; running trials afresh");
             replay.clear();
         }
         drop(replay);
+        if let Some(e) = interrupted() {
+            return Err(e);
+        }
         if let Some(p) = &self.progress {
             p.starting(config, role);
         }
-        self.runner.borrow_mut().run(config, role)
+        let outcome = self.runner.borrow_mut().run(config, role);
+        match interrupted() {
+            Some(e) => Err(e),
+            None => Ok(outcome),
+        }
     }
 }
 
@@ -254,8 +120,9 @@ pub struct QtuneSearch {
     pub search_trials: u32,
     /// Seconds spent in earlier sessions of this tune (resume).
     pub elapsed_before_s: f64,
+    /// The clock's reading when this session started (not saved: a resumed session restarts it).
     #[serde(skip)]
-    session_start: Option<Instant>,
+    session_start: Option<f64>,
     pub warnings: Vec<String>,
 }
 
@@ -284,11 +151,12 @@ impl QtuneSearch {
         }
     }
 
-    pub fn elapsed_s(&self) -> f64 {
+    /// Seconds spent on this tune, over every session, read from `clock`.
+    pub fn elapsed_s(&self, clock: &dyn crate::clock::Clock) -> f64 {
         self.elapsed_before_s
             + self
                 .session_start
-                .map_or(0.0, |s| s.elapsed().as_secs_f64())
+                .map_or(0.0, |s| (clock.seconds() - s).max(0.0))
     }
 
     fn search_outcomes<'a>(
@@ -450,7 +318,8 @@ impl QtuneSearch {
 
     fn budget_left(&self, ctx: &SearchContext) -> bool {
         let b = &ctx.space.budget;
-        self.search_trials < b.trials && self.elapsed_s() < b.minutes * 60.0 * 0.75
+        self.search_trials < b.trials
+            && self.elapsed_s(ctx.clock.as_ref()) < b.minutes * 60.0 * 0.75
     }
 
     /// Top distinct candidates for the confirmation, best first.
@@ -578,17 +447,9 @@ impl QtuneSearch {
     }
 }
 
-/// The non-placement part of a config.
+/// The non-placement part of a config ([`LaunchConfig::base`]).
 pub fn base_of(c: &LaunchConfig) -> Base {
-    Base {
-        threads: c.threads,
-        batch: match (c.batch, c.ubatch) {
-            (Some(b), Some(u)) => Some([b, u]),
-            _ => None,
-        },
-        kv: [c.cache_type_k, c.cache_type_v],
-        flash_attn: c.flash_attn,
-    }
+    c.base()
 }
 
 fn cost_of(o: &TrialOutcome, ctx: &SearchContext, reference: Option<&Speeds>) -> f64 {
@@ -605,10 +466,11 @@ impl Solver<TuneProblem, TuneState> for QtuneSearch {
 
     fn init(
         &mut self,
-        _problem: &mut Problem<TuneProblem>,
+        problem: &mut Problem<TuneProblem>,
         state: TuneState,
     ) -> Result<(TuneState, Option<KV>), ArgminError> {
-        self.session_start = Some(Instant::now());
+        let clock = &problem.problem.as_ref().expect("problem present").ctx.clock;
+        self.session_start = Some(clock.seconds());
         Ok((state, None))
     }
 
@@ -617,27 +479,26 @@ impl Solver<TuneProblem, TuneState> for QtuneSearch {
         problem: &mut Problem<TuneProblem>,
         state: TuneState,
     ) -> Result<(TuneState, Option<KV>), ArgminError> {
-        if self.session_start.is_none() {
-            // Resumed from a checkpoint: the clock restarts from what was spent before.
-            self.session_start = Some(Instant::now());
-        }
         let ctx = problem
             .problem
             .as_ref()
             .expect("problem present")
             .ctx
             .clone();
+        if self.session_start.is_none() {
+            // Resumed from a checkpoint: the clock restarts from what was spent before.
+            self.session_start = Some(ctx.clock.seconds());
+        }
         let Some((cfg, role)) = self.next_action(&ctx) else {
             return Ok((
                 state.terminate_with(TerminationReason::SolverConverged),
                 None,
             ));
         };
-        let outcome = problem.problem("trial_count", |p| Ok(p.evaluate(&cfg, role)))?;
+        let outcome = problem.problem("trial_count", |p| p.evaluate(&cfg, role))?;
         let cost = cost_of(&outcome, &ctx, self.baseline_speeds().as_ref());
         self.record(outcome.clone());
-        let line =
-            super::progress::Progress::line(&outcome, self.search_trials, ctx.space.budget.trials);
+        let line = super::progress::line(&outcome, self.search_trials, ctx.space.budget.trials);
         let kv = argmin::kv!(
             "trial" => outcome.id;
             "outcome" => outcome.kind.as_str().to_string();
@@ -671,14 +532,15 @@ pub(super) fn run_search_with(
     runner: Box<dyn TrialRunner>,
     replay: Vec<TrialOutcome>,
     run_dir: Option<&std::path::Path>,
-    progress: Option<std::sync::Arc<super::progress::Progress>>,
+    progress: Option<Arc<dyn super::progress::Watch>>,
 ) -> anyhow::Result<QtuneSearch> {
     use argmin::core::observers::ObserverMode;
     use argmin::core::Executor;
+    let clock = ctx.clock.clone();
     let problem = TuneProblem::new(ctx, runner, replay, progress.clone());
     let mut exec = Executor::new(problem, QtuneSearch::new());
     if let Some(dir) = run_dir {
-        exec = exec.checkpointing(super::checkpoint::RunDirCheckpoint::new(dir));
+        exec = exec.checkpointing(super::checkpoint::RunDirCheckpoint::new(dir, clock));
     }
     if let Some(p) = progress {
         exec = exec.add_observer(super::progress::Observer(p), ObserverMode::Always);

@@ -3,10 +3,9 @@
 
 use super::objective::{better, gain_pct, Speeds};
 use super::strategy::SearchContext;
-use super::{Confirmed, RunInputs, Winner};
 use crate::config::LaunchConfig;
+use crate::run::{Confirmed, Winner};
 use crate::trial::{TrialOutcome, TrialRole};
-use std::path::Path;
 
 fn peak(outcomes: &[&TrialOutcome]) -> Option<u64> {
     outcomes
@@ -28,16 +27,15 @@ fn grouped(history: &[TrialOutcome], role: TrialRole) -> Vec<(LaunchConfig, Vec<
 }
 
 /// Decide the winner. Returns the confirmation table and the winner (None if nothing ran).
+/// `budget` is the tune's VRAM budget (MiB); `command` renders a config's launch command.
 pub fn decide(
     ctx: &SearchContext,
     history: &[TrialOutcome],
-    server: &Path,
-    model: &Path,
-    inputs: &RunInputs,
+    budget: Option<u64>,
+    command: &dyn Fn(&LaunchConfig) -> Vec<String>,
     warnings: &mut Vec<String>,
 ) -> (Vec<Confirmed>, Option<Winner>) {
     let baseline_cfg = ctx.baseline();
-    let budget = inputs.vram_budget_mib;
     // Every trial of a config counts against it: one failure or spill disqualifies it.
     let disqualified = |cfg: &LaunchConfig| {
         history.iter().filter(|o| &o.config == cfg).any(|o| {
@@ -84,20 +82,7 @@ pub fn decide(
             candidates.push((cfg, s, peak(&trials)));
         }
     }
-    let baseline_trials: Vec<&TrialOutcome> = {
-        let confirm: Vec<&TrialOutcome> = history
-            .iter()
-            .filter(|o| o.role == TrialRole::Confirm && o.config == baseline_cfg)
-            .collect();
-        if confirm.is_empty() {
-            history
-                .iter()
-                .filter(|o| o.role == TrialRole::Baseline)
-                .collect()
-        } else {
-            confirm
-        }
-    };
+    let baseline_trials = crate::run::baseline_trials(history, &baseline_cfg);
     let baseline = Speeds::pooled(baseline_trials.iter().copied());
     let obj = &ctx.space.objective;
     let best = candidates.into_iter().reduce(|a, b| {
@@ -142,7 +127,7 @@ pub fn decide(
     if let Some(w) = secondary_regression_warning(gen_gain, prompt_gain) {
         warnings.push(w);
     }
-    let command = config.command(server, model, &inputs.host, inputs.port);
+    let command = command(&config);
     (
         confirmation,
         Some(Winner {
@@ -174,7 +159,159 @@ pub fn secondary_regression_warning(
 #[cfg(test)]
 mod tests {
     use super::secondary_regression_warning as w;
+    use super::*;
+    use crate::trial::{Metrics, OutcomeKind, Stat};
 
+    fn ctx() -> SearchContext {
+        let r = crate::run::sample::gpu_result(Path::new("/s"), Path::new("/m"));
+        SearchContext {
+            space: r.space.clone(),
+            layout: r.model.clone(),
+            gpu_moe: true,
+            has_gpu: true,
+            budget_mib: Some(15000.0),
+            physical_cores: 8,
+            logical_cores: 16,
+            start: None,
+            clock: crate::clock::system(),
+        }
+    }
+
+    fn at(n: u32) -> LaunchConfig {
+        ctx().config(&ctx().start_base_for_tests(), n)
+    }
+
+    fn trial(
+        id: u32,
+        role: TrialRole,
+        config: LaunchConfig,
+        kind: OutcomeKind,
+        tg: f64,
+    ) -> TrialOutcome {
+        let s = |v: f64| Stat::from_samples(&[v * 0.99, v, v * 1.01]).unwrap();
+        TrialOutcome {
+            id,
+            role,
+            config,
+            kind,
+            metrics: (kind.is_ok() || kind == OutcomeKind::Spill).then(|| Metrics {
+                gen_tps: s(tg),
+                prompt_tps: s(tg * 10.0),
+                ttft_ms: s(100.0),
+                gen_tps_at_depth: None,
+            }),
+            peak_vram_mib: vec![10_000],
+            reported: None,
+            message: kind.to_string(),
+            evidence: Vec::new(),
+            started_at: String::new(),
+            duration_s: 1.0,
+            log: None,
+            warnings: Vec::new(),
+        }
+    }
+
+    fn run(history: &[TrialOutcome]) -> (Vec<Confirmed>, Option<Winner>, Vec<String>) {
+        let mut warnings = Vec::new();
+        let cmd = |c: &LaunchConfig| c.command(Path::new("/s"), Path::new("/m"), "h", 1);
+        let (c, w) = decide(&ctx(), history, Some(15000), &cmd, &mut warnings);
+        (c, w, warnings)
+    }
+
+    use std::path::Path;
+    use OutcomeKind::*;
+    use TrialRole::*;
+
+    #[test]
+    fn the_fastest_confirmed_config_wins_with_its_gain_over_the_baseline() {
+        let b = ctx().baseline();
+        let h = [
+            trial(1, Baseline, b.clone(), Ok, 20.0),
+            trial(2, Search, at(10), Ok, 30.0),
+            trial(3, Search, at(12), Ok, 28.0),
+            trial(4, Confirm, at(10), Ok, 30.0),
+            trial(5, Confirm, at(12), Ok, 28.0),
+            trial(6, Confirm, b.clone(), Ok, 20.0),
+        ];
+        let (conf, win, _) = run(&h);
+        let win = win.unwrap();
+        assert_eq!(win.config, at(10));
+        assert!((win.gen_gain_pct.unwrap() - 50.0).abs() < 1e-6);
+        assert_eq!(win.command.last().map(String::as_str), Some("1"));
+        assert_eq!(conf.iter().filter(|c| c.is_baseline).count(), 1);
+    }
+
+    #[test]
+    fn a_config_that_failed_in_any_trial_never_wins() {
+        let b = ctx().baseline();
+        let h = [
+            trial(1, Baseline, b.clone(), Ok, 20.0),
+            trial(2, Search, at(10), Ok, 40.0),
+            trial(3, Search, at(12), Ok, 28.0),
+            trial(4, Confirm, at(10), Ok, 40.0),
+            trial(5, Confirm, at(12), Ok, 28.0),
+            trial(6, Confirm, at(10), Crash, 0.0),
+        ];
+        let (_, win, warnings) = run(&h);
+        assert_eq!(
+            win.unwrap().config,
+            at(12),
+            "the faster config crashed once"
+        );
+        assert!(
+            warnings.iter().any(|w| w.contains("not eligible to win")),
+            "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn a_config_over_the_vram_budget_never_wins() {
+        let b = ctx().baseline();
+        let mut greedy = trial(2, Search, at(5), Ok, 50.0);
+        greedy.peak_vram_mib = vec![15_500];
+        let h = [
+            trial(1, Baseline, b.clone(), Ok, 20.0),
+            greedy,
+            trial(3, Search, at(12), Ok, 28.0),
+        ];
+        let (_, win, _) = run(&h);
+        assert_eq!(win.unwrap().config, at(12));
+    }
+
+    #[test]
+    fn the_baseline_wins_when_it_measures_faster_and_nothing_wins_when_nothing_ran() {
+        let b = ctx().baseline();
+        let h = [
+            trial(1, Baseline, b.clone(), Ok, 40.0),
+            trial(2, Search, at(10), Ok, 30.0),
+        ];
+        let (_, win, warnings) = run(&h);
+        assert_eq!(win.unwrap().config, b);
+        assert!(
+            warnings.iter().any(|w| w.contains("baseline")),
+            "{warnings:?}"
+        );
+
+        let h = [
+            trial(1, Baseline, b.clone(), Crash, 0.0),
+            trial(2, Search, at(10), OomLoad, 0.0),
+        ];
+        let (_, win, _) = run(&h);
+        assert!(win.is_none());
+    }
+
+    #[test]
+    fn a_failed_baseline_leaves_the_gain_unknown() {
+        let b = ctx().baseline();
+        let h = [
+            trial(1, Baseline, b, Crash, 0.0),
+            trial(2, Search, at(10), Ok, 30.0),
+        ];
+        let (_, win, _) = run(&h);
+        let win = win.unwrap();
+        assert_eq!(win.config, at(10));
+        assert_eq!(win.gen_gain_pct, None);
+    }
     #[test]
     fn warns_only_when_prompt_speed_is_traded_away_heavily() {
         assert!(w(Some(8.4), Some(-71.6)).unwrap().contains("-71.6 %"));

@@ -6,6 +6,7 @@ pub mod classify;
 pub mod cleanup;
 pub mod journal;
 pub mod logparse;
+pub mod process;
 pub mod replay;
 pub mod server;
 pub mod workload;

@@ -36,6 +36,8 @@ pub struct ReplayRunner {
     seed: u64,
     vram_budget_mib: Option<u64>,
     seconds_per_trial: f64,
+    clock: Option<crate::clock::ManualClock>,
+    interrupt_after: Option<u32>,
 }
 
 /// splitmix64: a tiny, good, deterministic mixer.
@@ -66,7 +68,53 @@ impl ReplayRunner {
             seed: 42,
             vram_budget_mib: None,
             seconds_per_trial: 30.0,
+            clock: None,
+            interrupt_after: None,
         }
+    }
+
+    /// A replayed landscape from a journal (e.g. `journal.jsonl` of a real tune): each config
+    /// answers as it was recorded. With `noise_pct > 0`, a recorded success is re-sampled
+    /// around its medians (seeded, deterministic) instead of returned verbatim.
+    pub fn from_journal(outcomes: &[TrialOutcome], noise_pct: f64, seed: u64) -> Self {
+        if noise_pct <= 0.0 {
+            return Self::from_outcomes(outcomes);
+        }
+        let reps = outcomes
+            .iter()
+            .find_map(|o| o.metrics.as_ref().map(|m| m.gen_tps.samples.len() as u32))
+            .unwrap_or(3);
+        Self::from_table(
+            outcomes
+                .iter()
+                .map(|o| {
+                    let answer = match (o.kind.is_ok(), &o.metrics) {
+                        (true, Some(m)) => ReplayAnswer::Ok {
+                            gen_tps: m.gen_tps.median,
+                            prompt_tps: m.prompt_tps.median,
+                            peak_vram_mib: o.peak_vram_total_mib(),
+                        },
+                        _ => ReplayAnswer::Recorded(Box::new(o.clone())),
+                    };
+                    (o.config.clone(), answer)
+                })
+                .collect(),
+        )
+        .with_repetitions(reps)
+        .with_noise(noise_pct, seed)
+    }
+
+    /// Advance `clock` by each trial's duration, so the minutes budget sees replayed time.
+    pub fn with_clock(mut self, clock: crate::clock::ManualClock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Simulate Ctrl-C: after `n` trials, the next one raises SIGINT in this process (the
+    /// handlers installed by the app layer turn it into an interruption) and is not journaled.
+    pub fn with_interrupt_after(mut self, n: u32) -> Self {
+        self.interrupt_after = Some(n);
+        self
     }
 
     /// Answers from a table; a config not in it ends as a `crash` saying so.
@@ -179,6 +227,15 @@ fn failure_message(kind: OutcomeKind) -> String {
 
 impl TrialRunner for ReplayRunner {
     fn run(&mut self, config: &LaunchConfig, role: TrialRole) -> TrialOutcome {
+        if self.interrupt_after == Some(self.calls.len() as u32) {
+            // SAFETY: raise only sends a signal to this process.
+            unsafe {
+                libc::raise(libc::SIGINT);
+            }
+            let mut out = missing_outcome(config);
+            out.message = "interrupted".into();
+            return out;
+        }
         let id = self.next_id;
         self.next_id += 1;
         let call = self.calls.len() as u64;
@@ -250,6 +307,9 @@ impl TrialRunner for ReplayRunner {
                     ..*rec
                 };
             }
+        }
+        if let Some(c) = &self.clock {
+            c.advance(out.duration_s);
         }
         if let Some(j) = &self.journal {
             if let Err(e) = j.append(&out) {

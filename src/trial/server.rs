@@ -2,7 +2,7 @@
 //! `/health`, runs the workload, samples VRAM, classifies and journals the outcome, and ends
 //! the server's process group on every path.
 
-use super::classify::{self, ExitInfo, Failure, Observation, Phase, Verdict};
+use super::classify::{self, Failure, Observation, Phase, Verdict};
 use super::journal::Journal;
 use super::workload::{self, Measured, Session};
 use super::{Metrics, OutcomeKind, ReportedMemory, TrialOutcome, TrialRole, TrialRunner};
@@ -10,9 +10,7 @@ use crate::config::{shell_line, LaunchConfig};
 use crate::space::Workload;
 use anyhow::{Context, Result};
 use std::io::Write;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How often `/health` is polled while the server loads.
@@ -24,179 +22,7 @@ const PORT_ATTEMPTS: usize = 4;
 /// The server's line when its port is taken (tools/server/server-http.cpp).
 const BIND_FAILED: &str = "couldn't bind HTTP server socket";
 
-/// A running `llama-server` in its own process group. Dropping it ends the group and reaps it.
-pub struct ServerProcess {
-    child: Child,
-    pgid: i32,
-    exit: Option<ExitInfo>,
-}
-
-impl ServerProcess {
-    /// Spawn `argv` (never through a shell) in a new process group, stdout and stderr to
-    /// `log`, with `PR_SET_PDEATHSIG = SIGKILL` so it dies with the thread that started it.
-    /// `LLAMA_ARG_*` variables are removed from its environment: they would silently change
-    /// the config under test.
-    pub fn spawn(argv: &[String], log: &std::fs::File, env: &[(String, String)]) -> Result<Self> {
-        let (prog, args) = argv.split_first().context("empty server command")?;
-        let mut cmd = Command::new(prog);
-        cmd.args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log.try_clone()?)
-            .process_group(0);
-        for (k, _) in std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v))) {
-            if k.starts_with("LLAMA_ARG_") {
-                cmd.env_remove(k);
-            }
-        }
-        // No gdb attach on abort: the error lines are the evidence, and aborts stay fast.
-        cmd.env("GGML_NO_BACKTRACE", "1");
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        // SAFETY: getpid is async-signal-safe; read before fork.
-        let parent = unsafe { libc::getpid() };
-        // SAFETY: only async-signal-safe calls between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The parent died before prctl took effect: do not run as an orphan.
-                if libc::getppid() != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
-        let child = cmd
-            .spawn()
-            .with_context(|| format!("cannot start {prog}: check the server path"))?;
-        let pgid = child.id() as i32;
-        super::cleanup::register(pgid);
-        Ok(ServerProcess {
-            child,
-            pgid,
-            exit: None,
-        })
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// How the process ended, if it has (non-blocking; reaps it).
-    pub fn try_exit(&mut self) -> Option<ExitInfo> {
-        if self.exit.is_none() {
-            match self.child.try_wait() {
-                Ok(Some(st)) => {
-                    self.exit = Some(ExitInfo::from_status(&st));
-                    // The server is gone; end anything it left in its group.
-                    // SAFETY: signalling the group we created.
-                    unsafe {
-                        libc::kill(-self.pgid, libc::SIGKILL);
-                    }
-                    wait_group_gone(self.pgid, Duration::from_secs(2));
-                    super::cleanup::unregister(self.pgid);
-                }
-                Ok(None) => {}
-                Err(_) => {
-                    self.exit = Some(ExitInfo {
-                        code: None,
-                        signal: None,
-                    });
-                    super::cleanup::unregister(self.pgid);
-                }
-            }
-        }
-        self.exit
-    }
-
-    /// Wait up to `d` for the process to exit by itself.
-    pub fn wait_exit(&mut self, d: Duration) -> Option<ExitInfo> {
-        let t0 = Instant::now();
-        loop {
-            if let Some(e) = self.try_exit() {
-                return Some(e);
-            }
-            if t0.elapsed() >= d {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// End the group: SIGTERM, up to `grace`, then SIGKILL; reap. Returns how it ended.
-    pub fn stop(&mut self, grace: Duration) -> ExitInfo {
-        if let Some(e) = self.try_exit() {
-            return e;
-        }
-        // SAFETY: signalling the group we created (still unreaped, so the id is ours).
-        unsafe {
-            libc::kill(-self.pgid, libc::SIGTERM);
-        }
-        if let Some(e) = self.wait_exit(grace) {
-            return e;
-        }
-        unsafe {
-            libc::kill(-self.pgid, libc::SIGKILL);
-        }
-        wait_group_gone(self.pgid, Duration::from_secs(2));
-        let e = match self.child.wait() {
-            Ok(st) => ExitInfo::from_status(&st),
-            Err(_) => ExitInfo {
-                code: None,
-                signal: Some(libc::SIGKILL),
-            },
-        };
-        self.exit = Some(e);
-        super::cleanup::unregister(self.pgid);
-        e
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        if self.exit.is_none() {
-            self.stop(Duration::from_secs(2));
-        }
-    }
-}
-
-/// After a SIGKILL to a group: wait (bounded) until no live member is left, so a caller that
-/// returns afterwards leaves nothing running. Zombies waiting for their reaper count as gone.
-fn wait_group_gone(pgid: i32, limit: Duration) {
-    let t0 = Instant::now();
-    while t0.elapsed() < limit && group_has_live_member(pgid) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn group_has_live_member(pgid: i32) -> bool {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    dir.flatten().any(|e| {
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            return false;
-        };
-        // Fields after the command name: state, ppid, pgrp, ...
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            return false;
-        };
-        let mut f = rest.split_whitespace();
-        let state = f.next().unwrap_or("?");
-        let pgrp = f.nth(1).and_then(|p| p.parse::<i32>().ok());
-        pgrp == Some(pgid) && state != "Z" && state != "X"
-    })
-}
-
-/// Find a free loopback port (bind port 0, read it, release it).
-pub fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind(("127.0.0.1", 0))
-        .context("cannot bind a loopback port to find a free one")?;
-    Ok(l.local_addr()?.port())
-}
+pub use super::process::{free_port, ServerProcess};
 
 /// Load timeout for a model file: 60 s + 15 s per GiB.
 pub fn load_timeout_for(model_bytes: u64) -> Duration {
@@ -494,6 +320,10 @@ impl LlamaServerRunner {
                 if proc.try_exit().is_some() {
                     return Err(Failure::Exited);
                 }
+                if super::cleanup::interrupted().is_some() {
+                    // qtune is being interrupted: stop waiting; the caller ends the server.
+                    return Err(Failure::LoadTimeout { secs: load_secs });
+                }
                 let now = Instant::now();
                 if now >= deadline {
                     return Err(Failure::LoadTimeout { secs: load_secs });
@@ -545,6 +375,7 @@ impl LlamaServerRunner {
                 // A dropped connection often comes a moment before the process is gone
                 // (abort, backtrace): give it time to exit so the cause is read right.
                 let exit = match failure {
+                    _ if super::cleanup::interrupted().is_some() => None,
                     Failure::RequestTimeout { .. } => proc.try_exit(),
                     _ => proc.wait_exit(Duration::from_secs(3)),
                 };
@@ -576,10 +407,18 @@ fn reported_memory(log: &str) -> Option<ReportedMemory> {
 impl TrialRunner for LlamaServerRunner {
     fn run(&mut self, config: &LaunchConfig, role: TrialRole) -> TrialOutcome {
         let id = self.next_id;
-        self.next_id += 1;
         let started_at = chrono::Utc::now().to_rfc3339();
         let t0 = Instant::now();
-        let d = self.trial(id, config);
+        let d = if super::cleanup::interrupted().is_some() {
+            // Interrupted before this trial began: launch nothing.
+            Draft::from_verdict(Verdict {
+                kind: OutcomeKind::Crash,
+                message: "interrupted before it started".into(),
+                evidence: Vec::new(),
+            })
+        } else {
+            self.trial(id, config)
+        };
         let mut outcome = TrialOutcome {
             id,
             role,
@@ -596,13 +435,13 @@ impl TrialRunner for LlamaServerRunner {
             warnings: d.warnings,
         };
         if super::cleanup::interrupted().is_some() {
-            // qtune is being interrupted: this trial's server was ended by the signal handler,
-            // so its outcome is not a result. Never journal it (a resumed tune would skip a
-            // config as "crashed"); the handler exits the process in a moment.
-            loop {
-                std::thread::sleep(Duration::from_secs(1));
-            }
+            // qtune is being interrupted: this trial was cut short and its server is already
+            // stopped, so its outcome is not a result. Never journal it (a resumed tune would
+            // skip a config as "crashed"), and do not use up its id: the caller stops here.
+            outcome.message = "interrupted".into();
+            return outcome;
         }
+        self.next_id += 1;
         if let Err(e) = self.journal.append(&outcome) {
             tracing::error!("{e:#}");
             outcome

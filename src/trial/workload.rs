@@ -95,7 +95,7 @@ impl Session<'_> {
         let exited = &mut *self.exited;
         let watch = async move {
             loop {
-                if exited().is_some() {
+                if exited().is_some() || super::cleanup::interrupted().is_some() {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;

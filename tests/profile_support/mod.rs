@@ -3,7 +3,7 @@
 //! are about the data format, not about measurements.
 #![allow(dead_code)]
 
-use qtune::search::TuneResult;
+use qtune::run::TuneResult;
 use serde_json::json;
 use std::path::Path;
 use std::process::{Command, Output};

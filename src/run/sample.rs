@@ -5,7 +5,7 @@
 use crate::config::{KvType, LaunchConfig};
 use crate::hardware::{GpuInfo, HardwareProfile, HostInfo, PcieLink};
 use crate::model::ModelLayout;
-use crate::search::{Confirmed, TuneResult, Winner};
+use crate::run::{Confirmed, TuneResult, Winner};
 use crate::space::{Budget, Fixed, Objective, SearchSpace, Threads, Vary, Workload};
 use crate::trial::{Metrics, OutcomeKind, Stat, TrialOutcome, TrialRole};
 use std::path::{Path, PathBuf};
@@ -363,6 +363,8 @@ pub fn gpu_result(server: &Path, model: &Path) -> TuneResult {
         confirmation,
         winner: Some(winner),
         warnings: vec!["the baseline's auto-fit left 1,460 MiB of the budget unused".to_string()],
+        host: crate::run::DEFAULT_HOST.into(),
+        port: crate::run::DEFAULT_PORT,
         minutes_used: 25.0,
     }
 }
@@ -462,6 +464,8 @@ pub fn cpu_result(server: &Path, model: &Path) -> TuneResult {
         ],
         winner: Some(winner),
         warnings: Vec::new(),
+        host: crate::run::DEFAULT_HOST.into(),
+        port: crate::run::DEFAULT_PORT,
         minutes_used: 4.0,
     }
 }

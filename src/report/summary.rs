@@ -37,44 +37,35 @@ pub fn table(r: &TuneResult) -> String {
         searched,
         r.minutes_used
     ));
-    out.push_str(&format!(
-        "{:<46} {:>14} {:>16} {:>12}  {}\n",
-        "config", "tg t/s", "pp t/s", "peak VRAM", "outcome"
-    ));
     // The confirmation first (what decided), then every search trial that failed or ranked.
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let label = |baseline: bool, c: &crate::config::LaunchConfig| {
+        format!("{}{}", if baseline { "[baseline] " } else { "" }, c.label())
+    };
     for c in &r.confirmation {
-        out.push_str(&format!(
-            "{:<46} {:>14} {:>16} {:>12}  {}\n",
-            format!(
-                "{}{}",
-                if c.is_baseline { "[baseline] " } else { "" },
-                c.config.label()
-            ),
+        rows.push(vec![
+            label(c.is_baseline, &c.config),
             stat(c.gen_tps.as_ref()),
             stat(c.prompt_tps.as_ref()),
             c.peak_vram_mib.map_or("-".into(), |v| fmt_mib(v as f64)),
-            format_args!("confirmed ({} rounds)", c.trial_ids.len())
-        ));
+            format!("confirmed ({} rounds)", c.trial_ids.len()),
+        ]);
     }
     for t in r.trials.iter().filter(|t| t.role != TrialRole::Confirm) {
-        out.push_str(&format!(
-            "{:<46} {:>14} {:>16} {:>12}  {}\n",
-            format!(
-                "{}{}",
-                if t.role == TrialRole::Baseline {
-                    "[baseline] "
-                } else {
-                    ""
-                },
-                t.config.label()
-            ),
+        rows.push(vec![
+            label(t.role == TrialRole::Baseline, &t.config),
             stat(t.metrics.as_ref().map(|m| &m.gen_tps)),
             stat(t.metrics.as_ref().map(|m| &m.prompt_tps)),
             t.peak_vram_total_mib()
                 .map_or("-".into(), |v| fmt_mib(v as f64)),
-            t.kind.as_str()
-        ));
+            t.kind.as_str().to_string(),
+        ]);
     }
+    out.push_str(&crate::util::text_table(
+        &["config", "tg t/s", "pp t/s", "peak VRAM", "outcome"],
+        &rows,
+        &[1, 2, 3],
+    ));
     if let Some(w) = &r.winner {
         out.push_str(&format!(
             "\nwinner: {}  tg {}  pp {}{}\n",

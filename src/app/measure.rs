@@ -1,9 +1,9 @@
-//! Measurements outside the search: a `--n-cpu-moe` sweep at a tune's winning flags (to check
+//! `qtune sweep`, `depth` and `calibrate`: measurements outside the search: a `--n-cpu-moe` sweep at a tune's winning flags (to check
 //! the search against brute force) and a memory calibration (predicted vs what llama-server
 //! reports for its buffers).
 
-use super::{RunInputs, TuneResult, RESULTS_FILE, RUN_FILE};
 use crate::config::{KvType, LaunchConfig};
+use crate::run::{RunInputs, TuneResult};
 use crate::trial::server::LlamaServerRunner;
 use crate::trial::{TrialRole, TrialRunner};
 use crate::util::fmt_mib;
@@ -11,19 +11,21 @@ use anyhow::{Context, Result};
 use std::path::Path;
 
 fn load_run(dir: &Path) -> Result<(RunInputs, TuneResult)> {
-    let read = |name: &str| {
-        std::fs::read_to_string(dir.join(name)).with_context(|| {
-            format!(
-                "{} has no {name}: not a finished qtune run directory",
-                dir.display()
-            )
-        })
-    };
-    let inputs: RunInputs = serde_json::from_str(&read(RUN_FILE)?)
-        .with_context(|| format!("{} is unreadable", dir.join(RUN_FILE).display()))?;
-    let result: TuneResult = serde_json::from_str(&read(RESULTS_FILE)?)
-        .with_context(|| format!("{} is unreadable", dir.join(RESULTS_FILE).display()))?;
+    let (_, result) = crate::run::read_result(dir)?;
+    let inputs = crate::run::read_inputs(dir)?;
     Ok((inputs, result))
+}
+
+/// After Ctrl-C / SIGTERM: stop here (the interrupted trial was not recorded; every finished
+/// one is in the journal), so qtune exits 130 / 143.
+fn stop_if_interrupted() -> Result<()> {
+    match crate::trial::cleanup::interrupted() {
+        Some(signal) => Err(
+            anyhow::Error::new(crate::trial::cleanup::Interrupted { signal })
+                .context("interrupted: every finished trial is in the run's journal.jsonl"),
+        ),
+        None => Ok(()),
+    }
 }
 
 /// The `--n-cpu-moe` values of a sweep: every value from `from` to `to`, unless `step` says otherwise.
@@ -33,7 +35,8 @@ pub fn sweep_points(from: u32, to: u32, step: u32) -> Vec<u32> {
 
 /// `qtune sweep DIR`: measure the winner's flags at every `--n-cpu-moe` in a range, append the
 /// trials (role `sweep`) to the run's results and re-render its report.
-pub fn cmd_sweep(dir: &Path, from: Option<u32>, to: Option<u32>, step: u32) -> Result<()> {
+pub fn sweep(dir: &Path, from: Option<u32>, to: Option<u32>, step: u32) -> Result<()> {
+    crate::trial::cleanup::install_handlers();
     let (inputs, mut result) = load_run(dir)?;
     let winner = result
         .winner
@@ -72,6 +75,7 @@ pub fn cmd_sweep(dir: &Path, from: Option<u32>, to: Option<u32>, step: u32) -> R
             ..winner.clone()
         };
         let o = runner.run(&cfg, TrialRole::Sweep);
+        stop_if_interrupted()?;
         eprintln!(
             "{n:>6} {:>10} {:>10} {:>12}  {}",
             o.gen_tps().map_or("-".into(), |v| format!("{v:.1}")),
@@ -82,10 +86,7 @@ pub fn cmd_sweep(dir: &Path, from: Option<u32>, to: Option<u32>, step: u32) -> R
         );
         result.trials.push(o);
         // Keep results current after every trial: an interrupted sweep loses nothing.
-        crate::util::write_atomic(
-            &dir.join(RESULTS_FILE),
-            serde_json::to_string_pretty(&result)?.as_bytes(),
-        )?;
+        crate::run::write_result(dir, &result)?;
     }
     crate::report::write_all(dir, &result)?;
     println!("{}", dir.join("report.md").display());
@@ -117,7 +118,7 @@ fn device_total(r: &crate::trial::ReportedMemory, gpu: bool) -> f64 {
 /// `qtune calibrate MODEL`: launch the server for each (n_cpu_moe, ctx, kv) and compare what
 /// it reports for its buffers with the memory prediction. Writes `calibration.json` to `out`.
 #[allow(clippy::too_many_arguments)]
-pub fn cmd_calibrate(
+pub fn calibrate(
     model: &Path,
     server: Option<&Path>,
     n_cpu_moe: &[u32],
@@ -126,6 +127,7 @@ pub fn cmd_calibrate(
     ubatches: &[u32],
     out: &Path,
 ) -> Result<()> {
+    crate::trial::cleanup::install_handlers();
     let server = crate::server::resolve(server)?;
     let ubatches: Vec<Option<u32>> = if ubatches.is_empty() {
         vec![None]
@@ -182,12 +184,11 @@ pub fn cmd_calibrate(
             ..LaunchConfig::baseline(ctx)
         };
         if let Some(n) = n {
-            cfg.n_gpu_layers = Some(999);
-            cfg.n_cpu_moe = Some(n);
-            cfg.fit = Some(false);
+            cfg.place_experts(n);
         }
         let pred = crate::model::memory::predict(&layout, &cfg, hw.has_gpu());
         let o = runner.run(&cfg, TrialRole::Sweep);
+        stop_if_interrupted()?;
         let (rg, rh) = match &o.reported {
             Some(r) => (Some(device_total(r, true)), Some(device_total(r, false))),
             None => (None, None),
@@ -246,7 +247,8 @@ pub struct DepthRow {
 
 /// `qtune depth DIR --depths 0,8192,31744`: the winner's generation speed with that many tokens
 /// already in context (does speed hold at long context?). Writes `depth.json` into the run.
-pub fn cmd_depth(dir: &Path, depths: &[u32]) -> Result<()> {
+pub fn depth(dir: &Path, depths: &[u32]) -> Result<()> {
+    crate::trial::cleanup::install_handlers();
     let (inputs, result) = load_run(dir)?;
     let winner = result
         .winner
@@ -285,6 +287,7 @@ pub fn cmd_depth(dir: &Path, depths: &[u32]) -> Result<()> {
         )?
         .with_first_id(next_id);
         let o = runner.run(&winner, TrialRole::Sweep);
+        stop_if_interrupted()?;
         next_id = o.id + 1;
         let gen = o.metrics.as_ref().map(|m| {
             if d > 0 {

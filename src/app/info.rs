@@ -1,0 +1,99 @@
+//! Commands that describe this box and its inputs: `hw`, `inspect`, `synth`, `server ...` and
+//! the hidden `fixtures`.
+
+use super::Format;
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+
+/// `qtune hw`: print the hardware profile.
+pub fn hw(format: Format, measure_bandwidth: bool) -> Result<()> {
+    let hw = crate::hardware::probe(measure_bandwidth);
+    let text = match format {
+        Format::Text => crate::hardware::render_text(&hw),
+        Format::Json => serde_json::to_string_pretty(&hw)?,
+        Format::Yaml => serde_yaml::to_string(&hw)?,
+    };
+    println!("{}", text.trim_end());
+    Ok(())
+}
+
+/// `qtune inspect`: layout summary and predicted memory for every `--n-cpu-moe`.
+pub fn inspect(
+    path: &Path,
+    ctx: u32,
+    kv: crate::config::KvType,
+    headroom_mib: u64,
+    format: Format,
+) -> Result<()> {
+    let layout = crate::model::load(path)?;
+    let hw = crate::hardware::probe(false);
+    let budget = crate::run::vram_budget_mib(hw.has_gpu(), hw.free_vram_mib(), headroom_mib)
+        .map(|b| b as f64);
+    let report = crate::model::inspect::build(path, &layout, ctx, kv, budget, hw.summary());
+    match format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Yaml => print!("{}", serde_yaml::to_string(&report)?),
+        Format::Text => print!("{}", crate::model::inspect::render_text(&report)),
+    }
+    Ok(())
+}
+
+/// `qtune synth OUT --shape S --ftype F`: write a random-weight GGUF of a real MoE shape.
+pub fn synth(out: &Path, shape: &str, ftype: &str) -> Result<()> {
+    use crate::model::synth;
+    let shape = synth::shape_by_name(shape)?;
+    let ftype = synth::SynthFtype::parse(ftype)?;
+    let t0 = std::time::Instant::now();
+    let n = synth::write_synthetic(out, &shape, ftype)?;
+    println!(
+        "wrote {} ({} bytes, {:.2} GiB, shape {}, {:.1} s)",
+        out.display(),
+        n,
+        n as f64 / (1u64 << 30) as f64,
+        shape.name,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `qtune server path`.
+pub fn server_path(explicit: Option<PathBuf>) -> Result<()> {
+    let s = crate::server::resolve(explicit.as_deref())?;
+    println!("{}", s.path.display());
+    Ok(())
+}
+
+/// `qtune server check`.
+pub fn server_check(explicit: Option<PathBuf>) -> Result<()> {
+    let s = crate::server::resolve(explicit.as_deref())?;
+    println!(
+        "{} (from {}): {}; has {}",
+        s.path.display(),
+        s.source.describe(),
+        s.version,
+        crate::server::REQUIRED_FLAGS.join(" ")
+    );
+    Ok(())
+}
+
+/// `qtune server build [--cuda]`.
+pub fn server_build(cuda: bool) -> Result<()> {
+    let path = crate::server::build(cuda, &say)?;
+    let s = crate::server::check(&path, crate::server::Source::Cache)?;
+    println!("{}", s.path.display());
+    Ok(())
+}
+
+/// Progress of a long stage operation (a build, a download), one line on stderr.
+pub fn say(line: &str) {
+    eprintln!("{line}");
+}
+
+/// `qtune fixtures`: prepare every test model and print their paths.
+pub fn fixtures() -> Result<()> {
+    println!("{}", crate::fixtures::smollm2()?.display());
+    for s in crate::fixtures::TINY_SHAPES {
+        println!("{}", crate::fixtures::tiny_moe(s)?.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,11 @@
+//! The app layer: one function per subcommand. Each wires the stages together and does the
+//! printing; the stages only return values. `cli` parses and calls these.
+
+pub mod info;
+pub mod measure;
+pub mod progress;
+pub mod results;
+pub mod tune;
+
+/// How a command prints a structured value.
+pub use crate::util::Format;

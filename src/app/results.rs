@@ -1,0 +1,183 @@
+//! Commands that work on a finished run or on profiles: `report`, `script`, `profile ...`
+//! and `plan`.
+
+use crate::profile::{self, Profile, PROFILES_DIR};
+use anyhow::{bail, Result};
+use std::path::{Path, PathBuf};
+
+/// `qtune report DIR`: re-render the report of a run directory.
+pub fn report(dir: &Path) -> Result<()> {
+    let (dir, result) = crate::run::read_result(dir)?;
+    crate::report::write_all(&dir, &result)?;
+    println!("{}", dir.join("report.md").display());
+    Ok(())
+}
+
+/// `qtune script --from DIR`: write a launch script (and optionally a systemd unit).
+pub fn script(from: &Path, out: &Path, host: &str, port: u16, systemd: bool) -> Result<()> {
+    let (dir, result) = crate::run::read_result(from)?;
+    if result.winner.is_none() {
+        bail!(
+            "the run in {} has no winner (every configuration failed; see its report.md): nothing to launch",
+            dir.display()
+        );
+    }
+    for path in crate::report::write_script(&result, out, host, port, systemd)? {
+        println!("{}", path.display());
+    }
+    Ok(())
+}
+
+/// `qtune profile export DIR --out FILE`.
+pub fn profile_export(run_dir: &Path, out: &Path) -> Result<()> {
+    let (_, r) = crate::run::read_result(run_dir)?;
+    let p = profile::from_tune(&r, None)?;
+    crate::util::write_atomic(out, profile::to_yaml(&p)?.as_bytes())?;
+    println!(
+        "exported profile '{}' ({} measured configs) to {}",
+        p.name,
+        p.front.len(),
+        out.display()
+    );
+    Ok(())
+}
+
+/// `qtune profile import FILE`: validate and copy into `profiles/`.
+pub fn profile_import(file: &Path) -> Result<()> {
+    let (dest, new) = profile::import_into(file, Path::new(PROFILES_DIR))?;
+    if new {
+        println!("imported profile into {}", dest.display());
+    } else {
+        println!("{} is already imported (same content)", dest.display());
+    }
+    Ok(())
+}
+
+/// `qtune profile list`.
+pub fn profile_list() -> Result<()> {
+    let entries = profile::load_dir(Path::new(PROFILES_DIR));
+    if entries.is_empty() {
+        println!("no profiles in ./{PROFILES_DIR} (add one with 'qtune profile import FILE')");
+        return Ok(());
+    }
+    print!("{}", profile::list_text(&entries));
+    Ok(())
+}
+
+/// `qtune profile show NAME|FILE`.
+pub fn profile_show(name: &str) -> Result<()> {
+    let (path, p) = profile::find_profile(name, Path::new(PROFILES_DIR))?;
+    println!("# {}", path.display());
+    print!("{}", profile::show_text(&p));
+    Ok(())
+}
+
+/// `qtune plan --model M [--profile P]`: propose a config for this box without trials.
+pub fn plan(model: &Path, profile_path: Option<&Path>, ctx: u32, headroom_mib: u64) -> Result<()> {
+    let layout = crate::model::load(model)?;
+    let hw = crate::hardware::probe(false);
+    let dir = Path::new(PROFILES_DIR);
+    let chosen: Option<Profile> = match profile_path {
+        Some(p) => Some(profile::find_profile(&p.to_string_lossy(), dir)?.1),
+        None => {
+            let all: Vec<Profile> = profile::load_dir(dir)
+                .into_iter()
+                .filter_map(|(_, r)| r.ok())
+                .collect();
+            profile::plan::best_profile(&layout, &hw, headroom_mib, &all).cloned()
+        }
+    };
+    let plan = profile::plan(&layout, &hw, chosen.as_ref(), ctx, headroom_mib);
+    eprint!("{}", profile::plan::plan_text(&plan, model));
+    if !plan.fits {
+        bail!(
+            "no placement fits this GPU's budget of {}: free VRAM, lower --ctx or use a smaller quantization",
+            plan.budget_mib
+                .map_or("-".into(), |b| crate::util::fmt_mib(b as f64))
+        );
+    }
+    let server = crate::server::locate(None)
+        .map(|(p, _)| p)
+        .unwrap_or_else(|| PathBuf::from("llama-server"));
+    let argv = plan.config.command(
+        &server,
+        model,
+        crate::run::DEFAULT_HOST,
+        crate::run::DEFAULT_PORT,
+    );
+    println!("{}", crate::config::shell_line(&argv));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::sample;
+
+    fn paths() -> (PathBuf, PathBuf) {
+        (
+            PathBuf::from("/opt/llama.cpp/bin/llama-server"),
+            PathBuf::from("/models/Qwen3-30B-A3B-Q4_K_M.gguf"),
+        )
+    }
+
+    #[test]
+    fn cmd_report_round_trips_results_json_and_explains_bad_input() {
+        let (srv, model) = paths();
+        let dir = tempfile::tempdir().unwrap();
+        let e = report(dir.path()).unwrap_err();
+        assert!(format!("{e:#}").contains("no results.json"), "{e:#}");
+
+        let r = sample::gpu_result(&srv, &model);
+        let json = serde_json::to_string_pretty(&r).unwrap();
+        std::fs::write(dir.path().join("results.json"), &json[..json.len() / 2]).unwrap();
+        let e = report(dir.path()).unwrap_err();
+        let msg = format!("{e:#}");
+        assert!(msg.contains("not a valid qtune result"), "{msg}");
+        assert!(!msg.contains('\n'), "one line: {msg}");
+
+        std::fs::write(dir.path().join("results.json"), &json).unwrap();
+        report(dir.path()).unwrap();
+        let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+        assert!(md.contains("--n-cpu-moe 11"));
+    }
+
+    #[test]
+    fn cmd_script_writes_script_and_unit_and_refuses_without_winner() {
+        let (srv, model) = paths();
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = sample::gpu_result(&srv, &model);
+        std::fs::write(
+            dir.path().join("results.json"),
+            serde_json::to_string(&r).unwrap(),
+        )
+        .unwrap();
+        let out = dir.path().join("my launch.sh");
+        script(dir.path(), &out, "0.0.0.0", 9123, true).unwrap();
+        let s = std::fs::read_to_string(&out).unwrap();
+        assert!(s.contains("--port 9123"));
+        let unit = std::fs::read_to_string(dir.path().join("my launch.sh.service")).unwrap();
+        assert!(unit.contains("Restart=on-failure"));
+        assert!(unit.contains(&format!(
+            "ExecStart=\"{}\"",
+            std::fs::canonicalize(&out).unwrap().display()
+        )));
+
+        r.winner = None;
+        std::fs::write(
+            dir.path().join("results.json"),
+            serde_json::to_string(&r).unwrap(),
+        )
+        .unwrap();
+        let e = script(
+            dir.path(),
+            &dir.path().join("x.sh"),
+            "127.0.0.1",
+            8080,
+            false,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("no winner"), "{e}");
+        assert!(!dir.path().join("x.sh").exists());
+    }
+}

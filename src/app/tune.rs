@@ -1,0 +1,348 @@
+//! `qtune tune` and `qtune demo`: prepare the run directory, pick the trial runner and the
+//! clock (the real llama-server and the machine's clock, or a replayed landscape and a manual
+//! clock), run the search, write the finished run and its report, and print the outcome.
+
+use crate::clock::{Clock, ManualClock};
+use crate::run::{RunInputs, TuneResult};
+use crate::search::Resume;
+use crate::space::SearchSpace;
+use crate::trial::cleanup::Interrupted;
+use crate::trial::journal::Journal;
+use crate::trial::TrialRunner;
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// What `qtune tune` was asked to do, free of clap.
+#[derive(Debug, Clone)]
+pub struct TuneOptions {
+    /// The model; with `--resume`, optional (the run directory knows it).
+    pub model: Option<PathBuf>,
+    pub server: Option<PathBuf>,
+    pub space: Option<String>,
+    pub headroom_mib: u64,
+    pub ctx: Option<u32>,
+    pub budget_trials: Option<u32>,
+    pub budget_minutes: Option<f64>,
+    pub out: Option<PathBuf>,
+    pub resume: Option<PathBuf>,
+    pub from_profile: Option<PathBuf>,
+    pub host: String,
+    pub port: u16,
+    pub json: bool,
+    /// Run against a replayed landscape instead of llama-server (hidden; for tests).
+    pub replay: Option<ReplayOptions>,
+}
+
+/// The hidden `--replay JOURNAL` switch: every trial is answered from a recorded journal,
+/// time is a manual clock advanced by each recorded trial's duration, nothing is launched.
+#[derive(Debug, Clone)]
+pub struct ReplayOptions {
+    /// A `journal.jsonl` (or the run directory holding one). A `run.json` next to it supplies
+    /// the recorded box (hardware, free VRAM), so the replay is the same on any machine.
+    pub journal: PathBuf,
+    /// Re-sample recorded successes by ±this percent (0: replay them verbatim).
+    pub noise_pct: f64,
+    pub seed: u64,
+    /// Simulate Ctrl-C after this many trials of this session.
+    pub interrupt_after: Option<u32>,
+}
+
+impl ReplayOptions {
+    fn journal_dir(&self) -> PathBuf {
+        if self.journal.is_dir() {
+            self.journal.clone()
+        } else {
+            self.journal
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."))
+                .to_path_buf()
+        }
+    }
+}
+
+/// `reports/<date>-<model>-<host>/`.
+fn default_run_dir(model: &Path, tag: Option<&str>) -> PathBuf {
+    let stem = model
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
+    let host = sysinfo::System::host_name().unwrap_or_else(|| "host".into());
+    let clean = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect()
+    };
+    let date = chrono::Local::now().format("%Y%m%d-%H%M%S");
+    PathBuf::from("reports").join(format!(
+        "{date}-{}{}-{}",
+        tag.map(|t| format!("{t}-")).unwrap_or_default(),
+        clean(&stem),
+        clean(&host)
+    ))
+}
+
+/// Load a search space: a built-in name or a YAML file; apply command-line overrides.
+fn space_for(opts: &TuneOptions, has_gpu: bool, moe: bool) -> Result<SearchSpace> {
+    let name = opts.space.clone().unwrap_or_else(|| {
+        if has_gpu && moe {
+            "default".into()
+        } else {
+            "cpu-only".into()
+        }
+    });
+    let mut space = crate::space::load(&name)?;
+    if let Some(c) = opts.ctx {
+        space.fixed.ctx = c;
+    }
+    if let Some(t) = opts.budget_trials {
+        space.budget.trials = t;
+    }
+    if let Some(m) = opts.budget_minutes {
+        space.budget.minutes = m;
+    }
+    crate::space::validate(&space).map_err(|(_, msg)| anyhow::anyhow!("{msg}"))?;
+    Ok(space)
+}
+
+/// The run directory and its inputs: read back for `--resume`, else measured and written.
+fn prepare(opts: &TuneOptions) -> Result<(PathBuf, RunInputs)> {
+    if let Some(dir) = &opts.resume {
+        let inputs = crate::run::read_inputs(dir).context("cannot resume")?;
+        if let Some(m) = opts.model.as_ref().filter(|m| **m != inputs.model_path) {
+            anyhow::bail!(
+                "cannot resume: {} was a tune of {}, not {}",
+                dir.display(),
+                inputs.model_path.display(),
+                m.display()
+            );
+        }
+        return Ok((dir.clone(), inputs));
+    }
+    let model = opts
+        .model
+        .clone()
+        .context("--model is required (or --resume DIR to continue a tune)")?;
+    let (server_path, server_version) = match &opts.replay {
+        Some(r) => (
+            opts.server
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("llama-server")),
+            format!("replay of {}", r.journal.display()),
+        ),
+        None => {
+            let s = crate::server::resolve(opts.server.as_deref())?;
+            (s.path, s.version)
+        }
+    };
+    let layout = crate::model::load(&model)?;
+    let hardware = match &opts.replay {
+        // The recorded box, when the journal comes with its run.json.
+        Some(r) => match crate::run::read_inputs(&r.journal_dir()) {
+            Ok(recorded) => recorded.hardware,
+            Err(_) => crate::hardware::probe(false),
+        },
+        None => crate::hardware::probe(true),
+    };
+    let space = space_for(opts, hardware.has_gpu(), layout.is_moe())?;
+    let free = hardware.free_vram_mib();
+    let start = match &opts.from_profile {
+        Some(p) => Some(crate::profile::load_profile(p)?.winner.config.base()),
+        None => None,
+    };
+    let run_dir = opts
+        .out
+        .clone()
+        .unwrap_or_else(|| default_run_dir(&model, None));
+    if crate::run::holds_a_tune(&run_dir) {
+        anyhow::bail!(
+            "{} already holds a tune: use --resume {} to continue it, or another --out",
+            run_dir.display(),
+            run_dir.display()
+        );
+    }
+    let inputs = RunInputs {
+        model_path: model,
+        server_path,
+        server_version,
+        space,
+        headroom_mib: opts.headroom_mib,
+        vram_budget_mib: crate::run::vram_budget_mib(hardware.has_gpu(), free, opts.headroom_mib),
+        hardware,
+        free_vram_at_start_mib: free,
+        started_at: chrono::Local::now().to_rfc3339(),
+        host: opts.host.clone(),
+        port: opts.port,
+        start,
+    };
+    crate::run::write_inputs(&run_dir, &inputs)?;
+    Ok((run_dir, inputs))
+}
+
+/// The trial runner and clock of this tune: the real server and clock, or a replay.
+fn runner_and_clock(
+    opts: &TuneOptions,
+    run_dir: &Path,
+    inputs: &RunInputs,
+    layout: &crate::model::ModelLayout,
+    resume: &Resume,
+) -> Result<(Box<dyn TrialRunner>, Arc<dyn Clock>)> {
+    let journal = Journal::open(run_dir)?;
+    if let Some(r) = &opts.replay {
+        let recorded = Journal::read(&r.journal_dir())?;
+        if recorded.is_empty() {
+            anyhow::bail!("{} holds no recorded trials to replay", r.journal.display());
+        }
+        let clock = ManualClock::new();
+        let mut runner =
+            crate::trial::replay::ReplayRunner::from_journal(&recorded, r.noise_pct, r.seed)
+                .with_first_id(resume.next_id)
+                .with_journal(journal)
+                .with_vram_budget(inputs.vram_budget_mib)
+                .with_clock(clock.clone());
+        if let Some(n) = r.interrupt_after {
+            runner = runner.with_interrupt_after(n);
+        }
+        return Ok((Box::new(runner), Arc::new(clock)));
+    }
+    let server = crate::server::check(&inputs.server_path, crate::server::Source::Flag)?;
+    let hw = &inputs.hardware;
+    let runner = crate::trial::server::LlamaServerRunner::new(
+        &server.path,
+        &inputs.model_path,
+        layout.file_bytes,
+        inputs.space.workload.clone(),
+        run_dir,
+        journal,
+        inputs.vram_budget_mib,
+        crate::search::request_timeout(&inputs.space.workload),
+    )?
+    .with_first_id(resume.next_id)
+    .with_free_vram_at_start(hw.has_gpu().then_some(inputs.free_vram_at_start_mib));
+    Ok((Box::new(runner), crate::clock::system()))
+}
+
+/// The exact command that continues this tune.
+fn resume_command(opts: &TuneOptions, run_dir: &Path) -> String {
+    let mut argv: Vec<String> = vec!["qtune".into(), "tune".into()];
+    if let Some(r) = &opts.replay {
+        argv.push("--replay".into());
+        argv.push(r.journal.display().to_string());
+    }
+    argv.push("--resume".into());
+    argv.push(run_dir.display().to_string());
+    crate::config::shell_line(&argv)
+}
+
+/// Run a whole tune; write its results and report. Returns the finished run and its directory.
+pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
+    crate::trial::cleanup::install_handlers();
+    let (run_dir, inputs) = prepare(opts)?;
+    let layout = crate::model::load(&inputs.model_path)?;
+    let resume = crate::search::resume_point(&run_dir)?;
+    if !resume.done.is_empty() {
+        eprintln!(
+            "qtune: resuming {}: {} trials already done",
+            run_dir.display(),
+            resume.done.len()
+        );
+    }
+    let (runner, clock) = runner_and_clock(opts, &run_dir, &inputs, &layout, &resume)?;
+    let progress = Arc::new(super::progress::Progress::new());
+    let outcome = crate::search::tune(
+        &run_dir,
+        &inputs,
+        layout,
+        runner,
+        resume,
+        clock,
+        Some(progress.clone()),
+    );
+    progress.finish();
+    let result = match outcome {
+        Ok(r) => r,
+        Err(e) => {
+            if e.downcast_ref::<Interrupted>().is_some() {
+                let kept = Journal::read(&run_dir).map(|j| j.len()).unwrap_or(0);
+                return Err(e.context(format!(
+                    "interrupted: {kept} finished trials kept in {}; continue with: {}",
+                    run_dir.join(crate::trial::journal::FILE_NAME).display(),
+                    resume_command(opts, &run_dir)
+                )));
+            }
+            return Err(e);
+        }
+    };
+    crate::run::write_result(&run_dir, &result)?;
+    crate::report::write_all(&run_dir, &result)?;
+    Ok((result, run_dir))
+}
+
+/// `qtune tune`.
+pub fn tune(opts: TuneOptions) -> Result<()> {
+    let (result, run_dir) = run_tune(&opts)?;
+    print_outcome(&result, &run_dir, opts.json)
+}
+
+/// The summary table on stderr, then the winning command alone as the last line on stdout.
+fn print_outcome(result: &TuneResult, run_dir: &Path, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(result)?);
+        return Ok(());
+    }
+    eprintln!("{}", crate::report::summary::table(result));
+    eprintln!("report: {}", run_dir.join("report.md").display());
+    match &result.winner {
+        Some(w) => {
+            println!("{}", crate::config::shell_line(&w.command));
+            Ok(())
+        }
+        None => anyhow::bail!(
+            "no config ran successfully within the budget; see {} for each failure",
+            run_dir.join("report.md").display()
+        ),
+    }
+}
+
+/// `qtune demo`: obtain a server (building it if needed), synthesize the tiny MoE model and
+/// run a small tune end to end.
+pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>) -> Result<()> {
+    if server.is_none() && crate::server::locate(None).is_none() {
+        eprintln!("qtune: no llama-server found; building the pinned llama.cpp (one time, ~10 minutes on 2 cores)");
+    }
+    let server = crate::server::resolve_or_build(server.as_deref(), &super::info::say)?;
+    eprintln!(
+        "qtune demo: llama-server {} ({})",
+        server.path.display(),
+        server.version
+    );
+    let model = crate::fixtures::tiny_moe("tiny-qwen35moe")?;
+    eprintln!(
+        "qtune demo: model {} (synthetic tiny qwen35moe)",
+        model.display()
+    );
+    let opts = TuneOptions {
+        model: Some(model.clone()),
+        server: Some(server.path),
+        space: Some("demo".into()),
+        headroom_mib: 512,
+        ctx: None,
+        budget_trials: None,
+        budget_minutes: None,
+        out: Some(out.unwrap_or_else(|| default_run_dir(&model, Some("demo")))),
+        resume: None,
+        from_profile: None,
+        host: crate::run::DEFAULT_HOST.into(),
+        port: crate::run::DEFAULT_PORT,
+        json: false,
+        replay: None,
+    };
+    tune(opts)
+}

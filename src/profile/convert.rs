@@ -1,0 +1,187 @@
+//! Building a profile from a finished tune: its winner, its measured configs and their
+//! Pareto front, with every label cleaned for strangers.
+
+use super::*;
+use crate::run::pareto::Goal;
+
+/// Replace every character a profile label may not hold with '-', and cut to 128 characters.
+pub fn sanitize_label(s: &str) -> String {
+    let cleaned: String = s
+        .chars()
+        .map(|c| if is_label_char(c) { c } else { '-' })
+        .take(128)
+        .collect();
+    let t = cleaned.trim();
+    if t.is_empty() {
+        "unnamed".to_string()
+    } else {
+        t.to_string()
+    }
+}
+
+pub(crate) fn sanitize_name(s: &str) -> String {
+    let cleaned: String = s
+        .chars()
+        .map(|c| if is_name_char(c) { c } else { '-' })
+        .take(128)
+        .collect();
+    let t = cleaned.trim();
+    if t.is_empty() {
+        "unnamed".to_string()
+    } else {
+        t.to_string()
+    }
+}
+
+/// The default profile name: model, quantization, GPU (or CPU) and the VRAM it had.
+pub fn default_name(r: &TuneResult) -> String {
+    let model = r.model.name.clone().unwrap_or_else(|| r.model.arch.clone());
+    let ft = r
+        .model
+        .file_type
+        .as_deref()
+        .map(|f| format!(" {f}"))
+        .unwrap_or_default();
+    let target = match r.hardware.gpus.first() {
+        Some(g) => format!(
+            "{} ({} GiB free)",
+            g.name,
+            (r.free_vram_at_start_mib as f64 / 1024.0).round()
+        ),
+        None => format!("CPU {} cores", r.hardware.host.logical_cores),
+    };
+    sanitize_name(&format!("{model}{ft} on {target}"))
+}
+
+/// Build a profile from a tune's result. Fails when the tune has no winner.
+pub fn from_tune(r: &TuneResult, name: Option<&str>) -> Result<Profile> {
+    let w = r.winner.as_ref().ok_or_else(|| {
+        anyhow!("this run has no winner (no config finished its trials): nothing to export")
+    })?;
+    let hw = &r.hardware;
+    let profile = Profile {
+        schema: SCHEMA_VERSION,
+        name: name.map_or_else(|| default_name(r), sanitize_name),
+        created: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        qtune_version: sanitize_label(env!("CARGO_PKG_VERSION")),
+        llama_cpp_version: sanitize_label(&r.server_version),
+        hardware: ProfileHardware {
+            fingerprint: hw.fingerprint.clone(),
+            gpus: hw
+                .gpus
+                .iter()
+                .map(|g| ProfileGpu {
+                    name: sanitize_label(&g.name),
+                    vram_total_mib: g.vram_total_mib,
+                })
+                .collect(),
+            free_vram_at_start_mib: r.free_vram_at_start_mib,
+            headroom_mib: r.headroom_mib,
+            vram_budget_mib: r.vram_budget_mib,
+            cpu: sanitize_label(&hw.host.cpu_model),
+            physical_cores: hw.host.physical_cores,
+            logical_cores: hw.host.logical_cores,
+            ram_total_mib: hw.host.ram_total_mib,
+            mem_bandwidth_gbs: hw.host.mem_bandwidth_gbs.filter(|b| b.is_finite()),
+        },
+        model: ProfileModel {
+            fingerprint: r.model.fingerprint.clone(),
+            name: r.model.name.as_deref().map(sanitize_label),
+            arch: r.model.arch.clone(),
+            n_blocks: r.model.n_blocks,
+            n_experts: r.model.n_experts,
+            n_experts_used: r.model.n_experts_used,
+            file_type: r.model.file_type.clone(),
+            file_bytes: r.model.file_bytes,
+            bytes_by_type: r.model.bytes_by_type.clone(),
+        },
+        space: ProfileSpace {
+            name: sanitize_name(&r.space.name),
+            ctx: w.config.ctx,
+            workload: r.space.workload.clone(),
+        },
+        winner: ProfileWinner {
+            config: w.config.clone(),
+            tg: Speed::from_stat(&w.gen_tps),
+            pp: Speed::from_stat(&w.prompt_tps),
+            peak_vram_mib: w.peak_vram_mib,
+            gen_gain_pct: w.gen_gain_pct.filter(|g| g.is_finite()),
+        },
+        front: measured_front(r),
+    };
+    validate(&profile).context("the exported profile would not pass validation")?;
+    Ok(profile)
+}
+
+/// Every distinct launched config of a tune, samples pooled over its trials.
+pub fn measured_front(r: &TuneResult) -> Vec<FrontPoint> {
+    #[derive(Default)]
+    struct Acc {
+        tg: Vec<f64>,
+        pp: Vec<f64>,
+        peak: Option<u64>,
+        ok: bool,
+        last_failure: Option<OutcomeKind>,
+    }
+    let mut by_config: BTreeMap<LaunchConfig, Acc> = BTreeMap::new();
+    for t in &r.trials {
+        if t.kind == OutcomeKind::Skipped {
+            continue;
+        }
+        let a = by_config.entry(t.config.clone()).or_default();
+        if t.kind.is_ok() {
+            a.ok = true;
+            if let Some(m) = &t.metrics {
+                a.tg.extend(&m.gen_tps.samples);
+                a.pp.extend(&m.prompt_tps.samples);
+            }
+        } else {
+            a.last_failure = Some(t.kind);
+        }
+        if let Some(p) = t.peak_vram_total_mib() {
+            a.peak = Some(a.peak.map_or(p, |q| q.max(p)));
+        }
+    }
+    let mut front: Vec<FrontPoint> = by_config
+        .into_iter()
+        .map(|(config, a)| FrontPoint {
+            config,
+            tg: Stat::from_samples(&a.tg)
+                .map(|s| s.median)
+                .filter(|v| v.is_finite()),
+            pp: Stat::from_samples(&a.pp)
+                .map(|s| s.median)
+                .filter(|v| v.is_finite()),
+            peak_vram_mib: a.peak,
+            outcome: if a.ok {
+                OutcomeKind::Ok
+            } else {
+                a.last_failure.unwrap_or(OutcomeKind::Crash)
+            },
+            pareto: false,
+        })
+        .collect();
+    // Pareto: fastest generation for the least peak VRAM, among the points that ran.
+    let eligible: Vec<usize> = (0..front.len())
+        .filter(|&i| front[i].outcome == OutcomeKind::Ok && front[i].tg.is_some())
+        .collect();
+    let points: Vec<(f64, f64)> = eligible
+        .iter()
+        .map(|&i| {
+            (
+                front[i].peak_vram_mib.unwrap_or(0) as f64,
+                front[i].tg.unwrap_or(f64::NAN),
+            )
+        })
+        .collect();
+    for k in crate::run::pareto::front(&points, Goal::Min, Goal::Max) {
+        front[eligible[k]].pareto = true;
+    }
+    front.sort_by(|a, b| {
+        let ka = (a.outcome != OutcomeKind::Ok, -a.tg.unwrap_or(-1.0));
+        let kb = (b.outcome != OutcomeKind::Ok, -b.tg.unwrap_or(-1.0));
+        ka.0.cmp(&kb.0).then(ka.1.total_cmp(&kb.1))
+    });
+    front.truncate(MAX_FRONT);
+    front
+}

@@ -1,0 +1,129 @@
+//! Profiles as text for people: the `profile list` table and `profile show`.
+
+use super::*;
+
+pub(crate) fn model_label(m: &ProfileModel) -> String {
+    let mut s = m.name.clone().unwrap_or_else(|| m.arch.clone());
+    if let Some(ft) = &m.file_type {
+        let _ = write!(s, " {ft}");
+    }
+    s
+}
+
+/// The rows `qtune profile list` prints.
+pub fn list_text(entries: &[(PathBuf, Result<Profile>)]) -> String {
+    let rows: Vec<[String; 4]> = entries
+        .iter()
+        .map(|(path, r)| match r {
+            Ok(p) => [
+                p.name.clone(),
+                model_label(&p.model),
+                p.hardware.gpu_label(),
+                format!("{:.1} t/s", p.winner.tg.median),
+            ],
+            Err(e) => [
+                one_line(&path.file_name().unwrap_or_default().to_string_lossy()),
+                format!("invalid: {}", one_line(&format!("{e:#}"))),
+                String::new(),
+                String::new(),
+            ],
+        })
+        .collect();
+    // Valid profiles as an aligned table; an invalid one as its file name and the reason.
+    let valid: Vec<Vec<String>> = rows
+        .iter()
+        .filter(|r| !r[1].starts_with("invalid: "))
+        .map(|r| r.to_vec())
+        .collect();
+    let mut out = crate::util::text_table(&["NAME", "MODEL", "GPU", "WINNER TG"], &valid, &[3]);
+    for r in rows.iter().filter(|r| r[1].starts_with("invalid: ")) {
+        let _ = writeln!(out, "{}  {}", r[0], r[1]);
+    }
+    out
+}
+
+/// A profile as readable text.
+pub fn show_text(p: &Profile) -> String {
+    let mib = |v: u64| crate::util::fmt_mib(v as f64);
+    let mut o = String::new();
+    let _ = writeln!(o, "Profile: {}", p.name);
+    let _ = writeln!(
+        o,
+        "  created {} with qtune {} and llama.cpp {}",
+        p.created, p.qtune_version, p.llama_cpp_version
+    );
+    let m = &p.model;
+    let _ = writeln!(
+        o,
+        "Model: {} · arch {} · {} blocks · {} experts ({} used) · {} · fingerprint {}",
+        model_label(m),
+        m.arch,
+        m.n_blocks,
+        m.n_experts,
+        m.n_experts_used,
+        mib(m.file_bytes / crate::util::MIB),
+        m.fingerprint
+    );
+    let h = &p.hardware;
+    if h.gpus.is_empty() {
+        let _ = writeln!(o, "GPU: none (CPU-only tune)");
+    } else {
+        let _ = writeln!(
+            o,
+            "GPU: {} · {} total · {} free at start · headroom {} · budget {}",
+            h.gpu_label(),
+            mib(h.vram_total_mib()),
+            mib(h.free_vram_at_start_mib),
+            mib(h.headroom_mib),
+            h.vram_budget_mib.map_or("-".to_string(), mib)
+        );
+    }
+    let _ = writeln!(
+        o,
+        "Host: {} · {} cores ({} logical) · {} GiB RAM{} · fingerprint {}",
+        h.cpu,
+        h.physical_cores.map_or("?".into(), |c| c.to_string()),
+        h.logical_cores,
+        h.ram_total_mib / 1024,
+        h.mem_bandwidth_gbs
+            .map_or(String::new(), |b| format!(" · {b:.1} GB/s read")),
+        h.fingerprint
+    );
+    let wl = &p.space.workload;
+    let _ = writeln!(
+        o,
+        "Space: {} · ctx {} · workload {} prompt + {} generated tokens × {}",
+        p.space.name, p.space.ctx, wl.prompt_tokens, wl.gen_tokens, wl.repetitions
+    );
+    let w = &p.winner;
+    let _ = writeln!(o, "Winner: {}", w.config.label());
+    let _ = writeln!(
+        o,
+        "  tg {:.2} tok/s (spread {:.1} %, {} samples) · pp {:.1} tok/s (spread {:.1} %) · peak VRAM {}{}",
+        w.tg.median,
+        w.tg.spread_pct,
+        w.tg.samples,
+        w.pp.median,
+        w.pp.spread_pct,
+        w.peak_vram_mib.map_or("-".into(), mib),
+        w.gen_gain_pct
+            .map_or(String::new(), |g| format!(" · {g:+.1} % tg vs baseline"))
+    );
+    let mut argv = vec!["llama-server".to_string(), "-m".into(), "MODEL.gguf".into()];
+    argv.extend(w.config.server_args());
+    let _ = writeln!(o, "  {}", crate::config::shell_line(&argv));
+    let _ = writeln!(o, "Measured configs ({}):", p.front.len());
+    for f in &p.front {
+        let _ = writeln!(
+            o,
+            "  {} {:>8} {:>8} {:>12}  {:<12} {}",
+            if f.pareto { "*" } else { " " },
+            f.tg.map_or("-".into(), |v| format!("{v:.2}")),
+            f.pp.map_or("-".into(), |v| format!("{v:.1}")),
+            f.peak_vram_mib.map_or("-".into(), mib),
+            f.outcome.as_str(),
+            f.config.label()
+        );
+    }
+    o
+}

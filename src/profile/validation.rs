@@ -1,0 +1,251 @@
+//! Validation: a profile is data from strangers, so every string and number is checked
+//! against what a real tune can produce before anything uses it.
+
+use super::*;
+
+pub(crate) fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || " ._+()-".contains(c)
+}
+
+/// Labels (GPU and CPU names, versions) also allow `@ , :` ("E5-2680 v4 @ 2.40GHz",
+/// "version: 11434 (abc1234)"), never a shell metacharacter or a control character.
+pub(crate) fn is_label_char(c: char) -> bool {
+    is_name_char(c) || "@,:".contains(c)
+}
+
+pub(crate) fn check_str(
+    key: &str,
+    v: &str,
+    max: usize,
+    ok: fn(char) -> bool,
+    what: &str,
+) -> Result<()> {
+    if v.is_empty() {
+        bail!("{key} is empty");
+    }
+    if v.chars().count() > max {
+        bail!("{key} is longer than {max} characters");
+    }
+    if let Some(c) = v.chars().find(|&c| !ok(c)) {
+        bail!("{key} contains {} (allowed: {what})", describe_char(c));
+    }
+    Ok(())
+}
+
+pub(crate) fn describe_char(c: char) -> String {
+    if c.is_control() {
+        format!("a control character (U+{:04X})", c as u32)
+    } else {
+        format!("the character '{c}'")
+    }
+}
+
+pub(crate) fn check_name(key: &str, v: &str) -> Result<()> {
+    check_str(
+        key,
+        v,
+        128,
+        is_name_char,
+        "letters, digits, space and . _ + ( ) -",
+    )
+}
+
+pub(crate) fn check_label(key: &str, v: &str) -> Result<()> {
+    check_str(
+        key,
+        v,
+        128,
+        is_label_char,
+        "letters, digits, space and . _ + ( ) - @ , :",
+    )
+}
+
+pub(crate) fn check_ident(key: &str, v: &str, max: usize) -> Result<()> {
+    check_str(
+        key,
+        v,
+        max,
+        |c| c.is_ascii_alphanumeric() || "._-".contains(c),
+        "letters, digits and . _ -",
+    )
+}
+
+pub(crate) fn check_hex(key: &str, v: &str) -> Result<()> {
+    check_str(key, v, 64, |c| c.is_ascii_hexdigit(), "hex digits")
+}
+
+pub(crate) fn check_range<T: PartialOrd + std::fmt::Display + Copy>(
+    key: &str,
+    v: T,
+    lo: T,
+    hi: T,
+) -> Result<()> {
+    if v < lo || v > hi {
+        bail!("{key} = {v} is out of range ({lo}..={hi})");
+    }
+    Ok(())
+}
+
+pub(crate) fn check_speed(key: &str, v: f64) -> Result<()> {
+    if !v.is_finite() || !(0.0..=1e9).contains(&v) {
+        bail!("{key} = {v} is not a sane speed (finite, 0..=1e9)");
+    }
+    Ok(())
+}
+
+pub(crate) fn check_config(key: &str, c: &LaunchConfig) -> Result<()> {
+    check_range(&format!("{key}.ctx"), c.ctx, 256, 1_048_576)?;
+    check_range(&format!("{key}.parallel"), c.parallel, 1, 256)?;
+    if let Some(n) = c.n_gpu_layers {
+        check_range(&format!("{key}.n_gpu_layers"), n, 0, 1024)?;
+    }
+    if let Some(n) = c.n_cpu_moe {
+        check_range(&format!("{key}.n_cpu_moe"), n, 0, 1024)?;
+    }
+    if let Some(t) = c.threads {
+        check_range(&format!("{key}.threads"), t, 1, 1024)?;
+    }
+    if let Some(b) = c.batch {
+        check_range(&format!("{key}.batch"), b, 1, 65536)?;
+    }
+    if let Some(ub) = c.ubatch {
+        check_range(&format!("{key}.ubatch"), ub, 1, 65536)?;
+        if let Some(b) = c.batch {
+            if ub > b {
+                bail!("{key}.ubatch = {ub} is larger than {key}.batch = {b}");
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn check_vram(key: &str, v: u64) -> Result<()> {
+    check_range(key, v, 0, MAX_VRAM_MIB)
+}
+
+/// Check every value of a profile: bounds, safe strings, consistency. The first problem is the
+/// error, naming its key (e.g. `winner.config.threads = 5000 is out of range (1..=1024)`).
+pub fn validate(p: &Profile) -> Result<()> {
+    if p.schema != SCHEMA_VERSION {
+        bail!(
+            "schema = {} is not supported by this qtune (it reads schema {SCHEMA_VERSION})",
+            p.schema
+        );
+    }
+    check_name("name", &p.name)?;
+    check_str(
+        "created",
+        &p.created,
+        40,
+        |c| c.is_ascii_digit() || "-:T.Z+".contains(c),
+        "an RFC 3339 time",
+    )?;
+    check_label("qtune_version", &p.qtune_version)?;
+    check_label("llama_cpp_version", &p.llama_cpp_version)?;
+
+    let h = &p.hardware;
+    check_hex("hardware.fingerprint", &h.fingerprint)?;
+    if h.gpus.len() > MAX_GPUS {
+        bail!(
+            "hardware.gpus has {} entries (at most {MAX_GPUS})",
+            h.gpus.len()
+        );
+    }
+    for (i, g) in h.gpus.iter().enumerate() {
+        check_label(&format!("hardware.gpus[{i}].name"), &g.name)?;
+        check_vram(
+            &format!("hardware.gpus[{i}].vram_total_mib"),
+            g.vram_total_mib,
+        )?;
+    }
+    check_vram("hardware.free_vram_at_start_mib", h.free_vram_at_start_mib)?;
+    check_vram("hardware.headroom_mib", h.headroom_mib)?;
+    if let Some(b) = h.vram_budget_mib {
+        check_vram("hardware.vram_budget_mib", b)?;
+    }
+    check_label("hardware.cpu", &h.cpu)?;
+    if let Some(c) = h.physical_cores {
+        check_range("hardware.physical_cores", c, 1, 65536)?;
+    }
+    check_range("hardware.logical_cores", h.logical_cores, 1, 65536)?;
+    check_range("hardware.ram_total_mib", h.ram_total_mib, 0, 1 << 30)?;
+    if let Some(b) = h.mem_bandwidth_gbs {
+        if !b.is_finite() || !(0.0..=100_000.0).contains(&b) {
+            bail!("hardware.mem_bandwidth_gbs = {b} is not a sane bandwidth (0..=100000 GB/s)");
+        }
+    }
+
+    let m = &p.model;
+    check_hex("model.fingerprint", &m.fingerprint)?;
+    if let Some(n) = &m.name {
+        check_label("model.name", n)?;
+    }
+    check_ident("model.arch", &m.arch, 64)?;
+    check_range("model.n_blocks", m.n_blocks, 1, 4096)?;
+    check_range("model.n_experts", m.n_experts, 0, 65536)?;
+    check_range("model.n_experts_used", m.n_experts_used, 0, m.n_experts)?;
+    if let Some(f) = &m.file_type {
+        check_ident("model.file_type", f, 32)?;
+    }
+    check_range("model.file_bytes", m.file_bytes, 0, 1 << 44)?;
+    if m.bytes_by_type.len() > MAX_TYPES {
+        bail!(
+            "model.bytes_by_type has {} entries (at most {MAX_TYPES})",
+            m.bytes_by_type.len()
+        );
+    }
+    for (k, v) in &m.bytes_by_type {
+        check_ident("model.bytes_by_type key", k, 32)?;
+        check_range(&format!("model.bytes_by_type.{k}"), *v, 0, 1 << 44)?;
+    }
+
+    check_name("space.name", &p.space.name)?;
+    check_range("space.ctx", p.space.ctx, 256, 1_048_576)?;
+    let wl = &p.space.workload;
+    check_range(
+        "space.workload.prompt_tokens",
+        wl.prompt_tokens,
+        0,
+        1_048_576,
+    )?;
+    check_range("space.workload.gen_tokens", wl.gen_tokens, 1, 1_048_576)?;
+    check_range("space.workload.repetitions", wl.repetitions, 1, 10_000)?;
+    if let Some(d) = wl.context_depth {
+        check_range("space.workload.context_depth", d, 0, 1_048_576)?;
+    }
+
+    let w = &p.winner;
+    check_config("winner.config", &w.config)?;
+    for (key, s) in [("winner.tg", &w.tg), ("winner.pp", &w.pp)] {
+        check_speed(&format!("{key}.median"), s.median)?;
+        if !s.spread_pct.is_finite() || !(0.0..=100_000.0).contains(&s.spread_pct) {
+            bail!("{key}.spread_pct = {} is not a sane spread", s.spread_pct);
+        }
+        check_range(&format!("{key}.samples"), s.samples, 1, 100_000)?;
+    }
+    if let Some(v) = w.peak_vram_mib {
+        check_vram("winner.peak_vram_mib", v)?;
+    }
+    if let Some(g) = w.gen_gain_pct {
+        if !g.is_finite() || !(-100.0..=1e6).contains(&g) {
+            bail!("winner.gen_gain_pct = {g} is not a sane gain");
+        }
+    }
+
+    if p.front.len() > MAX_FRONT {
+        bail!("front has {} entries (at most {MAX_FRONT})", p.front.len());
+    }
+    for (i, f) in p.front.iter().enumerate() {
+        check_config(&format!("front[{i}].config"), &f.config)?;
+        if let Some(v) = f.tg {
+            check_speed(&format!("front[{i}].tg"), v)?;
+        }
+        if let Some(v) = f.pp {
+            check_speed(&format!("front[{i}].pp"), v)?;
+        }
+        if let Some(v) = f.peak_vram_mib {
+            check_vram(&format!("front[{i}].peak_vram_mib"), v)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,319 @@
+//! The finished run: what a tune produced ([`TuneResult`]) and what it started from
+//! ([`RunInputs`]), and the only code that reads or writes them in a run directory.
+//!
+//! This module is neutral ground between the stages: `search` produces a [`TuneResult`];
+//! `report`, `profile` and the app layer consume it. It depends only on the shared vocabulary
+//! (`config`, `hardware`, `model`, `space` and the trial record types), never on a stage that
+//! does work.
+
+use crate::config::{Base, LaunchConfig};
+use crate::hardware::HardwareProfile;
+use crate::model::ModelLayout;
+use crate::space::SearchSpace;
+use crate::trial::{Stat, TrialOutcome, TrialRole};
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+pub mod pareto;
+#[doc(hidden)]
+pub mod sample;
+
+pub const RUN_FILE: &str = "run.json";
+pub const RESULTS_FILE: &str = "results.json";
+
+/// Host and port of the printed launch command when none was asked for.
+pub const DEFAULT_HOST: &str = "127.0.0.1";
+pub const DEFAULT_PORT: u16 = 8080;
+
+fn default_host() -> String {
+    DEFAULT_HOST.to_string()
+}
+fn default_port() -> u16 {
+    DEFAULT_PORT
+}
+
+/// One candidate's interleaved re-measurement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Confirmed {
+    pub config: LaunchConfig,
+    pub is_baseline: bool,
+    /// All rounds' samples pooled.
+    pub gen_tps: Option<Stat>,
+    pub prompt_tps: Option<Stat>,
+    pub peak_vram_mib: Option<u64>,
+    /// Trial ids of the rounds.
+    pub trial_ids: Vec<u32>,
+}
+
+/// The winner and how it compares to the baseline (from the confirmation).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Winner {
+    pub config: LaunchConfig,
+    pub gen_tps: Stat,
+    pub prompt_tps: Stat,
+    pub peak_vram_mib: Option<u64>,
+    /// Gain over the baseline's median, percent (None when the baseline failed).
+    pub gen_gain_pct: Option<f64>,
+    pub prompt_gain_pct: Option<f64>,
+    /// The launch command, ready to paste.
+    pub command: Vec<String>,
+}
+
+/// Everything a tune produced: written as `results.json` in the run directory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TuneResult {
+    pub qtune_version: String,
+    pub server_path: PathBuf,
+    pub server_version: String,
+    pub started_at: String,
+    pub finished_at: String,
+    pub hardware: HardwareProfile,
+    /// Free VRAM (summed) measured before the tune, MiB.
+    pub free_vram_at_start_mib: u64,
+    pub headroom_mib: u64,
+    /// Free VRAM before the tune minus headroom; None with no GPU.
+    pub vram_budget_mib: Option<u64>,
+    pub model_path: PathBuf,
+    pub model: ModelLayout,
+    pub space: SearchSpace,
+    pub trials: Vec<TrialOutcome>,
+    pub confirmation: Vec<Confirmed>,
+    pub winner: Option<Winner>,
+    pub warnings: Vec<String>,
+    pub minutes_used: f64,
+    /// Host and port the launch command, report and launch script use (`tune --host/--port`).
+    #[serde(default = "default_host")]
+    pub host: String,
+    #[serde(default = "default_port")]
+    pub port: u16,
+}
+
+/// The inputs of a tune, written as `run.json` when it starts so `--resume` uses the same ones
+/// (in particular the free VRAM measured before the first trial).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunInputs {
+    pub model_path: PathBuf,
+    pub server_path: PathBuf,
+    pub server_version: String,
+    pub space: SearchSpace,
+    pub headroom_mib: u64,
+    pub hardware: HardwareProfile,
+    pub free_vram_at_start_mib: u64,
+    pub vram_budget_mib: Option<u64>,
+    pub started_at: String,
+    pub host: String,
+    pub port: u16,
+    #[serde(default)]
+    pub start: Option<Base>,
+}
+
+/// The VRAM budget of a tune or a plan: free VRAM minus headroom, never negative; None without
+/// a GPU (nothing to budget).
+pub fn vram_budget_mib(has_gpu: bool, free_vram_mib: u64, headroom_mib: u64) -> Option<u64> {
+    has_gpu.then(|| free_vram_mib.saturating_sub(headroom_mib))
+}
+
+/// The trials that measured the baseline: its confirmation rounds when the confirmation ran,
+/// else the baseline trials of the search. The one rule the verdict, the report and the plots
+/// share.
+pub fn baseline_trials<'a>(
+    trials: &'a [TrialOutcome],
+    baseline: &LaunchConfig,
+) -> Vec<&'a TrialOutcome> {
+    let confirm: Vec<&TrialOutcome> = trials
+        .iter()
+        .filter(|o| o.role == TrialRole::Confirm && &o.config == baseline)
+        .collect();
+    if !confirm.is_empty() {
+        return confirm;
+    }
+    trials
+        .iter()
+        .filter(|o| o.role == TrialRole::Baseline)
+        .collect()
+}
+
+/// What the baseline measured in a finished run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BaselineMeasure {
+    pub config: LaunchConfig,
+    /// Pooled over the baseline's trials; None when none of them ran ok.
+    pub gen: Option<Stat>,
+    pub prompt: Option<Stat>,
+    pub peak_vram_mib: Option<u64>,
+    /// Ids of the trials pooled (or of the failed baseline trial).
+    pub trial_ids: Vec<u32>,
+    /// The trials were confirmation rounds (else the search's baseline trial).
+    pub confirmed: bool,
+    /// Why the baseline failed, when it did.
+    pub failure: Option<String>,
+}
+
+impl TuneResult {
+    /// The baseline's measurement (see [`baseline_trials`]); None when it never ran.
+    pub fn baseline(&self) -> Option<BaselineMeasure> {
+        let first = self.trials.iter().find(|t| t.role == TrialRole::Baseline)?;
+        let config = first.config.clone();
+        let trials = baseline_trials(&self.trials, &config);
+        let ok: Vec<&TrialOutcome> = trials
+            .iter()
+            .copied()
+            .filter(|t| t.kind.is_ok() && t.metrics.is_some())
+            .collect();
+        let pool = |f: fn(&crate::trial::Metrics) -> &Stat| {
+            let samples: Vec<f64> = ok
+                .iter()
+                .flat_map(|t| f(t.metrics.as_ref().expect("filtered")).samples.clone())
+                .collect();
+            Stat::from_samples(&samples)
+        };
+        let failed = trials.iter().find(|t| !t.kind.is_ok());
+        Some(BaselineMeasure {
+            gen: pool(|m| &m.gen_tps),
+            prompt: pool(|m| &m.prompt_tps),
+            peak_vram_mib: trials.iter().filter_map(|t| t.peak_vram_total_mib()).max(),
+            trial_ids: if ok.is_empty() {
+                vec![first.id]
+            } else {
+                ok.iter().map(|t| t.id).collect()
+            },
+            confirmed: trials.iter().any(|t| t.role == TrialRole::Confirm),
+            failure: if ok.is_empty() {
+                failed.map(|t| format!("{}: {}", t.kind, t.message))
+            } else {
+                None
+            },
+            config,
+        })
+    }
+}
+
+/// Write `results.json` into a run directory (atomically).
+pub fn write_result(dir: &Path, result: &TuneResult) -> Result<()> {
+    crate::util::write_atomic(
+        &dir.join(RESULTS_FILE),
+        serde_json::to_string_pretty(result)?.as_bytes(),
+    )
+}
+
+/// Read `results.json` from a run directory (or the file itself). Returns the directory too.
+pub fn read_result(dir_or_file: &Path) -> Result<(PathBuf, TuneResult)> {
+    let (dir, file) = if dir_or_file.is_dir() {
+        (dir_or_file.to_path_buf(), dir_or_file.join(RESULTS_FILE))
+    } else if dir_or_file.file_name().is_some_and(|n| n == RESULTS_FILE) {
+        let dir = dir_or_file
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        (dir.to_path_buf(), dir_or_file.to_path_buf())
+    } else {
+        anyhow::bail!(
+            "{} is not a run directory: pass the directory qtune tune wrote (it holds {RESULTS_FILE})",
+            dir_or_file.display()
+        );
+    };
+    let text = match std::fs::read_to_string(&file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => anyhow::bail!(
+            "no {RESULTS_FILE} in {}: is it a finished qtune run? (qtune tune writes it when a tune \
+             ends; resume an interrupted one with qtune tune --resume DIR)",
+            dir.display()
+        ),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", file.display())),
+    };
+    let result: TuneResult = serde_json::from_str(&text).map_err(|e| {
+        anyhow::anyhow!(
+            "{} is not a valid qtune result ({e}): was it edited, truncated, or written by another qtune version?",
+            file.display()
+        )
+    })?;
+    Ok((dir, result))
+}
+
+/// Write `run.json` (the inputs of a starting tune).
+pub fn write_inputs(dir: &Path, inputs: &RunInputs) -> Result<()> {
+    crate::util::write_atomic(
+        &dir.join(RUN_FILE),
+        serde_json::to_string_pretty(inputs)?.as_bytes(),
+    )
+}
+
+/// Read `run.json` of a run directory; `why` says what the caller wanted it for.
+pub fn read_inputs(dir: &Path) -> Result<RunInputs> {
+    let path = dir.join(RUN_FILE);
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "{} has no {RUN_FILE} (not a qtune run directory?)",
+            dir.display()
+        )
+    })?;
+    serde_json::from_str(&text).with_context(|| format!("{} is unreadable", path.display()))
+}
+
+/// A run directory already holds a tune.
+pub fn holds_a_tune(dir: &Path) -> bool {
+    dir.join(RUN_FILE).exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_is_free_minus_headroom_never_negative_and_none_without_gpu() {
+        assert_eq!(vram_budget_mib(true, 16000, 512), Some(15488));
+        assert_eq!(vram_budget_mib(true, 300, 512), Some(0));
+        assert_eq!(vram_budget_mib(false, 16000, 512), None);
+    }
+
+    #[test]
+    fn results_round_trip_and_bad_input_is_explained() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = read_result(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("no results.json"), "{e}");
+        std::fs::write(dir.path().join(RESULTS_FILE), "{").unwrap();
+        let e = read_result(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("not a valid qtune result"), "{e}");
+        let r = sample::gpu_result(Path::new("/srv/llama-server"), Path::new("/m/model.gguf"));
+        write_result(dir.path(), &r).unwrap();
+        let (d, back) = read_result(&dir.path().join(RESULTS_FILE)).unwrap();
+        assert_eq!(d, dir.path());
+        // Floats may differ in the last bit after a trip through text; the rest is exact.
+        assert_eq!(back.trials.len(), r.trials.len());
+        assert_eq!(back.winner.map(|w| w.config), r.winner.map(|w| w.config));
+        assert_eq!((back.host, back.port), (r.host, r.port));
+    }
+
+    #[test]
+    fn an_old_result_without_host_and_port_reads_with_the_defaults() {
+        let r = sample::gpu_result(Path::new("/srv/llama-server"), Path::new("/m/model.gguf"));
+        let mut v = serde_json::to_value(&r).unwrap();
+        let o = v.as_object_mut().unwrap();
+        o.remove("host");
+        o.remove("port");
+        let back: TuneResult = serde_json::from_value(v).unwrap();
+        assert_eq!(
+            (back.host.as_str(), back.port),
+            (DEFAULT_HOST, DEFAULT_PORT)
+        );
+    }
+
+    #[test]
+    fn baseline_prefers_confirmation_rounds() {
+        let r = sample::gpu_result(Path::new("/srv/llama-server"), Path::new("/m/model.gguf"));
+        let b = r.baseline().expect("the sample has a baseline");
+        let confirm_ids: Vec<u32> = r
+            .trials
+            .iter()
+            .filter(|t| t.role == TrialRole::Confirm && t.config == b.config && t.kind.is_ok())
+            .map(|t| t.id)
+            .collect();
+        if confirm_ids.is_empty() {
+            assert!(!b.confirmed);
+        } else {
+            assert!(b.confirmed);
+            assert_eq!(b.trial_ids, confirm_ids);
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! What the search knows that does not change during a tune: the space, the model, the box,
+//! the budget and the clock; and the configs that follow from them (the starting point, the
+//! alternatives along each dimension, the predicted `--n-cpu-moe` boundary, the baseline).
+
+use crate::config::{Base, FlashAttn, KvType, LaunchConfig};
+use crate::model::ModelLayout;
+use crate::space::{NCpuMoe, SearchSpace, Threads};
+use std::sync::Arc;
+
+/// What the search knows that does not change during a tune (not checkpointed).
+#[derive(Debug, Clone)]
+pub struct SearchContext {
+    pub space: SearchSpace,
+    pub layout: ModelLayout,
+    /// A GPU is present and the model has experts: `--n-cpu-moe` is searched.
+    pub gpu_moe: bool,
+    pub has_gpu: bool,
+    /// VRAM budget for predictions (free before the tune minus headroom), MiB.
+    pub budget_mib: Option<f64>,
+    pub physical_cores: u32,
+    pub logical_cores: u32,
+    /// Start here instead of the space's first values (from a profile).
+    pub start: Option<Base>,
+    /// The clock the minutes budget is read from.
+    pub clock: Arc<dyn crate::clock::Clock>,
+}
+
+impl SearchContext {
+    pub(super) fn ncmoe_bounds(&self) -> (u32, u32) {
+        let n = self.layout.n_blocks;
+        match &self.space.vary.n_cpu_moe {
+            Some(NCpuMoe::Range { min, max }) => ((*min).min(n), (*max).min(n)),
+            _ => (0, n),
+        }
+    }
+
+    pub(super) fn thread_values(&self) -> Vec<Option<u32>> {
+        let mut v: Vec<Option<u32>> = self
+            .space
+            .vary
+            .threads
+            .iter()
+            .map(|t| match t {
+                Threads::Auto(_) => self.physical_cores.max(1),
+                Threads::Count(c) => *c,
+            })
+            .filter(|&c| c >= 1 && c <= self.logical_cores.max(1))
+            .map(Some)
+            .collect();
+        v.dedup();
+        if v.is_empty() {
+            v.push(Some(self.physical_cores.max(1)));
+        }
+        v
+    }
+
+    pub(super) fn start_base(&self) -> Base {
+        if let Some(b) = &self.start {
+            return b.clone();
+        }
+        let v = &self.space.vary;
+        Base {
+            threads: self.thread_values()[0],
+            batch: v.batch_ubatch.first().copied(),
+            kv: v.kv_types.first().copied().unwrap_or([KvType::F16; 2]),
+            flash_attn: v.flash_attn.first().copied().unwrap_or(FlashAttn::Auto),
+        }
+    }
+
+    /// Alternatives to `inc` along dimension `dim`: 0 batch/ubatch, 1 KV type, 2 threads,
+    /// 3 flash attention. Batch comes first: it moves VRAM (compute buffer) and prompt speed
+    /// most, and the KV type decided after it can win back the VRAM a larger ubatch took.
+    pub(super) fn alternatives(&self, inc: &Base, dim: usize) -> Vec<Base> {
+        let v = &self.space.vary;
+        let mut out: Vec<Base> = match dim {
+            1 => v
+                .kv_types
+                .iter()
+                .map(|kv| Base {
+                    kv: *kv,
+                    ..inc.clone()
+                })
+                .collect(),
+            0 => v
+                .batch_ubatch
+                .iter()
+                .map(|b| Base {
+                    batch: Some(*b),
+                    ..inc.clone()
+                })
+                .collect(),
+            2 => self
+                .thread_values()
+                .into_iter()
+                .map(|t| Base {
+                    threads: t,
+                    ..inc.clone()
+                })
+                .collect(),
+            3 => v
+                .flash_attn
+                .iter()
+                .map(|fa| Base {
+                    flash_attn: *fa,
+                    ..inc.clone()
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        out.retain(|b| b != inc);
+        out
+    }
+
+    /// The starting base (for tests of the modules next to the strategy).
+    #[cfg(test)]
+    pub(crate) fn start_base_for_tests(&self) -> Base {
+        self.start_base()
+    }
+
+    /// The launch config of a base at `n_cpu_moe` (ignored without GPU + experts).
+    pub fn config(&self, base: &Base, n_cpu_moe: u32) -> LaunchConfig {
+        let f = &self.space.fixed;
+        let mut c = LaunchConfig {
+            ctx: f.ctx,
+            parallel: f.parallel,
+            n_gpu_layers: None,
+            n_cpu_moe: None,
+            threads: base.threads,
+            batch: base.batch.map(|b| b[0]),
+            ubatch: base.batch.map(|b| b[1]),
+            cache_type_k: base.kv[0],
+            cache_type_v: base.kv[1],
+            flash_attn: base.flash_attn,
+            mmap: f.mmap,
+            fit: None,
+        };
+        if self.gpu_moe {
+            c.place_experts(n_cpu_moe);
+        }
+        c
+    }
+
+    /// Smallest `--n-cpu-moe` the memory prediction says fits the budget (None: nothing fits).
+    pub fn predicted_fit(&self, base: &Base) -> Option<u32> {
+        let (lo, hi) = self.ncmoe_bounds();
+        let budget = self.budget_mib?;
+        let template = self.config(base, lo);
+        crate::model::memory::min_n_cpu_moe_that_fits(&self.layout, &template, budget)
+            .map(|n| n.clamp(lo, hi))
+    }
+
+    pub fn baseline(&self) -> LaunchConfig {
+        let f = &self.space.fixed;
+        LaunchConfig {
+            parallel: f.parallel,
+            mmap: f.mmap,
+            ..LaunchConfig::baseline(f.ctx)
+        }
+    }
+}
