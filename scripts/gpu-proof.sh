@@ -18,6 +18,8 @@
 #   tune35-24     the same on 24 GiB (sweep35-24 after it)
 #   tune30-16     qwen3-30b-a3b on 16 GiB (sweep30-16, depth30-16 after it)
 #   plan35        qtune plan on 16 GiB starting from the 24 GiB profile, then the plan launched
+#   remeasure35-16, remeasure35-24, remeasure30-16
+#                 qtune compare: plain default vs --fit-target 512 vs the committed winner ($ROUNDS rounds)
 #
 # A card of N GiB is emulated by a ballast process that allocates all but N GiB of the GPU
 # (python3 + torch), so llama-server, --fit and qtune see N GiB free and OOM happens for real.
@@ -204,6 +206,21 @@ for c in "$@"; do
       grep -E "out of memory|failed to allocate" "$W/plan35-server.log" | head -3
       cp "$W/plan35.cmd" "$OUT/plan35.txt"
       unballast ;;
+    remeasure35-16 | remeasure35-24 | remeasure30-16)
+      # Re-measure a README claim with qtune compare: the plain default, --fit-target 512 and the
+      # committed winner, in interleaved ABBA rounds, on the emulated card.
+      case "$c" in
+        remeasure35-16) shape=qwen3.5-35b-a3b gib=16 flags="-ngl 999 --n-cpu-moe 13 -b 2048 -ub 2048 -ctk q8_0 -ctv q8_0 -fa on -t 16" ;;
+        remeasure35-24) shape=qwen3.5-35b-a3b gib=24 flags="-ngl 999 --n-cpu-moe 0 -b 4096 -ub 4096 -ctk q8_0 -ctv q8_0 -fa on -t 16" ;;
+        remeasure30-16) shape=qwen3-30b-a3b gib=16 flags="-ngl 999 --n-cpu-moe 13 -b 2048 -ub 512 -ctk q8_0 -ctv q8_0 -fa on -t 16" ;;
+      esac
+      m=$(model "$shape"); ballast "$gib"
+      say "$c: qtune compare on an emulated ${gib} GiB card ($GPU_NAME), ${ROUNDS:-6} rounds"
+      "$Q" compare "llama-server -m $m -c 32768 -np 1" "llama-server -m $m -c 32768 -np 1 --fit-target 512" \
+        "llama-server -m $m -c 32768 -np 1 $flags" --rounds "${ROUNDS:-6}" \
+        --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$W/runs/$c"
+      echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$W/runs/$c/card.txt"
+      unballast; pack "$c" "$W/runs/$c" ;;
     *) echo "unknown case $c" ;;
   esac
 done
