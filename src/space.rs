@@ -51,6 +51,9 @@ pub struct SearchSpace {
     pub objective: Objective,
     #[serde(default)]
     pub budget: Budget,
+    /// Optional accuracy floor for KV cache types (see `quality::floor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<crate::quality::QualityFloor>,
 }
 
 /// `--n-cpu-moe` range: `auto` (0 ..= block count) or explicit bounds.
@@ -354,6 +357,9 @@ pub fn validate(s: &SearchSpace) -> Result<(), (&'static str, String)> {
     }
     if !(0.0..=50.0).contains(&s.objective.tie_pct) {
         return Err(("tie_pct", "tie_pct must be within 0..=50".into()));
+    }
+    if let Some(f) = &s.quality {
+        crate::quality::floor::validate(f)?;
     }
     if s.budget.trials == 0 || !s.budget.minutes.is_finite() || s.budget.minutes <= 0.0 {
         return Err((

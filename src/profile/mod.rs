@@ -47,6 +47,9 @@ pub struct Profile {
     pub winner: ProfileWinner,
     /// Every distinct config the tune launched: ok ones by generation speed, then failures.
     pub front: Vec<FrontPoint>,
+    /// The space's quality floor and what it measured (KV types against f16), when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<crate::quality::floor::QualityGate>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -279,6 +282,7 @@ pub fn from_tune(r: &TuneResult, name: Option<&str>) -> Result<Profile> {
             gen_gain_pct: w.gen_gain_pct.filter(|g| g.is_finite()),
         },
         front: measured_front(r),
+        quality: r.quality.as_ref().map(crate::quality::floor::for_profile),
     };
     validate(&profile).context("the exported profile would not pass validation")?;
     Ok(profile)
@@ -483,6 +487,9 @@ pub fn validate(p: &Profile) -> Result<()> {
         );
     }
     check_name("name", &p.name)?;
+    if let Some(g) = &p.quality {
+        crate::quality::floor::validate_gate(g)?;
+    }
     check_str(
         "created",
         &p.created,
@@ -960,6 +967,19 @@ pub fn show_text(p: &Profile) -> String {
     let mut argv = vec!["llama-server".to_string(), "-m".into(), "MODEL.gguf".into()];
     argv.extend(w.config.server_args());
     let _ = writeln!(o, "  {}", crate::config::shell_line(&argv));
+    if let Some(g) = &p.quality {
+        let _ = writeln!(
+            o,
+            "Quality floor: {} (ctx {}, {} chunks of {})",
+            g.floor().describe(),
+            g.ctx,
+            g.chunks,
+            g.text
+        );
+        for l in g.lines() {
+            let _ = writeln!(o, "  {l}");
+        }
+    }
     let _ = writeln!(o, "Measured configs ({}):", p.front.len());
     for f in &p.front {
         let _ = writeln!(
@@ -1063,6 +1083,7 @@ pub(crate) mod tests {
                 outcome: OutcomeKind::Ok,
                 pareto: true,
             }],
+            quality: None,
         }
     }
 

@@ -78,6 +78,7 @@ fn space(name: &str, moe: bool) -> SearchSpace {
         workload: Workload::default(),
         objective: Objective::default(),
         budget: Budget::default(),
+        quality: None,
     }
 }
 
@@ -364,6 +365,7 @@ pub fn gpu_result(server: &Path, model: &Path) -> TuneResult {
         winner: Some(winner),
         warnings: vec!["the baseline's auto-fit left 1,460 MiB of the budget unused".to_string()],
         minutes_used: 25.0,
+        quality: None,
     }
 }
 
@@ -463,5 +465,6 @@ pub fn cpu_result(server: &Path, model: &Path) -> TuneResult {
         winner: Some(winner),
         warnings: Vec::new(),
         minutes_used: 4.0,
+        quality: None,
     }
 }

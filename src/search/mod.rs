@@ -67,6 +67,9 @@ pub struct TuneResult {
     pub winner: Option<Winner>,
     pub warnings: Vec<String>,
     pub minutes_used: f64,
+    /// What the space's quality floor measured and excluded (None: no floor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<crate::quality::floor::QualityGate>,
 }
 
 /// What `qtune tune` was asked to do, free of clap.
@@ -104,6 +107,9 @@ pub struct RunInputs {
     pub port: u16,
     #[serde(default)]
     pub start: Option<strategy::Base>,
+    /// The quality floor's measurement, taken once before the first trial.
+    #[serde(default)]
+    pub quality: Option<crate::quality::floor::QualityGate>,
 }
 
 pub const RUN_FILE: &str = "run.json";
@@ -196,7 +202,13 @@ pub fn tune(opts: &TuneOptions) -> anyhow::Result<(TuneResult, PathBuf)> {
             let server = crate::server::resolve(opts.server.as_deref())?;
             let layout = crate::model::load(&opts.model)?;
             let hardware = crate::hardware::probe(true);
-            let space = space_for(opts, hardware.has_gpu(), layout.is_moe())?;
+            let mut space = space_for(opts, hardware.has_gpu(), layout.is_moe())?;
+            let quality = crate::quality::floor::apply(
+                &mut space,
+                &opts.model,
+                Some(&server.path),
+                &mut |line| eprintln!("qtune: {line}"),
+            )?;
             let free = hardware.free_vram_mib();
             let budget = hardware
                 .has_gpu()
@@ -231,6 +243,7 @@ pub fn tune(opts: &TuneOptions) -> anyhow::Result<(TuneResult, PathBuf)> {
                 host: opts.host.clone(),
                 port: opts.port,
                 start,
+                quality,
             };
             crate::util::write_atomic(
                 &run_dir.join(RUN_FILE),
@@ -357,6 +370,7 @@ fn run(run_dir: &std::path::Path, inputs: &RunInputs) -> anyhow::Result<TuneResu
         winner,
         warnings,
         minutes_used: solver.elapsed_s() / 60.0,
+        quality: inputs.quality.clone(),
     };
     crate::util::write_atomic(
         &run_dir.join(RESULTS_FILE),
