@@ -407,6 +407,17 @@ mod tests {
     }
 
     #[test]
+    fn quality_floor_parses_and_bad_values_name_their_line() {
+        let base = "name: t\nfixed:\n  ctx: 4096\nvary: {}\nworkload:\n  prompt_tokens: 64\n  gen_tokens: 16\n  repetitions: 2\n";
+        let s = parse(&format!("{base}quality:\n  min_top1_pct: 99\n"), "t.yaml").unwrap();
+        assert_eq!(s.quality.unwrap().min_top1_pct, Some(99.0));
+        let err = parse(&format!("{base}quality:\n  min_top1_pct: 120\n"), "t.yaml")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "t.yaml: line 10: min_top1_pct 120 is outside 0..=100");
+    }
+
+    #[test]
     fn bad_kv_type_is_refused() {
         let text = "name: t\nvary:\n  kv_types: [[q8_0, 'q8_0; rm -rf /']]\nfixed:\n  ctx: 4096\nworkload:\n  prompt_tokens: 64\n  gen_tokens: 16\n  repetitions: 2\n";
         assert!(parse(text, "t.yaml").is_err());

@@ -329,4 +329,54 @@ mod tests {
         };
         assert_eq!(validate(&f).unwrap_err().0, "min_top1_pct");
     }
+
+    fn gate() -> QualityGate {
+        QualityGate {
+            min_top1_pct: Some(90.0),
+            max_mean_kld: None,
+            text: "/home/me/secret/notes.txt".into(),
+            text_sha256: "0123456789abcdef".into(),
+            ctx: 512,
+            chunks: 8,
+            measured: vec![q(KvType::Q8_0, 95.4, 0.0074), q(KvType::Q4_0, 84.2, 0.119)],
+            excluded: vec![[KvType::Q4_0, KvType::Q4_0]],
+        }
+    }
+
+    #[test]
+    fn a_profile_carries_the_gate_and_round_trips() {
+        let mut p = crate::profile::tests::profile();
+        p.quality = Some(for_profile(&gate()));
+        assert_eq!(
+            p.quality.as_ref().unwrap().text,
+            "notes.txt",
+            "no local path"
+        );
+        crate::profile::validate(&p).unwrap();
+        let yaml = crate::profile::to_yaml(&p).unwrap();
+        assert_eq!(crate::profile::parse_profile(&yaml, "p.yaml").unwrap(), p);
+        let shown = crate::profile::show_text(&p);
+        assert!(
+            shown.contains("q4_0: mean KLD 0.119000") && shown.contains("not searched"),
+            "{shown}"
+        );
+        // Hostile numbers are refused.
+        let mut bad = gate();
+        bad.measured[0].same_top1_pct = f64::NAN;
+        p.quality = Some(bad);
+        assert!(crate::profile::validate(&p).is_err());
+    }
+
+    #[test]
+    fn report_section_lists_each_type() {
+        let md = markdown(&gate());
+        assert!(
+            md.contains("| q8_0 | 0.007400 | 0.074000 | 95.400 % | yes |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| q4_0 | 0.119000 | 1.190000 | 84.200 % | no: below the floor |"),
+            "{md}"
+        );
+    }
 }

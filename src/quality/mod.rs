@@ -230,7 +230,6 @@ pub fn measure(
     }
     let layout = crate::model::layout::from_gguf(&g)?;
     drop(g);
-    let binary = perplexity::locate(opts.perplexity.as_deref(), opts.server.as_deref())?;
     let text_path = match &opts.text {
         Some(p) => p.clone(),
         None => text::default_text()?,
@@ -256,6 +255,7 @@ pub fn measure(
         return Ok((c, Origin::Cached));
     }
 
+    let binary = perplexity::locate(opts.perplexity.as_deref(), opts.server.as_deref())?;
     let work = WorkDir(crate::util::cache_dir().join("quality").join(format!(
         "work-{}-{}",
         std::process::id(),

@@ -21,15 +21,21 @@ pub const MIN_CTX: u32 = 256;
 
 /// Bytes of the logits file `--kl-divergence-base` writes for `chunks` chunks of `ctx` tokens.
 pub fn logits_file_bytes(n_vocab: u32, ctx: u32, chunks: u32) -> u64 {
-    let nv = 2 * ((u64::from(n_vocab) + 1) / 2) + 4;
+    let nv = row_len(n_vocab);
     let header = 8 + 4 + 4 + 4 + u64::from(chunks) * u64::from(ctx) * 4;
     header + u64::from(chunks) * logits_chunk_bytes_nv(nv, ctx)
 }
 
 /// Bytes of one chunk's log-probabilities in the logits file.
 pub fn logits_chunk_bytes(n_vocab: u32, ctx: u32) -> u64 {
-    let nv = 2 * ((u64::from(n_vocab) + 1) / 2) + 4;
+    let nv = row_len(n_vocab);
     logits_chunk_bytes_nv(nv, ctx) + u64::from(ctx) * 4
+}
+
+/// u16 values per scored token: the vocabulary rounded up to even, plus 4 (scale and minimum,
+/// two f32), as `nv = 2*((n_vocab + 1)/2) + 4` in perplexity.cpp.
+fn row_len(n_vocab: u32) -> u64 {
+    2 * u64::from(n_vocab).div_ceil(2) + 4
 }
 
 fn logits_chunk_bytes_nv(nv: u64, ctx: u32) -> u64 {
