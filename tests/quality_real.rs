@@ -132,6 +132,58 @@ fn kv_types_cost_accuracy_f16_costs_none_and_the_floor_removes_one() {
         "{md}"
     );
 
+    // The same floor through a real `qtune tune`: measured once (here: found in the cache),
+    // q4_0 never launched, and results.json and the report carry the numbers.
+    let space_file = dir.path().join("floor.yaml");
+    std::fs::write(
+        &space_file,
+        yaml.replace("repetitions: 1\n", "repetitions: 1\nbudget:\n  trials: 2\n  minutes: 5\n  confirm_top: 1\n  confirm_rounds: 1\n"),
+    )
+    .unwrap();
+    let run = dir.path().join("run");
+    let out = Command::new(env!("CARGO_BIN_EXE_qtune"))
+        .args(["tune", "--model"])
+        .arg(&model)
+        .arg("--space")
+        .arg(&space_file)
+        .arg("--server")
+        .arg(bin.with_file_name("llama-server"))
+        .arg("--out")
+        .arg(&run)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tune failed: {stderr}");
+    assert!(
+        stderr.contains("reusing the cached measurement"),
+        "{stderr}"
+    );
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap();
+    assert_eq!(
+        results["quality"]["excluded"],
+        serde_json::json!([["q4_0", "q4_0"]]),
+        "{}",
+        results["quality"]
+    );
+    assert_eq!(
+        results["space"]["vary"]["kv_types"],
+        serde_json::json!([["f16", "f16"], ["q8_0", "q8_0"]])
+    );
+    let trials = results["trials"].as_array().unwrap();
+    assert!(!trials.is_empty());
+    for t in trials {
+        assert_ne!(
+            t["config"]["cache_type_k"], "q4_0",
+            "q4_0 was launched: {t}"
+        );
+    }
+    let report = std::fs::read_to_string(run.join("report.md")).unwrap();
+    assert!(
+        report.contains("## Quality floor") && report.contains("| q4_0 |"),
+        "{report}"
+    );
+
     // A floor nothing meets but f16: refused only if f16 is not in the space either.
     let yaml_all = yaml
         .replace("[[f16, f16], ", "[")

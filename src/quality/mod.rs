@@ -196,6 +196,30 @@ pub fn plan_chunks(
     Ok(want.min(fit.min(u64::from(u32::MAX)) as u32))
 }
 
+/// Remove the working directories of runs whose qtune is gone. Ctrl-C ends qtune in its signal
+/// handler (see `trial::cleanup`), before any destructor runs, so a killed run's logits file is
+/// deleted by the next run instead.
+fn sweep_stale_work_dirs(quality_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(quality_dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("work-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only checks that the process exists.
+        let alive = pid > 0 && unsafe { libc::kill(pid, 0) } == 0;
+        if !alive {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
 /// Removes the working directory (logits file, logs) however the run ends.
 struct WorkDir(PathBuf);
 
@@ -256,6 +280,7 @@ pub fn measure(
     }
 
     let binary = perplexity::locate(opts.perplexity.as_deref(), opts.server.as_deref())?;
+    sweep_stale_work_dirs(&crate::util::cache_dir().join("quality"));
     let work = WorkDir(crate::util::cache_dir().join("quality").join(format!(
         "work-{}-{}",
         std::process::id(),
@@ -317,9 +342,8 @@ pub fn measure(
             base.ctx
         );
     }
-    // Reuse what an earlier run at the same effective context measured.
-    let final_cache = cache_path(&key, &text.sha256, opts.ctx, chunks);
-    let mut report = load_cached(&final_cache).unwrap_or(QualityReport {
+    // Keep what an earlier run with the same inputs measured for other KV types.
+    let mut report = cached.unwrap_or(QualityReport {
         model_key: key.clone(),
         model_name: layout
             .name
@@ -375,7 +399,7 @@ pub fn measure(
     report.seconds = started.elapsed().as_secs_f64();
     report.measured_at = chrono::Local::now().to_rfc3339();
     crate::util::write_atomic(
-        &final_cache,
+        &cache_file,
         serde_json::to_string_pretty(&report)?.as_bytes(),
     )?;
     let mut shown = report.clone();
@@ -465,6 +489,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("--max-disk-mib"), "{e}");
+    }
+
+    #[test]
+    fn stale_work_dirs_are_swept_live_ones_kept() {
+        let d = tempfile::tempdir().unwrap();
+        let dead = d.path().join("work-999999999-abc");
+        let live = d.path().join(format!("work-{}-abc", std::process::id()));
+        let result = d.path().join("abc-c512-n8.json");
+        std::fs::create_dir_all(&dead).unwrap();
+        std::fs::create_dir_all(&live).unwrap();
+        std::fs::write(dead.join("reference.logits"), b"x").unwrap();
+        std::fs::write(&result, b"{}").unwrap();
+        sweep_stale_work_dirs(d.path());
+        assert!(!dead.exists() && live.exists() && result.exists());
     }
 
     #[test]
