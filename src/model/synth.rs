@@ -333,10 +333,10 @@ fn plan(s: &Shape, ftype: SynthFtype) -> Vec<PlannedTensor> {
     out
 }
 
-/// The vocabulary directory: `$QTUNE_VOCAB_DIR`, else `models/` of the pinned llama.cpp tree.
 /// Metadata key `qtune synth` writes (true): the weights are random, outputs are noise.
 pub const SYNTHETIC_KEY: &str = "qtune.synthetic";
 
+/// The vocabulary directory: `$QTUNE_VOCAB_DIR`, else `models/` of the pinned llama.cpp tree.
 pub fn default_vocab_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("QTUNE_VOCAB_DIR") {
         return PathBuf::from(d);

@@ -7,7 +7,8 @@
 //! quality:
 //!   min_top1_pct: 99      # same top-1 token as f16 at least 99 % of the time
 //!   max_mean_kld: 0.01    # optional: mean KL divergence at most this
-//!   text: my-text.txt     # optional: the text to score (default: the KJV, see quality::text)
+//!   text: my-text.txt     # optional: the text to score, relative to where qtune runs
+//!                         # (default: the KJV, see quality::text)
 //!   chunks: 4             # optional: chunks per run (default: 16,384 tokens / ctx)
 //! ```
 
