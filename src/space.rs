@@ -51,6 +51,9 @@ pub struct SearchSpace {
     pub objective: Objective,
     #[serde(default)]
     pub budget: Budget,
+    /// Optional accuracy floor for KV cache types (see `quality::floor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<crate::quality::QualityFloor>,
 }
 
 /// `--n-cpu-moe` range: `auto` (0 ..= block count) or explicit bounds.
@@ -376,6 +379,9 @@ pub fn validate(s: &SearchSpace) -> Result<(), (&'static str, String)> {
     if !(0.0..=50.0).contains(&s.objective.tie_pct) {
         return Err(("tie_pct", "tie_pct must be within 0..=50".into()));
     }
+    if let Some(f) = &s.quality {
+        crate::quality::floor::validate(f)?;
+    }
     if s.budget.trials == 0 || !s.budget.minutes.is_finite() || s.budget.minutes <= 0.0 {
         return Err((
             "budget",
@@ -431,6 +437,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.starts_with("bad.yaml: line"), "{err}");
+    }
+
+    #[test]
+    fn quality_floor_parses_and_bad_values_name_their_line() {
+        let base = "name: t\nfixed:\n  ctx: 4096\nvary: {}\nworkload:\n  prompt_tokens: 64\n  gen_tokens: 16\n  repetitions: 2\n";
+        let s = parse(&format!("{base}quality:\n  min_top1_pct: 99\n"), "t.yaml").unwrap();
+        assert_eq!(s.quality.unwrap().min_top1_pct, Some(99.0));
+        let err = parse(&format!("{base}quality:\n  min_top1_pct: 120\n"), "t.yaml")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "t.yaml: line 10: min_top1_pct 120 is outside 0..=100");
     }
 
     #[test]

@@ -257,6 +257,7 @@ fn regenerate_replay_fixture() {
         host: "127.0.0.1".into(),
         port: 8080,
         start: None,
+        quality: None,
     };
     qtune::run::write_inputs(&dir, &inputs).unwrap();
     // Fewer CPU experts is faster; a larger batch helps prompts; q8_0 KV is a bit slower;

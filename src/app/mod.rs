@@ -4,6 +4,7 @@
 pub mod info;
 pub mod measure;
 pub mod progress;
+pub mod quality;
 pub mod results;
 pub mod tune;
 

@@ -151,7 +151,12 @@ fn prepare(opts: &TuneOptions) -> Result<(PathBuf, RunInputs)> {
         },
         None => crate::hardware::probe(true),
     };
-    let space = space_for(opts, hardware.has_gpu(), layout.is_moe())?;
+    let mut space = space_for(opts, hardware.has_gpu(), layout.is_moe())?;
+    // The quality floor: KV types below it leave the space before the first trial.
+    let quality =
+        crate::quality::floor::apply(&mut space, &model, Some(&server_path), &mut |line| {
+            eprintln!("qtune: {line}")
+        })?;
     let free = hardware.free_vram_mib();
     let start = match &opts.from_profile {
         Some(p) => Some(crate::profile::load_profile(p)?.winner.config.base()),
@@ -181,6 +186,7 @@ fn prepare(opts: &TuneOptions) -> Result<(PathBuf, RunInputs)> {
         host: opts.host.clone(),
         port: opts.port,
         start,
+        quality,
     };
     crate::run::write_inputs(&run_dir, &inputs)?;
     Ok((run_dir, inputs))

@@ -333,6 +333,9 @@ fn plan(s: &Shape, ftype: SynthFtype) -> Vec<PlannedTensor> {
     out
 }
 
+/// Metadata key `qtune synth` writes (true): the weights are random, outputs are noise.
+pub const SYNTHETIC_KEY: &str = "qtune.synthetic";
+
 /// The vocabulary directory: `$QTUNE_VOCAB_DIR`, else `models/` of the pinned llama.cpp tree.
 pub fn default_vocab_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("QTUNE_VOCAB_DIR") {
@@ -367,6 +370,8 @@ fn metadata(
         ),
         ("general.file_type".into(), u32v(ftype.file_type())),
         ("general.quantization_version".into(), u32v(2)),
+        // Marks the weights as random: `qtune quality` refuses such a model.
+        (SYNTHETIC_KEY.into(), GgufValue::Bool(true)),
         (k("block_count"), u32v(shape.n_blocks)),
         (k("context_length"), u32v(shape.ctx_train)),
         (k("embedding_length"), u32v(shape.n_embd)),

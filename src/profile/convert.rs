@@ -4,6 +4,21 @@
 use super::*;
 use crate::run::pareto::Goal;
 
+/// The gate as a shareable profile carries it: a user's text is named by its file name only.
+pub fn quality_for_profile(
+    g: &crate::quality::floor::QualityGate,
+) -> crate::quality::floor::QualityGate {
+    let mut g = g.clone();
+    if let Some(name) = std::path::Path::new(&g.text)
+        .file_name()
+        .filter(|_| g.text.contains('/'))
+    {
+        g.text = name.to_string_lossy().into_owned();
+    }
+    g.text = sanitize_label(&g.text);
+    g
+}
+
 /// Replace every character a profile label may not hold with '-', and cut to 128 characters.
 pub fn sanitize_label(s: &str) -> String {
     let cleaned: String = s
@@ -108,6 +123,7 @@ pub fn from_tune(r: &TuneResult, name: Option<&str>) -> Result<Profile> {
             gen_gain_pct: w.gen_gain_pct.filter(|g| g.is_finite()),
         },
         front: measured_front(r),
+        quality: r.quality.as_ref().map(quality_for_profile),
     };
     validate(&profile).context("the exported profile would not pass validation")?;
     Ok(profile)

@@ -119,6 +119,7 @@ pub(crate) mod tests {
                 outcome: OutcomeKind::Ok,
                 pareto: true,
             }],
+            quality: None,
         }
     }
 

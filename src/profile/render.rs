@@ -112,6 +112,19 @@ pub fn show_text(p: &Profile) -> String {
     let mut argv = vec!["llama-server".to_string(), "-m".into(), "MODEL.gguf".into()];
     argv.extend(w.config.server_args());
     let _ = writeln!(o, "  {}", crate::config::shell_line(&argv));
+    if let Some(g) = &p.quality {
+        let _ = writeln!(
+            o,
+            "Quality floor: {} (ctx {}, {} chunks of {})",
+            g.floor().describe(),
+            g.ctx,
+            g.chunks,
+            g.text
+        );
+        for l in g.lines() {
+            let _ = writeln!(o, "  {l}");
+        }
+    }
     let _ = writeln!(o, "Measured configs ({}):", p.front.len());
     for f in &p.front {
         let _ = writeln!(

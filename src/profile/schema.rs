@@ -19,6 +19,9 @@ pub struct Profile {
     pub winner: ProfileWinner,
     /// Every distinct config the tune launched: ok ones by generation speed, then failures.
     pub front: Vec<FrontPoint>,
+    /// The space's quality floor and what it measured (KV types against f16), when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<crate::quality::floor::QualityGate>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -133,6 +133,9 @@ pub fn validate(p: &Profile) -> Result<()> {
         );
     }
     check_name("name", &p.name)?;
+    if let Some(g) = &p.quality {
+        crate::quality::floor::validate_gate(g)?;
+    }
     check_str(
         "created",
         &p.created,

@@ -225,6 +225,9 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
     hardware(m, r);
     model(m, r);
     search(m, r);
+    if let Some(g) = &r.quality {
+        m.push_str(&crate::quality::floor::markdown(g));
+    }
     confirmation(m, r);
     trials(m, r);
 

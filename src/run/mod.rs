@@ -87,6 +87,9 @@ pub struct TuneResult {
     pub host: String,
     #[serde(default = "default_port")]
     pub port: u16,
+    /// What the space's quality floor measured and excluded (None: no floor).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<crate::quality::floor::QualityGate>,
 }
 
 /// The inputs of a tune, written as `run.json` when it starts so `--resume` uses the same ones
@@ -106,6 +109,9 @@ pub struct RunInputs {
     pub port: u16,
     #[serde(default)]
     pub start: Option<Base>,
+    /// The quality floor's measurement, taken once before the first trial.
+    #[serde(default)]
+    pub quality: Option<crate::quality::floor::QualityGate>,
 }
 
 /// The VRAM budget of a tune or a plan: free VRAM minus headroom, never negative; None without

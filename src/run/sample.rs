@@ -78,6 +78,7 @@ fn space(name: &str, moe: bool) -> SearchSpace {
         workload: Workload::default(),
         objective: Objective::default(),
         budget: Budget::default(),
+        quality: None,
     }
 }
 
@@ -366,6 +367,7 @@ pub fn gpu_result(server: &Path, model: &Path) -> TuneResult {
         host: crate::run::DEFAULT_HOST.into(),
         port: crate::run::DEFAULT_PORT,
         minutes_used: 25.0,
+        quality: None,
     }
 }
 
@@ -467,5 +469,6 @@ pub fn cpu_result(server: &Path, model: &Path) -> TuneResult {
         host: crate::run::DEFAULT_HOST.into(),
         port: crate::run::DEFAULT_PORT,
         minutes_used: 4.0,
+        quality: None,
     }
 }

@@ -137,6 +137,7 @@ pub fn tune(
         minutes_used: solver.elapsed_s(clock.as_ref()) / 60.0,
         host: inputs.host.clone(),
         port: inputs.port,
+        quality: inputs.quality.clone(),
     })
 }
 

@@ -1,0 +1,325 @@
+//! The quality guard against the real pinned `llama-perplexity` and the real SmolLM2-135M:
+//! q8_0 and q4_0 KV cost measurable accuracy, f16 against itself costs none, a space's floor
+//! removes a KV type, and bad input is refused with one line. Small on purpose (ctx 256,
+//! 2 chunks: 254 scored tokens a run) so it runs in about a minute on 2 cores.
+
+mod require;
+
+use qtune::config::KvType;
+use qtune::quality::{self, Origin, QualityOptions};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// llama-perplexity beside the real llama-server (`qtune server build` builds both).
+fn perplexity() -> Option<PathBuf> {
+    let server = require::or_skip(require::server(), "the real llama-server")?;
+    let p = server.with_file_name("llama-perplexity");
+    if p.is_file() {
+        Some(p)
+    } else {
+        require::missing(&format!(
+            "llama-perplexity next to {} (qtune server build)",
+            server.display()
+        ));
+        None
+    }
+}
+
+fn smollm2() -> Option<PathBuf> {
+    require::or_skip(qtune::fixtures::smollm2(), "the SmolLM2-135M fixture")
+}
+
+/// A slice of the default text with a unique first line, so this run measures for real
+/// instead of finding an earlier run's numbers in the cache.
+fn unique_text(dir: &Path) -> Option<PathBuf> {
+    let kjv = require::or_skip(quality::text::default_text(), "the default text (pip)")?;
+    let full = std::fs::read_to_string(kjv).unwrap();
+    let stamp = format!(
+        "Test run {} at {:?}.\n",
+        std::process::id(),
+        std::time::SystemTime::now()
+    );
+    let p = dir.join("text.txt");
+    std::fs::write(&p, stamp + &full[..12_000]).unwrap();
+    Some(p)
+}
+
+fn kv(t: KvType) -> [KvType; 2] {
+    [t, t]
+}
+
+#[test]
+fn kv_types_cost_accuracy_f16_costs_none_and_the_floor_removes_one() {
+    let (Some(bin), Some(model)) = (perplexity(), smollm2()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(text) = unique_text(dir.path()) else {
+        return;
+    };
+    let mut opts = QualityOptions::new(
+        &model,
+        vec![kv(KvType::F16), kv(KvType::Q8_0), kv(KvType::Q4_0)],
+        256,
+    );
+    opts.text = Some(text.clone());
+    opts.chunks = Some(2);
+    opts.perplexity = Some(bin.clone());
+    let mut notes = Vec::new();
+    let (r, origin) = quality::measure(&opts, &mut |l| notes.push(l)).unwrap();
+    assert_eq!(origin, Origin::Measured);
+    assert_eq!((r.ctx, r.chunks, r.tokens_scored), (256, 2, 254));
+    // The disk the logits took was stated before the run, and is what the tool wrote.
+    assert!(notes[0].contains("on disk"), "{notes:?}");
+    assert_eq!(
+        r.logits_bytes,
+        quality::perplexity::logits_file_bytes(49_152, 256, 2)
+    );
+    assert!(r.reference_ppl.is_some_and(|p| p.is_finite() && p > 1.0));
+
+    let f16 = r.get(kv(KvType::F16)).unwrap();
+    assert!(f16.mean_kld.abs() < 1e-4, "{f16:?}");
+    assert_eq!(f16.same_top1_pct, 100.0, "{f16:?}");
+    let q8 = r.get(kv(KvType::Q8_0)).unwrap();
+    let q4 = r.get(kv(KvType::Q4_0)).unwrap();
+    for q in [q8, q4] {
+        assert!(q.mean_kld.is_finite() && q.mean_kld > 1e-4, "{q:?}");
+        assert!(q.kld_p99.is_finite() && q.kld_p99 >= q.mean_kld, "{q:?}");
+        assert!(q.same_top1_pct < 100.0 && q.same_top1_pct > 50.0, "{q:?}");
+    }
+    assert!(
+        q4.mean_kld > q8.mean_kld,
+        "q4_0 loses more than q8_0: {q4:?} {q8:?}"
+    );
+
+    // Asked again: the cache answers, with the same numbers.
+    let (again, origin) = quality::measure(&opts, &mut |_| {}).unwrap();
+    assert_eq!(origin, Origin::Cached);
+    assert_eq!(again.candidates, r.candidates);
+
+    // A space with a floor between q8_0's and q4_0's agreement: q4_0 is not searched, and
+    // the tune reuses the cached numbers rather than measuring again.
+    let floor_top1 = (q8.same_top1_pct + q4.same_top1_pct) / 2.0;
+    let yaml = format!(
+        "name: floor\nvary:\n  kv_types: [[f16, f16], [q8_0, q8_0], [q4_0, q4_0]]\nfixed:\n  ctx: 256\nworkload:\n  prompt_tokens: 64\n  gen_tokens: 16\n  repetitions: 1\nquality:\n  min_top1_pct: {floor_top1}\n  text: {}\n  chunks: 2\n",
+        text.display()
+    );
+    let mut space = qtune::space::parse(&yaml, "floor.yaml").unwrap();
+    let mut notes = Vec::new();
+    let gate = quality::floor::apply(
+        &mut space,
+        &model,
+        Some(&bin.with_file_name("llama-server")),
+        &mut |l| notes.push(l),
+    )
+    .unwrap()
+    .expect("a floor was set");
+    assert!(notes.iter().any(|l| l.contains("cached")), "{notes:?}");
+    assert_eq!(
+        space.vary.kv_types,
+        vec![kv(KvType::F16), kv(KvType::Q8_0)],
+        "q4_0 removed"
+    );
+    assert_eq!(gate.excluded, vec![kv(KvType::Q4_0)]);
+    assert_eq!(
+        gate.measured.len(),
+        2,
+        "f16/f16 is the reference, not measured"
+    );
+    let md = quality::floor::markdown(&gate);
+    assert!(
+        md.contains("| q4_0 |") && md.contains("below the floor"),
+        "{md}"
+    );
+
+    // The same floor through a real `qtune tune`: measured once (here: found in the cache),
+    // q4_0 never launched, and results.json and the report carry the numbers.
+    let space_file = dir.path().join("floor.yaml");
+    std::fs::write(
+        &space_file,
+        yaml.replace("repetitions: 1\n", "repetitions: 1\nbudget:\n  trials: 2\n  minutes: 5\n  confirm_top: 1\n  confirm_rounds: 1\n"),
+    )
+    .unwrap();
+    let run = dir.path().join("run");
+    let out = Command::new(env!("CARGO_BIN_EXE_qtune"))
+        .args(["tune", "--model"])
+        .arg(&model)
+        .arg("--space")
+        .arg(&space_file)
+        .arg("--server")
+        .arg(bin.with_file_name("llama-server"))
+        .arg("--out")
+        .arg(&run)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tune failed: {stderr}");
+    assert!(
+        stderr.contains("reusing the cached measurement"),
+        "{stderr}"
+    );
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap();
+    assert_eq!(
+        results["quality"]["excluded"],
+        serde_json::json!([["q4_0", "q4_0"]]),
+        "{}",
+        results["quality"]
+    );
+    assert_eq!(
+        results["space"]["vary"]["kv_types"],
+        serde_json::json!([["f16", "f16"], ["q8_0", "q8_0"]])
+    );
+    let trials = results["trials"].as_array().unwrap();
+    assert!(!trials.is_empty());
+    for t in trials {
+        assert_ne!(
+            t["config"]["cache_type_k"], "q4_0",
+            "q4_0 was launched: {t}"
+        );
+    }
+    let report = std::fs::read_to_string(run.join("report.md")).unwrap();
+    assert!(
+        report.contains("## Quality floor") && report.contains("| q4_0 |"),
+        "{report}"
+    );
+
+    // A floor nothing meets but f16: refused only if f16 is not in the space either.
+    let yaml_all = yaml
+        .replace("[[f16, f16], ", "[")
+        .replace(&format!("min_top1_pct: {floor_top1}"), "min_top1_pct: 100");
+    let mut space = qtune::space::parse(&yaml_all, "floor.yaml").unwrap();
+    let e = quality::floor::apply(
+        &mut space,
+        &model,
+        Some(&bin.with_file_name("llama-server")),
+        &mut |_| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("every KV type of the space is below"), "{e}");
+}
+
+/// Run `qtune quality ARGS`; returns (exit ok, stdout, stderr).
+fn qtune_quality(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_qtune"));
+    cmd.arg("quality").args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The refusal is one line, `qtune: error: ...`, containing `what`.
+fn assert_refused(r: (bool, String, String), what: &str) {
+    let (ok, _, err) = r;
+    assert!(!ok, "must fail: {err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("qtune: error:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains(what), "expected '{what}' in: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn bad_inputs_are_refused_with_one_line() {
+    let (Some(bin), Some(model)) = (perplexity(), smollm2()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = model.to_str().unwrap();
+    let b = bin.to_str().unwrap();
+    let write = |name: &str, bytes: &[u8]| {
+        let p = d.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p.display().to_string()
+    };
+    let base = |text: &str| -> Vec<String> {
+        [
+            "-m",
+            m,
+            "--perplexity",
+            b,
+            "--ctx",
+            "256",
+            "--chunks",
+            "2",
+            "--text",
+            text,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let run = |args: Vec<String>| {
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        qtune_quality(&a, &[])
+    };
+
+    let empty = write("empty.txt", b"\n \n");
+    assert_refused(run(base(&empty)), "is empty");
+    let binary = write("model-copy.bin", &std::fs::read(&model).unwrap()[..4096]);
+    assert_refused(run(base(&binary)), "not plain text");
+    let tiny = write("tiny.txt", b"In the beginning.");
+    assert_refused(run(base(&tiny)), "too short");
+    // Long enough to pass the byte check, shorter than two chunks once tokenized: the real
+    // llama-perplexity says how many tokens it has, and qtune refuses with that number.
+    let short = write(
+        "short.txt",
+        "And God said, Let there be light. ".repeat(20).as_bytes(),
+    );
+    assert_refused(run(base(&short)), "shorter than two chunks");
+
+    // No llama-perplexity: an explicit path that is not there, and a server without one.
+    let ok_text = write("ok.txt", "word ".repeat(2000).as_bytes());
+    let mut args = base(&ok_text);
+    args[3] = d.join("nope/llama-perplexity").display().to_string();
+    assert_refused(run(args), "llama-perplexity not found");
+    let lonely = d.join("bin");
+    std::fs::create_dir_all(&lonely).unwrap();
+    // Only looked for, never run: an empty file stands in for the server.
+    std::fs::write(lonely.join("llama-server"), b"").unwrap();
+    let server = lonely.join("llama-server").display().to_string();
+    assert_refused(
+        qtune_quality(
+            &["-m", m, "--ctx", "256", "--text", &ok_text],
+            &[
+                ("QTUNE_LLAMA_SERVER", &server),
+                ("QTUNE_LLAMA_PERPLEXITY", ""),
+            ],
+        ),
+        "llama-perplexity not found next to",
+    );
+
+    // A synthetic random-weight model.
+    if let Some(synthetic) = require::or_skip(
+        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
+        "a tiny synthetic model",
+    ) {
+        assert_refused(
+            run([
+                "-m",
+                synthetic.to_str().unwrap(),
+                "--perplexity",
+                b,
+                "--text",
+                &ok_text,
+            ]
+            .map(String::from)
+            .to_vec()),
+            "synthetic random-weight model",
+        );
+    }
+
+    // A context too small to score 100 tokens.
+    let mut args = base(&ok_text);
+    args[5] = "128".into();
+    assert_refused(run(args), "below 256");
+}
