@@ -53,7 +53,7 @@ pub struct SearchSpace {
     pub budget: Budget,
     /// Optional accuracy floor for KV cache types (see `quality::floor`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quality: Option<crate::quality::QualityFloor>,
+    pub quality: Option<QualityFloor>,
 }
 
 /// `--n-cpu-moe` range: `auto` (0 ..= block count) or explicit bounds.
@@ -380,13 +380,75 @@ pub fn validate(s: &SearchSpace) -> Result<(), (&'static str, String)> {
         return Err(("tie_pct", "tie_pct must be within 0..=50".into()));
     }
     if let Some(f) = &s.quality {
-        crate::quality::floor::validate(f)?;
+        validate_quality_floor(f)?;
     }
     if s.budget.trials == 0 || !s.budget.minutes.is_finite() || s.budget.minutes <= 0.0 {
         return Err((
             "budget",
             "budget trials and minutes must be positive".into(),
         ));
+    }
+    Ok(())
+}
+
+/// `quality:` in a search space.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QualityFloor {
+    /// Least same-top-1 percentage against the f16 reference.
+    #[serde(default)]
+    pub min_top1_pct: Option<f64>,
+    /// Most mean KL divergence against the f16 reference.
+    #[serde(default)]
+    pub max_mean_kld: Option<f64>,
+    /// Text to score (default: the King James Version, see `quality::text`).
+    #[serde(default)]
+    pub text: Option<std::path::PathBuf>,
+    /// Chunks per run (default: 16,384 tokens / ctx, at least 2).
+    #[serde(default)]
+    pub chunks: Option<u32>,
+}
+
+impl QualityFloor {
+    /// The floor in words, e.g. "same top-1 >= 99 %".
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(m) = self.min_top1_pct {
+            parts.push(format!("same top-1 >= {m} %"));
+        }
+        if let Some(m) = self.max_mean_kld {
+            parts.push(format!("mean KLD <= {m}"));
+        }
+        parts.join(", ")
+    }
+}
+
+/// Check values serde cannot (for [`validate`]): (the offending key, the message).
+pub fn validate_quality_floor(f: &QualityFloor) -> Result<(), (&'static str, String)> {
+    if f.min_top1_pct.is_none() && f.max_mean_kld.is_none() {
+        return Err((
+            "quality",
+            "quality needs min_top1_pct or max_mean_kld (or remove it)".into(),
+        ));
+    }
+    if let Some(m) = f.min_top1_pct {
+        if !(0.0..=100.0).contains(&m) {
+            return Err((
+                "min_top1_pct",
+                format!("min_top1_pct {m} is outside 0..=100"),
+            ));
+        }
+    }
+    if let Some(m) = f.max_mean_kld {
+        if !m.is_finite() || m < 0.0 {
+            return Err((
+                "max_mean_kld",
+                format!("max_mean_kld {m} must be 0 or more"),
+            ));
+        }
+    }
+    if f.chunks == Some(0) {
+        return Err(("chunks", "quality chunks must be at least 1".into()));
     }
     Ok(())
 }

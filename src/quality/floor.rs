@@ -14,76 +14,15 @@
 
 use super::{kv_label, KvQuality, QualityOptions};
 use crate::config::KvType;
+pub use crate::space::QualityFloor;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-/// `quality:` in a search space.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct QualityFloor {
-    /// Least same-top-1 percentage against the f16 reference.
-    #[serde(default)]
-    pub min_top1_pct: Option<f64>,
-    /// Most mean KL divergence against the f16 reference.
-    #[serde(default)]
-    pub max_mean_kld: Option<f64>,
-    /// Text to score (default: the King James Version, see `quality::text`).
-    #[serde(default)]
-    pub text: Option<PathBuf>,
-    /// Chunks per run (default: 16,384 tokens / ctx, at least 2).
-    #[serde(default)]
-    pub chunks: Option<u32>,
-}
-
-impl QualityFloor {
-    /// Does a measured KV type keep this floor?
-    pub fn passes(&self, q: &KvQuality) -> bool {
-        self.min_top1_pct.is_none_or(|m| q.same_top1_pct >= m)
-            && self.max_mean_kld.is_none_or(|m| q.mean_kld <= m)
-    }
-
-    /// The floor in words, e.g. "same top-1 >= 99 %".
-    pub fn describe(&self) -> String {
-        let mut parts = Vec::new();
-        if let Some(m) = self.min_top1_pct {
-            parts.push(format!("same top-1 >= {m} %"));
-        }
-        if let Some(m) = self.max_mean_kld {
-            parts.push(format!("mean KLD <= {m}"));
-        }
-        parts.join(", ")
-    }
-}
-
-/// Check values serde cannot (for `space::validate`): (the offending key, the message).
-pub fn validate(f: &QualityFloor) -> Result<(), (&'static str, String)> {
-    if f.min_top1_pct.is_none() && f.max_mean_kld.is_none() {
-        return Err((
-            "quality",
-            "quality needs min_top1_pct or max_mean_kld (or remove it)".into(),
-        ));
-    }
-    if let Some(m) = f.min_top1_pct {
-        if !(0.0..=100.0).contains(&m) {
-            return Err((
-                "min_top1_pct",
-                format!("min_top1_pct {m} is outside 0..=100"),
-            ));
-        }
-    }
-    if let Some(m) = f.max_mean_kld {
-        if !m.is_finite() || m < 0.0 {
-            return Err((
-                "max_mean_kld",
-                format!("max_mean_kld {m} must be 0 or more"),
-            ));
-        }
-    }
-    if f.chunks == Some(0) {
-        return Err(("chunks", "quality chunks must be at least 1".into()));
-    }
-    Ok(())
+/// Does a measured KV type keep this floor?
+pub fn passes(f: &QualityFloor, q: &KvQuality) -> bool {
+    f.min_top1_pct.is_none_or(|m| q.same_top1_pct >= m)
+        && f.max_mean_kld.is_none_or(|m| q.mean_kld <= m)
 }
 
 /// What the floor did to a tune: carried by `results.json`, the report and the profile.
@@ -257,7 +196,7 @@ pub fn apply(
     gate.excluded = report
         .candidates
         .iter()
-        .filter(|q| !floor.passes(q))
+        .filter(|q| !passes(&floor, q))
         .map(|q| q.kv)
         .collect();
     space.vary.kv_types.retain(|p| !gate.excluded.contains(p));
@@ -293,13 +232,13 @@ mod tests {
             text: None,
             chunks: None,
         };
-        assert!(f.passes(&q(KvType::Q8_0, 99.5, 0.001)));
-        assert!(!f.passes(&q(KvType::Q4_0, 97.0, 0.02)));
+        assert!(passes(&f, &q(KvType::Q8_0, 99.5, 0.001)));
+        assert!(!passes(&f, &q(KvType::Q4_0, 97.0, 0.02)));
         let g = QualityFloor {
             max_mean_kld: Some(0.005),
             ..f
         };
-        assert!(!g.passes(&q(KvType::Q8_0, 99.5, 0.006)));
+        assert!(!passes(&g, &q(KvType::Q8_0, 99.5, 0.006)));
     }
 
     #[test]
@@ -310,12 +249,15 @@ mod tests {
             text: None,
             chunks: None,
         };
-        assert!(validate(&f).is_err());
+        assert!(crate::space::validate_quality_floor(&f).is_err());
         let f = QualityFloor {
             min_top1_pct: Some(101.0),
             ..f
         };
-        assert_eq!(validate(&f).unwrap_err().0, "min_top1_pct");
+        assert_eq!(
+            crate::space::validate_quality_floor(&f).unwrap_err().0,
+            "min_top1_pct"
+        );
     }
 
     fn gate() -> QualityGate {
