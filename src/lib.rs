@@ -3,6 +3,7 @@
 //! Data flows one way through the stages:
 //! `hardware` → `model` → `space` → `search` → `trial` → `report` / `profile`.
 //! `config` holds [`config::LaunchConfig`], the vocabulary every stage shares;
+//! `stats` holds paired comparisons and racing (the launch is the unit of evidence);
 //! `server` finds, checks and builds the `llama-server` binary; `cli` only parses and dispatches.
 
 pub mod cli;
@@ -15,5 +16,6 @@ pub mod report;
 pub mod search;
 pub mod server;
 pub mod space;
+pub mod stats;
 pub mod trial;
 pub mod util;
