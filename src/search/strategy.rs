@@ -155,6 +155,7 @@ impl SearchContext {
             flash_attn: base.flash_attn,
             mmap: f.mmap,
             fit: None,
+            fit_target: Vec::new(),
         };
         if self.gpu_moe {
             c.n_gpu_layers = Some(999);
