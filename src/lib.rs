@@ -7,6 +7,7 @@
 //! `server` finds, checks and builds the `llama-server` binary; `cli` only parses and dispatches.
 
 pub mod cli;
+pub mod compare;
 pub mod config;
 pub mod fixtures;
 pub mod hardware;
