@@ -85,8 +85,20 @@ fn equal_configs_rarely_give_a_false_win() {
         "false wins, 3 equal candidates: {false_three:.1} % of {SEEDS} seeds (mean {:.1} launches)",
         mean_launches(&three)
     );
+    // Without the probe nothing is trimmed: all three race at once.
+    let all = RaceSettings {
+        noise_launches: 0,
+        ..settings
+    };
+    let three_all = rates(all, model, &[s(100.0, 1000.0); 4]);
+    let false_all = pct(three_all.wins.iter().sum());
+    println!(
+        "false wins, 3 equal candidates all raced (no probe): {false_all:.1} % of {SEEDS} seeds (mean {:.1} launches)",
+        mean_launches(&three_all)
+    );
     assert!(false_one <= 5.0, "{false_one} %");
     assert!(false_three <= 5.0, "{false_three} %");
+    assert!(false_all <= 5.0, "{false_all} %");
 }
 
 #[test]

@@ -29,15 +29,32 @@
 //! The race starts with `noise_launches` back-to-back launches of the reference. Their spread
 //! (σ of `ln tg`) gives the paired noise (σ·√2) and the rounds needed to resolve a gain of
 //! `target_gain_pct` with 80 % power; the race keeps as many candidates (best-ranked first) as
-//! the budget can give that many rounds. The others are reported as not raced.
+//! the budget can give that many rounds. The others wait: one takes the place of a candidate
+//! that fails or is dropped while the budget still allows; the rest are reported as not raced.
+//!
+//! # Claims and their level
+//! Peeking after every ABBA pair of rounds, at several candidates, would inflate the chance of a
+//! false win. A "better" claim therefore uses the family level (95 %) split (Bonferroni) over
+//! the looks the budget allows and the candidates given; `RaceOutcome::claim_confidence` says
+//! which level that was, and `CandidateResult::claim` carries the interval at that level.
+//! Drops (Worse, Tie) use the plain 95 % interval: a wrong drop only costs a chance.
 //!
 //! # Driving it
 //! The race is a pure state machine: [`Race::next_launch`] says which arm to launch next
 //! (arm 0 is the reference, arm `i` is `candidates[i - 1]`), [`Race::record`] takes what that
 //! launch measured (`None` when it failed), [`Race::outcome`] says what was decided. [`run`]
-//! loops over a callback. The budget is never exceeded.
+//! loops over a callback; [`run_trials`] drives it with a [`TrialRunner`]. The budget is never
+//! exceeded.
+//!
+//! From `tune`: after the search, rank its candidates (best first), then
+//! `run_trials(RaceSettings { budget_launches, ..Default::default() }, &baseline, &top,
+//! runner, baseline_samples)`; `outcome.winner` indexes `top` (None: the baseline stays), each
+//! `candidates[i].vs_reference` carries the intervals to report, `outcome.noise` and
+//! `pair_sigma_pct` the noise measured on the box.
 
 use super::{Band, Comparison, Decision, Metric, PairedVerdict, Sample};
+use crate::config::LaunchConfig;
+use crate::trial::{TrialOutcome, TrialRole, TrialRunner};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -155,6 +172,10 @@ pub struct RaceOutcome {
     pub candidates: Vec<CandidateResult>,
     /// From the probe (None without a probe or with fewer than 2 ok probe launches).
     pub noise: Option<NoiseEstimate>,
+    /// σ of a paired `ln` generation ratio (percent) pooled over the probe and every paired
+    /// series at the end, and its degrees of freedom: the box's noise as the race saw it.
+    pub pair_sigma_pct: Option<f64>,
+    pub pair_sigma_df: Option<u32>,
     pub launches: u32,
     /// Confidence of the win claims (the family level split over looks and candidates).
     pub claim_confidence: f64,
@@ -195,6 +216,37 @@ pub fn run(
         race.record(l, s);
     }
     race.outcome()
+}
+
+/// Drive a race with a trial runner (the real [`crate::trial::server::LlamaServerRunner`] or a
+/// replay): the probe's launches run the reference as [`TrialRole::Baseline`], the rounds run as
+/// [`TrialRole::Confirm`]. A launch that does not end `ok` (a failure, or `spill` over the VRAM
+/// budget) counts as failed: that candidate leaves the race and never wins. `probe`: launches
+/// of the reference already measured (e.g. a tune's baseline trials) to use instead of new
+/// ones; empty to launch the probe. Returns the outcome and every trial, in order.
+pub fn run_trials(
+    settings: RaceSettings,
+    reference: &LaunchConfig,
+    candidates: &[LaunchConfig],
+    runner: &mut dyn TrialRunner,
+    probe: Vec<Sample>,
+) -> (RaceOutcome, Vec<TrialOutcome>) {
+    let mut race = Race::new(settings, candidates.len());
+    if !probe.is_empty() {
+        race = race.with_probe(probe);
+    }
+    let mut trials = Vec::new();
+    while let Some(l) = race.next_launch() {
+        let (config, role) = match l.arm {
+            REFERENCE if l.round.is_none() => (reference, TrialRole::Baseline),
+            REFERENCE => (reference, TrialRole::Confirm),
+            i => (&candidates[i - 1], TrialRole::Confirm),
+        };
+        let o = runner.run(config, role);
+        race.record(l, Sample::from_outcome(&o));
+        trials.push(o);
+    }
+    (race.outcome(), trials)
 }
 
 impl Race {
@@ -338,6 +390,7 @@ impl Race {
         if self.finished.is_some() {
             return;
         }
+        self.promote();
         // Next round: the reference and every survivor, trimmed to the budget (best first).
         let mut racing = self.racing();
         if racing.is_empty() {
@@ -374,6 +427,24 @@ impl Race {
             order,
             samples: vec![None; self.n_arms],
         });
+    }
+
+    /// A candidate left (failed or dropped): the next one waiting takes its place, if the
+    /// budget can still give it `min_rounds` rounds.
+    fn promote(&mut self) {
+        let Some(noise) = self.noise else { return };
+        loop {
+            let n = self.racing().len() as u32;
+            let fits = self.budget_left() / (n + 2) >= self.s.min_rounds.max(2);
+            let waiting =
+                (1..self.n_arms).find(|&i| matches!(self.status[i], ArmStatus::NotRaced { .. }));
+            match waiting {
+                Some(i) if n < noise.affordable_candidates && fits => {
+                    self.status[i] = ArmStatus::Racing
+                }
+                _ => break,
+            }
+        }
     }
 
     /// σ of the probe's `ln tg`, and how many candidates the budget can resolve.
@@ -431,11 +502,13 @@ impl Race {
     /// the budget allows and every candidate raced, so that peeking after each ABBA pair of
     /// rounds at several candidates keeps the chance of a false win within `1 − confidence`.
     fn claim_level(&self) -> f64 {
-        let m = self.racing().len().max(1) as u32;
+        // Every candidate given may race (one waiting takes the place of one that leaves).
+        let m = (self.n_arms - 1).max(1) as u32;
+        let racing = self.racing().len().max(1) as u32;
         let left = self.budget_left();
         // The most rounds possible: every other candidate dropped after one round.
-        let max_rounds = if m > 1 {
-            1 + left.saturating_sub(m + 1) / 2
+        let max_rounds = if racing > 1 {
+            1 + left.saturating_sub(racing + 1) / 2
         } else {
             left / 2
         };
@@ -620,6 +693,7 @@ impl Race {
             }
         }
 
+        self.promote();
         let racing = self.racing();
         match racing.as_slice() {
             [] => {
@@ -698,6 +772,10 @@ impl Race {
             reason,
             candidates,
             noise: self.noise,
+            pair_sigma_pct: self
+                .pooled_pair_sigma()
+                .map(|(s, _)| (s.exp() - 1.0) * 100.0),
+            pair_sigma_df: self.pooled_pair_sigma().map(|(_, df)| df as u32),
             launches: self.used,
             claim_confidence: self.claim_confidence,
             rounds: self.rounds.clone(),
@@ -755,4 +833,70 @@ pub fn compare_rounds(
         })
         .collect();
     Comparison::from_pairs(&pairs, confidence)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::noise::{NoiseModel, NoisyBox};
+    use crate::trial::replay::{ReplayAnswer, ReplayRunner};
+    use crate::trial::OutcomeKind;
+
+    #[test]
+    fn a_trial_runner_drives_the_race_with_roles_and_failures() {
+        let base = LaunchConfig::baseline(4096);
+        let fast = LaunchConfig {
+            ubatch: Some(1024),
+            ..base.clone()
+        };
+        let broken = LaunchConfig {
+            n_cpu_moe: Some(2),
+            ..base.clone()
+        };
+        let (b2, f2, x2) = (base.clone(), fast.clone(), broken.clone());
+        let truth = vec![
+            Sample {
+                gen_tps: 100.0,
+                prompt_tps: 1000.0,
+            },
+            Sample {
+                gen_tps: 125.0,
+                prompt_tps: 1000.0,
+            },
+        ];
+        let mut bx = NoisyBox::new(NoiseModel::measured_box(), truth, 5);
+        let mut n = 0u64;
+        let mut runner = ReplayRunner::from_fn(move |c| {
+            n += 1;
+            if *c == x2 {
+                return ReplayAnswer::Fail(OutcomeKind::OomLoad);
+            }
+            let arm = usize::from(*c == f2);
+            assert!(*c == b2 || *c == f2);
+            let s = bx.measure(arm, n / 3, n % 3);
+            ReplayAnswer::Ok {
+                gen_tps: s.gen_tps,
+                prompt_tps: s.prompt_tps,
+                peak_vram_mib: None,
+            }
+        });
+        let settings = RaceSettings::default();
+        let (out, trials) = run_trials(settings, &base, &[broken, fast], &mut runner, vec![]);
+        assert_eq!(out.launches as usize, trials.len());
+        assert!(trials.len() <= settings.budget_launches as usize);
+        let roles: Vec<TrialRole> = trials.iter().map(|t| t.role).collect();
+        assert_eq!(
+            &roles[..3],
+            [TrialRole::Baseline; 3],
+            "the probe runs the baseline"
+        );
+        assert!(roles[3..].iter().all(|r| *r == TrialRole::Confirm));
+        assert!(matches!(
+            out.candidates[0].status,
+            ArmStatus::Failed { round: 0 }
+        ));
+        assert_eq!(out.winner, Some(1), "{}\n{:#?}", out.reason, out.candidates);
+        assert!(out.reason.contains("generation +"), "{}", out.reason);
+        assert!(out.pair_sigma_pct.is_some() && out.noise.is_some());
+    }
 }
