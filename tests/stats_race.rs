@@ -263,6 +263,13 @@ fn failures_never_win_and_a_failing_reference_ends_the_race() {
     ));
     assert_ne!(out.winner, Some(0));
 
+    let out = race::run(RaceSettings::default(), 2, |l| {
+        (l.arm == 0).then_some(s(100.0, 1000.0))
+    });
+    assert_eq!(out.winner, None);
+    assert_eq!(out.reason, "every candidate failed: the reference stays");
+    assert_eq!(out.launches, 3 + 3, "the probe, then one round");
+
     let out = race::run(RaceSettings::default(), 1, |l| {
         (l.arm != 0).then_some(s(100.0, 1000.0))
     });

@@ -394,14 +394,15 @@ impl Race {
         // Next round: the reference and every survivor, trimmed to the budget (best first).
         let mut racing = self.racing();
         if racing.is_empty() {
-            self.finished = Some(
-                "no candidate beat the reference beyond the noise: the reference stays".into(),
-            );
+            self.finished = Some(self.nobody_left());
             return;
         }
         let left = self.budget_left() as usize;
         if left < 2 {
-            self.finished = Some("the launch budget is spent".into());
+            self.finished = Some(format!(
+                "the budget of {} launches is spent before any candidate beat the reference beyond the noise: the reference stays",
+                self.s.budget_launches
+            ));
             return;
         }
         if racing.len() + 1 > left {
@@ -427,6 +428,17 @@ impl Race {
             order,
             samples: vec![None; self.n_arms],
         });
+    }
+
+    fn nobody_left(&self) -> String {
+        let failed = (1..self.n_arms)
+            .filter(|&i| matches!(self.status[i], ArmStatus::Failed { .. }))
+            .count();
+        if failed == self.n_arms - 1 {
+            "every candidate failed: the reference stays".into()
+        } else {
+            "no candidate beat the reference beyond the noise: the reference stays".into()
+        }
     }
 
     /// A candidate left (failed or dropped): the next one waiting takes its place, if the
@@ -696,11 +708,7 @@ impl Race {
         self.promote();
         let racing = self.racing();
         match racing.as_slice() {
-            [] => {
-                self.finished = Some(
-                    "no candidate beat the reference beyond the noise: the reference stays".into(),
-                )
-            }
+            [] => self.finished = Some(self.nobody_left()),
             [only] if due => {
                 if let Some(v) = self.claim(*only, REFERENCE) {
                     if v.decision == Decision::Better && v.gen.rounds >= self.s.min_rounds as usize
