@@ -89,6 +89,15 @@ pub struct AgainstFirst {
     /// `+4.1 % [−1.2, +9.6] (95 %, 6 rounds)`, for generation and prompt.
     pub gen: Option<String>,
     pub prompt: Option<String>,
+    /// The per-round ratios (command / first), in round order, and their medians.
+    pub gen_ratios: Vec<f64>,
+    pub prompt_ratios: Vec<f64>,
+    pub gen_median_ratio: Option<f64>,
+    pub prompt_median_ratio: Option<f64>,
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    crate::trial::Stat::from_samples(v).map(|s| s.median)
 }
 
 /// Everything a comparison measured and concluded: `compare.json`.
@@ -231,8 +240,17 @@ pub fn summarize(
                 .filter_map(|r| Some((r.sample(c)?, r.sample(0)?)))
                 .collect();
             let verdict = PairedVerdict::from_pairs(&pairs, confidence, band);
+            let gen_ratios: Vec<f64> = pairs.iter().map(|(c, r)| c.gen_tps / r.gen_tps).collect();
+            let prompt_ratios: Vec<f64> = pairs
+                .iter()
+                .map(|(c, r)| c.prompt_tps / r.prompt_tps)
+                .collect();
             AgainstFirst {
                 command: c,
+                gen_median_ratio: median(&gen_ratios),
+                prompt_median_ratio: median(&prompt_ratios),
+                gen_ratios,
+                prompt_ratios,
                 gen: verdict.as_ref().map(|v| v.gen.to_string()),
                 prompt: verdict.as_ref().map(|v| v.prompt.to_string()),
                 verdict,
@@ -321,8 +339,26 @@ pub fn render_text(r: &CompareResult) -> String {
         let name = command_name(a.command);
         match &a.verdict {
             Some(v) => {
+                let ratios = |r: &[f64], m: Option<f64>| {
+                    let each: Vec<String> = r.iter().map(|x| format!("{x:.2}")).collect();
+                    format!(
+                        "median ratio {} (rounds: {})",
+                        m.map_or("-".into(), |m| format!("{m:.2}")),
+                        each.join(", ")
+                    )
+                };
                 let _ = writeln!(s, "  {name}  generation {}: {}", v.gen, v.gen_decision);
+                let _ = writeln!(
+                    s,
+                    "                {}",
+                    ratios(&a.gen_ratios, a.gen_median_ratio)
+                );
                 let _ = writeln!(s, "     prompt     {}: {}", v.prompt, v.prompt_decision);
+                let _ = writeln!(
+                    s,
+                    "                {}",
+                    ratios(&a.prompt_ratios, a.prompt_median_ratio)
+                );
                 let _ = writeln!(
                     s,
                     "     verdict: {} (decided by {}; generation leads, prompt speed decides inside a generation tie)",
@@ -565,6 +601,8 @@ mod tests {
             Some("+10.0 % [+10.0, +10.0] (95 %, 4 rounds)")
         );
         assert_eq!(v.prompt_decision, crate::stats::Decision::Tie);
+        assert_eq!(against[0].gen_ratios.len(), 4);
+        assert!((against[0].gen_median_ratio.unwrap() - 1.1).abs() < 1e-12);
         assert_eq!(v.decision, crate::stats::Decision::Better);
     }
 
@@ -639,6 +677,10 @@ mod tests {
         );
         assert!(
             text.contains("peak VRAM: A not sampled, B not sampled"),
+            "{text}"
+        );
+        assert!(
+            text.contains("median ratio 1.00 (rounds: 1.00, 1.00)"),
             "{text}"
         );
     }
