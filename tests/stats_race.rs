@@ -327,3 +327,45 @@ fn the_budget_holds_for_every_size() {
         }
     }
 }
+
+#[test]
+fn a_race_replayed_from_its_records_goes_on_identically() {
+    let truth = [s(100.0, 1000.0), s(106.0, 1000.0), s(101.0, 1000.0)];
+    let settings = RaceSettings {
+        budget_launches: 30,
+        ..RaceSettings::default()
+    };
+    let measure = |bx: &mut NoisyBox, l: race::Launch| {
+        Some(bx.measure(
+            l.arm,
+            l.round.map_or(1_000_000, u64::from),
+            u64::from(l.slot),
+        ))
+    };
+    // The whole race, recording every launch.
+    let mut bx = NoisyBox::new(NoiseModel::measured_box(), truth.to_vec(), 11);
+    let mut log = Vec::new();
+    let mut whole = race::Race::new(settings, 2);
+    while let Some(l) = whole.next_launch() {
+        let m = measure(&mut bx, l);
+        log.push((l, m));
+        whole.record(l, m);
+    }
+    // Interrupted after 9 launches, rebuilt from those records, then continued.
+    let mut bx = NoisyBox::new(NoiseModel::measured_box(), truth.to_vec(), 11);
+    let mut resumed = race::Race::new(settings, 2);
+    for (l, m) in &log[..9] {
+        assert_eq!(resumed.next_launch(), Some(*l));
+        bx.measure(
+            l.arm,
+            l.round.map_or(1_000_000, u64::from),
+            u64::from(l.slot),
+        );
+        resumed.record(*l, *m);
+    }
+    while let Some(l) = resumed.next_launch() {
+        let m = measure(&mut bx, l);
+        resumed.record(l, m);
+    }
+    assert_eq!(resumed.outcome(), whole.outcome());
+}

@@ -44,7 +44,8 @@
 //! (arm 0 is the reference, arm `i` is `candidates[i - 1]`), [`Race::record`] takes what that
 //! launch measured (`None` when it failed), [`Race::outcome`] says what was decided. [`run`]
 //! loops over a callback; [`run_trials`] drives it with a [`TrialRunner`]. The budget is never
-//! exceeded.
+//! exceeded. The machine is deterministic: a resumed tune rebuilds it by feeding the journaled
+//! trials back through `next_launch` / `record` in order, then goes on launching.
 //!
 //! From `tune`: after the search, rank its candidates (best first), then
 //! `run_trials(RaceSettings { budget_launches, ..Default::default() }, &baseline, &top,
