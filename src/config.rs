@@ -170,6 +170,9 @@ pub struct LaunchConfig {
     /// `--fit on|off`; `None` leaves the server's default (on in the pinned build).
     #[serde(default)]
     pub fit: Option<bool>,
+    /// `--fit-target MiB[,MiB...]`: memory fit leaves free per device; empty: not passed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fit_target: Vec<u32>,
 }
 
 impl LaunchConfig {
@@ -188,6 +191,7 @@ impl LaunchConfig {
             flash_attn: FlashAttn::Auto,
             mmap: true,
             fit: None,
+            fit_target: Vec::new(),
         }
     }
 
@@ -260,6 +264,9 @@ impl LaunchConfig {
         if let Some(fit) = self.fit {
             push("--fit", if fit { "on" } else { "off" }.to_string());
         }
+        if !self.fit_target.is_empty() {
+            push("--fit-target", join_u32(&self.fit_target));
+        }
         if !self.mmap {
             a.push("--no-mmap".to_string());
         }
@@ -292,6 +299,7 @@ impl LaunchConfig {
             && self.cache_type_k == KvType::F16
             && self.cache_type_v == KvType::F16
             && self.flash_attn == FlashAttn::Auto
+            && self.fit_target.is_empty()
         {
             return "baseline (server defaults, auto-fit)".to_string();
         }
@@ -302,6 +310,9 @@ impl LaunchConfig {
             (Some(n), None) => parts.push(format!("ngl={n}")),
             (None, None) if self.fit == Some(true) => parts.push("fit=on".to_string()),
             (None, None) => {}
+        }
+        if !self.fit_target.is_empty() {
+            parts.push(format!("fit-target={}", join_u32(&self.fit_target)));
         }
         if let Some(t) = self.threads {
             parts.push(format!("t={t}"));
@@ -320,6 +331,225 @@ impl LaunchConfig {
         }
         parts.join(" ")
     }
+}
+
+fn join_u32(v: &[u32]) -> String {
+    v.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A `llama-server` command line read back into its parts (see [`parse_command`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerCommand {
+    /// The first word: the server binary as written (`llama-server`, or a path).
+    pub server: String,
+    /// `-m`.
+    pub model: Option<std::path::PathBuf>,
+    /// `--host` / `--port`, when given (trials ignore them: they listen on 127.0.0.1).
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    pub config: LaunchConfig,
+}
+
+/// Read back a `llama-server` argv as qtune renders it ([`LaunchConfig::command`]): the binary,
+/// `-m`, the config's flags (short or long spelling, `--flag=value` too), `--host`, `--port`.
+/// `-c` and `-np` are required (the server's own defaults differ from a config's). Any other
+/// flag is one clear error naming it: a comparison measures exactly what it was given.
+pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
+    let (server, rest) = argv.split_first().ok_or_else(|| {
+        "empty command: expected 'llama-server -m MODEL.gguf -c N -np N ...'".to_string()
+    })?;
+    if server.starts_with('-') {
+        return Err(format!(
+            "the command starts with the flag '{server}': it must start with the server binary (e.g. llama-server)"
+        ));
+    }
+    let mut cfg = LaunchConfig::baseline(0);
+    let (mut ctx, mut parallel) = (None, None);
+    let (mut model, mut host, mut port) = (None, None, None);
+    let mut seen: Vec<&'static str> = Vec::new();
+    let mut i = 0;
+    while i < rest.len() {
+        let word = rest[i].as_str();
+        let (flag, inline) = match word.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (word, None),
+        };
+        let canon: &'static str = match flag {
+            "-m" | "--model" => "-m",
+            "-c" | "--ctx-size" => "-c",
+            "-np" | "--parallel" => "-np",
+            "-ngl" | "--n-gpu-layers" | "--gpu-layers" => "-ngl",
+            "-ncmoe" | "--n-cpu-moe" => "--n-cpu-moe",
+            "-t" | "--threads" => "-t",
+            "-b" | "--batch-size" => "-b",
+            "-ub" | "--ubatch-size" => "-ub",
+            "-ctk" | "--cache-type-k" => "-ctk",
+            "-ctv" | "--cache-type-v" => "-ctv",
+            "-fa" | "--flash-attn" => "-fa",
+            "--fit" => "--fit",
+            "--fit-target" => "--fit-target",
+            "--no-mmap" => "--no-mmap",
+            "--host" => "--host",
+            "--port" => "--port",
+            _ if flag.starts_with('-') => {
+                return Err(format!(
+                    "unknown flag '{flag}': qtune reads back only the flags it renders (-m, -c, -np, -ngl, --n-cpu-moe, -t, -b, -ub, -ctk, -ctv, -fa, --fit, --fit-target, --no-mmap, --host, --port)"
+                ))
+            }
+            _ => {
+                return Err(format!(
+                    "unexpected word '{word}': expected a flag (is a value missing its flag, or a path unquoted?)"
+                ))
+            }
+        };
+        if seen.contains(&canon) {
+            return Err(format!("{canon} is given twice"));
+        }
+        seen.push(canon);
+        i += 1;
+        if canon == "--no-mmap" {
+            if inline.is_some() {
+                return Err("--no-mmap takes no value".into());
+            }
+            cfg.mmap = false;
+            continue;
+        }
+        let value = match inline {
+            Some(v) => v,
+            None => {
+                let v = rest
+                    .get(i)
+                    .filter(|v| !v.starts_with('-') || v.parse::<f64>().is_ok())
+                    .ok_or_else(|| format!("{canon} needs a value"))?;
+                i += 1;
+                v.clone()
+            }
+        };
+        let num = |v: &str| -> Result<u32, String> {
+            v.parse::<u32>()
+                .map_err(|_| format!("{canon} takes a whole number, not '{v}'"))
+        };
+        match canon {
+            "-m" => model = Some(std::path::PathBuf::from(value)),
+            "-c" => ctx = Some(num(&value)?),
+            "-np" => parallel = Some(num(&value)?),
+            "-ngl" => cfg.n_gpu_layers = Some(num(&value)?),
+            "--n-cpu-moe" => cfg.n_cpu_moe = Some(num(&value)?),
+            "-t" => cfg.threads = Some(num(&value)?),
+            "-b" => cfg.batch = Some(num(&value)?),
+            "-ub" => cfg.ubatch = Some(num(&value)?),
+            "-ctk" => cfg.cache_type_k = value.parse()?,
+            "-ctv" => cfg.cache_type_v = value.parse()?,
+            "-fa" => {
+                cfg.flash_attn = match value.as_str() {
+                    "on" => FlashAttn::On,
+                    "off" => FlashAttn::Off,
+                    "auto" => FlashAttn::Auto,
+                    v => return Err(format!("-fa takes on, off or auto, not '{v}'")),
+                }
+            }
+            "--fit" => {
+                cfg.fit = Some(match value.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    v => return Err(format!("--fit takes on or off, not '{v}'")),
+                })
+            }
+            "--fit-target" => {
+                cfg.fit_target = value
+                    .split(',')
+                    .map(|v| num(v.trim()))
+                    .collect::<Result<_, _>>()?
+            }
+            "--host" => host = Some(value),
+            "--port" => {
+                port = Some(
+                    value
+                        .parse::<u16>()
+                        .map_err(|_| format!("--port takes a port number, not '{value}'"))?,
+                )
+            }
+            _ => unreachable!("every canonical flag is handled"),
+        }
+    }
+    cfg.ctx = ctx.ok_or("the command has no -c: give the context size (e.g. -c 32768)")?;
+    cfg.parallel = parallel.ok_or(
+        "the command has no -np: give the slot count (e.g. -np 1; the server's default is 4)",
+    )?;
+    Ok(ServerCommand {
+        server: server.clone(),
+        model,
+        host,
+        port,
+        config: cfg,
+    })
+}
+
+/// Split one shell line into words: single quotes, double quotes (with `\"`, `\\`, `\$`,
+/// `` \` `` escapes) and backslash escapes, as [`shell_line`] writes them. No expansion.
+pub fn split_shell_line(line: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => cur.push(c),
+                        None => return Err("unterminated single quote".into()),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c @ ('"' | '\\' | '$' | '`')) => cur.push(c),
+                            Some('\n') => {}
+                            Some(c) => {
+                                cur.push('\\');
+                                cur.push(c);
+                            }
+                            None => return Err("unterminated double quote".into()),
+                        },
+                        Some(c) => cur.push(c),
+                        None => return Err("unterminated double quote".into()),
+                    }
+                }
+            }
+            '\\' => match chars.next() {
+                Some('\n') => {}
+                Some(c) => {
+                    in_word = true;
+                    cur.push(c);
+                }
+                None => return Err("a trailing backslash".into()),
+            },
+            c => {
+                in_word = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(cur);
+    }
+    Ok(words)
 }
 
 /// Quote one word for a POSIX shell (single quotes; `'` becomes `'\''`).
@@ -382,6 +612,103 @@ mod tests {
         assert_eq!(shell_quote("my model.gguf"), "'my model.gguf'");
         assert_eq!(shell_quote("it's $HOME`x`"), r"'it'\''s $HOME`x`'");
         assert_eq!(shell_quote(""), "''");
+    }
+
+    fn words(line: &str) -> Vec<String> {
+        split_shell_line(line).unwrap()
+    }
+
+    #[test]
+    fn a_rendered_command_parses_back_to_the_same_config() {
+        let configs = [
+            LaunchConfig::baseline(32768),
+            LaunchConfig {
+                n_gpu_layers: Some(999),
+                n_cpu_moe: Some(13),
+                threads: Some(8),
+                batch: Some(2048),
+                ubatch: Some(2048),
+                cache_type_k: KvType::Q8_0,
+                cache_type_v: KvType::Q4_0,
+                flash_attn: FlashAttn::On,
+                mmap: false,
+                fit: Some(false),
+                ..LaunchConfig::baseline(32768)
+            },
+            LaunchConfig {
+                fit: Some(true),
+                fit_target: vec![512, 1024],
+                flash_attn: FlashAttn::Off,
+                ..LaunchConfig::baseline(8192)
+            },
+        ];
+        for cfg in configs {
+            let argv = cfg.command(
+                Path::new("/opt/llama server/llama-server"),
+                Path::new("/m/it's a model.gguf"),
+                "0.0.0.0",
+                8080,
+            );
+            let line = shell_line(&argv);
+            let back = parse_command(&words(&line)).unwrap();
+            assert_eq!(back.config, cfg, "{line}");
+            assert_eq!(back.server, "/opt/llama server/llama-server");
+            assert_eq!(
+                back.model.as_deref(),
+                Some(Path::new("/m/it's a model.gguf"))
+            );
+            assert_eq!(
+                (back.host.as_deref(), back.port),
+                (Some("0.0.0.0"), Some(8080))
+            );
+            assert_eq!(
+                shell_line(&back.config.server_args()),
+                shell_line(&cfg.server_args())
+            );
+        }
+    }
+
+    #[test]
+    fn long_flag_spellings_and_fit_target_parse() {
+        let c = parse_command(&words(
+            "llama-server --model M.gguf --ctx-size=32768 --parallel 1 --fit-target 512",
+        ))
+        .unwrap();
+        assert_eq!(c.server, "llama-server");
+        assert_eq!(c.config.fit_target, [512]);
+        assert_eq!(
+            c.config.server_args().join(" "),
+            "-c 32768 -np 1 --fit-target 512"
+        );
+        assert_eq!(c.config.label(), "fit-target=512 kv=f16/f16");
+    }
+
+    #[test]
+    fn bad_commands_are_one_clear_error() {
+        let err = |line: &str| parse_command(&words(line)).unwrap_err();
+        assert!(
+            err("llama-server -m M.gguf -c 4096 -np 1 --mlock").contains("unknown flag '--mlock'")
+        );
+        assert!(err("llama-server -m M.gguf -np 1").contains("no -c"));
+        assert!(err("llama-server -m M.gguf -c 4096").contains("no -np"));
+        assert!(err("llama-server -m M.gguf -c big -np 1").contains("whole number"));
+        assert!(err("llama-server -c 1 -c 2 -np 1").contains("twice"));
+        assert!(err("llama-server -c 4096 -np 1 -ctk q3").contains("unknown KV cache type"));
+        assert!(err("llama-server -c 4096 -np 1 -t").contains("-t needs a value"));
+        assert!(err("-c 4096").contains("server binary"));
+        assert!(err("llama-server stray -c 1 -np 1").contains("unexpected word 'stray'"));
+        assert!(parse_command(&[]).is_err());
+    }
+
+    #[test]
+    fn shell_lines_split_like_a_shell() {
+        assert_eq!(
+            words(r#"a 'b c' "d \"e\"" f\ g  'it'\''s'"#),
+            ["a", "b c", "d \"e\"", "f g", "it's"]
+        );
+        assert!(split_shell_line("a 'b").is_err());
+        assert!(split_shell_line("a \"b").is_err());
+        assert_eq!(words("  "), Vec::<String>::new());
     }
 
     #[test]

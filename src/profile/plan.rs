@@ -248,6 +248,7 @@ pub fn plan(
                 flash_attn: w.flash_attn,
                 mmap: w.mmap,
                 fit: None,
+                fit_target: Vec::new(),
             }
         }
         None => default_base(ctx, &hw.host, &mut reasons),

@@ -133,6 +133,7 @@ impl SearchContext {
             flash_attn: base.flash_attn,
             mmap: f.mmap,
             fit: None,
+            fit_target: Vec::new(),
         };
         if self.gpu_moe {
             c.place_experts(n_cpu_moe);
