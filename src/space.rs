@@ -92,6 +92,52 @@ pub struct Vary {
     pub kv_types: Vec<[crate::config::KvType; 2]>,
     #[serde(default = "default_fa")]
     pub flash_attn: Vec<crate::config::FlashAttn>,
+    /// `--load-mode` values to try (`none`: experts on the CPU in pinned RAM, fast to copy to
+    /// the GPU). Omitted: `fixed.mmap` of older spaces, else `auto` (the server's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_mode: Option<Vec<crate::config::LoadMode>>,
+    /// Where the CPU-side experts sit: `first` (whole blocks from block 0, `--n-cpu-moe`),
+    /// `last` (whole blocks from the end, as `--fit`), `first-split` / `last-split` (plus one
+    /// boundary block split per projection, to fill the card), `fit` (`--fit`'s own
+    /// placement as a candidate, `--fit on --fit-target`). Omitted: `[first]`.
+    #[serde(default = "default_placement")]
+    pub placement: Vec<PlacementStyle>,
+    /// Also try `--no-op-offload` for `batch_ubatch` pairs whose ubatch is at most this
+    /// (small micro-batches, where copying CPU experts to the GPU costs more than it saves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_op_offload_max_ubatch: Option<u32>,
+}
+
+/// How the experts that do not fit on the GPU are chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlacementStyle {
+    /// The first blocks' experts, whole (`--n-cpu-moe N`).
+    First,
+    /// The last blocks' experts, whole (`-ot` rule), where `--fit` puts them.
+    Last,
+    /// `first` plus the next block's experts split per projection.
+    FirstSplit,
+    /// `last` plus the block before them split per projection (what `--fit` does).
+    LastSplit,
+    /// `--fit on --fit-target <headroom>`: fit places, qtune sets the rest.
+    Fit,
+}
+
+impl PlacementStyle {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlacementStyle::First => "first",
+            PlacementStyle::Last => "last",
+            PlacementStyle::FirstSplit => "first-split",
+            PlacementStyle::LastSplit => "last-split",
+            PlacementStyle::Fit => "fit",
+        }
+    }
+}
+
+fn default_placement() -> Vec<PlacementStyle> {
+    vec![PlacementStyle::First]
 }
 
 fn default_threads() -> Vec<Threads> {
@@ -114,8 +160,30 @@ pub struct Fixed {
     pub ctx: u32,
     #[serde(default = "default_parallel")]
     pub parallel: u32,
-    #[serde(default = "default_true")]
-    pub mmap: bool,
+    /// Older spaces: `mmap: true` (the server's default load mode) or `false` (`none`). Newer
+    /// ones name the load modes in `vary.load_mode`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mmap: Option<bool>,
+    /// `--fit-target` MiB of the `fit` placement; omitted: the tune's VRAM headroom.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fit_target_mib: Option<u32>,
+}
+
+impl SearchSpace {
+    /// The load modes to try, the first being the starting point.
+    pub fn load_modes(&self) -> Vec<crate::config::LoadMode> {
+        use crate::config::LoadMode;
+        match (&self.vary.load_mode, self.fixed.mmap) {
+            (Some(v), _) if !v.is_empty() => v.clone(),
+            (_, Some(false)) => vec![LoadMode::None],
+            _ => vec![LoadMode::Auto],
+        }
+    }
+
+    /// Is `--fit`'s placement one of the candidates?
+    pub fn has_fit_candidate(&self) -> bool {
+        self.vary.placement.contains(&PlacementStyle::Fit)
+    }
 }
 
 fn default_parallel() -> u32 {
@@ -329,6 +397,44 @@ pub fn validate(s: &SearchSpace) -> Result<(), (&'static str, String)> {
     }
     if s.vary.flash_attn.is_empty() {
         return Err(("flash_attn", "flash_attn needs at least one value".into()));
+    }
+    match &s.vary.load_mode {
+        Some(v) if v.is_empty() => {
+            return Err((
+                "load_mode",
+                "load_mode needs at least one value (auto, none, mmap, mlock, mmap+mlock, dio)"
+                    .into(),
+            ))
+        }
+        Some(_) if s.fixed.mmap.is_some() => {
+            return Err((
+                "mmap",
+                "give vary.load_mode or the older fixed.mmap, not both".into(),
+            ))
+        }
+        _ => {}
+    }
+    if s.vary.placement.is_empty() {
+        return Err((
+            "placement",
+            "placement needs at least one of first, last, first-split, last-split, fit".into(),
+        ));
+    }
+    if let Some(ub) = s.vary.no_op_offload_max_ubatch {
+        if !(1..=65536).contains(&ub) {
+            return Err((
+                "no_op_offload_max_ubatch",
+                format!("no_op_offload_max_ubatch {ub} is outside 1..=65536"),
+            ));
+        }
+    }
+    if let Some(t) = s.fixed.fit_target_mib {
+        if t > 1_048_576 {
+            return Err((
+                "fit_target_mib",
+                format!("fit_target_mib {t} is outside 0..=1048576 MiB"),
+            ));
+        }
     }
     let w = &s.workload;
     if w.prompt_tokens == 0 || w.gen_tokens == 0 || w.repetitions == 0 {

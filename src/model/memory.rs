@@ -36,6 +36,11 @@ pub struct MemoryBreakdown {
     pub compute_host_mib: f64,
     /// Logits / embeddings output buffer (host memory).
     pub output_host_mib: f64,
+    /// The host weights are page cache of the memory-mapped model file (load mode auto/mmap),
+    /// not loaded buffers: the kernel can drop them and read them again. With `--load-mode
+    /// none` and a GPU they are pinned buffers (`CUDA_Host`), which can never be paged out.
+    #[serde(default)]
+    pub host_weights_file_backed: bool,
 }
 
 impl MemoryBreakdown {
@@ -56,6 +61,10 @@ pub struct MemoryPrediction {
     pub gpu_mib: f64,
     /// Everything in host RAM (weights, repacked copies, host KV, buffers), MiB.
     pub host_mib: f64,
+    /// The part of `host_mib` that must stay in RAM: all of it except the page cache of a
+    /// memory-mapped (not locked) model file. Over the available RAM, this goes to swap.
+    #[serde(default)]
+    pub host_required_mib: f64,
     pub breakdown: MemoryBreakdown,
     /// Blocks whose layers are on the GPU.
     pub gpu_blocks: u32,
@@ -178,11 +187,37 @@ pub fn predict_with(
                 + (if rest { r.shared_experts + r.rest } else { 0 })
         })
     };
+    // Routed-expert bytes of each block on the host: every expert of a host block, the first
+    // `--n-cpu-moe` blocks' experts, and what the `-ot` rules of `cpu_experts` name (per
+    // projection for a partial block).
+    let host_expert_bytes: Vec<u64> = layout
+        .blocks
+        .iter()
+        .enumerate()
+        .map(|(il, bb)| {
+            let il32 = il as u32;
+            if !block_on_gpu(il32) || il32 < ncmoe {
+                bb.routed_experts
+            } else {
+                cfg.cpu_experts
+                    .as_ref()
+                    .map_or(0, |c| layout.cpu_expert_bytes(il32, c))
+            }
+        })
+        .collect();
+    // With mmap, llama.cpp maps the file span from the first to the last host tensor: the
+    // GPU-resident tensors of the GPU blocks in between lie inside it.
+    let host_expert_span = {
+        let mut it = (0..layout.blocks.len()).filter(|&il| host_expert_bytes[il] > 0);
+        let first = it.next();
+        first.map(|f| (f, it.last().unwrap_or(f)))
+    };
+    let maps = cfg.load_mode.maps_file();
     for (il, bb) in layout.blocks.iter().enumerate() {
         let il32 = il as u32;
         let on_gpu = block_on_gpu(il32);
-        let experts_on_host = !on_gpu || il32 < ncmoe;
-        if experts_on_host && bb.routed_experts > 0 {
+        let host_experts = host_expert_bytes[il];
+        if host_experts > 0 {
             host_expert_blocks += 1;
         }
         if on_gpu {
@@ -190,16 +225,13 @@ pub fn predict_with(
         } else {
             b.weights_host_bytes += bb.shared_experts + bb.rest;
         }
-        if experts_on_host {
-            b.weights_host_bytes += bb.routed_experts;
-        } else {
-            b.weights_gpu_bytes += bb.routed_experts;
-        }
-        b.repack_host_bytes += repack_of(il, experts_on_host, !on_gpu);
-        // With mmap, llama.cpp maps the file span from the first to the last host tensor: the
-        // GPU-resident tensors of blocks whose experts stay on the host lie inside it.
-        if cfg.mmap && on_gpu && experts_on_host && bb.routed_experts > 0 {
-            b.mapped_span_host_bytes += bb.shared_experts + bb.rest;
+        b.weights_host_bytes += host_experts;
+        b.weights_gpu_bytes += bb.routed_experts - host_experts;
+        let all_experts_on_host = host_experts == bb.routed_experts;
+        b.repack_host_bytes += repack_of(il, all_experts_on_host && host_experts > 0, !on_gpu);
+        if maps && on_gpu && host_expert_span.is_some_and(|(f, l)| f <= il && il <= l) {
+            b.mapped_span_host_bytes +=
+                bb.shared_experts + bb.rest + bb.routed_experts - host_experts;
         }
     }
     // Input embedding: always host.
@@ -211,7 +243,7 @@ pub fn predict_with(
         if tied {
             b.weights_gpu_bytes += layout.token_embd_bytes;
         }
-        if cfg.mmap && host_expert_blocks > 0 && details.output_before_blocks {
+        if maps && host_expert_blocks > 0 && details.output_before_blocks {
             // Inside the mapped span (see above).
             b.mapped_span_host_bytes += layout.output_bytes + layout.other_bytes;
         }
@@ -307,9 +339,7 @@ pub fn predict_with(
         // token, the attention mask plus about 27 * n_embd floats of activations.
         let per_token = attn_bytes / t + 216.0 * 1024.0 * layout.n_embd as f64 / 2048.0;
         let normal_gpu = t * per_token / MIB + 12.0 + dequant;
-        let host_experts = layout.blocks.iter().enumerate().any(|(il, bb)| {
-            bb.routed_experts > 0 && (!block_on_gpu(il as u32) || (il as u32) < ncmoe)
-        });
+        let host_experts = host_expert_bytes.iter().any(|&x| x > 0);
         b.compute_gpu_mib = if host_experts {
             // With routed experts on the host, a large micro-batch's MoE ops run on the GPU with
             // expert weights copied in: a staging floor that grows with the expert count
@@ -339,13 +369,46 @@ pub fn predict_with(
         + b.recurrent_host_mib
         + b.compute_host_mib
         + b.output_host_mib;
+    b.host_weights_file_backed = maps && !cfg.load_mode.locks();
+    let file_backed_mib = if b.host_weights_file_backed {
+        b.weights_host_mib() + b.mapped_span_host_bytes as f64 / MIB
+    } else {
+        0.0
+    };
     MemoryPrediction {
         gpu_mib,
         host_mib,
+        host_required_mib: host_mib - file_backed_mib,
         breakdown: b,
         gpu_blocks,
         host_expert_blocks,
     }
+}
+
+/// Why a config must not be launched on a box with `ram_available_mib` of available host
+/// RAM, if it must not: the host memory it needs resident (pinned or loaded weights, KV,
+/// buffers; not the page cache of a mapped file) is over what is available, so the box would
+/// swap (or the OOM killer would end it) instead of measuring the config.
+pub fn host_ram_refusal(pred: &MemoryPrediction, ram_available_mib: f64) -> Option<String> {
+    (pred.host_required_mib > ram_available_mib).then(|| {
+        format!(
+            "predicted host RAM {:.0} MiB (weights loaded or pinned in RAM, KV, buffers) is over \
+             the {:.0} MiB available: it would swap; not launched. Use --load-mode mmap, put \
+             fewer experts on the CPU, or free RAM",
+            pred.host_required_mib, ram_available_mib
+        )
+    })
+}
+
+/// [`host_ram_refusal`] for `cfg` on this host.
+pub fn launch_refusal(
+    layout: &ModelLayout,
+    cfg: &LaunchConfig,
+    has_gpu: bool,
+    ram_available_mib: Option<f64>,
+) -> Option<String> {
+    let ram = ram_available_mib?;
+    host_ram_refusal(&predict(layout, cfg, has_gpu), ram)
 }
 
 /// The smallest `--n-cpu-moe` whose predicted GPU memory fits `budget_mib`, `None` when even

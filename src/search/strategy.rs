@@ -153,8 +153,13 @@ impl SearchContext {
             cache_type_k: base.kv[0],
             cache_type_v: base.kv[1],
             flash_attn: base.flash_attn,
-            mmap: f.mmap,
+            // issue 13 (placement/load-mode branch): the space's first load mode until the
+            // strategy searches vary.load_mode and the placement styles (src/search/candidates.rs).
+            load_mode: self.space.load_modes()[0],
             fit: None,
+            fit_target_mib: Vec::new(),
+            cpu_experts: None,
+            op_offload: true,
         };
         if self.gpu_moe {
             c.n_gpu_layers = Some(999);
@@ -177,7 +182,6 @@ impl SearchContext {
         let f = &self.space.fixed;
         LaunchConfig {
             parallel: f.parallel,
-            mmap: f.mmap,
             ..LaunchConfig::baseline(f.ctx)
         }
     }
