@@ -932,6 +932,213 @@ mod tests {
     }
 
     #[test]
+    fn number_ranges_render_as_short_exact_regexes() {
+        let alt = |lo: u32, hi: u32| BlockSet::new(lo..=hi).regex_alternation();
+        assert_eq!(alt(36, 47), "3[6-9]|4[0-7]");
+        assert_eq!(alt(0, 2), "[0-2]");
+        assert_eq!(alt(5, 5), "5");
+        assert_eq!(alt(8, 12), "[8-9]|1[0-2]");
+        assert_eq!(alt(40, 47), "4[0-7]");
+        assert_eq!(alt(0, 47), "[0-9]|[1-3][0-9]|4[0-7]");
+        assert_eq!(alt(95, 105), "9[5-9]|10[0-5]");
+        assert_eq!(BlockSet::new([1, 3, 4, 9]).regex_alternation(), "1|[3-4]|9");
+    }
+
+    /// Every number 0..300 is matched by the alternation of a set exactly when it is in the
+    /// set (checked with a real regex engine, anchored the way the `blk\.N\.` rule anchors it).
+    #[test]
+    fn number_range_regex_is_exact_for_every_range_below_300() {
+        use regex_automata::meta::Regex;
+        for lo in (0..130).step_by(7) {
+            for hi in (lo..300).step_by(11) {
+                let set = BlockSet::new((lo..=hi).chain([hi + 3]));
+                let re = Regex::new(&format!(r"^({})$", set.regex_alternation())).unwrap();
+                for n in 0..310u32 {
+                    assert_eq!(
+                        re.is_match(&n.to_string()),
+                        set.contains(n),
+                        "{n} against {} ({set})",
+                        set.regex_alternation()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn expert_placement_renders_one_ot_rule_per_regex() {
+        let cfg = LaunchConfig {
+            n_gpu_layers: Some(999),
+            fit: Some(false),
+            cpu_experts: Some(CpuExperts {
+                blocks: BlockSet::last(12, 48),
+                partial: Some(PartialBlock::new(35, [ExpertProj::Down, ExpertProj::Gate])),
+            }),
+            load_mode: LoadMode::None,
+            ..LaunchConfig::baseline(32768)
+        };
+        assert_eq!(
+            cfg.server_args(),
+            [
+                "-c",
+                "32768",
+                "-np",
+                "1",
+                "-ngl",
+                "999",
+                "-ot",
+                r"blk\.(3[6-9]|4[0-7])\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU",
+                "-ot",
+                r"blk\.35\.ffn_(gate|down)_(ch|)exps=CPU",
+                "--fit",
+                "off",
+                "--load-mode",
+                "none"
+            ]
+        );
+        assert_eq!(
+            cfg.label(),
+            "cpu-exps=36-47+35:gate,down kv=f16/f16 lm=none"
+        );
+        // No rule holds a comma: llama.cpp splits an -ot value on commas.
+        assert!(cfg.server_args().iter().all(|a| !a.contains(',')));
+        assert!(cfg.check().is_ok());
+    }
+
+    #[test]
+    fn first_n_with_a_partial_block_adds_to_n_cpu_moe() {
+        let cfg = LaunchConfig {
+            n_gpu_layers: Some(999),
+            n_cpu_moe: Some(12),
+            cpu_experts: Some(CpuExperts {
+                blocks: BlockSet::default(),
+                partial: Some(PartialBlock::new(12, [ExpertProj::Down])),
+            }),
+            ..LaunchConfig::baseline(8192)
+        };
+        assert_eq!(
+            cfg.server_args().join(" "),
+            r"-c 8192 -np 1 -ngl 999 --n-cpu-moe 12 -ot blk\.12\.ffn_(down)_(ch|)exps=CPU"
+        );
+        assert_eq!(cfg.label(), "ncmoe=12 cpu-exps=12:down kv=f16/f16");
+    }
+
+    #[test]
+    fn fit_candidate_has_no_placement_flags_and_keeps_the_rest() {
+        let tuned = LaunchConfig {
+            n_gpu_layers: Some(999),
+            n_cpu_moe: Some(13),
+            fit: Some(false),
+            threads: Some(8),
+            ubatch: Some(2048),
+            batch: Some(2048),
+            cache_type_k: KvType::Q8_0,
+            cache_type_v: KvType::Q8_0,
+            load_mode: LoadMode::None,
+            op_offload: false,
+            ..LaunchConfig::baseline(32768)
+        };
+        let fit = tuned.with_fit_placement(512);
+        assert!(fit.is_fit_placement() && fit.check().is_ok());
+        assert_eq!(
+            fit.server_args().join(" "),
+            "-c 32768 -np 1 -t 8 -b 2048 -ub 2048 -ctk q8_0 -ctv q8_0 --fit on --fit-target 512 --load-mode none --no-op-offload"
+        );
+        assert_eq!(
+            fit.label(),
+            "fit=on/512 t=8 b=2048/2048 kv=q8_0/q8_0 lm=none no-op-offload"
+        );
+        // fit gives up when placement is set: such a config is refused before launch.
+        let both = LaunchConfig {
+            n_cpu_moe: Some(3),
+            ..fit.clone()
+        };
+        assert!(both.check().unwrap_err().contains("--fit on"));
+    }
+
+    #[test]
+    fn old_results_with_mmap_still_read_and_new_fields_stay_out_of_old_shaped_json() {
+        let old = r#"{"ctx":8192,"parallel":1,"n_gpu_layers":999,"n_cpu_moe":13,"threads":null,
+            "batch":null,"ubatch":512,"cache_type_k":"q8_0","cache_type_v":"q8_0",
+            "flash_attn":"on","mmap":true,"fit":false}"#;
+        let c: LaunchConfig = serde_json::from_str(old).unwrap();
+        assert_eq!(c.load_mode, LoadMode::Auto);
+        assert!(!c
+            .server_args()
+            .iter()
+            .any(|a| a.contains("mmap") || a == "--load-mode"));
+        let off: LaunchConfig =
+            serde_json::from_str(&old.replace(r#""mmap":true"#, r#""mmap":false"#)).unwrap();
+        assert_eq!(off.load_mode, LoadMode::None);
+        // Written again: load_mode by name, and none of the empty new fields.
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(json.contains(r#""load_mode":"auto""#), "{json}");
+        for absent in ["cpu_experts", "fit_target_mib", "op_offload", "mmap"] {
+            assert!(!json.contains(absent), "{json}");
+        }
+        // A full new config round-trips through JSON and YAML.
+        let new = LaunchConfig {
+            cpu_experts: Some(CpuExperts {
+                blocks: BlockSet::new([0, 1, 2, 40, 41]),
+                partial: Some(PartialBlock::new(39, [ExpertProj::Down])),
+            }),
+            load_mode: LoadMode::MmapMlock,
+            op_offload: false,
+            fit_target_mib: vec![512, 1024],
+            ..c.clone()
+        };
+        let json = serde_json::to_string(&new).unwrap();
+        assert!(json.contains(r#""blocks":"0-2,40-41""#), "{json}");
+        assert_eq!(serde_json::from_str::<LaunchConfig>(&json).unwrap(), new);
+        let yaml = serde_yaml::to_string(&new).unwrap();
+        assert_eq!(serde_yaml::from_str::<LaunchConfig>(&yaml).unwrap(), new);
+        // Both spellings at once, or a bad mode, are errors that name the field.
+        assert!(serde_json::from_str::<LaunchConfig>(
+            &old.replace(r#""fit":false"#, r#""fit":false,"load_mode":"none""#)
+        )
+        .is_err());
+        let bad = serde_json::from_str::<LaunchConfig>(
+            &old.replace(r#""mmap":true"#, r#""load_mode":"fast""#),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(bad.contains("unknown load mode 'fast'"), "{bad}");
+    }
+
+    #[test]
+    fn block_sets_parse_and_placements_are_checked_against_the_model() {
+        assert_eq!(
+            "0-3, 40-41,7".parse::<BlockSet>().unwrap().to_string(),
+            "0-3,7,40-41"
+        );
+        assert!("3-1".parse::<BlockSet>().is_err());
+        assert!("x".parse::<BlockSet>().is_err());
+        let p = CpuExperts::last(4, 48);
+        assert!(p.check(48).is_ok());
+        assert!(p
+            .check(40)
+            .unwrap_err()
+            .contains("block 44 is out of range"));
+        let both = CpuExperts {
+            blocks: BlockSet::first(3),
+            partial: Some(PartialBlock::new(2, [ExpertProj::Up])),
+        };
+        assert!(both
+            .check(48)
+            .unwrap_err()
+            .contains("both whole and partial"));
+        assert_eq!(
+            ExpertProj::of_tensor("blk.3.ffn_gate_up_exps.weight"),
+            Some(ExpertProj::GateUp)
+        );
+        assert_eq!(
+            ExpertProj::of_tensor("blk.3.ffn_down_chexps.bias"),
+            Some(ExpertProj::Down)
+        );
+        assert_eq!(ExpertProj::of_tensor("blk.3.ffn_down_shexp.weight"), None);
+    }
+
+    #[test]
     fn shell_quoting_survives_metacharacters() {
         assert_eq!(shell_quote("plain/path.gguf"), "plain/path.gguf");
         assert_eq!(shell_quote("my model.gguf"), "'my model.gguf'");

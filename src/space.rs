@@ -506,6 +506,78 @@ mod tests {
         assert!(err.starts_with("bad.yaml: line"), "{err}");
     }
 
+    const SMALL: &str = "name: t\nvary:\n  flash_attn: [on]\nfixed:\n  ctx: 4096\nworkload:\n  prompt_tokens: 64\n  gen_tokens: 16\n  repetitions: 2\n";
+
+    #[test]
+    fn default_space_searches_pinned_experts_and_fits_own_placement() {
+        use crate::config::LoadMode;
+        let d = load("default").unwrap();
+        assert!(d.load_modes().contains(&LoadMode::None));
+        assert_eq!(d.load_modes()[0], LoadMode::None);
+        assert!(d.has_fit_candidate());
+        assert!(d.vary.placement.contains(&PlacementStyle::LastSplit));
+        assert_eq!(d.vary.no_op_offload_max_ubatch, Some(256));
+        // A space that names none of the new keys keeps today's behaviour.
+        let s = parse(SMALL, "t.yaml").unwrap();
+        assert_eq!(s.load_modes(), [LoadMode::Auto]);
+        assert_eq!(s.vary.placement, [PlacementStyle::First]);
+        assert!(!s.has_fit_candidate());
+    }
+
+    #[test]
+    fn older_spaces_with_fixed_mmap_still_parse() {
+        use crate::config::LoadMode;
+        let old = SMALL.replace("  ctx: 4096\n", "  ctx: 4096\n  mmap: false\n");
+        assert_eq!(
+            parse(&old, "t.yaml").unwrap().load_modes(),
+            [LoadMode::None]
+        );
+        let old = SMALL.replace("  ctx: 4096\n", "  ctx: 4096\n  mmap: true\n");
+        assert_eq!(
+            parse(&old, "t.yaml").unwrap().load_modes(),
+            [LoadMode::Auto]
+        );
+        let both = old.replace(
+            "  flash_attn: [on]\n",
+            "  flash_attn: [on]\n  load_mode: [none]\n",
+        );
+        let err = parse(&both, "t.yaml").unwrap_err().to_string();
+        assert!(err.contains("line 7") && err.contains("not both"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_placement_keys_are_refused_with_their_line() {
+        let with = |line: &str| {
+            SMALL.replace(
+                "  flash_attn: [on]\n",
+                &format!("  flash_attn: [on]\n{line}\n"),
+            )
+        };
+        for (line, want) in [
+            ("  load_mode: [pinned]", "line 4"),
+            ("  load_mode: []", "load_mode needs at least one value"),
+            ("  placement: [middle]", "line 4"),
+            ("  placement: []", "placement needs at least one"),
+            ("  no_op_offload_max_ubatch: 0", "outside 1..=65536"),
+            (
+                "  no_op_offload_max_ubatch: 70000",
+                "line 4: no_op_offload_max_ubatch 70000",
+            ),
+        ] {
+            let err = parse(&with(line), "t.yaml").unwrap_err().to_string();
+            assert!(err.contains(want), "{line}: {err}");
+        }
+        let fit = SMALL.replace("  ctx: 4096\n", "  ctx: 4096\n  fit_target_mib: 2000000\n");
+        let err = parse(&fit, "t.yaml").unwrap_err().to_string();
+        assert!(err.contains("line 6: fit_target_mib 2000000"), "{err}");
+        let ok = with("  load_mode: [none, mmap+mlock]\n  placement: [last, fit]");
+        let s = parse(&ok, "t.yaml").unwrap();
+        assert_eq!(
+            s.vary.placement,
+            [PlacementStyle::Last, PlacementStyle::Fit]
+        );
+    }
+
     #[test]
     fn bad_kv_type_is_refused() {
         let text = "name: t\nvary:\n  kv_types: [[q8_0, 'q8_0; rm -rf /']]\nfixed:\n  ctx: 4096\nworkload:\n  prompt_tokens: 64\n  gen_tokens: 16\n  repetitions: 2\n";
