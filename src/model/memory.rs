@@ -431,6 +431,7 @@ pub fn min_n_cpu_moe_that_fits(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{BlockSet, CpuExperts, ExpertProj, LoadMode, PartialBlock};
     use crate::model::BlockBytes;
 
     fn moe(n_blocks: u32) -> ModelLayout {
@@ -570,5 +571,137 @@ mod tests {
         let n = min_n_cpu_moe_that_fits(&l, &t, all - 250.0).unwrap();
         assert_eq!(n, 4);
         assert_eq!(min_n_cpu_moe_that_fits(&l, &t, 10.0), None);
+    }
+
+    fn gpu_cfg() -> LaunchConfig {
+        LaunchConfig {
+            n_gpu_layers: Some(999),
+            fit: Some(false),
+            ..LaunchConfig::baseline(4096)
+        }
+    }
+
+    fn with_experts(c: CpuExperts) -> LaunchConfig {
+        LaunchConfig {
+            cpu_experts: Some(c),
+            ..gpu_cfg()
+        }
+    }
+
+    #[test]
+    fn ot_first_n_predicts_exactly_what_n_cpu_moe_does() {
+        let l = moe(10);
+        for n in [0, 1, 4, 10] {
+            let ncmoe = LaunchConfig {
+                n_cpu_moe: Some(n),
+                ..gpu_cfg()
+            };
+            let ot = if n == 0 {
+                gpu_cfg()
+            } else {
+                with_experts(CpuExperts::first(n))
+            };
+            let a = predict_with(&l, &ncmoe, true, caps(), &CPU_COMPUTE);
+            let b = predict_with(&l, &ot, true, caps(), &CPU_COMPUTE);
+            assert_eq!(a, b, "n={n}");
+        }
+    }
+
+    #[test]
+    fn last_blocks_and_a_partial_block_move_exactly_their_bytes() {
+        let mut l = moe(10);
+        // Down is the largest projection, as in Q4_K_M files (Q6_K down on some blocks).
+        l.details.expert_proj = vec![
+            crate::model::ExpertProjBytes {
+                up: 30 << 20,
+                gate: 30 << 20,
+                gate_up: 0,
+                down: 40 << 20,
+            };
+            10
+        ];
+        let p = |c: &LaunchConfig| predict_with(&l, c, true, caps(), &CPU_COMPUTE);
+        let none = p(&gpu_cfg());
+        let last3 = p(&with_experts(CpuExperts::last(3, 10)));
+        let first3 = p(&with_experts(CpuExperts::first(3)));
+        let moved =
+            |x: &MemoryPrediction| none.breakdown.weights_gpu_bytes - x.breakdown.weights_gpu_bytes;
+        assert_eq!(moved(&last3), 3 * (100 << 20));
+        assert_eq!(moved(&first3), moved(&last3));
+        assert_eq!(last3.host_expert_blocks, 3);
+        // Same weights on the GPU, same compute: the same VRAM whichever end.
+        assert_eq!(first3.gpu_mib, last3.gpu_mib);
+        for (projs, bytes) in [
+            (vec![ExpertProj::Down], 40u64 << 20),
+            (vec![ExpertProj::Gate, ExpertProj::Down], 70 << 20),
+            (vec![ExpertProj::Up], 30 << 20),
+        ] {
+            let c = CpuExperts {
+                blocks: BlockSet::last(2, 10),
+                partial: Some(PartialBlock::new(7, projs)),
+            };
+            let x = p(&with_experts(c));
+            assert_eq!(moved(&x), 2 * (100 << 20) + bytes);
+            assert_eq!(
+                x.breakdown.weights_gpu_bytes + x.breakdown.weights_host_bytes,
+                l.tensor_bytes
+            );
+            assert_eq!(x.host_expert_blocks, 3);
+        }
+        // A layout without the per-projection split (saved before it existed) splits evenly.
+        let old = moe(10);
+        let c = CpuExperts {
+            blocks: BlockSet::default(),
+            partial: Some(PartialBlock::new(9, [ExpertProj::Down])),
+        };
+        let x = predict_with(&old, &with_experts(c), true, caps(), &CPU_COMPUTE);
+        assert_eq!(
+            x.breakdown.weights_host_bytes - (50 << 20),
+            (100 << 20) - 2 * ((100 << 20) / 3)
+        );
+    }
+
+    #[test]
+    fn pinned_experts_count_in_host_ram_and_mapped_ones_do_not() {
+        let l = moe(10);
+        let at = |mode: LoadMode| {
+            predict_with(
+                &l,
+                &LaunchConfig {
+                    n_cpu_moe: Some(6),
+                    load_mode: mode,
+                    ..gpu_cfg()
+                },
+                true,
+                caps(),
+                &CPU_COMPUTE,
+            )
+        };
+        let mapped = at(LoadMode::Auto);
+        let pinned = at(LoadMode::None);
+        let locked = at(LoadMode::MmapMlock);
+        let host_weights = (6 * (100u64 << 20) + (50 << 20)) as f64 / MIB;
+        assert!(mapped.breakdown.host_weights_file_backed);
+        assert!(!pinned.breakdown.host_weights_file_backed);
+        // Mapped: the GPU tensors inside the mapped span count in host_mib, not required.
+        assert!(mapped.breakdown.mapped_span_host_bytes > 0);
+        assert_eq!(pinned.breakdown.mapped_span_host_bytes, 0);
+        let others = pinned.host_mib - host_weights;
+        assert!((pinned.host_required_mib - pinned.host_mib).abs() < 1e-9);
+        assert!((mapped.host_required_mib - others).abs() < 1e-6);
+        // Locked mapped pages cannot be dropped either.
+        assert!((locked.host_required_mib - locked.host_mib).abs() < 1e-9);
+        // Same VRAM whatever the load mode.
+        assert_eq!(mapped.gpu_mib, pinned.gpu_mib);
+
+        // The launch rule: pinned experts over the available RAM are refused, mapped are not.
+        let ram = others + host_weights / 2.0;
+        assert!(host_ram_refusal(&mapped, ram).is_none());
+        let why = host_ram_refusal(&pinned, ram).unwrap();
+        assert!(
+            why.contains("would swap") && why.contains("--load-mode mmap"),
+            "{why}"
+        );
+        assert!(host_ram_refusal(&pinned, pinned.host_required_mib + 1.0).is_none());
     }
 }
