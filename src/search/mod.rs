@@ -10,6 +10,7 @@ use crate::trial::{Stat, TrialOutcome};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+pub mod candidates;
 mod checkpoint;
 pub mod measure;
 pub mod objective;
@@ -259,6 +260,7 @@ fn run(run_dir: &std::path::Path, inputs: &RunInputs) -> anyhow::Result<TuneResu
         physical_cores: hw.host.physical_cores.unwrap_or(hw.host.logical_cores),
         logical_cores: hw.host.logical_cores,
         start: inputs.start.clone(),
+        ram_available_mib: Some(hw.host.ram_available_mib as f64),
     };
 
     let journal = crate::trial::journal::Journal::open(run_dir)?;

@@ -51,6 +51,9 @@ pub struct SearchContext {
     pub logical_cores: u32,
     /// Start here instead of the space's first values (from a profile).
     pub start: Option<Base>,
+    /// Host RAM available before the tune, MiB (`None`: not checked). A config whose predicted
+    /// resident host memory is over it is never launched (issue 13: pinned experts).
+    pub ram_available_mib: Option<f64>,
 }
 
 impl SearchContext {
@@ -222,6 +225,16 @@ impl TuneProblem {
             replay.clear();
         }
         drop(replay);
+        // issue 13 (launch feasibility, host RAM): a config predicted to push the box into
+        // swap is never launched; it is recorded as skipped, with the reason.
+        if let Some(why) = crate::model::memory::launch_refusal(
+            &self.ctx.layout,
+            config,
+            self.ctx.has_gpu,
+            self.ctx.ram_available_mib,
+        ) {
+            return TrialOutcome::skipped(config, role, why);
+        }
         if let Some(p) = &self.progress {
             p.starting(config, role);
         }
