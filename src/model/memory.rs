@@ -208,9 +208,9 @@ pub fn predict_with(
     // With mmap, llama.cpp maps the file span from the first to the last host tensor: the
     // GPU-resident tensors of the GPU blocks in between lie inside it.
     let host_expert_span = {
-        let mut it = (0..layout.blocks.len()).filter(|&il| host_expert_bytes[il] > 0);
-        let first = it.next();
-        first.map(|f| (f, it.last().unwrap_or(f)))
+        let first = host_expert_bytes.iter().position(|&x| x > 0);
+        let last = host_expert_bytes.iter().rposition(|&x| x > 0);
+        first.zip(last)
     };
     let maps = cfg.load_mode.maps_file();
     for (il, bb) in layout.blocks.iter().enumerate() {
