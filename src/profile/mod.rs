@@ -466,6 +466,15 @@ fn check_config(key: &str, c: &LaunchConfig) -> Result<()> {
             }
         }
     }
+    // issue 13: expert placement, fit target, and flags the server would refuse together.
+    if let Some(e) = &c.cpu_experts {
+        e.check(1024)
+            .map_err(|m| anyhow::anyhow!("{key}.cpu_experts: {m}"))?;
+    }
+    for &t in &c.fit_target_mib {
+        check_range(&format!("{key}.fit_target_mib"), t, 0, 1_048_576)?;
+    }
+    c.check().map_err(|m| anyhow::anyhow!("{key}: {m}"))?;
     Ok(())
 }
 
@@ -1107,6 +1116,18 @@ pub(crate) mod tests {
             (
                 |p| p.winner.config.parallel = 0,
                 "winner.config.parallel = 0",
+            ),
+            (
+                |p| p.winner.config.cpu_experts = Some(crate::config::CpuExperts::last(2, 1026)),
+                "winner.config.cpu_experts: block 1024 is out of range",
+            ),
+            (
+                |p| p.winner.config.fit_target_mib = vec![1 << 21],
+                "winner.config.fit_target_mib",
+            ),
+            (
+                |p| p.winner.config.fit = Some(true),
+                "winner.config: --fit on cannot be combined",
             ),
             (|p| p.winner.tg.median = f64::NAN, "winner.tg.median"),
             (|p| p.front[0].tg = Some(-0.5), "front[0].tg"),
