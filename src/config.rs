@@ -1003,6 +1003,18 @@ mod tests {
         // No rule holds a comma: llama.cpp splits an -ot value on commas.
         assert!(cfg.server_args().iter().all(|a| !a.contains(',')));
         assert!(cfg.check().is_ok());
+        // The launch script's quoting hands the shell's words back unchanged.
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("printf '%s\\n' {}", shell_line(&cfg.server_args())))
+            .output()
+            .unwrap();
+        let words: Vec<String> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(words, cfg.server_args());
     }
 
     #[test]
