@@ -180,6 +180,15 @@ impl SearchSpace {
         }
     }
 
+    /// The op-offload settings to try at micro-batch `ubatch`: `[true]`, plus `false`
+    /// (`--no-op-offload`) when `ubatch` is at most `vary.no_op_offload_max_ubatch`.
+    pub fn op_offload_choices(&self, ubatch: u32) -> Vec<bool> {
+        match self.vary.no_op_offload_max_ubatch {
+            Some(max) if ubatch <= max => vec![true, false],
+            _ => vec![true],
+        }
+    }
+
     /// Is `--fit`'s placement one of the candidates?
     pub fn has_fit_candidate(&self) -> bool {
         self.vary.placement.contains(&PlacementStyle::Fit)
@@ -517,11 +526,14 @@ mod tests {
         assert!(d.has_fit_candidate());
         assert!(d.vary.placement.contains(&PlacementStyle::LastSplit));
         assert_eq!(d.vary.no_op_offload_max_ubatch, Some(256));
+        assert_eq!(d.op_offload_choices(256), [true, false]);
+        assert_eq!(d.op_offload_choices(512), [true]);
         // A space that names none of the new keys keeps today's behaviour.
         let s = parse(SMALL, "t.yaml").unwrap();
         assert_eq!(s.load_modes(), [LoadMode::Auto]);
         assert_eq!(s.vary.placement, [PlacementStyle::First]);
         assert!(!s.has_fit_candidate());
+        assert_eq!(s.op_offload_choices(1), [true]);
     }
 
     #[test]
