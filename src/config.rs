@@ -244,8 +244,8 @@ pub enum ExpertProj {
 }
 
 impl ExpertProj {
-    /// Every projection, in the order `--fit` keeps them on the GPU of a boundary block (it
-    /// moves `down` to the CPU first, then `gate`/`gate_up`, then `up`).
+    /// Every projection. (`--fit` moves a boundary block's `down` to the CPU first, then
+    /// `gate`/`gate_up`, then `up`.)
     pub const ALL: [ExpertProj; 4] = [
         ExpertProj::Up,
         ExpertProj::Gate,
