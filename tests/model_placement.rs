@@ -261,3 +261,65 @@ fn ot_rules_match_exactly_on_the_tiny_fixtures() {
         check_layout(shape, &l, &g);
     }
 }
+
+/// `--fit`'s own choice on the GPU machine (committed baseline logs of reports/gpu-h200-*: fit
+/// target 1024 MiB under the free VRAM, ctx 32768, server defaults otherwise): the last 18
+/// (Qwen3-30B) and 14 (Qwen3.5-35B) blocks' experts plus `down` of the block before them, which
+/// fit measured at 14,734 and 14,598 MiB. The prediction puts fit's choice within the budget
+/// (within 3 % of fit's own measurement), and the `last-split` candidate at the same budget
+/// leaves at least as many expert bytes on the GPU as fit did.
+#[test]
+fn last_split_candidate_fills_at_least_as_much_as_fits_choice_on_the_gpu_machine() {
+    use qtune::search::candidates::{propose, Limits};
+    use qtune::space::PlacementStyle as S;
+    for (shape, budget, fit_whole, fit_partial, fit_measured) in [
+        ("qwen3-30b-a3b", 14_743.0, 18, 29, 14_734.0),
+        ("qwen3.5-35b-a3b", 14_677.0, 14, 25, 14_598.0),
+    ] {
+        let (l, _) = header_of(shape);
+        let mut space = qtune::space::load("default").unwrap();
+        space.vary.placement = vec![S::LastSplit];
+        let limits = Limits {
+            vram_budget_mib: budget,
+            ram_available_mib: None,
+            fit_target_mib: 1024,
+        };
+        let base = LaunchConfig::baseline(32768);
+        let c = propose(&l, &base, &space, &limits);
+        let fits_choice = LaunchConfig {
+            n_gpu_layers: Some(999),
+            fit: Some(false),
+            cpu_experts: Some(CpuExperts {
+                blocks: BlockSet::last(fit_whole, l.n_blocks),
+                partial: Some(PartialBlock::new(fit_partial, [ExpertProj::Down])),
+            }),
+            ..base.clone()
+        };
+        let fit_pred = qtune::model::memory::predict(&l, &fits_choice, true).gpu_mib;
+        let on_gpu = |cfg: &LaunchConfig| -> u64 {
+            (0..l.n_blocks)
+                .map(|il| {
+                    l.blocks[il as usize].routed_experts
+                        - l.cpu_expert_bytes(il, cfg.cpu_experts.as_ref().unwrap())
+                })
+                .sum()
+        };
+        println!(
+            "{shape}: qtune {} predicted {:.0} MiB; fit's choice predicted {fit_pred:.0} MiB, \
+             measured by fit {fit_measured:.0} MiB; experts on the GPU {:.0} vs {:.0} MiB",
+            c[0].config.cpu_experts.as_ref().unwrap().label(),
+            c[0].prediction.gpu_mib,
+            on_gpu(&c[0].config) as f64 / 1048576.0,
+            on_gpu(&fits_choice) as f64 / 1048576.0,
+        );
+        assert!(
+            fit_pred <= budget,
+            "{shape}: fit's choice predicted not to fit"
+        );
+        assert!(
+            (fit_pred - fit_measured).abs() <= 0.03 * fit_measured,
+            "{shape}"
+        );
+        assert!(on_gpu(&c[0].config) >= on_gpu(&fits_choice), "{shape}");
+    }
+}
