@@ -400,13 +400,21 @@ pub fn host_ram_refusal(pred: &MemoryPrediction, ram_available_mib: f64) -> Opti
     })
 }
 
-/// [`host_ram_refusal`] for `cfg` on this host.
+/// Why `cfg` must not be launched on this host, if it must not: flags the server refuses
+/// together ([`LaunchConfig::check`]), an expert placement naming blocks the model does not
+/// have, or [`host_ram_refusal`].
 pub fn launch_refusal(
     layout: &ModelLayout,
     cfg: &LaunchConfig,
     has_gpu: bool,
     ram_available_mib: Option<f64>,
 ) -> Option<String> {
+    if let Err(why) = cfg.check() {
+        return Some(format!("not launched: {why}"));
+    }
+    if let Some(Err(why)) = cfg.cpu_experts.as_ref().map(|e| e.check(layout.n_blocks)) {
+        return Some(format!("not launched: expert placement: {why}"));
+    }
     let ram = ram_available_mib?;
     host_ram_refusal(&predict(layout, cfg, has_gpu), ram)
 }
@@ -703,5 +711,31 @@ mod tests {
             "{why}"
         );
         assert!(host_ram_refusal(&pinned, pinned.host_required_mib + 1.0).is_none());
+    }
+
+    #[test]
+    fn configs_the_server_would_refuse_are_never_launched() {
+        let l = moe(10);
+        let ok = with_experts(CpuExperts::last(3, 10));
+        assert_eq!(launch_refusal(&l, &ok, true, None), None);
+        let fit_and_ot = LaunchConfig {
+            fit: Some(true),
+            ..ok.clone()
+        };
+        assert!(launch_refusal(&l, &fit_and_ot, true, None)
+            .unwrap()
+            .contains("--fit on cannot be combined"));
+        let beyond = with_experts(CpuExperts::last(3, 12));
+        assert!(launch_refusal(&l, &beyond, true, None)
+            .unwrap()
+            .contains("block 10 is out of range"));
+        let pinned = LaunchConfig {
+            load_mode: LoadMode::None,
+            ..ok
+        };
+        assert!(launch_refusal(&l, &pinned, true, Some(10.0))
+            .unwrap()
+            .contains("would swap"));
+        assert_eq!(launch_refusal(&l, &pinned, true, None), None);
     }
 }
