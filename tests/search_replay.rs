@@ -52,6 +52,7 @@ fn context(budget_mib: f64) -> SearchContext {
         logical_cores: 32,
         start: None,
         clock: qtune::clock::system(),
+        ram_available_mib: None,
     }
 }
 
@@ -233,4 +234,54 @@ fn re_measuring_ties_never_exceeds_the_trial_budget() {
             search.search_trials
         );
     }
+}
+
+/// Issue 13: a config whose pinned experts (`--load-mode none`) would not fit in the available
+/// host RAM is never launched: it is recorded as skipped, with the reason, and the runner never
+/// sees it. The baseline (memory-mapped) still runs.
+#[test]
+fn pinned_experts_over_the_available_ram_are_never_launched() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let mut ctx = context(15_800.0);
+    assert_eq!(
+        ctx.space.load_modes()[0],
+        qtune::config::LoadMode::None,
+        "the default space starts with pinned experts"
+    );
+    // Far less than the GBs of experts any fitting placement pins in RAM.
+    ctx.ram_available_mib = Some(2_000.0);
+    let launched = Arc::new(AtomicUsize::new(0));
+    let seen = launched.clone();
+    let mut inner = landscape_fn(&ctx, 0);
+    let runner = ReplayRunner::from_fn(move |c: &LaunchConfig| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        inner(c)
+    });
+    let search = run_search(ctx.clone(), Box::new(runner), Vec::new(), None).unwrap();
+    let searched: Vec<_> = search
+        .history
+        .iter()
+        .filter(|o| o.role == TrialRole::Search)
+        .collect();
+    assert!(!searched.is_empty());
+    for o in &searched {
+        assert_eq!(o.kind, OutcomeKind::Skipped, "{}", o.config.label());
+        assert!(o.message.contains("would swap"), "{}", o.message);
+    }
+    let baselines = search
+        .history
+        .iter()
+        .filter(|o| o.role == TrialRole::Baseline)
+        .count();
+    assert_eq!(launched.load(Ordering::SeqCst), baselines);
+    assert!(search.ranked_candidates(&ctx).is_empty());
+
+    // With the RAM to hold them, the same search launches its configs.
+    ctx.ram_available_mib = Some(1_000_000.0);
+    let search = run_search(ctx.clone(), Box::new(landscape(&ctx, 0)), Vec::new(), None).unwrap();
+    assert!(search
+        .history
+        .iter()
+        .any(|o| o.role == TrialRole::Search && o.kind == OutcomeKind::Ok));
 }

@@ -391,10 +391,14 @@ fn search(m: &mut String, r: &TuneResult) {
     );
     let _ = writeln!(
         m,
-        "- **Fixed:** context {} tokens, {} slot(s), mmap {}",
+        "- **Fixed:** context {} tokens, {} slot(s), load mode {}",
         s.fixed.ctx,
         s.fixed.parallel,
-        if s.fixed.mmap { "on" } else { "off" }
+        s.load_modes()
+            .iter()
+            .map(|m| m.as_str())
+            .collect::<Vec<_>>()
+            .join(" / ")
     );
     let w = &s.workload;
     let _ = writeln!(

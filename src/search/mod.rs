@@ -12,6 +12,7 @@ use crate::trial::{TrialOutcome, TrialRunner};
 use std::path::Path;
 use std::sync::Arc;
 
+pub mod candidates;
 mod checkpoint;
 pub mod context;
 pub mod objective;
@@ -66,6 +67,7 @@ pub fn context(
         logical_cores: hw.host.logical_cores,
         start: inputs.start.clone(),
         clock,
+        ram_available_mib: Some(hw.host.ram_available_mib as f64),
     }
 }
 

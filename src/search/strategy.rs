@@ -80,6 +80,16 @@ impl TuneProblem {
         if let Some(e) = interrupted() {
             return Err(e);
         }
+        // issue 13 (launch feasibility, host RAM): a config predicted to push the box into
+        // swap is never launched; it is recorded as skipped, with the reason.
+        if let Some(why) = crate::model::memory::launch_refusal(
+            &self.ctx.layout,
+            config,
+            self.ctx.has_gpu,
+            self.ctx.ram_available_mib,
+        ) {
+            return Ok(TrialOutcome::skipped(config, role, why));
+        }
         if let Some(p) = &self.progress {
             p.starting(config, role);
         }

@@ -174,6 +174,7 @@ mod tests {
             logical_cores: 16,
             start: None,
             clock: crate::clock::system(),
+            ram_available_mib: None,
         }
     }
 
