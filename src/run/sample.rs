@@ -320,6 +320,8 @@ pub fn gpu_result(server: &Path, model: &Path) -> TuneResult {
         },
     ];
     let winner = Winner {
+        gen_vs_baseline: None,
+        prompt_vs_baseline: None,
         command: t8.command(server, model, "127.0.0.1", 8080),
         config: t8,
         gen_gain_pct: Some((w_tg.median / b_tg.median - 1.0) * 100.0),
@@ -329,6 +331,7 @@ pub fn gpu_result(server: &Path, model: &Path) -> TuneResult {
         peak_vram_mib: Some(14_935),
     };
     TuneResult {
+        race: None,
         qtune_version: env!("CARGO_PKG_VERSION").to_string(),
         server_path: server.to_path_buf(),
         server_version: "version: 11434 (abcdef0)".to_string(),
@@ -419,6 +422,8 @@ pub fn cpu_result(server: &Path, model: &Path) -> TuneResult {
         ),
     ];
     let winner = Winner {
+        gen_vs_baseline: None,
+        prompt_vs_baseline: None,
         command: t(2).command(server, model, "127.0.0.1", 8080),
         config: t(2),
         gen_tps: stat(61.5, 2.0),
@@ -428,6 +433,7 @@ pub fn cpu_result(server: &Path, model: &Path) -> TuneResult {
         prompt_gain_pct: Some((395.0 / 401.0 - 1.0) * 100.0),
     };
     TuneResult {
+        race: None,
         qtune_version: env!("CARGO_PKG_VERSION").to_string(),
         server_path: server.to_path_buf(),
         server_version: "version: 11434 (abcdef0)".to_string(),

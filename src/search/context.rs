@@ -157,10 +157,14 @@ impl SearchContext {
     }
 
     pub fn baseline(&self) -> LaunchConfig {
-        let f = &self.space.fixed;
-        LaunchConfig {
-            parallel: f.parallel,
-            ..LaunchConfig::baseline(f.ctx)
-        }
+        baseline_of(&self.space)
+    }
+}
+
+/// What a user gets without qtune, in this space's context and slots.
+pub fn baseline_of(space: &SearchSpace) -> LaunchConfig {
+    LaunchConfig {
+        parallel: space.fixed.parallel,
+        ..LaunchConfig::baseline(space.fixed.ctx)
     }
 }

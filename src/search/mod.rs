@@ -111,12 +111,19 @@ pub fn tune(
             inputs.port,
         )
     };
+    let race = solver
+        .race_outcome(&ctx)
+        .map(|outcome| crate::run::RaceReport {
+            candidates: solver.race_candidates.clone(),
+            outcome,
+        });
     let (confirmation, winner) = verdict::decide(
         &ctx,
         &history,
         inputs.vram_budget_mib,
         &command,
         &mut warnings,
+        race.as_ref(),
     );
     warnings.extend(trial_warnings(&history));
     Ok(TuneResult {
@@ -135,6 +142,7 @@ pub fn tune(
         trials: history,
         confirmation,
         winner,
+        race,
         warnings,
         minutes_used: solver.elapsed_s(clock.as_ref()) / 60.0,
         host: inputs.host.clone(),

@@ -6,7 +6,14 @@
 //!    then improve KV type, batch/ubatch, threads and flash attention by coordinate steps, each
 //!    alternative placed at its own predicted boundary (shifted by what the first boundary taught).
 //!    Close results (a tie within `tie_pct`) are re-measured before deciding.
-//! 3. Confirm: the top candidates and the baseline re-measured interleaved (A B A B ...).
+//! 3. Race: the top candidates race the baseline in paired ABBA rounds
+//!    ([`crate::stats::race`]): clear losers leave early, a claim needs its interval to clear
+//!    the band. The race is rebuilt from the history before every launch (it is a deterministic
+//!    state machine), so a killed race resumes identically.
+//!
+//! Budget: `budget.trials` counts every launch (baseline, search, race). The search stops
+//! `confirm_rounds * (confirm_top + 1)` launches early to leave the race its rounds; whatever
+//! the search did not spend goes to the race. The race stops before the minutes run out.
 //!
 //! The solver's decisions depend only on the trial history, so a tune that is killed and
 //! resumed (argmin checkpoint + journal replay) takes exactly the same path.
@@ -134,6 +141,9 @@ pub struct QtuneSearch {
     #[serde(skip)]
     session_start: Option<f64>,
     pub warnings: Vec<String>,
+    /// The configs racing the baseline (set when the search ends), best-ranked first.
+    #[serde(default)]
+    pub race_candidates: Vec<LaunchConfig>,
 }
 
 impl Default for QtuneSearch {
@@ -158,7 +168,96 @@ impl QtuneSearch {
             elapsed_before_s: 0.0,
             session_start: None,
             warnings: Vec::new(),
+            race_candidates: Vec::new(),
         }
+    }
+
+    /// Launches spent so far (skipped configs were never launched).
+    pub fn launches(&self) -> u32 {
+        self.history
+            .iter()
+            .filter(|o| o.kind != OutcomeKind::Skipped)
+            .count() as u32
+    }
+
+    /// Launches the search leaves for the race.
+    fn race_reserve(ctx: &SearchContext) -> u32 {
+        let b = &ctx.space.budget;
+        b.confirm_rounds.max(2) * (b.confirm_top.max(1) + 1)
+    }
+
+    /// How the race spends its launches: what the budget left, the space's tie band.
+    pub fn race_settings(&self, ctx: &SearchContext) -> crate::stats::race::RaceSettings {
+        let race_launches = self
+            .history
+            .iter()
+            .filter(|o| o.role == TrialRole::Confirm && o.kind != OutcomeKind::Skipped)
+            .count() as u32;
+        let before_race = self.launches() - race_launches;
+        crate::stats::race::RaceSettings {
+            budget_launches: ctx.space.budget.trials.saturating_sub(before_race),
+            noise_launches: 0,
+            band: crate::stats::Band {
+                pct: ctx.space.objective.tie_pct,
+            },
+            min_rounds: 2,
+            look_every: 2,
+            ..Default::default()
+        }
+    }
+
+    /// The race as the history left it: rebuilt by feeding the race's trials back in order.
+    pub fn race(&self, ctx: &SearchContext) -> crate::stats::race::Race {
+        use crate::stats::{race::Race, Sample};
+        let baseline = ctx.baseline();
+        let probe: Vec<Sample> = self
+            .history
+            .iter()
+            .filter(|o| o.role == TrialRole::Baseline && o.config == baseline)
+            .filter_map(Sample::from_outcome)
+            .collect();
+        let mut race = Race::new(self.race_settings(ctx), self.race_candidates.len());
+        if !probe.is_empty() {
+            race = race.with_probe(probe);
+        }
+        for o in self.history.iter().filter(|o| o.role == TrialRole::Confirm) {
+            match race.next_launch() {
+                Some(l) => race.record(l, Sample::from_outcome(o)),
+                None => break,
+            }
+        }
+        race
+    }
+
+    /// The race's outcome (None when no race ran).
+    pub fn race_outcome(&self, ctx: &SearchContext) -> Option<crate::stats::race::RaceOutcome> {
+        (!self.race_candidates.is_empty()).then(|| self.race(ctx).outcome())
+    }
+
+    /// The next launch of the race, None when it is over (or the minutes would run out).
+    fn next_race_launch(&self, ctx: &SearchContext) -> Option<(LaunchConfig, TrialRole)> {
+        if self.race_candidates.is_empty() {
+            return None;
+        }
+        let launched: Vec<&TrialOutcome> = self
+            .history
+            .iter()
+            .filter(|o| o.kind != OutcomeKind::Skipped)
+            .collect();
+        let per_launch = if launched.is_empty() {
+            0.0
+        } else {
+            launched.iter().map(|o| o.duration_s).sum::<f64>() / launched.len() as f64
+        };
+        if self.elapsed_s(ctx.clock.as_ref()) + per_launch > ctx.space.budget.minutes * 60.0 {
+            return None;
+        }
+        let l = self.race(ctx).next_launch()?;
+        let cfg = match l.arm {
+            crate::stats::race::REFERENCE => ctx.baseline(),
+            i => self.race_candidates[i - 1].clone(),
+        };
+        Some((cfg, TrialRole::Confirm))
     }
 
     /// Seconds spent on this tune, over every session, read from `clock`.
@@ -328,7 +427,7 @@ impl QtuneSearch {
 
     fn budget_left(&self, ctx: &SearchContext) -> bool {
         let b = &ctx.space.budget;
-        self.search_trials < b.trials
+        self.launches() + Self::race_reserve(ctx) < b.trials
             && self.elapsed_s(ctx.clock.as_ref()) < b.minutes * 60.0 * 0.75
     }
 
@@ -359,28 +458,22 @@ impl QtuneSearch {
 
     fn plan_confirmation(&mut self, ctx: &SearchContext) {
         let b = &ctx.space.budget;
-        let mut configs: Vec<LaunchConfig> = self
-            .ranked_candidates(ctx)
-            .into_iter()
-            .take(b.confirm_top.max(1) as usize)
-            .map(|(c, _)| c)
-            .collect();
-        if configs.is_empty() {
-            return;
-        }
         let baseline = ctx.baseline();
         let baseline_ok = self
             .history
             .iter()
             .any(|o| o.role == TrialRole::Baseline && o.kind.is_ok());
-        if baseline_ok && !configs.contains(&baseline) {
-            configs.push(baseline);
+        if !baseline_ok {
+            // Nothing to pair with: the search's own measurements decide.
+            return;
         }
-        for _ in 0..b.confirm_rounds {
-            for c in &configs {
-                self.pending.push_back((c.clone(), TrialRole::Confirm));
-            }
-        }
+        self.race_candidates = self
+            .ranked_candidates(ctx)
+            .into_iter()
+            .map(|(c, _)| c)
+            .filter(|c| c != &baseline)
+            .take(b.confirm_top.max(1) as usize)
+            .collect();
     }
 
     /// Decide what to run next; None when the tune is finished.
@@ -388,7 +481,9 @@ impl QtuneSearch {
         loop {
             if let Some(p) = self.pending.pop_front() {
                 // Re-measurements count against the search budget; confirmation rounds do not.
-                if p.1 == TrialRole::Search && self.search_trials >= ctx.space.budget.trials {
+                if p.1 == TrialRole::Search
+                    && self.launches() + Self::race_reserve(ctx) >= ctx.space.budget.trials
+                {
                     self.pending.retain(|q| q.1 != TrialRole::Search);
                     continue;
                 }
@@ -441,6 +536,9 @@ impl QtuneSearch {
                     self.decide(ctx, base);
                 }
                 Phase::Confirm => {
+                    if let Some(next) = self.next_race_launch(ctx) {
+                        return Some(next);
+                    }
                     self.phase = Phase::Done;
                     return None;
                 }
