@@ -24,6 +24,8 @@ pub struct SearchContext {
     /// Host RAM available before the tune, MiB (`None`: not checked). A config whose predicted
     /// resident host memory is over it is never launched (issue 13: pinned experts).
     pub ram_available_mib: Option<f64>,
+    /// `--fit-target` of the `fit` placement candidate, MiB (the tune's VRAM headroom).
+    pub fit_target_mib: u32,
     /// The clock the minutes budget is read from.
     pub clock: Arc<dyn crate::clock::Clock>,
 }

@@ -68,6 +68,7 @@ pub fn context(
         start: inputs.start.clone(),
         clock,
         ram_available_mib: Some(hw.host.ram_available_mib as f64),
+        fit_target_mib: inputs.headroom_mib.min(u64::from(u32::MAX)) as u32,
     }
 }
 

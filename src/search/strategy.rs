@@ -112,6 +112,9 @@ impl TuneProblem {
 pub enum Phase {
     Baseline,
     Explore,
+    /// The incumbent with the space's other load modes, placement styles (the fit candidate
+    /// included) and `--no-op-offload`, each measured once.
+    Variants,
     Confirm,
     Done,
 }
@@ -144,6 +147,12 @@ pub struct QtuneSearch {
     /// The configs racing the baseline (set when the search ends), best-ranked first.
     #[serde(default)]
     pub race_candidates: Vec<LaunchConfig>,
+    /// The variants of the incumbent still to measure (set when the exploration ends).
+    #[serde(default)]
+    variants: Option<VecDeque<LaunchConfig>>,
+    /// Every variant planned (measured or pending).
+    #[serde(default)]
+    pub variant_configs: Vec<LaunchConfig>,
 }
 
 impl Default for QtuneSearch {
@@ -169,7 +178,102 @@ impl QtuneSearch {
             session_start: None,
             warnings: Vec::new(),
             race_candidates: Vec::new(),
+            variants: None,
+            variant_configs: Vec::new(),
         }
+    }
+
+    /// Launches the exploration leaves for the variants: one per other load mode, placement
+    /// style and `--no-op-offload` (where the space has them).
+    fn variant_reserve(ctx: &SearchContext) -> u32 {
+        let v = &ctx.space.vary;
+        let placements = if ctx.gpu_moe { v.placement.len() } else { 0 };
+        (ctx.space.load_modes().len().saturating_sub(1)
+            + placements
+            + usize::from(v.no_op_offload_max_ubatch.is_some())) as u32
+    }
+
+    /// The variants of the incumbent's best config (issue 13): its other load modes, the
+    /// space's placement styles filled to the budget ([`super::candidates::propose`], `fit`
+    /// included: `--fit on --fit-target <headroom>` with the incumbent's other choices), and
+    /// `--no-op-offload` at a small ubatch. Configs predicted to swap the host are left out.
+    fn build_variants(&self, ctx: &SearchContext) -> VecDeque<LaunchConfig> {
+        // The incumbent's best config; when the exploration ended before deciding one, the
+        // best measured so far.
+        let Some(best) = self
+            .incumbent
+            .as_ref()
+            .and_then(|inc| self.best_of(ctx, inc))
+            .or_else(|| self.ranked_candidates(ctx).into_iter().next())
+            .map(|(c, _)| c)
+        else {
+            return VecDeque::new();
+        };
+        let mut out: Vec<LaunchConfig> = Vec::new();
+        for m in ctx.space.load_modes().into_iter().skip(1) {
+            out.push(LaunchConfig {
+                load_mode: m,
+                ..best.clone()
+            });
+        }
+        if let (true, Some(budget)) = (ctx.gpu_moe, ctx.budget_mib) {
+            let limits = super::candidates::Limits {
+                vram_budget_mib: budget,
+                ram_available_mib: ctx.ram_available_mib,
+                fit_target_mib: ctx.fit_target_mib,
+            };
+            for c in super::candidates::propose(&ctx.layout, &best, &ctx.space, &limits) {
+                if c.refused.is_none() {
+                    out.push(c.config);
+                }
+            }
+        }
+        if ctx
+            .space
+            .op_offload_choices(best.ubatch.unwrap_or(512))
+            .contains(&false)
+            && ctx.gpu_moe
+        {
+            out.push(LaunchConfig {
+                op_offload: false,
+                ..best.clone()
+            });
+        }
+        let mut seen: Vec<LaunchConfig> = vec![best];
+        out.retain(|c| {
+            let new = !seen.contains(c) && !self.history.iter().any(|o| &o.config == c);
+            if new {
+                seen.push(c.clone());
+            }
+            new
+        });
+        out.into()
+    }
+
+    /// The variants measured so far, with their pooled speeds (ok ones only).
+    fn variant_outcomes(&self) -> Vec<(LaunchConfig, Speeds)> {
+        let mut out: Vec<(LaunchConfig, Speeds)> = Vec::new();
+        for o in self
+            .history
+            .iter()
+            .filter(|o| o.role == TrialRole::Search && self.variant_configs.contains(&o.config))
+        {
+            if out.iter().any(|(c, _)| c == &o.config) {
+                continue;
+            }
+            let trials: Vec<&TrialOutcome> = self
+                .history
+                .iter()
+                .filter(|t| t.config == o.config && t.role == TrialRole::Search)
+                .collect();
+            if trials.iter().any(|t| !t.kind.is_ok()) {
+                continue;
+            }
+            if let Some(s) = Speeds::pooled(trials) {
+                out.push((o.config.clone(), s));
+            }
+        }
+        out
     }
 
     /// Launches spent so far (skipped configs were never launched).
@@ -427,7 +531,7 @@ impl QtuneSearch {
 
     fn budget_left(&self, ctx: &SearchContext) -> bool {
         let b = &ctx.space.budget;
-        self.launches() + Self::race_reserve(ctx) < b.trials
+        self.launches() + Self::race_reserve(ctx) + Self::variant_reserve(ctx) < b.trials
             && self.elapsed_s(ctx.clock.as_ref()) < b.minutes * 60.0 * 0.75
     }
 
@@ -442,6 +546,11 @@ impl QtuneSearch {
         }
         let mut cands: Vec<(LaunchConfig, Speeds)> =
             bases.iter().filter_map(|b| self.best_of(ctx, b)).collect();
+        for v in self.variant_outcomes() {
+            if !cands.iter().any(|(c, _)| c == &v.0) {
+                cands.push(v);
+            }
+        }
         let obj = &ctx.space.objective;
         let reference = self.baseline_speeds();
         cands.sort_by(|a, b| {
@@ -500,8 +609,7 @@ impl QtuneSearch {
                         continue;
                     }
                     if !self.budget_left(ctx) {
-                        self.phase = Phase::Confirm;
-                        self.plan_confirmation(ctx);
+                        self.phase = Phase::Variants;
                         continue;
                     }
                     if !self.seeded {
@@ -513,8 +621,7 @@ impl QtuneSearch {
                         // starting point when nothing has run yet).
                         let inc = self.incumbent.clone().unwrap_or_else(|| ctx.start_base());
                         if self.dim >= 4 {
-                            self.phase = Phase::Confirm;
-                            self.plan_confirmation(ctx);
+                            self.phase = Phase::Variants;
                             continue;
                         }
                         self.queue = ctx.alternatives(&inc, self.dim).into();
@@ -534,6 +641,25 @@ impl QtuneSearch {
                         }
                     }
                     self.decide(ctx, base);
+                }
+                Phase::Variants => {
+                    if self.variants.is_none() {
+                        let v = self.build_variants(ctx);
+                        self.variant_configs = v.iter().cloned().collect();
+                        self.variants = Some(v);
+                    }
+                    let room = self.launches() + Self::race_reserve(ctx) < ctx.space.budget.trials
+                        && self.elapsed_s(ctx.clock.as_ref())
+                            < ctx.space.budget.minutes * 60.0 * 0.75;
+                    let next = self.variants.as_mut().and_then(|v| v.pop_front());
+                    match next {
+                        Some(cfg) if room => return Some((cfg, TrialRole::Search)),
+                        _ => {
+                            self.variants = Some(VecDeque::new());
+                            self.phase = Phase::Confirm;
+                            self.plan_confirmation(ctx);
+                        }
+                    }
                 }
                 Phase::Confirm => {
                     if let Some(next) = self.next_race_launch(ctx) {

@@ -230,6 +230,7 @@ mod tests {
             start: None,
             clock: crate::clock::system(),
             ram_available_mib: None,
+            fit_target_mib: 512,
         }
     }
 
