@@ -186,6 +186,13 @@ impl QtuneSearch {
     /// Launches the exploration leaves for the variants: one per other load mode, placement
     /// style and `--no-op-offload` (where the space has them).
     fn variant_reserve(ctx: &SearchContext) -> u32 {
+        if Self::race_reserve(ctx) == 0 {
+            return 0;
+        }
+        Self::nominal_variants(ctx)
+    }
+
+    fn nominal_variants(ctx: &SearchContext) -> u32 {
         let v = &ctx.space.vary;
         let placements = if ctx.gpu_moe { v.placement.len() } else { 0 };
         (ctx.space.load_modes().len().saturating_sub(1)
@@ -285,9 +292,16 @@ impl QtuneSearch {
     }
 
     /// Launches the search leaves for the race.
+    /// A budget too small for the baseline, two search launches, the variants and the race
+    /// goes to the search first: the variants and the race get what it leaves.
     fn race_reserve(ctx: &SearchContext) -> u32 {
         let b = &ctx.space.budget;
-        b.confirm_rounds.max(2) * (b.confirm_top.max(1) + 1)
+        let race = b.confirm_rounds.max(2) * (b.confirm_top.max(1) + 1);
+        if b.trials >= race + Self::nominal_variants(ctx) + 3 {
+            race
+        } else {
+            0
+        }
     }
 
     /// How the race spends its launches: what the budget left, the space's tie band.
@@ -513,7 +527,12 @@ impl QtuneSearch {
             obj.tie_pct,
         );
         let needed = u32::from(self.trials_of(&ci) < 2) + u32::from(self.trials_of(&cc) < 2);
-        if tie && needed > 0 && self.search_trials + needed <= ctx.space.budget.trials {
+        // Only when the budget pays for them (the same rule as the pending queue's, so a
+        // re-measurement asked for is never dropped and asked for again).
+        if tie
+            && needed > 0
+            && self.launches() + Self::race_reserve(ctx) + needed <= ctx.space.budget.trials
+        {
             // Close: measure both again (incumbent first) before deciding.
             if self.trials_of(&ci) < 2 {
                 self.pending.push_back((ci, TrialRole::Search));
