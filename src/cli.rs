@@ -58,6 +58,9 @@ pub enum Command {
     Calibrate(CalibrateArgs),
     /// Measure what KV cache types cost in accuracy against f16 (KL divergence, same top-1 %).
     Quality(QualityArgs),
+    /// Re-measure launch commands against the first in paired, interleaved (ABBA) rounds,
+    /// with confidence intervals.
+    Compare(CompareArgs),
     /// Prepare the test models in qtune's cache (SmolLM2 and the tiny synthetic MoE models).
     #[command(hide = true)]
     Fixtures,
@@ -202,6 +205,41 @@ pub struct QualityArgs {
     /// Threads for llama-perplexity (default: its own).
     #[arg(long)]
     pub threads: Option<u32>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CompareArgs {
+    /// Two or more llama-server command lines, each one quoted argument, as qtune prints them
+    /// (e.g. 'llama-server -m M.gguf -c 32768 -np 1'). The first is the reference.
+    #[arg(required = true, num_args = 2..)]
+    pub commands: Vec<String>,
+    /// Rounds: each launches every command once, in ABBA order.
+    #[arg(long, default_value_t = 6)]
+    pub rounds: u32,
+    /// llama-server to use (else the commands' own binary, QTUNE_LLAMA_SERVER, PATH, cache).
+    #[arg(long)]
+    pub server: Option<PathBuf>,
+    /// The search space whose workload to run (a built-in name or a YAML file).
+    #[arg(long, default_value = "default")]
+    pub space: String,
+    /// Prompt tokens per request (overrides the space's workload).
+    #[arg(long)]
+    pub prompt_tokens: Option<u32>,
+    /// Generated tokens per request (overrides the space's workload).
+    #[arg(long)]
+    pub gen_tokens: Option<u32>,
+    /// Measured requests per launch (overrides the space's workload).
+    #[arg(long)]
+    pub repetitions: Option<u32>,
+    /// Differences smaller than this many percent are a tie.
+    #[arg(long, default_value_t = 3.0)]
+    pub band: f64,
+    /// Directory for logs, the journal and compare.json (default: reports/<date>-compare-<model>/).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
 }
@@ -380,6 +418,18 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             &c.out,
         ),
         Command::Quality(q) => app::quality::quality(quality_options(q.clone()), q.json),
+        Command::Compare(c) => app::compare::compare(crate::compare::CompareOptions {
+            commands: c.commands,
+            rounds: c.rounds,
+            server: c.server,
+            space: c.space,
+            prompt_tokens: c.prompt_tokens,
+            gen_tokens: c.gen_tokens,
+            repetitions: c.repetitions,
+            out: c.out,
+            band_pct: c.band,
+            json: c.json,
+        }),
         Command::Fixtures => app::info::fixtures(),
     }
 }

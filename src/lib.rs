@@ -4,12 +4,14 @@
 //! `hardware` → `model` → `space` → `search` → `trial` → `report` / `profile`.
 //! `config` holds [`config::LaunchConfig`], the vocabulary every stage shares; `run` holds the
 //! finished run (the one reader and writer of a run directory's results); `clock` is the time a
-//! tune reads; `server` finds, checks and builds `llama-server`. `app` has one function per
+//! tune reads; `stats` holds paired comparisons and racing (the launch is the unit of evidence);
+//! `compare` re-measures launch commands in interleaved rounds; `server` finds, checks and builds `llama-server`. `app` has one function per
 //! subcommand: it wires the stages and prints. `cli` only parses and calls `app`.
 
 pub mod app;
 pub mod cli;
 pub mod clock;
+pub mod compare;
 pub mod config;
 pub mod fixtures;
 pub mod hardware;
@@ -21,5 +23,6 @@ pub mod run;
 pub mod search;
 pub mod server;
 pub mod space;
+pub mod stats;
 pub mod trial;
 pub mod util;

@@ -95,6 +95,52 @@ pub struct Vary {
     pub kv_types: Vec<[crate::config::KvType; 2]>,
     #[serde(default = "default_fa")]
     pub flash_attn: Vec<crate::config::FlashAttn>,
+    /// `--load-mode` values to try (`none`: experts on the CPU in pinned RAM, fast to copy to
+    /// the GPU). Omitted: `fixed.mmap` of older spaces, else `auto` (the server's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_mode: Option<Vec<crate::config::LoadMode>>,
+    /// Where the CPU-side experts sit: `first` (whole blocks from block 0, `--n-cpu-moe`),
+    /// `last` (whole blocks from the end, as `--fit`), `first-split` / `last-split` (plus one
+    /// boundary block split per projection, to fill the card), `fit` (`--fit`'s own
+    /// placement as a candidate, `--fit on --fit-target`). Omitted: `[first]`.
+    #[serde(default = "default_placement")]
+    pub placement: Vec<PlacementStyle>,
+    /// Also try `--no-op-offload` for `batch_ubatch` pairs whose ubatch is at most this
+    /// (small micro-batches, where copying CPU experts to the GPU costs more than it saves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_op_offload_max_ubatch: Option<u32>,
+}
+
+/// How the experts that do not fit on the GPU are chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlacementStyle {
+    /// The first blocks' experts, whole (`--n-cpu-moe N`).
+    First,
+    /// The last blocks' experts, whole (`-ot` rule), where `--fit` puts them.
+    Last,
+    /// `first` plus the next block's experts split per projection.
+    FirstSplit,
+    /// `last` plus the block before them split per projection (what `--fit` does).
+    LastSplit,
+    /// `--fit on --fit-target <headroom>`: fit places, qtune sets the rest.
+    Fit,
+}
+
+impl PlacementStyle {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlacementStyle::First => "first",
+            PlacementStyle::Last => "last",
+            PlacementStyle::FirstSplit => "first-split",
+            PlacementStyle::LastSplit => "last-split",
+            PlacementStyle::Fit => "fit",
+        }
+    }
+}
+
+fn default_placement() -> Vec<PlacementStyle> {
+    vec![PlacementStyle::First]
 }
 
 fn default_threads() -> Vec<Threads> {
@@ -143,8 +189,39 @@ pub struct Fixed {
     pub ctx: u32,
     #[serde(default = "default_parallel")]
     pub parallel: u32,
-    #[serde(default = "default_true")]
-    pub mmap: bool,
+    /// Older spaces: `mmap: true` (the server's default load mode) or `false` (`none`). Newer
+    /// ones name the load modes in `vary.load_mode`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mmap: Option<bool>,
+    /// `--fit-target` MiB of the `fit` placement; omitted: the tune's VRAM headroom.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fit_target_mib: Option<u32>,
+}
+
+impl SearchSpace {
+    /// The load modes to try, the first being the starting point.
+    pub fn load_modes(&self) -> Vec<crate::config::LoadMode> {
+        use crate::config::LoadMode;
+        match (&self.vary.load_mode, self.fixed.mmap) {
+            (Some(v), _) if !v.is_empty() => v.clone(),
+            (_, Some(false)) => vec![LoadMode::None],
+            _ => vec![LoadMode::Auto],
+        }
+    }
+
+    /// The op-offload settings to try at micro-batch `ubatch`: `[true]`, plus `false`
+    /// (`--no-op-offload`) when `ubatch` is at most `vary.no_op_offload_max_ubatch`.
+    pub fn op_offload_choices(&self, ubatch: u32) -> Vec<bool> {
+        match self.vary.no_op_offload_max_ubatch {
+            Some(max) if ubatch <= max => vec![true, false],
+            _ => vec![true],
+        }
+    }
+
+    /// Is `--fit`'s placement one of the candidates?
+    pub fn has_fit_candidate(&self) -> bool {
+        self.vary.placement.contains(&PlacementStyle::Fit)
+    }
 }
 
 fn default_parallel() -> u32 {
@@ -354,6 +431,44 @@ pub fn validate(s: &SearchSpace) -> Result<(), (&'static str, String)> {
     if s.vary.flash_attn.is_empty() {
         return Err(("flash_attn", "flash_attn needs at least one value".into()));
     }
+    match &s.vary.load_mode {
+        Some(v) if v.is_empty() => {
+            return Err((
+                "load_mode",
+                "load_mode needs at least one value (auto, none, mmap, mlock, mmap+mlock, dio)"
+                    .into(),
+            ))
+        }
+        Some(_) if s.fixed.mmap.is_some() => {
+            return Err((
+                "mmap",
+                "give vary.load_mode or the older fixed.mmap, not both".into(),
+            ))
+        }
+        _ => {}
+    }
+    if s.vary.placement.is_empty() {
+        return Err((
+            "placement",
+            "placement needs at least one of first, last, first-split, last-split, fit".into(),
+        ));
+    }
+    if let Some(ub) = s.vary.no_op_offload_max_ubatch {
+        if !(1..=65536).contains(&ub) {
+            return Err((
+                "no_op_offload_max_ubatch",
+                format!("no_op_offload_max_ubatch {ub} is outside 1..=65536"),
+            ));
+        }
+    }
+    if let Some(t) = s.fixed.fit_target_mib {
+        if t > 1_048_576 {
+            return Err((
+                "fit_target_mib",
+                format!("fit_target_mib {t} is outside 0..=1048576 MiB"),
+            ));
+        }
+    }
     let w = &s.workload;
     if w.prompt_tokens == 0 || w.gen_tokens == 0 || w.repetitions == 0 {
         return Err((
@@ -499,6 +614,81 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.starts_with("bad.yaml: line"), "{err}");
+    }
+
+    const SMALL: &str = "name: t\nvary:\n  flash_attn: [on]\nfixed:\n  ctx: 4096\nworkload:\n  prompt_tokens: 64\n  gen_tokens: 16\n  repetitions: 2\n";
+
+    #[test]
+    fn default_space_searches_pinned_experts_and_fits_own_placement() {
+        use crate::config::LoadMode;
+        let d = load("default").unwrap();
+        assert!(d.load_modes().contains(&LoadMode::None));
+        assert_eq!(d.load_modes()[0], LoadMode::None);
+        assert!(d.has_fit_candidate());
+        assert!(d.vary.placement.contains(&PlacementStyle::LastSplit));
+        assert_eq!(d.vary.no_op_offload_max_ubatch, Some(256));
+        assert_eq!(d.op_offload_choices(256), [true, false]);
+        assert_eq!(d.op_offload_choices(512), [true]);
+        // A space that names none of the new keys keeps today's behaviour.
+        let s = parse(SMALL, "t.yaml").unwrap();
+        assert_eq!(s.load_modes(), [LoadMode::Auto]);
+        assert_eq!(s.vary.placement, [PlacementStyle::First]);
+        assert!(!s.has_fit_candidate());
+        assert_eq!(s.op_offload_choices(1), [true]);
+    }
+
+    #[test]
+    fn older_spaces_with_fixed_mmap_still_parse() {
+        use crate::config::LoadMode;
+        let old = SMALL.replace("  ctx: 4096\n", "  ctx: 4096\n  mmap: false\n");
+        assert_eq!(
+            parse(&old, "t.yaml").unwrap().load_modes(),
+            [LoadMode::None]
+        );
+        let old = SMALL.replace("  ctx: 4096\n", "  ctx: 4096\n  mmap: true\n");
+        assert_eq!(
+            parse(&old, "t.yaml").unwrap().load_modes(),
+            [LoadMode::Auto]
+        );
+        let both = old.replace(
+            "  flash_attn: [on]\n",
+            "  flash_attn: [on]\n  load_mode: [none]\n",
+        );
+        let err = parse(&both, "t.yaml").unwrap_err().to_string();
+        assert!(err.contains("line 7") && err.contains("not both"), "{err}");
+    }
+
+    #[test]
+    fn out_of_range_placement_keys_are_refused_with_their_line() {
+        let with = |line: &str| {
+            SMALL.replace(
+                "  flash_attn: [on]\n",
+                &format!("  flash_attn: [on]\n{line}\n"),
+            )
+        };
+        for (line, want) in [
+            ("  load_mode: [pinned]", "line 4"),
+            ("  load_mode: []", "load_mode needs at least one value"),
+            ("  placement: [middle]", "line 4"),
+            ("  placement: []", "placement needs at least one"),
+            ("  no_op_offload_max_ubatch: 0", "outside 1..=65536"),
+            (
+                "  no_op_offload_max_ubatch: 70000",
+                "line 4: no_op_offload_max_ubatch 70000",
+            ),
+        ] {
+            let err = parse(&with(line), "t.yaml").unwrap_err().to_string();
+            assert!(err.contains(want), "{line}: {err}");
+        }
+        let fit = SMALL.replace("  ctx: 4096\n", "  ctx: 4096\n  fit_target_mib: 2000000\n");
+        let err = parse(&fit, "t.yaml").unwrap_err().to_string();
+        assert!(err.contains("line 6: fit_target_mib 2000000"), "{err}");
+        let ok = with("  load_mode: [none, mmap+mlock]\n  placement: [last, fit]");
+        let s = parse(&ok, "t.yaml").unwrap();
+        assert_eq!(
+            s.vary.placement,
+            [PlacementStyle::Last, PlacementStyle::Fit]
+        );
     }
 
     #[test]

@@ -52,6 +52,8 @@ fn context(budget_mib: f64) -> SearchContext {
         logical_cores: 32,
         start: None,
         clock: qtune::clock::system(),
+        ram_available_mib: None,
+        fit_target_mib: 512,
     }
 }
 
@@ -233,4 +235,117 @@ fn re_measuring_ties_never_exceeds_the_trial_budget() {
             search.search_trials
         );
     }
+}
+
+/// Issue 13: a config whose pinned experts (`--load-mode none`) would not fit in the available
+/// host RAM is never launched: it is recorded as skipped, with the reason, and the runner never
+/// sees it. The baseline (memory-mapped) still runs.
+#[test]
+fn pinned_experts_over_the_available_ram_are_never_launched() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let mut ctx = context(15_800.0);
+    assert_eq!(
+        ctx.space.load_modes()[0],
+        qtune::config::LoadMode::None,
+        "the default space starts with pinned experts"
+    );
+    // Far less than the GBs of experts any fitting placement pins in RAM.
+    ctx.ram_available_mib = Some(2_000.0);
+    let launched = Arc::new(AtomicUsize::new(0));
+    let seen = launched.clone();
+    let mut inner = landscape_fn(&ctx, 0);
+    let runner = ReplayRunner::from_fn(move |c: &LaunchConfig| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        inner(c)
+    });
+    let search = run_search(ctx.clone(), Box::new(runner), Vec::new(), None).unwrap();
+    let searched: Vec<_> = search
+        .history
+        .iter()
+        .filter(|o| o.role == TrialRole::Search)
+        .collect();
+    assert!(!searched.is_empty());
+    for o in &searched {
+        assert_eq!(o.kind, OutcomeKind::Skipped, "{}", o.config.label());
+        assert!(o.message.contains("would swap"), "{}", o.message);
+    }
+    let baselines = search
+        .history
+        .iter()
+        .filter(|o| o.role == TrialRole::Baseline)
+        .count();
+    assert_eq!(launched.load(Ordering::SeqCst), baselines);
+    assert!(search.ranked_candidates(&ctx).is_empty());
+
+    // With the RAM to hold them, the same search launches its configs.
+    ctx.ram_available_mib = Some(1_000_000.0);
+    let search = run_search(ctx.clone(), Box::new(landscape(&ctx, 0)), Vec::new(), None).unwrap();
+    assert!(search
+        .history
+        .iter()
+        .any(|o| o.role == TrialRole::Search && o.kind == OutcomeKind::Ok));
+}
+
+/// Issue 13: the search measures the space's variants of its best config (the other load mode,
+/// the placement styles filled to the budget, `--fit on --fit-target <headroom>`, and
+/// `--no-op-offload`); the race decides. On a box where fit's own placement is the fastest, it
+/// wins, over seeded noise, within the default space's 20 launches.
+#[test]
+fn the_fit_candidate_wins_where_it_is_best_within_twenty_launches() {
+    let ctx = context(15_800.0);
+    let mut launches = Vec::new();
+    for seed in 1..=8u64 {
+        let mut inner = landscape_fn(&ctx, 0);
+        let runner = ReplayRunner::from_fn(move |c: &LaunchConfig| {
+            if c.is_fit_placement() {
+                ReplayAnswer::Ok {
+                    gen_tps: 90.0,
+                    prompt_tps: 950.0,
+                    peak_vram_mib: Some(15_000),
+                }
+            } else {
+                inner(c)
+            }
+        })
+        .with_noise(3.0, seed);
+        let search = run_search(ctx.clone(), Box::new(runner), Vec::new(), None).unwrap();
+        let h = &search.history;
+        let n = search.launches();
+        assert!(n <= ctx.space.budget.trials, "seed {seed}: {n} launches");
+        launches.push(n);
+        let tried = |f: &dyn Fn(&LaunchConfig) -> bool| {
+            h.iter()
+                .any(|o| o.role == TrialRole::Search && f(&o.config))
+        };
+        assert!(tried(&|c| c.is_fit_placement() && c.fit_target_mib == [512]));
+        assert!(tried(
+            &|c| c.load_mode == qtune::config::LoadMode::Auto && c.n_cpu_moe.is_some()
+        ));
+        let race = search
+            .race_outcome(&ctx)
+            .map(|outcome| qtune::run::RaceReport {
+                candidates: search.race_candidates.clone(),
+                outcome,
+            });
+        assert!(race.is_some(), "seed {seed}: the race ran");
+        let mut warnings = Vec::new();
+        let (_, winner) = qtune::search::verdict::decide(
+            &ctx,
+            h,
+            Some(15_800),
+            &|c: &LaunchConfig| c.server_args(),
+            &mut warnings,
+            race.as_ref(),
+        );
+        let w = winner.expect("a winner");
+        assert!(
+            w.config.is_fit_placement(),
+            "seed {seed}: {} won ({warnings:?})",
+            w.config.label()
+        );
+        let g = w.gen_vs_baseline.expect("the winner carries its interval");
+        assert!(g.interval_pct().unwrap().0 > 0.0, "{g}");
+    }
+    println!("launches per default-space tune over 8 seeds: {launches:?}");
 }

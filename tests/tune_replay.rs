@@ -300,3 +300,79 @@ fn regenerate_replay_fixture() {
     .unwrap();
     let _ = std::fs::remove_file(dir.join("checkpoint.json"));
 }
+
+/// Issue 12: the race is wired into the tune. The winner carries its paired interval against
+/// the baseline, the summary prints it, the budget (every launch) holds, and a tune killed in
+/// the middle of the race resumes along the same path to the same verdict, with seeded noise.
+#[test]
+fn the_race_reports_intervals_holds_the_budget_and_resumes_identically() {
+    let tmp = tempfile::tempdir().unwrap();
+    let noisy = ["--replay-noise", "3", "--replay-seed", "11"];
+    let full = tmp.path().join("full");
+    let o = tune(&full, &noisy);
+    assert!(o.status.success(), "{}", text(&o));
+    let rf = result(&full);
+    let race = rf.race.as_ref().expect("the race ran");
+    assert!(!race.candidates.is_empty());
+    let budget = rf.space.budget.trials as usize;
+    assert!(rf.trials.len() <= budget, "{} > {budget}", rf.trials.len());
+    let confirm = rf
+        .trials
+        .iter()
+        .filter(|t| t.role == TrialRole::Confirm)
+        .count();
+    assert!(confirm >= 4, "at least two paired rounds: {confirm}");
+    let w = rf.winner.as_ref().unwrap();
+    let g = w
+        .gen_vs_baseline
+        .as_ref()
+        .expect("the winner carries its interval");
+    let (lo, hi) = g
+        .interval_pct()
+        .expect("two rounds or more give an interval");
+    assert!(lo <= g.gain_pct() && g.gain_pct() <= hi);
+    // Never the headline: slower than the baseline beyond the interval.
+    assert!(hi >= 0.0, "{g}");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("paired vs baseline: generation "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(95 %, "), "{stderr}");
+    assert!(stderr.contains("fastest generation: "), "{stderr}");
+    assert!(stderr.contains("the default: "), "{stderr}");
+    let md = std::fs::read_to_string(full.join("report.md")).unwrap();
+    assert!(md.contains("## Race against the baseline"), "{md}");
+    let json = std::fs::read_to_string(full.join("results.json")).unwrap();
+    assert!(json.contains("\"gen_vs_baseline\""), "{json}");
+
+    // Killed after the first race launch: the resume finishes the same race.
+    let first_race = rf
+        .trials
+        .iter()
+        .position(|t| t.role == TrialRole::Confirm)
+        .unwrap();
+    let cut = tmp.path().join("cut");
+    let after = (first_race + 1).to_string();
+    let mut args = noisy.to_vec();
+    args.extend(["--replay-interrupt-after", &after]);
+    let o = tune(&cut, &args);
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    let (j, d) = (journal(), cut.clone());
+    let o = qtune(&[
+        "tune",
+        "--replay",
+        j.to_str().unwrap(),
+        "--replay-noise",
+        "3",
+        "--replay-seed",
+        "11",
+        "--resume",
+        d.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let rr = result(&cut);
+    assert_eq!(path_of(&rr), path_of(&rf), "the race resumes identically");
+    assert_eq!(rr.race, rf.race);
+    assert_eq!(rr.winner.map(|w| w.config), rf.winner.map(|w| w.config));
+}

@@ -1,6 +1,7 @@
 //! The app layer: one function per subcommand. Each wires the stages together and does the
 //! printing; the stages only return values. `cli` parses and calls these.
 
+pub mod compare;
 pub mod info;
 pub mod measure;
 pub mod progress;

@@ -193,6 +193,7 @@ pub fn from_gguf(g: &GgufFile) -> Result<ModelLayout> {
     let mut output_bytes = 0;
     let mut other_bytes = 0;
     let mut bytes_by_type: BTreeMap<String, u64> = BTreeMap::new();
+    let mut expert_proj = vec![super::ExpertProjBytes::default(); nb];
     let mut cpu_repack = vec![BlockBytes::default(); nb];
     let mut cpu_repack_output = 0;
     for t in &g.tensors {
@@ -219,7 +220,11 @@ pub fn from_gguf(g: &GgufFile) -> Result<ModelLayout> {
         let block = |il: u32| (il as usize) < nb;
         match class {
             TensorClass::RoutedExperts(il) if block(il) => {
-                blocks[il as usize].routed_experts += t.n_bytes
+                blocks[il as usize].routed_experts += t.n_bytes;
+                // Every routed-expert name has a projection (same patterns as classify).
+                if let Some(p) = crate::config::ExpertProj::of_tensor(&t.name) {
+                    expert_proj[il as usize].add(p, t.n_bytes);
+                }
             }
             TensorClass::SharedExperts(il) if block(il) => {
                 blocks[il as usize].shared_experts += t.n_bytes
@@ -267,6 +272,7 @@ pub fn from_gguf(g: &GgufFile) -> Result<ModelLayout> {
         .collect();
 
     let details = Details {
+        expert_proj,
         cpu_repack,
         cpu_repack_output,
         n_ff: per_layer(g, &key("feed_forward_length"), nb)

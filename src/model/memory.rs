@@ -36,6 +36,11 @@ pub struct MemoryBreakdown {
     pub compute_host_mib: f64,
     /// Logits / embeddings output buffer (host memory).
     pub output_host_mib: f64,
+    /// The host weights are page cache of the memory-mapped model file (load mode auto/mmap),
+    /// not loaded buffers: the kernel can drop them and read them again. With `--load-mode
+    /// none` and a GPU they are pinned buffers (`CUDA_Host`), which can never be paged out.
+    #[serde(default)]
+    pub host_weights_file_backed: bool,
 }
 
 impl MemoryBreakdown {
@@ -56,6 +61,10 @@ pub struct MemoryPrediction {
     pub gpu_mib: f64,
     /// Everything in host RAM (weights, repacked copies, host KV, buffers), MiB.
     pub host_mib: f64,
+    /// The part of `host_mib` that must stay in RAM: all of it except the page cache of a
+    /// memory-mapped (not locked) model file. Over the available RAM, this goes to swap.
+    #[serde(default)]
+    pub host_required_mib: f64,
     pub breakdown: MemoryBreakdown,
     /// Blocks whose layers are on the GPU.
     pub gpu_blocks: u32,
@@ -178,11 +187,37 @@ pub fn predict_with(
                 + (if rest { r.shared_experts + r.rest } else { 0 })
         })
     };
+    // Routed-expert bytes of each block on the host: every expert of a host block, the first
+    // `--n-cpu-moe` blocks' experts, and what the `-ot` rules of `cpu_experts` name (per
+    // projection for a partial block).
+    let host_expert_bytes: Vec<u64> = layout
+        .blocks
+        .iter()
+        .enumerate()
+        .map(|(il, bb)| {
+            let il32 = il as u32;
+            if !block_on_gpu(il32) || il32 < ncmoe {
+                bb.routed_experts
+            } else {
+                cfg.cpu_experts
+                    .as_ref()
+                    .map_or(0, |c| layout.cpu_expert_bytes(il32, c))
+            }
+        })
+        .collect();
+    // With mmap, llama.cpp maps the file span from the first to the last host tensor: the
+    // GPU-resident tensors of the GPU blocks in between lie inside it.
+    let host_expert_span = {
+        let first = host_expert_bytes.iter().position(|&x| x > 0);
+        let last = host_expert_bytes.iter().rposition(|&x| x > 0);
+        first.zip(last)
+    };
+    let maps = cfg.load_mode.maps_file();
     for (il, bb) in layout.blocks.iter().enumerate() {
         let il32 = il as u32;
         let on_gpu = block_on_gpu(il32);
-        let experts_on_host = !on_gpu || il32 < ncmoe;
-        if experts_on_host && bb.routed_experts > 0 {
+        let host_experts = host_expert_bytes[il];
+        if host_experts > 0 {
             host_expert_blocks += 1;
         }
         if on_gpu {
@@ -190,16 +225,13 @@ pub fn predict_with(
         } else {
             b.weights_host_bytes += bb.shared_experts + bb.rest;
         }
-        if experts_on_host {
-            b.weights_host_bytes += bb.routed_experts;
-        } else {
-            b.weights_gpu_bytes += bb.routed_experts;
-        }
-        b.repack_host_bytes += repack_of(il, experts_on_host, !on_gpu);
-        // With mmap, llama.cpp maps the file span from the first to the last host tensor: the
-        // GPU-resident tensors of blocks whose experts stay on the host lie inside it.
-        if cfg.mmap && on_gpu && experts_on_host && bb.routed_experts > 0 {
-            b.mapped_span_host_bytes += bb.shared_experts + bb.rest;
+        b.weights_host_bytes += host_experts;
+        b.weights_gpu_bytes += bb.routed_experts - host_experts;
+        let all_experts_on_host = host_experts == bb.routed_experts;
+        b.repack_host_bytes += repack_of(il, all_experts_on_host && host_experts > 0, !on_gpu);
+        if maps && on_gpu && host_expert_span.is_some_and(|(f, l)| f <= il && il <= l) {
+            b.mapped_span_host_bytes +=
+                bb.shared_experts + bb.rest + bb.routed_experts - host_experts;
         }
     }
     // Input embedding: always host.
@@ -211,7 +243,7 @@ pub fn predict_with(
         if tied {
             b.weights_gpu_bytes += layout.token_embd_bytes;
         }
-        if cfg.mmap && host_expert_blocks > 0 && details.output_before_blocks {
+        if maps && host_expert_blocks > 0 && details.output_before_blocks {
             // Inside the mapped span (see above).
             b.mapped_span_host_bytes += layout.output_bytes + layout.other_bytes;
         }
@@ -307,9 +339,7 @@ pub fn predict_with(
         // token, the attention mask plus about 27 * n_embd floats of activations.
         let per_token = attn_bytes / t + 216.0 * 1024.0 * layout.n_embd as f64 / 2048.0;
         let normal_gpu = t * per_token / MIB + 12.0 + dequant;
-        let host_experts = layout.blocks.iter().enumerate().any(|(il, bb)| {
-            bb.routed_experts > 0 && (!block_on_gpu(il as u32) || (il as u32) < ncmoe)
-        });
+        let host_experts = host_expert_bytes.iter().any(|&x| x > 0);
         b.compute_gpu_mib = if host_experts {
             // With routed experts on the host, a large micro-batch's MoE ops run on the GPU with
             // expert weights copied in: a staging floor that grows with the expert count
@@ -339,13 +369,54 @@ pub fn predict_with(
         + b.recurrent_host_mib
         + b.compute_host_mib
         + b.output_host_mib;
+    b.host_weights_file_backed = maps && !cfg.load_mode.locks();
+    let file_backed_mib = if b.host_weights_file_backed {
+        b.weights_host_mib() + b.mapped_span_host_bytes as f64 / MIB
+    } else {
+        0.0
+    };
     MemoryPrediction {
         gpu_mib,
         host_mib,
+        host_required_mib: host_mib - file_backed_mib,
         breakdown: b,
         gpu_blocks,
         host_expert_blocks,
     }
+}
+
+/// Why a config must not be launched on a box with `ram_available_mib` of available host
+/// RAM, if it must not: the host memory it needs resident (pinned or loaded weights, KV,
+/// buffers; not the page cache of a mapped file) is over what is available, so the box would
+/// swap (or the OOM killer would end it) instead of measuring the config.
+pub fn host_ram_refusal(pred: &MemoryPrediction, ram_available_mib: f64) -> Option<String> {
+    (pred.host_required_mib > ram_available_mib).then(|| {
+        format!(
+            "predicted host RAM {:.0} MiB (weights loaded or pinned in RAM, KV, buffers) is over \
+             the {:.0} MiB available: it would swap; not launched. Use --load-mode mmap, put \
+             fewer experts on the CPU, or free RAM",
+            pred.host_required_mib, ram_available_mib
+        )
+    })
+}
+
+/// Why `cfg` must not be launched on this host, if it must not: flags the server refuses
+/// together ([`LaunchConfig::check`]), an expert placement naming blocks the model does not
+/// have, or [`host_ram_refusal`].
+pub fn launch_refusal(
+    layout: &ModelLayout,
+    cfg: &LaunchConfig,
+    has_gpu: bool,
+    ram_available_mib: Option<f64>,
+) -> Option<String> {
+    if let Err(why) = cfg.check() {
+        return Some(format!("not launched: {why}"));
+    }
+    if let Some(Err(why)) = cfg.cpu_experts.as_ref().map(|e| e.check(layout.n_blocks)) {
+        return Some(format!("not launched: expert placement: {why}"));
+    }
+    let ram = ram_available_mib?;
+    host_ram_refusal(&predict(layout, cfg, has_gpu), ram)
 }
 
 /// The smallest `--n-cpu-moe` whose predicted GPU memory fits `budget_mib`, `None` when even
@@ -368,6 +439,7 @@ pub fn min_n_cpu_moe_that_fits(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{BlockSet, CpuExperts, ExpertProj, LoadMode, PartialBlock};
     use crate::model::BlockBytes;
 
     fn moe(n_blocks: u32) -> ModelLayout {
@@ -507,5 +579,163 @@ mod tests {
         let n = min_n_cpu_moe_that_fits(&l, &t, all - 250.0).unwrap();
         assert_eq!(n, 4);
         assert_eq!(min_n_cpu_moe_that_fits(&l, &t, 10.0), None);
+    }
+
+    fn gpu_cfg() -> LaunchConfig {
+        LaunchConfig {
+            n_gpu_layers: Some(999),
+            fit: Some(false),
+            ..LaunchConfig::baseline(4096)
+        }
+    }
+
+    fn with_experts(c: CpuExperts) -> LaunchConfig {
+        LaunchConfig {
+            cpu_experts: Some(c),
+            ..gpu_cfg()
+        }
+    }
+
+    #[test]
+    fn ot_first_n_predicts_exactly_what_n_cpu_moe_does() {
+        let l = moe(10);
+        for n in [0, 1, 4, 10] {
+            let ncmoe = LaunchConfig {
+                n_cpu_moe: Some(n),
+                ..gpu_cfg()
+            };
+            let ot = if n == 0 {
+                gpu_cfg()
+            } else {
+                with_experts(CpuExperts::first(n))
+            };
+            let a = predict_with(&l, &ncmoe, true, caps(), &CPU_COMPUTE);
+            let b = predict_with(&l, &ot, true, caps(), &CPU_COMPUTE);
+            assert_eq!(a, b, "n={n}");
+        }
+    }
+
+    #[test]
+    fn last_blocks_and_a_partial_block_move_exactly_their_bytes() {
+        let mut l = moe(10);
+        // Down is the largest projection, as in Q4_K_M files (Q6_K down on some blocks).
+        l.details.expert_proj = vec![
+            crate::model::ExpertProjBytes {
+                up: 30 << 20,
+                gate: 30 << 20,
+                gate_up: 0,
+                down: 40 << 20,
+            };
+            10
+        ];
+        let p = |c: &LaunchConfig| predict_with(&l, c, true, caps(), &CPU_COMPUTE);
+        let none = p(&gpu_cfg());
+        let last3 = p(&with_experts(CpuExperts::last(3, 10)));
+        let first3 = p(&with_experts(CpuExperts::first(3)));
+        let moved =
+            |x: &MemoryPrediction| none.breakdown.weights_gpu_bytes - x.breakdown.weights_gpu_bytes;
+        assert_eq!(moved(&last3), 3 * (100 << 20));
+        assert_eq!(moved(&first3), moved(&last3));
+        assert_eq!(last3.host_expert_blocks, 3);
+        // Same weights on the GPU, same compute: the same VRAM whichever end.
+        assert_eq!(first3.gpu_mib, last3.gpu_mib);
+        for (projs, bytes) in [
+            (vec![ExpertProj::Down], 40u64 << 20),
+            (vec![ExpertProj::Gate, ExpertProj::Down], 70 << 20),
+            (vec![ExpertProj::Up], 30 << 20),
+        ] {
+            let c = CpuExperts {
+                blocks: BlockSet::last(2, 10),
+                partial: Some(PartialBlock::new(7, projs)),
+            };
+            let x = p(&with_experts(c));
+            assert_eq!(moved(&x), 2 * (100 << 20) + bytes);
+            assert_eq!(
+                x.breakdown.weights_gpu_bytes + x.breakdown.weights_host_bytes,
+                l.tensor_bytes
+            );
+            assert_eq!(x.host_expert_blocks, 3);
+        }
+        // A layout without the per-projection split (saved before it existed) splits evenly.
+        let old = moe(10);
+        let c = CpuExperts {
+            blocks: BlockSet::default(),
+            partial: Some(PartialBlock::new(9, [ExpertProj::Down])),
+        };
+        let x = predict_with(&old, &with_experts(c), true, caps(), &CPU_COMPUTE);
+        assert_eq!(
+            x.breakdown.weights_host_bytes - (50 << 20),
+            (100 << 20) - 2 * ((100 << 20) / 3)
+        );
+    }
+
+    #[test]
+    fn pinned_experts_count_in_host_ram_and_mapped_ones_do_not() {
+        let l = moe(10);
+        let at = |mode: LoadMode| {
+            predict_with(
+                &l,
+                &LaunchConfig {
+                    n_cpu_moe: Some(6),
+                    load_mode: mode,
+                    ..gpu_cfg()
+                },
+                true,
+                caps(),
+                &CPU_COMPUTE,
+            )
+        };
+        let mapped = at(LoadMode::Auto);
+        let pinned = at(LoadMode::None);
+        let locked = at(LoadMode::MmapMlock);
+        let host_weights = (6 * (100u64 << 20) + (50 << 20)) as f64 / MIB;
+        assert!(mapped.breakdown.host_weights_file_backed);
+        assert!(!pinned.breakdown.host_weights_file_backed);
+        // Mapped: the GPU tensors inside the mapped span count in host_mib, not required.
+        assert!(mapped.breakdown.mapped_span_host_bytes > 0);
+        assert_eq!(pinned.breakdown.mapped_span_host_bytes, 0);
+        let others = pinned.host_mib - host_weights;
+        assert!((pinned.host_required_mib - pinned.host_mib).abs() < 1e-9);
+        assert!((mapped.host_required_mib - others).abs() < 1e-6);
+        // Locked mapped pages cannot be dropped either.
+        assert!((locked.host_required_mib - locked.host_mib).abs() < 1e-9);
+        // Same VRAM whatever the load mode.
+        assert_eq!(mapped.gpu_mib, pinned.gpu_mib);
+
+        // The launch rule: pinned experts over the available RAM are refused, mapped are not.
+        let ram = others + host_weights / 2.0;
+        assert!(host_ram_refusal(&mapped, ram).is_none());
+        let why = host_ram_refusal(&pinned, ram).unwrap();
+        assert!(
+            why.contains("would swap") && why.contains("--load-mode mmap"),
+            "{why}"
+        );
+        assert!(host_ram_refusal(&pinned, pinned.host_required_mib + 1.0).is_none());
+    }
+
+    #[test]
+    fn configs_the_server_would_refuse_are_never_launched() {
+        let l = moe(10);
+        let ok = with_experts(CpuExperts::last(3, 10));
+        assert_eq!(launch_refusal(&l, &ok, true, None), None);
+        let fit_and_ot = LaunchConfig {
+            fit: Some(true),
+            ..ok.clone()
+        };
+        assert!(launch_refusal(&l, &fit_and_ot, true, None)
+            .unwrap()
+            .contains("--fit on cannot be combined"));
+        let beyond = with_experts(CpuExperts::last(3, 12));
+        assert!(launch_refusal(&l, &beyond, true, None)
+            .unwrap()
+            .contains("block 10 is out of range"));
+        let pinned = LaunchConfig {
+            load_mode: LoadMode::None,
+            ..ok
+        };
+        assert!(launch_refusal(&l, &pinned, true, Some(10.0))
+            .unwrap()
+            .contains("would swap"));
+        assert_eq!(launch_refusal(&l, &pinned, true, None), None);
     }
 }

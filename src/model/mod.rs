@@ -10,6 +10,7 @@ pub mod synth;
 
 pub use layout::load;
 
+use crate::config::{CpuExperts, ExpertProj};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -49,6 +50,44 @@ pub struct Details {
     /// The output tensors are stored before the blocks in the file, so a mapped span that
     /// reaches a host expert tensor also covers them (llama.cpp maps first..last host tensor).
     pub output_before_blocks: bool,
+    /// Per block, routed-expert bytes by projection (they add up to
+    /// [`BlockBytes::routed_experts`]). Empty in layouts saved before it existed: a partial
+    /// block is then split evenly over up, gate and down.
+    #[serde(default)]
+    pub expert_proj: Vec<ExpertProjBytes>,
+}
+
+/// Routed-expert bytes of one block by projection (weights, biases and scales alike).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExpertProjBytes {
+    pub up: u64,
+    pub gate: u64,
+    pub gate_up: u64,
+    pub down: u64,
+}
+
+impl ExpertProjBytes {
+    pub fn get(&self, p: ExpertProj) -> u64 {
+        match p {
+            ExpertProj::Up => self.up,
+            ExpertProj::Gate => self.gate,
+            ExpertProj::GateUp => self.gate_up,
+            ExpertProj::Down => self.down,
+        }
+    }
+
+    pub fn add(&mut self, p: ExpertProj, bytes: u64) {
+        match p {
+            ExpertProj::Up => self.up += bytes,
+            ExpertProj::Gate => self.gate += bytes,
+            ExpertProj::GateUp => self.gate_up += bytes,
+            ExpertProj::Down => self.down += bytes,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.up + self.gate + self.gate_up + self.down
+    }
 }
 
 /// What qtune needs to know about a model to place it.
@@ -135,5 +174,40 @@ impl ModelLayout {
 
     pub fn is_moe(&self) -> bool {
         self.n_experts > 0
+    }
+
+    /// Routed-expert bytes of `block` by projection. Layouts without the per-projection split
+    /// (saved before it existed, or built in tests) split the block evenly over up, gate and
+    /// down, the remainder to down.
+    pub fn expert_proj_bytes(&self, block: u32) -> ExpertProjBytes {
+        let total = self
+            .blocks
+            .get(block as usize)
+            .map_or(0, |b| b.routed_experts);
+        match self.details.expert_proj.get(block as usize) {
+            Some(p) if p.total() == total => p.clone(),
+            _ => ExpertProjBytes {
+                up: total / 3,
+                gate: total / 3,
+                gate_up: 0,
+                down: total - 2 * (total / 3),
+            },
+        }
+    }
+
+    /// Routed-expert bytes of `block` that `placement` puts on the CPU.
+    pub fn cpu_expert_bytes(&self, block: u32, placement: &CpuExperts) -> u64 {
+        if placement.blocks.contains(block) {
+            return self
+                .blocks
+                .get(block as usize)
+                .map_or(0, |b| b.routed_experts);
+        }
+        let p = self.expert_proj_bytes(block);
+        ExpertProj::ALL
+            .into_iter()
+            .filter(|&x| placement.on_cpu(block, x))
+            .map(|x| p.get(x))
+            .sum()
     }
 }

@@ -165,6 +165,18 @@ pub(crate) mod tests {
                 |p| p.winner.config.parallel = 0,
                 "winner.config.parallel = 0",
             ),
+            (
+                |p| p.winner.config.cpu_experts = Some(crate::config::CpuExperts::last(2, 1026)),
+                "winner.config.cpu_experts: block 1024 is out of range",
+            ),
+            (
+                |p| p.winner.config.fit_target_mib = vec![1 << 21],
+                "winner.config.fit_target_mib",
+            ),
+            (
+                |p| p.winner.config.fit = Some(true),
+                "winner.config: --fit on cannot be combined",
+            ),
             (|p| p.winner.tg.median = f64::NAN, "winner.tg.median"),
             (|p| p.front[0].tg = Some(-0.5), "front[0].tg"),
             (

@@ -153,7 +153,7 @@ fn default_base(ctx: u32, host: &HostInfo, reasons: &mut Vec<String>) -> LaunchC
     match crate::space::load("default") {
         Ok(s) => {
             cfg.parallel = s.fixed.parallel;
-            cfg.mmap = s.fixed.mmap;
+            cfg.load_mode = s.load_modes()[0];
             cfg.threads = s.vary.threads.first().map(|t| match t {
                 crate::space::Threads::Auto(_) => {
                     host.physical_cores.unwrap_or(host.logical_cores).max(1)
@@ -246,8 +246,11 @@ pub fn plan(
                 cache_type_k: w.cache_type_k,
                 cache_type_v: w.cache_type_v,
                 flash_attn: w.flash_attn,
-                mmap: w.mmap,
+                load_mode: w.load_mode,
                 fit: None,
+                fit_target_mib: Vec::new(),
+                cpu_experts: None,
+                op_offload: w.op_offload,
             }
         }
         None => default_base(ctx, &hw.host, &mut reasons),
@@ -302,7 +305,7 @@ pub fn plan(
             "predicted host memory {} exceeds this box's available RAM {}{}",
             crate::util::fmt_mib(pred.host_mib),
             crate::util::fmt_mib(hw.host.ram_available_mib as f64),
-            if cfg.mmap {
+            if cfg.load_mode.maps_file() {
                 " (the model is memory-mapped: expect paging from disk)"
             } else {
                 ""

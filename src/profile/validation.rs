@@ -116,6 +116,15 @@ pub(crate) fn check_config(key: &str, c: &LaunchConfig) -> Result<()> {
             }
         }
     }
+    // issue 13: expert placement, fit target, and flags the server would refuse together.
+    if let Some(e) = &c.cpu_experts {
+        e.check(1024)
+            .map_err(|m| anyhow::anyhow!("{key}.cpu_experts: {m}"))?;
+    }
+    for &t in &c.fit_target_mib {
+        check_range(&format!("{key}.fit_target_mib"), t, 0, 1_048_576)?;
+    }
+    c.check().map_err(|m| anyhow::anyhow!("{key}: {m}"))?;
     Ok(())
 }
 

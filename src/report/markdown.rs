@@ -141,6 +141,27 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
         }
     }
 
+    if let Some(w) = r.winner.as_ref().filter(|w| w.gen_vs_baseline.is_some()) {
+        let _ = writeln!(
+            m,
+            "Paired against the baseline in interleaved rounds: {}.\n",
+            super::race::gains(w.gen_vs_baseline.as_ref(), w.prompt_vs_baseline.as_ref())
+        );
+    }
+    let race = super::race::lines(r);
+    if !race.is_empty() {
+        let _ = writeln!(m, "## Race against the baseline\n");
+        for l in race {
+            let t = l.trim_start();
+            if l.starts_with("  ") {
+                let _ = writeln!(m, "- {t}");
+            } else {
+                let _ = writeln!(m, "\n{t}\n");
+            }
+        }
+        let _ = writeln!(m);
+    }
+
     let _ = writeln!(m, "## Winner vs baseline\n");
     if let Some(w) = &r.winner {
         let (bg, bp, bv, blabel) = match &base {
@@ -394,10 +415,14 @@ fn search(m: &mut String, r: &TuneResult) {
     );
     let _ = writeln!(
         m,
-        "- **Fixed:** context {} tokens, {} slot(s), mmap {}",
+        "- **Fixed:** context {} tokens, {} slot(s), load mode {}",
         s.fixed.ctx,
         s.fixed.parallel,
-        if s.fixed.mmap { "on" } else { "off" }
+        s.load_modes()
+            .iter()
+            .map(|m| m.as_str())
+            .collect::<Vec<_>>()
+            .join(" / ")
     );
     let w = &s.workload;
     let _ = writeln!(

@@ -6,6 +6,7 @@
 
 pub mod markdown;
 pub mod plots;
+pub mod race;
 pub mod script;
 pub mod summary;
 

@@ -77,6 +77,16 @@ pub fn table(r: &TuneResult) -> String {
                 _ => String::new(),
             }
         ));
+        if w.gen_vs_baseline.is_some() {
+            out.push_str(&format!(
+                "  paired vs baseline: {}\n",
+                super::race::gains(w.gen_vs_baseline.as_ref(), w.prompt_vs_baseline.as_ref())
+            ));
+        }
+    }
+    for line in super::race::lines(r) {
+        out.push_str(&line);
+        out.push('\n');
     }
     for w in &r.warnings {
         out.push_str(&format!("warning: {w}\n"));

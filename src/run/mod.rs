@@ -58,6 +58,11 @@ pub struct Winner {
     pub prompt_gain_pct: Option<f64>,
     /// The launch command, ready to paste.
     pub command: Vec<String>,
+    /// The paired race's gains against the baseline, with their intervals (None: not raced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gen_vs_baseline: Option<crate::stats::Comparison>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_vs_baseline: Option<crate::stats::Comparison>,
 }
 
 /// Everything a tune produced: written as `results.json` in the run directory.
@@ -80,6 +85,9 @@ pub struct TuneResult {
     pub trials: Vec<TrialOutcome>,
     pub confirmation: Vec<Confirmed>,
     pub winner: Option<Winner>,
+    /// The race of the top candidates against the baseline (paired ABBA rounds), when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub race: Option<RaceReport>,
     pub warnings: Vec<String>,
     pub minutes_used: f64,
     /// Host and port the launch command, report and launch script use (`tune --host/--port`).
@@ -321,5 +329,96 @@ mod tests {
             assert!(b.confirmed);
             assert_eq!(b.trial_ids, confirm_ids);
         }
+    }
+}
+
+/// The race of a tune: the configs that raced the baseline and what the race decided.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RaceReport {
+    /// The racing configs; `outcome`'s indices point here (the baseline is the reference).
+    pub candidates: Vec<LaunchConfig>,
+    pub outcome: crate::stats::race::RaceOutcome,
+}
+
+/// One named pick of a tune (issue 12): a config with its paired gains against the baseline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamedPick {
+    /// `fastest generation`, `best prompt speed, generation tied`, `the default`.
+    pub name: &'static str,
+    pub config: LaunchConfig,
+    /// Against the baseline (None for the baseline itself, or when not raced).
+    pub gen: Option<crate::stats::Comparison>,
+    pub prompt: Option<crate::stats::Comparison>,
+}
+
+impl RaceReport {
+    /// Each raced config with its paired verdict against the baseline (raced rounds only).
+    pub fn verdicts(&self) -> Vec<(&LaunchConfig, &crate::stats::PairedVerdict)> {
+        self.outcome
+            .candidates
+            .iter()
+            .filter_map(|c| Some((self.candidates.get(c.index)?, c.vs_reference.as_ref()?)))
+            .collect()
+    }
+}
+
+impl TuneResult {
+    /// The Pareto front's named picks: fastest generation (the winner), best prompt speed
+    /// among the configs whose generation interval overlaps the winner's (statistically tied),
+    /// and the default. Empty without a race.
+    pub fn named_picks(&self) -> Vec<NamedPick> {
+        let Some(race) = &self.race else {
+            return Vec::new();
+        };
+        let baseline = crate::search::context::baseline_of(&self.space);
+        let mut picks = Vec::new();
+        let verdicts = race.verdicts();
+        if let Some(w) = &self.winner {
+            picks.push(NamedPick {
+                name: "fastest generation",
+                config: w.config.clone(),
+                gen: w.gen_vs_baseline.clone(),
+                prompt: w.prompt_vs_baseline.clone(),
+            });
+            let overlaps = |a: &crate::stats::Comparison, b: Option<&crate::stats::Comparison>| {
+                match (a.lo_log, a.hi_log, b.and_then(|b| b.lo_log.zip(b.hi_log))) {
+                    (Some(lo), Some(hi), Some((blo, bhi))) => lo <= bhi && blo <= hi,
+                    // The baseline (no interval against itself) is tied when 0 is inside.
+                    (Some(lo), Some(hi), None) if b.is_none() => lo <= 0.0 && 0.0 <= hi,
+                    _ => false,
+                }
+            };
+            let best_prompt = verdicts
+                .iter()
+                .filter(|(c, _)| **c != w.config)
+                .filter(|(c, v)| {
+                    let failed = race.outcome.candidates.iter().any(|r| {
+                        race.candidates.get(r.index) == Some(*c)
+                            && matches!(r.status, crate::stats::race::ArmStatus::Failed { .. })
+                    });
+                    !failed && overlaps(&v.gen, w.gen_vs_baseline.as_ref())
+                })
+                .filter(|(_, v)| {
+                    w.prompt_vs_baseline
+                        .as_ref()
+                        .is_none_or(|p| v.prompt.mean_log > p.mean_log)
+                })
+                .max_by(|a, b| a.1.prompt.mean_log.total_cmp(&b.1.prompt.mean_log));
+            if let Some((c, v)) = best_prompt {
+                picks.push(NamedPick {
+                    name: "best prompt speed, generation tied",
+                    config: (*c).clone(),
+                    gen: Some(v.gen.clone()),
+                    prompt: Some(v.prompt.clone()),
+                });
+            }
+        }
+        picks.push(NamedPick {
+            name: "the default",
+            config: baseline,
+            gen: None,
+            prompt: None,
+        });
+        picks
     }
 }

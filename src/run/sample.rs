@@ -69,11 +69,15 @@ fn space(name: &str, moe: bool) -> SearchSpace {
             batch_ubatch: vec![[2048, 512], [4096, 1024]],
             kv_types: vec![[KvType::F16, KvType::F16], [KvType::Q8_0, KvType::Q8_0]],
             flash_attn: vec![crate::config::FlashAttn::Auto],
+            load_mode: None,
+            placement: vec![crate::space::PlacementStyle::First],
+            no_op_offload_max_ubatch: None,
         },
         fixed: Fixed {
             ctx: 8192,
             parallel: 1,
-            mmap: true,
+            mmap: Some(true),
+            fit_target_mib: None,
         },
         workload: Workload::default(),
         objective: Objective::default(),
@@ -317,6 +321,8 @@ pub fn gpu_result(server: &Path, model: &Path) -> TuneResult {
         },
     ];
     let winner = Winner {
+        gen_vs_baseline: None,
+        prompt_vs_baseline: None,
         command: t8.command(server, model, "127.0.0.1", 8080),
         config: t8,
         gen_gain_pct: Some((w_tg.median / b_tg.median - 1.0) * 100.0),
@@ -326,6 +332,7 @@ pub fn gpu_result(server: &Path, model: &Path) -> TuneResult {
         peak_vram_mib: Some(14_935),
     };
     TuneResult {
+        race: None,
         qtune_version: env!("CARGO_PKG_VERSION").to_string(),
         server_path: server.to_path_buf(),
         server_version: "version: 11434 (abcdef0)".to_string(),
@@ -417,6 +424,8 @@ pub fn cpu_result(server: &Path, model: &Path) -> TuneResult {
         ),
     ];
     let winner = Winner {
+        gen_vs_baseline: None,
+        prompt_vs_baseline: None,
         command: t(2).command(server, model, "127.0.0.1", 8080),
         config: t(2),
         gen_tps: stat(61.5, 2.0),
@@ -426,6 +435,7 @@ pub fn cpu_result(server: &Path, model: &Path) -> TuneResult {
         prompt_gain_pct: Some((395.0 / 401.0 - 1.0) * 100.0),
     };
     TuneResult {
+        race: None,
         qtune_version: env!("CARGO_PKG_VERSION").to_string(),
         server_path: server.to_path_buf(),
         server_version: "version: 11434 (abcdef0)".to_string(),

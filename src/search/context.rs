@@ -21,6 +21,11 @@ pub struct SearchContext {
     pub logical_cores: u32,
     /// Start here instead of the space's first values (from a profile).
     pub start: Option<Base>,
+    /// Host RAM available before the tune, MiB (`None`: not checked). A config whose predicted
+    /// resident host memory is over it is never launched (issue 13: pinned experts).
+    pub ram_available_mib: Option<f64>,
+    /// `--fit-target` of the `fit` placement candidate, MiB (the tune's VRAM headroom).
+    pub fit_target_mib: u32,
     /// The clock the minutes budget is read from.
     pub clock: Arc<dyn crate::clock::Clock>,
 }
@@ -131,8 +136,12 @@ impl SearchContext {
             cache_type_k: base.kv[0],
             cache_type_v: base.kv[1],
             flash_attn: base.flash_attn,
-            mmap: f.mmap,
+            // The space's first load mode; the strategy varies it (vary.load_mode).
+            load_mode: self.space.load_modes()[0],
             fit: None,
+            fit_target_mib: Vec::new(),
+            cpu_experts: None,
+            op_offload: true,
         };
         if self.gpu_moe {
             c.place_experts(n_cpu_moe);
@@ -150,11 +159,14 @@ impl SearchContext {
     }
 
     pub fn baseline(&self) -> LaunchConfig {
-        let f = &self.space.fixed;
-        LaunchConfig {
-            parallel: f.parallel,
-            mmap: f.mmap,
-            ..LaunchConfig::baseline(f.ctx)
-        }
+        baseline_of(&self.space)
+    }
+}
+
+/// What a user gets without qtune, in this space's context and slots.
+pub fn baseline_of(space: &SearchSpace) -> LaunchConfig {
+    LaunchConfig {
+        parallel: space.fixed.parallel,
+        ..LaunchConfig::baseline(space.fixed.ctx)
     }
 }

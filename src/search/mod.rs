@@ -12,6 +12,7 @@ use crate::trial::{TrialOutcome, TrialRunner};
 use std::path::Path;
 use std::sync::Arc;
 
+pub mod candidates;
 mod checkpoint;
 pub mod context;
 pub mod objective;
@@ -66,6 +67,8 @@ pub fn context(
         logical_cores: hw.host.logical_cores,
         start: inputs.start.clone(),
         clock,
+        ram_available_mib: Some(hw.host.ram_available_mib as f64),
+        fit_target_mib: inputs.headroom_mib.min(u64::from(u32::MAX)) as u32,
     }
 }
 
@@ -109,12 +112,19 @@ pub fn tune(
             inputs.port,
         )
     };
+    let race = solver
+        .race_outcome(&ctx)
+        .map(|outcome| crate::run::RaceReport {
+            candidates: solver.race_candidates.clone(),
+            outcome,
+        });
     let (confirmation, winner) = verdict::decide(
         &ctx,
         &history,
         inputs.vram_budget_mib,
         &command,
         &mut warnings,
+        race.as_ref(),
     );
     warnings.extend(trial_warnings(&history));
     Ok(TuneResult {
@@ -133,6 +143,7 @@ pub fn tune(
         trials: history,
         confirmation,
         winner,
+        race,
         warnings,
         minutes_used: solver.elapsed_s(clock.as_ref()) / 60.0,
         host: inputs.host.clone(),

@@ -6,7 +6,14 @@
 //!    then improve KV type, batch/ubatch, threads and flash attention by coordinate steps, each
 //!    alternative placed at its own predicted boundary (shifted by what the first boundary taught).
 //!    Close results (a tie within `tie_pct`) are re-measured before deciding.
-//! 3. Confirm: the top candidates and the baseline re-measured interleaved (A B A B ...).
+//! 3. Race: the top candidates race the baseline in paired ABBA rounds
+//!    ([`crate::stats::race`]): clear losers leave early, a claim needs its interval to clear
+//!    the band. The race is rebuilt from the history before every launch (it is a deterministic
+//!    state machine), so a killed race resumes identically.
+//!
+//! Budget: `budget.trials` counts every launch (baseline, search, race). The search stops
+//! `confirm_rounds * (confirm_top + 1)` launches early to leave the race its rounds; whatever
+//! the search did not spend goes to the race. The race stops before the minutes run out.
 //!
 //! The solver's decisions depend only on the trial history, so a tune that is killed and
 //! resumed (argmin checkpoint + journal replay) takes exactly the same path.
@@ -80,6 +87,16 @@ impl TuneProblem {
         if let Some(e) = interrupted() {
             return Err(e);
         }
+        // issue 13 (launch feasibility, host RAM): a config predicted to push the box into
+        // swap is never launched; it is recorded as skipped, with the reason.
+        if let Some(why) = crate::model::memory::launch_refusal(
+            &self.ctx.layout,
+            config,
+            self.ctx.has_gpu,
+            self.ctx.ram_available_mib,
+        ) {
+            return Ok(TrialOutcome::skipped(config, role, why));
+        }
         if let Some(p) = &self.progress {
             p.starting(config, role);
         }
@@ -95,6 +112,9 @@ impl TuneProblem {
 pub enum Phase {
     Baseline,
     Explore,
+    /// The incumbent with the space's other load modes, placement styles (the fit candidate
+    /// included) and `--no-op-offload`, each measured once.
+    Variants,
     Confirm,
     Done,
 }
@@ -124,6 +144,15 @@ pub struct QtuneSearch {
     #[serde(skip)]
     session_start: Option<f64>,
     pub warnings: Vec<String>,
+    /// The configs racing the baseline (set when the search ends), best-ranked first.
+    #[serde(default)]
+    pub race_candidates: Vec<LaunchConfig>,
+    /// The variants of the incumbent still to measure (set when the exploration ends).
+    #[serde(default)]
+    variants: Option<VecDeque<LaunchConfig>>,
+    /// Every variant planned (measured or pending).
+    #[serde(default)]
+    pub variant_configs: Vec<LaunchConfig>,
 }
 
 impl Default for QtuneSearch {
@@ -148,7 +177,205 @@ impl QtuneSearch {
             elapsed_before_s: 0.0,
             session_start: None,
             warnings: Vec::new(),
+            race_candidates: Vec::new(),
+            variants: None,
+            variant_configs: Vec::new(),
         }
+    }
+
+    /// Launches the exploration leaves for the variants: one per other load mode, placement
+    /// style and `--no-op-offload` (where the space has them).
+    fn variant_reserve(ctx: &SearchContext) -> u32 {
+        if Self::race_reserve(ctx) == 0 {
+            return 0;
+        }
+        Self::nominal_variants(ctx)
+    }
+
+    fn nominal_variants(ctx: &SearchContext) -> u32 {
+        let v = &ctx.space.vary;
+        let placements = if ctx.gpu_moe { v.placement.len() } else { 0 };
+        (ctx.space.load_modes().len().saturating_sub(1)
+            + placements
+            + usize::from(v.no_op_offload_max_ubatch.is_some())) as u32
+    }
+
+    /// The variants of the incumbent's best config (issue 13): its other load modes, the
+    /// space's placement styles filled to the budget ([`super::candidates::propose`], `fit`
+    /// included: `--fit on --fit-target <headroom>` with the incumbent's other choices), and
+    /// `--no-op-offload` at a small ubatch. Configs predicted to swap the host are left out.
+    fn build_variants(&self, ctx: &SearchContext) -> VecDeque<LaunchConfig> {
+        // The incumbent's best config; when the exploration ended before deciding one, the
+        // best measured so far.
+        let Some(best) = self
+            .incumbent
+            .as_ref()
+            .and_then(|inc| self.best_of(ctx, inc))
+            .or_else(|| self.ranked_candidates(ctx).into_iter().next())
+            .map(|(c, _)| c)
+        else {
+            return VecDeque::new();
+        };
+        let mut out: Vec<LaunchConfig> = Vec::new();
+        for m in ctx.space.load_modes().into_iter().skip(1) {
+            out.push(LaunchConfig {
+                load_mode: m,
+                ..best.clone()
+            });
+        }
+        if let (true, Some(budget)) = (ctx.gpu_moe, ctx.budget_mib) {
+            let limits = super::candidates::Limits {
+                vram_budget_mib: budget,
+                ram_available_mib: ctx.ram_available_mib,
+                fit_target_mib: ctx.fit_target_mib,
+            };
+            for c in super::candidates::propose(&ctx.layout, &best, &ctx.space, &limits) {
+                if c.refused.is_none() {
+                    out.push(c.config);
+                }
+            }
+        }
+        if ctx
+            .space
+            .op_offload_choices(best.ubatch.unwrap_or(512))
+            .contains(&false)
+            && ctx.gpu_moe
+        {
+            out.push(LaunchConfig {
+                op_offload: false,
+                ..best.clone()
+            });
+        }
+        let mut seen: Vec<LaunchConfig> = vec![best];
+        out.retain(|c| {
+            let new = !seen.contains(c) && !self.history.iter().any(|o| &o.config == c);
+            if new {
+                seen.push(c.clone());
+            }
+            new
+        });
+        out.into()
+    }
+
+    /// The variants measured so far, with their pooled speeds (ok ones only).
+    fn variant_outcomes(&self) -> Vec<(LaunchConfig, Speeds)> {
+        let mut out: Vec<(LaunchConfig, Speeds)> = Vec::new();
+        for o in self
+            .history
+            .iter()
+            .filter(|o| o.role == TrialRole::Search && self.variant_configs.contains(&o.config))
+        {
+            if out.iter().any(|(c, _)| c == &o.config) {
+                continue;
+            }
+            let trials: Vec<&TrialOutcome> = self
+                .history
+                .iter()
+                .filter(|t| t.config == o.config && t.role == TrialRole::Search)
+                .collect();
+            if trials.iter().any(|t| !t.kind.is_ok()) {
+                continue;
+            }
+            if let Some(s) = Speeds::pooled(trials) {
+                out.push((o.config.clone(), s));
+            }
+        }
+        out
+    }
+
+    /// Launches spent so far (skipped configs were never launched).
+    pub fn launches(&self) -> u32 {
+        self.history
+            .iter()
+            .filter(|o| o.kind != OutcomeKind::Skipped)
+            .count() as u32
+    }
+
+    /// Launches the search leaves for the race.
+    /// A budget too small for the baseline, two search launches, the variants and the race
+    /// goes to the search first: the variants and the race get what it leaves.
+    fn race_reserve(ctx: &SearchContext) -> u32 {
+        let b = &ctx.space.budget;
+        let race = b.confirm_rounds.max(2) * (b.confirm_top.max(1) + 1);
+        if b.trials >= race + Self::nominal_variants(ctx) + 3 {
+            race
+        } else {
+            0
+        }
+    }
+
+    /// How the race spends its launches: what the budget left, the space's tie band.
+    pub fn race_settings(&self, ctx: &SearchContext) -> crate::stats::race::RaceSettings {
+        let race_launches = self
+            .history
+            .iter()
+            .filter(|o| o.role == TrialRole::Confirm && o.kind != OutcomeKind::Skipped)
+            .count() as u32;
+        let before_race = self.launches() - race_launches;
+        crate::stats::race::RaceSettings {
+            budget_launches: ctx.space.budget.trials.saturating_sub(before_race),
+            noise_launches: 0,
+            band: crate::stats::Band {
+                pct: ctx.space.objective.tie_pct,
+            },
+            min_rounds: 2,
+            look_every: 2,
+            ..Default::default()
+        }
+    }
+
+    /// The race as the history left it: rebuilt by feeding the race's trials back in order.
+    pub fn race(&self, ctx: &SearchContext) -> crate::stats::race::Race {
+        use crate::stats::{race::Race, Sample};
+        let baseline = ctx.baseline();
+        let probe: Vec<Sample> = self
+            .history
+            .iter()
+            .filter(|o| o.role == TrialRole::Baseline && o.config == baseline)
+            .filter_map(Sample::from_outcome)
+            .collect();
+        let mut race = Race::new(self.race_settings(ctx), self.race_candidates.len());
+        if !probe.is_empty() {
+            race = race.with_probe(probe);
+        }
+        for o in self.history.iter().filter(|o| o.role == TrialRole::Confirm) {
+            match race.next_launch() {
+                Some(l) => race.record(l, Sample::from_outcome(o)),
+                None => break,
+            }
+        }
+        race
+    }
+
+    /// The race's outcome (None when no race ran).
+    pub fn race_outcome(&self, ctx: &SearchContext) -> Option<crate::stats::race::RaceOutcome> {
+        (!self.race_candidates.is_empty()).then(|| self.race(ctx).outcome())
+    }
+
+    /// The next launch of the race, None when it is over (or the minutes would run out).
+    fn next_race_launch(&self, ctx: &SearchContext) -> Option<(LaunchConfig, TrialRole)> {
+        if self.race_candidates.is_empty() {
+            return None;
+        }
+        let launched: Vec<&TrialOutcome> = self
+            .history
+            .iter()
+            .filter(|o| o.kind != OutcomeKind::Skipped)
+            .collect();
+        let per_launch = if launched.is_empty() {
+            0.0
+        } else {
+            launched.iter().map(|o| o.duration_s).sum::<f64>() / launched.len() as f64
+        };
+        if self.elapsed_s(ctx.clock.as_ref()) + per_launch > ctx.space.budget.minutes * 60.0 {
+            return None;
+        }
+        let l = self.race(ctx).next_launch()?;
+        let cfg = match l.arm {
+            crate::stats::race::REFERENCE => ctx.baseline(),
+            i => self.race_candidates[i - 1].clone(),
+        };
+        Some((cfg, TrialRole::Confirm))
     }
 
     /// Seconds spent on this tune, over every session, read from `clock`.
@@ -300,7 +527,12 @@ impl QtuneSearch {
             obj.tie_pct,
         );
         let needed = u32::from(self.trials_of(&ci) < 2) + u32::from(self.trials_of(&cc) < 2);
-        if tie && needed > 0 && self.search_trials + needed <= ctx.space.budget.trials {
+        // Only when the budget pays for them (the same rule as the pending queue's, so a
+        // re-measurement asked for is never dropped and asked for again).
+        if tie
+            && needed > 0
+            && self.launches() + Self::race_reserve(ctx) + needed <= ctx.space.budget.trials
+        {
             // Close: measure both again (incumbent first) before deciding.
             if self.trials_of(&ci) < 2 {
                 self.pending.push_back((ci, TrialRole::Search));
@@ -318,7 +550,7 @@ impl QtuneSearch {
 
     fn budget_left(&self, ctx: &SearchContext) -> bool {
         let b = &ctx.space.budget;
-        self.search_trials < b.trials
+        self.launches() + Self::race_reserve(ctx) + Self::variant_reserve(ctx) < b.trials
             && self.elapsed_s(ctx.clock.as_ref()) < b.minutes * 60.0 * 0.75
     }
 
@@ -333,6 +565,11 @@ impl QtuneSearch {
         }
         let mut cands: Vec<(LaunchConfig, Speeds)> =
             bases.iter().filter_map(|b| self.best_of(ctx, b)).collect();
+        for v in self.variant_outcomes() {
+            if !cands.iter().any(|(c, _)| c == &v.0) {
+                cands.push(v);
+            }
+        }
         let obj = &ctx.space.objective;
         let reference = self.baseline_speeds();
         cands.sort_by(|a, b| {
@@ -349,28 +586,22 @@ impl QtuneSearch {
 
     fn plan_confirmation(&mut self, ctx: &SearchContext) {
         let b = &ctx.space.budget;
-        let mut configs: Vec<LaunchConfig> = self
-            .ranked_candidates(ctx)
-            .into_iter()
-            .take(b.confirm_top.max(1) as usize)
-            .map(|(c, _)| c)
-            .collect();
-        if configs.is_empty() {
-            return;
-        }
         let baseline = ctx.baseline();
         let baseline_ok = self
             .history
             .iter()
             .any(|o| o.role == TrialRole::Baseline && o.kind.is_ok());
-        if baseline_ok && !configs.contains(&baseline) {
-            configs.push(baseline);
+        if !baseline_ok {
+            // Nothing to pair with: the search's own measurements decide.
+            return;
         }
-        for _ in 0..b.confirm_rounds {
-            for c in &configs {
-                self.pending.push_back((c.clone(), TrialRole::Confirm));
-            }
-        }
+        self.race_candidates = self
+            .ranked_candidates(ctx)
+            .into_iter()
+            .map(|(c, _)| c)
+            .filter(|c| c != &baseline)
+            .take(b.confirm_top.max(1) as usize)
+            .collect();
     }
 
     /// Decide what to run next; None when the tune is finished.
@@ -378,7 +609,9 @@ impl QtuneSearch {
         loop {
             if let Some(p) = self.pending.pop_front() {
                 // Re-measurements count against the search budget; confirmation rounds do not.
-                if p.1 == TrialRole::Search && self.search_trials >= ctx.space.budget.trials {
+                if p.1 == TrialRole::Search
+                    && self.launches() + Self::race_reserve(ctx) >= ctx.space.budget.trials
+                {
                     self.pending.retain(|q| q.1 != TrialRole::Search);
                     continue;
                 }
@@ -395,8 +628,7 @@ impl QtuneSearch {
                         continue;
                     }
                     if !self.budget_left(ctx) {
-                        self.phase = Phase::Confirm;
-                        self.plan_confirmation(ctx);
+                        self.phase = Phase::Variants;
                         continue;
                     }
                     if !self.seeded {
@@ -408,8 +640,7 @@ impl QtuneSearch {
                         // starting point when nothing has run yet).
                         let inc = self.incumbent.clone().unwrap_or_else(|| ctx.start_base());
                         if self.dim >= 4 {
-                            self.phase = Phase::Confirm;
-                            self.plan_confirmation(ctx);
+                            self.phase = Phase::Variants;
                             continue;
                         }
                         self.queue = ctx.alternatives(&inc, self.dim).into();
@@ -430,7 +661,29 @@ impl QtuneSearch {
                     }
                     self.decide(ctx, base);
                 }
+                Phase::Variants => {
+                    if self.variants.is_none() {
+                        let v = self.build_variants(ctx);
+                        self.variant_configs = v.iter().cloned().collect();
+                        self.variants = Some(v);
+                    }
+                    let room = self.launches() + Self::race_reserve(ctx) < ctx.space.budget.trials
+                        && self.elapsed_s(ctx.clock.as_ref())
+                            < ctx.space.budget.minutes * 60.0 * 0.75;
+                    let next = self.variants.as_mut().and_then(|v| v.pop_front());
+                    match next {
+                        Some(cfg) if room => return Some((cfg, TrialRole::Search)),
+                        _ => {
+                            self.variants = Some(VecDeque::new());
+                            self.phase = Phase::Confirm;
+                            self.plan_confirmation(ctx);
+                        }
+                    }
+                }
                 Phase::Confirm => {
+                    if let Some(next) = self.next_race_launch(ctx) {
+                        return Some(next);
+                    }
                     self.phase = Phase::Done;
                     return None;
                 }

@@ -34,6 +34,7 @@ pub fn decide(
     budget: Option<u64>,
     command: &dyn Fn(&LaunchConfig) -> Vec<String>,
     warnings: &mut Vec<String>,
+    race: Option<&crate::run::RaceReport>,
 ) -> (Vec<Confirmed>, Option<Winner>) {
     let baseline_cfg = ctx.baseline();
     // Every trial of a config counts against it: one failure or spill disqualifies it.
@@ -82,6 +83,12 @@ pub fn decide(
             candidates.push((cfg, s, peak(&trials)));
         }
     }
+    // The race decides when it ran: its winner, else the best raced config whose generation
+    // is not slower than the baseline's beyond its interval; none such: the baseline.
+    let raced = race.map(|r| headline(r, warnings));
+    if let Some(chosen) = &raced {
+        candidates.retain(|(c, _, _)| Some(c) == chosen.as_ref());
+    }
     let baseline_trials = crate::run::baseline_trials(history, &baseline_cfg);
     let baseline = Speeds::pooled(baseline_trials.iter().copied());
     let obj = &ctx.space.objective;
@@ -94,7 +101,10 @@ pub fn decide(
     });
     let baseline_eligible = baseline.is_some() && !disqualified(&baseline_cfg);
     let (config, speeds, vram) = match (best, baseline_eligible) {
-        (Some(b), true) if better(baseline.as_ref().unwrap(), &b.1, obj, baseline.as_ref()) => {
+        (Some(b), true)
+            if raced.is_none()
+                && better(baseline.as_ref().unwrap(), &b.1, obj, baseline.as_ref()) =>
+        {
             warnings.push(format!(
                 "the baseline (server defaults) measured faster than qtune's best ({}); the baseline is the recommendation",
                 b.0.label()
@@ -107,9 +117,12 @@ pub fn decide(
         }
         (Some(b), _) => b,
         (None, true) => {
-            warnings.push(
-                "no searched config ran successfully; the baseline is the recommendation".into(),
-            );
+            if raced.is_none() {
+                warnings.push(
+                    "no searched config ran successfully; the baseline is the recommendation"
+                        .into(),
+                );
+            }
             (
                 baseline_cfg.clone(),
                 baseline.clone().unwrap(),
@@ -128,9 +141,17 @@ pub fn decide(
         warnings.push(w);
     }
     let command = command(&config);
+    let verdict = race.and_then(|r| {
+        r.verdicts()
+            .into_iter()
+            .find(|(c, _)| **c == config)
+            .map(|(_, v)| v.clone())
+    });
     (
         confirmation,
         Some(Winner {
+            gen_vs_baseline: verdict.as_ref().map(|v| v.gen.clone()),
+            prompt_vs_baseline: verdict.as_ref().map(|v| v.prompt.clone()),
             config,
             gen_tps: speeds.gen,
             prompt_tps: speeds.prompt,
@@ -140,6 +161,40 @@ pub fn decide(
             command,
         }),
     )
+}
+
+/// The race's headline config: its winner; else the raced config with the best generation
+/// estimate among those that did not fail and are not slower than the baseline beyond their
+/// interval; None: the baseline stays (with a warning saying why).
+fn headline(r: &crate::run::RaceReport, warnings: &mut Vec<String>) -> Option<LaunchConfig> {
+    use crate::stats::race::ArmStatus;
+    if let Some(i) = r.outcome.winner {
+        return r.candidates.get(i).cloned();
+    }
+    let best = r
+        .outcome
+        .candidates
+        .iter()
+        .filter(|c| !matches!(c.status, ArmStatus::Failed { .. }))
+        .filter_map(|c| Some((c.index, c.vs_reference.as_ref()?)))
+        .filter(|(_, v)| v.gen.hi_log.is_some_and(|hi| hi >= 0.0) && v.gen.mean_log > 0.0)
+        .max_by(|a, b| a.1.gen.mean_log.total_cmp(&b.1.gen.mean_log));
+    match best {
+        Some((i, v)) => {
+            warnings.push(format!(
+                "the race did not prove a gain ({}): the recommendation is its best estimate, generation {}",
+                r.outcome.reason, v.gen
+            ));
+            r.candidates.get(i).cloned()
+        }
+        None => {
+            warnings.push(format!(
+                "the race found no config faster than the baseline in generation ({}); the baseline is the recommendation",
+                r.outcome.reason
+            ));
+            None
+        }
+    }
 }
 
 /// A warning when the winner gives up much more prompt speed than it gains in generation
@@ -174,6 +229,8 @@ mod tests {
             logical_cores: 16,
             start: None,
             clock: crate::clock::system(),
+            ram_available_mib: None,
+            fit_target_mib: 512,
         }
     }
 
@@ -214,7 +271,7 @@ mod tests {
     fn run(history: &[TrialOutcome]) -> (Vec<Confirmed>, Option<Winner>, Vec<String>) {
         let mut warnings = Vec::new();
         let cmd = |c: &LaunchConfig| c.command(Path::new("/s"), Path::new("/m"), "h", 1);
-        let (c, w) = decide(&ctx(), history, Some(15000), &cmd, &mut warnings);
+        let (c, w) = decide(&ctx(), history, Some(15000), &cmd, &mut warnings, None);
         (c, w, warnings)
     }
 

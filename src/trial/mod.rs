@@ -182,6 +182,25 @@ pub struct TrialOutcome {
 }
 
 impl TrialOutcome {
+    /// A config that was never launched, and why (e.g. predicted to push the box into swap).
+    pub fn skipped(config: &LaunchConfig, role: TrialRole, why: String) -> Self {
+        TrialOutcome {
+            id: 0,
+            role,
+            config: config.clone(),
+            kind: OutcomeKind::Skipped,
+            metrics: None,
+            peak_vram_mib: Vec::new(),
+            reported: None,
+            message: why,
+            evidence: Vec::new(),
+            started_at: chrono::Local::now().to_rfc3339(),
+            duration_s: 0.0,
+            log: None,
+            warnings: Vec::new(),
+        }
+    }
+
     /// Generation tok/s median, if measured and ok.
     pub fn gen_tps(&self) -> Option<f64> {
         self.metrics.as_ref().map(|m| m.gen_tps.median)

@@ -238,7 +238,9 @@ impl TrialRunner for ReplayRunner {
         }
         let id = self.next_id;
         self.next_id += 1;
-        let call = self.calls.len() as u64;
+        // The noise and the recorded time follow the trial id, not this runner's own count:
+        // a resumed tune (first id > 1) goes on with the same noise the full run had.
+        let call = u64::from(id.saturating_sub(1));
         self.calls.push(config.clone());
         let answer = (self.answer)(config);
         let started_at = chrono::DateTime::<chrono::Utc>::from_timestamp(

@@ -1,0 +1,536 @@
+//! `qtune compare CMD_A CMD_B [CMD_C...] --rounds N`: re-measure launch commands against each
+//! other in paired, interleaved rounds, and say what the measurements support.
+//!
+//! Each command is a `llama-server` line as qtune prints it. The configs are launched once per
+//! round in ABBA order (forward, then reversed), with the real trial runner; every launch is
+//! journaled. The statistic is the per-round ratio against the first command, in logs, with a
+//! Student-t interval over the rounds ([`crate::stats`]). The launch is the unit of evidence:
+//! a launch's requests give its median, never independent samples.
+
+use crate::config::{parse_command, split_shell_line, LaunchConfig};
+use crate::space::Workload;
+use crate::stats::{abba_order, Band, PairedVerdict, Sample};
+use crate::trial::{TrialOutcome, TrialRole, TrialRunner};
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// The file a comparison writes into its directory (rewritten after every launch).
+pub const RESULT_FILE: &str = "compare.json";
+
+/// What `qtune compare` was asked to do, free of clap.
+#[derive(Debug, Clone)]
+pub struct CompareOptions {
+    /// The launch commands, one shell line each; the first is the reference.
+    pub commands: Vec<String>,
+    pub rounds: u32,
+    /// llama-server to use (else the commands' own binary, then QTUNE_LLAMA_SERVER, PATH, cache).
+    pub server: Option<PathBuf>,
+    /// The space whose workload to use (built-in name or YAML file).
+    pub space: String,
+    pub prompt_tokens: Option<u32>,
+    pub gen_tokens: Option<u32>,
+    pub repetitions: Option<u32>,
+    /// Directory for logs, the journal and compare.json.
+    pub out: Option<PathBuf>,
+    pub band_pct: f64,
+    pub json: bool,
+}
+
+/// One command of a comparison.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ComparedCommand {
+    /// `A`, `B`, ...
+    pub name: String,
+    /// The line as given.
+    pub line: String,
+    pub config: LaunchConfig,
+}
+
+/// One launch of a comparison.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompareLaunch {
+    /// Index into the commands.
+    pub command: usize,
+    pub trial_id: u32,
+    /// `ok`, `oom-load`, ... as the trial runner classified it.
+    pub outcome: String,
+    /// The launch's medians (tok/s), when it ran ok.
+    pub gen_tps: Option<f64>,
+    pub prompt_tps: Option<f64>,
+    pub peak_vram_mib: Option<u64>,
+    pub message: String,
+}
+
+/// One round: every command launched once, in `order`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompareRound {
+    pub order: Vec<usize>,
+    pub launches: Vec<CompareLaunch>,
+}
+
+impl CompareRound {
+    fn sample(&self, command: usize) -> Option<Sample> {
+        let l = self.launches.iter().find(|l| l.command == command)?;
+        let s = Sample {
+            gen_tps: l.gen_tps?,
+            prompt_tps: l.prompt_tps?,
+        };
+        s.is_valid().then_some(s)
+    }
+}
+
+/// A command against the first, over the rounds where both ran ok.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgainstFirst {
+    pub command: usize,
+    /// None when fewer than one round has both launches ok.
+    pub verdict: Option<PairedVerdict>,
+    /// `+4.1 % [−1.2, +9.6] (95 %, 6 rounds)`, for generation and prompt.
+    pub gen: Option<String>,
+    pub prompt: Option<String>,
+    /// The per-round ratios (command / first), in round order, and their medians.
+    pub gen_ratios: Vec<f64>,
+    pub prompt_ratios: Vec<f64>,
+    pub gen_median_ratio: Option<f64>,
+    pub prompt_median_ratio: Option<f64>,
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    crate::trial::Stat::from_samples(v).map(|s| s.median)
+}
+
+/// Everything a comparison measured and concluded: `compare.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompareResult {
+    pub qtune_version: String,
+    pub started_at: String,
+    pub server_path: PathBuf,
+    pub server_version: String,
+    pub model_path: PathBuf,
+    pub workload: Workload,
+    pub commands: Vec<ComparedCommand>,
+    pub rounds_asked: u32,
+    pub rounds: Vec<CompareRound>,
+    pub confidence: f64,
+    pub band_pct: f64,
+    /// Every command but the first, against the first.
+    pub against_first: Vec<AgainstFirst>,
+    /// Highest peak VRAM over each command's launches (MiB; None where not sampled).
+    pub peak_vram_mib: Vec<Option<u64>>,
+    pub warnings: Vec<String>,
+}
+
+/// `A`, `B`, ..., `Z`, `C27`, ...
+pub fn command_name(i: usize) -> String {
+    if i < 26 {
+        ((b'A' + i as u8) as char).to_string()
+    } else {
+        format!("C{}", i + 1)
+    }
+}
+
+/// A parsed command line and the model and server it names.
+struct Parsed {
+    line: String,
+    server: String,
+    model: PathBuf,
+    config: LaunchConfig,
+}
+
+fn parse_all(commands: &[String]) -> Result<Vec<Parsed>> {
+    if commands.len() < 2 {
+        bail!("compare needs at least two commands (the first is the reference)");
+    }
+    let mut out: Vec<Parsed> = Vec::new();
+    for (i, line) in commands.iter().enumerate() {
+        let name = command_name(i);
+        let words = split_shell_line(line).map_err(|e| anyhow::anyhow!("command {name}: {e}"))?;
+        let c = parse_command(&words).map_err(|e| anyhow::anyhow!("command {name}: {e}"))?;
+        let model = c
+            .model
+            .with_context(|| format!("command {name} has no -m MODEL.gguf"))?;
+        if let Some(first) = out.first() {
+            if first.model != model {
+                bail!(
+                    "command {name} launches {}, command A launches {}: compare launches of one model",
+                    model.display(),
+                    first.model.display()
+                );
+            }
+        }
+        out.push(Parsed {
+            line: line.clone(),
+            server: c.server,
+            model,
+            config: c.config,
+        });
+    }
+    Ok(out)
+}
+
+/// The server binary: `--server`, else the commands' own binary when it is a path, else the
+/// usual search (QTUNE_LLAMA_SERVER, PATH, qtune's cache).
+fn server_for(explicit: Option<&Path>, parsed: &[Parsed]) -> Result<crate::server::ServerBinary> {
+    if explicit.is_some() {
+        return crate::server::resolve(explicit);
+    }
+    let first = &parsed[0].server;
+    if let Some(p) = parsed.iter().find(|p| &p.server != first) {
+        bail!(
+            "the commands name different servers ({first} and {}): pass --server PATH to choose one",
+            p.server
+        );
+    }
+    if first.contains('/') {
+        crate::server::resolve(Some(Path::new(first)))
+    } else {
+        crate::server::resolve(None)
+    }
+}
+
+fn launch_of(command: usize, o: &TrialOutcome) -> CompareLaunch {
+    let sample = Sample::from_outcome(o);
+    CompareLaunch {
+        command,
+        trial_id: o.id,
+        outcome: o.kind.to_string(),
+        gen_tps: sample.map(|s| s.gen_tps),
+        prompt_tps: sample.map(|s| s.prompt_tps),
+        peak_vram_mib: o.peak_vram_total_mib(),
+        message: o.message.clone(),
+    }
+}
+
+/// Launch `configs` in `rounds` ABBA rounds with `runner`. `after_launch` sees every round so
+/// far after each launch (to keep results on disk and show progress).
+pub fn measure_rounds(
+    runner: &mut dyn TrialRunner,
+    configs: &[LaunchConfig],
+    rounds: u32,
+    mut after_launch: impl FnMut(&[CompareRound]),
+) -> Vec<CompareRound> {
+    let mut done: Vec<CompareRound> = Vec::new();
+    for r in 0..rounds as usize {
+        let order = abba_order(configs.len(), r);
+        done.push(CompareRound {
+            order: order.clone(),
+            launches: Vec::new(),
+        });
+        for &c in &order {
+            let o = runner.run(&configs[c], TrialRole::Confirm);
+            done[r].launches.push(launch_of(c, &o));
+            after_launch(&done);
+        }
+    }
+    done
+}
+
+/// The paired verdict of every command against the first, peak VRAM and warnings.
+pub fn summarize(
+    rounds: &[CompareRound],
+    n_commands: usize,
+    confidence: f64,
+    band: Band,
+) -> (Vec<AgainstFirst>, Vec<Option<u64>>, Vec<String>) {
+    let against = (1..n_commands)
+        .map(|c| {
+            let pairs: Vec<(Sample, Sample)> = rounds
+                .iter()
+                .filter_map(|r| Some((r.sample(c)?, r.sample(0)?)))
+                .collect();
+            let verdict = PairedVerdict::from_pairs(&pairs, confidence, band);
+            let gen_ratios: Vec<f64> = pairs.iter().map(|(c, r)| c.gen_tps / r.gen_tps).collect();
+            let prompt_ratios: Vec<f64> = pairs
+                .iter()
+                .map(|(c, r)| c.prompt_tps / r.prompt_tps)
+                .collect();
+            AgainstFirst {
+                command: c,
+                gen_median_ratio: median(&gen_ratios),
+                prompt_median_ratio: median(&prompt_ratios),
+                gen_ratios,
+                prompt_ratios,
+                gen: verdict.as_ref().map(|v| v.gen.to_string()),
+                prompt: verdict.as_ref().map(|v| v.prompt.to_string()),
+                verdict,
+            }
+        })
+        .collect();
+    let peak = (0..n_commands)
+        .map(|c| {
+            rounds
+                .iter()
+                .flat_map(|r| &r.launches)
+                .filter(|l| l.command == c)
+                .filter_map(|l| l.peak_vram_mib)
+                .max()
+        })
+        .collect();
+    let mut warnings = Vec::new();
+    for (i, r) in rounds.iter().enumerate() {
+        for l in r.launches.iter().filter(|l| l.gen_tps.is_none()) {
+            warnings.push(format!(
+                "round {}: {} did not measure ({}: {}); that round has no ratio for it",
+                i + 1,
+                command_name(l.command),
+                l.outcome,
+                l.message
+            ));
+        }
+    }
+    (against, peak, warnings)
+}
+
+pub fn fmt_opt(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.1}"))
+}
+
+/// The comparison for people: commands, per-round speeds, paired ratios, peak VRAM.
+pub fn render_text(r: &CompareResult) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let n = r.commands.len();
+    let _ = writeln!(
+        s,
+        "qtune compare: {n} commands, {} of {} rounds (ABBA order), {}-token prompts, {} generated tokens, {} requests per launch",
+        r.rounds.len(),
+        r.rounds_asked,
+        r.workload.prompt_tokens,
+        r.workload.gen_tokens,
+        r.workload.repetitions
+    );
+    for c in &r.commands {
+        let _ = writeln!(s, "  {}  {}", c.name, c.line);
+    }
+    let _ = writeln!(s);
+    let _ = write!(s, "{:>5}  {:<order$}", "round", "order", order = 2 * n);
+    for c in &r.commands {
+        let _ = write!(
+            s,
+            "  {:>9} {:>9}",
+            format!("{} tg t/s", c.name),
+            format!("{} pp t/s", c.name)
+        );
+    }
+    let _ = writeln!(s);
+    for (i, round) in r.rounds.iter().enumerate() {
+        let order: Vec<String> = round.order.iter().map(|&c| command_name(c)).collect();
+        let _ = write!(s, "{:>5}  {:<w$}", i + 1, order.join(" "), w = 2 * n);
+        for c in 0..n {
+            let l = round.launches.iter().find(|l| l.command == c);
+            let (g, p) = match l {
+                Some(l) if l.gen_tps.is_some() => (fmt_opt(l.gen_tps), fmt_opt(l.prompt_tps)),
+                Some(l) => (l.outcome.clone(), "-".into()),
+                None => ("-".into(), "-".into()),
+            };
+            let _ = write!(s, "  {g:>9} {p:>9}");
+        }
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "against A (per-round ratios in logs, Student-t {} % interval, tie band ±{} %):",
+        (r.confidence * 100.0).round(),
+        r.band_pct
+    );
+    for a in &r.against_first {
+        let name = command_name(a.command);
+        match &a.verdict {
+            Some(v) => {
+                let ratios = |r: &[f64], m: Option<f64>| {
+                    let each: Vec<String> = r.iter().map(|x| format!("{x:.2}")).collect();
+                    format!(
+                        "median ratio {} (rounds: {})",
+                        m.map_or("-".into(), |m| format!("{m:.2}")),
+                        each.join(", ")
+                    )
+                };
+                let _ = writeln!(s, "  {name}  generation {}: {}", v.gen, v.gen_decision);
+                let _ = writeln!(
+                    s,
+                    "                {}",
+                    ratios(&a.gen_ratios, a.gen_median_ratio)
+                );
+                let _ = writeln!(s, "     prompt     {}: {}", v.prompt, v.prompt_decision);
+                let _ = writeln!(
+                    s,
+                    "                {}",
+                    ratios(&a.prompt_ratios, a.prompt_median_ratio)
+                );
+                let _ = writeln!(
+                    s,
+                    "     verdict: {} (decided by {}; generation leads, prompt speed decides inside a generation tie)",
+                    v.decision,
+                    v.decided_by.as_str()
+                );
+            }
+            None => {
+                let _ = writeln!(s, "  {name}  no round where both {name} and A measured");
+            }
+        }
+    }
+    let peaks: Vec<String> = r
+        .peak_vram_mib
+        .iter()
+        .enumerate()
+        .map(|(c, p)| {
+            format!(
+                "{} {}",
+                command_name(c),
+                p.map_or("not sampled".into(), |m| crate::util::fmt_mib(m as f64))
+            )
+        })
+        .collect();
+    let _ = writeln!(s, "peak VRAM: {}", peaks.join(", "));
+    for w in &r.warnings {
+        let _ = writeln!(s, "warning: {w}");
+    }
+    s
+}
+
+fn default_dir(model: &Path) -> PathBuf {
+    let stem: String = model
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into())
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let date = chrono::Local::now().format("%Y%m%d-%H%M%S");
+    PathBuf::from("reports").join(format!("{date}-compare-{stem}"))
+}
+
+/// How long one request may take: generous, since a slow box is not a failure.
+fn request_timeout(w: &Workload) -> std::time::Duration {
+    let tokens = w.prompt_tokens + w.gen_tokens + w.context_depth.unwrap_or(0);
+    std::time::Duration::from_secs(120 + u64::from(tokens) / 10)
+}
+
+/// Run a comparison with the real llama-server; writes `compare.json` (after every launch),
+/// logs and the journal into the output directory, and returns the result with it.
+///
+/// `on_launch` hears of every launch as it ends (round number from 1, the launch).
+pub fn compare(
+    opts: &CompareOptions,
+    on_launch: &mut dyn FnMut(usize, &CompareLaunch),
+) -> Result<(CompareResult, PathBuf)> {
+    if opts.rounds == 0 {
+        bail!("--rounds must be at least 1 (2 or more give an interval)");
+    }
+    if !(opts.band_pct >= 0.0 && opts.band_pct < 100.0) {
+        bail!(
+            "--band must be a percentage from 0 to 100, not {}",
+            opts.band_pct
+        );
+    }
+    let parsed = parse_all(&opts.commands)?;
+    let server = server_for(opts.server.as_deref(), &parsed)?;
+    let model = parsed[0].model.clone();
+    let meta = std::fs::metadata(&model)
+        .with_context(|| format!("cannot read the model {}", model.display()))?;
+    let mut workload = crate::space::load(&opts.space)?.workload;
+    if let Some(p) = opts.prompt_tokens {
+        workload.prompt_tokens = p;
+    }
+    if let Some(g) = opts.gen_tokens {
+        workload.gen_tokens = g;
+    }
+    if let Some(r) = opts.repetitions {
+        workload.repetitions = r;
+    }
+    if workload.prompt_tokens == 0 || workload.gen_tokens == 0 || workload.repetitions == 0 {
+        bail!("--prompt-tokens, --gen-tokens and --repetitions must be at least 1");
+    }
+    for p in &parsed {
+        if workload.prompt_tokens + workload.gen_tokens + workload.context_depth.unwrap_or(0)
+            > p.config.ctx
+        {
+            bail!(
+                "the workload ({} prompt + {} generated tokens) does not fit -c {} of `{}`",
+                workload.prompt_tokens,
+                workload.gen_tokens,
+                p.config.ctx,
+                p.line
+            );
+        }
+    }
+    let dir = opts.out.clone().unwrap_or_else(|| default_dir(&model));
+    if dir.join(RESULT_FILE).exists() {
+        bail!(
+            "{} already holds a comparison: pass another --out",
+            dir.display()
+        );
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let journal = crate::trial::journal::Journal::open(&dir)?;
+    let mut runner = crate::trial::server::LlamaServerRunner::new(
+        &server.path,
+        &model,
+        meta.len(),
+        workload.clone(),
+        &dir,
+        journal,
+        None,
+        request_timeout(&workload),
+    )?;
+    let commands: Vec<ComparedCommand> = parsed
+        .iter()
+        .enumerate()
+        .map(|(i, p)| ComparedCommand {
+            name: command_name(i),
+            line: p.line.clone(),
+            config: p.config.clone(),
+        })
+        .collect();
+    let configs: Vec<LaunchConfig> = parsed.iter().map(|p| p.config.clone()).collect();
+    let band = Band { pct: opts.band_pct };
+    let confidence = 0.95;
+    let started_at = chrono::Local::now().to_rfc3339();
+    let build = |rounds: &[CompareRound]| {
+        let (against_first, peak_vram_mib, warnings) =
+            summarize(rounds, commands.len(), confidence, band);
+        CompareResult {
+            qtune_version: env!("CARGO_PKG_VERSION").to_string(),
+            started_at: started_at.clone(),
+            server_path: server.path.clone(),
+            server_version: server.version.clone(),
+            model_path: model.clone(),
+            workload: workload.clone(),
+            commands: commands.clone(),
+            rounds_asked: opts.rounds,
+            rounds: rounds.to_vec(),
+            confidence,
+            band_pct: opts.band_pct,
+            against_first,
+            peak_vram_mib,
+            warnings,
+        }
+    };
+    let path = dir.join(RESULT_FILE);
+    let mut write_error: Option<anyhow::Error> = None;
+    let rounds = measure_rounds(&mut runner, &configs, opts.rounds, |done| {
+        let r = done.len();
+        if let Some(l) = done[r - 1].launches.last() {
+            on_launch(r, l);
+        }
+        // Keep the result current after every launch: an interrupted comparison loses nothing.
+        let text = serde_json::to_string_pretty(&build(done)).expect("serializable");
+        if let Err(e) = crate::util::write_atomic(&path, text.as_bytes()) {
+            write_error.get_or_insert(e);
+        }
+    });
+    if let Some(e) = write_error {
+        return Err(e.context(format!("cannot write {}", path.display())));
+    }
+    let result = build(&rounds);
+    crate::util::write_atomic(&path, serde_json::to_string_pretty(&result)?.as_bytes())?;
+    Ok((result, dir))
+}

@@ -1,0 +1,558 @@
+//! Paired comparisons of launch configs from interleaved rounds, with honest intervals.
+//!
+//! On a shared box the requests of one launch agree to about 2 %, while the same config moves
+//! ±15 % between launches minutes apart and every config drifts together
+//! (`/work/shared/notes/measuring.md`). So:
+//! - **the launch is the unit of evidence**: one launch gives one number per metric (the
+//!   median of its requests); its requests are never pooled as independent samples;
+//! - **comparisons are paired**: a candidate and its reference are launched in the same round,
+//!   and the statistic is the per-round ratio taken in logs, `ln(cand / ref)`, which cancels
+//!   the drift the round shares;
+//! - **every gain carries a Student-t interval** over the rounds:
+//!   `+4.1 % [−1.2, +9.6] (95 %, 6 rounds)`;
+//! - **a tie is a statement**: the interval lies inside the practical band (±3 % by default).
+//!
+//! [`race`] spends launches where they decide something; [`noise`] is a seeded model of the
+//! box for deterministic tests.
+
+pub mod noise;
+pub mod race;
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// What one launch measured: generation and prompt speed (tokens per second).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    pub gen_tps: f64,
+    pub prompt_tps: f64,
+}
+
+impl Sample {
+    /// The launch's medians, when it ended ok with measurements.
+    pub fn from_outcome(o: &crate::trial::TrialOutcome) -> Option<Sample> {
+        if !o.kind.is_ok() {
+            return None;
+        }
+        let s = Sample {
+            gen_tps: o.gen_tps()?,
+            prompt_tps: o.prompt_tps()?,
+        };
+        s.is_valid().then_some(s)
+    }
+
+    /// Both speeds finite and positive (a ratio of them is defined).
+    pub fn is_valid(&self) -> bool {
+        self.gen_tps.is_finite()
+            && self.gen_tps > 0.0
+            && self.prompt_tps.is_finite()
+            && self.prompt_tps > 0.0
+    }
+
+    pub fn get(&self, m: Metric) -> f64 {
+        match m {
+            Metric::Gen => self.gen_tps,
+            Metric::Prompt => self.prompt_tps,
+        }
+    }
+}
+
+/// The two speeds qtune compares. Generation leads; prompt speed decides only inside a
+/// generation tie.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Metric {
+    Gen,
+    Prompt,
+}
+
+impl Metric {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Metric::Gen => "generation",
+            Metric::Prompt => "prompt",
+        }
+    }
+}
+
+/// The practical band: differences smaller than this many percent do not matter.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Band {
+    pub pct: f64,
+}
+
+impl Default for Band {
+    fn default() -> Self {
+        Band { pct: 3.0 }
+    }
+}
+
+impl Band {
+    /// Half-width in log space, `ln(1 + pct/100)` (the band is symmetric in logs).
+    pub fn log_half_width(&self) -> f64 {
+        (1.0 + self.pct.max(0.0) / 100.0).ln()
+    }
+}
+
+/// What a comparison says about a candidate against its reference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    /// The whole interval lies above 1.0 (and not inside the band).
+    Better,
+    /// The whole interval lies below 1.0 (and not inside the band).
+    Worse,
+    /// The whole interval lies inside the practical band: the difference does not matter.
+    Tie,
+    /// The interval straddles 1.0 or a band edge: more rounds would tell.
+    Undecided,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Better => "better",
+            Decision::Worse => "worse",
+            Decision::Tie => "tie",
+            Decision::Undecided => "undecided",
+        }
+    }
+
+    pub fn is_decided(self) -> bool {
+        self != Decision::Undecided
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A paired comparison of one metric: the mean of the per-round log ratios and its Student-t
+/// interval. All values are in log space; [`Comparison::gain_pct`] and
+/// [`Comparison::interval_pct`] turn them into percentages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    /// Paired rounds (ratios) behind the numbers.
+    pub rounds: usize,
+    /// Mean of `ln(cand / ref)` over the rounds.
+    pub mean_log: f64,
+    /// Sample standard deviation of the log ratios (None with one round).
+    pub sd_log: Option<f64>,
+    /// Interval bounds in log space (None with one round: no interval).
+    pub lo_log: Option<f64>,
+    pub hi_log: Option<f64>,
+    /// Two-sided confidence level of the interval, e.g. 0.95.
+    pub confidence: f64,
+}
+
+impl Comparison {
+    /// From per-round log ratios; None when there are none (or one is not finite).
+    pub fn from_log_ratios(d: &[f64], confidence: f64) -> Option<Comparison> {
+        if d.is_empty() || d.iter().any(|x| !x.is_finite()) {
+            return None;
+        }
+        let n = d.len();
+        let mean = d.iter().sum::<f64>() / n as f64;
+        let (sd, lo, hi) = if n >= 2 {
+            let var = d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+            let sd = var.sqrt();
+            let half = t_quantile(0.5 + confidence / 2.0, (n - 1) as f64) * sd / (n as f64).sqrt();
+            (Some(sd), Some(mean - half), Some(mean + half))
+        } else {
+            (None, None, None)
+        };
+        Some(Comparison {
+            rounds: n,
+            mean_log: mean,
+            sd_log: sd,
+            lo_log: lo,
+            hi_log: hi,
+            confidence,
+        })
+    }
+
+    /// From paired values `(candidate, reference)`, one pair per round.
+    pub fn from_pairs(pairs: &[(f64, f64)], confidence: f64) -> Option<Comparison> {
+        let d: Vec<f64> = pairs.iter().map(|(c, r)| (c / r).ln()).collect();
+        Self::from_log_ratios(&d, confidence)
+    }
+
+    /// The gain in percent: `exp(mean) − 1` (the geometric mean of the ratios).
+    pub fn gain_pct(&self) -> f64 {
+        (self.mean_log.exp() - 1.0) * 100.0
+    }
+
+    /// The interval in percent, when there is one.
+    pub fn interval_pct(&self) -> Option<(f64, f64)> {
+        Some((
+            (self.lo_log?.exp() - 1.0) * 100.0,
+            (self.hi_log?.exp() - 1.0) * 100.0,
+        ))
+    }
+
+    /// The median per-round ratio is not kept; the geometric mean ratio is `exp(mean_log)`.
+    pub fn ratio(&self) -> f64 {
+        self.mean_log.exp()
+    }
+
+    /// Better / Worse / Tie / Undecided against the practical band. A tie (the interval
+    /// inside the band) comes first: a gain too small to matter is not a win.
+    pub fn decide(&self, band: Band) -> Decision {
+        let (Some(lo), Some(hi)) = (self.lo_log, self.hi_log) else {
+            return Decision::Undecided;
+        };
+        let b = band.log_half_width();
+        if lo >= -b && hi <= b {
+            Decision::Tie
+        } else if lo > 0.0 {
+            Decision::Better
+        } else if hi < 0.0 {
+            Decision::Worse
+        } else {
+            Decision::Undecided
+        }
+    }
+}
+
+impl fmt::Display for Comparison {
+    /// `+4.1 % [−1.2, +9.6] (95 %, 6 rounds)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let level = fmt_level(self.confidence);
+        let rounds = if self.rounds == 1 {
+            "1 round".to_string()
+        } else {
+            format!("{} rounds", self.rounds)
+        };
+        match self.interval_pct() {
+            Some((lo, hi)) => write!(
+                f,
+                "{} % [{}, {}] ({level} %, {rounds})",
+                signed(self.gain_pct()),
+                signed(lo),
+                signed(hi)
+            ),
+            None => write!(f, "{} % (no interval: {rounds})", signed(self.gain_pct())),
+        }
+    }
+}
+
+/// `95`, or `97.5` when the level is not a whole percent.
+fn fmt_level(c: f64) -> String {
+    let p = c * 100.0;
+    if (p - p.round()).abs() < 1e-9 {
+        format!("{}", p.round() as i64)
+    } else {
+        format!("{p:.1}")
+    }
+}
+
+/// `+4.1`, `−1.2` (a real minus sign), `0.0`.
+pub fn signed(x: f64) -> String {
+    let r = (x * 10.0).round() / 10.0;
+    if r > 0.0 {
+        format!("+{r:.1}")
+    } else if r < 0.0 {
+        format!("\u{2212}{:.1}", -r)
+    } else {
+        "0.0".to_string()
+    }
+}
+
+/// Generation and prompt comparisons of one candidate against one reference, and what the
+/// objective makes of them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairedVerdict {
+    pub gen: Comparison,
+    pub prompt: Comparison,
+    pub gen_decision: Decision,
+    pub prompt_decision: Decision,
+    /// The objective's decision: generation's, or prompt's inside a generation tie.
+    pub decision: Decision,
+    /// Which metric made the decision.
+    pub decided_by: Metric,
+}
+
+impl PairedVerdict {
+    /// From paired samples `(candidate, reference)`, one per round.
+    pub fn from_pairs(pairs: &[(Sample, Sample)], confidence: f64, band: Band) -> Option<Self> {
+        let gen: Vec<(f64, f64)> = pairs.iter().map(|(c, r)| (c.gen_tps, r.gen_tps)).collect();
+        let prompt: Vec<(f64, f64)> = pairs
+            .iter()
+            .map(|(c, r)| (c.prompt_tps, r.prompt_tps))
+            .collect();
+        let gen = Comparison::from_pairs(&gen, confidence)?;
+        let prompt = Comparison::from_pairs(&prompt, confidence)?;
+        let (gd, pd) = (gen.decide(band), prompt.decide(band));
+        let (decision, decided_by) = objective(gd, pd);
+        Some(PairedVerdict {
+            gen,
+            prompt,
+            gen_decision: gd,
+            prompt_decision: pd,
+            decision,
+            decided_by,
+        })
+    }
+
+    pub fn comparison(&self, m: Metric) -> &Comparison {
+        match m {
+            Metric::Gen => &self.gen,
+            Metric::Prompt => &self.prompt,
+        }
+    }
+}
+
+/// The objective: generation leads; prompt speed decides only when generation is a
+/// statistical tie (its interval inside the band).
+pub fn objective(gen: Decision, prompt: Decision) -> (Decision, Metric) {
+    match gen {
+        Decision::Tie => (prompt, Metric::Prompt),
+        d => (d, Metric::Gen),
+    }
+}
+
+/// The launch order of round `round` (0-based) over `n` configs: forward in even rounds,
+/// reversed in odd ones, so two consecutive rounds form A B … B A and a drift that is linear
+/// in time cancels out of every pair's ratios.
+pub fn abba_order(n: usize, round: usize) -> Vec<usize> {
+    let mut v: Vec<usize> = (0..n).collect();
+    if round % 2 == 1 {
+        v.reverse();
+    }
+    v
+}
+
+// ---------------------------------------------------------------------------------------------
+// Student's t distribution (no dependency: the regularized incomplete beta function and a
+// bisection are enough for the quantiles a confidence interval needs).
+
+fn ln_gamma(x: f64) -> f64 {
+    // Lanczos approximation (g = 7, n = 9), accurate to ~1e-15 for x > 0.
+    const G: [f64; 9] = [
+        0.999_999_999_999_809_9,
+        676.520_368_121_885_1,
+        -1_259.139_216_722_402_8,
+        771.323_428_777_653_1,
+        -176.615_029_162_140_6,
+        12.507_343_278_686_905,
+        -0.138_571_095_265_720_12,
+        9.984_369_578_019_572e-6,
+        1.505_632_735_149_311_6e-7,
+    ];
+    if x < 0.5 {
+        let pi = std::f64::consts::PI;
+        return (pi / (pi * x).sin()).ln() - ln_gamma(1.0 - x);
+    }
+    let x = x - 1.0;
+    let mut a = G[0];
+    let t = x + 7.5;
+    for (i, g) in G.iter().enumerate().skip(1) {
+        a += g / (x + i as f64);
+    }
+    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + a.ln()
+}
+
+/// Continued fraction of the incomplete beta function (modified Lentz).
+fn beta_cf(a: f64, b: f64, x: f64) -> f64 {
+    const EPS: f64 = 1e-15;
+    const TINY: f64 = 1e-300;
+    let (qab, qap, qam) = (a + b, a + 1.0, a - 1.0);
+    let mut c = 1.0;
+    let mut d = 1.0 - qab * x / qap;
+    if d.abs() < TINY {
+        d = TINY;
+    }
+    d = 1.0 / d;
+    let mut h = d;
+    for m in 1..=300 {
+        let m = m as f64;
+        let m2 = 2.0 * m;
+        let aa = m * (b - m) * x / ((qam + m2) * (a + m2));
+        d = 1.0 + aa * d;
+        if d.abs() < TINY {
+            d = TINY;
+        }
+        c = 1.0 + aa / c;
+        if c.abs() < TINY {
+            c = TINY;
+        }
+        d = 1.0 / d;
+        h *= d * c;
+        let aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2));
+        d = 1.0 + aa * d;
+        if d.abs() < TINY {
+            d = TINY;
+        }
+        c = 1.0 + aa / c;
+        if c.abs() < TINY {
+            c = TINY;
+        }
+        d = 1.0 / d;
+        let del = d * c;
+        h *= del;
+        if (del - 1.0).abs() < EPS {
+            break;
+        }
+    }
+    h
+}
+
+/// The regularized incomplete beta function I_x(a, b).
+fn beta_reg(a: f64, b: f64, x: f64) -> f64 {
+    if x <= 0.0 {
+        return 0.0;
+    }
+    if x >= 1.0 {
+        return 1.0;
+    }
+    let ln_front = ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln();
+    let front = ln_front.exp();
+    if x < (a + 1.0) / (a + b + 2.0) {
+        front * beta_cf(a, b, x) / a
+    } else {
+        1.0 - front * beta_cf(b, a, 1.0 - x) / b
+    }
+}
+
+/// P(T ≤ t) for Student's t with `df` degrees of freedom.
+pub fn t_cdf(t: f64, df: f64) -> f64 {
+    let x = df / (df + t * t);
+    let tail = 0.5 * beta_reg(df / 2.0, 0.5, x);
+    if t >= 0.0 {
+        1.0 - tail
+    } else {
+        tail
+    }
+}
+
+/// The `p` quantile of Student's t with `df` degrees of freedom (e.g. `t_quantile(0.975, 5)`
+/// = 2.5706). `p` is clamped to (0, 1); `df` must be positive.
+pub fn t_quantile(p: f64, df: f64) -> f64 {
+    let p = p.clamp(1e-12, 1.0 - 1e-12);
+    if p < 0.5 {
+        return -t_quantile(1.0 - p, df);
+    }
+    let (mut lo, mut hi) = (0.0_f64, 1.0_f64);
+    while t_cdf(hi, df) < p && hi < 1e12 {
+        lo = hi;
+        hi *= 2.0;
+    }
+    for _ in 0..200 {
+        let mid = 0.5 * (lo + hi);
+        if t_cdf(mid, df) < p {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+        if hi - lo < 1e-12 * hi.max(1.0) {
+            break;
+        }
+    }
+    0.5 * (lo + hi)
+}
+
+/// The standard normal quantile (the t quantile at a very large df).
+pub fn z_quantile(p: f64) -> f64 {
+    t_quantile(p, 1e9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn t_quantiles_match_the_tables() {
+        for (df, q) in [
+            (1.0, 12.7062),
+            (2.0, 4.3027),
+            (3.0, 3.1824),
+            (5.0, 2.5706),
+            (10.0, 2.2281),
+            (30.0, 2.0423),
+        ] {
+            let t = t_quantile(0.975, df);
+            assert!((t - q).abs() < 1e-3, "df {df}: {t} vs {q}");
+        }
+        assert!((t_quantile(0.95, 4.0) - 2.1318).abs() < 1e-3);
+        assert!((z_quantile(0.975) - 1.95996).abs() < 1e-4);
+        assert!((t_quantile(0.025, 5.0) + 2.5706).abs() < 1e-3);
+        assert!((t_cdf(0.0, 3.0) - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_paired_comparison_renders_gain_interval_level_and_rounds() {
+        // ratios 1.10, 1.00, 1.05, 1.02, 1.08, 1.00
+        let pairs: Vec<(f64, f64)> = [110.0, 100.0, 105.0, 102.0, 108.0, 100.0]
+            .iter()
+            .map(|c| (*c, 100.0))
+            .collect();
+        let c = Comparison::from_pairs(&pairs, 0.95).unwrap();
+        assert_eq!(c.rounds, 6);
+        let s = c.to_string();
+        assert_eq!(s, "+4.1 % [\u{2212}0.2, +8.6] (95 %, 6 rounds)");
+        // The interval touches 1.0 and leaves the band: more rounds would tell.
+        assert_eq!(c.decide(Band::default()), Decision::Undecided);
+    }
+
+    #[test]
+    fn decisions_follow_the_interval_and_the_band() {
+        let cmp = |d: &[f64]| Comparison::from_log_ratios(d, 0.95).unwrap();
+        let band = Band::default();
+        assert_eq!(
+            cmp(&[0.001, -0.002, 0.0015, -0.001]).decide(band),
+            Decision::Tie
+        );
+        assert_eq!(cmp(&[-0.10, -0.12, -0.09]).decide(band), Decision::Worse);
+        assert_eq!(cmp(&[0.10, 0.12, 0.09]).decide(band), Decision::Better);
+        assert_eq!(cmp(&[0.10, -0.12, 0.09]).decide(band), Decision::Undecided);
+        // One round has no interval: never a decision.
+        let one = cmp(&[0.5]);
+        assert_eq!(one.decide(band), Decision::Undecided);
+        assert!(one.to_string().contains("no interval"), "{one}");
+        // Significant but smaller than the band: a tie, not a win.
+        assert_eq!(
+            cmp(&[0.010, 0.011, 0.012, 0.010]).decide(band),
+            Decision::Tie
+        );
+        assert!(Comparison::from_log_ratios(&[], 0.95).is_none());
+        assert!(Comparison::from_log_ratios(&[f64::NAN], 0.95).is_none());
+    }
+
+    #[test]
+    fn generation_leads_and_prompt_decides_only_inside_a_generation_tie() {
+        use Decision::*;
+        assert_eq!(objective(Better, Worse), (Better, Metric::Gen));
+        assert_eq!(objective(Worse, Better), (Worse, Metric::Gen));
+        assert_eq!(objective(Undecided, Better), (Undecided, Metric::Gen));
+        assert_eq!(objective(Tie, Better), (Better, Metric::Prompt));
+        assert_eq!(objective(Tie, Tie), (Tie, Metric::Prompt));
+        let s = |g: f64, p: f64| Sample {
+            gen_tps: g,
+            prompt_tps: p,
+        };
+        let pairs = [
+            (s(100.0, 160.0), s(100.2, 100.0)),
+            (s(120.0, 190.0), s(119.8, 121.0)),
+            (s(110.0, 170.0), s(110.1, 108.0)),
+        ];
+        let v = PairedVerdict::from_pairs(&pairs, 0.95, Band::default()).unwrap();
+        assert_eq!(v.gen_decision, Tie);
+        assert_eq!((v.decision, v.decided_by), (Better, Metric::Prompt));
+    }
+
+    #[test]
+    fn abba_order_reverses_every_other_round() {
+        assert_eq!(abba_order(2, 0), [0, 1]);
+        assert_eq!(abba_order(2, 1), [1, 0]);
+        assert_eq!(abba_order(3, 1), [2, 1, 0]);
+    }
+
+    #[test]
+    fn signed_uses_a_real_minus_sign() {
+        assert_eq!(signed(-1.23), "\u{2212}1.2");
+        assert_eq!(signed(9.58), "+9.6");
+        assert_eq!(signed(0.01), "0.0");
+    }
+}

@@ -1,0 +1,911 @@
+//! Racing candidates against a reference in paired, interleaved rounds.
+//!
+//! # Design: a sequential paired t-race
+//! Every round launches the reference and each surviving candidate once, in ABBA order
+//! (forward, then reversed: a drift linear in time cancels over two rounds). After each round:
+//! - **clear losers go** (from round 1): a candidate whose generation is below another
+//!   survivor's (or the reference's) even at the upper end of an interval built with the
+//!   *pooled* noise (the noise probe plus every paired series so far) is dropped. Drops are not
+//!   claims: a wrong drop only costs a chance, so they may use the pooled estimate, which has
+//!   enough degrees of freedom to act after one or two rounds;
+//! - **claims** (from `min_rounds`, at every `look_every`-th round): each survivor's own paired
+//!   Student-t interval against the reference decides Better / Worse / Tie / Undecided (generation
+//!   leads, prompt speed decides inside a generation tie). Worse or Tie against the reference, or
+//!   Worse / Tie against another survivor, and it is dropped;
+//! - the race ends when one survivor is Better than the reference beyond its interval, when
+//!   none is left (the reference stays), or when the budget cannot pay for another round.
+//!
+//! **Why this and not successive halving or F-race.** Successive halving allocates rounds by
+//! rank and drops the bottom half on a fixed schedule: it never says whether a gain is real, and
+//! with 2-4 candidates and ~20 launches its halvings are too coarse. F-race (Friedman test over
+//! rounds as blocks) is rank-based: with the few rounds a tune can afford, ranks discard the
+//! magnitudes and have little power, and it still needs a separate interval for the report.
+//! The paired t-race uses the same statistic that is reported (per-round log ratios, Student-t
+//! interval), so what ends the race is exactly what the user reads; drift is removed by pairing
+//! within a round; and the noise probe sizes the race (how many candidates the budget can
+//! resolve) before any launch is spent on them.
+//!
+//! # Noise probe and sizing
+//! The race starts with `noise_launches` back-to-back launches of the reference. Their spread
+//! (σ of `ln tg`) gives the paired noise (σ·√2) and the rounds needed to resolve a gain of
+//! `target_gain_pct` with 80 % power; the race keeps as many candidates (best-ranked first) as
+//! the budget can give that many rounds. The others wait: one takes the place of a candidate
+//! that fails or is dropped while the budget still allows; the rest are reported as not raced.
+//!
+//! # Claims and their level
+//! Peeking after every ABBA pair of rounds, at several candidates, would inflate the chance of a
+//! false win. A "better" claim therefore uses the family level (95 %) split (Bonferroni) over
+//! the looks the budget allows and the candidates given; `RaceOutcome::claim_confidence` says
+//! which level that was, and `CandidateResult::claim` carries the interval at that level.
+//! Drops (Worse, Tie) use the plain 95 % interval: a wrong drop only costs a chance.
+//!
+//! # Driving it
+//! The race is a pure state machine: [`Race::next_launch`] says which arm to launch next
+//! (arm 0 is the reference, arm `i` is `candidates[i - 1]`), [`Race::record`] takes what that
+//! launch measured (`None` when it failed), [`Race::outcome`] says what was decided. [`run`]
+//! loops over a callback; [`run_trials`] drives it with a [`TrialRunner`]. The budget is never
+//! exceeded. The machine is deterministic: a resumed tune rebuilds it by feeding the journaled
+//! trials back through `next_launch` / `record` in order, then goes on launching.
+//!
+//! From `tune`: after the search, rank its candidates (best first), then
+//! `run_trials(RaceSettings { budget_launches, ..Default::default() }, &baseline, &top,
+//! runner, baseline_samples)`; `outcome.winner` indexes `top` (None: the baseline stays), each
+//! `candidates[i].vs_reference` carries the intervals to report, `outcome.noise` and
+//! `pair_sigma_pct` the noise measured on the box.
+
+use super::{Band, Comparison, Decision, Metric, PairedVerdict, Sample};
+use crate::config::LaunchConfig;
+use crate::trial::{TrialOutcome, TrialRole, TrialRunner};
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+/// The reference's arm (the baseline, e.g. the plain default).
+pub const REFERENCE: usize = 0;
+
+/// How a race spends its launches and what it counts as a difference.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RaceSettings {
+    /// Most launches in all, noise probe included.
+    pub budget_launches: u32,
+    /// Back-to-back launches of the reference at the start, to measure the box's noise
+    /// (0: skip the probe; then nothing is trimmed by sizing).
+    pub noise_launches: u32,
+    /// Differences inside this band do not matter (a tie).
+    pub band: Band,
+    /// Two-sided confidence of the reported intervals and of the claims.
+    pub confidence: f64,
+    /// No claim (Better / Worse / Tie) before this many paired rounds.
+    pub min_rounds: u32,
+    /// Claims are looked at every this many rounds (2: after each ABBA pair of rounds).
+    pub look_every: u32,
+    /// Two-sided confidence of the clear-loser drops (pooled noise).
+    pub drop_confidence: f64,
+    /// The smallest gain worth resolving: sizes how many candidates are raced.
+    pub target_gain_pct: f64,
+}
+
+impl Default for RaceSettings {
+    fn default() -> Self {
+        RaceSettings {
+            budget_launches: 20,
+            noise_launches: 3,
+            band: Band::default(),
+            confidence: 0.95,
+            min_rounds: 4,
+            look_every: 2,
+            drop_confidence: 0.95,
+            target_gain_pct: 8.0,
+        }
+    }
+}
+
+/// One launch the race asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Launch {
+    /// 0: the reference; `i`: candidate `i - 1`.
+    pub arm: usize,
+    /// The paired round (0-based); None for the noise probe.
+    pub round: Option<u32>,
+    /// Position within the round (or within the probe).
+    pub slot: u32,
+}
+
+/// Where a candidate stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "status")]
+pub enum ArmStatus {
+    Racing,
+    /// Left the race after `after_round` rounds, for `reason`.
+    Dropped {
+        after_round: u32,
+        reason: String,
+    },
+    /// A launch failed: a config that fails is never the winner.
+    Failed {
+        round: u32,
+    },
+    /// The budget could not resolve it at the measured noise.
+    NotRaced {
+        reason: String,
+    },
+}
+
+/// One paired round: what each arm measured (None: not launched or failed), and the order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Round {
+    pub order: Vec<usize>,
+    pub samples: Vec<Option<Sample>>,
+}
+
+/// The noise the probe (and later the rounds) measured.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct NoiseEstimate {
+    /// σ of `ln tg` between launches of one config, in percent.
+    pub launch_sigma_pct: f64,
+    /// Degrees of freedom behind it.
+    pub df: u32,
+    /// Rounds needed to resolve `target_gain_pct` with 80 % power at this noise.
+    pub rounds_to_resolve: u32,
+    /// Candidates the budget can race that many rounds.
+    pub affordable_candidates: u32,
+}
+
+/// A candidate's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CandidateResult {
+    /// Index into the caller's candidate list.
+    pub index: usize,
+    pub status: ArmStatus,
+    /// Paired verdict against the reference over the rounds it ran, at the reporting
+    /// confidence (None: no paired round).
+    pub vs_reference: Option<PairedVerdict>,
+    /// The same at the claim confidence: what decides a win.
+    pub claim: Option<PairedVerdict>,
+}
+
+/// What a race decided.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RaceOutcome {
+    /// The winning candidate (index into the caller's list); None: the reference stays.
+    pub winner: Option<usize>,
+    /// Why the winner won, or why none did.
+    pub reason: String,
+    pub candidates: Vec<CandidateResult>,
+    /// From the probe (None without a probe or with fewer than 2 ok probe launches).
+    pub noise: Option<NoiseEstimate>,
+    /// σ of a paired `ln` generation ratio (percent) pooled over the probe and every paired
+    /// series at the end, and its degrees of freedom: the box's noise as the race saw it.
+    pub pair_sigma_pct: Option<f64>,
+    pub pair_sigma_df: Option<u32>,
+    pub launches: u32,
+    /// Confidence of the win claims (the family level split over looks and candidates).
+    pub claim_confidence: f64,
+    pub rounds: Vec<Round>,
+    /// The probe's samples of the reference.
+    pub probe: Vec<Sample>,
+}
+
+/// The race. See the module documentation.
+#[derive(Debug, Clone)]
+pub struct Race {
+    s: RaceSettings,
+    n_arms: usize,
+    queue: VecDeque<Launch>,
+    pending: Option<Launch>,
+    probe: Vec<Sample>,
+    probe_planned: bool,
+    rounds: Vec<Round>,
+    status: Vec<ArmStatus>,
+    used: u32,
+    reference_failures: u32,
+    noise: Option<NoiseEstimate>,
+    /// Confidence of the "better than the reference" claims (set when the rounds start).
+    claim_confidence: f64,
+    finished: Option<String>,
+}
+
+/// Run a race to its end: `measure(launch)` launches `launch.arm` once and returns what it
+/// measured, or None when the launch failed.
+pub fn run(
+    settings: RaceSettings,
+    n_candidates: usize,
+    mut measure: impl FnMut(Launch) -> Option<Sample>,
+) -> RaceOutcome {
+    let mut race = Race::new(settings, n_candidates);
+    while let Some(l) = race.next_launch() {
+        let s = measure(l);
+        race.record(l, s);
+    }
+    race.outcome()
+}
+
+/// Drive a race with a trial runner (the real [`crate::trial::server::LlamaServerRunner`] or a
+/// replay): the probe's launches run the reference as [`TrialRole::Baseline`], the rounds run as
+/// [`TrialRole::Confirm`]. A launch that does not end `ok` (a failure, or `spill` over the VRAM
+/// budget) counts as failed: that candidate leaves the race and never wins. `probe`: launches
+/// of the reference already measured (e.g. a tune's baseline trials) to use instead of new
+/// ones; empty to launch the probe. Returns the outcome and every trial, in order.
+pub fn run_trials(
+    settings: RaceSettings,
+    reference: &LaunchConfig,
+    candidates: &[LaunchConfig],
+    runner: &mut dyn TrialRunner,
+    probe: Vec<Sample>,
+) -> (RaceOutcome, Vec<TrialOutcome>) {
+    let mut race = Race::new(settings, candidates.len());
+    if !probe.is_empty() {
+        race = race.with_probe(probe);
+    }
+    let mut trials = Vec::new();
+    while let Some(l) = race.next_launch() {
+        let (config, role) = match l.arm {
+            REFERENCE if l.round.is_none() => (reference, TrialRole::Baseline),
+            REFERENCE => (reference, TrialRole::Confirm),
+            i => (&candidates[i - 1], TrialRole::Confirm),
+        };
+        let o = runner.run(config, role);
+        race.record(l, Sample::from_outcome(&o));
+        trials.push(o);
+    }
+    (race.outcome(), trials)
+}
+
+impl Race {
+    /// A race of `n_candidates` against the reference.
+    pub fn new(settings: RaceSettings, n_candidates: usize) -> Self {
+        let mut status = vec![ArmStatus::Racing; n_candidates + 1];
+        status[REFERENCE] = ArmStatus::Racing;
+        Race {
+            s: settings,
+            n_arms: n_candidates + 1,
+            queue: VecDeque::new(),
+            pending: None,
+            probe: Vec::new(),
+            probe_planned: false,
+            rounds: Vec::new(),
+            status,
+            used: 0,
+            reference_failures: 0,
+            noise: None,
+            claim_confidence: settings.confidence,
+            finished: (n_candidates == 0).then(|| "no candidates to race".to_string()),
+        }
+    }
+
+    /// Use launches of the reference already made (e.g. a tune's baseline trials) as the
+    /// noise probe instead of launching new ones.
+    pub fn with_probe(mut self, samples: Vec<Sample>) -> Self {
+        self.probe = samples.into_iter().filter(Sample::is_valid).collect();
+        self.probe_planned = true;
+        self.size_from_probe();
+        self
+    }
+
+    pub fn settings(&self) -> &RaceSettings {
+        &self.s
+    }
+
+    /// Launches handed out so far (probe included).
+    pub fn launches_used(&self) -> u32 {
+        self.used
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finished.is_some() && self.queue.is_empty()
+    }
+
+    fn budget_left(&self) -> u32 {
+        self.s.budget_launches.saturating_sub(self.used)
+    }
+
+    fn racing(&self) -> Vec<usize> {
+        (1..self.n_arms)
+            .filter(|&i| self.status[i] == ArmStatus::Racing)
+            .collect()
+    }
+
+    /// The next launch, or None when the race is over. Call [`Race::record`] with its result
+    /// before asking again (asking again without recording returns the same launch).
+    pub fn next_launch(&mut self) -> Option<Launch> {
+        if let Some(p) = self.pending {
+            return Some(p);
+        }
+        loop {
+            if let Some(l) = self.queue.pop_front() {
+                self.used += 1;
+                self.pending = Some(l);
+                return Some(l);
+            }
+            if self.finished.is_some() {
+                return None;
+            }
+            self.plan();
+        }
+    }
+
+    /// What the last launch measured (None: it failed).
+    pub fn record(&mut self, launch: Launch, sample: Option<Sample>) {
+        if self.pending != Some(launch) {
+            debug_assert!(false, "record() for a launch that was not handed out");
+            return;
+        }
+        self.pending = None;
+        let sample = sample.filter(Sample::is_valid);
+        match launch.round {
+            None => match sample {
+                Some(s) => self.probe.push(s),
+                None => self.reference_failed(),
+            },
+            Some(r) => {
+                let r = r as usize;
+                self.rounds[r].samples[launch.arm] = sample;
+                if sample.is_none() {
+                    if launch.arm == REFERENCE {
+                        self.reference_failed();
+                    } else {
+                        self.status[launch.arm] = ArmStatus::Failed { round: r as u32 };
+                    }
+                }
+            }
+        }
+    }
+
+    fn reference_failed(&mut self) {
+        self.reference_failures += 1;
+        if self.reference_failures >= 2 {
+            self.queue.clear();
+            self.finished =
+                Some("the reference failed twice: nothing can be compared against it".to_string());
+        }
+    }
+
+    /// Plan the next launches (the queue is empty and the race not finished).
+    fn plan(&mut self) {
+        if !self.probe_planned {
+            self.probe_planned = true;
+            // Leave room for at least two paired rounds of one candidate.
+            let n = self
+                .s
+                .noise_launches
+                .min(self.s.budget_launches.saturating_sub(4));
+            for slot in 0..n {
+                self.queue.push_back(Launch {
+                    arm: REFERENCE,
+                    round: None,
+                    slot,
+                });
+            }
+            if n > 0 {
+                return;
+            }
+        }
+        if self.rounds.is_empty() {
+            if self.noise.is_none() {
+                self.size_from_probe();
+            }
+            self.claim_confidence = self.claim_level();
+        }
+        if !self.rounds.is_empty() {
+            self.look();
+        }
+        if self.finished.is_some() {
+            return;
+        }
+        self.promote();
+        // Next round: the reference and every survivor, trimmed to the budget (best first).
+        let mut racing = self.racing();
+        if racing.is_empty() {
+            self.finished = Some(self.nobody_left());
+            return;
+        }
+        let left = self.budget_left() as usize;
+        if left < 2 {
+            self.finished = Some(format!(
+                "the budget of {} launches is spent before any candidate beat the reference beyond the noise: the reference stays",
+                self.s.budget_launches
+            ));
+            return;
+        }
+        if racing.len() + 1 > left {
+            racing.sort_by(|a, b| self.gen_mean(*b).total_cmp(&self.gen_mean(*a)));
+            racing.truncate(left - 1);
+            racing.sort_unstable();
+        }
+        let mut arms = vec![REFERENCE];
+        arms.extend(racing);
+        let r = self.rounds.len();
+        let order: Vec<usize> = super::abba_order(arms.len(), r)
+            .into_iter()
+            .map(|i| arms[i])
+            .collect();
+        for (slot, &arm) in order.iter().enumerate() {
+            self.queue.push_back(Launch {
+                arm,
+                round: Some(r as u32),
+                slot: slot as u32,
+            });
+        }
+        self.rounds.push(Round {
+            order,
+            samples: vec![None; self.n_arms],
+        });
+    }
+
+    fn nobody_left(&self) -> String {
+        let failed = (1..self.n_arms)
+            .filter(|&i| matches!(self.status[i], ArmStatus::Failed { .. }))
+            .count();
+        if failed == self.n_arms - 1 {
+            "every candidate failed: the reference stays".into()
+        } else {
+            "no candidate beat the reference beyond the noise: the reference stays".into()
+        }
+    }
+
+    /// A candidate left (failed or dropped): the next one waiting takes its place, if the
+    /// budget can still give it `min_rounds` rounds.
+    fn promote(&mut self) {
+        let Some(noise) = self.noise else { return };
+        loop {
+            let n = self.racing().len() as u32;
+            let fits = self.budget_left() / (n + 2) >= self.s.min_rounds.max(2);
+            let waiting =
+                (1..self.n_arms).find(|&i| matches!(self.status[i], ArmStatus::NotRaced { .. }));
+            match waiting {
+                Some(i) if n < noise.affordable_candidates && fits => {
+                    self.status[i] = ArmStatus::Racing
+                }
+                _ => break,
+            }
+        }
+    }
+
+    /// σ of the probe's `ln tg`, and how many candidates the budget can resolve.
+    fn size_from_probe(&mut self) {
+        let logs: Vec<f64> = self.probe.iter().map(|s| s.gen_tps.ln()).collect();
+        if logs.len() < 2 {
+            return;
+        }
+        let sigma = sd(&logs);
+        let pair_sigma = sigma * std::f64::consts::SQRT_2;
+        let target = (1.0 + self.s.target_gain_pct / 100.0).ln();
+        let z80 = super::z_quantile(0.8);
+        let mut n = self.s.min_rounds.max(2);
+        while n < 1000 {
+            let t = super::t_quantile(0.5 + self.s.confidence / 2.0, (n - 1) as f64);
+            if (t + z80) * pair_sigma / (n as f64).sqrt() <= target {
+                break;
+            }
+            n += 1;
+        }
+        let left = self.budget_left().saturating_sub(
+            // the probe launches still queued are spent too
+            self.queue.len() as u32,
+        );
+        let n_candidates = (self.n_arms - 1) as u32;
+        let affordable = (left / n).saturating_sub(1).clamp(1, n_candidates.max(1));
+        self.noise = Some(NoiseEstimate {
+            launch_sigma_pct: (sigma.exp() - 1.0) * 100.0,
+            df: (logs.len() - 1) as u32,
+            rounds_to_resolve: n,
+            affordable_candidates: affordable,
+        });
+        // Candidates come best-ranked first: keep the first `affordable` that still race.
+        let mut kept = 0;
+        for i in 1..self.n_arms {
+            if self.status[i] != ArmStatus::Racing {
+                continue;
+            }
+            if kept < affordable {
+                kept += 1;
+            } else {
+                self.status[i] = ArmStatus::NotRaced {
+                    reason: format!(
+                        "at the measured noise (σ {:.1} % per launch) resolving a {:.0} % gain takes {n} rounds; {} launches afford {affordable} candidate(s)",
+                        (sigma.exp() - 1.0) * 100.0,
+                        self.s.target_gain_pct,
+                        left
+                    ),
+                };
+            }
+        }
+    }
+
+    /// The level of the "better" claims: the family level split (Bonferroni) over every look
+    /// the budget allows and every candidate raced, so that peeking after each ABBA pair of
+    /// rounds at several candidates keeps the chance of a false win within `1 − confidence`.
+    fn claim_level(&self) -> f64 {
+        // Every candidate given may race (one waiting takes the place of one that leaves).
+        let m = (self.n_arms - 1).max(1) as u32;
+        let racing = self.racing().len().max(1) as u32;
+        let left = self.budget_left();
+        // The most rounds possible: every other candidate dropped after one round.
+        let max_rounds = if racing > 1 {
+            1 + left.saturating_sub(racing + 1) / 2
+        } else {
+            left / 2
+        };
+        let (min, every) = (self.s.min_rounds.max(2), self.s.look_every.max(1));
+        let looks = if max_rounds >= min {
+            let points = 1 + (max_rounds - min) / every;
+            points + u32::from((max_rounds - min) % every != 0)
+        } else {
+            1
+        };
+        1.0 - (1.0 - self.s.confidence) / f64::from(looks * m)
+    }
+
+    /// The level the race's claims use.
+    pub fn claim_confidence(&self) -> f64 {
+        self.claim_confidence
+    }
+
+    /// Paired samples `(a, b)` over the rounds where both ran.
+    fn pairs(&self, a: usize, b: usize) -> Vec<(Sample, Sample)> {
+        self.rounds
+            .iter()
+            .filter_map(|r| Some((r.samples[a]?, r.samples[b]?)))
+            .collect()
+    }
+
+    /// At the reporting level (used for drops: Worse, Tie).
+    fn verdict(&self, a: usize, b: usize) -> Option<PairedVerdict> {
+        PairedVerdict::from_pairs(&self.pairs(a, b), self.s.confidence, self.s.band)
+    }
+
+    /// At the claim level (used for wins: Better).
+    fn claim(&self, a: usize, b: usize) -> Option<PairedVerdict> {
+        PairedVerdict::from_pairs(&self.pairs(a, b), self.claim_confidence, self.s.band)
+    }
+
+    /// Mean `ln(gen / reference gen)` of an arm (−∞ when unknown).
+    fn gen_mean(&self, arm: usize) -> f64 {
+        let d: Vec<f64> = self
+            .pairs(arm, REFERENCE)
+            .iter()
+            .map(|(a, r)| (a.gen_tps / r.gen_tps).ln())
+            .collect();
+        if d.is_empty() {
+            f64::NEG_INFINITY
+        } else {
+            d.iter().sum::<f64>() / d.len() as f64
+        }
+    }
+
+    /// Pooled σ of a paired `ln` gen ratio, and its degrees of freedom: the probe (σ²·2) and
+    /// every survivor's or dropped candidate's paired series against the reference.
+    fn pooled_pair_sigma(&self) -> Option<(f64, f64)> {
+        let mut ss = 0.0;
+        let mut df = 0.0;
+        if self.probe.len() >= 2 {
+            let logs: Vec<f64> = self.probe.iter().map(|s| s.gen_tps.ln()).collect();
+            let m = logs.iter().sum::<f64>() / logs.len() as f64;
+            ss += 2.0 * logs.iter().map(|x| (x - m).powi(2)).sum::<f64>();
+            df += (logs.len() - 1) as f64;
+        }
+        for i in 1..self.n_arms {
+            let d: Vec<f64> = self
+                .pairs(i, REFERENCE)
+                .iter()
+                .map(|(a, r)| (a.gen_tps / r.gen_tps).ln())
+                .collect();
+            if d.len() >= 2 {
+                let m = d.iter().sum::<f64>() / d.len() as f64;
+                ss += d.iter().map(|x| (x - m).powi(2)).sum::<f64>();
+                df += (d.len() - 1) as f64;
+            }
+        }
+        (df >= 2.0).then(|| ((ss / df).sqrt(), df))
+    }
+
+    /// After a round: drop clear losers, take the claims due, decide whether to stop.
+    fn look(&mut self) {
+        let r = self.rounds.len() as u32;
+        let racing = self.racing();
+        let mut drops: Vec<(usize, String)> = Vec::new();
+
+        // Clear losers, with the pooled noise.
+        if let Some((sigma, df)) = self.pooled_pair_sigma() {
+            let t = super::t_quantile(0.5 + self.s.drop_confidence / 2.0, df);
+            let mut others = racing.clone();
+            others.push(REFERENCE);
+            for &i in &racing {
+                for &j in others.iter().filter(|&&j| j != i) {
+                    let d: Vec<f64> = self
+                        .pairs(i, j)
+                        .iter()
+                        .map(|(a, b)| (a.gen_tps / b.gen_tps).ln())
+                        .collect();
+                    if d.is_empty() {
+                        continue;
+                    }
+                    let mean = d.iter().sum::<f64>() / d.len() as f64;
+                    if mean + t * sigma / (d.len() as f64).sqrt() < 0.0 {
+                        drops.push((
+                            i,
+                            format!(
+                                "clearly slower in generation than {} ({:+.1} % over {} rounds, pooled noise σ {:.1} %)",
+                                arm_name(j),
+                                (mean.exp() - 1.0) * 100.0,
+                                d.len(),
+                                sigma * 100.0
+                            ),
+                        ));
+                        break;
+                    }
+                }
+            }
+        }
+
+        // Claims, with each pair's own interval.
+        let due = r >= self.s.min_rounds && (r - self.s.min_rounds) % self.s.look_every.max(1) == 0
+            || self.budget_left() < 2;
+        if due {
+            for &i in &racing {
+                let Some(v) = self.verdict(i, REFERENCE) else {
+                    continue;
+                };
+                if v.gen.rounds < self.s.min_rounds as usize {
+                    continue;
+                }
+                match v.decision {
+                    Decision::Worse => {
+                        drops.push((i, format!("slower than the reference: {}", describe(&v))))
+                    }
+                    Decision::Tie => drops.push((
+                        i,
+                        format!(
+                            "ties the reference (inside ±{} %): {}",
+                            self.s.band.pct,
+                            describe(&v)
+                        ),
+                    )),
+                    _ => {}
+                }
+            }
+            for (x, &i) in racing.iter().enumerate() {
+                for &j in &racing[x + 1..] {
+                    let Some(v) = self.verdict(i, j) else {
+                        continue;
+                    };
+                    if v.gen.rounds < self.s.min_rounds as usize {
+                        continue;
+                    }
+                    let loser = match v.decision {
+                        Decision::Worse => Some((i, j)),
+                        Decision::Better => Some((j, i)),
+                        Decision::Tie if self.gen_mean(i) < self.gen_mean(j) => Some((i, j)),
+                        Decision::Tie => Some((j, i)),
+                        Decision::Undecided => None,
+                    };
+                    if let Some((l, w)) = loser {
+                        let v = self.verdict(l, w).expect("paired rounds exist");
+                        drops.push((
+                            l,
+                            format!(
+                                "{} {}: {}",
+                                if v.decision == Decision::Tie {
+                                    "ties"
+                                } else {
+                                    "slower than"
+                                },
+                                arm_name(w),
+                                describe(&v)
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        for (i, reason) in drops {
+            if self.status[i] == ArmStatus::Racing {
+                self.status[i] = ArmStatus::Dropped {
+                    after_round: r,
+                    reason,
+                };
+            }
+        }
+
+        self.promote();
+        let racing = self.racing();
+        match racing.as_slice() {
+            [] => self.finished = Some(self.nobody_left()),
+            [only] if due => {
+                if let Some(v) = self.claim(*only, REFERENCE) {
+                    if v.decision == Decision::Better && v.gen.rounds >= self.s.min_rounds as usize
+                    {
+                        self.finished = Some(format!(
+                            "{} beats the reference: {}",
+                            arm_name(*only),
+                            describe(&v)
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// What the race decided so far (call after `next_launch` returned None for the final one).
+    pub fn outcome(&self) -> RaceOutcome {
+        let candidates: Vec<CandidateResult> = (1..self.n_arms)
+            .map(|i| CandidateResult {
+                index: i - 1,
+                status: self.status[i].clone(),
+                vs_reference: self.verdict(i, REFERENCE),
+                claim: self.claim(i, REFERENCE),
+            })
+            .collect();
+        // The winner: a survivor Better than the reference; the fastest in generation, or
+        // inside a generation tie with it, the fastest in prompt processing.
+        let better: Vec<usize> = self
+            .racing()
+            .into_iter()
+            .filter(|&i| {
+                self.claim(i, REFERENCE).is_some_and(|v| {
+                    v.decision == Decision::Better && v.gen.rounds >= self.s.min_rounds as usize
+                })
+            })
+            .collect();
+        let top = better
+            .iter()
+            .copied()
+            .max_by(|a, b| self.gen_mean(*a).total_cmp(&self.gen_mean(*b)));
+        let winner = top.map(|t| {
+            better
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    i == t
+                        || self
+                            .verdict(i, t)
+                            .is_some_and(|v| v.gen_decision == Decision::Tie)
+                })
+                .max_by(|a, b| self.prompt_mean(*a).total_cmp(&self.prompt_mean(*b)))
+                .unwrap_or(t)
+        });
+        let reason = match winner {
+            Some(w) => {
+                let v = self
+                    .claim(w, REFERENCE)
+                    .expect("a winner has paired rounds");
+                format!("{} beats the reference: {}", arm_name(w), describe(&v))
+            }
+            None => self
+                .finished
+                .clone()
+                .unwrap_or_else(|| "the race is not over".into()),
+        };
+        RaceOutcome {
+            winner: winner.map(|w| w - 1),
+            reason,
+            candidates,
+            noise: self.noise,
+            pair_sigma_pct: self
+                .pooled_pair_sigma()
+                .map(|(s, _)| (s.exp() - 1.0) * 100.0),
+            pair_sigma_df: self.pooled_pair_sigma().map(|(_, df)| df as u32),
+            launches: self.used,
+            claim_confidence: self.claim_confidence,
+            rounds: self.rounds.clone(),
+            probe: self.probe.clone(),
+        }
+    }
+
+    fn prompt_mean(&self, arm: usize) -> f64 {
+        let d: Vec<f64> = self
+            .pairs(arm, REFERENCE)
+            .iter()
+            .map(|(a, r)| (a.prompt_tps / r.prompt_tps).ln())
+            .collect();
+        if d.is_empty() {
+            f64::NEG_INFINITY
+        } else {
+            d.iter().sum::<f64>() / d.len() as f64
+        }
+    }
+}
+
+fn arm_name(arm: usize) -> String {
+    if arm == REFERENCE {
+        "the reference".into()
+    } else {
+        format!("candidate {}", arm - 1)
+    }
+}
+
+/// `generation +4.1 % [−1.2, +9.6] (95 %, 6 rounds), prompt …`.
+pub fn describe(v: &PairedVerdict) -> String {
+    format!("generation {}, prompt {}", v.gen, v.prompt)
+}
+
+fn sd(x: &[f64]) -> f64 {
+    let m = x.iter().sum::<f64>() / x.len() as f64;
+    (x.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (x.len() - 1) as f64).sqrt()
+}
+
+/// A comparison of one metric of an arm against the reference over a finished race's rounds.
+pub fn compare_rounds(
+    rounds: &[Round],
+    arm: usize,
+    reference: usize,
+    metric: Metric,
+    confidence: f64,
+) -> Option<Comparison> {
+    let pairs: Vec<(f64, f64)> = rounds
+        .iter()
+        .filter_map(|r| {
+            Some((
+                r.samples[arm]?.get(metric),
+                r.samples[reference]?.get(metric),
+            ))
+        })
+        .collect();
+    Comparison::from_pairs(&pairs, confidence)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::noise::{NoiseModel, NoisyBox};
+    use crate::trial::replay::{ReplayAnswer, ReplayRunner};
+    use crate::trial::OutcomeKind;
+
+    #[test]
+    fn a_trial_runner_drives_the_race_with_roles_and_failures() {
+        let base = LaunchConfig::baseline(4096);
+        let fast = LaunchConfig {
+            ubatch: Some(1024),
+            ..base.clone()
+        };
+        let broken = LaunchConfig {
+            n_cpu_moe: Some(2),
+            ..base.clone()
+        };
+        let (b2, f2, x2) = (base.clone(), fast.clone(), broken.clone());
+        let truth = vec![
+            Sample {
+                gen_tps: 100.0,
+                prompt_tps: 1000.0,
+            },
+            Sample {
+                gen_tps: 125.0,
+                prompt_tps: 1000.0,
+            },
+        ];
+        let mut bx = NoisyBox::new(NoiseModel::measured_box(), truth, 5);
+        let mut n = 0u64;
+        let mut runner = ReplayRunner::from_fn(move |c| {
+            n += 1;
+            if *c == x2 {
+                return ReplayAnswer::Fail(OutcomeKind::OomLoad);
+            }
+            let arm = usize::from(*c == f2);
+            assert!(*c == b2 || *c == f2);
+            let s = bx.measure(arm, n / 3, n % 3);
+            ReplayAnswer::Ok {
+                gen_tps: s.gen_tps,
+                prompt_tps: s.prompt_tps,
+                peak_vram_mib: None,
+            }
+        });
+        let settings = RaceSettings::default();
+        let (out, trials) = run_trials(settings, &base, &[broken, fast], &mut runner, vec![]);
+        assert_eq!(out.launches as usize, trials.len());
+        assert!(trials.len() <= settings.budget_launches as usize);
+        let roles: Vec<TrialRole> = trials.iter().map(|t| t.role).collect();
+        assert_eq!(
+            &roles[..3],
+            [TrialRole::Baseline; 3],
+            "the probe runs the baseline"
+        );
+        assert!(roles[3..].iter().all(|r| *r == TrialRole::Confirm));
+        assert!(matches!(
+            out.candidates[0].status,
+            ArmStatus::Failed { round: 0 }
+        ));
+        assert_eq!(out.winner, Some(1), "{}\n{:#?}", out.reason, out.candidates);
+        assert!(out.reason.contains("generation +"), "{}", out.reason);
+        assert!(out.pair_sigma_pct.is_some() && out.noise.is_some());
+    }
+}

@@ -1,0 +1,136 @@
+//! `qtune compare` end to end: the real binary, the real CPU llama-server, SmolLM2, a tiny
+//! workload and 2 rounds. Asserts what it prints and writes, never a measured speed.
+
+mod require;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn qtune() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_qtune"));
+    c.env_remove("QTUNE_LOG");
+    c
+}
+
+/// Pids of llama-server processes whose command line mentions `needle`.
+fn servers_mentioning(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) && cmd.contains("llama-server") {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn compare_runs_interleaved_rounds_and_prints_intervals() {
+    let Some(server) = require::or_skip(require::server(), "the real CPU llama-server") else {
+        return;
+    };
+    let Some(model) = require::or_skip(qtune::fixtures::smollm2(), "the SmolLM2 fixture") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // A unique model path: this test's servers carry it in their argv.
+    let m: PathBuf = dir.path().join("compare-smollm2.gguf");
+    std::os::unix::fs::symlink(&model, &m).unwrap();
+    let out_dir = dir.path().join("cmp");
+    let a = format!("llama-server -m {} -c 512 -np 1 -t 2", m.display());
+    let b = format!("llama-server -m {} -c 512 -np 1 -t 1 -ub 256", m.display());
+    let out = qtune()
+        .env("QTUNE_LLAMA_SERVER", &server)
+        .args(["compare", &a, &b, "--rounds", "2", "--prompt-tokens", "16"])
+        .args(["--gen-tokens", "4", "--repetitions", "1", "--out"])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(
+        servers_mentioning("compare-smollm2.gguf").is_empty(),
+        "a server outlived qtune"
+    );
+
+    // The per-round table, in ABBA order, and B's paired intervals against A.
+    assert!(stdout.contains("2 of 2 rounds (ABBA order)"), "{stdout}");
+    let rows: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with("1  A B") || l.trim_start().starts_with("2  B A"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    let gen = stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("B  generation "))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(
+        gen.contains(" % [") && gen.contains("(95 %, 2 rounds)"),
+        "{gen}"
+    );
+    assert!(
+        stdout.contains("prompt ") && stdout.contains("verdict: "),
+        "{stdout}"
+    );
+    assert!(stdout.contains("peak VRAM: A "), "{stdout}");
+
+    // compare.json holds every launch, each journaled with its log.
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("compare.json")).unwrap())
+            .unwrap();
+    let rounds = json["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 2);
+    for r in rounds {
+        let launches = r["launches"].as_array().unwrap();
+        assert_eq!(launches.len(), 2);
+        for l in launches {
+            assert_eq!(l["outcome"], "ok", "{l}");
+            assert!(l["gen_tps"].as_f64().unwrap() > 0.0);
+        }
+    }
+    assert_eq!(json["commands"][1]["config"]["ubatch"], 256);
+    let v = &json["against_first"][0]["verdict"];
+    assert_eq!(v["gen"]["rounds"], 2);
+    assert!(v["gen"]["lo_log"].as_f64().unwrap() <= v["gen"]["hi_log"].as_f64().unwrap());
+    let journal = std::fs::read_to_string(out_dir.join("journal.jsonl")).unwrap();
+    assert_eq!(journal.lines().count(), 4, "{journal}");
+    assert!(Path::new(&out_dir.join("logs")).is_dir());
+}
+
+#[test]
+fn a_command_with_an_unknown_flag_is_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = qtune()
+        .args([
+            "compare",
+            "llama-server -m m.gguf -c 4096 -np 1",
+            "llama-server -m m.gguf -c 4096 -np 1 --mlock",
+            "--out",
+        ])
+        .arg(dir.path().join("x"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("qtune: error: command B: unknown flag '--mlock'"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("x").exists(),
+        "nothing written for bad input"
+    );
+
+    let out = qtune()
+        .args(["compare", "llama-server -m m.gguf -c 4096 -np 1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "one command is not a comparison");
+}

@@ -1,0 +1,185 @@
+//! Issue 13's new flags against the real CPU llama-server (pinned build): `-ot` expert rules,
+//! `--load-mode none` and `--no-op-offload` are accepted, the server serves, and llama.cpp's own
+//! regex engine sends exactly the intended expert tensors to the CPU (read from its `-v` log).
+
+mod require;
+
+use qtune::config::{BlockSet, CpuExperts, ExpertProj, LaunchConfig, LoadMode, PartialBlock};
+use qtune::model::gguf;
+use qtune::model::layout::{classify, TensorClass};
+use qtune::trial::journal::Journal;
+use qtune::trial::server::LlamaServerRunner;
+use qtune::trial::{OutcomeKind, TrialRole, TrialRunner};
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn setup() -> Option<(PathBuf, PathBuf)> {
+    let server = require::or_skip(require::server(), "the real CPU llama-server")?;
+    let model = require::or_skip(
+        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
+        "the tiny-qwen3moe fixture",
+    )?;
+    Some((server, model))
+}
+
+/// Last block's experts whole, and the block before it split (gate and down on the CPU).
+fn placement(n_blocks: u32) -> CpuExperts {
+    CpuExperts {
+        blocks: BlockSet::new([0, n_blocks - 1]),
+        partial: Some(PartialBlock::new(
+            n_blocks - 2,
+            [ExpertProj::Gate, ExpertProj::Down],
+        )),
+    }
+}
+
+fn config(n_blocks: u32) -> LaunchConfig {
+    LaunchConfig {
+        threads: Some(2),
+        cpu_experts: Some(placement(n_blocks)),
+        load_mode: LoadMode::None,
+        op_offload: false,
+        ..LaunchConfig::baseline(512)
+    }
+}
+
+/// Kills the server it holds when dropped (a failed assertion included).
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn health_ok(port: u16) -> bool {
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut r = String::new();
+    let _ = s.read_to_string(&mut r);
+    r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200")
+}
+
+#[test]
+fn llama_cpp_sends_exactly_the_intended_expert_tensors_to_the_cpu() {
+    let Some((server, model)) = setup() else {
+        return;
+    };
+    let layout = qtune::model::load(&model).unwrap();
+    let g = gguf::read(&model).unwrap();
+    let cfg = config(layout.n_blocks);
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("server.log");
+    let port = free_port();
+    let argv = cfg.command(&server, &model, "127.0.0.1", port);
+    let log = std::fs::File::create(&log_path).unwrap();
+    let child = Command::new(&argv[0])
+        .args(&argv[1..])
+        // Debug logging: llama.cpp names every tensor an override moved.
+        .arg("-v")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let mut server_guard = Server(child);
+    let start = Instant::now();
+    while !health_ok(port) {
+        if let Some(status) = server_guard.0.try_wait().unwrap() {
+            panic!(
+                "llama-server exited ({status}) on {}:\n{}",
+                argv.join(" "),
+                std::fs::read_to_string(&log_path).unwrap_or_default()
+            );
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "not ready in 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(server_guard);
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    assert!(text.contains("load_mode = none"), "--load-mode none used");
+    let moved: BTreeSet<String> = text
+        .lines()
+        .filter(|l| l.contains("buffer type overridden to"))
+        .filter_map(|l| l.split("tensor ").nth(1)?.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
+    let p = placement(layout.n_blocks);
+    let want: BTreeSet<String> = g
+        .tensors
+        .iter()
+        .filter(|t| match classify(&t.name) {
+            TensorClass::RoutedExperts(il) => p.on_cpu(il, ExpertProj::of_tensor(&t.name).unwrap()),
+            _ => false,
+        })
+        .map(|t| t.name.clone())
+        .collect();
+    assert!(!want.is_empty());
+    assert_eq!(moved, want, "{}", argv.join(" "));
+}
+
+#[test]
+fn a_trial_with_ot_rules_pinned_experts_and_no_op_offload_is_measured() {
+    let Some((server, model)) = setup() else {
+        return;
+    };
+    let layout = qtune::model::load(&model).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut r = LlamaServerRunner::new(
+        &server,
+        &model,
+        layout.file_bytes,
+        qtune::space::Workload {
+            prompt_tokens: 32,
+            gen_tokens: 8,
+            repetitions: 1,
+            warmup: false,
+            context_depth: None,
+        },
+        dir.path(),
+        Journal::open(dir.path()).unwrap(),
+        None,
+        Duration::from_secs(120),
+    )
+    .unwrap();
+    let cfg = config(layout.n_blocks);
+    let o = r.run(&cfg, TrialRole::Search);
+    assert_eq!(o.kind, OutcomeKind::Ok, "{} {:?}", o.message, o.evidence);
+    assert!(o.gen_tps().is_some_and(|v| v > 0.0));
+    let pid = r.last_server_pid().expect("a server was started");
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.contains(") Z ")),
+        "llama-server {pid} outlived the trial"
+    );
+    let log = std::fs::read_to_string(o.log.as_ref().unwrap()).unwrap();
+    for flag in ["-ot ", "--load-mode none", "--no-op-offload"] {
+        assert!(log.contains(flag), "{flag} in the logged argv");
+    }
+    // The journaled config reads back equal (new fields round-trip through the journal).
+    let j = Journal::read(dir.path()).unwrap();
+    assert_eq!(j[0].config, cfg);
+}
