@@ -253,6 +253,9 @@ pub enum SpaceError {
     Unknown(String),
 }
 
+/// The largest space file read (a space is a few hundred bytes; this bounds `/dev/zero`).
+pub const MAX_SPACE_BYTES: u64 = 1024 * 1024;
+
 /// Load a space by built-in name or YAML path, and validate it.
 pub fn load(name_or_path: &str) -> Result<SearchSpace, SpaceError> {
     if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
@@ -262,9 +265,19 @@ pub fn load(name_or_path: &str) -> Result<SearchSpace, SpaceError> {
     if !path.exists() && !name_or_path.contains('/') && !name_or_path.ends_with(".yaml") {
         return Err(SpaceError::Unknown(name_or_path.to_string()));
     }
-    let text = std::fs::read_to_string(path).map_err(|source| SpaceError::Read {
+    let bytes = crate::util::read_bounded(path, MAX_SPACE_BYTES).map_err(|e| match e {
+        crate::util::BoundedReadError::Io(source) => SpaceError::Read {
+            path: name_or_path.to_string(),
+            source,
+        },
+        other => SpaceError::Invalid {
+            path: name_or_path.to_string(),
+            message: other.to_string(),
+        },
+    })?;
+    let text = String::from_utf8(bytes).map_err(|e| SpaceError::Invalid {
         path: name_or_path.to_string(),
-        source,
+        message: format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()),
     })?;
     parse(&text, name_or_path)
 }

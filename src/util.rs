@@ -39,6 +39,64 @@ fn write_temp(path: &Path, bytes: &[u8]) -> Result<tempfile::NamedTempFile> {
     Ok(tmp)
 }
 
+/// Why a user-supplied file cannot be read: not there, not a regular file, or too large.
+#[derive(Debug, thiserror::Error)]
+pub enum BoundedReadError {
+    #[error("{0}")]
+    Io(std::io::Error),
+    #[error("is a directory, not a file")]
+    Directory,
+    #[error("is not a regular file (a pipe, device or socket)")]
+    NotRegular,
+    #[error("is {size} bytes; at most {max} bytes are accepted")]
+    TooLarge { size: u64, max: u64 },
+}
+
+/// Open a user-supplied file that must be a regular file: checked before opening (a named
+/// pipe would block `open`) and again on the open handle (opened non-blocking, so a path
+/// swapped for a pipe in between cannot hang). Returns the file and its size.
+pub fn open_regular(path: &Path) -> std::result::Result<(std::fs::File, u64), BoundedReadError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let meta = std::fs::metadata(path).map_err(BoundedReadError::Io)?;
+    if meta.is_dir() {
+        return Err(BoundedReadError::Directory);
+    }
+    if !meta.is_file() {
+        return Err(BoundedReadError::NotRegular);
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(BoundedReadError::Io)?;
+    let meta = file.metadata().map_err(BoundedReadError::Io)?;
+    if !meta.is_file() {
+        return Err(BoundedReadError::NotRegular);
+    }
+    Ok((file, meta.len()))
+}
+
+/// Read a whole user-supplied file (a space, a profile, a model header): a regular file of
+/// at most `max` bytes; never reads more than `max + 1` bytes whatever the file claims.
+pub fn read_bounded(path: &Path, max: u64) -> std::result::Result<Vec<u8>, BoundedReadError> {
+    use std::io::Read;
+    let (file, size) = open_regular(path)?;
+    if size > max {
+        return Err(BoundedReadError::TooLarge { size, max });
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(BoundedReadError::Io)?;
+    if bytes.len() as u64 > max {
+        return Err(BoundedReadError::TooLarge {
+            size: bytes.len() as u64,
+            max,
+        });
+    }
+    Ok(bytes)
+}
+
 /// Write `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename
 /// (tempfile's `persist`). A failure (disk full, permission) leaves no half-written file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {

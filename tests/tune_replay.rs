@@ -257,6 +257,9 @@ fn regenerate_replay_fixture() {
         host: "127.0.0.1".into(),
         port: 8080,
         start: None,
+        model_fingerprint: None,
+        model_bytes: None,
+        server_bytes: None,
     };
     qtune::run::write_inputs(&dir, &inputs).unwrap();
     // Fewer CPU experts is faster; a larger batch helps prompts; q8_0 KV is a bit slower;

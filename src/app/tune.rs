@@ -112,24 +112,137 @@ fn space_for(opts: &TuneOptions, has_gpu: bool, moe: bool) -> Result<SearchSpace
     Ok(space)
 }
 
-/// The run directory and its inputs: read back for `--resume`, else measured and written.
-fn prepare(opts: &TuneOptions) -> Result<(PathBuf, RunInputs)> {
-    if let Some(dir) = &opts.resume {
-        let inputs = crate::run::read_inputs(dir).context("cannot resume")?;
-        if let Some(m) = opts.model.as_ref().filter(|m| **m != inputs.model_path) {
+/// A path the "last stdout line is the command" contract cannot carry is refused up front.
+fn check_printable(what: &str, path: &Path) -> Result<()> {
+    let s = path.to_string_lossy();
+    if s.contains('\n') || s.contains('\r') {
+        anyhow::bail!(
+            "the {what} path {:?} contains a line break: the launch command qtune prints as its last line could not carry it; rename or link the file",
+            s
+        );
+    }
+    Ok(())
+}
+
+/// `path` made absolute against the current directory (not resolving links), so `launch.sh`
+/// and `--resume` work from any directory.
+fn absolute(path: &Path) -> Result<PathBuf> {
+    std::path::absolute(path).with_context(|| format!("cannot make {} absolute", path.display()))
+}
+
+/// The size of a file, when it can be read.
+fn file_bytes(path: &Path) -> Option<u64> {
+    std::fs::metadata(path).ok().map(|m| m.len())
+}
+
+/// Refuse to resume when the model, the server or the space is not what the run started with.
+fn verify_resume(
+    opts: &TuneOptions,
+    dir: &Path,
+    inputs: &RunInputs,
+    layout: &crate::model::ModelLayout,
+) -> Result<()> {
+    let shown = dir.display();
+    if let Some(want) = &inputs.model_fingerprint {
+        if *want != layout.fingerprint {
             anyhow::bail!(
-                "cannot resume: {} was a tune of {}, not {}",
-                dir.display(),
+                "cannot resume {shown}: the model file {} changed since the tune started (fingerprint {want}, now {}): restore it, or start a new tune",
                 inputs.model_path.display(),
-                m.display()
+                layout.fingerprint
             );
         }
-        return Ok((dir.clone(), inputs));
+    }
+    if let Some(want) = inputs.model_bytes {
+        if want != layout.file_bytes {
+            anyhow::bail!(
+                "cannot resume {shown}: the model file {} changed since the tune started ({want} bytes, now {}): restore it, or start a new tune",
+                inputs.model_path.display(),
+                layout.file_bytes
+            );
+        }
+    }
+    if let Some(name) = &opts.space {
+        let mut asked = crate::space::load(name)?;
+        // The budget may differ (the run's own is kept); what is searched may not.
+        asked.budget = inputs.space.budget.clone();
+        if let Some(c) = opts.ctx {
+            asked.fixed.ctx = c;
+        }
+        if asked != inputs.space {
+            anyhow::bail!(
+                "cannot resume {shown}: --space {name} is not the space this tune started with (its space is in {}); drop --space to continue, or start a new tune",
+                dir.join(crate::run::RUN_FILE).display()
+            );
+        }
+    }
+    if opts.replay.is_none() {
+        if let Some(s) = opts.server.as_ref() {
+            if absolute(s)? != inputs.server_path {
+                anyhow::bail!(
+                    "cannot resume {shown}: it was tuned with the server {}, not {}",
+                    inputs.server_path.display(),
+                    s.display()
+                );
+            }
+        }
+        let server = crate::server::check(&inputs.server_path, crate::server::Source::Flag)
+            .with_context(|| format!("cannot resume {shown}"))?;
+        if server.version != inputs.server_version {
+            anyhow::bail!(
+                "cannot resume {shown}: the server {} changed since the tune started (version {:?}, now {:?}): restore it, or start a new tune",
+                inputs.server_path.display(),
+                inputs.server_version,
+                server.version
+            );
+        }
+        if let (Some(want), Some(now)) = (inputs.server_bytes, file_bytes(&inputs.server_path)) {
+            if want != now {
+                anyhow::bail!(
+                    "cannot resume {shown}: the server binary {} changed since the tune started ({want} bytes, now {now}): restore it, or start a new tune",
+                    inputs.server_path.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The run directory (locked for this process), its inputs and the model: read back and
+/// verified for `--resume`, else measured and written.
+fn prepare(
+    opts: &TuneOptions,
+) -> Result<(PathBuf, RunInputs, crate::model::ModelLayout, crate::run::RunLock)> {
+    if let Some(dir) = &opts.resume {
+        if !crate::run::holds_a_tune(dir) {
+            anyhow::bail!(
+                "cannot resume: {} is not a qtune run directory (it has no {})",
+                dir.display(),
+                crate::run::RUN_FILE
+            );
+        }
+        let lock = crate::run::lock(dir)?;
+        let inputs = crate::run::read_inputs(dir).context("cannot resume")?;
+        if let Some(m) = opts.model.as_ref() {
+            if absolute(m)? != inputs.model_path && *m != inputs.model_path {
+                anyhow::bail!(
+                    "cannot resume: {} was a tune of {}, not {}",
+                    dir.display(),
+                    inputs.model_path.display(),
+                    m.display()
+                );
+            }
+        }
+        let layout = crate::model::load(&inputs.model_path)
+            .with_context(|| format!("cannot resume {}", dir.display()))?;
+        verify_resume(opts, dir, &inputs, &layout)?;
+        return Ok((dir.clone(), inputs, layout, lock));
     }
     let model = opts
         .model
         .clone()
         .context("--model is required (or --resume DIR to continue a tune)")?;
+    check_printable("model", &model)?;
+    let model = absolute(&model)?;
     let (server_path, server_version) = match &opts.replay {
         Some(r) => (
             opts.server
@@ -139,9 +252,10 @@ fn prepare(opts: &TuneOptions) -> Result<(PathBuf, RunInputs)> {
         ),
         None => {
             let s = crate::server::resolve(opts.server.as_deref())?;
-            (s.path, s.version)
+            (absolute(&s.path)?, s.version)
         }
     };
+    check_printable("llama-server", &server_path)?;
     let layout = crate::model::load(&model)?;
     let hardware = match &opts.replay {
         // The recorded box, when the journal comes with its run.json.
@@ -161,6 +275,7 @@ fn prepare(opts: &TuneOptions) -> Result<(PathBuf, RunInputs)> {
         .out
         .clone()
         .unwrap_or_else(|| default_run_dir(&model, None));
+    let lock = crate::run::lock(&run_dir)?;
     if crate::run::holds_a_tune(&run_dir) {
         anyhow::bail!(
             "{} already holds a tune: use --resume {} to continue it, or another --out",
@@ -170,6 +285,11 @@ fn prepare(opts: &TuneOptions) -> Result<(PathBuf, RunInputs)> {
     }
     let inputs = RunInputs {
         model_path: model,
+        server_bytes: if opts.replay.is_some() {
+            None
+        } else {
+            file_bytes(&server_path)
+        },
         server_path,
         server_version,
         space,
@@ -181,9 +301,11 @@ fn prepare(opts: &TuneOptions) -> Result<(PathBuf, RunInputs)> {
         host: opts.host.clone(),
         port: opts.port,
         start,
+        model_fingerprint: Some(layout.fingerprint.clone()),
+        model_bytes: Some(layout.file_bytes),
     };
     crate::run::write_inputs(&run_dir, &inputs)?;
-    Ok((run_dir, inputs))
+    Ok((run_dir, inputs, layout, lock))
 }
 
 /// The trial runner and clock of this tune: the real server and clock, or a replay.
@@ -244,8 +366,10 @@ fn resume_command(opts: &TuneOptions, run_dir: &Path) -> String {
 /// Run a whole tune; write its results and report. Returns the finished run and its directory.
 pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
     crate::trial::cleanup::install_handlers();
-    let (run_dir, inputs) = prepare(opts)?;
-    let layout = crate::model::load(&inputs.model_path)?;
+    let (run_dir, inputs, layout, _lock) = prepare(opts)?;
+    if let Some(report) = Journal::repair(&run_dir)? {
+        eprintln!("qtune: {report}");
+    }
     let resume = crate::search::resume_point(&run_dir)?;
     if !resume.done.is_empty() {
         eprintln!(

@@ -106,6 +106,15 @@ pub struct RunInputs {
     pub port: u16,
     #[serde(default)]
     pub start: Option<Base>,
+    /// The model's header fingerprint and file size when the tune started: `--resume` refuses
+    /// a model file that changed since (None in runs written before qtune checked).
+    #[serde(default)]
+    pub model_fingerprint: Option<String>,
+    #[serde(default)]
+    pub model_bytes: Option<u64>,
+    /// The server binary's size when the tune started (its version is `server_version`).
+    #[serde(default)]
+    pub server_bytes: Option<u64>,
 }
 
 /// The VRAM budget of a tune or a plan: free VRAM minus headroom, never negative; None without
@@ -249,6 +258,39 @@ pub fn read_inputs(dir: &Path) -> Result<RunInputs> {
         )
     })?;
     serde_json::from_str(&text).with_context(|| format!("{} is unreadable", path.display()))
+}
+
+pub const LOCK_FILE: &str = ".qtune.lock";
+
+/// An exclusive OS lock (`flock`) on a run directory, held while a tune, a resume or a
+/// measurement writes into it. The OS releases it when the holder dies, however it dies.
+#[derive(Debug)]
+pub struct RunLock {
+    _file: std::fs::File,
+}
+
+/// Take the run directory's lock (creating the directory), or fail with one line when another
+/// qtune holds it.
+pub fn lock(dir: &Path) -> Result<RunLock> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create run directory {}", dir.display()))?;
+    let path = dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot lock run directory {}", dir.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(RunLock { _file: file }),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "{} is in use by another qtune (a tune or resume is still running there): wait for it to end, or use another --out",
+            dir.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("cannot lock run directory {}", dir.display()))
+        }
+    }
 }
 
 /// A run directory already holds a tune.

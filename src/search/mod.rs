@@ -41,7 +41,9 @@ pub fn resume_point(run_dir: &Path) -> anyhow::Result<Resume> {
         .map(|(s, _)| s.history.iter().map(|o| o.id).max().unwrap_or(0))
         .unwrap_or(0);
     let replay = done.iter().filter(|o| o.id > seen).cloned().collect();
-    let next_id = done.iter().map(|o| o.id).max().unwrap_or(0) + 1;
+    // Ids continue after the highest id recorded anywhere: the journal, or the checkpoint
+    // (which may know a trial whose journal line was torn off).
+    let next_id = done.iter().map(|o| o.id).max().unwrap_or(0).max(seen) + 1;
     Ok(Resume {
         done,
         replay,

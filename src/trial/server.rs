@@ -191,12 +191,25 @@ impl LlamaServerRunner {
         argv
     }
 
+    /// `logs/trial-<id>.log`, or `trial-<id>.<n>.log` when that exists already (a trial cut
+    /// short before it was journaled): a trial log is never overwritten.
     fn log_path(&self, id: u32) -> PathBuf {
-        self.run_dir.join("logs").join(format!("trial-{id}.log"))
+        let logs = self.run_dir.join("logs");
+        let first = logs.join(format!("trial-{id}.log"));
+        if !first.exists() {
+            return first;
+        }
+        (1..)
+            .map(|n| logs.join(format!("trial-{id}.{n}.log")))
+            .find(|p| !p.exists())
+            .expect("an unused name")
     }
 
     fn open_log(&self, path: &Path, argv: &[String]) -> Result<std::fs::File> {
-        let mut f = std::fs::File::create(path)
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
             .with_context(|| format!("cannot create trial log {}", path.display()))?;
         writeln!(f, "{}{}", classify::LOG_HEADER, shell_line(argv))?;
         f.flush()?;
