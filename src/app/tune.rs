@@ -46,6 +46,8 @@ pub struct ReplayOptions {
     pub seed: u64,
     /// Simulate Ctrl-C after this many trials of this session.
     pub interrupt_after: Option<u32>,
+    /// Real milliseconds spent in every replayed trial (0: none), so a signal can land mid-tune.
+    pub pace_ms: u64,
 }
 
 impl ReplayOptions {
@@ -266,6 +268,9 @@ fn prepare(
         None => crate::hardware::probe(true),
     };
     let space = space_for(opts, hardware.has_gpu(), layout.is_moe())?;
+    for w in crate::space::host_warnings(&space, hardware.host.logical_cores, layout.n_blocks) {
+        eprintln!("qtune: warning: {w}");
+    }
     let free = hardware.free_vram_mib();
     let start = match &opts.from_profile {
         Some(p) => Some(crate::profile::load_profile(p)?.winner.config.base()),
@@ -329,6 +334,9 @@ fn runner_and_clock(
                 .with_journal(journal)
                 .with_vram_budget(inputs.vram_budget_mib)
                 .with_clock(clock.clone());
+        if r.pace_ms > 0 {
+            runner = runner.with_pace(std::time::Duration::from_millis(r.pace_ms));
+        }
         if let Some(n) = r.interrupt_after {
             runner = runner.with_interrupt_after(n);
         }
