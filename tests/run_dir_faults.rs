@@ -253,3 +253,116 @@ fn thirty_random_kill_interrupt_and_torn_tail_cycles_leave_a_valid_run_directory
     eprintln!("fault cycles (action: valid/run): {counts:?}; {finished_tunes} tunes finished");
     assert!(total >= 30);
 }
+
+/// Pids of llama-servers whose command line mentions `needle`.
+fn servers_mentioning(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) && cmd.contains("llama-server") {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn real_servers_are_gone_after_every_kill_and_interrupt_cycle() {
+    let Some(server) = require::or_skip(require::server(), "the CPU llama-server") else {
+        return;
+    };
+    let Some(tiny) = require::or_skip(
+        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
+        "the tiny MoE model",
+    ) else {
+        return;
+    };
+    let seed = seed();
+    eprintln!("QTUNE_FAULT_SEED={seed}");
+    let mut rng = Rng(seed);
+    let tmp = tempfile::tempdir().unwrap();
+    // A unique path: this test's servers carry it in their argv.
+    let model = tmp.path().join(tiny.file_name().unwrap());
+    std::os::unix::fs::symlink(&tiny, &model).unwrap();
+    let needle = model.display().to_string();
+    let run = tmp.path().join("run");
+    let t0 = Instant::now();
+    let mut done = Vec::new();
+    for action in ["SIGKILL", "SIGINT", "torn-tail", "SIGTERM", "SIGKILL"] {
+        if action == "torn-tail" {
+            assert!(tear_tail(&run, &mut rng), "a journal to tear");
+            done.push(action);
+            continue;
+        }
+        let mut c = qtune();
+        c.arg("tune");
+        if run.join("run.json").exists() {
+            c.arg("--resume").arg(&run);
+        } else {
+            c.arg("--model").arg(&model).arg("--out").arg(&run);
+            c.args(["--space", "demo", "--budget-trials", "6"]);
+        }
+        let mut child = c
+            .env("QTUNE_LLAMA_SERVER", &server)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Signal it once this session finished a trial, while the next server is up, at a
+        // random moment of that trial.
+        let before = check_journal(&run, true).len();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while check_journal(&run, true).len() <= before || servers_mentioning(&needle).is_empty()
+        {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "{action}: the tune ended before a server was seen"
+            );
+            assert!(Instant::now() < deadline, "{action}: no server in 120 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(rng.below(1500)));
+        let sig = match action {
+            "SIGINT" => libc::SIGINT,
+            "SIGTERM" => libc::SIGTERM,
+            _ => libc::SIGKILL,
+        };
+        unsafe { libc::kill(child.id() as i32, sig) };
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        use std::os::unix::process::ExitStatusExt;
+        match action {
+            "SIGKILL" => assert_eq!(out.status.signal(), Some(9), "{err}"),
+            "SIGINT" => {
+                assert_eq!(out.status.code(), Some(130), "{err}");
+                assert!(err.contains("finished trials kept"), "{err}");
+                assert!(err.contains(&format!("qtune tune --resume {}", run.display())), "{err}");
+            }
+            _ => {
+                assert_eq!(out.status.code(), Some(143), "{err}");
+                assert!(err.contains(&format!("qtune tune --resume {}", run.display())), "{err}");
+            }
+        }
+        // No process left: the servers die with qtune, whatever ended it.
+        let gone = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = servers_mentioning(&needle);
+            if left.is_empty() {
+                break;
+            }
+            assert!(Instant::now() < gone, "{action}: llama-server left running: {left:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        check_journal(&run, action == "SIGKILL");
+        done.push(action);
+    }
+    eprintln!(
+        "real-server cycles {done:?}: every one left no server, {:.0} s",
+        t0.elapsed().as_secs_f64()
+    );
+}
