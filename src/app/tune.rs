@@ -355,8 +355,16 @@ fn runner_and_clock(
         crate::search::request_timeout(&inputs.space.workload),
     )?
     .with_first_id(resume.next_id)
-    .with_free_vram_at_start(hw.has_gpu().then_some(inputs.free_vram_at_start_mib));
+    .with_free_vram_at_start(hw.has_gpu().then_some(inputs.free_vram_at_start_mib))
+    .with_deadline(budget_deadline(inputs.space.budget.minutes, resume.elapsed_s));
     Ok((Box::new(runner), crate::clock::system()))
+}
+
+/// When the minutes budget ends, given what earlier sessions spent: request timeouts count
+/// against it.
+fn budget_deadline(minutes: f64, spent_s: f64) -> std::time::Instant {
+    let left = (minutes * 60.0 - spent_s).clamp(0.0, 1.0e7);
+    std::time::Instant::now() + std::time::Duration::from_secs_f64(left)
 }
 
 /// The exact command that continues this tune.

@@ -24,6 +24,9 @@ const BIND_FAILED: &str = "couldn't bind HTTP server socket";
 
 pub use super::process::{free_port, ServerProcess};
 
+/// The shortest load wait or request a trial gets once the budget's deadline has passed.
+const MIN_WAIT: Duration = Duration::from_secs(1);
+
 /// Load timeout for a model file: 60 s + 15 s per GiB.
 pub fn load_timeout_for(model_bytes: u64) -> Duration {
     let gib = model_bytes as f64 / (1024.0 * 1024.0 * 1024.0);
@@ -80,6 +83,8 @@ pub struct LlamaServerRunner {
     vram_budget_mib: Option<u64>,
     request_timeout: Duration,
     load_timeout: Duration,
+    /// When the tune's minutes budget runs out: no load wait or request outlives it.
+    deadline: Option<Instant>,
     extra_args: Vec<String>,
     env: Vec<(String, String)>,
     next_id: u32,
@@ -124,6 +129,7 @@ impl LlamaServerRunner {
             vram_budget_mib,
             request_timeout,
             load_timeout: load_timeout_for(model_bytes),
+            deadline: None,
             extra_args: Vec::new(),
             env: Vec::new(),
             next_id: 1,
@@ -132,6 +138,13 @@ impl LlamaServerRunner {
             rt,
             client,
         })
+    }
+
+    /// The end of the tune's minutes budget: a server that never answers is cut off there
+    /// (a timeout) instead of running the tune past its budget.
+    pub fn with_deadline(mut self, deadline: Instant) -> Self {
+        self.deadline = Some(deadline);
+        self
     }
 
     /// Override the load timeout (default: 60 s + 15 s per GiB of model file).
@@ -326,8 +339,11 @@ impl LlamaServerRunner {
     fn wait_healthy(&self, proc: &mut ServerProcess, base_url: &str) -> Result<(), Failure> {
         let url = format!("{base_url}/health");
         let client = &self.client;
-        let deadline = Instant::now() + self.load_timeout;
-        let load_secs = self.load_timeout.as_secs_f64();
+        let mut deadline = Instant::now() + self.load_timeout;
+        if let Some(d) = self.deadline {
+            deadline = deadline.min(d.max(Instant::now() + MIN_WAIT));
+        }
+        let load_secs = (deadline - Instant::now()).as_secs_f64();
         self.rt.block_on(async {
             loop {
                 if proc.try_exit().is_some() {
@@ -364,6 +380,7 @@ impl LlamaServerRunner {
                 client,
                 base_url: base_url.to_string(),
                 request_timeout,
+                deadline: self.deadline,
                 exited: &mut exited,
             };
             self.rt.block_on(session.run(&workload))

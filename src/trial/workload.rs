@@ -81,6 +81,8 @@ pub struct Session<'a> {
     pub client: &'a reqwest::Client,
     pub base_url: String,
     pub request_timeout: Duration,
+    /// No request waits past this (the end of the tune's minutes budget).
+    pub deadline: Option<std::time::Instant>,
     /// Says whether the server process has exited; polled while a request is in flight.
     pub exited: &'a mut dyn FnMut() -> Option<ExitInfo>,
 }
@@ -91,7 +93,11 @@ impl Session<'_> {
         &mut self,
         fut: impl std::future::Future<Output = Result<T, Failure>>,
     ) -> Result<T, Failure> {
-        let timeout = self.request_timeout;
+        let mut timeout = self.request_timeout;
+        if let Some(d) = self.deadline {
+            let now = std::time::Instant::now();
+            timeout = timeout.min(d.saturating_duration_since(now).max(Duration::from_secs(1)));
+        }
         let exited = &mut *self.exited;
         let watch = async move {
             loop {
