@@ -20,7 +20,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line: the error and its causes, joined.
-            eprintln!("qtune: error: {e:#}");
+            eprintln!("qtune: error: {}", qtune::util::error_line(&e));
             ExitCode::from(qtune::trial::cleanup::exit_code_for(&e))
         }
     }

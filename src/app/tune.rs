@@ -431,14 +431,33 @@ pub fn tune(opts: TuneOptions) -> Result<()> {
     print_outcome(&result, &run_dir, opts.json)
 }
 
+/// A warning when the printed command's port is taken on its host right now (the command
+/// would fail to start there).
+pub fn port_taken_warning(host: &str, port: u16) -> Option<String> {
+    match std::net::TcpListener::bind((host, port)) {
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Some(format!(
+            "port {port} on {host} is in use right now: the command below will fail to start until it is free (or tune with --port N, or edit --port)"
+        )),
+        _ => None,
+    }
+}
+
 /// The summary table on stderr, then the winning command alone as the last line on stdout.
 fn print_outcome(result: &TuneResult, run_dir: &Path, json: bool) -> Result<()> {
     if json {
+        if let Some(w) = port_taken_warning(&result.host, result.port) {
+            eprintln!("qtune: warning: {w}");
+        }
         println!("{}", serde_json::to_string_pretty(result)?);
         return Ok(());
     }
     eprintln!("{}", crate::report::summary::table(result));
     eprintln!("report: {}", run_dir.join("report.md").display());
+    if result.winner.is_some() {
+        if let Some(w) = port_taken_warning(&result.host, result.port) {
+            eprintln!("qtune: warning: {w}");
+        }
+    }
     match &result.winner {
         Some(w) => {
             println!("{}", crate::config::shell_line(&w.command));
