@@ -190,8 +190,15 @@ mod tests {
         let before = format!("{e:#}");
         assert_eq!(before.matches("os error 13").count(), 2, "{before}");
         let line = error_line(&e);
-        assert_eq!(line.matches("Permission denied (os error 13)").count(), 1, "{line}");
-        assert!(line.starts_with("cannot write /ro/x: Permission denied"), "{line}");
+        assert_eq!(
+            line.matches("Permission denied (os error 13)").count(),
+            1,
+            "{line}"
+        );
+        assert!(
+            line.starts_with("cannot write /ro/x: Permission denied"),
+            "{line}"
+        );
     }
 
     #[test]

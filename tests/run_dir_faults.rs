@@ -110,7 +110,9 @@ fn replay_tune(model: &Path, run: &Path, fresh: bool) -> Child {
     c.arg("tune").arg("--replay").arg(&j);
     c.args(["--replay-pace-ms", "40"]);
     if fresh {
-        c.arg("--model").arg(model).args(["--space", "quick", "--out"]);
+        c.arg("--model")
+            .arg(model)
+            .args(["--space", "quick", "--out"]);
     } else {
         c.arg("--resume");
     }
@@ -223,13 +225,19 @@ fn thirty_random_kill_interrupt_and_torn_tail_cycles_leave_a_valid_run_directory
                 .iter()
                 .map(|t| (t.role, t.config.label()))
                 .collect();
-            assert_eq!(path, ref_path, "cycle {cycle}: resumes repeat and skip nothing");
+            assert_eq!(
+                path, ref_path,
+                "cycle {cycle}: resumes repeat and skip nothing"
+            );
             let mut ids: Vec<u32> = r.trials.iter().map(|t| t.id).collect();
             let n = ids.len();
             ids.sort();
             ids.dedup();
             assert_eq!(ids.len(), n, "results.json ids unique");
-            assert_eq!(r.winner.map(|w| w.config), reference.winner.clone().map(|w| w.config));
+            assert_eq!(
+                r.winner.map(|w| w.config),
+                reference.winner.clone().map(|w| w.config)
+            );
             // Start the next tune on the same directory.
             std::fs::remove_dir_all(&run).unwrap();
             fresh = true;
@@ -317,8 +325,7 @@ fn real_servers_are_gone_after_every_kill_and_interrupt_cycle() {
         // random moment of that trial.
         let before = check_journal(&run, true).len();
         let deadline = Instant::now() + Duration::from_secs(120);
-        while check_journal(&run, true).len() <= before || servers_mentioning(&needle).is_empty()
-        {
+        while check_journal(&run, true).len() <= before || servers_mentioning(&needle).is_empty() {
             assert!(
                 child.try_wait().unwrap().is_none(),
                 "{action}: the tune ended before a server was seen"
@@ -341,11 +348,17 @@ fn real_servers_are_gone_after_every_kill_and_interrupt_cycle() {
             "SIGINT" => {
                 assert_eq!(out.status.code(), Some(130), "{err}");
                 assert!(err.contains("finished trials kept"), "{err}");
-                assert!(err.contains(&format!("qtune tune --resume {}", run.display())), "{err}");
+                assert!(
+                    err.contains(&format!("qtune tune --resume {}", run.display())),
+                    "{err}"
+                );
             }
             _ => {
                 assert_eq!(out.status.code(), Some(143), "{err}");
-                assert!(err.contains(&format!("qtune tune --resume {}", run.display())), "{err}");
+                assert!(
+                    err.contains(&format!("qtune tune --resume {}", run.display())),
+                    "{err}"
+                );
             }
         }
         // No process left: the servers die with qtune, whatever ended it.
@@ -355,7 +368,10 @@ fn real_servers_are_gone_after_every_kill_and_interrupt_cycle() {
             if left.is_empty() {
                 break;
             }
-            assert!(Instant::now() < gone, "{action}: llama-server left running: {left:?}");
+            assert!(
+                Instant::now() < gone,
+                "{action}: llama-server left running: {left:?}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         check_journal(&run, action == "SIGKILL");

@@ -28,7 +28,10 @@ fn qtune() -> Command {
 
 fn replay(args: &[&str]) -> Command {
     let mut c = qtune();
-    c.arg("tune").arg("--replay").arg(fixture_journal()).args(args);
+    c.arg("tune")
+        .arg("--replay")
+        .arg(fixture_journal())
+        .args(args);
     c
 }
 
@@ -52,12 +55,18 @@ fn one_line_failure(o: &Output) -> String {
 
 /// A replayed tune of `model` into `run`, stopped (as by Ctrl-C) after `after` trials.
 fn interrupted_run(model: &Path, run: &Path, after: &str) {
-    let o = replay(&["--replay-interrupt-after", after, "--space", "quick", "--model"])
-        .arg(model)
-        .arg("--out")
-        .arg(run)
-        .output()
-        .unwrap();
+    let o = replay(&[
+        "--replay-interrupt-after",
+        after,
+        "--space",
+        "quick",
+        "--model",
+    ])
+    .arg(model)
+    .arg("--out")
+    .arg(run)
+    .output()
+    .unwrap();
     assert_eq!(o.status.code(), Some(130), "{}", text(&o));
 }
 
@@ -118,7 +127,10 @@ fn a_run_directory_in_use_is_refused_and_released_when_its_tune_dies() {
         .unwrap();
     let t0 = Instant::now();
     while !run.join("run.json").exists() {
-        assert!(t0.elapsed() < Duration::from_secs(30), "the tune did not start");
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the tune did not start"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let o = resume(&run);
@@ -132,7 +144,10 @@ fn a_run_directory_in_use_is_refused_and_released_when_its_tune_dies() {
         .unwrap();
     let err = one_line_failure(&o);
     assert!(err.contains("in use by another qtune"), "{err}");
-    assert!(first.try_wait().unwrap().is_none(), "the first tune still runs");
+    assert!(
+        first.try_wait().unwrap().is_none(),
+        "the first tune still runs"
+    );
     first.kill().unwrap(); // SIGKILL: the OS releases the lock
     first.wait().unwrap();
     let o = resume(&run);
@@ -148,14 +163,23 @@ fn resume_refuses_a_changed_model_or_space() {
     std::fs::copy(tiny(), &model).unwrap();
     let run = tmp.path().join("run");
     interrupted_run(&model, &run, "3");
-    let o = replay(&["--space", "demo", "--resume"]).arg(&run).output().unwrap();
+    let o = replay(&["--space", "demo", "--resume"])
+        .arg(&run)
+        .output()
+        .unwrap();
     let err = one_line_failure(&o);
-    assert!(err.contains("not the space this tune started with"), "{err}");
+    assert!(
+        err.contains("not the space this tune started with"),
+        "{err}"
+    );
     // Another model at the same path.
     let other = qtune::fixtures::tiny_moe("tiny-qwen3moe").unwrap();
     std::fs::copy(other, &model).unwrap();
     let err = one_line_failure(&resume(&run));
-    assert!(err.contains("model file") && err.contains("changed"), "{err}");
+    assert!(
+        err.contains("model file") && err.contains("changed"),
+        "{err}"
+    );
     assert_eq!(journal(&run).len(), 3, "nothing appended");
 }
 
@@ -170,11 +194,17 @@ fn resume_refuses_a_changed_server() {
     interrupted_run(&tiny(), &run, "3");
     // The run says it was tuned with this server at another version.
     let f = run.join("run.json");
-    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
     v["server_path"] = serde_json::json!(server);
     v["server_version"] = serde_json::json!("version: 1 (0000000)");
     std::fs::write(&f, v.to_string()).unwrap();
-    let o = qtune().arg("tune").arg("--resume").arg(&run).output().unwrap();
+    let o = qtune()
+        .arg("tune")
+        .arg("--resume")
+        .arg(&run)
+        .output()
+        .unwrap();
     let err = one_line_failure(&o);
     assert!(err.contains("server") && err.contains("changed"), "{err}");
 }
@@ -206,7 +236,10 @@ fn a_device_or_a_pipe_as_space_or_model_fails_fast_with_one_line() {
         .output()
         .unwrap();
     assert!(one_line_failure(&o).contains("at most"));
-    let o = replay(&["--space", "quick", "--model"]).arg(&fifo).output().unwrap();
+    let o = replay(&["--space", "quick", "--model"])
+        .arg(&fifo)
+        .output()
+        .unwrap();
     assert!(one_line_failure(&o).contains("not a regular file"));
     assert!(!tmp.path().join("run").join("run.json").exists());
 }
@@ -224,13 +257,24 @@ fn a_relative_model_path_is_stored_absolute() {
     assert_eq!(o.status.code(), Some(130), "{}", text(&o));
     let run = tmp.path().join("run");
     let inputs = qtune::run::read_inputs(&run).unwrap();
-    assert!(inputs.model_path.is_absolute(), "{}", inputs.model_path.display());
+    assert!(
+        inputs.model_path.is_absolute(),
+        "{}",
+        inputs.model_path.display()
+    );
     assert_eq!(inputs.model_path, tmp.path().join("m.gguf"));
     // Resume from another directory.
-    let o = replay(&["--resume"]).arg(&run).current_dir("/").output().unwrap();
+    let o = replay(&["--resume"])
+        .arg(&run)
+        .current_dir("/")
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", text(&o));
     let script = std::fs::read_to_string(run.join("launch.sh")).unwrap();
-    assert!(script.contains(&tmp.path().join("m.gguf").display().to_string()), "{script}");
+    assert!(
+        script.contains(&tmp.path().join("m.gguf").display().to_string()),
+        "{script}"
+    );
 }
 
 // 7. A line break in the model path is refused up front.
@@ -268,25 +312,39 @@ fn an_out_of_range_thread_count_is_an_error_with_its_line() {
         .output()
         .unwrap();
     let err = one_line_failure(&o);
-    assert!(err.contains(&format!("line {line}")) && err.contains("100000"), "{err}");
+    assert!(
+        err.contains(&format!("line {line}")) && err.contains("100000"),
+        "{err}"
+    );
     // A value this machine cannot try is said, not dropped.
     // A replay runs on the recorded box: its core count is the one that counts.
     let recorded = qtune::run::read_inputs(fixture_journal().parent().unwrap()).unwrap();
     let cores = recorded.hardware.host.logical_cores as usize;
     std::fs::write(
         &space,
-        quick.replace("threads: [auto]", &format!("threads: [auto, {}]", cores * 4)),
+        quick.replace(
+            "threads: [auto]",
+            &format!("threads: [auto, {}]", cores * 4),
+        ),
     )
     .unwrap();
-    let o = replay(&["--replay-interrupt-after", "1", "--model", tiny().to_str().unwrap()])
-        .arg("--space")
-        .arg(&space)
-        .arg("--out")
-        .arg(tmp.path().join("run"))
-        .output()
-        .unwrap();
+    let o = replay(&[
+        "--replay-interrupt-after",
+        "1",
+        "--model",
+        tiny().to_str().unwrap(),
+    ])
+    .arg("--space")
+    .arg(&space)
+    .arg("--out")
+    .arg(tmp.path().join("run"))
+    .output()
+    .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains(&format!("threads {} is more than", cores * 4)), "{err}");
+    assert!(
+        err.contains(&format!("threads {} is more than", cores * 4)),
+        "{err}"
+    );
 }
 
 // 9. --systemd --out x.service writes x.service (the unit) and x.sh (the script).
@@ -294,10 +352,16 @@ fn an_out_of_range_thread_count_is_an_error_with_its_line() {
 fn a_systemd_unit_named_on_the_command_line_is_not_doubled() {
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
-    let o = replay(&["--space", "quick", "--model", tiny().to_str().unwrap(), "--out"])
-        .arg(&run)
-        .output()
-        .unwrap();
+    let o = replay(&[
+        "--space",
+        "quick",
+        "--model",
+        tiny().to_str().unwrap(),
+        "--out",
+    ])
+    .arg(&run)
+    .output()
+    .unwrap();
     assert!(o.status.success(), "{}", text(&o));
     let unit = tmp.path().join("x.service");
     let o = qtune()
@@ -310,7 +374,10 @@ fn a_systemd_unit_named_on_the_command_line_is_not_doubled() {
     assert!(o.status.success(), "{}", text(&o));
     let u = std::fs::read_to_string(&unit).unwrap();
     assert!(u.contains("[Service]"), "{u}");
-    assert!(u.contains(&tmp.path().join("x.sh").display().to_string()), "{u}");
+    assert!(
+        u.contains(&tmp.path().join("x.sh").display().to_string()),
+        "{u}"
+    );
     assert!(!tmp.path().join("x.service.service").exists());
     assert!(std::fs::read_to_string(tmp.path().join("x.sh"))
         .unwrap()
@@ -323,14 +390,24 @@ fn a_taken_port_in_the_printed_command_is_warned_about() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port().to_string();
     let tmp = tempfile::tempdir().unwrap();
-    let o = replay(&["--space", "quick", "--port", &port, "--model", tiny().to_str().unwrap()])
-        .arg("--out")
-        .arg(tmp.path().join("run"))
-        .output()
-        .unwrap();
+    let o = replay(&[
+        "--space",
+        "quick",
+        "--port",
+        &port,
+        "--model",
+        tiny().to_str().unwrap(),
+    ])
+    .arg("--out")
+    .arg(tmp.path().join("run"))
+    .output()
+    .unwrap();
     assert!(o.status.success(), "{}", text(&o));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains(&format!("port {port} on 127.0.0.1 is in use")), "{err}");
+    assert!(
+        err.contains(&format!("port {port} on 127.0.0.1 is in use")),
+        "{err}"
+    );
     drop(taken);
 }
 
@@ -342,7 +419,14 @@ fn a_server_that_never_answers_cannot_overrun_the_minutes_budget() {
     let t0 = Instant::now();
     // 0.25 minutes = 15 s; each completion request would otherwise wait 120 s or more.
     let o = qtune()
-        .args(["tune", "--space", "demo", "--budget-minutes", "0.25", "--model"])
+        .args([
+            "tune",
+            "--space",
+            "demo",
+            "--budget-minutes",
+            "0.25",
+            "--model",
+        ])
         .arg(tiny())
         .arg("--server")
         .arg(&fake)
@@ -395,5 +479,8 @@ fn no_colour_in_a_log_file_and_no_trial_log_overwritten() {
     );
     let first = &journal(&run)[0];
     assert_eq!(first.id, 1);
-    assert_eq!(first.log.as_deref(), Some(run.join("logs/trial-1.1.log").as_path()));
+    assert_eq!(
+        first.log.as_deref(),
+        Some(run.join("logs/trial-1.1.log").as_path())
+    );
 }

@@ -213,7 +213,12 @@ fn verify_resume(
 /// verified for `--resume`, else measured and written.
 fn prepare(
     opts: &TuneOptions,
-) -> Result<(PathBuf, RunInputs, crate::model::ModelLayout, crate::run::RunLock)> {
+) -> Result<(
+    PathBuf,
+    RunInputs,
+    crate::model::ModelLayout,
+    crate::run::RunLock,
+)> {
     if let Some(dir) = &opts.resume {
         if !crate::run::holds_a_tune(dir) {
             anyhow::bail!(
@@ -356,7 +361,10 @@ fn runner_and_clock(
     )?
     .with_first_id(resume.next_id)
     .with_free_vram_at_start(hw.has_gpu().then_some(inputs.free_vram_at_start_mib))
-    .with_deadline(budget_deadline(inputs.space.budget.minutes, resume.elapsed_s));
+    .with_deadline(budget_deadline(
+        inputs.space.budget.minutes,
+        resume.elapsed_s,
+    ));
     Ok((Box::new(runner), crate::clock::system()))
 }
 

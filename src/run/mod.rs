@@ -281,16 +281,19 @@ pub fn lock(dir: &Path) -> Result<RunLock> {
         .write(true)
         .open(&path)
         .with_context(|| format!("cannot lock run directory {}", dir.display()))?;
-    match file.try_lock() {
-        Ok(()) => Ok(RunLock { _file: file }),
-        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor this function owns; no memory is touched.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(RunLock { _file: file });
+    }
+    let e = std::io::Error::last_os_error();
+    if e.kind() == std::io::ErrorKind::WouldBlock {
+        anyhow::bail!(
             "{} is in use by another qtune (a tune or resume is still running there): wait for it to end, or use another --out",
             dir.display()
-        ),
-        Err(std::fs::TryLockError::Error(e)) => {
-            Err(e).with_context(|| format!("cannot lock run directory {}", dir.display()))
-        }
+        );
     }
+    Err(e).with_context(|| format!("cannot lock run directory {}", dir.display()))
 }
 
 /// A run directory already holds a tune.
