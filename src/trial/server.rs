@@ -24,9 +24,6 @@ const BIND_FAILED: &str = "couldn't bind HTTP server socket";
 
 pub use super::process::{free_port, ServerProcess};
 
-/// The shortest load wait or request a trial gets once the budget's deadline has passed.
-const MIN_WAIT: Duration = Duration::from_secs(1);
-
 /// Load timeout for a model file: 60 s + 15 s per GiB.
 pub fn load_timeout_for(model_bytes: u64) -> Duration {
     let gib = model_bytes as f64 / (1024.0 * 1024.0 * 1024.0);
@@ -83,7 +80,8 @@ pub struct LlamaServerRunner {
     vram_budget_mib: Option<u64>,
     request_timeout: Duration,
     load_timeout: Duration,
-    /// When the tune's minutes budget runs out: no load wait or request outlives it.
+    /// When the tune's minutes budget runs out: a request that does not answer waits at most
+    /// until then (or [`crate::trial::workload::AFTER_DEADLINE_WAIT`] past it).
     deadline: Option<Instant>,
     extra_args: Vec<String>,
     env: Vec<(String, String)>,
@@ -141,7 +139,8 @@ impl LlamaServerRunner {
     }
 
     /// The end of the tune's minutes budget: a server that never answers is cut off there
-    /// (a timeout) instead of running the tune past its budget.
+    /// (a request timeout) instead of running the tune past its budget. Requests that answer
+    /// are never cut: the search's budget rule decides which trials start.
     pub fn with_deadline(mut self, deadline: Instant) -> Self {
         self.deadline = Some(deadline);
         self
@@ -339,11 +338,8 @@ impl LlamaServerRunner {
     fn wait_healthy(&self, proc: &mut ServerProcess, base_url: &str) -> Result<(), Failure> {
         let url = format!("{base_url}/health");
         let client = &self.client;
-        let mut deadline = Instant::now() + self.load_timeout;
-        if let Some(d) = self.deadline {
-            deadline = deadline.min(d.max(Instant::now() + MIN_WAIT));
-        }
-        let load_secs = (deadline - Instant::now()).as_secs_f64();
+        let deadline = Instant::now() + self.load_timeout;
+        let load_secs = self.load_timeout.as_secs_f64();
         self.rt.block_on(async {
             loop {
                 if proc.try_exit().is_some() {

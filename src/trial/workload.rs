@@ -76,6 +76,11 @@ pub fn needed_ctx(w: &Workload) -> u64 {
     longest + w.gen_tokens as u64
 }
 
+/// The longest a request waits once the tune's minutes budget has run out (or is about to):
+/// long enough for any answering server, short enough that a hung one cannot overrun the
+/// budget by more.
+pub const AFTER_DEADLINE_WAIT: Duration = Duration::from_secs(30);
+
 /// The HTTP side of a trial, bound to one server.
 pub struct Session<'a> {
     pub client: &'a reqwest::Client,
@@ -96,7 +101,7 @@ impl Session<'_> {
         let mut timeout = self.request_timeout;
         if let Some(d) = self.deadline {
             let now = std::time::Instant::now();
-            timeout = timeout.min(d.saturating_duration_since(now).max(Duration::from_secs(1)));
+            timeout = timeout.min(d.saturating_duration_since(now).max(AFTER_DEADLINE_WAIT));
         }
         let exited = &mut *self.exited;
         let watch = async move {
