@@ -119,6 +119,9 @@ pub struct TuneArgs {
     /// Testing: simulate Ctrl-C after N replayed trials.
     #[arg(long, hide = true, requires = "replay")]
     pub replay_interrupt_after: Option<u32>,
+    /// Testing: spend this many real milliseconds in every replayed trial.
+    #[arg(long, hide = true, requires = "replay", default_value_t = 0)]
+    pub replay_pace_ms: u64,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -454,6 +457,7 @@ fn tune_options(t: TuneArgs) -> crate::app::tune::TuneOptions {
             noise_pct: t.replay_noise,
             seed: t.replay_seed,
             interrupt_after: t.replay_interrupt_after,
+            pace_ms: t.replay_pace_ms,
         }),
     }
 }

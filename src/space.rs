@@ -333,6 +333,9 @@ pub enum SpaceError {
     Unknown(String),
 }
 
+/// The largest space file read (a space is a few hundred bytes; this bounds `/dev/zero`).
+pub const MAX_SPACE_BYTES: u64 = 1024 * 1024;
+
 /// Load a space by built-in name or YAML path, and validate it.
 pub fn load(name_or_path: &str) -> Result<SearchSpace, SpaceError> {
     if let Some((_, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
@@ -342,9 +345,19 @@ pub fn load(name_or_path: &str) -> Result<SearchSpace, SpaceError> {
     if !path.exists() && !name_or_path.contains('/') && !name_or_path.ends_with(".yaml") {
         return Err(SpaceError::Unknown(name_or_path.to_string()));
     }
-    let text = std::fs::read_to_string(path).map_err(|source| SpaceError::Read {
+    let bytes = crate::util::read_bounded(path, MAX_SPACE_BYTES).map_err(|e| match e {
+        crate::util::BoundedReadError::Io(source) => SpaceError::Read {
+            path: name_or_path.to_string(),
+            source,
+        },
+        other => SpaceError::Invalid {
+            path: name_or_path.to_string(),
+            message: other.to_string(),
+        },
+    })?;
+    let text = String::from_utf8(bytes).map_err(|e| SpaceError::Invalid {
         path: name_or_path.to_string(),
-        source,
+        message: format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()),
     })?;
     parse(&text, name_or_path)
 }
@@ -383,6 +396,36 @@ fn line_of(text: &str, key: &str) -> Option<usize> {
         .map(|i| i + 1)
 }
 
+/// The most threads a space may name (llama.cpp's own limit is far above any real machine).
+pub const MAX_THREADS: u32 = 1024;
+
+/// Values of a valid space this machine and model cannot try, each as one line, so the app
+/// layer can say so instead of leaving them out silently.
+pub fn host_warnings(s: &SearchSpace, logical_cores: u32, n_blocks: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in &s.vary.threads {
+        if let Threads::Count(c) = t {
+            if *c > logical_cores.max(1) {
+                out.push(format!(
+                    "space '{}': threads {c} is more than this machine's {logical_cores} logical cores; it is not tried",
+                    s.name
+                ));
+            }
+        }
+    }
+    if let Some(NCpuMoe::Range { min, max }) = s.vary.n_cpu_moe {
+        if max > n_blocks {
+            out.push(format!(
+                "space '{}': n_cpu_moe {min}..{max} goes past the model's {n_blocks} layers; searched as {}..{}",
+                s.name,
+                min.min(n_blocks),
+                n_blocks
+            ));
+        }
+    }
+    out
+}
+
 /// Check values serde cannot: returns (the offending key, the message).
 pub fn validate(s: &SearchSpace) -> Result<(), (&'static str, String)> {
     if !(256..=1_048_576).contains(&s.fixed.ctx) {
@@ -415,6 +458,15 @@ pub fn validate(s: &SearchSpace) -> Result<(), (&'static str, String)> {
         .find(|t| matches!(t, Threads::Count(0)))
     {
         return Err(("threads", "threads must be at least 1".into()));
+    }
+    if let Some(c) = s.vary.threads.iter().find_map(|t| match t {
+        Threads::Count(c) if *c > MAX_THREADS => Some(*c),
+        _ => None,
+    }) {
+        return Err((
+            "threads",
+            format!("threads {c} is outside 1..={MAX_THREADS}"),
+        ));
     }
     if s.vary.batch_ubatch.is_empty() {
         return Err((

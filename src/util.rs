@@ -39,6 +39,82 @@ fn write_temp(path: &Path, bytes: &[u8]) -> Result<tempfile::NamedTempFile> {
     Ok(tmp)
 }
 
+/// Why a user-supplied file cannot be read: not there, not a regular file, or too large.
+#[derive(Debug, thiserror::Error)]
+pub enum BoundedReadError {
+    #[error("{0}")]
+    Io(std::io::Error),
+    #[error("is a directory, not a file")]
+    Directory,
+    #[error("is not a regular file (a pipe, device or socket)")]
+    NotRegular,
+    #[error("is {size} bytes; at most {max} bytes are accepted")]
+    TooLarge { size: u64, max: u64 },
+}
+
+/// Open a user-supplied file that must be a regular file: checked before opening (a named
+/// pipe would block `open`) and again on the open handle (opened non-blocking, so a path
+/// swapped for a pipe in between cannot hang). Returns the file and its size.
+pub fn open_regular(path: &Path) -> std::result::Result<(std::fs::File, u64), BoundedReadError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let meta = std::fs::metadata(path).map_err(BoundedReadError::Io)?;
+    if meta.is_dir() {
+        return Err(BoundedReadError::Directory);
+    }
+    if !meta.is_file() {
+        return Err(BoundedReadError::NotRegular);
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(BoundedReadError::Io)?;
+    let meta = file.metadata().map_err(BoundedReadError::Io)?;
+    if !meta.is_file() {
+        return Err(BoundedReadError::NotRegular);
+    }
+    Ok((file, meta.len()))
+}
+
+/// Read a whole user-supplied file (a space, a profile, a model header): a regular file of
+/// at most `max` bytes; never reads more than `max + 1` bytes whatever the file claims.
+pub fn read_bounded(path: &Path, max: u64) -> std::result::Result<Vec<u8>, BoundedReadError> {
+    use std::io::Read;
+    let (file, size) = open_regular(path)?;
+    if size > max {
+        return Err(BoundedReadError::TooLarge { size, max });
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(BoundedReadError::Io)?;
+    if bytes.len() as u64 > max {
+        return Err(BoundedReadError::TooLarge {
+            size: bytes.len() as u64,
+            max,
+        });
+    }
+    Ok(bytes)
+}
+
+/// An error and its causes on one line, each cause once: a cause whose text the line already
+/// holds (e.g. an OS error that a wrapper also prints, "... (os error 13) at path ...: ...
+/// (os error 13)") is left out.
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
 /// Write `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename
 /// (tempfile's `persist`). A failure (disk full, permission) leaves no half-written file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
@@ -92,6 +168,67 @@ pub const MIB: u64 = 1024 * 1024;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Like tempfile's path error: prints the OS error and also returns it as its source.
+    #[derive(Debug)]
+    struct AtPath(std::io::Error);
+    impl std::fmt::Display for AtPath {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{} at path \"/ro/.x.tmp\"", self.0)
+        }
+    }
+    impl std::error::Error for AtPath {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn an_os_error_is_printed_once() {
+        let os = std::io::Error::from_raw_os_error(13);
+        let e = anyhow::Error::new(AtPath(os)).context("cannot write /ro/x");
+        let before = format!("{e:#}");
+        assert_eq!(before.matches("os error 13").count(), 2, "{before}");
+        let line = error_line(&e);
+        assert_eq!(
+            line.matches("Permission denied (os error 13)").count(),
+            1,
+            "{line}"
+        );
+        assert!(
+            line.starts_with("cannot write /ro/x: Permission denied"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn a_fifo_or_device_is_refused_at_once_and_large_files_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let t0 = std::time::Instant::now();
+        assert!(matches!(
+            read_bounded(&fifo, 1024),
+            Err(BoundedReadError::NotRegular)
+        ));
+        assert!(matches!(
+            read_bounded(Path::new("/dev/zero"), 1024),
+            Err(BoundedReadError::NotRegular)
+        ));
+        assert!(t0.elapsed() < std::time::Duration::from_secs(2));
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'a'; 2048]).unwrap();
+        assert!(matches!(
+            read_bounded(&big, 1024),
+            Err(BoundedReadError::TooLarge { size: 2048, .. })
+        ));
+        assert_eq!(read_bounded(&big, 4096).unwrap().len(), 2048);
+        assert!(matches!(
+            read_bounded(dir.path(), 1024),
+            Err(BoundedReadError::Directory)
+        ));
+    }
 
     #[test]
     fn atomic_write_replaces_and_leaves_no_temp() {

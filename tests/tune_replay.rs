@@ -258,6 +258,9 @@ fn regenerate_replay_fixture() {
         port: 8080,
         start: None,
         quality: None,
+        model_fingerprint: None,
+        model_bytes: None,
+        server_bytes: None,
     };
     qtune::run::write_inputs(&dir, &inputs).unwrap();
     // Fewer CPU experts is faster; a larger batch helps prompts; q8_0 KV is a bit slower;

@@ -52,7 +52,12 @@ pub fn sweep(dir: &Path, from: Option<u32>, to: Option<u32>, step: u32) -> Resul
     let n_blocks = result.model.n_blocks;
     let from = from.unwrap_or(0).min(n_blocks);
     let to = to.unwrap_or(n_blocks).min(n_blocks);
-    let next_id = result.trials.iter().map(|t| t.id).max().unwrap_or(0) + 1;
+    let _lock = crate::run::lock(dir)?;
+    let _ = crate::trial::journal::Journal::repair(dir)?;
+    let mut next_id = result.trials.iter().map(|t| t.id).max().unwrap_or(0) + 1;
+    if let Ok(j) = crate::trial::journal::Journal::read(dir) {
+        next_id = next_id.max(j.iter().map(|t| t.id).max().unwrap_or(0) + 1);
+    }
     let journal = crate::trial::journal::Journal::open(dir)?;
     let mut runner = LlamaServerRunner::new(
         &inputs.server_path,
@@ -256,6 +261,8 @@ pub fn depth(dir: &Path, depths: &[u32]) -> Result<()> {
         .context("the run has no winner to measure")?
         .config
         .clone();
+    let _lock = crate::run::lock(dir)?;
+    let _ = crate::trial::journal::Journal::repair(dir)?;
     let mut next_id = result.trials.iter().map(|t| t.id).max().unwrap_or(0) + 1;
     if let Ok(j) = crate::trial::journal::Journal::read(dir) {
         next_id = next_id.max(j.iter().map(|t| t.id).max().unwrap_or(0) + 1);

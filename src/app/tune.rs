@@ -46,6 +46,8 @@ pub struct ReplayOptions {
     pub seed: u64,
     /// Simulate Ctrl-C after this many trials of this session.
     pub interrupt_after: Option<u32>,
+    /// Real milliseconds spent in every replayed trial (0: none), so a signal can land mid-tune.
+    pub pace_ms: u64,
 }
 
 impl ReplayOptions {
@@ -112,24 +114,142 @@ fn space_for(opts: &TuneOptions, has_gpu: bool, moe: bool) -> Result<SearchSpace
     Ok(space)
 }
 
-/// The run directory and its inputs: read back for `--resume`, else measured and written.
-fn prepare(opts: &TuneOptions) -> Result<(PathBuf, RunInputs)> {
-    if let Some(dir) = &opts.resume {
-        let inputs = crate::run::read_inputs(dir).context("cannot resume")?;
-        if let Some(m) = opts.model.as_ref().filter(|m| **m != inputs.model_path) {
+/// A path the "last stdout line is the command" contract cannot carry is refused up front.
+fn check_printable(what: &str, path: &Path) -> Result<()> {
+    let s = path.to_string_lossy();
+    if s.contains('\n') || s.contains('\r') {
+        anyhow::bail!(
+            "the {what} path {:?} contains a line break: the launch command qtune prints as its last line could not carry it; rename or link the file",
+            s
+        );
+    }
+    Ok(())
+}
+
+/// `path` made absolute against the current directory (not resolving links), so `launch.sh`
+/// and `--resume` work from any directory.
+fn absolute(path: &Path) -> Result<PathBuf> {
+    std::path::absolute(path).with_context(|| format!("cannot make {} absolute", path.display()))
+}
+
+/// The size of a file, when it can be read.
+fn file_bytes(path: &Path) -> Option<u64> {
+    std::fs::metadata(path).ok().map(|m| m.len())
+}
+
+/// Refuse to resume when the model, the server or the space is not what the run started with.
+fn verify_resume(
+    opts: &TuneOptions,
+    dir: &Path,
+    inputs: &RunInputs,
+    layout: &crate::model::ModelLayout,
+) -> Result<()> {
+    let shown = dir.display();
+    if let Some(want) = &inputs.model_fingerprint {
+        if *want != layout.fingerprint {
             anyhow::bail!(
-                "cannot resume: {} was a tune of {}, not {}",
-                dir.display(),
+                "cannot resume {shown}: the model file {} changed since the tune started (fingerprint {want}, now {}): restore it, or start a new tune",
                 inputs.model_path.display(),
-                m.display()
+                layout.fingerprint
             );
         }
-        return Ok((dir.clone(), inputs));
+    }
+    if let Some(want) = inputs.model_bytes {
+        if want != layout.file_bytes {
+            anyhow::bail!(
+                "cannot resume {shown}: the model file {} changed since the tune started ({want} bytes, now {}): restore it, or start a new tune",
+                inputs.model_path.display(),
+                layout.file_bytes
+            );
+        }
+    }
+    if let Some(name) = &opts.space {
+        let mut asked = crate::space::load(name)?;
+        // The budget may differ (the run's own is kept); what is searched may not.
+        asked.budget = inputs.space.budget.clone();
+        if let Some(c) = opts.ctx {
+            asked.fixed.ctx = c;
+        }
+        if asked != inputs.space {
+            anyhow::bail!(
+                "cannot resume {shown}: --space {name} is not the space this tune started with (its space is in {}); drop --space to continue, or start a new tune",
+                dir.join(crate::run::RUN_FILE).display()
+            );
+        }
+    }
+    if opts.replay.is_none() {
+        if let Some(s) = opts.server.as_ref() {
+            if absolute(s)? != inputs.server_path {
+                anyhow::bail!(
+                    "cannot resume {shown}: it was tuned with the server {}, not {}",
+                    inputs.server_path.display(),
+                    s.display()
+                );
+            }
+        }
+        let server = crate::server::check(&inputs.server_path, crate::server::Source::Flag)
+            .with_context(|| format!("cannot resume {shown}"))?;
+        if server.version != inputs.server_version {
+            anyhow::bail!(
+                "cannot resume {shown}: the server {} changed since the tune started (version {:?}, now {:?}): restore it, or start a new tune",
+                inputs.server_path.display(),
+                inputs.server_version,
+                server.version
+            );
+        }
+        if let (Some(want), Some(now)) = (inputs.server_bytes, file_bytes(&inputs.server_path)) {
+            if want != now {
+                anyhow::bail!(
+                    "cannot resume {shown}: the server binary {} changed since the tune started ({want} bytes, now {now}): restore it, or start a new tune",
+                    inputs.server_path.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The run directory (locked for this process), its inputs and the model: read back and
+/// verified for `--resume`, else measured and written.
+fn prepare(
+    opts: &TuneOptions,
+) -> Result<(
+    PathBuf,
+    RunInputs,
+    crate::model::ModelLayout,
+    crate::run::RunLock,
+)> {
+    if let Some(dir) = &opts.resume {
+        if !crate::run::holds_a_tune(dir) {
+            anyhow::bail!(
+                "cannot resume: {} is not a qtune run directory (it has no {})",
+                dir.display(),
+                crate::run::RUN_FILE
+            );
+        }
+        let lock = crate::run::lock(dir)?;
+        let inputs = crate::run::read_inputs(dir).context("cannot resume")?;
+        if let Some(m) = opts.model.as_ref() {
+            if absolute(m)? != inputs.model_path && *m != inputs.model_path {
+                anyhow::bail!(
+                    "cannot resume: {} was a tune of {}, not {}",
+                    dir.display(),
+                    inputs.model_path.display(),
+                    m.display()
+                );
+            }
+        }
+        let layout = crate::model::load(&inputs.model_path)
+            .with_context(|| format!("cannot resume {}", dir.display()))?;
+        verify_resume(opts, dir, &inputs, &layout)?;
+        return Ok((dir.clone(), inputs, layout, lock));
     }
     let model = opts
         .model
         .clone()
         .context("--model is required (or --resume DIR to continue a tune)")?;
+    check_printable("model", &model)?;
+    let model = absolute(&model)?;
     let (server_path, server_version) = match &opts.replay {
         Some(r) => (
             opts.server
@@ -139,9 +259,10 @@ fn prepare(opts: &TuneOptions) -> Result<(PathBuf, RunInputs)> {
         ),
         None => {
             let s = crate::server::resolve(opts.server.as_deref())?;
-            (s.path, s.version)
+            (absolute(&s.path)?, s.version)
         }
     };
+    check_printable("llama-server", &server_path)?;
     let layout = crate::model::load(&model)?;
     let hardware = match &opts.replay {
         // The recorded box, when the journal comes with its run.json.
@@ -152,6 +273,9 @@ fn prepare(opts: &TuneOptions) -> Result<(PathBuf, RunInputs)> {
         None => crate::hardware::probe(true),
     };
     let mut space = space_for(opts, hardware.has_gpu(), layout.is_moe())?;
+    for w in crate::space::host_warnings(&space, hardware.host.logical_cores, layout.n_blocks) {
+        eprintln!("qtune: warning: {w}");
+    }
     // The quality floor: KV types below it leave the space before the first trial.
     let quality =
         crate::quality::floor::apply(&mut space, &model, Some(&server_path), &mut |line| {
@@ -166,6 +290,7 @@ fn prepare(opts: &TuneOptions) -> Result<(PathBuf, RunInputs)> {
         .out
         .clone()
         .unwrap_or_else(|| default_run_dir(&model, None));
+    let lock = crate::run::lock(&run_dir)?;
     if crate::run::holds_a_tune(&run_dir) {
         anyhow::bail!(
             "{} already holds a tune: use --resume {} to continue it, or another --out",
@@ -175,6 +300,11 @@ fn prepare(opts: &TuneOptions) -> Result<(PathBuf, RunInputs)> {
     }
     let inputs = RunInputs {
         model_path: model,
+        server_bytes: if opts.replay.is_some() {
+            None
+        } else {
+            file_bytes(&server_path)
+        },
         server_path,
         server_version,
         space,
@@ -187,9 +317,11 @@ fn prepare(opts: &TuneOptions) -> Result<(PathBuf, RunInputs)> {
         port: opts.port,
         start,
         quality,
+        model_fingerprint: Some(layout.fingerprint.clone()),
+        model_bytes: Some(layout.file_bytes),
     };
     crate::run::write_inputs(&run_dir, &inputs)?;
-    Ok((run_dir, inputs))
+    Ok((run_dir, inputs, layout, lock))
 }
 
 /// The trial runner and clock of this tune: the real server and clock, or a replay.
@@ -213,6 +345,9 @@ fn runner_and_clock(
                 .with_journal(journal)
                 .with_vram_budget(inputs.vram_budget_mib)
                 .with_clock(clock.clone());
+        if r.pace_ms > 0 {
+            runner = runner.with_pace(std::time::Duration::from_millis(r.pace_ms));
+        }
         if let Some(n) = r.interrupt_after {
             runner = runner.with_interrupt_after(n);
         }
@@ -231,8 +366,19 @@ fn runner_and_clock(
         crate::search::request_timeout(&inputs.space.workload),
     )?
     .with_first_id(resume.next_id)
-    .with_free_vram_at_start(hw.has_gpu().then_some(inputs.free_vram_at_start_mib));
+    .with_free_vram_at_start(hw.has_gpu().then_some(inputs.free_vram_at_start_mib))
+    .with_deadline(budget_deadline(
+        inputs.space.budget.minutes,
+        resume.elapsed_s,
+    ));
     Ok((Box::new(runner), crate::clock::system()))
+}
+
+/// When the minutes budget ends, given what earlier sessions spent: request timeouts count
+/// against it.
+fn budget_deadline(minutes: f64, spent_s: f64) -> std::time::Instant {
+    let left = (minutes * 60.0 - spent_s).clamp(0.0, 1.0e7);
+    std::time::Instant::now() + std::time::Duration::from_secs_f64(left)
 }
 
 /// The exact command that continues this tune.
@@ -250,8 +396,10 @@ fn resume_command(opts: &TuneOptions, run_dir: &Path) -> String {
 /// Run a whole tune; write its results and report. Returns the finished run and its directory.
 pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
     crate::trial::cleanup::install_handlers();
-    let (run_dir, inputs) = prepare(opts)?;
-    let layout = crate::model::load(&inputs.model_path)?;
+    let (run_dir, inputs, layout, _lock) = prepare(opts)?;
+    if let Some(report) = Journal::repair(&run_dir)? {
+        eprintln!("qtune: {report}");
+    }
     let resume = crate::search::resume_point(&run_dir)?;
     if !resume.done.is_empty() {
         eprintln!(
@@ -297,14 +445,33 @@ pub fn tune(opts: TuneOptions) -> Result<()> {
     print_outcome(&result, &run_dir, opts.json)
 }
 
+/// A warning when the printed command's port is taken on its host right now (the command
+/// would fail to start there).
+pub fn port_taken_warning(host: &str, port: u16) -> Option<String> {
+    match std::net::TcpListener::bind((host, port)) {
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Some(format!(
+            "port {port} on {host} is in use right now: the command below will fail to start until it is free (or tune with --port N, or edit --port)"
+        )),
+        _ => None,
+    }
+}
+
 /// The summary table on stderr, then the winning command alone as the last line on stdout.
 fn print_outcome(result: &TuneResult, run_dir: &Path, json: bool) -> Result<()> {
     if json {
+        if let Some(w) = port_taken_warning(&result.host, result.port) {
+            eprintln!("qtune: warning: {w}");
+        }
         println!("{}", serde_json::to_string_pretty(result)?);
         return Ok(());
     }
     eprintln!("{}", crate::report::summary::table(result));
     eprintln!("report: {}", run_dir.join("report.md").display());
+    if result.winner.is_some() {
+        if let Some(w) = port_taken_warning(&result.host, result.port) {
+            eprintln!("qtune: warning: {w}");
+        }
+    }
     match &result.winner {
         Some(w) => {
             println!("{}", crate::config::shell_line(&w.command));

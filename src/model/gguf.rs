@@ -21,6 +21,8 @@ pub enum GgufError {
     NotFound(PathBuf),
     #[error("{0} is a directory, not a GGUF file (pass the .gguf file inside it)")]
     IsDirectory(PathBuf),
+    #[error("{0} is not a regular file (a pipe, device or socket): pass the .gguf file itself")]
+    NotRegular(PathBuf),
     #[error("cannot read {path}: {source}")]
     Io {
         path: PathBuf,
@@ -213,10 +215,27 @@ pub fn read(path: &Path) -> Result<GgufFile, GgufError> {
     if meta.is_dir() {
         return Err(GgufError::IsDirectory(path.to_path_buf()));
     }
-    let file = std::fs::File::open(path).map_err(|e| GgufError::Io {
-        path: path.to_path_buf(),
-        source: e,
-    })?;
+    let file = match crate::util::open_regular(path) {
+        Ok((f, _)) => f,
+        Err(crate::util::BoundedReadError::NotRegular) => {
+            return Err(GgufError::NotRegular(path.to_path_buf()))
+        }
+        Err(crate::util::BoundedReadError::Directory) => {
+            return Err(GgufError::IsDirectory(path.to_path_buf()))
+        }
+        Err(crate::util::BoundedReadError::Io(e)) => {
+            return Err(GgufError::Io {
+                path: path.to_path_buf(),
+                source: e,
+            })
+        }
+        Err(e @ crate::util::BoundedReadError::TooLarge { .. }) => {
+            return Err(GgufError::Io {
+                path: path.to_path_buf(),
+                source: std::io::Error::other(e.to_string()),
+            })
+        }
+    };
     let mut r = Reader {
         inner: BufReader::with_capacity(1 << 20, file),
         pos: 0,

@@ -45,23 +45,15 @@ pub fn parse_profile(text: &str, origin: &str) -> Result<Profile> {
 /// Read, parse and validate a profile file: at most 1 MiB, UTF-8, known keys only, sane values.
 pub fn load_profile(path: &Path) -> Result<Profile> {
     let shown = one_line(&path.display().to_string());
-    let meta = std::fs::metadata(path).with_context(|| format!("cannot read profile {shown}"))?;
-    if meta.is_dir() {
-        bail!("{shown} is a directory, not a profile file (give a .yaml file)");
-    }
-    if !meta.is_file() {
-        bail!("{shown} is not a regular file");
-    }
-    if meta.len() > MAX_PROFILE_BYTES {
-        bail!(
-            "{shown} is {} bytes; a profile is at most {MAX_PROFILE_BYTES} bytes (1 MiB)",
-            meta.len()
-        );
-    }
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read profile {shown}"))?;
-    if bytes.len() as u64 > MAX_PROFILE_BYTES {
-        bail!("{shown} is larger than 1 MiB");
-    }
+    use crate::util::BoundedReadError as E;
+    let bytes = crate::util::read_bounded(path, MAX_PROFILE_BYTES).map_err(|e| match e {
+        E::Directory => anyhow!("{shown} is a directory, not a profile file (give a .yaml file)"),
+        E::NotRegular => anyhow!("{shown} is not a regular file"),
+        E::TooLarge { size, .. } => anyhow!(
+            "{shown} is {size} bytes; a profile is at most {MAX_PROFILE_BYTES} bytes (1 MiB)"
+        ),
+        E::Io(e) => anyhow!("cannot read profile {shown}: {e}"),
+    })?;
     let text = String::from_utf8(bytes).map_err(|e| {
         anyhow!(
             "{shown} is not a valid profile: not UTF-8 text (byte {})",

@@ -117,15 +117,27 @@ pub fn write_script(
             "the run has no winner (every configuration failed; see its report.md): nothing to launch"
         );
     }
+    // `--systemd --out x.service` names the unit: the script beside it is x.sh.
+    let unit_named = systemd && out.extension().is_some_and(|e| e == "service");
+    let script_path = if unit_named {
+        out.with_extension("sh")
+    } else {
+        out.to_path_buf()
+    };
+    let out = script_path.as_path();
     let text = script::launch_script(result, host, port)?;
     write_file(out, text.as_bytes(), true)?;
     let mut written = vec![out.to_path_buf()];
     if systemd {
         let abs = std::fs::canonicalize(out)
             .with_context(|| format!("cannot resolve {}", out.display()))?;
-        let mut unit_path = out.as_os_str().to_owned();
-        unit_path.push(".service");
-        let unit_path = PathBuf::from(unit_path);
+        let unit_path = if unit_named {
+            out.with_extension("service")
+        } else {
+            let mut p = out.as_os_str().to_owned();
+            p.push(".service");
+            PathBuf::from(p)
+        };
         write_file(
             &unit_path,
             script::systemd_unit(result, &abs).as_bytes(),

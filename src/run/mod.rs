@@ -120,6 +120,15 @@ pub struct RunInputs {
     /// The quality floor's measurement, taken once before the first trial.
     #[serde(default)]
     pub quality: Option<crate::quality::floor::QualityGate>,
+    /// The model's header fingerprint and file size when the tune started: `--resume` refuses
+    /// a model file that changed since (None in runs written before qtune checked).
+    #[serde(default)]
+    pub model_fingerprint: Option<String>,
+    #[serde(default)]
+    pub model_bytes: Option<u64>,
+    /// The server binary's size when the tune started (its version is `server_version`).
+    #[serde(default)]
+    pub server_bytes: Option<u64>,
 }
 
 /// The VRAM budget of a tune or a plan: free VRAM minus headroom, never negative; None without
@@ -263,6 +272,42 @@ pub fn read_inputs(dir: &Path) -> Result<RunInputs> {
         )
     })?;
     serde_json::from_str(&text).with_context(|| format!("{} is unreadable", path.display()))
+}
+
+pub const LOCK_FILE: &str = ".qtune.lock";
+
+/// An exclusive OS lock (`flock`) on a run directory, held while a tune, a resume or a
+/// measurement writes into it. The OS releases it when the holder dies, however it dies.
+#[derive(Debug)]
+pub struct RunLock {
+    _file: std::fs::File,
+}
+
+/// Take the run directory's lock (creating the directory), or fail with one line when another
+/// qtune holds it.
+pub fn lock(dir: &Path) -> Result<RunLock> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create run directory {}", dir.display()))?;
+    let path = dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot lock run directory {}", dir.display()))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor this function owns; no memory is touched.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(RunLock { _file: file });
+    }
+    let e = std::io::Error::last_os_error();
+    if e.kind() == std::io::ErrorKind::WouldBlock {
+        anyhow::bail!(
+            "{} is in use by another qtune (a tune or resume is still running there): wait for it to end, or use another --out",
+            dir.display()
+        );
+    }
+    Err(e).with_context(|| format!("cannot lock run directory {}", dir.display()))
 }
 
 /// A run directory already holds a tune.

@@ -31,22 +31,29 @@ pub struct Resume {
     pub replay: Vec<TrialOutcome>,
     /// The id the next new trial gets.
     pub next_id: u32,
+    /// Seconds of the minutes budget earlier sessions spent (from the checkpoint).
+    pub elapsed_s: f64,
 }
 
 /// Read a run directory's journal and checkpoint.
 pub fn resume_point(run_dir: &Path) -> anyhow::Result<Resume> {
     use argmin::core::checkpointing::Checkpoint;
     let done = crate::trial::journal::Journal::read(run_dir)?;
-    let seen = checkpoint::RunDirCheckpoint::new(run_dir, crate::clock::system())
-        .load()?
+    let saved = checkpoint::RunDirCheckpoint::new(run_dir, crate::clock::system()).load()?;
+    let seen = saved
+        .as_ref()
         .map(|(s, _)| s.history.iter().map(|o| o.id).max().unwrap_or(0))
         .unwrap_or(0);
+    let elapsed_s = saved.as_ref().map_or(0.0, |(s, _)| s.elapsed_before_s);
     let replay = done.iter().filter(|o| o.id > seen).cloned().collect();
-    let next_id = done.iter().map(|o| o.id).max().unwrap_or(0) + 1;
+    // Ids continue after the highest id recorded anywhere: the journal, or the checkpoint
+    // (which may know a trial whose journal line was torn off).
+    let next_id = done.iter().map(|o| o.id).max().unwrap_or(0).max(seen) + 1;
     Ok(Resume {
         done,
         replay,
         next_id,
+        elapsed_s,
     })
 }
 

@@ -38,6 +38,7 @@ pub struct ReplayRunner {
     seconds_per_trial: f64,
     clock: Option<crate::clock::ManualClock>,
     interrupt_after: Option<u32>,
+    pace: Option<std::time::Duration>,
 }
 
 /// splitmix64: a tiny, good, deterministic mixer.
@@ -70,6 +71,7 @@ impl ReplayRunner {
             seconds_per_trial: 30.0,
             clock: None,
             interrupt_after: None,
+            pace: None,
         }
     }
 
@@ -163,6 +165,13 @@ impl ReplayRunner {
         self
     }
 
+    /// Spend this much real time in every trial (so a test can signal a tune mid-trial); a
+    /// Ctrl-C or SIGTERM during it ends the trial unjournaled, like the real runner.
+    pub fn with_pace(mut self, pace: std::time::Duration) -> Self {
+        self.pace = Some(pace);
+        self
+    }
+
     /// Journal every outcome, like the real runner.
     pub fn with_journal(mut self, j: Journal) -> Self {
         self.journal = Some(j);
@@ -235,6 +244,17 @@ impl TrialRunner for ReplayRunner {
             let mut out = missing_outcome(config);
             out.message = "interrupted".into();
             return out;
+        }
+        if let Some(pace) = self.pace {
+            let until = std::time::Instant::now() + pace;
+            while std::time::Instant::now() < until {
+                if super::cleanup::interrupted().is_some() {
+                    let mut out = missing_outcome(config);
+                    out.message = "interrupted".into();
+                    return out;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
         }
         let id = self.next_id;
         self.next_id += 1;

@@ -80,6 +80,9 @@ pub struct LlamaServerRunner {
     vram_budget_mib: Option<u64>,
     request_timeout: Duration,
     load_timeout: Duration,
+    /// When the tune's minutes budget runs out: a request that does not answer waits at most
+    /// until then (or [`crate::trial::workload::AFTER_DEADLINE_WAIT`] past it).
+    deadline: Option<Instant>,
     extra_args: Vec<String>,
     env: Vec<(String, String)>,
     next_id: u32,
@@ -124,6 +127,7 @@ impl LlamaServerRunner {
             vram_budget_mib,
             request_timeout,
             load_timeout: load_timeout_for(model_bytes),
+            deadline: None,
             extra_args: Vec::new(),
             env: Vec::new(),
             next_id: 1,
@@ -132,6 +136,14 @@ impl LlamaServerRunner {
             rt,
             client,
         })
+    }
+
+    /// The end of the tune's minutes budget: a server that never answers is cut off there
+    /// (a request timeout) instead of running the tune past its budget. Requests that answer
+    /// are never cut: the search's budget rule decides which trials start.
+    pub fn with_deadline(mut self, deadline: Instant) -> Self {
+        self.deadline = Some(deadline);
+        self
     }
 
     /// Override the load timeout (default: 60 s + 15 s per GiB of model file).
@@ -191,12 +203,25 @@ impl LlamaServerRunner {
         argv
     }
 
+    /// `logs/trial-<id>.log`, or `trial-<id>.<n>.log` when that exists already (a trial cut
+    /// short before it was journaled): a trial log is never overwritten.
     fn log_path(&self, id: u32) -> PathBuf {
-        self.run_dir.join("logs").join(format!("trial-{id}.log"))
+        let logs = self.run_dir.join("logs");
+        let first = logs.join(format!("trial-{id}.log"));
+        if !first.exists() {
+            return first;
+        }
+        (1..)
+            .map(|n| logs.join(format!("trial-{id}.{n}.log")))
+            .find(|p| !p.exists())
+            .expect("an unused name")
     }
 
     fn open_log(&self, path: &Path, argv: &[String]) -> Result<std::fs::File> {
-        let mut f = std::fs::File::create(path)
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
             .with_context(|| format!("cannot create trial log {}", path.display()))?;
         writeln!(f, "{}{}", classify::LOG_HEADER, shell_line(argv))?;
         f.flush()?;
@@ -351,6 +376,7 @@ impl LlamaServerRunner {
                 client,
                 base_url: base_url.to_string(),
                 request_timeout,
+                deadline: self.deadline,
                 exited: &mut exited,
             };
             self.rt.block_on(session.run(&workload))

@@ -76,11 +76,18 @@ pub fn needed_ctx(w: &Workload) -> u64 {
     longest + w.gen_tokens as u64
 }
 
+/// The longest a request waits once the tune's minutes budget has run out (or is about to):
+/// long enough for any answering server, short enough that a hung one cannot overrun the
+/// budget by more.
+pub const AFTER_DEADLINE_WAIT: Duration = Duration::from_secs(30);
+
 /// The HTTP side of a trial, bound to one server.
 pub struct Session<'a> {
     pub client: &'a reqwest::Client,
     pub base_url: String,
     pub request_timeout: Duration,
+    /// No request waits past this (the end of the tune's minutes budget).
+    pub deadline: Option<std::time::Instant>,
     /// Says whether the server process has exited; polled while a request is in flight.
     pub exited: &'a mut dyn FnMut() -> Option<ExitInfo>,
 }
@@ -91,7 +98,11 @@ impl Session<'_> {
         &mut self,
         fut: impl std::future::Future<Output = Result<T, Failure>>,
     ) -> Result<T, Failure> {
-        let timeout = self.request_timeout;
+        let mut timeout = self.request_timeout;
+        if let Some(d) = self.deadline {
+            let now = std::time::Instant::now();
+            timeout = timeout.min(d.saturating_duration_since(now).max(AFTER_DEADLINE_WAIT));
+        }
         let exited = &mut *self.exited;
         let watch = async move {
             loop {
