@@ -216,11 +216,27 @@ for c in "$@"; do
       esac
       m=$(model "$shape"); ballast "$gib"
       say "$c: qtune compare on an emulated ${gib} GiB card ($GPU_NAME), ${ROUNDS:-6} rounds"
-      "$Q" compare "llama-server -m $m -c 32768 -np 1" "llama-server -m $m -c 32768 -np 1 --fit-target 512" \
+      "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" "llama-server -m $m -c 32768 -np 1 --fit-target 512" \
         "llama-server -m $m -c 32768 -np 1 $flags" --rounds "${ROUNDS:-6}" \
         --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$W/runs/$c"
       echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$W/runs/$c/card.txt"
       unballast; pack "$c" "$W/runs/$c" ;;
+    newtune35-16 | newtune35-24)
+      # The tuner with paired racing, load mode, placements and fit's candidate (default space),
+      # then its winner re-measured by qtune compare against the default and --fit-target 512.
+      gib=${c#newtune35-}; m=$(model qwen3.5-35b-a3b); run="$W/runs/$c"; ballast "$gib"
+      say "$c: tune, default space ($GPU_NAME, emulated ${gib} GiB card)"
+      t0=$SECONDS
+      "$Q" tune --model "$m" --space default --target-vram-headroom 512 --ctx 32768 --out "$run" > "$W/$c.cmd"
+      echo "tune exit $? after $((SECONDS - t0)) s; command: $(tail -1 "$W/$c.cmd")"
+      echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$run/card.txt"
+      pack "$c" "$run"
+      say "$c: re-measuring the winner (${ROUNDS:-6} rounds)"
+      "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" "llama-server -m $m -c 32768 -np 1 --fit-target 512" \
+        "$(tail -1 "$W/$c.cmd")" --rounds "${ROUNDS:-6}" \
+        --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$W/runs/$c-compare"
+      echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$W/runs/$c-compare/card.txt"
+      unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
     *) echo "unknown case $c" ;;
   esac
 done
