@@ -1,0 +1,569 @@
+//! `LaunchConfig`: one way to launch `llama-server`, the unit every stage talks about.
+//!
+//! The model path, host and port are not part of a config: they belong to where it runs
+//! (a trial, a launch script). [`LaunchConfig::server_args`] is the one place flags are rendered.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::Path;
+
+/// KV cache element type (`-ctk` / `-ctv`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum KvType {
+    #[serde(rename = "f32")]
+    F32,
+    #[serde(rename = "f16")]
+    F16,
+    #[serde(rename = "bf16")]
+    Bf16,
+    #[serde(rename = "q8_0")]
+    Q8_0,
+    #[serde(rename = "q5_1")]
+    Q5_1,
+    #[serde(rename = "q5_0")]
+    Q5_0,
+    #[serde(rename = "q4_1")]
+    Q4_1,
+    #[serde(rename = "q4_0")]
+    Q4_0,
+    #[serde(rename = "iq4_nl")]
+    Iq4Nl,
+}
+
+impl KvType {
+    pub const ALL: [KvType; 9] = [
+        KvType::F32,
+        KvType::F16,
+        KvType::Bf16,
+        KvType::Q8_0,
+        KvType::Q5_1,
+        KvType::Q5_0,
+        KvType::Q4_1,
+        KvType::Q4_0,
+        KvType::Iq4Nl,
+    ];
+
+    /// The name llama-server takes on its command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KvType::F32 => "f32",
+            KvType::F16 => "f16",
+            KvType::Bf16 => "bf16",
+            KvType::Q8_0 => "q8_0",
+            KvType::Q5_1 => "q5_1",
+            KvType::Q5_0 => "q5_0",
+            KvType::Q4_1 => "q4_1",
+            KvType::Q4_0 => "q4_0",
+            KvType::Iq4Nl => "iq4_nl",
+        }
+    }
+
+    /// Bytes per element, averaged over the quantization block.
+    pub fn bytes_per_element(self) -> f64 {
+        match self {
+            KvType::F32 => 4.0,
+            KvType::F16 | KvType::Bf16 => 2.0,
+            KvType::Q8_0 => 34.0 / 32.0,
+            KvType::Q5_1 => 24.0 / 32.0,
+            KvType::Q5_0 => 22.0 / 32.0,
+            KvType::Q4_1 => 20.0 / 32.0,
+            KvType::Q4_0 | KvType::Iq4Nl => 18.0 / 32.0,
+        }
+    }
+
+    /// Quantized V cache needs flash attention in llama.cpp.
+    pub fn is_quantized(self) -> bool {
+        !matches!(self, KvType::F32 | KvType::F16 | KvType::Bf16)
+    }
+}
+
+impl fmt::Display for KvType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for KvType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        KvType::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s.to_ascii_lowercase())
+            .ok_or_else(|| {
+                format!(
+                    "unknown KV cache type '{s}' (expected one of: {})",
+                    KvType::ALL.map(|k| k.as_str()).join(", ")
+                )
+            })
+    }
+}
+
+/// Flash attention (`-fa on|off|auto`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlashAttn {
+    On,
+    Off,
+    Auto,
+}
+
+impl FlashAttn {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlashAttn::On => "on",
+            FlashAttn::Off => "off",
+            FlashAttn::Auto => "auto",
+        }
+    }
+}
+
+impl fmt::Display for FlashAttn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Everything of a [`LaunchConfig`] except placement and the fixed parts: one point of the
+/// search's coordinate steps, and what a profile's winner hands to the next tune.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Base {
+    pub threads: Option<u32>,
+    pub batch: Option<[u32; 2]>,
+    pub kv: [KvType; 2],
+    pub flash_attn: FlashAttn,
+}
+
+/// How llama-server loads the model file (`--load-mode`, llama.cpp's `llama_load_mode`).
+///
+/// With routed experts on the CPU and a GPU, `none` loads them into pinned host buffers
+/// (`CUDA_Host`): the per-ubatch copies of op offload run several times faster than from the
+/// pageable, memory-mapped file (3.2x prompt speed measured on Qwen3-30B-A3B at 16 GiB). Those
+/// experts then live in RAM, not in the page cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum LoadMode {
+    /// The server's default: mmap, unless a device cannot. No flag is passed.
+    #[serde(rename = "auto")]
+    Auto,
+    /// Read the file into (pinned, with a GPU) host buffers.
+    #[serde(rename = "none")]
+    None,
+    #[serde(rename = "mmap")]
+    Mmap,
+    /// Read into buffers and lock them in RAM.
+    #[serde(rename = "mlock")]
+    Mlock,
+    /// Map the file and lock the mapped pages in RAM.
+    #[serde(rename = "mmap+mlock")]
+    MmapMlock,
+    /// Direct I/O where available (read, not mapped).
+    #[serde(rename = "dio")]
+    Dio,
+}
+
+impl LoadMode {
+    pub const ALL: [LoadMode; 6] = [
+        LoadMode::Auto,
+        LoadMode::None,
+        LoadMode::Mmap,
+        LoadMode::Mlock,
+        LoadMode::MmapMlock,
+        LoadMode::Dio,
+    ];
+
+    /// The value `--load-mode` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoadMode::Auto => "auto",
+            LoadMode::None => "none",
+            LoadMode::Mmap => "mmap",
+            LoadMode::Mlock => "mlock",
+            LoadMode::MmapMlock => "mmap+mlock",
+            LoadMode::Dio => "dio",
+        }
+    }
+
+    /// Is the model file memory-mapped (host weights are page cache of the file)? `auto` maps
+    /// on the backends qtune targets (CPU, CUDA).
+    pub fn maps_file(self) -> bool {
+        matches!(self, LoadMode::Auto | LoadMode::Mmap | LoadMode::MmapMlock)
+    }
+
+    /// Are the host weights locked in RAM?
+    pub fn locks(self) -> bool {
+        matches!(self, LoadMode::Mlock | LoadMode::MmapMlock)
+    }
+}
+
+impl fmt::Display for LoadMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for LoadMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        LoadMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s.to_ascii_lowercase())
+            .ok_or_else(|| {
+                format!(
+                    "unknown load mode '{s}' (expected one of: {})",
+                    LoadMode::ALL.map(|m| m.as_str()).join(", ")
+                )
+            })
+    }
+}
+
+impl<'de> Deserialize<'de> for LoadMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(LoadModeVisitor)
+    }
+}
+
+/// Reads a load mode name, or the boolean of the old `mmap` field (results written before
+/// `--load-mode` existed): `true` was the server's default (`auto`); `false` rendered
+/// `--no-mmap`, which the pinned build no longer has; what it asked for is `none`.
+struct LoadModeVisitor;
+
+impl serde::de::Visitor<'_> for LoadModeVisitor {
+    type Value = LoadMode;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(
+            "a load mode (auto, none, mmap, mlock, mmap+mlock, dio) or a boolean (old mmap)",
+        )
+    }
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<LoadMode, E> {
+        Ok(if v { LoadMode::Auto } else { LoadMode::None })
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<LoadMode, E> {
+        v.parse().map_err(E::custom)
+    }
+}
+
+mod parse;
+mod placement;
+pub use parse::*;
+pub use placement::*;
+
+/// One way to launch `llama-server` (without model path, host and port).
+///
+/// `None` means "do not pass the flag": the server's own default applies. The baseline
+/// (what a user gets without qtune) is a config with no placement flags at all.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaunchConfig {
+    /// Context size in tokens (`-c`).
+    pub ctx: u32,
+    /// Parallel slots (`-np`); 1 for single-user tuning.
+    pub parallel: u32,
+    /// Layers on the GPU (`-ngl`); `None` leaves placement to the server.
+    #[serde(default)]
+    pub n_gpu_layers: Option<u32>,
+    /// Blocks whose routed experts stay on the CPU (`--n-cpu-moe`).
+    #[serde(default)]
+    pub n_cpu_moe: Option<u32>,
+    /// Generation threads (`-t`).
+    #[serde(default)]
+    pub threads: Option<u32>,
+    /// Logical batch size (`-b`).
+    #[serde(default)]
+    pub batch: Option<u32>,
+    /// Physical micro-batch size (`-ub`).
+    #[serde(default)]
+    pub ubatch: Option<u32>,
+    /// KV cache type for K (`-ctk`).
+    pub cache_type_k: KvType,
+    /// KV cache type for V (`-ctv`).
+    pub cache_type_v: KvType,
+    /// Flash attention (`-fa`).
+    pub flash_attn: FlashAttn,
+    /// How the model file is loaded (`--load-mode`; `auto` passes no flag). Results written
+    /// before this field existed carry `mmap: true|false` instead, read as `auto` / `none`.
+    #[serde(default = "load_mode_auto", alias = "mmap")]
+    pub load_mode: LoadMode,
+    /// `--fit on|off`; `None` leaves the server's default (on in the pinned build).
+    #[serde(default)]
+    pub fit: Option<bool>,
+    /// `--fit-target`: MiB `--fit` leaves free per device (one value: every device). Only
+    /// with `fit: on` and no placement flags (fit refuses to run with overrides).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fit_target_mib: Vec<u32>,
+    /// Routed experts on the CPU beyond `--n-cpu-moe`: `-ot REGEX=CPU` rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_experts: Option<CpuExperts>,
+    /// Offload host tensor ops to the GPU (`--no-op-offload` when false). Op offload copies
+    /// CPU-resident experts to the GPU for every micro-batch of 32 tokens or more.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub op_offload: bool,
+}
+
+fn load_mode_auto() -> LoadMode {
+    LoadMode::Auto
+}
+fn yes() -> bool {
+    true
+}
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+impl LaunchConfig {
+    /// What a user gets without qtune: same context, single slot, no placement flags.
+    pub fn baseline(ctx: u32) -> Self {
+        LaunchConfig {
+            ctx,
+            parallel: 1,
+            n_gpu_layers: None,
+            n_cpu_moe: None,
+            threads: None,
+            batch: None,
+            ubatch: None,
+            cache_type_k: KvType::F16,
+            cache_type_v: KvType::F16,
+            flash_attn: FlashAttn::Auto,
+            load_mode: LoadMode::Auto,
+            fit: None,
+            fit_target_mib: Vec::new(),
+            cpu_experts: None,
+            op_offload: true,
+        }
+    }
+
+    /// Place the model explicitly: every layer on the GPU (`-ngl 999`), the routed experts of
+    /// `n_cpu_moe` blocks on the CPU, and the build's auto-fit off (it would move them again).
+    /// The one place the placement flags are chosen.
+    pub fn place_experts(&mut self, n_cpu_moe: u32) {
+        self.n_gpu_layers = Some(999);
+        self.n_cpu_moe = Some(n_cpu_moe);
+        self.fit = Some(false);
+    }
+
+    /// This config with the experts of `n_cpu_moe` blocks on the CPU ([`Self::place_experts`]).
+    pub fn with_experts_on_cpu(mut self, n_cpu_moe: u32) -> Self {
+        self.place_experts(n_cpu_moe);
+        self
+    }
+
+    /// Everything except placement ([`Base`]).
+    pub fn base(&self) -> Base {
+        Base {
+            threads: self.threads,
+            batch: match (self.batch, self.ubatch) {
+                (Some(b), Some(u)) => Some([b, u]),
+                _ => None,
+            },
+            kv: [self.cache_type_k, self.cache_type_v],
+            flash_attn: self.flash_attn,
+        }
+    }
+
+    /// `--fit`'s own placement as a candidate: `--fit on --fit-target target_mib` and no
+    /// placement flags, with this config's other choices (ubatch, KV, threads, load mode).
+    pub fn with_fit_placement(&self, target_mib: u32) -> Self {
+        LaunchConfig {
+            n_gpu_layers: None,
+            n_cpu_moe: None,
+            cpu_experts: None,
+            fit: Some(true),
+            fit_target_mib: vec![target_mib],
+            ..self.clone()
+        }
+    }
+
+    /// Is this `--fit`'s placement (fit on, no placement flags of qtune's)?
+    pub fn is_fit_placement(&self) -> bool {
+        self.fit == Some(true)
+            && self.n_gpu_layers.is_none()
+            && self.n_cpu_moe.is_none()
+            && self.cpu_experts.is_none()
+    }
+
+    /// Why the server would refuse or ignore this combination, if it would: `--fit` gives up
+    /// when any tensor override or `-ngl` is set, and `--fit-target` means nothing without fit.
+    pub fn check(&self) -> Result<(), String> {
+        if self.fit == Some(true)
+            && (self.n_gpu_layers.is_some()
+                || self.n_cpu_moe.is_some()
+                || self.cpu_experts.is_some())
+        {
+            return Err("--fit on cannot be combined with -ngl, --n-cpu-moe or -ot rules: fit refuses to run with placement set".into());
+        }
+        if !self.fit_target_mib.is_empty() && self.fit == Some(false) {
+            return Err("--fit-target needs --fit on".into());
+        }
+        Ok(())
+    }
+
+    /// True when this config leaves placement to the server (the baseline).
+    pub fn is_auto_placement(&self) -> bool {
+        self.n_gpu_layers.is_none()
+            && self.n_cpu_moe.is_none()
+            && self.cpu_experts.is_none()
+            && self.fit != Some(false)
+    }
+
+    /// The flags for `llama-server`, in a stable order. The one place argv is rendered.
+    pub fn server_args(&self) -> Vec<String> {
+        let mut a: Vec<String> = Vec::new();
+        let mut push = |k: &str, v: String| {
+            a.push(k.to_string());
+            a.push(v);
+        };
+        push("-c", self.ctx.to_string());
+        push("-np", self.parallel.to_string());
+        if let Some(n) = self.n_gpu_layers {
+            push("-ngl", n.to_string());
+        }
+        if let Some(n) = self.n_cpu_moe {
+            push("--n-cpu-moe", n.to_string());
+        }
+        if let Some(c) = &self.cpu_experts {
+            for rule in c.override_rules() {
+                push("-ot", rule);
+            }
+        }
+        if let Some(t) = self.threads {
+            push("-t", t.to_string());
+        }
+        if let Some(b) = self.batch {
+            push("-b", b.to_string());
+        }
+        if let Some(ub) = self.ubatch {
+            push("-ub", ub.to_string());
+        }
+        if self.cache_type_k != KvType::F16 {
+            push("-ctk", self.cache_type_k.to_string());
+        }
+        if self.cache_type_v != KvType::F16 {
+            push("-ctv", self.cache_type_v.to_string());
+        }
+        if self.flash_attn != FlashAttn::Auto {
+            push("-fa", self.flash_attn.to_string());
+        }
+        if let Some(fit) = self.fit {
+            push("--fit", if fit { "on" } else { "off" }.to_string());
+        }
+        if !self.fit_target_mib.is_empty() {
+            let t: Vec<String> = self.fit_target_mib.iter().map(|v| v.to_string()).collect();
+            push("--fit-target", t.join(","));
+        }
+        if self.load_mode != LoadMode::Auto {
+            push("--load-mode", self.load_mode.to_string());
+        }
+        if !self.op_offload {
+            a.push("--no-op-offload".to_string());
+        }
+        a
+    }
+
+    /// The full argv of a server for this config: binary, model, flags, host and port.
+    pub fn command(&self, server: &Path, model: &Path, host: &str, port: u16) -> Vec<String> {
+        let mut argv = vec![
+            server.display().to_string(),
+            "-m".to_string(),
+            model.display().to_string(),
+        ];
+        argv.extend(self.server_args());
+        argv.extend([
+            "--host".to_string(),
+            host.to_string(),
+            "--port".to_string(),
+            port.to_string(),
+        ]);
+        argv
+    }
+
+    /// A short human label, e.g. `ncmoe=24 t=8 b=2048/512 kv=q8_0/q8_0 fa=on`.
+    pub fn label(&self) -> String {
+        if self.is_auto_placement()
+            && self.threads.is_none()
+            && self.batch.is_none()
+            && self.ubatch.is_none()
+            && self.cache_type_k == KvType::F16
+            && self.cache_type_v == KvType::F16
+            && self.flash_attn == FlashAttn::Auto
+            && self.load_mode == LoadMode::Auto
+            && self.op_offload
+            && self.fit_target_mib.is_empty()
+        {
+            return "baseline (server defaults, auto-fit)".to_string();
+        }
+        let mut parts = Vec::new();
+        match (self.n_gpu_layers, self.n_cpu_moe) {
+            (_, Some(n)) => parts.push(format!("ncmoe={n}")),
+            (Some(0), None) => parts.push("cpu".to_string()),
+            (Some(n), None) if self.cpu_experts.is_none() => parts.push(format!("ngl={n}")),
+            (None, None) if self.fit == Some(true) => {
+                parts.push(match self.fit_target_mib.as_slice() {
+                    [] => "fit=on".to_string(),
+                    t => format!(
+                        "fit=on/{}",
+                        t.iter()
+                            .map(|v| v.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    ),
+                })
+            }
+            (None, None) if !self.fit_target_mib.is_empty() => parts.push(format!(
+                "fit-target={}",
+                self.fit_target_mib
+                    .iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )),
+            _ => {}
+        }
+        if let Some(c) = &self.cpu_experts {
+            parts.push(format!("cpu-exps={}", c.label()));
+        }
+        if let Some(t) = self.threads {
+            parts.push(format!("t={t}"));
+        }
+        match (self.batch, self.ubatch) {
+            (None, None) => {}
+            (b, ub) => parts.push(format!(
+                "b={}/{}",
+                b.map_or("-".into(), |v| v.to_string()),
+                ub.map_or("-".into(), |v| v.to_string())
+            )),
+        }
+        parts.push(format!("kv={}/{}", self.cache_type_k, self.cache_type_v));
+        if self.flash_attn != FlashAttn::Auto {
+            parts.push(format!("fa={}", self.flash_attn));
+        }
+        if self.load_mode != LoadMode::Auto {
+            parts.push(format!("lm={}", self.load_mode));
+        }
+        if !self.op_offload {
+            parts.push("no-op-offload".to_string());
+        }
+        parts.join(" ")
+    }
+}
+
+/// Quote one word for a POSIX shell (single quotes; `'` becomes `'\''`).
+pub fn shell_quote(word: &str) -> String {
+    let safe = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
+    if safe {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// Render an argv as one shell line, every word quoted as needed.
+pub fn shell_line(argv: &[String]) -> String {
+    argv.iter()
+        .map(|w| shell_quote(w))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,225 @@
+//! A rendered `llama-server` command read back into a [`LaunchConfig`] (`qtune compare`), and
+//! shell words split and quoted.
+
+use super::*;
+use serde::{Deserialize, Serialize};
+
+/// A `llama-server` command line read back into its parts (see [`parse_command`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerCommand {
+    /// The first word: the server binary as written (`llama-server`, or a path).
+    pub server: String,
+    /// `-m`.
+    pub model: Option<std::path::PathBuf>,
+    /// `--host` / `--port`, when given (trials ignore them: they listen on 127.0.0.1).
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    pub config: LaunchConfig,
+}
+
+/// Read back a `llama-server` argv as qtune renders it ([`LaunchConfig::command`]): the binary,
+/// `-m`, the config's flags (short or long spelling, `--flag=value` too), `--host`, `--port`.
+/// `-c` and `-np` are required (the server's own defaults differ from a config's). Any other
+/// flag is one clear error naming it: a comparison measures exactly what it was given.
+pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
+    let (server, rest) = argv.split_first().ok_or_else(|| {
+        "empty command: expected 'llama-server -m MODEL.gguf -c N -np N ...'".to_string()
+    })?;
+    if server.starts_with('-') {
+        return Err(format!(
+            "the command starts with the flag '{server}': it must start with the server binary (e.g. llama-server)"
+        ));
+    }
+    let mut cfg = LaunchConfig::baseline(0);
+    let (mut ctx, mut parallel) = (None, None);
+    let (mut model, mut host, mut port) = (None, None, None);
+    let mut seen: Vec<&'static str> = Vec::new();
+    let mut ot_rules: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < rest.len() {
+        let word = rest[i].as_str();
+        let (flag, inline) = match word.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (word, None),
+        };
+        let canon: &'static str = match flag {
+            "-m" | "--model" => "-m",
+            "-c" | "--ctx-size" => "-c",
+            "-np" | "--parallel" => "-np",
+            "-ngl" | "--n-gpu-layers" | "--gpu-layers" => "-ngl",
+            "-ncmoe" | "--n-cpu-moe" => "--n-cpu-moe",
+            "-t" | "--threads" => "-t",
+            "-b" | "--batch-size" => "-b",
+            "-ub" | "--ubatch-size" => "-ub",
+            "-ctk" | "--cache-type-k" => "-ctk",
+            "-ctv" | "--cache-type-v" => "-ctv",
+            "-fa" | "--flash-attn" => "-fa",
+            "--fit" => "--fit",
+            "--fit-target" => "--fit-target",
+            "--load-mode" => "--load-mode",
+            "-ot" | "--override-tensor" => "-ot",
+            "--no-op-offload" => "--no-op-offload",
+            "--host" => "--host",
+            "--port" => "--port",
+            _ if flag.starts_with('-') => {
+                return Err(format!(
+                    "unknown flag '{flag}': qtune reads back only the flags it renders (-m, -c, -np, -ngl, --n-cpu-moe, -t, -b, -ub, -ctk, -ctv, -fa, --fit, --fit-target, --load-mode, -ot, --no-op-offload, --host, --port)"
+                ))
+            }
+            _ => {
+                return Err(format!(
+                    "unexpected word '{word}': expected a flag (is a value missing its flag, or a path unquoted?)"
+                ))
+            }
+        };
+        if seen.contains(&canon) && canon != "-ot" {
+            return Err(format!("{canon} is given twice"));
+        }
+        seen.push(canon);
+        i += 1;
+        if canon == "--no-op-offload" {
+            if inline.is_some() {
+                return Err("--no-op-offload takes no value".into());
+            }
+            cfg.op_offload = false;
+            continue;
+        }
+        let value = match inline {
+            Some(v) => v,
+            None => {
+                let v = rest
+                    .get(i)
+                    .filter(|v| !v.starts_with('-') || v.parse::<f64>().is_ok())
+                    .ok_or_else(|| format!("{canon} needs a value"))?;
+                i += 1;
+                v.clone()
+            }
+        };
+        let num = |v: &str| -> Result<u32, String> {
+            v.parse::<u32>()
+                .map_err(|_| format!("{canon} takes a whole number, not '{v}'"))
+        };
+        match canon {
+            "-m" => model = Some(std::path::PathBuf::from(value)),
+            "-c" => ctx = Some(num(&value)?),
+            "-np" => parallel = Some(num(&value)?),
+            "-ngl" => cfg.n_gpu_layers = Some(num(&value)?),
+            "--n-cpu-moe" => cfg.n_cpu_moe = Some(num(&value)?),
+            "-t" => cfg.threads = Some(num(&value)?),
+            "-b" => cfg.batch = Some(num(&value)?),
+            "-ub" => cfg.ubatch = Some(num(&value)?),
+            "-ctk" => cfg.cache_type_k = value.parse()?,
+            "-ctv" => cfg.cache_type_v = value.parse()?,
+            "-fa" => {
+                cfg.flash_attn = match value.as_str() {
+                    "on" => FlashAttn::On,
+                    "off" => FlashAttn::Off,
+                    "auto" => FlashAttn::Auto,
+                    v => return Err(format!("-fa takes on, off or auto, not '{v}'")),
+                }
+            }
+            "--fit" => {
+                cfg.fit = Some(match value.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    v => return Err(format!("--fit takes on or off, not '{v}'")),
+                })
+            }
+            "--load-mode" => cfg.load_mode = value.parse()?,
+            "-ot" => ot_rules.push(value),
+            "--fit-target" => {
+                cfg.fit_target_mib = value
+                    .split(',')
+                    .map(|v| num(v.trim()))
+                    .collect::<Result<_, _>>()?
+            }
+            "--host" => host = Some(value),
+            "--port" => {
+                port = Some(
+                    value
+                        .parse::<u16>()
+                        .map_err(|_| format!("--port takes a port number, not '{value}'"))?,
+                )
+            }
+            _ => unreachable!("every canonical flag is handled"),
+        }
+    }
+    if !ot_rules.is_empty() {
+        cfg.cpu_experts = Some(CpuExperts::from_rules(&ot_rules)?);
+    }
+    cfg.ctx = ctx.ok_or("the command has no -c: give the context size (e.g. -c 32768)")?;
+    cfg.parallel = parallel.ok_or(
+        "the command has no -np: give the slot count (e.g. -np 1; the server's default is 4)",
+    )?;
+    Ok(ServerCommand {
+        server: server.clone(),
+        model,
+        host,
+        port,
+        config: cfg,
+    })
+}
+
+/// Split one shell line into words: single quotes, double quotes (with `\"`, `\\`, `\$`,
+/// `` \` `` escapes) and backslash escapes, as [`shell_line`] writes them. No expansion.
+pub fn split_shell_line(line: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => cur.push(c),
+                        None => return Err("unterminated single quote".into()),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c @ ('"' | '\\' | '$' | '`')) => cur.push(c),
+                            Some('\n') => {}
+                            Some(c) => {
+                                cur.push('\\');
+                                cur.push(c);
+                            }
+                            None => return Err("unterminated double quote".into()),
+                        },
+                        Some(c) => cur.push(c),
+                        None => return Err("unterminated double quote".into()),
+                    }
+                }
+            }
+            '\\' => match chars.next() {
+                Some('\n') => {}
+                Some(c) => {
+                    in_word = true;
+                    cur.push(c);
+                }
+                None => return Err("a trailing backslash".into()),
+            },
+            c => {
+                in_word = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(cur);
+    }
+    Ok(words)
+}

@@ -1,0 +1,406 @@
+//! Tests of `config`: rendering, placement rules, parsing back.
+use super::*;
+
+#[test]
+fn baseline_passes_no_placement_flags() {
+    let args = LaunchConfig::baseline(8192).server_args();
+    assert_eq!(args, ["-c", "8192", "-np", "1"]);
+}
+
+#[test]
+fn manual_config_renders_every_flag_once() {
+    let cfg = LaunchConfig {
+        n_gpu_layers: Some(999),
+        n_cpu_moe: Some(24),
+        threads: Some(8),
+        batch: Some(2048),
+        ubatch: Some(512),
+        cache_type_k: KvType::Q8_0,
+        cache_type_v: KvType::Q8_0,
+        flash_attn: FlashAttn::On,
+        load_mode: LoadMode::None,
+        fit: Some(false),
+        ..LaunchConfig::baseline(32768)
+    };
+    let line = cfg.server_args().join(" ");
+    assert_eq!(
+        line,
+        "-c 32768 -np 1 -ngl 999 --n-cpu-moe 24 -t 8 -b 2048 -ub 512 -ctk q8_0 -ctv q8_0 -fa on --fit off --load-mode none"
+    );
+    assert_eq!(
+        cfg.label(),
+        "ncmoe=24 t=8 b=2048/512 kv=q8_0/q8_0 fa=on lm=none"
+    );
+}
+
+#[test]
+fn number_ranges_render_as_short_exact_regexes() {
+    let alt = |lo: u32, hi: u32| BlockSet::new(lo..=hi).regex_alternation();
+    assert_eq!(alt(36, 47), "3[6-9]|4[0-7]");
+    assert_eq!(alt(0, 2), "[0-2]");
+    assert_eq!(alt(5, 5), "5");
+    assert_eq!(alt(8, 12), "[8-9]|1[0-2]");
+    assert_eq!(alt(40, 47), "4[0-7]");
+    assert_eq!(alt(0, 47), "[0-9]|[1-3][0-9]|4[0-7]");
+    assert_eq!(alt(95, 105), "9[5-9]|10[0-5]");
+    assert_eq!(BlockSet::new([1, 3, 4, 9]).regex_alternation(), "1|[3-4]|9");
+}
+
+/// Every number 0..300 is matched by the alternation of a set exactly when it is in the
+/// set (checked with a real regex engine, anchored the way the `blk\.N\.` rule anchors it).
+#[test]
+fn number_range_regex_is_exact_for_every_range_below_300() {
+    use regex_automata::meta::Regex;
+    for lo in (0..130).step_by(7) {
+        for hi in (lo..300).step_by(11) {
+            let set = BlockSet::new((lo..=hi).chain([hi + 3]));
+            let re = Regex::new(&format!(r"^({})$", set.regex_alternation())).unwrap();
+            for n in 0..310u32 {
+                assert_eq!(
+                    re.is_match(&n.to_string()),
+                    set.contains(n),
+                    "{n} against {} ({set})",
+                    set.regex_alternation()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn expert_placement_renders_one_ot_rule_per_regex() {
+    let cfg = LaunchConfig {
+        n_gpu_layers: Some(999),
+        fit: Some(false),
+        cpu_experts: Some(CpuExperts {
+            blocks: BlockSet::last(12, 48),
+            partial: Some(PartialBlock::new(35, [ExpertProj::Down, ExpertProj::Gate])),
+        }),
+        load_mode: LoadMode::None,
+        ..LaunchConfig::baseline(32768)
+    };
+    assert_eq!(
+        cfg.server_args(),
+        [
+            "-c",
+            "32768",
+            "-np",
+            "1",
+            "-ngl",
+            "999",
+            "-ot",
+            r"blk\.(3[6-9]|4[0-7])\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU",
+            "-ot",
+            r"blk\.35\.ffn_(gate|down)_(ch|)exps=CPU",
+            "--fit",
+            "off",
+            "--load-mode",
+            "none"
+        ]
+    );
+    assert_eq!(
+        cfg.label(),
+        "cpu-exps=36-47+35:gate,down kv=f16/f16 lm=none"
+    );
+    // No rule holds a comma: llama.cpp splits an -ot value on commas.
+    assert!(cfg.server_args().iter().all(|a| !a.contains(',')));
+    assert!(cfg.check().is_ok());
+    // The launch script's quoting hands the shell's words back unchanged.
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("printf '%s\\n' {}", shell_line(&cfg.server_args())))
+        .output()
+        .unwrap();
+    let words: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(words, cfg.server_args());
+}
+
+#[test]
+fn first_n_with_a_partial_block_adds_to_n_cpu_moe() {
+    let cfg = LaunchConfig {
+        n_gpu_layers: Some(999),
+        n_cpu_moe: Some(12),
+        cpu_experts: Some(CpuExperts {
+            blocks: BlockSet::default(),
+            partial: Some(PartialBlock::new(12, [ExpertProj::Down])),
+        }),
+        ..LaunchConfig::baseline(8192)
+    };
+    assert_eq!(
+        cfg.server_args().join(" "),
+        r"-c 8192 -np 1 -ngl 999 --n-cpu-moe 12 -ot blk\.12\.ffn_(down)_(ch|)exps=CPU"
+    );
+    assert_eq!(cfg.label(), "ncmoe=12 cpu-exps=12:down kv=f16/f16");
+}
+
+#[test]
+fn fit_candidate_has_no_placement_flags_and_keeps_the_rest() {
+    let tuned = LaunchConfig {
+        n_gpu_layers: Some(999),
+        n_cpu_moe: Some(13),
+        fit: Some(false),
+        threads: Some(8),
+        ubatch: Some(2048),
+        batch: Some(2048),
+        cache_type_k: KvType::Q8_0,
+        cache_type_v: KvType::Q8_0,
+        load_mode: LoadMode::None,
+        op_offload: false,
+        ..LaunchConfig::baseline(32768)
+    };
+    let fit = tuned.with_fit_placement(512);
+    assert!(fit.is_fit_placement() && fit.check().is_ok());
+    assert_eq!(
+        fit.server_args().join(" "),
+        "-c 32768 -np 1 -t 8 -b 2048 -ub 2048 -ctk q8_0 -ctv q8_0 --fit on --fit-target 512 --load-mode none --no-op-offload"
+    );
+    assert_eq!(
+        fit.label(),
+        "fit=on/512 t=8 b=2048/2048 kv=q8_0/q8_0 lm=none no-op-offload"
+    );
+    // fit gives up when placement is set: such a config is refused before launch.
+    let both = LaunchConfig {
+        n_cpu_moe: Some(3),
+        ..fit.clone()
+    };
+    assert!(both.check().unwrap_err().contains("--fit on"));
+}
+
+#[test]
+fn old_results_with_mmap_still_read_and_new_fields_stay_out_of_old_shaped_json() {
+    let old = r#"{"ctx":8192,"parallel":1,"n_gpu_layers":999,"n_cpu_moe":13,"threads":null,
+        "batch":null,"ubatch":512,"cache_type_k":"q8_0","cache_type_v":"q8_0",
+        "flash_attn":"on","mmap":true,"fit":false}"#;
+    let c: LaunchConfig = serde_json::from_str(old).unwrap();
+    assert_eq!(c.load_mode, LoadMode::Auto);
+    assert!(!c
+        .server_args()
+        .iter()
+        .any(|a| a.contains("mmap") || a == "--load-mode"));
+    let off: LaunchConfig =
+        serde_json::from_str(&old.replace(r#""mmap":true"#, r#""mmap":false"#)).unwrap();
+    assert_eq!(off.load_mode, LoadMode::None);
+    // Written again: load_mode by name, and none of the empty new fields.
+    let json = serde_json::to_string(&c).unwrap();
+    assert!(json.contains(r#""load_mode":"auto""#), "{json}");
+    for absent in ["cpu_experts", "fit_target_mib", "op_offload", "mmap"] {
+        assert!(!json.contains(absent), "{json}");
+    }
+    // A full new config round-trips through JSON and YAML.
+    let new = LaunchConfig {
+        cpu_experts: Some(CpuExperts {
+            blocks: BlockSet::new([0, 1, 2, 40, 41]),
+            partial: Some(PartialBlock::new(39, [ExpertProj::Down])),
+        }),
+        load_mode: LoadMode::MmapMlock,
+        op_offload: false,
+        fit_target_mib: vec![512, 1024],
+        ..c.clone()
+    };
+    let json = serde_json::to_string(&new).unwrap();
+    assert!(json.contains(r#""blocks":"0-2,40-41""#), "{json}");
+    assert_eq!(serde_json::from_str::<LaunchConfig>(&json).unwrap(), new);
+    let yaml = serde_yaml::to_string(&new).unwrap();
+    assert_eq!(serde_yaml::from_str::<LaunchConfig>(&yaml).unwrap(), new);
+    // Both spellings at once, or a bad mode, are errors that name the field.
+    assert!(serde_json::from_str::<LaunchConfig>(
+        &old.replace(r#""fit":false"#, r#""fit":false,"load_mode":"none""#)
+    )
+    .is_err());
+    let bad = serde_json::from_str::<LaunchConfig>(
+        &old.replace(r#""mmap":true"#, r#""load_mode":"fast""#),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(bad.contains("unknown load mode 'fast'"), "{bad}");
+}
+
+#[test]
+fn block_sets_parse_and_placements_are_checked_against_the_model() {
+    assert_eq!(
+        "0-3, 40-41,7".parse::<BlockSet>().unwrap().to_string(),
+        "0-3,7,40-41"
+    );
+    assert!("3-1".parse::<BlockSet>().is_err());
+    assert!("x".parse::<BlockSet>().is_err());
+    let p = CpuExperts::last(4, 48);
+    assert!(p.check(48).is_ok());
+    assert!(p
+        .check(40)
+        .unwrap_err()
+        .contains("block 44 is out of range"));
+    let both = CpuExperts {
+        blocks: BlockSet::first(3),
+        partial: Some(PartialBlock::new(2, [ExpertProj::Up])),
+    };
+    assert!(both
+        .check(48)
+        .unwrap_err()
+        .contains("both whole and partial"));
+    assert_eq!(
+        ExpertProj::of_tensor("blk.3.ffn_gate_up_exps.weight"),
+        Some(ExpertProj::GateUp)
+    );
+    assert_eq!(
+        ExpertProj::of_tensor("blk.3.ffn_down_chexps.bias"),
+        Some(ExpertProj::Down)
+    );
+    assert_eq!(ExpertProj::of_tensor("blk.3.ffn_down_shexp.weight"), None);
+}
+
+#[test]
+fn shell_quoting_survives_metacharacters() {
+    assert_eq!(shell_quote("plain/path.gguf"), "plain/path.gguf");
+    assert_eq!(shell_quote("my model.gguf"), "'my model.gguf'");
+    assert_eq!(shell_quote("it's $HOME`x`"), r"'it'\''s $HOME`x`'");
+    assert_eq!(shell_quote(""), "''");
+}
+
+fn words(line: &str) -> Vec<String> {
+    split_shell_line(line).unwrap()
+}
+
+#[test]
+fn a_rendered_command_parses_back_to_the_same_config() {
+    let configs = [
+        LaunchConfig::baseline(32768),
+        LaunchConfig {
+            n_gpu_layers: Some(999),
+            n_cpu_moe: Some(13),
+            threads: Some(8),
+            batch: Some(2048),
+            ubatch: Some(2048),
+            cache_type_k: KvType::Q8_0,
+            cache_type_v: KvType::Q4_0,
+            flash_attn: FlashAttn::On,
+            load_mode: LoadMode::None,
+            fit: Some(false),
+            op_offload: false,
+            ..LaunchConfig::baseline(32768)
+        },
+        LaunchConfig {
+            n_gpu_layers: Some(999),
+            fit: Some(false),
+            cpu_experts: Some(CpuExperts {
+                blocks: BlockSet::new((0..3).chain(36..48).chain([101, 250])),
+                partial: Some(PartialBlock::new(35, [ExpertProj::Down, ExpertProj::Gate])),
+            }),
+            load_mode: LoadMode::MmapMlock,
+            ubatch: Some(256),
+            ..LaunchConfig::baseline(32768)
+        },
+        LaunchConfig {
+            n_gpu_layers: Some(999),
+            fit: Some(false),
+            cpu_experts: Some(CpuExperts {
+                blocks: BlockSet::default(),
+                partial: Some(PartialBlock::new(7, [ExpertProj::GateUp])),
+            }),
+            ..LaunchConfig::baseline(4096)
+        },
+        LaunchConfig {
+            fit: Some(true),
+            fit_target_mib: vec![512, 1024],
+            load_mode: LoadMode::None,
+            flash_attn: FlashAttn::Off,
+            ..LaunchConfig::baseline(8192)
+        },
+    ];
+    for cfg in configs {
+        let argv = cfg.command(
+            Path::new("/opt/llama server/llama-server"),
+            Path::new("/m/it's a model.gguf"),
+            "0.0.0.0",
+            8080,
+        );
+        let line = shell_line(&argv);
+        let back = parse_command(&words(&line)).unwrap();
+        assert_eq!(back.config, cfg, "{line}");
+        assert_eq!(back.server, "/opt/llama server/llama-server");
+        assert_eq!(
+            back.model.as_deref(),
+            Some(Path::new("/m/it's a model.gguf"))
+        );
+        assert_eq!(
+            (back.host.as_deref(), back.port),
+            (Some("0.0.0.0"), Some(8080))
+        );
+        assert_eq!(
+            shell_line(&back.config.server_args()),
+            shell_line(&cfg.server_args())
+        );
+    }
+}
+
+#[test]
+fn long_flag_spellings_and_fit_target_parse() {
+    let c = parse_command(&words(
+        "llama-server --model M.gguf --ctx-size=32768 --parallel 1 --fit-target 512",
+    ))
+    .unwrap();
+    assert_eq!(c.server, "llama-server");
+    assert_eq!(c.config.fit_target_mib, [512]);
+    assert_eq!(
+        c.config.server_args().join(" "),
+        "-c 32768 -np 1 --fit-target 512"
+    );
+    assert_eq!(c.config.label(), "fit-target=512 kv=f16/f16");
+}
+
+#[test]
+fn bad_commands_are_one_clear_error() {
+    let err = |line: &str| parse_command(&words(line)).unwrap_err();
+    assert!(err("llama-server -m M.gguf -c 4096 -np 1 --mlock").contains("unknown flag '--mlock'"));
+    assert!(err("llama-server -m M.gguf -np 1").contains("no -c"));
+    assert!(err("llama-server -m M.gguf -c 4096").contains("no -np"));
+    assert!(err("llama-server -m M.gguf -c big -np 1").contains("whole number"));
+    assert!(err("llama-server -c 1 -c 2 -np 1").contains("twice"));
+    assert!(err("llama-server -c 4096 -np 1 -ctk q3").contains("unknown KV cache type"));
+    assert!(err("llama-server -c 4096 -np 1 -t").contains("-t needs a value"));
+    assert!(err("-c 4096").contains("server binary"));
+    assert!(err("llama-server stray -c 1 -np 1").contains("unexpected word 'stray'"));
+    assert!(parse_command(&[]).is_err());
+    assert!(err(r"llama-server -c 4096 -np 1 -ot exps=CPU").contains("-ot 'exps=CPU'"));
+    assert!(err(
+        r"llama-server -c 4096 -np 1 -ot blk\.(1[a-z])\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU"
+    )
+    .contains("not an expert placement"));
+    assert!(err("llama-server -c 4096 -np 1 --load-mode fast").contains("unknown load mode"));
+    assert!(err("llama-server -c 4096 -np 1 --no-op-offload=1").contains("takes no value"));
+    assert!(err("llama-server -c 4096 -np 1 --fit maybe").contains("--fit takes on or off"));
+}
+
+#[test]
+fn load_mode_ot_rules_and_no_op_offload_parse_back() {
+    let c = parse_command(&words(
+        r"llama-server -c 8192 -np 1 -ngl 999 -ot 'blk\.(0|1|2)\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU' -ot 'blk\.3\.ffn_(down)_(ch|)exps=CPU' --fit off --load-mode none --no-op-offload",
+    ))
+    .unwrap();
+    let e = c.config.cpu_experts.clone().unwrap();
+    assert_eq!(e.blocks, BlockSet::first(3));
+    assert_eq!(e.partial, Some(PartialBlock::new(3, [ExpertProj::Down])));
+    assert_eq!(c.config.load_mode, LoadMode::None);
+    assert!(!c.config.op_offload);
+    assert_eq!(c.config.fit, Some(false));
+}
+
+#[test]
+fn shell_lines_split_like_a_shell() {
+    assert_eq!(
+        words(r#"a 'b c' "d \"e\"" f\ g  'it'\''s'"#),
+        ["a", "b c", "d \"e\"", "f g", "it's"]
+    );
+    assert!(split_shell_line("a 'b").is_err());
+    assert!(split_shell_line("a \"b").is_err());
+    assert_eq!(words("  "), Vec::<String>::new());
+}
+
+#[test]
+fn kv_type_parses_case_insensitively_and_rejects_unknown() {
+    assert_eq!("Q8_0".parse::<KvType>().unwrap(), KvType::Q8_0);
+    assert!("q3_k".parse::<KvType>().is_err());
+}
