@@ -1,4 +1,6 @@
 //! The search strategy, an argmin [`Solver`]: one trial per iteration.
+//! (One job in one file, over 600 lines: the solver is one state machine whose steps share its
+//! state; its behaviour is tested through replayed landscapes in tests/search_replay.rs.)
 //!
 //! 1. Baseline: what the user gets without qtune (no placement flags, the build auto-fits).
 //! 2. Explore: for the starting point, find the fitting `--n-cpu-moe` boundary (start at the

@@ -1,4 +1,5 @@
 //! Racing candidates against a reference in paired, interleaved rounds.
+//! (One job in one file, over 600 lines with its tests: the race is one state machine.)
 //!
 //! # Design: a sequential paired t-race
 //! Every round launches the reference and each surviving candidate once, in ABBA order
