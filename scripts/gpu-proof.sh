@@ -18,6 +18,9 @@
 #   tune35-24     the same on 24 GiB (sweep35-24 after it)
 #   tune30-16     qwen3-30b-a3b on 16 GiB (sweep30-16, depth30-16 after it)
 #   plan35        qtune plan on 16 GiB starting from the 24 GiB profile, then the plan launched
+#   proof35-16, proof35-24, proof30-16, proof30-24
+#                 issue 13's proof: plan (predicted speeds written first), tune (default space),
+#                 then qtune compare of the winner vs the default vs --fit-target 512
 #   remeasure35-16, remeasure35-24, remeasure30-16
 #                 qtune compare: plain default vs --fit-target 512 vs the committed winner ($ROUNDS rounds)
 #
@@ -230,6 +233,39 @@ for c in "$@"; do
       "$Q" tune --model "$m" --space default --target-vram-headroom 512 --ctx 32768 --out "$run" > "$W/$c.cmd"
       echo "tune exit $? after $((SECONDS - t0)) s; command: $(tail -1 "$W/$c.cmd")"
       echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$run/card.txt"
+      pack "$c" "$run"
+      say "$c: re-measuring the winner (${ROUNDS:-6} rounds)"
+      "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" "llama-server -m $m -c 32768 -np 1 --fit-target 512" \
+        "$(tail -1 "$W/$c.cmd")" --rounds "${ROUNDS:-6}" \
+        --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$W/runs/$c-compare"
+      echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$W/runs/$c-compare/card.txt"
+      unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
+    proof35-16 | proof35-24 | proof30-16 | proof30-24)
+      # Issue 13 (and 12, 14): predict, tune with the default space, re-measure.
+      # 1. `qtune plan` writes its predicted speeds down before anything is launched: from the
+      #    model alone (run where no profile is found), and from the other card's profile when
+      #    that card's proof already ran in this session.
+      # 2. `qtune tune --space default --target-vram-headroom 512`.
+      # 3. `qtune compare`: the plain default, --fit-target 512 and the tune's winner, ${ROUNDS:-6}
+      #    interleaved rounds.
+      k=${c#proof}; gib=${k#*-}
+      case "$k" in 35-*) shape=qwen3.5-35b-a3b ;; *) shape=qwen3-30b-a3b ;; esac
+      other=$([ "$gib" = 16 ] && echo 24 || echo 16)
+      m=$(model "$shape"); run="$W/runs/$c"; ballast "$gib"
+      mkdir -p "$W/noprofile"
+      say "$c: plan before the tune ($GPU_NAME, emulated ${gib} GiB card)"
+      (cd "$W/noprofile" && "$Q" plan --model "$m" --ctx 32768 --target-vram-headroom 512 --no-profile) > "$W/$c-plan.txt" 2>&1
+      if [ -f "$W/runs/proof${k%-*}-$other/results.json" ]; then
+        "$Q" profile export "$W/runs/proof${k%-*}-$other" --out "$W/$c-other.yaml" \
+          && "$Q" plan --model "$m" --profile "$W/$c-other.yaml" --ctx 32768 --target-vram-headroom 512 > "$W/$c-plan-from-$other.txt" 2>&1
+      fi
+      cat "$W/$c"-plan*.txt
+      say "$c: tune, default space"
+      t0=$SECONDS
+      "$Q" tune --model "$m" --space default --target-vram-headroom 512 --ctx 32768 --out "$run" > "$W/$c.cmd"
+      echo "tune exit $? after $((SECONDS - t0)) s; command: $(tail -1 "$W/$c.cmd")"
+      echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$run/card.txt"
+      cp "$W/$c"-plan*.txt "$run/" 2>/dev/null
       pack "$c" "$run"
       say "$c: re-measuring the winner (${ROUNDS:-6} rounds)"
       "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" "llama-server -m $m -c 32768 -np 1 --fit-target 512" \

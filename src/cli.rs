@@ -352,6 +352,9 @@ pub struct PlanArgs {
     /// Start from this profile (else the best match in profiles/).
     #[arg(long)]
     pub profile: Option<PathBuf>,
+    /// Use no profile: the memory and speed models alone.
+    #[arg(long, conflicts_with = "profile")]
+    pub no_profile: bool,
     #[arg(long, default_value_t = 32768)]
     pub ctx: u32,
     #[arg(long, default_value_t = 512)]
@@ -406,6 +409,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Plan(p) => app::results::plan(
             &p.model,
             p.profile.as_deref(),
+            !p.no_profile,
             p.ctx,
             p.target_vram_headroom,
         ),

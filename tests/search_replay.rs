@@ -75,7 +75,7 @@ fn landscape_fn(ctx: &SearchContext, offset: i64) -> impl FnMut(&LaunchConfig) -
             };
         };
         let base = qtune::search::strategy::base_of(c);
-        let predicted = ctx.predicted_fit(&base).expect("fits somewhere") as i64;
+        let predicted = ctx.predicted_fit(&base, 0.0).expect("fits somewhere") as i64;
         let boundary = (predicted + offset).clamp(0, 40);
         if (n as i64) < boundary {
             return ReplayAnswer::Fail(if n as i64 == boundary - 1 {
@@ -107,7 +107,7 @@ fn landscape_fn(ctx: &SearchContext, offset: i64) -> impl FnMut(&LaunchConfig) -
 /// The true optimum's --n-cpu-moe for the winner's flags.
 fn true_boundary(ctx: &SearchContext, c: &LaunchConfig, offset: i64) -> u32 {
     let base = qtune::search::strategy::base_of(c);
-    (ctx.predicted_fit(&base).unwrap() as i64 + offset).clamp(0, 40) as u32
+    (ctx.predicted_fit(&base, 0.0).unwrap() as i64 + offset).clamp(0, 40) as u32
 }
 
 fn check(offset: i64) {
@@ -318,7 +318,9 @@ fn the_fit_candidate_wins_where_it_is_best_within_twenty_launches() {
             h.iter()
                 .any(|o| o.role == TrialRole::Search && f(&o.config))
         };
-        assert!(tried(&|c| c.is_fit_placement() && c.fit_target_mib == [512]));
+        assert!(tried(&|c| c.is_fit_placement()
+            && c.fit_target_mib
+                == [512 + qtune::search::candidates::FIT_OVERSHOOT_MIB]));
         assert!(tried(
             &|c| c.load_mode == qtune::config::LoadMode::Auto && c.n_cpu_moe.is_some()
         ));

@@ -73,12 +73,19 @@ pub fn profile_show(name: &str) -> Result<()> {
 }
 
 /// `qtune plan --model M [--profile P]`: propose a config for this box without trials.
-pub fn plan(model: &Path, profile_path: Option<&Path>, ctx: u32, headroom_mib: u64) -> Result<()> {
+pub fn plan(
+    model: &Path,
+    profile_path: Option<&Path>,
+    use_profiles: bool,
+    ctx: u32,
+    headroom_mib: u64,
+) -> Result<()> {
     let layout = crate::model::load(model)?;
     let hw = crate::hardware::probe(false);
     let dir = Path::new(PROFILES_DIR);
     let chosen: Option<Profile> = match profile_path {
         Some(p) => Some(profile::find_profile(&p.to_string_lossy(), dir)?.1),
+        None if !use_profiles => None,
         None => {
             let all: Vec<Profile> = profile::load_dir(dir)
                 .into_iter()

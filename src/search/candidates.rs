@@ -17,14 +17,21 @@ use crate::model::memory::{
 use crate::model::ModelLayout;
 use crate::space::{NCpuMoe, PlacementStyle, SearchSpace};
 
+/// How far `--fit` overshot its own target on the GPU machine (issue 13, H100, 16 GiB free):
+/// `--fit-target 512` peaked 100-110 MiB over free-minus-512 in three models/runs
+/// (15,878 / 15,884 / 15,888 MiB against 15,778). The `fit` candidate asks for this much more
+/// headroom than the tune's, so that fit's placement stays within the tune's budget.
+pub const FIT_OVERSHOOT_MIB: u32 = 160;
+
 /// What a placement must fit in.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
-    /// VRAM the config may use (free VRAM before the tune minus the headroom), MiB.
+    /// VRAM the config's buffers may use, MiB: free VRAM before the tune minus the headroom,
+    /// minus what the launch uses beyond its buffers (the CUDA context), as measured.
     pub vram_budget_mib: f64,
     /// Host RAM available before the tune, MiB; `None`: unknown (not checked).
     pub ram_available_mib: Option<f64>,
-    /// `--fit-target` of the `fit` candidate, MiB (the tune's VRAM headroom).
+    /// `--fit-target` of the `fit` candidate, MiB (the tune's VRAM headroom plus [`FIT_OVERSHOOT_MIB`]).
     pub fit_target_mib: u32,
 }
 

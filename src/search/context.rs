@@ -150,9 +150,12 @@ impl SearchContext {
     }
 
     /// Smallest `--n-cpu-moe` the memory prediction says fits the budget (None: nothing fits).
-    pub fn predicted_fit(&self, base: &Base) -> Option<u32> {
+    /// `unitemized_mib`: GPU memory the server's reported buffers do not itemize (the CUDA
+    /// context and its workspaces), as measured in this tune ([`unitemized_vram_mib`]); the
+    /// buffers must fit what it leaves of the budget.
+    pub fn predicted_fit(&self, base: &Base, unitemized_mib: f64) -> Option<u32> {
         let (lo, hi) = self.ncmoe_bounds();
-        let budget = self.budget_mib?;
+        let budget = self.budget_mib? - unitemized_mib;
         let template = self.config(base, lo);
         crate::model::memory::min_n_cpu_moe_that_fits(&self.layout, &template, budget)
             .map(|n| n.clamp(lo, hi))
@@ -169,4 +172,36 @@ pub fn baseline_of(space: &SearchSpace) -> LaunchConfig {
         parallel: space.fixed.parallel,
         ..LaunchConfig::baseline(space.fixed.ctx)
     }
+}
+
+/// GPU memory a launch uses beyond the buffers the server itemizes in its log (the CUDA context,
+/// cuBLAS handles and workspaces), learned from this tune's own trials: the largest gap between
+/// a trial's peak VRAM (NVML) and the sum of its reported GPU buffers, MiB. 0 before any trial
+/// with both (a CPU-only box, or a replay without them).
+///
+/// Measured on the GPU machine (H100, CUDA 13.0, issue 13): about 715-760 MiB in every trial,
+/// whatever the placement, so the memory prediction alone (which itemizes only the buffers)
+/// proposed placements 700 MiB over the card; the search's boundary step corrected for it one
+/// launch at a time, the filled placements did not. Trials that ran out of memory are left out:
+/// their peak is the card's limit, not the config's use.
+pub fn unitemized_vram_mib<'a>(
+    history: impl IntoIterator<Item = &'a crate::trial::TrialOutcome>,
+) -> f64 {
+    history
+        .into_iter()
+        .filter(|o| {
+            !matches!(
+                o.kind,
+                crate::trial::OutcomeKind::OomLoad | crate::trial::OutcomeKind::OomRuntime
+            )
+        })
+        .filter_map(|o| {
+            let r = o.reported.as_ref()?;
+            if o.peak_vram_mib.is_empty() {
+                return None;
+            }
+            let reported = crate::trial::logparse::gpu_total_mib(r);
+            (reported > 0.0).then(|| o.peak_vram_mib.iter().sum::<u64>() as f64 - reported)
+        })
+        .fold(0.0, f64::max)
 }

@@ -227,9 +227,9 @@ impl QtuneSearch {
         }
         if let (true, Some(budget)) = (ctx.gpu_moe, ctx.budget_mib) {
             let limits = super::candidates::Limits {
-                vram_budget_mib: budget,
+                vram_budget_mib: budget - self.unitemized_mib(),
                 ram_available_mib: ctx.ram_available_mib,
-                fit_target_mib: ctx.fit_target_mib,
+                fit_target_mib: ctx.fit_target_mib + super::candidates::FIT_OVERSHOOT_MIB,
             };
             for c in super::candidates::propose(&ctx.layout, &best, &ctx.space, &limits) {
                 if c.refused.is_none() {
@@ -283,6 +283,12 @@ impl QtuneSearch {
             }
         }
         out
+    }
+
+    /// GPU memory beyond the reported buffers, as measured so far in this tune
+    /// ([`super::context::unitemized_vram_mib`]).
+    fn unitemized_mib(&self) -> f64 {
+        super::context::unitemized_vram_mib(&self.history)
     }
 
     /// Launches spent so far (skipped configs were never launched).
@@ -429,7 +435,7 @@ impl QtuneSearch {
                 .filter(|&f| limit.is_none_or(|l| f < l))
                 .max()
         };
-        let raw = ctx.predicted_fit(base);
+        let raw = ctx.predicted_fit(base, self.unitemized_mib());
         let start = match raw {
             Some(p) => {
                 (p as i64 + self.delta.unwrap_or(0) as i64).clamp(lo as i64, hi as i64) as u32
@@ -655,9 +661,10 @@ impl QtuneSearch {
                     // This base is done: learn the prediction offset once, then compare.
                     self.queue.pop_front();
                     if self.delta.is_none() && ctx.gpu_moe {
-                        if let (Some(p), Some((cfg, _))) =
-                            (ctx.predicted_fit(&base), self.best_of(ctx, &base))
-                        {
+                        if let (Some(p), Some((cfg, _))) = (
+                            ctx.predicted_fit(&base, self.unitemized_mib()),
+                            self.best_of(ctx, &base),
+                        ) {
                             self.delta = Some(cfg.n_cpu_moe.unwrap_or(0) as i32 - p as i32);
                         }
                     }
