@@ -165,7 +165,8 @@ pub fn decide(
 
 /// The race's headline config: its winner; else the raced config with the best generation
 /// estimate among those that did not fail and are not slower than the baseline beyond their
-/// interval; None: the baseline stays (with a warning saying why).
+/// interval, or, where the rounds cannot tell another such config's generation from it, the one
+/// of those with the fastest prompt processing; None: the baseline stays (with a warning).
 fn headline(r: &crate::run::RaceReport, warnings: &mut Vec<String>) -> Option<LaunchConfig> {
     use crate::stats::race::ArmStatus;
     if let Some(i) = r.outcome.winner {
@@ -181,11 +182,38 @@ fn headline(r: &crate::run::RaceReport, warnings: &mut Vec<String>) -> Option<La
         .max_by(|a, b| a.1.gen.mean_log.total_cmp(&b.1.gen.mean_log));
     match best {
         Some((i, v)) => {
+            // Generation leads; where the rounds cannot tell another eligible candidate's
+            // generation from this one's (their paired interval holds 0), prompt speed decides.
+            let tied_faster_prompt = r
+                .outcome
+                .candidates
+                .iter()
+                .filter(|c| c.index != i && !matches!(c.status, ArmStatus::Failed { .. }))
+                .filter_map(|c| Some((c.index, c.vs_reference.as_ref()?)))
+                .filter(|(_, o)| o.gen.hi_log.is_some_and(|hi| hi >= 0.0) && o.gen.mean_log > 0.0)
+                .filter(|(_, o)| o.prompt.mean_log > v.prompt.mean_log)
+                .filter(|(j, _)| {
+                    gen_between(&r.outcome.rounds, *j + 1, i + 1).is_some_and(|d| {
+                        d.lo_log
+                            .zip(d.hi_log)
+                            .is_some_and(|(lo, hi)| lo <= 0.0 && 0.0 <= hi)
+                    })
+                })
+                .max_by(|a, b| a.1.prompt.mean_log.total_cmp(&b.1.prompt.mean_log));
+            let (pick, pv) = tied_faster_prompt.unwrap_or((i, v));
+            let why = if pick == i {
+                String::new()
+            } else {
+                format!(
+                    "; its generation could not be told apart from the best estimate's ({}), so the faster prompt processing decided",
+                    v.gen
+                )
+            };
             warnings.push(format!(
-                "the race did not prove a gain ({}): the recommendation is its best estimate, generation {}",
-                r.outcome.reason, v.gen
+                "the race did not prove a gain ({}): the recommendation is its best estimate, generation {}, prompt {}{why}",
+                r.outcome.reason, pv.gen, pv.prompt
             ));
-            r.candidates.get(i).cloned()
+            r.candidates.get(pick).cloned()
         }
         None => {
             warnings.push(format!(
@@ -195,6 +223,24 @@ fn headline(r: &crate::run::RaceReport, warnings: &mut Vec<String>) -> Option<La
             None
         }
     }
+}
+
+/// Arm `a`'s generation against arm `b`'s, paired over the race rounds that measured both
+/// (arms: 0 is the reference, candidate k is arm k + 1).
+fn gen_between(
+    rounds: &[crate::stats::race::Round],
+    a: usize,
+    b: usize,
+) -> Option<crate::stats::Comparison> {
+    let d: Vec<f64> = rounds
+        .iter()
+        .filter_map(|r| {
+            let sa = r.samples.get(a)?.as_ref()?;
+            let sb = r.samples.get(b)?.as_ref()?;
+            Some((sa.gen_tps / sb.gen_tps).ln())
+        })
+        .collect();
+    crate::stats::Comparison::from_log_ratios(&d, 0.95)
 }
 
 /// A warning when the winner gives up much more prompt speed than it gains in generation
@@ -378,5 +424,72 @@ mod tests {
             "a large generation gain may pay for it"
         );
         assert!(w(None, Some(-90.0)).is_none());
+    }
+
+    /// A race of two candidates against the reference with these per-round
+    /// (gen ratio, prompt ratio) pairs, run to the end of its rounds.
+    fn race_of(a: &[(f64, f64)], b: &[(f64, f64)]) -> crate::run::RaceReport {
+        use crate::stats::race::{Race, RaceSettings};
+        use crate::stats::Sample;
+        let settings = RaceSettings {
+            budget_launches: 3 * a.len() as u32,
+            noise_launches: 0,
+            ..RaceSettings::default()
+        };
+        let mut race = Race::new(settings, 2);
+        while let Some(l) = race.next_launch() {
+            let round = l.round.unwrap_or(0) as usize;
+            let (g, p) = match l.arm {
+                0 => (1.0, 1.0),
+                1 => a[round],
+                _ => b[round],
+            };
+            // The box drifts from round to round; the pairing cancels it.
+            let drift = 1.0 + 0.1 * round as f64;
+            race.record(
+                l,
+                Some(Sample {
+                    gen_tps: 100.0 * g * drift,
+                    prompt_tps: 1000.0 * p * drift,
+                }),
+            );
+        }
+        crate::run::RaceReport {
+            candidates: vec![at(10), at(12)],
+            outcome: race.outcome(),
+        }
+    }
+
+    #[test]
+    fn without_a_proven_gain_prompt_speed_decides_between_configs_the_rounds_cannot_tell_apart() {
+        // Generation: both noisy around +5-8 %, never separated; prompt: 1.3x against 2x.
+        let a = [(1.25, 1.3), (0.92, 1.3), (1.10, 1.3), (0.95, 1.3)];
+        let b = [(1.12, 2.0), (0.97, 2.0), (1.02, 2.0), (1.05, 2.0)];
+        let r = race_of(&a, &b);
+        assert_eq!(r.outcome.winner, None, "{}", r.outcome.reason);
+        let mut warnings = Vec::new();
+        assert_eq!(headline(&r, &mut warnings), Some(at(12)), "{warnings:?}");
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.contains("prompt processing decided")),
+            "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn without_a_proven_gain_a_generation_lead_the_rounds_resolve_is_kept() {
+        // The faster prompt config is clearly slower in generation than the best estimate.
+        let a = [(1.20, 1.3), (0.90, 1.3), (1.15, 1.3), (0.93, 1.3)];
+        let b = [(1.10, 2.0), (0.81, 2.0), (1.05, 2.0), (0.83, 2.0)];
+        let r = race_of(&a, &b);
+        let mut warnings = Vec::new();
+        assert_eq!(headline(&r, &mut warnings), Some(at(10)), "{warnings:?}");
+        assert!(
+            !warnings
+                .iter()
+                .any(|w| w.contains("prompt processing decided")),
+            "{warnings:?}"
+        );
     }
 }
