@@ -2,7 +2,8 @@
 //! (One job in one file, over 600 lines: the solver is one state machine whose steps share its
 //! state; its behaviour is tested through replayed landscapes in tests/search_replay.rs.)
 //!
-//! 1. Baseline: what the user gets without qtune (no placement flags, the build auto-fits).
+//! 1. Baseline: what the user gets without qtune (no placement flags, the build auto-fits),
+//!    launched twice back to back when the budget races: the box's launch-to-launch noise.
 //! 2. Explore: for the starting point, find the fitting `--n-cpu-moe` boundary (start at the
 //!    memory prediction, confirm the boundary once below it, bisect when the prediction was off),
 //!    then improve KV type, batch/ubatch, threads and flash attention by coordinate steps, each
@@ -309,6 +310,17 @@ impl QtuneSearch {
             race
         } else {
             0
+        }
+    }
+
+    /// Launches of the baseline at the start: 2 (the box's noise) when the budget races and
+    /// has a launch to spare for it, else 1.
+    fn probe_launches(ctx: &SearchContext) -> u32 {
+        let race = Self::race_reserve(ctx);
+        if race > 0 && ctx.space.budget.trials >= race + Self::nominal_variants(ctx) + 4 {
+            2
+        } else {
+            1
         }
     }
 
@@ -627,8 +639,20 @@ impl QtuneSearch {
             }
             match self.phase {
                 Phase::Baseline => {
+                    // The baseline first, and again right after it (when the budget races):
+                    // the box's launch-to-launch noise, measured before anything is decided,
+                    // sizes the race (how many candidates it can resolve).
+                    let baselines: Vec<&TrialOutcome> = self
+                        .history
+                        .iter()
+                        .filter(|o| o.role == TrialRole::Baseline && o.kind != OutcomeKind::Skipped)
+                        .collect();
+                    let again = baselines.len() < Self::probe_launches(ctx) as usize
+                        && baselines.iter().all(|o| o.kind.is_ok());
+                    if baselines.is_empty() || again {
+                        return Some((ctx.baseline(), TrialRole::Baseline));
+                    }
                     self.phase = Phase::Explore;
-                    return Some((ctx.baseline(), TrialRole::Baseline));
                 }
                 Phase::Explore => {
                     if let Some(ch) = self.undecided.take() {
