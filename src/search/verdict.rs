@@ -140,13 +140,20 @@ pub fn decide(
     if let Some(w) = secondary_regression_warning(gen_gain, prompt_gain) {
         warnings.push(w);
     }
+    let verdict_of = |cfg: &LaunchConfig| {
+        race.and_then(|r| {
+            r.verdicts()
+                .into_iter()
+                .find(|(c, _)| *c == cfg)
+                .map(|(_, v)| v.clone())
+        })
+    };
+    let paired = verdict_of(&config);
+    if let Some(w) = objective_price(obj, gen_gain, prompt_gain, paired.as_ref()) {
+        warnings.push(w);
+    }
     let command = command(&config);
-    let verdict = race.and_then(|r| {
-        r.verdicts()
-            .into_iter()
-            .find(|(c, _)| **c == config)
-            .map(|(_, v)| v.clone())
-    });
+    let verdict = paired;
     (
         confirmation,
         Some(Winner {
@@ -241,6 +248,45 @@ fn gen_between(
         })
         .collect();
     crate::stats::Comparison::from_log_ratios(&d, 0.95)
+}
+
+/// Under an objective that weighs prompt speed (`metric: prompt`, or `blend` with a prompt
+/// weight), a winner slower in generation than the baseline is allowed: say that the objective
+/// chose it and show the price (issue 12). None under the generation-first objective, or when
+/// the winner is not slower in generation.
+pub fn objective_price(
+    obj: &crate::space::Objective,
+    gen_gain: Option<f64>,
+    prompt_gain: Option<f64>,
+    paired: Option<&crate::stats::PairedVerdict>,
+) -> Option<String> {
+    use crate::space::Metric;
+    let prompt_heavy = match obj.metric {
+        Metric::Prompt => true,
+        Metric::Blend => obj.prompt_weight > 0.0,
+        Metric::Gen | Metric::GenAtDepth => false,
+    };
+    let g = gen_gain?;
+    if !prompt_heavy || g >= 0.0 {
+        return None;
+    }
+    let objective = match obj.metric {
+        Metric::Prompt => "metric: prompt".to_string(),
+        _ => format!(
+            "metric: blend, gen_weight {}, prompt_weight {}",
+            obj.gen_weight, obj.prompt_weight
+        ),
+    };
+    let (gen, prompt) = match paired {
+        Some(v) => (v.gen.to_string(), v.prompt.to_string()),
+        None => (
+            format!("{g:+.1} %"),
+            prompt_gain.map_or("unknown".into(), |p| format!("{p:+.1} %")),
+        ),
+    };
+    Some(format!(
+        "the space's objective weighs prompt speed ({objective}), so the winner was chosen for it: the price is generation {gen} against the baseline, for prompt {prompt}. With the default objective (generation first) generation would lead"
+    ))
 }
 
 /// A warning when the winner gives up much more prompt speed than it gains in generation
@@ -490,6 +536,36 @@ mod tests {
                 .iter()
                 .any(|w| w.contains("prompt processing decided")),
             "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn a_prompt_heavy_objective_says_so_and_shows_the_price() {
+        use crate::space::{Metric, Objective};
+        let gen_first = Objective::default();
+        let prompt = Objective {
+            metric: Metric::Prompt,
+            ..Objective::default()
+        };
+        let blend = Objective {
+            metric: Metric::Blend,
+            prompt_weight: 0.5,
+            ..Objective::default()
+        };
+        assert_eq!(
+            objective_price(&gen_first, Some(-8.0), Some(60.0), None),
+            None
+        );
+        assert_eq!(objective_price(&prompt, Some(2.0), Some(60.0), None), None);
+        let w = objective_price(&prompt, Some(-8.0), Some(60.0), None).unwrap();
+        assert!(
+            w.contains("metric: prompt") && w.contains("-8.0 %") && w.contains("+60.0 %"),
+            "{w}"
+        );
+        let w = objective_price(&blend, Some(-3.5), Some(20.0), None).unwrap();
+        assert!(
+            w.contains("prompt_weight 0.5") && w.contains("-3.5 %"),
+            "{w}"
         );
     }
 }
