@@ -85,7 +85,7 @@ pub fn decide(
     }
     // The race decides when it ran: its winner, else the best raced config whose generation
     // is not slower than the baseline's beyond its interval; none such: the baseline.
-    let raced = race.map(|r| headline(r, warnings));
+    let raced = race.map(|r| headline(r, &ctx.space.objective, warnings));
     if let Some(chosen) = &raced {
         candidates.retain(|(c, _, _)| Some(c) == chosen.as_ref());
     }
@@ -174,8 +174,31 @@ pub fn decide(
 /// estimate among those that did not fail and are not slower than the baseline beyond their
 /// interval, or, where the rounds cannot tell another such config's generation from it, the one
 /// of those with the fastest prompt processing; None: the baseline stays (with a warning).
-fn headline(r: &crate::run::RaceReport, warnings: &mut Vec<String>) -> Option<LaunchConfig> {
+fn headline(
+    r: &crate::run::RaceReport,
+    obj: &crate::space::Objective,
+    warnings: &mut Vec<String>,
+) -> Option<LaunchConfig> {
     use crate::stats::race::ArmStatus;
+    if is_prompt_heavy(obj) {
+        // The user asked for prompt speed: the raced config with the best weighted paired
+        // gain (prompt alone for `metric: prompt`); its generation price is shown by
+        // `objective_price`.
+        let (gw, pw) = match obj.metric {
+            crate::space::Metric::Blend => (obj.gen_weight, obj.prompt_weight),
+            _ => (0.0, 1.0),
+        };
+        let score = |v: &crate::stats::PairedVerdict| gw * v.gen.mean_log + pw * v.prompt.mean_log;
+        return r
+            .outcome
+            .candidates
+            .iter()
+            .filter(|c| !matches!(c.status, ArmStatus::Failed { .. }))
+            .filter_map(|c| Some((c.index, c.vs_reference.as_ref()?)))
+            .filter(|(_, v)| score(v) > 0.0)
+            .max_by(|a, b| score(a.1).total_cmp(&score(b.1)))
+            .and_then(|(i, _)| r.candidates.get(i).cloned());
+    }
     if let Some(i) = r.outcome.winner {
         return r.candidates.get(i).cloned();
     }
@@ -250,6 +273,16 @@ fn gen_between(
     crate::stats::Comparison::from_log_ratios(&d, 0.95)
 }
 
+/// Does the objective weigh prompt speed (`metric: prompt`, or `blend` with a prompt weight)?
+fn is_prompt_heavy(obj: &crate::space::Objective) -> bool {
+    use crate::space::Metric;
+    match obj.metric {
+        Metric::Prompt => true,
+        Metric::Blend => obj.prompt_weight > 0.0,
+        Metric::Gen | Metric::GenAtDepth => false,
+    }
+}
+
 /// Under an objective that weighs prompt speed (`metric: prompt`, or `blend` with a prompt
 /// weight), a winner slower in generation than the baseline is allowed: say that the objective
 /// chose it and show the price (issue 12). None under the generation-first objective, or when
@@ -261,13 +294,8 @@ pub fn objective_price(
     paired: Option<&crate::stats::PairedVerdict>,
 ) -> Option<String> {
     use crate::space::Metric;
-    let prompt_heavy = match obj.metric {
-        Metric::Prompt => true,
-        Metric::Blend => obj.prompt_weight > 0.0,
-        Metric::Gen | Metric::GenAtDepth => false,
-    };
     let g = gen_gain?;
-    if !prompt_heavy || g >= 0.0 {
+    if !is_prompt_heavy(obj) || g >= 0.0 {
         return None;
     }
     let objective = match obj.metric {
@@ -514,7 +542,11 @@ mod tests {
         let r = race_of(&a, &b);
         assert_eq!(r.outcome.winner, None, "{}", r.outcome.reason);
         let mut warnings = Vec::new();
-        assert_eq!(headline(&r, &mut warnings), Some(at(12)), "{warnings:?}");
+        assert_eq!(
+            headline(&r, &crate::space::Objective::default(), &mut warnings),
+            Some(at(12)),
+            "{warnings:?}"
+        );
         assert!(
             warnings
                 .iter()
@@ -530,7 +562,11 @@ mod tests {
         let b = [(1.10, 2.0), (0.81, 2.0), (1.05, 2.0), (0.83, 2.0)];
         let r = race_of(&a, &b);
         let mut warnings = Vec::new();
-        assert_eq!(headline(&r, &mut warnings), Some(at(10)), "{warnings:?}");
+        assert_eq!(
+            headline(&r, &crate::space::Objective::default(), &mut warnings),
+            Some(at(10)),
+            "{warnings:?}"
+        );
         assert!(
             !warnings
                 .iter()
@@ -567,5 +603,21 @@ mod tests {
             w.contains("prompt_weight 0.5") && w.contains("-3.5 %"),
             "{w}"
         );
+    }
+
+    #[test]
+    fn a_prompt_heavy_objective_heads_with_the_raced_config_fastest_in_prompt() {
+        use crate::space::{Metric, Objective};
+        // Candidate 0 (at(10)) is faster in generation, candidate 1 (at(12)) in prompt.
+        let a = [(1.10, 1.2), (1.11, 1.2), (1.09, 1.2), (1.10, 1.2)];
+        let b = [(0.95, 2.0), (0.94, 2.0), (0.96, 2.0), (0.95, 2.0)];
+        let r = race_of(&a, &b);
+        let prompt = Objective {
+            metric: Metric::Prompt,
+            ..Objective::default()
+        };
+        let mut w = Vec::new();
+        assert_eq!(headline(&r, &prompt, &mut w), Some(at(12)));
+        assert_eq!(headline(&r, &Objective::default(), &mut w), Some(at(10)));
     }
 }
