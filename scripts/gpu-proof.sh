@@ -3,7 +3,7 @@
 #
 #   scripts/gpu-proof.sh CASE...
 #
-# It needs, carried in .gpu/ (gitignored): the qtune release binary (.gpu/qtune), a CUDA build of
+# It needs, carried in .gpu/ (gitignored): the qtune release binary (.gpu/qtune or .gpu/qtune.xz), a CUDA build of
 # the pinned llama-server (.gpu/cuda-b11434/cuda-bin.tar.xz.part-*; or nvcc + the source to build
 # one) and the tokenizer files (.gpu/vocab/ggml-vocab-*.gguf.xz). Everything it produces goes to
 # $OUT (default /tmp/qtune-out): one tar.xz per case plus a log.
@@ -37,6 +37,10 @@ exec > >(tee -a "$LOG") 2>&1
 say() { echo "== $(date +%T) $*"; }
 
 Q="$ROOT/.gpu/qtune"
+if [ -f "$ROOT/.gpu/qtune.xz" ]; then
+  # Carried compressed (the carry is limited to 64 MiB with the CUDA build).
+  xz -dc "$ROOT/.gpu/qtune.xz" > "$W/qtune" && Q="$W/qtune"
+fi
 chmod +x "$Q" 2>/dev/null || true
 export QTUNE_CACHE_DIR="$W/cache"
 export QTUNE_VOCAB_DIR="$W/vocab"
