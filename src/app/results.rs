@@ -81,7 +81,8 @@ pub fn plan(
     headroom_mib: u64,
 ) -> Result<()> {
     let layout = crate::model::load(model)?;
-    let hw = crate::hardware::probe(false);
+    // Host read bandwidth is an input of the speed prediction (about two seconds).
+    let hw = crate::hardware::probe(true);
     let dir = Path::new(PROFILES_DIR);
     let chosen: Option<Profile> = match profile_path {
         Some(p) => Some(profile::find_profile(&p.to_string_lossy(), dir)?.1),
@@ -112,6 +113,13 @@ pub fn plan(
         crate::run::DEFAULT_HOST,
         crate::run::DEFAULT_PORT,
     );
+    if let Some(sp) = &plan.speed {
+        println!(
+            "# qtune plan: predicted, not measured: tg {}, pp {}",
+            sp.prediction.tg.text(),
+            sp.prediction.pp.text()
+        );
+    }
     println!("{}", crate::config::shell_line(&argv));
     Ok(())
 }

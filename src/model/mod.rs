@@ -6,6 +6,7 @@ pub mod gguf;
 pub mod inspect;
 pub mod layout;
 pub mod memory;
+pub mod speed;
 pub mod synth;
 
 pub use layout::load;

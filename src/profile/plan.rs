@@ -134,6 +134,127 @@ pub struct Plan {
     pub from_profile: Option<String>,
     /// False when even all experts on the CPU do not fit the budget.
     pub fits: bool,
+    /// Predicted generation and prompt speed, with intervals; None with the reason in
+    /// `speed_note` when the model cannot predict this box.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speed: Option<PlanSpeed>,
+    /// Why there is no speed prediction, or what it rests on.
+    pub speed_note: String,
+}
+
+/// The plan's predicted speed (`crate::model::speed`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlanSpeed {
+    pub prediction: crate::model::speed::SpeedPrediction,
+    /// "model" (the speed model alone) or "profile" (the profile's measured winner scaled by
+    /// the model's ratio between the two boxes and configs).
+    pub basis: String,
+}
+
+/// Predict the plan's speed: from the profile's measured winner scaled by the model's ratio
+/// (this config on this box over the winner's config on the profile's box) when the profile
+/// is for this model, else the model alone.
+pub fn plan_speed(
+    layout: &ModelLayout,
+    hw: &HardwareProfile,
+    cfg: &LaunchConfig,
+    profile: Option<&Profile>,
+) -> (Option<PlanSpeed>, String) {
+    use crate::model::speed::{self, SpeedBox, FITTED};
+    let here = SpeedBox::from_hardware(hw);
+    let prompt = profile
+        .map(|p| p.space.workload.prompt_tokens)
+        .unwrap_or(speed::DEFAULT_PROMPT_TOKENS);
+    let Some(mut pred) = speed::predict(layout, cfg, &here, hw.has_gpu(), prompt, &FITTED) else {
+        return (
+            None,
+            format!(
+                "no speed prediction: {}",
+                here.sources
+                    .iter()
+                    .find(|s| s.contains("unknown"))
+                    .cloned()
+                    .unwrap_or_else(|| "placement is left to the server".into())
+            ),
+        );
+    };
+    let model_note = format!(
+        "speed from the model alone ({}; pp for a {prompt}-token prompt)",
+        here.sources.join(", ")
+    );
+    let Some(p) = profile.filter(|p| model_match(p, layout) > ModelMatch::Other) else {
+        return (
+            Some(PlanSpeed {
+                prediction: pred,
+                basis: "model".into(),
+            }),
+            model_note,
+        );
+    };
+    let there = SpeedBox {
+        gpu_bw_gbs: p
+            .hardware
+            .gpus
+            .first()
+            .and_then(|g| speed::gpu_bandwidth_by_name(&g.name)),
+        pcie_gbs: here.pcie_gbs,
+        host_bw_gbs: p
+            .hardware
+            .mem_bandwidth_gbs
+            .unwrap_or(speed::DEFAULT_HOST_BW_GBS),
+        physical_cores: p
+            .hardware
+            .physical_cores
+            .unwrap_or(p.hardware.logical_cores)
+            .max(1),
+        sources: Vec::new(),
+    };
+    let Some(theirs) = speed::predict(
+        layout,
+        &p.winner.config,
+        &there,
+        !p.hardware.gpus.is_empty(),
+        prompt,
+        &FITTED,
+    ) else {
+        return (
+            Some(PlanSpeed {
+                prediction: pred,
+                basis: "model".into(),
+            }),
+            format!("{model_note}; the profile's winner could not be modelled, so it is not used"),
+        );
+    };
+    if p.winner.tg.median <= 0.0 || p.winner.pp.median <= 0.0 {
+        return (
+            Some(PlanSpeed {
+                prediction: pred,
+                basis: "model".into(),
+            }),
+            model_note,
+        );
+    }
+    let scale = |e: &mut speed::Estimate, measured: f64, modelled: f64| {
+        let r = measured / modelled;
+        e.tps *= r;
+        e.low *= r;
+        e.high *= r;
+    };
+    scale(&mut pred.tg, p.winner.tg.median, theirs.tg.tps);
+    scale(&mut pred.pp, p.winner.pp.median, theirs.pp.tps);
+    (
+        Some(PlanSpeed {
+            prediction: pred,
+            basis: "profile".into(),
+        }),
+        format!(
+            "speed: the profile's measured winner ({:.0} tg, {:.0} pp tok/s on {}) scaled by the \
+             model's ratio between that box and config and this one; interval as the model's",
+            p.winner.tg.median,
+            p.winner.pp.median,
+            p.hardware.gpu_label()
+        ),
+    )
 }
 
 /// Threads for this box from a profile's thread count: a profile that used all its physical
@@ -345,8 +466,11 @@ pub fn plan(
         _ => Confidence::Low,
     };
 
+    let (speed, speed_note) = plan_speed(layout, hw, &cfg, profile);
     Plan {
         config: cfg,
+        speed,
+        speed_note,
         confidence,
         reasons,
         warnings,
@@ -394,6 +518,26 @@ pub fn plan_text(plan: &Plan, model: &Path) -> String {
         }
     }
     let _ = writeln!(o, "  predicted host RAM: {}", mib(plan.predicted_host_mib));
+    match &plan.speed {
+        Some(sp) => {
+            let p = &sp.prediction;
+            let _ = writeln!(
+                o,
+                "  predicted speed (a prediction, not a measurement): tg {}, pp {}",
+                p.tg.text(),
+                p.pp.text()
+            );
+            let _ = writeln!(
+                o,
+                "    per token: GPU {:.1} ms, CPU experts {:.1} ms, overhead {:.1} ms",
+                p.decode.gpu_ms, p.decode.cpu_experts_ms, p.decode.overhead_ms
+            );
+            let _ = writeln!(o, "    - {}", plan.speed_note);
+        }
+        None => {
+            let _ = writeln!(o, "  predicted speed: none ({})", plan.speed_note);
+        }
+    }
     for w in &plan.warnings {
         let _ = writeln!(o, "  warning: {w}");
     }

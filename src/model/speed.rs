@@ -1,0 +1,496 @@
+//! Speed prediction: generation (tg) and prompt (pp) tok/s for a [`LaunchConfig`] on a box,
+//! next to the memory prediction, from the bytes each token moves.
+//!
+//! - **Decode, one token.** The GPU reads its resident weights used per token (attention,
+//!   shared experts, router and the top-k of n routed experts of its blocks, the output matrix)
+//!   and the KV it attends over, at its memory bandwidth. The CPU reads the top-k of n routed
+//!   experts of its blocks at an effective share of the host's read bandwidth, which grows with
+//!   the thread count. Each block adds a fixed launch/sync overhead, and each block whose
+//!   experts are on the CPU adds a GPU->CPU->GPU round trip. tg = 1 / the sum.
+//! - **Prefill, one micro-batch.** With op offload (micro-batch of 32 tokens or more) the CPU
+//!   experts a micro-batch uses are copied to the GPU, from pinned buffers (`--load-mode none`)
+//!   or from the page cache of the mapped file (much slower), then the GPU computes every
+//!   token: a per-token cost proportional to the bytes of weights a token uses, plus a fixed
+//!   cost per block and micro-batch. Without op offload the CPU computes its experts.
+//!
+//! The constants are fitted to the committed GPU runs (reports/gpu-h*/journal.jsonl); the fit
+//! and the replay that checks held-out trials are `tests/speed_replay.rs`
+//! (`cargo test --test speed_replay -- --nocapture` prints predicted vs measured per config and
+//! the fitted constants). Intervals are the model's error on those runs, which includes the
+//! +-15 % launch-to-launch noise of the shared GPU machine.
+
+use super::ModelLayout;
+use crate::config::LaunchConfig;
+use crate::hardware::HardwareProfile;
+use serde::{Deserialize, Serialize};
+
+const GB: f64 = 1e9;
+
+/// The prompt length the plan's pp is predicted for (the default workload's prompt).
+pub const DEFAULT_PROMPT_TOKENS: u32 = 2048;
+
+/// Fitted constants of the speed model. See the module doc for where they come from.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SpeedConstants {
+    /// Share of the measured host read bandwidth the CPU expert matmuls reach at all physical
+    /// cores.
+    pub host_bw_fraction: f64,
+    /// Host bandwidth at `t` of `p` physical cores: `(t/p)^thread_exponent` of the full rate.
+    pub thread_exponent: f64,
+    /// Decode overhead per block (kernel launches, synchronisation), ms.
+    pub block_overhead_ms: f64,
+    /// Extra decode overhead per block whose experts are on the CPU (activations to the host
+    /// and back, CPU thread wake-up), ms.
+    pub cpu_block_overhead_ms: f64,
+    /// Share of the PCIe link's nominal rate that pinned host-to-device copies reach.
+    pub h2d_pinned_fraction: f64,
+    /// Share of the PCIe link's nominal rate that copies from pageable (memory-mapped) host
+    /// memory reach.
+    pub h2d_pageable_fraction: f64,
+    /// GPU prefill: seconds per token per GB of weights a token uses (active bytes); compute
+    /// bound, one constant for the GPUs seen (H100 and H200 have the same compute).
+    pub prefill_s_per_token_gb: f64,
+    /// GPU prefill: fixed cost per block and micro-batch, ms.
+    pub prefill_block_ms: f64,
+    /// Share of the CPU experts' bytes a micro-batch copies for a synthetic model whose random
+    /// weights route tokens to few experts (llama.cpp copies only the experts a micro-batch
+    /// uses). Real models route over all experts at these micro-batch sizes: 1.
+    pub synthetic_touch_fraction: f64,
+    /// Relative error (one side) of tg that the held-out replay showed (about 90 % coverage).
+    pub tg_rel_err: f64,
+    /// Same for pp.
+    pub pp_rel_err: f64,
+}
+
+/// Fitted on the committed GPU runs (69 config groups: H100 and H200, Qwen3.5-35B-A3B and
+/// Qwen3-30B-A3B synthetic Q4_K_M, 16 and 24 GiB cards, 8 and 16 threads, mmap and pinned):
+/// `cargo test --test speed_replay fit_constants -- --nocapture` refits and prints them.
+///
+/// - host: CPU expert reads run at 1.5x what `qtune hw` measured (its single-pass sum
+///   under-reads the box) plus 0.24 ms per CPU block; linear in threads. Only one host (16-core
+///   Xeon) is in the data: on other CPUs this part is the least certain.
+/// - 0.107 ms per block per token of GPU-side overhead: both GPUs decode the all-GPU
+///   Qwen3.5-35B-A3B at ~210 tok/s although their bandwidths differ by 40 %.
+/// - pinned copies reach 74 % of the PCIe 5 x16 nominal rate (47 GB/s, as measured on the box),
+///   pageable ones 35 %.
+/// - the synthetic Qwen3.5-35B-A3B routes each micro-batch to few experts: 14 % of its CPU
+///   expert bytes are copied.
+/// - errors: the 90th percentile of the held-out relative errors (tg 16 %, pp 18 %, rounded
+///   up); they include the +-15 % launch-to-launch noise of the shared machine.
+pub const FITTED: SpeedConstants = SpeedConstants {
+    host_bw_fraction: 1.50,
+    thread_exponent: 1.0,
+    block_overhead_ms: 0.107,
+    cpu_block_overhead_ms: 0.245,
+    h2d_pinned_fraction: 0.741,
+    h2d_pageable_fraction: 0.354,
+    prefill_s_per_token_gb: 5.19e-5,
+    prefill_block_ms: 0.518,
+    synthetic_touch_fraction: 0.144,
+    tg_rel_err: 0.17,
+    pp_rel_err: 0.20,
+};
+
+/// What the speed model needs to know about a box.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpeedBox {
+    /// GPU memory bandwidth, GB/s; None with no GPU (or an unknown card).
+    pub gpu_bw_gbs: Option<f64>,
+    /// Nominal PCIe host-to-device rate of the link, GB/s (gen x width).
+    pub pcie_gbs: Option<f64>,
+    /// Host read bandwidth at all cores, GB/s.
+    pub host_bw_gbs: f64,
+    /// Physical cores (the server's default thread count).
+    pub physical_cores: u32,
+    /// Where the inputs came from, for the user.
+    pub sources: Vec<String>,
+}
+
+/// Host read bandwidth assumed when `qtune hw` did not measure it (a dual-channel DDR5
+/// desktop reads about this much).
+pub const DEFAULT_HOST_BW_GBS: f64 = 60.0;
+
+/// GPU memory bandwidth (GB/s) of common cards by name, for boxes whose NVML does not say.
+const GPU_BW_TABLE: [(&str, f64); 22] = [
+    ("H200", 4800.0),
+    ("H100 80GB HBM3", 3350.0),
+    ("H100 NVL", 3900.0),
+    ("H100 PCIe", 2000.0),
+    ("H100", 3350.0),
+    ("A100-SXM4-80GB", 2039.0),
+    ("A100 80GB PCIe", 1935.0),
+    ("A100", 1555.0),
+    ("L40S", 864.0),
+    ("L4", 300.0),
+    ("A10", 600.0),
+    ("RTX 5090", 1792.0),
+    ("RTX 5080", 960.0),
+    ("RTX 4090", 1008.0),
+    ("RTX 4080", 717.0),
+    ("RTX 4070 Ti", 504.0),
+    ("RTX 4060 Ti", 288.0),
+    ("RTX 3090 Ti", 1008.0),
+    ("RTX 3090", 936.0),
+    ("RTX 3080", 760.0),
+    ("RTX A6000", 768.0),
+    ("RTX 6000 Ada", 960.0),
+];
+
+/// GPU memory bandwidth of a card by its NVML name, GB/s.
+pub fn gpu_bandwidth_by_name(name: &str) -> Option<f64> {
+    GPU_BW_TABLE
+        .iter()
+        .find(|(k, _)| name.contains(k))
+        .map(|&(_, v)| v)
+}
+
+/// Nominal PCIe rate of one direction, GB/s (after line encoding).
+pub fn pcie_gbs(gen: u32, width: u32) -> f64 {
+    let per_lane = match gen {
+        1 => 0.25,
+        2 => 0.5,
+        3 => 0.985,
+        4 => 1.969,
+        5 => 3.938,
+        _ => 7.877,
+    };
+    per_lane * width as f64
+}
+
+impl SpeedBox {
+    /// The inputs from a probed box (the first GPU: the model predicts one GPU).
+    pub fn from_hardware(hw: &HardwareProfile) -> SpeedBox {
+        let mut sources = Vec::new();
+        let g = hw.gpus.first();
+        let gpu_bw_gbs = g.and_then(|g| {
+            let bw = gpu_bandwidth_by_name(&g.name);
+            match bw {
+                Some(v) => sources.push(format!("GPU memory bandwidth {v:.0} GB/s ({})", g.name)),
+                None => sources.push(format!(
+                    "GPU memory bandwidth of {} unknown: no speed prediction",
+                    g.name
+                )),
+            }
+            bw
+        });
+        let pcie_gbs = g.map(|g| {
+            let gen = g.pcie.gen_max.or(g.pcie.gen_current).unwrap_or(4);
+            let width = g.pcie.width_max.or(g.pcie.width_current).unwrap_or(16);
+            let v = pcie_gbs(gen, width);
+            sources.push(format!("PCIe gen {gen} x{width}: {v:.0} GB/s nominal"));
+            v
+        });
+        let host_bw_gbs = match hw.host.mem_bandwidth_gbs {
+            Some(v) if v > 0.0 => {
+                sources.push(format!("host read bandwidth {v:.0} GB/s (measured)"));
+                v
+            }
+            _ => {
+                sources.push(format!(
+                    "host read bandwidth not measured: {DEFAULT_HOST_BW_GBS:.0} GB/s assumed"
+                ));
+                DEFAULT_HOST_BW_GBS
+            }
+        };
+        SpeedBox {
+            gpu_bw_gbs,
+            pcie_gbs,
+            host_bw_gbs,
+            physical_cores: hw
+                .host
+                .physical_cores
+                .unwrap_or(hw.host.logical_cores)
+                .max(1),
+            sources,
+        }
+    }
+}
+
+/// A predicted rate with its interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Estimate {
+    pub tps: f64,
+    pub low: f64,
+    pub high: f64,
+}
+
+impl Estimate {
+    fn new(tps: f64, rel_err: f64) -> Estimate {
+        Estimate {
+            tps,
+            low: tps * (1.0 - rel_err),
+            high: tps * (1.0 + rel_err),
+        }
+    }
+    /// "95 tok/s [81, 109]".
+    pub fn text(&self) -> String {
+        format!("{:.0} tok/s [{:.0}, {:.0}]", self.tps, self.low, self.high)
+    }
+}
+
+/// Where one generated token's time goes, ms.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct DecodeSplit {
+    /// GPU weight and KV reads.
+    pub gpu_ms: f64,
+    /// CPU expert reads.
+    pub cpu_experts_ms: f64,
+    /// Per-block launch and synchronisation overhead.
+    pub overhead_ms: f64,
+}
+
+impl DecodeSplit {
+    pub fn total_ms(&self) -> f64 {
+        self.gpu_ms + self.cpu_experts_ms + self.overhead_ms
+    }
+}
+
+/// Where one micro-batch's prefill time goes, ms.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PrefillSplit {
+    /// Copying CPU experts to the GPU (op offload).
+    pub copy_ms: f64,
+    /// GPU compute.
+    pub gpu_ms: f64,
+    /// CPU expert compute (no op offload).
+    pub cpu_ms: f64,
+    /// Tokens per micro-batch.
+    pub ubatch: u32,
+}
+
+/// The speed model's answer for one config.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpeedPrediction {
+    pub tg: Estimate,
+    pub pp: Estimate,
+    pub decode: DecodeSplit,
+    pub prefill: PrefillSplit,
+    /// The prompt length pp is predicted for.
+    pub prompt_tokens: u32,
+    /// The bound tg would reach without overheads (bytes / bandwidth only): the roofline.
+    pub tg_bound_tps: f64,
+}
+
+/// Bytes one decoded token reads, by device.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct TokenBytes {
+    /// Weights a token uses on the GPU (active experts only) plus the KV it attends over.
+    pub gpu: f64,
+    /// Active routed-expert bytes on the CPU.
+    pub cpu: f64,
+    /// All routed-expert bytes on the CPU (what op offload may copy per micro-batch).
+    pub cpu_experts_all: f64,
+    /// Blocks with any routed expert on the CPU.
+    pub cpu_blocks: u32,
+    /// Blocks whose layers run on the GPU.
+    pub gpu_blocks: u32,
+    /// Weight bytes a token uses, all devices (active experts only).
+    pub active_total: f64,
+}
+
+/// Routed-expert bytes of each block on the host for `cfg` (the memory model's placement).
+pub fn host_expert_bytes(layout: &ModelLayout, cfg: &LaunchConfig, has_gpu: bool) -> Vec<u64> {
+    let nb = layout.n_blocks;
+    let ngl = if has_gpu {
+        cfg.n_gpu_layers.unwrap_or(nb + 1).min(nb + 1)
+    } else {
+        0
+    };
+    let first_gpu_block = (nb + 1).saturating_sub(ngl);
+    let ncmoe = cfg.n_cpu_moe.unwrap_or(0).min(nb);
+    layout
+        .blocks
+        .iter()
+        .enumerate()
+        .map(|(il, bb)| {
+            let il = il as u32;
+            if il < first_gpu_block || il < ncmoe {
+                bb.routed_experts
+            } else {
+                cfg.cpu_experts
+                    .as_ref()
+                    .map_or(0, |c| layout.cpu_expert_bytes(il, c))
+            }
+        })
+        .collect()
+}
+
+/// The bytes a decoded token reads at context depth `depth`, by device.
+pub fn token_bytes(
+    layout: &ModelLayout,
+    cfg: &LaunchConfig,
+    has_gpu: bool,
+    depth: u32,
+) -> TokenBytes {
+    let nb = layout.n_blocks;
+    let ngl = if has_gpu {
+        cfg.n_gpu_layers.unwrap_or(nb + 1).min(nb + 1)
+    } else {
+        0
+    };
+    let first_gpu_block = (nb + 1).saturating_sub(ngl);
+    let active = if layout.n_experts > 0 {
+        layout.n_experts_used as f64 / layout.n_experts as f64
+    } else {
+        1.0
+    };
+    let host = host_expert_bytes(layout, cfg, has_gpu);
+    let kv_per_block = depth as f64
+        * layout.n_head_kv as f64
+        * (layout.head_dim_k as f64 * cfg.cache_type_k.bytes_per_element()
+            + layout.head_dim_v as f64 * cfg.cache_type_v.bytes_per_element());
+    let mut t = TokenBytes::default();
+    for (il, bb) in layout.blocks.iter().enumerate() {
+        let on_gpu = il as u32 >= first_gpu_block;
+        let dense = (bb.rest + bb.shared_experts) as f64;
+        let kv = if layout.kv_blocks.get(il).copied().unwrap_or(false) {
+            kv_per_block
+        } else {
+            layout.recurrent_state_bytes.get(il).copied().unwrap_or(0) as f64
+        };
+        let cpu_exp = host[il] as f64;
+        let gpu_exp = (bb.routed_experts as f64 - cpu_exp).max(0.0);
+        if on_gpu {
+            t.gpu += dense + kv + gpu_exp * active;
+            t.gpu_blocks += 1;
+        } else {
+            t.cpu += dense + kv;
+        }
+        t.cpu += cpu_exp * active;
+        t.cpu_experts_all += cpu_exp;
+        if cpu_exp > 0.0 {
+            t.cpu_blocks += 1;
+        }
+        t.active_total += dense + bb.routed_experts as f64 * active;
+    }
+    let out = if layout.output_bytes > 0 {
+        layout.output_bytes
+    } else {
+        layout.token_embd_bytes
+    } as f64;
+    if ngl >= 1 {
+        t.gpu += out;
+    } else {
+        t.cpu += out;
+    }
+    t.active_total += out;
+    t
+}
+
+/// Is this a `qtune synth` model (random weights)?
+pub fn is_synthetic(layout: &ModelLayout) -> bool {
+    layout
+        .name
+        .as_deref()
+        .is_some_and(|n| n.contains("qtune synthetic"))
+}
+
+/// Predict tg and pp for `cfg` on `sb`. None when the box has a GPU whose bandwidth is not
+/// known, or the config leaves placement to the server (`--fit`: the placement is not known
+/// before the launch). A box without a GPU gets a CPU-only prediction.
+pub fn predict(
+    layout: &ModelLayout,
+    cfg: &LaunchConfig,
+    sb: &SpeedBox,
+    has_gpu: bool,
+    prompt_tokens: u32,
+    k: &SpeedConstants,
+) -> Option<SpeedPrediction> {
+    if has_gpu && (sb.gpu_bw_gbs.is_none() || cfg.is_auto_placement()) {
+        return None;
+    }
+    let depth = prompt_tokens + 64;
+    let tb = token_bytes(layout, cfg, has_gpu, depth);
+    let threads = cfg.threads.unwrap_or(sb.physical_cores).max(1);
+    let thread_share = (threads as f64 / sb.physical_cores as f64)
+        .min(1.0)
+        .powf(k.thread_exponent);
+    let host_bw = sb.host_bw_gbs * k.host_bw_fraction * thread_share * GB;
+    let gpu_bw = sb.gpu_bw_gbs.unwrap_or(1.0) * GB;
+
+    let decode = DecodeSplit {
+        gpu_ms: tb.gpu / gpu_bw * 1e3,
+        cpu_experts_ms: tb.cpu / host_bw * 1e3,
+        overhead_ms: if has_gpu {
+            layout.n_blocks as f64 * k.block_overhead_ms
+                + tb.cpu_blocks as f64 * k.cpu_block_overhead_ms
+        } else {
+            layout.n_blocks as f64 * k.cpu_block_overhead_ms
+        },
+    };
+    let tg = 1e3 / decode.total_ms();
+    let raw_bw_ms = tb.gpu / (sb.gpu_bw_gbs.unwrap_or(1.0) * GB) * 1e3
+        + tb.cpu / (sb.host_bw_gbs * thread_share * GB) * 1e3;
+    let tg_bound_tps = 1e3 / raw_bw_ms.max(1e-9);
+
+    let batch = cfg.batch.unwrap_or(2048);
+    let ub = cfg
+        .ubatch
+        .unwrap_or(512)
+        .min(batch)
+        .min(prompt_tokens)
+        .max(1);
+    let n_ub = prompt_tokens.div_ceil(ub);
+    let mut prefill = PrefillSplit {
+        ubatch: ub,
+        ..Default::default()
+    };
+    if has_gpu {
+        let gpu_active_gb = (tb.active_total
+            - if cfg.op_offload && ub >= 32 {
+                0.0
+            } else {
+                tb.cpu
+            })
+            / GB;
+        prefill.gpu_ms = (ub as f64 * gpu_active_gb * k.prefill_s_per_token_gb
+            + tb.gpu_blocks as f64 * k.prefill_block_ms / 1e3)
+            * 1e3;
+        if cfg.op_offload && ub >= 32 {
+            let touch = if is_synthetic(layout) && layout.arch == "qwen35moe" {
+                k.synthetic_touch_fraction
+            } else {
+                1.0
+            };
+            let frac = if cfg.load_mode.maps_file() {
+                k.h2d_pageable_fraction
+            } else {
+                k.h2d_pinned_fraction
+            };
+            let h2d = sb.pcie_gbs.unwrap_or(16.0) * frac * GB;
+            prefill.copy_ms = tb.cpu_experts_all * touch / h2d * 1e3;
+        } else {
+            prefill.cpu_ms = cpu_prefill_ms(ub, tb.cpu / active_share(layout), sb, threads);
+        }
+    } else {
+        prefill.cpu_ms = cpu_prefill_ms(ub, tb.active_total, sb, threads);
+    }
+    let ub_ms = prefill.copy_ms + prefill.gpu_ms + prefill.cpu_ms;
+    let pp = prompt_tokens as f64 / (n_ub as f64 * ub_ms / 1e3);
+    Some(SpeedPrediction {
+        tg: Estimate::new(tg, k.tg_rel_err),
+        pp: Estimate::new(pp, k.pp_rel_err),
+        decode,
+        prefill,
+        prompt_tokens,
+        tg_bound_tps,
+    })
+}
+
+fn active_share(layout: &ModelLayout) -> f64 {
+    if layout.n_experts > 0 {
+        (layout.n_experts_used as f64 / layout.n_experts as f64).max(1e-9)
+    } else {
+        1.0
+    }
+}
+
+/// CPU prefill of `ub` tokens over weights whose active bytes per token are `active_bytes`:
+/// compute-bound, about 2 flops per weight at roughly 1.7 weights per byte (4.85-bit
+/// quantization), at an assumed 40 GFLOP/s per physical core. Not fitted: no committed run
+/// measured it.
+fn cpu_prefill_ms(ub: u32, active_bytes: f64, sb: &SpeedBox, threads: u32) -> f64 {
+    let flops = 2.0 * 1.65 * active_bytes * ub as f64;
+    let rate = 40e9 * threads.min(sb.physical_cores).max(1) as f64;
+    flops / rate * 1e3
+}

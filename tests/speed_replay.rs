@@ -1,0 +1,547 @@
+//! The speed model replayed against the committed GPU runs (reports/gpu-h*/**/journal.jsonl):
+//! H100 and H200, synthetic Qwen3.5-35B-A3B and Qwen3-30B-A3B (Q4_K_M), 16 and 24 GiB cards.
+//!
+//! Trials are grouped by (GPU, card, shape, config); a group's measurement is the median of its
+//! trials' medians (launch-to-launch noise is +-15 %, so single launches are not the unit).
+//! `fit_constants` refits the model's constants by least squares on relative error and prints
+//! them (that is where `qtune::model::speed::FITTED` came from); `held_out_configs_*` fits on
+//! two thirds of the groups, predicts the rest and asserts each within the error the model
+//! states. `--fit` placements are left out: their placement is not known before the launch.
+//!
+//! `cargo test --test speed_replay -- --nocapture` prints predicted vs measured per group.
+
+use qtune::config::LaunchConfig;
+use qtune::model::speed::{self, SpeedBox, SpeedConstants, TokenBytes, FITTED};
+use qtune::model::synth::{shape_by_name, write_sparse_header, SynthFtype};
+use qtune::model::ModelLayout;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+fn layout_of(shape: &str) -> ModelLayout {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    let vocab = qtune::model::synth::default_vocab_dir();
+    write_sparse_header(
+        &path,
+        &shape_by_name(shape).unwrap(),
+        SynthFtype::Q4KM,
+        &vocab,
+    )
+    .unwrap();
+    qtune::model::load(&path).unwrap()
+}
+
+/// One (GPU, card, shape, config) group of committed trials.
+#[derive(Debug, Clone)]
+struct Group {
+    gpu: String,
+    card_gib: u32,
+    shape: String,
+    cfg: LaunchConfig,
+    host_bw: f64,
+    prompt_tokens: u32,
+    tg: f64,
+    pp: f64,
+    n: usize,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn journals(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            journals(&p, out);
+        } else if p.file_name().is_some_and(|n| n == "journal.jsonl") {
+            out.push(p);
+        }
+    }
+}
+
+fn groups() -> Vec<Group> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports");
+    let mut files = Vec::new();
+    journals(&root, &mut files);
+    files.sort();
+    type Key = (String, u32, String, String);
+    type Acc = (Group, Vec<f64>, Vec<f64>, Vec<f64>);
+    let mut by: BTreeMap<Key, Acc> = BTreeMap::new();
+    for f in files {
+        let dir = f.parent().unwrap();
+        let Ok(card) = std::fs::read_to_string(dir.join("card.txt")) else {
+            continue; // no card size recorded: cannot say which budget it ran under
+        };
+        let gpu = if card.contains("H200") {
+            "NVIDIA H200"
+        } else if card.contains("H100") {
+            "NVIDIA H100 80GB HBM3"
+        } else {
+            continue;
+        };
+        let card_gib = if card.contains("24 GiB") { 24 } else { 16 };
+        let meta: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("run.json"))
+                .or_else(|_| std::fs::read_to_string(dir.join("compare.json")))
+                .unwrap(),
+        )
+        .unwrap();
+        let model = meta["model_path"].as_str().unwrap();
+        let shape = if model.contains("qwen3-30b") {
+            "qwen3-30b-a3b"
+        } else {
+            "qwen3.5-35b-a3b"
+        };
+        let host_bw = meta["hardware"]["host"]["mem_bandwidth_gbs"]
+            .as_f64()
+            .unwrap_or(100.0);
+        let workload = if meta["workload"].is_object() {
+            &meta["workload"]
+        } else {
+            &meta["space"]["workload"]
+        };
+        let prompt_tokens = workload["prompt_tokens"].as_u64().unwrap() as u32;
+        for line in std::fs::read_to_string(&f).unwrap().lines() {
+            let Ok(j) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            if !matches!(j["kind"].as_str(), Some("ok" | "spill")) {
+                continue;
+            }
+            // Configs older builds wrote with fields since renamed (`fit_target`) are `--fit`
+            // placements, left out anyway.
+            let Ok(cfg) = serde_json::from_value::<LaunchConfig>(j["config"].clone()) else {
+                continue;
+            };
+            if cfg.is_auto_placement() || cfg.is_fit_placement() {
+                continue;
+            }
+            let (Some(tg), Some(pp)) = (
+                j["metrics"]["gen_tps"]["median"].as_f64(),
+                j["metrics"]["prompt_tps"]["median"].as_f64(),
+            ) else {
+                continue;
+            };
+            let key = (
+                gpu.to_string(),
+                card_gib,
+                shape.to_string(),
+                serde_json::to_string(&cfg).unwrap(),
+            );
+            let e = by.entry(key).or_insert_with(|| {
+                (
+                    Group {
+                        gpu: gpu.into(),
+                        card_gib,
+                        shape: shape.into(),
+                        cfg: cfg.clone(),
+                        host_bw,
+                        prompt_tokens,
+                        tg: 0.0,
+                        pp: 0.0,
+                        n: 0,
+                    },
+                    Vec::new(),
+                    Vec::new(),
+                    Vec::new(),
+                )
+            });
+            e.1.push(tg);
+            e.2.push(pp);
+            e.3.push(host_bw);
+        }
+    }
+    by.into_values()
+        .map(|(mut g, tg, pp, bw)| {
+            g.n = tg.len();
+            g.tg = median(tg);
+            g.pp = median(pp);
+            g.host_bw = median(bw);
+            g
+        })
+        .collect()
+}
+
+fn speed_box(g: &Group) -> SpeedBox {
+    SpeedBox {
+        gpu_bw_gbs: speed::gpu_bandwidth_by_name(&g.gpu),
+        pcie_gbs: Some(speed::pcie_gbs(5, 16)),
+        host_bw_gbs: g.host_bw,
+        physical_cores: 16,
+        sources: Vec::new(),
+    }
+}
+
+/// Least squares: minimise |A x - b|^2 (normal equations, Gaussian elimination).
+#[allow(clippy::needless_range_loop)]
+fn lstsq(a: &[Vec<f64>], b: &[f64]) -> Vec<f64> {
+    let n = a[0].len();
+    let mut m = vec![vec![0.0; n + 1]; n];
+    for (row, &y) in a.iter().zip(b) {
+        for i in 0..n {
+            for j in 0..n {
+                m[i][j] += row[i] * row[j];
+            }
+            m[i][n] += row[i] * y;
+        }
+    }
+    for c in 0..n {
+        let p = (c..n)
+            .max_by(|&x, &y| m[x][c].abs().partial_cmp(&m[y][c].abs()).unwrap())
+            .unwrap();
+        m.swap(c, p);
+        let d = m[c][c];
+        assert!(d.abs() > 1e-30, "singular fit");
+        for j in c..=n {
+            m[c][j] /= d;
+        }
+        for r in 0..n {
+            if r != c {
+                let f = m[r][c];
+                for j in c..=n {
+                    m[r][j] -= f * m[c][j];
+                }
+            }
+        }
+    }
+    (0..n).map(|i| m[i][n]).collect()
+}
+
+struct Prepared {
+    g: Group,
+    tb: TokenBytes,
+    sb: SpeedBox,
+    ub: u32,
+    n_ub: u32,
+    synthetic35: bool,
+}
+
+fn prepare(gs: &[Group]) -> Vec<Prepared> {
+    let mut layouts: BTreeMap<String, ModelLayout> = BTreeMap::new();
+    gs.iter()
+        .map(|g| {
+            let l = layouts
+                .entry(g.shape.clone())
+                .or_insert_with(|| layout_of(&g.shape))
+                .clone();
+            let tb = speed::token_bytes(&l, &g.cfg, true, g.prompt_tokens + 64);
+            let ub = g
+                .cfg
+                .ubatch
+                .unwrap_or(512)
+                .min(g.cfg.batch.unwrap_or(2048))
+                .min(g.prompt_tokens);
+            Prepared {
+                g: g.clone(),
+                tb,
+                sb: speed_box(g),
+                ub,
+                n_ub: g.prompt_tokens.div_ceil(ub),
+                synthetic35: speed::is_synthetic(&l) && l.arch == "qwen35moe",
+            }
+        })
+        .collect()
+}
+
+/// Fit the constants on `ps` (relative least squares; the thread exponent by grid search).
+fn fit(ps: &[Prepared]) -> SpeedConstants {
+    let mut best: Option<(f64, SpeedConstants)> = None;
+    // The exponent stays at most 1: host bandwidth does not grow faster than the threads.
+    for step in 0..=10 {
+        let gamma = 0.5 + 0.05 * step as f64;
+        // Decode: 1/tg = gpu_bytes/gpu_bw + (1/f_host) cpu_bytes/(host_bw share) + c nb + d ncpu.
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        for p in ps {
+            let share = (p.g.cfg.threads.unwrap_or(16) as f64 / 16.0)
+                .min(1.0)
+                .powf(gamma);
+            let t = 1.0 / p.g.tg;
+            let gpu = p.tb.gpu / (p.sb.gpu_bw_gbs.unwrap() * 1e9);
+            let cpu = p.tb.cpu / (p.sb.host_bw_gbs * 1e9 * share);
+            let nb = (p.tb.gpu_blocks as f64) * 1e-3;
+            let nc = (p.tb.cpu_blocks as f64) * 1e-3;
+            let w = 1.0;
+            a.push(vec![w * cpu / t, w * nb / t, w * nc / t]);
+            b.push(w * (t - gpu) / t);
+        }
+        let x = lstsq(&a, &b);
+        let sse: f64 = a
+            .iter()
+            .zip(&b)
+            .map(|(r, y)| (r.iter().zip(&x).map(|(u, v)| u * v).sum::<f64>() - y).powi(2))
+            .sum();
+        let k = SpeedConstants {
+            host_bw_fraction: 1.0 / x[0],
+            thread_exponent: gamma,
+            block_overhead_ms: x[1],
+            cpu_block_overhead_ms: x[2],
+            ..FITTED
+        };
+        if best.as_ref().is_none_or(|(s, _)| sse < *s) {
+            best = Some((sse, k));
+        }
+    }
+    let mut k = best.unwrap().1;
+    // Prefill per micro-batch: s ub active_gb + p nblocks + copy terms by (model, load mode).
+    let mut a = Vec::new();
+    let mut b = Vec::new();
+    for p in ps {
+        let t = p.g.prompt_tokens as f64 / (p.g.pp * p.n_ub as f64);
+        let copy = p.tb.cpu_experts_all / (p.sb.pcie_gbs.unwrap() * 1e9);
+        let pinned = !p.g.cfg.load_mode.maps_file();
+        let w = 1.0;
+        let col = |on: bool| if on { w * copy / t } else { 0.0 };
+        a.push(vec![
+            w * p.ub as f64 * p.tb.active_total / 1e9 / t,
+            w * p.tb.gpu_blocks as f64 * 1e-3 / t,
+            col(!p.synthetic35 && !pinned),
+            col(p.synthetic35 && !pinned),
+            col(p.synthetic35 && pinned),
+        ]);
+        b.push(w);
+    }
+    let x = lstsq(&a, &b);
+    k.prefill_s_per_token_gb = x[0];
+    k.prefill_block_ms = x[1];
+    k.h2d_pageable_fraction = 1.0 / x[2];
+    k.synthetic_touch_fraction = x[3] / x[2];
+    k.h2d_pinned_fraction = k.synthetic_touch_fraction / x[4];
+    k
+}
+
+fn predict(p: &Prepared, k: &SpeedConstants) -> (f64, f64) {
+    let l = layout_of_cached(&p.g.shape);
+    let s = speed::predict(&l, &p.g.cfg, &p.sb, true, p.g.prompt_tokens, k).unwrap();
+    (s.tg.tps, s.pp.tps)
+}
+
+fn layout_of_cached(shape: &str) -> ModelLayout {
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<BTreeMap<String, ModelLayout>>> = OnceLock::new();
+    let m = CACHE.get_or_init(|| Mutex::new(BTreeMap::new()));
+    let mut g = m.lock().unwrap();
+    g.entry(shape.to_string())
+        .or_insert_with(|| layout_of(shape))
+        .clone()
+}
+
+/// Relative errors (pred/meas - 1) of tg and pp for `ps`, printed.
+fn report(label: &str, ps: &[Prepared], k: &SpeedConstants) -> (Vec<f64>, Vec<f64>) {
+    let (mut etg, mut epp) = (Vec::new(), Vec::new());
+    for p in ps {
+        let (tg, pp) = predict(p, k);
+        let (a, b) = (tg / p.g.tg - 1.0, pp / p.g.pp - 1.0);
+        println!(
+            "{label} {} {}G {} ncmoe={:?} t={:?} ub={:?} kv={} load={} (n={}): tg {tg:.0} vs {:.0} ({:+.0} %), pp {pp:.0} vs {:.0} ({:+.0} %)",
+            p.g.gpu.replace("NVIDIA ", ""),
+            p.g.card_gib,
+            p.g.shape,
+            p.g.cfg.n_cpu_moe,
+            p.g.cfg.threads,
+            p.g.cfg.ubatch,
+            p.g.cfg.cache_type_k,
+            p.g.cfg.load_mode.as_str(),
+            p.g.n,
+            p.g.tg,
+            a * 100.0,
+            p.g.pp,
+            b * 100.0
+        );
+        etg.push(a);
+        epp.push(b);
+    }
+    (etg, epp)
+}
+
+fn print_constants(k: &SpeedConstants) {
+    println!("fitted: {k:#?}");
+}
+
+#[test]
+fn there_are_enough_committed_groups_of_both_shapes_and_cards() {
+    let gs = groups();
+    let count = |f: &dyn Fn(&Group) -> bool| gs.iter().filter(|g| f(g)).count();
+    println!("{} groups", gs.len());
+    assert!(gs.len() >= 30, "{} groups", gs.len());
+    assert!(count(&|g| g.shape == "qwen3-30b-a3b") >= 5);
+    assert!(count(&|g| g.card_gib == 24) >= 5);
+    assert!(count(&|g| g.gpu.contains("H100")) >= 3);
+    assert!(count(&|g| g.cfg.threads == Some(8)) >= 2);
+}
+
+/// Refit on every group: prints the constants `FITTED` should carry and checks that it does
+/// (to the printed precision, 5 %).
+#[test]
+fn fit_constants() {
+    let ps = prepare(&groups());
+    let k = fit(&ps);
+    print_constants(&k);
+    report("all", &ps, &k);
+    let close = |a: f64, b: f64| (a / b - 1.0).abs() <= 0.05;
+    for (name, a, b) in [
+        (
+            "host_bw_fraction",
+            k.host_bw_fraction,
+            FITTED.host_bw_fraction,
+        ),
+        (
+            "block_overhead_ms",
+            k.block_overhead_ms,
+            FITTED.block_overhead_ms,
+        ),
+        (
+            "h2d_pageable_fraction",
+            k.h2d_pageable_fraction,
+            FITTED.h2d_pageable_fraction,
+        ),
+        (
+            "prefill_s_per_token_gb",
+            k.prefill_s_per_token_gb,
+            FITTED.prefill_s_per_token_gb,
+        ),
+    ] {
+        assert!(
+            close(a, b),
+            "{name}: refit {a}, FITTED has {b}: update FITTED"
+        );
+    }
+}
+
+/// Fit on two thirds of the groups, predict the rest (three folds): the interval the model
+/// states (FITTED.tg_rel_err / pp_rel_err, meant as about 90 % coverage) holds for at least
+/// 85 % of the held-out groups, and no group is off by more than twice that.
+#[test]
+fn held_out_configs_are_predicted_within_the_stated_error() {
+    let ps = prepare(&groups());
+    let (mut etg, mut epp) = (Vec::new(), Vec::new());
+    for fold in 0..3 {
+        let (train, test): (Vec<_>, Vec<_>) =
+            ps.iter().enumerate().partition(|(i, _)| i % 3 != fold);
+        let train: Vec<Prepared> = train.into_iter().map(|(_, p)| clone(p)).collect();
+        let test: Vec<Prepared> = test.into_iter().map(|(_, p)| clone(p)).collect();
+        let k = fit(&train);
+        let (a, b) = report(&format!("held-out {fold}"), &test, &k);
+        etg.extend(a);
+        epp.extend(b);
+    }
+    for (what, errs, stated) in [
+        ("tg", &etg, FITTED.tg_rel_err),
+        ("pp", &epp, FITTED.pp_rel_err),
+    ] {
+        let mut abs: Vec<f64> = errs.iter().map(|e| e.abs()).collect();
+        abs.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let within = abs.iter().filter(|&&e| e <= stated).count() as f64 / abs.len() as f64;
+        let q90 = abs[(abs.len() as f64 * 0.9) as usize - 1];
+        let worst = abs[abs.len() - 1];
+        println!(
+            "{what}: {} held-out groups, {:.0} % within the stated +-{:.0} %, 90th percentile {:.1} %, worst {:.1} %",
+            abs.len(),
+            within * 100.0,
+            stated * 100.0,
+            q90 * 100.0,
+            worst * 100.0
+        );
+        assert!(
+            within >= 0.85,
+            "{what}: only {:.0} % within",
+            within * 100.0
+        );
+        assert!(worst <= 2.0 * stated, "{what}: worst {worst}");
+    }
+}
+
+fn clone(p: &Prepared) -> Prepared {
+    Prepared {
+        g: p.g.clone(),
+        tb: p.tb,
+        sb: p.sb.clone(),
+        ub: p.ub,
+        n_ub: p.n_ub,
+        synthetic35: p.synthetic35,
+    }
+}
+
+fn gpu_machine(name: &str, free_mib: u64) -> qtune::hardware::HardwareProfile {
+    use qtune::hardware::{GpuInfo, HardwareProfile, HostInfo, PcieLink};
+    HardwareProfile {
+        gpus: vec![GpuInfo {
+            index: 0,
+            name: name.into(),
+            uuid: "GPU-0".into(),
+            vram_total_mib: 81_559,
+            vram_free_mib: free_mib,
+            vram_used_mib: 81_559 - free_mib,
+            pcie: PcieLink {
+                gen_current: Some(5),
+                gen_max: Some(5),
+                width_current: Some(16),
+                width_max: Some(16),
+            },
+            compute_capability: Some((9, 0)),
+            processes: Vec::new(),
+        }],
+        no_gpu_reason: None,
+        driver_version: None,
+        cuda_version: None,
+        host: HostInfo {
+            cpu_model: "Intel(R) Xeon(R) Processor".into(),
+            physical_cores: Some(16),
+            logical_cores: 16,
+            ram_total_mib: 128_887,
+            ram_available_mib: 120_000,
+            os: "test".into(),
+            mem_bandwidth_gbs: Some(100.0),
+        },
+        fingerprint: "0123456789abcdef".into(),
+    }
+}
+
+/// What `qtune plan` predicts on the GPU machine (H100, 16 and 24 GiB free, both shapes), next
+/// to the committed measurements of the same config where there are some: each within twice
+/// the stated error (the plan's config may have few or no committed launches).
+#[test]
+fn plan_on_the_gpu_machine_predicts_near_committed_runs() {
+    let gs = groups();
+    for shape in ["qwen3.5-35b-a3b", "qwen3-30b-a3b"] {
+        let l = layout_of_cached(shape);
+        for gib in [16u64, 24] {
+            let hw = gpu_machine("NVIDIA H100 80GB HBM3", gib * 1024);
+            let plan = qtune::profile::plan(&l, &hw, None, 32768, 512);
+            let sp = plan.speed.as_ref().expect("a speed prediction");
+            let p = &sp.prediction;
+            println!(
+                "plan {shape} {gib} GiB: {} -> tg {} pp {} ({})",
+                plan.config.label(),
+                p.tg.text(),
+                p.pp.text(),
+                plan.speed_note
+            );
+            for g in gs.iter().filter(|g| {
+                g.shape == shape
+                    && g.card_gib as u64 == gib
+                    && g.cfg.n_cpu_moe == plan.config.n_cpu_moe
+                    && g.cfg.ubatch == plan.config.ubatch
+            }) {
+                println!(
+                    "  measured {} {} load={} kv={} (n={}): tg {:.0}, pp {:.0}",
+                    g.gpu,
+                    g.card_gib,
+                    g.cfg.load_mode.as_str(),
+                    g.cfg.cache_type_k,
+                    g.n,
+                    g.tg,
+                    g.pp
+                );
+            }
+            assert!(p.tg.low < p.tg.tps && p.tg.tps < p.tg.high);
+        }
+    }
+}
