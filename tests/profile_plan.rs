@@ -44,6 +44,7 @@ fn gpu_box(name: &str, free_mib: u64) -> HardwareProfile {
             },
             compute_capability: Some((8, 9)),
             processes: Vec::new(),
+            mem_bandwidth_gbs: None,
         }],
         no_gpu_reason: None,
         driver_version: Some("570.86".into()),

@@ -487,6 +487,7 @@ fn gpu_machine(name: &str, free_mib: u64) -> qtune::hardware::HardwareProfile {
             },
             compute_capability: Some((9, 0)),
             processes: Vec::new(),
+            mem_bandwidth_gbs: None,
         }],
         no_gpu_reason: None,
         driver_version: None,
