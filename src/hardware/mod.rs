@@ -187,6 +187,9 @@ pub fn gpu_text(g: &GpuInfo) -> String {
         g.compute_capability
             .map_or("unknown".to_string(), |(a, b)| format!("{a}.{b}")),
     );
+    if let Some(bw) = g.mem_bandwidth_gbs {
+        let _ = write!(out, "\n  Memory bandwidth: {bw:.0} GB/s (peak, from NVML clocks)");
+    }
     if !g.uuid.is_empty() {
         let _ = write!(out, "\n  UUID: {}", g.uuid);
     }
@@ -319,6 +322,7 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("PCIe: gen 4 x16 (max gen 4 x16)"), "{t}");
+        assert!(t.contains("Memory bandwidth: 717 GB/s"), "{t}");
         assert!(t.contains("Compute capability: 8.9"), "{t}");
         assert!(t.contains("pid 1234 Xorg (312 MiB)"), "{t}");
     }
