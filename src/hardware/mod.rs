@@ -188,7 +188,10 @@ pub fn gpu_text(g: &GpuInfo) -> String {
             .map_or("unknown".to_string(), |(a, b)| format!("{a}.{b}")),
     );
     if let Some(bw) = g.mem_bandwidth_gbs {
-        let _ = write!(out, "\n  Memory bandwidth: {bw:.0} GB/s (peak, from NVML clocks)");
+        let _ = write!(
+            out,
+            "\n  Memory bandwidth: {bw:.0} GB/s (peak, from NVML clocks)"
+        );
     }
     if !g.uuid.is_empty() {
         let _ = write!(out, "\n  UUID: {}", g.uuid);

@@ -242,9 +242,9 @@ impl Estimate {
 pub struct DecodeSplit {
     /// GPU weight and KV reads.
     pub gpu_ms: f64,
-    /// CPU expert reads.
+    /// CPU experts: their reads plus the fixed cost of each CPU block (round trip, threads).
     pub cpu_experts_ms: f64,
-    /// Per-block launch and synchronisation overhead.
+    /// Per-block launch and synchronisation overhead of the GPU.
     pub overhead_ms: f64,
 }
 
@@ -417,15 +417,20 @@ pub fn predict(
     let host_bw = sb.host_bw_gbs * k.host_bw_fraction * thread_share * GB;
     let gpu_bw = sb.gpu_bw_gbs.unwrap_or(1.0) * GB;
 
-    let decode = DecodeSplit {
-        gpu_ms: tb.gpu / gpu_bw * 1e3,
-        cpu_experts_ms: tb.cpu / host_bw * 1e3,
-        overhead_ms: if has_gpu {
-            layout.n_blocks as f64 * k.block_overhead_ms
-                + tb.cpu_blocks as f64 * k.cpu_block_overhead_ms
-        } else {
-            layout.n_blocks as f64 * k.cpu_block_overhead_ms
-        },
+    // The fixed cost of a CPU block (activations to the host and back, waking the threads)
+    // counts with the CPU experts: it is what moving them to the GPU saves.
+    let decode = if has_gpu {
+        DecodeSplit {
+            gpu_ms: tb.gpu / gpu_bw * 1e3,
+            cpu_experts_ms: tb.cpu / host_bw * 1e3 + tb.cpu_blocks as f64 * k.cpu_block_overhead_ms,
+            overhead_ms: layout.n_blocks as f64 * k.block_overhead_ms,
+        }
+    } else {
+        DecodeSplit {
+            gpu_ms: 0.0,
+            cpu_experts_ms: tb.cpu / host_bw * 1e3,
+            overhead_ms: layout.n_blocks as f64 * k.cpu_block_overhead_ms,
+        }
     };
     let tg = 1e3 / decode.total_ms();
     let raw_bw_ms = tb.gpu / (sb.gpu_bw_gbs.unwrap_or(1.0) * GB) * 1e3
