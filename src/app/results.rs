@@ -73,7 +73,13 @@ pub fn profile_show(name: &str) -> Result<()> {
 }
 
 /// `qtune plan --model M [--profile P]`: propose a config for this box without trials.
-pub fn plan(model: &Path, profile_path: Option<&Path>, ctx: u32, headroom_mib: u64) -> Result<()> {
+pub fn plan(
+    model: &Path,
+    profile_path: Option<&Path>,
+    ctx: u32,
+    headroom_mib: u64,
+    json: bool,
+) -> Result<()> {
     let layout = crate::model::load(model)?;
     // Host read bandwidth is an input of the speed prediction (about two seconds).
     let hw = crate::hardware::probe(true);
@@ -106,6 +112,22 @@ pub fn plan(model: &Path, profile_path: Option<&Path>, ctx: u32, headroom_mib: u
         crate::run::DEFAULT_HOST,
         crate::run::DEFAULT_PORT,
     );
+    if json {
+        #[derive(serde::Serialize)]
+        struct PlanJson<'a> {
+            #[serde(flatten)]
+            plan: &'a profile::Plan,
+            command: &'a [String],
+            note: &'static str,
+        }
+        let out = PlanJson {
+            plan: &plan,
+            command: &argv,
+            note: "a plan: predicted, not measured",
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
     if let Some(sp) = &plan.speed {
         println!(
             "# qtune plan: predicted, not measured: tg {}, pp {}",
