@@ -359,6 +359,10 @@ pub struct PlanArgs {
     pub ctx: u32,
     #[arg(long, default_value_t = 512)]
     pub target_vram_headroom: u64,
+    /// Print the plan (config, predicted memory and speed with intervals, launch command) as
+    /// JSON on stdout instead of the command line.
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn format(json: bool, yaml: bool) -> Format {
@@ -412,6 +416,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             !p.no_profile,
             p.ctx,
             p.target_vram_headroom,
+            p.json,
         ),
         Command::Sweep(s) => app::measure::sweep(&s.dir, s.from, s.to, s.step),
         Command::Depth(d) => app::measure::depth(&d.dir, &d.depths),

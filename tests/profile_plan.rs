@@ -44,6 +44,7 @@ fn gpu_box(name: &str, free_mib: u64) -> HardwareProfile {
             },
             compute_capability: Some((8, 9)),
             processes: Vec::new(),
+            mem_bandwidth_gbs: None,
         }],
         no_gpu_reason: None,
         driver_version: Some("570.86".into()),
@@ -246,6 +247,33 @@ fn real_binary_prints_the_command_last_without_a_gpu() {
         assert!(err.contains("no GPU"), "{err}");
     }
     assert!(err.contains("confidence: low"), "{err}");
+    assert!(err.contains("predicted speed"), "{err}");
+    assert!(
+        out.contains("# qtune plan: predicted, not measured: tg "),
+        "{out}"
+    );
+
+    // --json: the same plan with its predictions, machine-readable, and the command.
+    let o = qtune(
+        dir.path(),
+        &[
+            "plan",
+            "--model",
+            model.to_str().unwrap(),
+            "--ctx",
+            "4096",
+            "--json",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let tg = &j["speed"]["prediction"]["tg"];
+    assert!(tg["low"].as_f64().unwrap() < tg["tps"].as_f64().unwrap());
+    assert!(tg["tps"].as_f64().unwrap() < tg["high"].as_f64().unwrap());
+    assert!(j["speed"]["prediction"]["pp"]["tps"].as_f64().unwrap() > 0.0);
+    assert_eq!(j["config"]["ctx"], 4096);
+    assert!(j["command"][0].as_str().unwrap().contains("llama-server"));
+    assert_eq!(j["note"], "a plan: predicted, not measured");
 }
 
 #[test]

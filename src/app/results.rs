@@ -79,6 +79,7 @@ pub fn plan(
     use_profiles: bool,
     ctx: u32,
     headroom_mib: u64,
+    json: bool,
 ) -> Result<()> {
     let layout = crate::model::load(model)?;
     // Host read bandwidth is an input of the speed prediction (about two seconds).
@@ -113,6 +114,22 @@ pub fn plan(
         crate::run::DEFAULT_HOST,
         crate::run::DEFAULT_PORT,
     );
+    if json {
+        #[derive(serde::Serialize)]
+        struct PlanJson<'a> {
+            #[serde(flatten)]
+            plan: &'a profile::Plan,
+            command: &'a [String],
+            note: &'static str,
+        }
+        let out = PlanJson {
+            plan: &plan,
+            command: &argv,
+            note: "a plan: predicted, not measured",
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
     if let Some(sp) = &plan.speed {
         println!(
             "# qtune plan: predicted, not measured: tg {}, pp {}",

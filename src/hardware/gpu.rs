@@ -162,7 +162,24 @@ fn probe_one(nvml: &Nvml, index: u32) -> Result<GpuInfo, NvmlError> {
         pcie,
         compute_capability: d.cuda_compute_capability().ok().map(|c| (c.major, c.minor)),
         processes,
+        mem_bandwidth_gbs: memory_bandwidth_gbs(
+            d.max_clock_info(nvml_wrapper::enum_wrappers::device::Clock::Memory)
+                .ok(),
+            d.memory_bus_width().ok(),
+        ),
     })
+}
+
+/// Peak memory bandwidth (GB/s) from NVML's maximum memory clock (MHz) and bus width (bits):
+/// clock x width x 2 transfers per clock / 8 bits. H100 SXM: 2619 MHz x 5120 bits = 3352 GB/s.
+pub fn memory_bandwidth_gbs(
+    max_mem_clock_mhz: Option<u32>,
+    bus_width_bits: Option<u32>,
+) -> Option<f64> {
+    match (max_mem_clock_mhz, bus_width_bits) {
+        (Some(c), Some(w)) if c > 0 && w > 0 => Some(c as f64 * 1e6 * w as f64 * 2.0 / 8.0 / 1e9),
+        _ => None,
+    }
 }
 
 /// Used VRAM per GPU (MiB) as NVML reports it now; None with no GPU or on an NVML error.

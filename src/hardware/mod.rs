@@ -4,7 +4,7 @@
 mod gpu;
 mod host;
 
-pub use gpu::{free_vram_mib_now, nvml, VramSampler};
+pub use gpu::{free_vram_mib_now, memory_bandwidth_gbs, nvml, VramSampler};
 pub use host::measure_read_bandwidth_gbs;
 
 use serde::{Deserialize, Serialize};
@@ -40,6 +40,10 @@ pub struct GpuInfo {
     /// e.g. (9, 0) for Hopper.
     pub compute_capability: Option<(i32, i32)>,
     pub processes: Vec<GpuProcess>,
+    /// Peak memory bandwidth, GB/s: NVML's maximum memory clock x bus width x 2 (double data
+    /// rate). None when NVML does not say (profiles written before this field, too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_bandwidth_gbs: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -183,6 +187,12 @@ pub fn gpu_text(g: &GpuInfo) -> String {
         g.compute_capability
             .map_or("unknown".to_string(), |(a, b)| format!("{a}.{b}")),
     );
+    if let Some(bw) = g.mem_bandwidth_gbs {
+        let _ = write!(
+            out,
+            "\n  Memory bandwidth: {bw:.0} GB/s (peak, from NVML clocks)"
+        );
+    }
     if !g.uuid.is_empty() {
         let _ = write!(out, "\n  UUID: {}", g.uuid);
     }
@@ -275,6 +285,7 @@ mod tests {
                 name: Some("Xorg".into()),
                 used_mib: Some(312),
             }],
+            mem_bandwidth_gbs: Some(716.8),
         }
     }
 
@@ -314,6 +325,7 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("PCIe: gen 4 x16 (max gen 4 x16)"), "{t}");
+        assert!(t.contains("Memory bandwidth: 717 GB/s"), "{t}");
         assert!(t.contains("Compute capability: 8.9"), "{t}");
         assert!(t.contains("pid 1234 Xorg (312 MiB)"), "{t}");
     }

@@ -162,32 +162,41 @@ impl SpeedBox {
     pub fn from_hardware(hw: &HardwareProfile) -> SpeedBox {
         let mut sources = Vec::new();
         let g = hw.gpus.first();
-        let gpu_bw_gbs = g.and_then(|g| {
-            let bw = gpu_bandwidth_by_name(&g.name);
-            match bw {
-                Some(v) => sources.push(format!("GPU memory bandwidth {v:.0} GB/s ({})", g.name)),
-                None => sources.push(format!(
-                    "GPU memory bandwidth of {} unknown: no speed prediction",
-                    g.name
-                )),
-            }
-            bw
-        });
+        let gpu_bw_gbs =
+            g.and_then(
+                |g| match (g.mem_bandwidth_gbs, gpu_bandwidth_by_name(&g.name)) {
+                    (Some(v), _) if v > 0.0 => {
+                        sources.push(format!("GPU {v:.0} GB/s (NVML)"));
+                        Some(v)
+                    }
+                    (_, Some(v)) => {
+                        sources.push(format!("GPU {v:.0} GB/s (by name)"));
+                        Some(v)
+                    }
+                    _ => {
+                        sources.push(format!(
+                            "GPU memory bandwidth of {} unknown: no speed prediction",
+                            g.name
+                        ));
+                        None
+                    }
+                },
+            );
         let pcie_gbs = g.map(|g| {
             let gen = g.pcie.gen_max.or(g.pcie.gen_current).unwrap_or(4);
             let width = g.pcie.width_max.or(g.pcie.width_current).unwrap_or(16);
             let v = pcie_gbs(gen, width);
-            sources.push(format!("PCIe gen {gen} x{width}: {v:.0} GB/s nominal"));
+            sources.push(format!("PCIe {gen}.0 x{width}"));
             v
         });
         let host_bw_gbs = match hw.host.mem_bandwidth_gbs {
             Some(v) if v > 0.0 => {
-                sources.push(format!("host read bandwidth {v:.0} GB/s (measured)"));
+                sources.push(format!("host {v:.0} GB/s (measured)"));
                 v
             }
             _ => {
                 sources.push(format!(
-                    "host read bandwidth not measured: {DEFAULT_HOST_BW_GBS:.0} GB/s assumed"
+                    "host {DEFAULT_HOST_BW_GBS:.0} GB/s (assumed, not measured)"
                 ));
                 DEFAULT_HOST_BW_GBS
             }
@@ -233,9 +242,9 @@ impl Estimate {
 pub struct DecodeSplit {
     /// GPU weight and KV reads.
     pub gpu_ms: f64,
-    /// CPU expert reads.
+    /// CPU experts: their reads plus the fixed cost of each CPU block (round trip, threads).
     pub cpu_experts_ms: f64,
-    /// Per-block launch and synchronisation overhead.
+    /// Per-block launch and synchronisation overhead of the GPU.
     pub overhead_ms: f64,
 }
 
@@ -408,15 +417,20 @@ pub fn predict(
     let host_bw = sb.host_bw_gbs * k.host_bw_fraction * thread_share * GB;
     let gpu_bw = sb.gpu_bw_gbs.unwrap_or(1.0) * GB;
 
-    let decode = DecodeSplit {
-        gpu_ms: tb.gpu / gpu_bw * 1e3,
-        cpu_experts_ms: tb.cpu / host_bw * 1e3,
-        overhead_ms: if has_gpu {
-            layout.n_blocks as f64 * k.block_overhead_ms
-                + tb.cpu_blocks as f64 * k.cpu_block_overhead_ms
-        } else {
-            layout.n_blocks as f64 * k.cpu_block_overhead_ms
-        },
+    // The fixed cost of a CPU block (activations to the host and back, waking the threads)
+    // counts with the CPU experts: it is what moving them to the GPU saves.
+    let decode = if has_gpu {
+        DecodeSplit {
+            gpu_ms: tb.gpu / gpu_bw * 1e3,
+            cpu_experts_ms: tb.cpu / host_bw * 1e3 + tb.cpu_blocks as f64 * k.cpu_block_overhead_ms,
+            overhead_ms: layout.n_blocks as f64 * k.block_overhead_ms,
+        }
+    } else {
+        DecodeSplit {
+            gpu_ms: 0.0,
+            cpu_experts_ms: tb.cpu / host_bw * 1e3,
+            overhead_ms: layout.n_blocks as f64 * k.cpu_block_overhead_ms,
+        }
     };
     let tg = 1e3 / decode.total_ms();
     let raw_bw_ms = tb.gpu / (sb.gpu_bw_gbs.unwrap_or(1.0) * GB) * 1e3
@@ -493,4 +507,87 @@ fn cpu_prefill_ms(ub: u32, active_bytes: f64, sb: &SpeedBox, threads: u32) -> f6
     let flops = 2.0 * 1.65 * active_bytes * ub as f64;
     let rate = 40e9 * threads.min(sb.physical_cores).max(1) as f64;
     flops / rate * 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::LaunchConfig;
+
+    fn layout() -> ModelLayout {
+        ModelLayout {
+            n_experts_used: 8,
+            output_bytes: 200 << 20,
+            ..ModelLayout::uniform(40, 128, 400 << 20, 20 << 20)
+        }
+    }
+
+    fn gpu_box() -> SpeedBox {
+        SpeedBox {
+            gpu_bw_gbs: Some(1000.0),
+            pcie_gbs: Some(pcie_gbs(4, 16)),
+            host_bw_gbs: 60.0,
+            physical_cores: 8,
+            sources: Vec::new(),
+        }
+    }
+
+    fn placed(n: u32) -> LaunchConfig {
+        LaunchConfig::baseline(8192).with_experts_on_cpu(n)
+    }
+
+    #[test]
+    fn nvml_clock_and_bus_width_give_the_datasheet_bandwidth() {
+        let h100 = crate::hardware::memory_bandwidth_gbs(Some(2619), Some(5120)).unwrap();
+        assert!((h100 - 3352.0).abs() < 1.0, "{h100}");
+        let rtx4090 = crate::hardware::memory_bandwidth_gbs(Some(10501), Some(384)).unwrap();
+        assert!((rtx4090 - 1008.0).abs() < 1.0, "{rtx4090}");
+        assert_eq!(crate::hardware::memory_bandwidth_gbs(None, Some(384)), None);
+        assert_eq!(gpu_bandwidth_by_name("NVIDIA H100 80GB HBM3"), Some(3350.0));
+        assert_eq!(
+            gpu_bandwidth_by_name("NVIDIA GeForce RTX 4090"),
+            Some(1008.0)
+        );
+        assert_eq!(gpu_bandwidth_by_name("Some Future GPU"), None);
+    }
+
+    #[test]
+    fn more_experts_on_the_cpu_is_slower_and_pinned_prefill_is_faster() {
+        let l = layout();
+        let sb = gpu_box();
+        let p = |c: &LaunchConfig| predict(&l, c, &sb, true, 2048, &FITTED).unwrap();
+        let (a, b) = (p(&placed(5)), p(&placed(20)));
+        assert!(a.tg.tps > b.tg.tps && a.pp.tps > b.pp.tps);
+        assert!(b.decode.cpu_experts_ms > a.decode.cpu_experts_ms);
+        assert!(a.tg.low < a.tg.tps && a.tg.tps < a.tg.high);
+        assert!(a.tg_bound_tps > a.tg.tps);
+        let mut pinned = placed(20);
+        pinned.load_mode = crate::config::LoadMode::None;
+        assert!(p(&pinned).pp.tps > b.pp.tps);
+        assert_eq!(p(&pinned).tg, b.tg);
+        // Fewer threads: slower generation.
+        let mut four = placed(20);
+        four.threads = Some(4);
+        assert!(p(&four).tg.tps < b.tg.tps);
+        // A bigger micro-batch amortizes the copies.
+        let mut big = placed(20);
+        big.batch = Some(2048);
+        big.ubatch = Some(2048);
+        assert!(p(&big).pp.tps > b.pp.tps);
+        assert_eq!(p(&big).prefill.ubatch, 2048);
+    }
+
+    #[test]
+    fn no_prediction_for_an_unknown_gpu_or_fit_placement_but_cpu_only_works() {
+        let l = layout();
+        let mut unknown = gpu_box();
+        unknown.gpu_bw_gbs = None;
+        assert!(predict(&l, &placed(5), &unknown, true, 2048, &FITTED).is_none());
+        let fit = LaunchConfig::baseline(8192);
+        assert!(predict(&l, &fit, &gpu_box(), true, 2048, &FITTED).is_none());
+        let cpu = predict(&l, &fit, &unknown, false, 2048, &FITTED).unwrap();
+        assert!(cpu.tg.tps > 0.0 && cpu.tg.tps.is_finite());
+        assert!(cpu.pp.tps > 0.0 && cpu.pp.tps.is_finite());
+        assert_eq!(cpu.decode.gpu_ms, 0.0);
+    }
 }

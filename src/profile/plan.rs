@@ -179,8 +179,14 @@ pub fn plan_speed(
         );
     };
     let model_note = format!(
-        "speed from the model alone ({}; pp for a {prompt}-token prompt)",
-        here.sources.join(", ")
+        "speed from the model alone ({}; pp for a {prompt}-token prompt){}",
+        here.sources.join(", "),
+        if hw.has_gpu() {
+            ""
+        } else {
+            "; CPU-only: the model was fitted on GPU runs only, so this is a rough estimate \
+             and the interval is likely too narrow"
+        }
     );
     let Some(p) = profile.filter(|p| model_match(p, layout) > ModelMatch::Other) else {
         return (
@@ -599,6 +605,7 @@ mod tests {
                     },
                     compute_capability: None,
                     processes: Vec::new(),
+                    mem_bandwidth_gbs: None,
                 })
                 .collect(),
             no_gpu_reason: gpu.is_none().then(|| "test".to_string()),
@@ -742,6 +749,23 @@ mod tests {
                 "{args:?}"
             );
             assert_eq!(plan.budget_mib, gpu.map(|(_, f)| f - 512));
+            // No GPU: a CPU-only prediction, said to be rough. An unknown GPU with the
+            // server's own placement: no prediction, and why.
+            let text = plan_text(&plan, Path::new("m.gguf"));
+            if gpu.is_none() {
+                assert!(plan.speed.is_some(), "{text}");
+                assert!(
+                    text.contains("predicted speed (a prediction, not a measurement): tg "),
+                    "{text}"
+                );
+                assert!(text.contains("CPU-only"), "{text}");
+            } else {
+                assert!(plan.speed.is_none(), "{text}");
+                assert!(
+                    text.contains("predicted speed: none (no speed prediction: "),
+                    "{text}"
+                );
+            }
         }
     }
 

@@ -235,6 +235,8 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
         shell_line(&bcfg.command(&r.server_path, &r.model_path, &r.host, r.port))
     );
 
+    time_split(m, r);
+
     // Plots.
     if !plots.is_empty() {
         let _ = writeln!(m, "## Plots\n");
@@ -506,9 +508,10 @@ fn trials(m: &mut String, r: &TuneResult) {
     }
     let _ = writeln!(
         m,
-        "| # | role | config | outcome | generation (tok/s) | prompt (tok/s) | peak VRAM | time | note |"
+        "| # | role | config | outcome | generation (tok/s) | prompt (tok/s) | tg % of bound | peak VRAM | time | note |"
     );
-    let _ = writeln!(m, "|---:|---|---|---|---:|---:|---:|---:|---|");
+    let _ = writeln!(m, "|---:|---|---|---|---:|---:|---:|---:|---:|---|");
+    let sb = crate::model::speed::SpeedBox::from_hardware(&r.hardware);
     for t in &r.trials {
         let (g, p) = match &t.metrics {
             Some(x) => (
@@ -526,15 +529,20 @@ fn trials(m: &mut String, r: &TuneResult) {
         } else {
             t.message.lines().next().unwrap_or("").to_string()
         };
+        let roof = match (&t.metrics, speed_of(r, &sb, &t.config)) {
+            (Some(x), Some(sp)) => format!("{:.0} %", x.gen_tps.median / sp.tg_bound_tps * 100.0),
+            _ => "–".to_string(),
+        };
         let _ = writeln!(
             m,
-            "| {} | {} | `{}` | {} | {} | {} | {} | {:.0} s | {} |",
+            "| {} | {} | `{}` | {} | {} | {} | {} | {} | {:.0} s | {} |",
             t.id,
             role(t.role),
             cell(&t.config.label()),
             outcome_cell(t),
             g,
             p,
+            roof,
             vram(t.peak_vram_total_mib()),
             t.duration_s,
             cell(&note)
@@ -542,8 +550,86 @@ fn trials(m: &mut String, r: &TuneResult) {
     }
     let _ = writeln!(
         m,
-        "\nGeneration: median ± half the spread of the trial's requests. A failed trial's note is \
-         its one-line diagnosis; its log is under `logs/`.\n"
+        "\nGeneration: median ± half the spread of the trial's requests. tg % of bound: the \
+         measured generation as a share of the speed model's bound for that config (weight and KV \
+         bytes over GPU and host bandwidth, no overheads; `–` where the placement is the \
+         server's own). A failed trial's note is its one-line diagnosis; its log is under `logs/`.\n"
+    );
+}
+
+/// The speed model's prediction for `cfg` on the run's box and workload.
+fn speed_of(
+    r: &TuneResult,
+    sb: &crate::model::speed::SpeedBox,
+    cfg: &LaunchConfig,
+) -> Option<crate::model::speed::SpeedPrediction> {
+    crate::model::speed::predict(
+        &r.model,
+        cfg,
+        sb,
+        r.hardware.has_gpu(),
+        r.space.workload.prompt_tokens,
+        &crate::model::speed::FITTED,
+    )
+}
+
+/// "Where the time goes": the winner's measured speed against the speed model's prediction,
+/// its bound, and the model's split of one token's time.
+fn time_split(m: &mut String, r: &TuneResult) {
+    let Some(w) = &r.winner else { return };
+    let sb = crate::model::speed::SpeedBox::from_hardware(&r.hardware);
+    let _ = writeln!(m, "## Where the time goes (speed model)\n");
+    let Some(sp) = speed_of(r, &sb, &w.config) else {
+        let _ = writeln!(
+            m,
+            "No model prediction for the winner: {}.\n",
+            if w.config.is_auto_placement() {
+                "its placement is the server's own, not known before the launch"
+            } else {
+                "this GPU's memory bandwidth is unknown"
+            }
+        );
+        return;
+    };
+    let d = &sp.decode;
+    let total = d.total_ms().max(1e-9);
+    let share = |x: f64| format!("{:.1} ms ({:.0} %)", x, x / total * 100.0);
+    let _ = writeln!(m, "| | measured | modelled | bound |");
+    let _ = writeln!(m, "|---|---:|---:|---:|");
+    let _ = writeln!(
+        m,
+        "| generation (tok/s) | {:.1} | {} | {:.0} ({:.0} % reached) |",
+        w.gen_tps.median,
+        sp.tg.text(),
+        sp.tg_bound_tps,
+        w.gen_tps.median / sp.tg_bound_tps * 100.0
+    );
+    let _ = writeln!(
+        m,
+        "| prompt (tok/s, {}-token prompt) | {:.1} | {} | |\n",
+        sp.prompt_tokens,
+        w.prompt_tps.median,
+        sp.pp.text()
+    );
+    let _ = writeln!(
+        m,
+        "One generated token, as modelled: GPU weights and KV {}, CPU experts {}, per-layer \
+         overhead {}. One {}-token micro-batch of the prompt: copying CPU experts to the GPU \
+         {:.0} ms, GPU compute {:.0} ms, CPU compute {:.0} ms.\n",
+        share(d.gpu_ms),
+        share(d.cpu_experts_ms),
+        share(d.overhead_ms),
+        sp.prefill.ubatch,
+        sp.prefill.copy_ms,
+        sp.prefill.gpu_ms,
+        sp.prefill.cpu_ms
+    );
+    let _ = writeln!(
+        m,
+        "The bound is bytes over bandwidth alone; the model adds the fitted overheads \
+         (`src/model/speed.rs`, fitted on the committed GPU runs; interval: its held-out error). \
+         Room left is in the largest share: fewer CPU experts (more VRAM) when CPU experts \
+         dominate, nothing much when overhead does.\n"
     );
 }
 
@@ -586,6 +672,11 @@ mod tests {
             "![Generation speed vs peak VRAM](plot-vram.png)",
             "[SVG](plot-ncmoe.svg)",
             "| qwen3moe | 48 | 128 (8) | Q4_K_M |",
+            "## Where the time goes (speed model)",
+            "| generation (tok/s) | ",
+            "% reached) |",
+            "One generated token, as modelled: GPU weights and KV ",
+            "| tg % of bound |",
         ] {
             assert!(md.contains(needle), "missing {needle:?} in:\n{md}");
         }

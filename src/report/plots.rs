@@ -49,6 +49,7 @@ const C_WINNER: RGBColor = RGBColor(230, 171, 2);
 const C_BASE: RGBColor = RGBColor(90, 90, 90);
 const C_FAIL: RGBColor = RGBColor(214, 39, 40);
 const C_BUDGET: RGBColor = RGBColor(170, 0, 0);
+const C_MODEL: RGBColor = RGBColor(148, 103, 189);
 
 /// Register the embedded font with plotters (once per process).
 fn ensure_font() -> Result<()> {
@@ -104,6 +105,9 @@ pub struct PlotData {
     pub baseline: Option<Marker>,
     pub budget: Option<f64>,
     pub has_gpu: bool,
+    /// The speed model's generation for the winner's config at each --n-cpu-moe (empty when
+    /// it cannot predict this run): (n_cpu_moe, modelled tg, bound tg).
+    pub modelled: Vec<(u32, f64, f64)>,
 }
 
 impl PlotData {
@@ -147,7 +151,30 @@ impl PlotData {
                 ncmoe: b.config.n_cpu_moe,
             })
         });
+        let modelled = r
+            .winner
+            .as_ref()
+            .filter(|w| w.config.n_cpu_moe.is_some() && w.config.cpu_experts.is_none())
+            .map(|w| {
+                let sb = crate::model::speed::SpeedBox::from_hardware(&r.hardware);
+                (0..=r.model.n_blocks)
+                    .filter_map(|n| {
+                        let cfg = w.config.clone().with_experts_on_cpu(n);
+                        let sp = crate::model::speed::predict(
+                            &r.model,
+                            &cfg,
+                            &sb,
+                            r.hardware.has_gpu(),
+                            r.space.workload.prompt_tokens,
+                            &crate::model::speed::FITTED,
+                        )?;
+                        Some((n, sp.tg.tps, sp.tg_bound_tps))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         PlotData {
+            modelled,
             model: r
                 .model
                 .name
@@ -632,6 +659,24 @@ where
         pts.iter()
             .map(|p| Circle::new((p.ncmoe.unwrap_or(0) as f64, p.tg), 4, C_POINT.filled())),
     )?;
+    // The speed model's generation for the winner's config across --n-cpu-moe.
+    let modelled: Vec<(f64, f64)> = d
+        .modelled
+        .iter()
+        .filter(|(n, _, _)| *n as f64 <= n_max + 1.0)
+        .map(|&(n, tg, _)| (n as f64, tg.min(tg_max)))
+        .collect();
+    if !modelled.is_empty() {
+        chart
+            .draw_series(DashedLineSeries::new(
+                modelled,
+                5,
+                4,
+                C_MODEL.stroke_width(2),
+            ))?
+            .label("generation, speed model (winner's other flags)")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], C_MODEL.stroke_width(2)));
+    }
     chart
         .draw_secondary_series(LineSeries::new(best(|p| p.pp), C_PP.stroke_width(2)))?
         .label("prompt, best per value (right axis)")

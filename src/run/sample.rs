@@ -354,6 +354,7 @@ pub fn gpu_result(server: &Path, model: &Path) -> TuneResult {
                 },
                 compute_capability: Some((9, 0)),
                 processes: Vec::new(),
+                mem_bandwidth_gbs: None,
             }],
             no_gpu_reason: None,
             driver_version: Some("570.86.15".to_string()),
