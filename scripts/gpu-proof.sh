@@ -258,18 +258,19 @@ for c in "$@"; do
       m=$(model "$shape"); run="$W/runs/$c"; ballast "$gib"
       mkdir -p "$W/noprofile"
       say "$c: plan before the tune ($GPU_NAME, emulated ${gib} GiB card)"
-      (cd "$W/noprofile" && "$Q" plan --model "$m" --ctx 32768 --target-vram-headroom 512 --no-profile) > "$W/$c-plan.txt" 2>&1
+      (cd "$W/noprofile" && "$Q" plan --model "$m" --ctx 32768 --target-vram-headroom 512 --no-profile --json) > "$W/$c-plan.json" 2> "$W/$c-plan.txt"
       if [ -f "$W/runs/proof${k%-*}-$other/results.json" ]; then
         "$Q" profile export "$W/runs/proof${k%-*}-$other" --out "$W/$c-other.yaml" \
-          && "$Q" plan --model "$m" --profile "$W/$c-other.yaml" --ctx 32768 --target-vram-headroom 512 > "$W/$c-plan-from-$other.txt" 2>&1
+          && "$Q" plan --model "$m" --profile "$W/$c-other.yaml" --ctx 32768 --target-vram-headroom 512 --json > "$W/$c-plan-from-$other.json" 2> "$W/$c-plan-from-$other.txt"
       fi
+      date -u +"plans written %FT%TZ, before the tune" >> "$W/$c-plan.txt"
       cat "$W/$c"-plan*.txt
       say "$c: tune, default space"
       t0=$SECONDS
       "$Q" tune --model "$m" --space default --target-vram-headroom 512 --ctx 32768 --out "$run" > "$W/$c.cmd"
       echo "tune exit $? after $((SECONDS - t0)) s; command: $(tail -1 "$W/$c.cmd")"
       echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$run/card.txt"
-      cp "$W/$c"-plan*.txt "$run/" 2>/dev/null
+      cp "$W/$c"-plan* "$run/" 2>/dev/null
       pack "$c" "$run"
       say "$c: re-measuring the winner (${ROUNDS:-6} rounds)"
       "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" "llama-server -m $m -c 32768 -np 1 --fit-target 512" \
