@@ -137,7 +137,9 @@ fn a_16_gib_card_keeps_more_experts_on_the_cpu_than_a_24_gib_card() {
             assert_eq!(p.config.n_gpu_layers, Some(999));
             assert_eq!(p.config.fit, Some(false));
             assert!(
-                p.reasons.iter().any(|r| r.contains("the CUDA context and a margin")),
+                p.reasons
+                    .iter()
+                    .any(|r| r.contains("the CUDA context and a margin")),
                 "{:?}",
                 p.reasons
             );

@@ -391,3 +391,37 @@ fn the_noise_is_measured_first_and_sizes_the_race() {
         assert!(hits >= min_seeds, "noise {noise_pct} %: {hits} of 20");
     }
 }
+
+/// Issue 13 (GPU run, 24 GiB cards): where the whole model fits on the card, no expert sits on
+/// the CPU, so load mode, placement and fit's candidate change nothing; the launches go to what
+/// measurement must decide there: the KV type (f16 against q8_0) and the ubatch.
+#[test]
+fn where_the_whole_model_fits_the_kv_type_and_ubatch_are_measured_not_the_placements() {
+    let ctx = context(40_000.0);
+    let search = run_search(ctx.clone(), Box::new(landscape(&ctx, 0)), Vec::new(), None).unwrap();
+    let h = &search.history;
+    let searched: Vec<&LaunchConfig> = h
+        .iter()
+        .filter(|o| o.role == TrialRole::Search)
+        .map(|o| &o.config)
+        .collect();
+    for c in &searched {
+        println!("{}", c.label());
+        assert_eq!(c.n_cpu_moe.unwrap_or(0), 0, "{}", c.label());
+        assert!(
+            c.cpu_experts.is_none() && !c.is_fit_placement(),
+            "{}",
+            c.label()
+        );
+        assert_eq!(c.load_mode, ctx.space.load_modes()[0], "{}", c.label());
+    }
+    assert!(
+        searched.iter().any(|c| c.cache_type_k == KvType::F16),
+        "f16 KV was measured"
+    );
+    assert!(searched.iter().any(|c| c.cache_type_k == KvType::Q8_0));
+    let ubatches: std::collections::BTreeSet<Option<u32>> =
+        searched.iter().map(|c| c.ubatch).collect();
+    assert!(ubatches.len() >= 3, "{ubatches:?}");
+    assert!(search.launches() <= ctx.space.budget.trials);
+}

@@ -188,11 +188,22 @@ impl QtuneSearch {
 
     /// Launches the exploration leaves for the variants: one per other load mode, placement
     /// style and `--no-op-offload` (where the space has them).
-    fn variant_reserve(ctx: &SearchContext) -> u32 {
-        if Self::race_reserve(ctx) == 0 {
+    /// None when the whole model is predicted to fit on the GPU: then no expert sits on the CPU,
+    /// so load mode, placement and op offload change nothing, and the exploration gets those
+    /// launches (KV type, ubatch and threads are what is left to decide by measurement).
+    fn variant_reserve(&self, ctx: &SearchContext) -> u32 {
+        if Self::race_reserve(ctx) == 0 || self.whole_model_fits(ctx) {
             return 0;
         }
         Self::nominal_variants(ctx)
+    }
+
+    /// The memory prediction (with the VRAM measured beyond the buffers so far) puts every
+    /// expert on the GPU at the starting point.
+    fn whole_model_fits(&self, ctx: &SearchContext) -> bool {
+        ctx.gpu_moe
+            && ctx.ncmoe_bounds().0 == 0
+            && ctx.predicted_fit(&ctx.start_base(), self.unitemized_mib()) == Some(0)
     }
 
     fn nominal_variants(ctx: &SearchContext) -> u32 {
@@ -219,6 +230,10 @@ impl QtuneSearch {
         else {
             return VecDeque::new();
         };
+        if best.n_cpu_moe.unwrap_or(0) == 0 && best.cpu_experts.is_none() {
+            // Every expert on the GPU: no variant would change where anything sits.
+            return VecDeque::new();
+        }
         let mut out: Vec<LaunchConfig> = Vec::new();
         for m in ctx.space.load_modes().into_iter().skip(1) {
             out.push(LaunchConfig {
@@ -570,7 +585,7 @@ impl QtuneSearch {
 
     fn budget_left(&self, ctx: &SearchContext) -> bool {
         let b = &ctx.space.budget;
-        self.launches() + Self::race_reserve(ctx) + Self::variant_reserve(ctx) < b.trials
+        self.launches() + Self::race_reserve(ctx) + self.variant_reserve(ctx) < b.trials
             && self.elapsed_s(ctx.clock.as_ref()) < b.minutes * 60.0 * 0.75
     }
 
@@ -660,6 +675,17 @@ impl QtuneSearch {
                         continue;
                     }
                     if !self.budget_left(ctx) {
+                        // A base whose boundary is already known is still compared with the
+                        // incumbent (that costs no launch) before the exploration ends.
+                        if let Some(base) = self.queue.front().cloned() {
+                            if self.search_outcomes(ctx, &base).next().is_some()
+                                && self.next_for_base(ctx, &base).is_none()
+                            {
+                                self.queue.pop_front();
+                                self.decide(ctx, base);
+                                continue;
+                            }
+                        }
                         self.phase = Phase::Variants;
                         continue;
                     }
