@@ -246,6 +246,33 @@ fn headline(
             r.candidates.get(pick).cloned()
         }
         None => {
+            // Generation statistically tied with the baseline (the interval holds 0 and the
+            // estimate is inside the tie band) and prompt processing proven faster: prompt
+            // speed decides (seen on the GPU machine: f16 KV with -ub 2048 on a 24 GiB card,
+            // generation −0.5 % [−3.0, +2.1], prompt +22.1 % [+21.7, +22.5]).
+            let band = (1.0 + obj.tie_pct / 100.0).ln();
+            let tied = r
+                .outcome
+                .candidates
+                .iter()
+                .filter(|c| !matches!(c.status, ArmStatus::Failed { .. }))
+                .filter_map(|c| Some((c.index, c.vs_reference.as_ref()?)))
+                .filter(|(_, v)| {
+                    v.gen.mean_log.abs() <= band
+                        && v.gen
+                            .lo_log
+                            .zip(v.gen.hi_log)
+                            .is_some_and(|(lo, hi)| lo <= 0.0 && 0.0 <= hi)
+                        && v.prompt.lo_log.is_some_and(|lo| lo > 0.0)
+                })
+                .max_by(|a, b| a.1.prompt.mean_log.total_cmp(&b.1.prompt.mean_log));
+            if let Some((i, v)) = tied {
+                warnings.push(format!(
+                    "the race did not prove a gain in generation ({}): the recommendation ties the baseline in generation, {}, and is faster in prompt processing, {}",
+                    r.outcome.reason, v.gen, v.prompt
+                ));
+                return r.candidates.get(i).cloned();
+            }
             warnings.push(format!(
                 "the race found no config faster than the baseline in generation ({}); the baseline is the recommendation",
                 r.outcome.reason
@@ -619,5 +646,32 @@ mod tests {
         let mut w = Vec::new();
         assert_eq!(headline(&r, &prompt, &mut w), Some(at(12)));
         assert_eq!(headline(&r, &Objective::default(), &mut w), Some(at(10)));
+    }
+
+    #[test]
+    fn a_generation_tie_with_the_baseline_and_a_proven_prompt_gain_is_the_recommendation() {
+        // Candidate 0: generation about −0.3 % but noisy (the interval holds 0 and reaches
+        // past the band: no race winner), prompt +22 % every round.
+        let a = [(0.96, 1.22), (1.04, 1.22), (0.97, 1.221), (1.02, 1.219)];
+        // Candidate 1: clearly slower in generation, faster still in prompt.
+        let b = [(0.90, 1.5), (0.91, 1.5), (0.89, 1.5), (0.90, 1.5)];
+        let r = race_of(&a, &b);
+        assert_eq!(r.outcome.winner, None, "{}", r.outcome.reason);
+        let mut w = Vec::new();
+        assert_eq!(
+            headline(&r, &crate::space::Objective::default(), &mut w),
+            Some(at(10)),
+            "{w:?} {}",
+            r.outcome.reason
+        );
+        // Generation 4 % slower on average (outside the 3 % band): the baseline stays.
+        let c = [(0.95, 1.3), (0.97, 1.3), (0.94, 1.3), (0.98, 1.3)];
+        let r = race_of(&c, &b);
+        let mut w = Vec::new();
+        assert_eq!(
+            headline(&r, &crate::space::Objective::default(), &mut w),
+            None,
+            "{w:?}"
+        );
     }
 }
