@@ -250,6 +250,9 @@ pub fn plan(
                 fit: None,
                 fit_target_mib: Vec::new(),
                 cpu_experts: None,
+                split_mode: None,
+                tensor_split: Vec::new(),
+                gpu_experts: Vec::new(),
                 op_offload: w.op_offload,
             }
         }

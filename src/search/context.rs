@@ -141,6 +141,9 @@ impl SearchContext {
             fit: None,
             fit_target_mib: Vec::new(),
             cpu_experts: None,
+            split_mode: None,
+            tensor_split: Vec::new(),
+            gpu_experts: Vec::new(),
             op_offload: true,
         };
         if self.gpu_moe {
