@@ -161,6 +161,54 @@ pub fn propose_with(
     out
 }
 
+/// The variants of `best` on a box with two GPUs or more (issue 15): the layer split moved
+/// by each of the space's `split_shift_pct` (GPU 0's share, percentage points), its CPU
+/// experts refilled so every card fits its own budget; and, when the space has the `fit`
+/// style, `--fit`'s multi-GPU placement (`--fit on --fit-target h,h`: one target per card,
+/// no `-ts`, which fit refuses). Configs predicted not to fit, or to swap the host, are left
+/// out.
+pub fn propose_cards(
+    ctx: &super::context::SearchContext,
+    best: &LaunchConfig,
+) -> Vec<LaunchConfig> {
+    let mut out: Vec<LaunchConfig> = Vec::new();
+    if !ctx.multi_gpu() {
+        return out;
+    }
+    let (lo, hi) = ctx.ncmoe_bounds();
+    let by_budget = ctx.split_by_budget(0);
+    for shift in ctx.space.vary.split_shifts() {
+        let split = ctx.split_by_budget(shift);
+        if split == by_budget || split == best.tensor_split {
+            continue;
+        }
+        let placed = (lo..=hi).map(|n| {
+            let mut c = best.clone();
+            let blocks = ctx.cpu_fill(best, &split, n);
+            c.place_on_gpus(split.clone(), blocks);
+            c
+        });
+        if let Some(c) = placed.into_iter().find(|c| ctx.fits_cards(c)) {
+            let refused = ctx
+                .ram_available_mib
+                .and_then(|ram| host_ram_refusal(&ctx.predict_cards(&c), ram));
+            if refused.is_none() && !out.contains(&c) {
+                out.push(c);
+            }
+        }
+    }
+    if ctx.space.vary.placement.contains(&PlacementStyle::Fit) {
+        out.push(best.with_fit_targets(vec![ctx.fit_target_mib; ctx.gpus.len()]));
+    }
+    out
+}
+
+/// How many variants [`propose_cards`] proposes at most for this space.
+pub fn card_variant_count(space: &SearchSpace) -> usize {
+    space.vary.split_shifts().len()
+        + usize::from(space.vary.placement.contains(&PlacementStyle::Fit))
+}
+
 /// Routed-expert bytes a config leaves on the GPU (all blocks on the GPU, as proposed here).
 fn gpu_expert_bytes(layout: &ModelLayout, c: &LaunchConfig) -> u64 {
     let ncmoe = c.n_cpu_moe.unwrap_or(0);
