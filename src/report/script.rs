@@ -67,6 +67,24 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
          # the wait for /health."
     );
     let _ = writeln!(m, "set -euo pipefail\n");
+    if r.gpu_budgets.len() >= 2 && uses_gpu {
+        // The split (-ts) and any -ot ...=CUDAn name the cards in this order.
+        let _ = writeln!(
+            m,
+            "# The cards, in the order the split names them (CUDA0, CUDA1, ...):"
+        );
+        for (i, g) in r.gpu_budgets.iter().enumerate() {
+            let _ = writeln!(
+                m,
+                "#   CUDA{i} = GPU {} {} (budget {} MiB at the tune)",
+                g.index, g.name, g.budget_mib
+            );
+        }
+        for (k, v) in crate::hardware::cuda_device_env(&r.gpu_budgets) {
+            let _ = writeln!(m, "export {k}={}", shell_quote(&v));
+        }
+        let _ = writeln!(m);
+    }
     let _ = writeln!(
         m,
         "SERVER={}",
