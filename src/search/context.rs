@@ -206,7 +206,7 @@ impl SearchContext {
     /// The `-ts` proportions (percent, summing to 100) by the cards' budgets, GPU 0's share
     /// moved by `shift_pct` points (kept within 5..=95 % per card).
     pub fn split_by_budget(&self, shift_pct: i32) -> Vec<u32> {
-        split_by_budget(&self.gpu_budgets_mib(), shift_pct)
+        crate::model::cards::split_by_budget(&self.gpu_budgets_mib(), shift_pct)
     }
 
     /// Predicted memory of `c` on this box's cards.
@@ -224,89 +224,8 @@ impl SearchContext {
     /// moved, so every card is filled to its own budget and the moved experts come from the
     /// card that needs the room (`--n-cpu-moe` would take them all from GPU 0).
     pub fn cpu_fill(&self, template: &LaunchConfig, split: &[u32], n: u32) -> BlockSet {
-        cpu_fill(&self.layout, template, split, &self.gpus, n)
+        crate::model::cards::cpu_fill(&self.layout, template, split, &self.gpus, n)
     }
-}
-
-/// [`SearchContext::split_by_budget`] for these budgets.
-pub fn split_by_budget(budgets_mib: &[f64], shift_pct: i32) -> Vec<u32> {
-    let total: f64 = budgets_mib.iter().map(|b| b.max(1.0)).sum();
-    let mut pct: Vec<i32> = budgets_mib
-        .iter()
-        .map(|b| (b.max(1.0) / total * 100.0).round() as i32)
-        .collect();
-    if pct.is_empty() {
-        return Vec::new();
-    }
-    pct[0] += shift_pct;
-    let n = pct.len() as i32;
-    pct[0] = pct[0].clamp(5, 100 - 5 * (n - 1));
-    // The others share what GPU 0 leaves, in their own proportions, the rest on the last.
-    let rest_before: i32 = pct[1..].iter().sum::<i32>().max(1);
-    let left = 100 - pct[0];
-    let mut given = 0;
-    for i in 1..pct.len() {
-        pct[i] = if i + 1 == pct.len() {
-            left - given
-        } else {
-            (pct[i] * left / rest_before).max(5)
-        };
-        given += pct[i];
-    }
-    pct.into_iter().map(|p| p.max(0) as u32).collect()
-}
-
-/// [`SearchContext::cpu_fill`] for this model and these cards.
-pub fn cpu_fill(
-    layout: &ModelLayout,
-    template: &LaunchConfig,
-    split: &[u32],
-    gpus: &[crate::hardware::GpuBudget],
-    n: u32,
-) -> BlockSet {
-    let nb = layout.n_blocks;
-    let n = n.min(nb);
-    if n == 0 || !layout.is_moe() {
-        return BlockSet::default();
-    }
-    let free: Vec<f64> = gpus.iter().map(|g| g.free_mib as f64).collect();
-    // Predicted use with one block's experts on the CPU (the compute buffers as they are
-    // whenever some are), plus that block's experts back: then moving a block only takes its
-    // expert bytes off its card.
-    let mut probe = template.clone();
-    let last = nb - 1;
-    probe.place_on_gpus(split.to_vec(), BlockSet::new([last]));
-    let p = crate::model::memory::predict_devices(layout, &probe, &free);
-    let devs = crate::model::memory::layer_devices(
-        nb,
-        999,
-        &split.iter().map(|&x| f64::from(x)).collect::<Vec<_>>(),
-    );
-    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
-    let mut used: Vec<f64> = p.gpu_devices.iter().map(|d| d.total_mib).collect();
-    if let Some(d) = devs[last as usize] {
-        used[d as usize] += mib(layout.blocks[last as usize].routed_experts);
-    }
-    let mut moved: Vec<u32> = Vec::new();
-    while (moved.len() as u32) < n {
-        // The card furthest over its budget that still has a block to give.
-        let pick = (0..gpus.len())
-            .filter(|&d| {
-                (0..nb).any(|il| devs[il as usize] == Some(d as u32) && !moved.contains(&il))
-            })
-            .max_by(|&a, &b| {
-                let over = |d: usize| used[d] - gpus[d].budget_mib as f64;
-                over(a).total_cmp(&over(b)).then(b.cmp(&a))
-            });
-        let Some(d) = pick else { break };
-        let il = (0..nb)
-            .rev()
-            .find(|&il| devs[il as usize] == Some(d as u32) && !moved.contains(&il))
-            .expect("the card has a block left");
-        used[d] -= mib(layout.blocks[il as usize].routed_experts);
-        moved.push(il);
-    }
-    BlockSet::new(moved)
 }
 
 /// What a user gets without qtune, in this space's context and slots.

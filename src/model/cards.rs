@@ -1,0 +1,137 @@
+//! Two GPUs or more (issue 15): how the layers are split over the cards (`-ts` by each card's
+//! budget) and whose experts go to the CPU so that each card is filled to its own budget.
+//! Pure functions of the model, the config and the cards; the search and `qtune plan` share
+//! them.
+
+use super::memory::{fits_devices, layer_devices, predict_devices};
+use super::ModelLayout;
+use crate::config::{BlockSet, LaunchConfig};
+use crate::hardware::GpuBudget;
+
+/// The `-ts` proportions (percent, summing to 100) by the cards' budgets, GPU 0's share moved
+/// by `shift_pct` points (at least 5 % per card).
+pub fn split_by_budget(budgets_mib: &[f64], shift_pct: i32) -> Vec<u32> {
+    let total: f64 = budgets_mib.iter().map(|b| b.max(1.0)).sum();
+    let mut pct: Vec<i32> = budgets_mib
+        .iter()
+        .map(|b| (b.max(1.0) / total * 100.0).round() as i32)
+        .collect();
+    if pct.is_empty() {
+        return Vec::new();
+    }
+    pct[0] += shift_pct;
+    let n = pct.len() as i32;
+    pct[0] = pct[0].clamp(5, 100 - 5 * (n - 1));
+    // The others share what GPU 0 leaves, in their own proportions, the rest on the last.
+    let rest_before: i32 = pct[1..].iter().sum::<i32>().max(1);
+    let left = 100 - pct[0];
+    let mut given = 0;
+    for i in 1..pct.len() {
+        pct[i] = if i + 1 == pct.len() {
+            left - given
+        } else {
+            (pct[i] * left / rest_before).max(5)
+        };
+        given += pct[i];
+    }
+    pct.into_iter().map(|p| p.max(0) as u32).collect()
+}
+
+/// The `n` blocks whose experts go to the CPU under `split`: one at a time from the card
+/// furthest over (or least under) its budget, the last block of that card's share not yet
+/// moved, so every card is filled to its own budget and the moved experts come from the card
+/// that needs the room (`--n-cpu-moe` would take them all from GPU 0, whose layers are the
+/// first). One prediction: moving a block takes only its expert bytes off its card once some
+/// experts are on the CPU.
+pub fn cpu_fill(
+    layout: &ModelLayout,
+    template: &LaunchConfig,
+    split: &[u32],
+    gpus: &[GpuBudget],
+    n: u32,
+) -> BlockSet {
+    let nb = layout.n_blocks;
+    let n = n.min(nb);
+    if n == 0 || !layout.is_moe() {
+        return BlockSet::default();
+    }
+    let free: Vec<f64> = gpus.iter().map(|g| g.free_mib as f64).collect();
+    // Predicted use with one block's experts on the CPU (the compute buffers as they are
+    // whenever some are), plus that block's experts back: then moving a block only takes its
+    // expert bytes off its card.
+    let mut probe = template.clone();
+    let last = nb - 1;
+    probe.place_on_gpus(split.to_vec(), BlockSet::new([last]));
+    let p = predict_devices(layout, &probe, &free);
+    let devs = layer_devices(
+        nb,
+        999,
+        &split.iter().map(|&x| f64::from(x)).collect::<Vec<_>>(),
+    );
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let mut used: Vec<f64> = p.gpu_devices.iter().map(|d| d.total_mib).collect();
+    if let Some(d) = devs[last as usize] {
+        used[d as usize] += mib(layout.blocks[last as usize].routed_experts);
+    }
+    let mut moved: Vec<u32> = Vec::new();
+    while (moved.len() as u32) < n {
+        // The card furthest over its budget that still has a block to give.
+        let pick = (0..gpus.len())
+            .filter(|&d| {
+                (0..nb).any(|il| devs[il as usize] == Some(d as u32) && !moved.contains(&il))
+            })
+            .max_by(|&a, &b| {
+                let over = |d: usize| used[d] - gpus[d].budget_mib as f64;
+                over(a).total_cmp(&over(b)).then(b.cmp(&a))
+            });
+        let Some(d) = pick else { break };
+        let il = (0..nb)
+            .rev()
+            .find(|&il| devs[il as usize] == Some(d as u32) && !moved.contains(&il))
+            .expect("the card has a block left");
+        used[d] -= mib(layout.blocks[il as usize].routed_experts);
+        moved.push(il);
+    }
+    BlockSet::new(moved)
+}
+
+/// `template` placed on the cards: the layers split by budget, the fewest blocks' experts on
+/// the CPU (within `lo..=hi`) for which every card's prediction fits `fraction` of its own
+/// budget. `None` when even `hi` blocks do not fit.
+pub fn fill_cards(
+    layout: &ModelLayout,
+    template: &LaunchConfig,
+    gpus: &[GpuBudget],
+    fraction: f64,
+    (lo, hi): (u32, u32),
+) -> Option<LaunchConfig> {
+    let budgets: Vec<f64> = gpus
+        .iter()
+        .map(|g| g.budget_mib as f64 * fraction)
+        .collect();
+    let free: Vec<f64> = gpus.iter().map(|g| g.free_mib as f64).collect();
+    let split = split_by_budget(&budgets, 0);
+    (lo..=hi.min(layout.n_blocks)).find_map(|n| {
+        let mut c = template.clone();
+        c.place_on_gpus(split.clone(), cpu_fill(layout, template, &split, gpus, n));
+        fits_devices(&predict_devices(layout, &c, &free), &budgets).then_some(c)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_by_budget_is_in_percent_and_shifts_gpu0s_share() {
+        assert_eq!(split_by_budget(&[24064.0, 15872.0], 0), vec![60, 40]);
+        assert_eq!(split_by_budget(&[24064.0, 15872.0], 10), vec![70, 30]);
+        assert_eq!(split_by_budget(&[24064.0, 15872.0], -10), vec![50, 50]);
+        assert_eq!(split_by_budget(&[1000.0, 1000.0], 80), vec![95, 5]);
+        assert_eq!(
+            split_by_budget(&[1.0, 1.0, 2.0], 0).iter().sum::<u32>(),
+            100
+        );
+        assert!(split_by_budget(&[], 0).is_empty());
+    }
+}
