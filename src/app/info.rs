@@ -27,7 +27,7 @@ pub fn inspect(
 ) -> Result<()> {
     let layout = crate::model::load(path)?;
     let hw = crate::hardware::probe(false);
-    let budget = crate::run::vram_budget_mib(hw.has_gpu(), hw.free_vram_mib(), headroom_mib)
+    let budget = crate::run::box_vram_budget_mib(&hw, headroom_mib)
         .map(|b| b as f64);
     let report = crate::model::inspect::build(path, &layout, ctx, kv, budget, hw.summary());
     match format {

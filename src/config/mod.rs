@@ -398,7 +398,7 @@ impl LaunchConfig {
     pub fn place_on_gpus(&mut self, tensor_split: Vec<u32>, cpu_blocks: BlockSet) {
         self.n_gpu_layers = Some(999);
         self.n_cpu_moe = None;
-        self.cpu_experts = (!cpu_blocks.is_empty()).then(|| CpuExperts {
+        self.cpu_experts = (!cpu_blocks.is_empty()).then_some(CpuExperts {
             blocks: cpu_blocks,
             partial: None,
         });
