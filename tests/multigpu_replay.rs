@@ -291,6 +291,14 @@ fn a_two_gpu_tune_respects_each_card_searches_the_split_and_keeps_the_budget() {
             script.contains("export CUDA_DEVICE_ORDER=PCI_BUS_ID"),
             "{script}"
         );
+        assert!(script.contains("NEED_VRAM_MIB_PER_GPU=("), "{script}");
+        assert!(!script.contains("NEED_VRAM_MIB="), "checked per card, not summed");
+        let syntax = std::process::Command::new("bash")
+            .arg("-n")
+            .arg(tmp.path().join("launch.sh"))
+            .status()
+            .unwrap();
+        assert!(syntax.success(), "{script}");
     }
     let p = qtune::profile::from_tune(&r, None).unwrap();
     assert_eq!(p.hardware.gpus[1].budget_mib, Some(budgets[1]));

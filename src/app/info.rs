@@ -27,8 +27,7 @@ pub fn inspect(
 ) -> Result<()> {
     let layout = crate::model::load(path)?;
     let hw = crate::hardware::probe(false);
-    let budget = crate::run::box_vram_budget_mib(&hw, headroom_mib)
-        .map(|b| b as f64);
+    let budget = crate::run::box_vram_budget_mib(&hw, headroom_mib).map(|b| b as f64);
     let report = crate::model::inspect::build(path, &layout, ctx, kv, budget, hw.summary());
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
