@@ -292,7 +292,10 @@ fn a_two_gpu_tune_respects_each_card_searches_the_split_and_keeps_the_budget() {
             "{script}"
         );
         assert!(script.contains("NEED_VRAM_MIB_PER_GPU=("), "{script}");
-        assert!(!script.contains("NEED_VRAM_MIB="), "checked per card, not summed");
+        assert!(
+            !script.contains("NEED_VRAM_MIB="),
+            "checked per card, not summed"
+        );
         let syntax = std::process::Command::new("bash")
             .arg("-n")
             .arg(tmp.path().join("launch.sh"))

@@ -422,6 +422,27 @@ pub fn full_gpu_abort(
     })
 }
 
+/// [`full_gpu_abort`] on a box with two GPUs or more: the CUDA abort is an OOM when any card's
+/// own peak came within 256 MiB of that card's free VRAM before the trial (device order).
+pub fn full_gpu_abort_cards(
+    log: &str,
+    runtime: bool,
+    own_peaks_mib: &[u64],
+    free_before_mib: &[u64],
+) -> Option<Verdict> {
+    let (i, peak, free) = own_peaks_mib
+        .iter()
+        .zip(free_before_mib)
+        .enumerate()
+        .find(|(_, (p, f))| **p + 256 >= **f)
+        .map(|(i, (p, f))| (i, *p, *f))?;
+    let mut v = full_gpu_abort(log, runtime, peak, Some(free))?;
+    if let Some(e) = v.evidence.last_mut() {
+        *e = format!("GPU {i}: {e}");
+    }
+    Some(v)
+}
+
 /// The warning added when repeated measurements disagree too much to rank on.
 pub fn spread_warning(metric: &str, stat: &super::Stat, limit_pct: f64) -> Option<String> {
     if stat.samples.len() >= 2 && stat.spread_pct > limit_pct {
@@ -722,5 +743,14 @@ ggml/src/ggml-cuda/ggml-cuda.cu:101: CUDA error
         // No GPU figures or no CUDA abort: nothing to say.
         assert!(full_gpu_abort(log, true, 16_288, None).is_none());
         assert!(full_gpu_abort("segfault\n", true, 16_288, Some(16_291)).is_none());
+        // Two GPUs: GPU 1 full, GPU 0 with room to spare.
+        let v = full_gpu_abort_cards(log, true, &[4_000, 12_200], &[40_000, 12_288]).unwrap();
+        assert_eq!(v.kind, OutcomeKind::OomRuntime);
+        assert!(
+            v.evidence.last().unwrap().starts_with("GPU 1: "),
+            "{:?}",
+            v.evidence
+        );
+        assert!(full_gpu_abort_cards(log, true, &[4_000, 9_000], &[40_000, 12_288]).is_none());
     }
 }

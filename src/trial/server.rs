@@ -252,7 +252,8 @@ impl LlamaServerRunner {
         }
         let log_path = self.log_path(id);
         let vram_before = crate::hardware::VramSampler::start(Duration::from_secs(3600)).stop();
-        let free_now: Option<u64> = crate::hardware::free_vram_mib_now().map(|v| v.iter().sum());
+        let free_cards: Option<Vec<u64>> = crate::hardware::free_vram_mib_now();
+        let free_now: Option<u64> = free_cards.as_ref().map(|v| v.iter().sum());
         let sampler = crate::hardware::VramSampler::start(Duration::from_millis(100));
 
         let mut draft = self.launch_and_measure(config, &log_path);
@@ -272,7 +273,14 @@ impl LlamaServerRunner {
         if draft.kind == OutcomeKind::Crash {
             let own: u64 = draft.peak_vram_mib.iter().sum();
             let runtime = draft.phase == Some(Phase::Measure);
-            if let Some(v) = classify::full_gpu_abort(&log, runtime, own, free_now) {
+            let full = match &free_cards {
+                // Two GPUs: one full card aborts the server while the other has room.
+                Some(free) if free.len() >= 2 => {
+                    classify::full_gpu_abort_cards(&log, runtime, &draft.peak_vram_mib, free)
+                }
+                _ => classify::full_gpu_abort(&log, runtime, own, free_now),
+            };
+            if let Some(v) = full {
                 draft.kind = v.kind;
                 draft.message = v.message;
                 draft.evidence = v.evidence;
