@@ -25,6 +25,8 @@
 #   multi35-24-16 Qwen3.5-35B-A3B Q8_0 on emulated 24 + 16 GiB: tune (default space), then its
 #                 winner vs the plain default vs --fit-target 512,512 in qtune compare ($ROUNDS rounds)
 #   multi30-16-12 the same for Qwen3-30B-A3B Q4_K_M on emulated 16 + 12 GiB
+#                 (TUNE_ONLY=1: the tune alone; CASE-compare: the re-measurement alone, in a
+#                 later session, with FROM=DIR holding the tune's results.json)
 #
 # A card of N GiB is emulated by a ballast process that allocates all but N GiB of the GPU
 # (python3 + torch), so llama-server, --fit and qtune see N GiB free and OOM happens for real.
@@ -283,21 +285,25 @@ for c in "$@"; do
       "$Q" plan --model "$m" --ctx 32768 --target-vram-headroom 512 > "$OUT/plan2-35-24-16.txt" 2>&1
       cat "$OUT/plan2-35-24-16.txt"
       unballast ;;
-    multi35-24-16 | multi30-16-12)
+    multi35-24-16 | multi30-16-12 | multi35-24-16-compare | multi30-16-12-compare)
       # Issue 15: tune on two emulated cards, then the winner against the plain default and
-      # --fit-target 512,512 (fit's multi-GPU placement) in interleaved ABBA rounds.
-      case "$c" in
+      # --fit-target 512,512 (fit's multi-GPU placement) in interleaved ABBA rounds. The
+      # -compare cases re-measure only (a later session: the winner comes from $W/CASE.cmd,
+      # else from FROM=DIR/results.json of a tune brought back, e.g. under reports/).
+      base=${c%-compare}
+      case "$base" in
         multi35-24-16) shape=qwen3.5-35b-a3b ft=q8_0 g0=24 g1=16 ;;
         multi30-16-12) shape=qwen3-30b-a3b ft=q4_k_m g0=16 g1=12 ;;
       esac
-      m=$(model "$shape" "$ft"); run="$W/runs/$c"; ballast2 "$g0" "$g1"
+      m=$(model "$shape" "$ft"); run="$W/runs/$base"; ballast2 "$g0" "$g1"
       card="emulated cards: GPU 0 ${g0} GiB + GPU 1 ${g1} GiB free of ${GPU_NAME} x2, $(date -u +%F)"
-      say "$c: tune, default space ($card)"
-      t0=$SECONDS
-      "$Q" tune --model "$m" --space default --target-vram-headroom 512 --ctx 32768 --out "$run" > "$W/$c.cmd"
-      echo "tune exit $? after $((SECONDS - t0)) s; command: $(tail -1 "$W/$c.cmd")"
-      echo "$card" > "$run/card.txt"
-      python3 - "$run/results.json" <<'PY' || true
+      if [ "$c" = "$base" ]; then
+        say "$c: tune, default space ($card)"
+        t0=$SECONDS
+        "$Q" tune --model "$m" --space default --target-vram-headroom 512 --ctx 32768 --out "$run" > "$W/$c.cmd"
+        echo "tune exit $? after $((SECONDS - t0)) s; command: $(tail -1 "$W/$c.cmd")"
+        echo "$card" > "$run/card.txt"
+        python3 - "$run/results.json" <<'PY' || true
 import json, sys
 r = json.load(open(sys.argv[1]))
 cards = r.get("gpu_budgets", [])
@@ -310,14 +316,22 @@ print("ok trials over a card's budget:", over or "none")
 w = r.get("winner")
 print("winner:", w["config"] if w else None)
 PY
-      pack "$c" "$run"
-      say "$c: re-measuring the winner (${ROUNDS:-6} rounds)"
+        pack "$c" "$run"
+      fi
+      if [ -n "${TUNE_ONLY:-}" ]; then unballast; continue; fi
+      winner=$(tail -1 "$W/$base.cmd" 2>/dev/null)
+      if [ -z "$winner" ] && [ -n "${FROM:-}" ]; then
+        # The winner's argv as the tune recorded it, the model path made this machine's.
+        winner=$(python3 -c "import json,shlex,sys;a=json.load(open(sys.argv[1]))['winner']['command'];a[a.index('-m')+1]=sys.argv[2];print(shlex.join(a))" "$FROM/results.json" "$m")
+      fi
+      [ -n "$winner" ] || { echo "$c: no winner to re-measure (run $base first, or give FROM=DIR)"; unballast; continue; }
+      say "$c: re-measuring the winner (${ROUNDS:-6} rounds): $winner"
       "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" \
         "llama-server -m $m -c 32768 -np 1 --fit-target 512,512" \
-        "$(tail -1 "$W/$c.cmd")" --rounds "${ROUNDS:-6}" \
-        --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$W/runs/$c-compare"
-      echo "$card" > "$W/runs/$c-compare/card.txt"
-      unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
+        "$winner" --rounds "${ROUNDS:-6}" \
+        --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$W/runs/$base-compare"
+      echo "$card" > "$W/runs/$base-compare/card.txt"
+      unballast; pack "$base-compare" "$W/runs/$base-compare" ;;
     *) echo "unknown case $c" ;;
   esac
 done

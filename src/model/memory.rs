@@ -10,6 +10,10 @@
 //!
 //! Compute buffers are an empirical model of ggml's graph allocator at one micro-batch,
 //! calibrated against the CPU `llama-server` of the pinned build (see [`ComputeModel`]).
+//!
+//! Several GPUs ([`predict_devices`]): the same totals, spread over the cards as llama.cpp's
+//! layer split assigns the layers ([`layer_devices`]), one compute buffer per card; not yet
+//! calibrated against a two-GPU run.
 
 use super::ModelLayout;
 use crate::config::{FlashAttn, KvType, LaunchConfig};
