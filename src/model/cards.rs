@@ -95,26 +95,36 @@ pub fn cpu_fill(
     BlockSet::new(moved)
 }
 
-/// `template` placed on the cards: the layers split by budget, the fewest blocks' experts on
-/// the CPU (within `lo..=hi`) for which every card's prediction fits `fraction` of its own
-/// budget. `None` when even `hi` blocks do not fit.
+/// VRAM each card holds beyond the buffers llama.cpp itemizes (the CUDA context, cuBLAS
+/// handles and workspaces): 715-760 MiB measured per launch on the GPU machine (H100, CUDA 13.0,
+/// issue 13). On several cards every card holds its own, so each card's buffers must fit its
+/// budget minus this (the single-GPU plan keeps the same figure out of its one budget).
+pub const CARD_CONTEXT_MIB: f64 = 760.0;
+
+/// What each card's predicted buffers may fill: its budget minus [`CARD_CONTEXT_MIB`] (never
+/// negative), MiB, device order.
+pub fn buffer_budgets_mib(gpus: &[GpuBudget]) -> Vec<f64> {
+    gpus.iter()
+        .map(|g| (g.budget_mib as f64 - CARD_CONTEXT_MIB).max(0.0))
+        .collect()
+}
+
+/// `template` placed on the cards: the layers split by `targets_mib` (what each card's buffers
+/// may fill, device order), the fewest blocks' experts on the CPU (within `lo..=hi`) for which
+/// every card's prediction fits its target. `None` when even `hi` blocks do not fit.
 pub fn fill_cards(
     layout: &ModelLayout,
     template: &LaunchConfig,
     gpus: &[GpuBudget],
-    fraction: f64,
+    targets_mib: &[f64],
     (lo, hi): (u32, u32),
 ) -> Option<LaunchConfig> {
-    let budgets: Vec<f64> = gpus
-        .iter()
-        .map(|g| g.budget_mib as f64 * fraction)
-        .collect();
     let free: Vec<f64> = gpus.iter().map(|g| g.free_mib as f64).collect();
-    let split = split_by_budget(&budgets, 0);
+    let split = split_by_budget(targets_mib, 0);
     (lo..=hi.min(layout.n_blocks)).find_map(|n| {
         let mut c = template.clone();
         c.place_on_gpus(split.clone(), cpu_fill(layout, template, &split, gpus, n));
-        fits_devices(&predict_devices(layout, &c, &free), &budgets).then_some(c)
+        fits_devices(&predict_devices(layout, &c, &free), targets_mib).then_some(c)
     })
 }
 

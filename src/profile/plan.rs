@@ -270,8 +270,13 @@ pub fn plan(
             // Two GPUs or more (issue 15): the split is predicted again for these cards,
             // whatever box the profile came from.
             let nb = layout.n_blocks;
-            match crate::model::cards::fill_cards(layout, &cfg, &cards, PLAN_FIT_FRACTION, (0, nb))
-            {
+            // Each card keeps its CUDA context and a 3 % margin out of what its buffers fill.
+            let targets: Vec<f64> = crate::model::cards::buffer_budgets_mib(&cards)
+                .into_iter()
+                .zip(&cards)
+                .map(|(t, g)| t.min(g.budget_mib as f64 * PLAN_FIT_FRACTION))
+                .collect();
+            match crate::model::cards::fill_cards(layout, &cfg, &cards, &targets, (0, nb)) {
                 Some(placed) => {
                     cfg = placed;
                     reasons.push(format!(
@@ -719,7 +724,7 @@ mod tests {
         let p = profile_for(&l);
         let pl = plan(&l, &two, Some(&p), 8192, 512);
         assert!(pl.fits, "{pl:#?}");
-        assert_eq!(pl.config.tensor_split, vec![61, 39]);
+        assert_eq!(pl.config.tensor_split, vec![63, 37]);
         assert_eq!(pl.config.n_cpu_moe, None);
         assert_eq!(pl.budget_mib, Some(5632 + 3584));
         assert_eq!(pl.cards.len(), 2);
@@ -730,7 +735,7 @@ mod tests {
             );
         }
         assert!(
-            pl.reasons.iter().any(|r| r.starts_with("-ts 61,39")),
+            pl.reasons.iter().any(|r| r.starts_with("-ts 63,37")),
             "{:?}",
             pl.reasons
         );

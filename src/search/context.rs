@@ -198,9 +198,10 @@ impl SearchContext {
         self.gpus.iter().map(|g| g.free_mib as f64).collect()
     }
 
-    /// Each card's budget, MiB.
+    /// What each card's predicted buffers may fill: its budget minus the CUDA context every
+    /// card holds ([`crate::model::cards::CARD_CONTEXT_MIB`]), MiB.
     pub fn gpu_budgets_mib(&self) -> Vec<f64> {
-        self.gpus.iter().map(|g| g.budget_mib as f64).collect()
+        crate::model::cards::buffer_budgets_mib(&self.gpus)
     }
 
     /// The `-ts` proportions (percent, summing to 100) by the cards' budgets, GPU 0's share
@@ -214,7 +215,7 @@ impl SearchContext {
         crate::model::memory::predict_devices(&self.layout, c, &self.gpu_free_mib())
     }
 
-    /// Does `c` fit every card's own budget (as predicted)?
+    /// Do `c`'s predicted buffers fit every card's own budget (less its CUDA context)?
     pub fn fits_cards(&self, c: &LaunchConfig) -> bool {
         crate::model::memory::fits_devices(&self.predict_cards(c), &self.gpu_budgets_mib())
     }
