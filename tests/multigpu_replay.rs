@@ -100,8 +100,8 @@ fn inputs(hw: HardwareProfile) -> RunInputs {
     }
 }
 
-/// The replayed box: explicit placements use what qtune predicts per card plus a CUDA context on each card (GPU 1 400 MiB more);
-/// a card over its free VRAM fails to load. Fewer CPU experts generate faster; q8_0 KV and a
+/// The replayed box: explicit placements use what qtune predicts per card plus a CUDA context
+/// on each card (GPU 1 400 MiB more); a card over its free VRAM fails to load. Fewer CPU experts generate faster; q8_0 KV and a
 /// larger ubatch help a little; the server's own placements (default, fit) are slower.
 fn landscape(inputs: &RunInputs) -> ReplayRunner {
     let ctx = qtune::search::context(inputs, &layout(), qtune::clock::system());
