@@ -254,6 +254,21 @@ fn a_two_gpu_tune_respects_each_card_searches_the_split_and_keeps_the_budget() {
     );
     assert_eq!(by_budget, vec![61, 39]);
     assert!(splits.contains(&by_budget), "{splits:?}");
+    // The variants are filled against what each card measured beyond its prediction (GPU 1's
+    // extra 400 MiB included): none of the shifted splits goes over a card.
+    for t in r
+        .trials
+        .iter()
+        .filter(|t| t.config.n_gpu_layers == Some(999) && t.config.tensor_split != by_budget)
+    {
+        assert_eq!(
+            t.kind,
+            OutcomeKind::Ok,
+            "{}: {}",
+            t.config.label(),
+            t.message
+        );
+    }
     assert!(splits.len() >= 2, "a shifted split was tried: {splits:?}");
     assert!(
         r.trials

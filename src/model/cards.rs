@@ -38,7 +38,8 @@ pub fn split_by_budget(budgets_mib: &[f64], shift_pct: i32) -> Vec<u32> {
 }
 
 /// The `n` blocks whose experts go to the CPU under `split`: one at a time from the card
-/// furthest over (or least under) its budget, the last block of that card's share not yet
+/// furthest over (or least under) its budget (its predicted use plus `extra_mib`: what it
+/// holds beyond the prediction, device order), the last block of that card's share not yet
 /// moved, so every card is filled to its own budget and the moved experts come from the card
 /// that needs the room (`--n-cpu-moe` would take them all from GPU 0, whose layers are the
 /// first). One prediction: moving a block takes only its expert bytes off its card once some
@@ -48,6 +49,7 @@ pub fn cpu_fill(
     template: &LaunchConfig,
     split: &[u32],
     gpus: &[GpuBudget],
+    extra_mib: &[f64],
     n: u32,
 ) -> BlockSet {
     let nb = layout.n_blocks;
@@ -81,7 +83,9 @@ pub fn cpu_fill(
                 (0..nb).any(|il| devs[il as usize] == Some(d as u32) && !moved.contains(&il))
             })
             .max_by(|&a, &b| {
-                let over = |d: usize| used[d] - gpus[d].budget_mib as f64;
+                let over = |d: usize| {
+                    used[d] + extra_mib.get(d).copied().unwrap_or(0.0) - gpus[d].budget_mib as f64
+                };
                 over(a).total_cmp(&over(b)).then(b.cmp(&a))
             });
         let Some(d) = pick else { break };
@@ -123,7 +127,11 @@ pub fn fill_cards(
     let split = split_by_budget(targets_mib, 0);
     (lo..=hi.min(layout.n_blocks)).find_map(|n| {
         let mut c = template.clone();
-        c.place_on_gpus(split.clone(), cpu_fill(layout, template, &split, gpus, n));
+        let extra = vec![CARD_CONTEXT_MIB; gpus.len()];
+        c.place_on_gpus(
+            split.clone(),
+            cpu_fill(layout, template, &split, gpus, &extra, n),
+        );
         fits_devices(&predict_devices(layout, &c, &free), targets_mib).then_some(c)
     })
 }

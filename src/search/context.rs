@@ -225,7 +225,34 @@ impl SearchContext {
     /// moved, so every card is filled to its own budget and the moved experts come from the
     /// card that needs the room (`--n-cpu-moe` would take them all from GPU 0).
     pub fn cpu_fill(&self, template: &LaunchConfig, split: &[u32], n: u32) -> BlockSet {
-        crate::model::cards::cpu_fill(&self.layout, template, split, &self.gpus, n)
+        let extra = vec![crate::model::cards::CARD_CONTEXT_MIB; self.gpus.len()];
+        self.cpu_fill_with(template, split, &extra, n)
+    }
+
+    /// [`Self::cpu_fill`] with what each card holds beyond the prediction (`extra_mib`, device
+    /// order), e.g. as measured in this tune.
+    pub fn cpu_fill_with(
+        &self,
+        template: &LaunchConfig,
+        split: &[u32],
+        extra_mib: &[f64],
+        n: u32,
+    ) -> BlockSet {
+        crate::model::cards::cpu_fill(&self.layout, template, split, &self.gpus, extra_mib, n)
+    }
+
+    /// Does `c` fit every card's budget with `extra_mib` (device order) on top of its
+    /// predicted buffers?
+    pub fn fits_cards_with(&self, c: &LaunchConfig, extra_mib: &[f64]) -> bool {
+        let p = self.predict_cards(c);
+        if p.gpu_devices.len() < 2 {
+            return self.fits_cards(c);
+        }
+        p.gpu_devices.iter().all(|d| {
+            let i = d.device as usize;
+            let budget = self.gpus.get(i).map_or(0.0, |g| g.budget_mib as f64);
+            d.total_mib + extra_mib.get(i).copied().unwrap_or(0.0) <= budget
+        })
     }
 }
 

@@ -233,7 +233,7 @@ impl QtuneSearch {
         }
         if ctx.multi_gpu() {
             // Two GPUs or more (issue 15): other layer splits, refilled per card, and fit's.
-            out.extend(super::candidates::propose_cards(ctx, &best));
+            out.extend(super::candidates::propose_cards(ctx, &best, &self.history));
         }
         if let (true, Some(budget)) = (ctx.gpu_moe && !ctx.multi_gpu(), ctx.budget_mib) {
             let limits = super::candidates::Limits {
