@@ -152,4 +152,65 @@ mod tests {
         );
         assert!(split_by_budget(&[], 0).is_empty());
     }
+
+    fn layout() -> ModelLayout {
+        ModelLayout {
+            n_embd: 1024,
+            blocks: vec![
+                crate::model::BlockBytes {
+                    routed_experts: 400 << 20,
+                    shared_experts: 1 << 20,
+                    rest: 20 << 20,
+                };
+                20
+            ],
+            token_embd_bytes: 100 << 20,
+            output_bytes: 100 << 20,
+            ..ModelLayout::uniform(20, 8, 0, 0)
+        }
+    }
+
+    fn card(index: u32, budget_mib: u64) -> GpuBudget {
+        GpuBudget {
+            index,
+            name: format!("card {index}"),
+            free_mib: budget_mib + 512,
+            budget_mib,
+        }
+    }
+
+    #[test]
+    fn cpu_blocks_come_from_the_card_that_needs_the_room() {
+        let l = layout();
+        let t = LaunchConfig::baseline(4096);
+        let split = [50, 50];
+        let devs = layer_devices(20, 999, &[50.0, 50.0]);
+        let on = |b: &BlockSet, d: u32| b.iter().filter(|&x| devs[x as usize] == Some(d)).count();
+        // GPU 1 much smaller: the first blocks moved are its own, from the end of its share.
+        let gpus = [card(0, 6000), card(1, 2500)];
+        let none = [0.0, 0.0];
+        let b = cpu_fill(&l, &t, &split, &gpus, &none, 3);
+        assert_eq!(on(&b, 1), 3, "{b}");
+        assert!(b.contains(19) && b.contains(18) && b.contains(17));
+        // Equal cards: both give, GPU 0 (11 of the 21 layers) more; what a card holds beyond
+        // the prediction counts too.
+        let gpus = [card(0, 3000), card(1, 3000)];
+        let b = cpu_fill(&l, &t, &split, &gpus, &none, 4);
+        assert_eq!((on(&b, 0), on(&b, 1)), (3, 1), "{b}");
+        let b = cpu_fill(&l, &t, &split, &gpus, &[0.0, 1000.0], 4);
+        assert_eq!((on(&b, 0), on(&b, 1)), (2, 2), "{b}");
+        // Filled: the fewest blocks for which both cards fit their targets.
+        let targets = [2900.0, 2900.0];
+        let c = fill_cards(&l, &t, &gpus, &targets, (0, 20)).unwrap();
+        let free = [3512.0, 3512.0];
+        assert!(fits_devices(&predict_devices(&l, &c, &free), &targets));
+        let n = c.cpu_experts.as_ref().map_or(0, |e| e.blocks.len() as u32);
+        let mut fewer = t.clone();
+        fewer.place_on_gpus(
+            vec![50, 50],
+            cpu_fill(&l, &t, &[50, 50], &gpus, &[CARD_CONTEXT_MIB; 2], n - 1),
+        );
+        assert!(!fits_devices(&predict_devices(&l, &fewer, &free), &targets));
+        assert_eq!(fill_cards(&l, &t, &gpus, &[10.0, 10.0], (0, 20)), None);
+    }
 }
