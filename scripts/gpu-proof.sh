@@ -23,11 +23,18 @@
 #                 then qtune compare of the winner vs the default vs --fit-target 512
 #   remeasure35-16, remeasure35-24, remeasure30-16
 #                 qtune compare: plain default vs --fit-target 512 vs the committed winner ($ROUNDS rounds)
+#   Two GPUs (issue 15; the nvidia-h200-x2 machine, one ballast per GPU):
+#   hw2           qtune hw and qtune plan (Q8_0 Qwen3.5-35B-A3B) on emulated 24 + 16 GiB cards
+#   multi35-24-16 Qwen3.5-35B-A3B Q8_0 on emulated 24 + 16 GiB: tune (default space), then its
+#                 winner vs the plain default vs --fit-target 512,512 in qtune compare ($ROUNDS rounds)
+#   multi30-16-12 the same for Qwen3-30B-A3B Q4_K_M on emulated 16 + 12 GiB
+#                 (TUNE_ONLY=1: the tune alone; CASE-compare: the re-measurement alone, in a
+#                 later session, with FROM=DIR holding the tune's results.json)
 #
 # A card of N GiB is emulated by a ballast process that allocates all but N GiB of the GPU
 # (python3 + torch), so llama-server, --fit and qtune see N GiB free and OOM happens for real.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 OUT=${OUT:-/tmp/qtune-out}
 W=${QTUNE_GPU_WORK:-/tmp/qtune-gpu}
@@ -70,9 +77,10 @@ setup() {
   "$Q" server check || exit 1
 }
 
-model() { # shape -> path (synthesized once)
-  local p="$W/$1-q4_k_m.gguf"
-  [ -f "$p" ] || "$Q" synth "$p" --shape "$1" --ftype q4_k_m >&2 || exit 1
+model() { # shape [ftype, default q4_k_m] -> path (synthesized once)
+  local ft=${2:-q4_k_m}
+  local p="$W/$1-$ft.gguf"
+  [ -f "$p" ] || "$Q" synth "$p" --shape "$1" --ftype "$ft" >&2 || exit 1
   echo "$p"
 }
 
@@ -99,8 +107,41 @@ PY
   say "ballast leaving $1 MiB: $(cat "$W/ballast.out")"
   nvidia-smi --query-gpu=memory.total,memory.used,memory.free --format=csv
 }
+# Two GPUs: one ballast per GPU, each its own process seeing only its card. PCI bus order is
+# the order NVML (qtune hw) numbers the cards in, and qtune's trials and launch scripts use.
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+BALLAST_PIDS=""
+ballast_gpu() { # device MiB: leave MiB free on that GPU only
+  CUDA_VISIBLE_DEVICES=$1 python3 -u - "$2" > "$W/ballast-gpu$1.out" 2>&1 <<'PY' &
+import sys, time, torch
+keep = int(sys.argv[1]) << 20
+free, total = torch.cuda.mem_get_info()
+n = free - keep
+x = torch.empty(n, dtype=torch.uint8, device="cuda")
+x.fill_(1)
+torch.cuda.synchronize()
+free2, _ = torch.cuda.mem_get_info()
+print(f"ready ballast={n >> 20} MiB free={free2 >> 20} MiB total={total >> 20} MiB", flush=True)
+time.sleep(1e9)
+PY
+  BALLAST_PIDS="$BALLAST_PIDS $!"
+  for _ in $(seq 1 120); do grep -q ready "$W/ballast-gpu$1.out" 2>/dev/null && break; sleep 0.5; done
+  say "ballast on GPU $1 leaving $2 MiB: $(cat "$W/ballast-gpu$1.out")"
+}
+ballast2() { # GiB free on GPU 0, GiB free on GPU 1
+  unballast
+  [ "$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)" -ge 2 ] \
+    || { echo "two-GPU case on a box with fewer than two GPUs: use the nvidia-h200-x2 machine"; exit 1; }
+  ballast_gpu 0 $(( $1 * 1024 ))
+  ballast_gpu 1 $(( $2 * 1024 ))
+  nvidia-smi --query-gpu=index,name,memory.total,memory.used,memory.free --format=csv
+}
 unballast() {
   if [ -n "$BALLAST_PID" ]; then kill "$BALLAST_PID" 2>/dev/null; wait "$BALLAST_PID" 2>/dev/null; BALLAST_PID=""; sleep 1; fi
+  if [ -n "$BALLAST_PIDS" ]; then
+    for p in $BALLAST_PIDS; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+    BALLAST_PIDS=""; sleep 1
+  fi
 }
 trap unballast EXIT
 
@@ -278,6 +319,60 @@ for c in "$@"; do
         --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$W/runs/$c-compare"
       echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$W/runs/$c-compare/card.txt"
       unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
+    hw2)
+      ballast2 24 16
+      "$Q" hw --json > "$OUT/hw2-24-16.json"; "$Q" hw
+      m=$(model qwen3.5-35b-a3b q8_0)
+      "$Q" plan --model "$m" --ctx 32768 --target-vram-headroom 512 > "$OUT/plan2-35-24-16.txt" 2>&1
+      cat "$OUT/plan2-35-24-16.txt"
+      unballast ;;
+    multi35-24-16 | multi30-16-12 | multi35-24-16-compare | multi30-16-12-compare)
+      # Issue 15: tune on two emulated cards, then the winner against the plain default and
+      # --fit-target 512,512 (fit's multi-GPU placement) in interleaved ABBA rounds. The
+      # -compare cases re-measure only (a later session: the winner comes from $W/CASE.cmd,
+      # else from FROM=DIR/results.json of a tune brought back, e.g. under reports/).
+      base=${c%-compare}
+      case "$base" in
+        multi35-24-16) shape=qwen3.5-35b-a3b ft=q8_0 g0=24 g1=16 ;;
+        multi30-16-12) shape=qwen3-30b-a3b ft=q4_k_m g0=16 g1=12 ;;
+      esac
+      m=$(model "$shape" "$ft"); run="$W/runs/$base"; ballast2 "$g0" "$g1"
+      card="emulated cards: GPU 0 ${g0} GiB + GPU 1 ${g1} GiB free of ${GPU_NAME} x2, $(date -u +%F)"
+      if [ "$c" = "$base" ]; then
+        say "$c: tune, default space ($card)"
+        t0=$SECONDS
+        "$Q" tune --model "$m" --space default --target-vram-headroom 512 --ctx 32768 --out "$run" > "$W/$c.cmd"
+        echo "tune exit $? after $((SECONDS - t0)) s; command: $(tail -1 "$W/$c.cmd")"
+        echo "$card" > "$run/card.txt"
+        python3 - "$run/results.json" <<'PY' || true
+import json, sys
+r = json.load(open(sys.argv[1]))
+cards = r.get("gpu_budgets", [])
+print("cards:", ", ".join(f"CUDA{g['index']} budget {g['budget_mib']} MiB" for g in cards))
+launched = [t for t in r["trials"] if t["kind"] != "skipped"]
+print(f"launches: {len(launched)} (issue 15: at most 25)")
+over = [(t["id"], i, p) for t in launched if t["kind"] == "ok"
+        for i, p in enumerate(t.get("peak_vram_mib", [])) if i < len(cards) and p > cards[i]["budget_mib"]]
+print("ok trials over a card's budget:", over or "none")
+w = r.get("winner")
+print("winner:", w["config"] if w else None)
+PY
+        pack "$c" "$run"
+      fi
+      if [ -n "${TUNE_ONLY:-}" ]; then unballast; continue; fi
+      winner=$(tail -1 "$W/$base.cmd" 2>/dev/null)
+      if [ -z "$winner" ] && [ -n "${FROM:-}" ]; then
+        # The winner's argv as the tune recorded it, the model path made this machine's.
+        winner=$(python3 -c "import json,shlex,sys;a=json.load(open(sys.argv[1]))['winner']['command'];a[a.index('-m')+1]=sys.argv[2];print(shlex.join(a))" "$FROM/results.json" "$m")
+      fi
+      [ -n "$winner" ] || { echo "$c: no winner to re-measure (run $base first, or give FROM=DIR)"; unballast; continue; }
+      say "$c: re-measuring the winner (${ROUNDS:-6} rounds): $winner"
+      "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" \
+        "llama-server -m $m -c 32768 -np 1 --fit-target 512,512" \
+        "$winner" --rounds "${ROUNDS:-6}" \
+        --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$W/runs/$base-compare"
+      echo "$card" > "$W/runs/$base-compare/card.txt"
+      unballast; pack "$base-compare" "$W/runs/$base-compare" ;;
     *) echo "unknown case $c" ;;
   esac
 done

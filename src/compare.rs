@@ -59,6 +59,9 @@ pub struct CompareLaunch {
     pub gen_tps: Option<f64>,
     pub prompt_tps: Option<f64>,
     pub peak_vram_mib: Option<u64>,
+    /// Each GPU's peak on a box with two or more (device order); empty with one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peak_vram_per_gpu_mib: Vec<u64>,
     pub message: String,
 }
 
@@ -198,6 +201,11 @@ fn launch_of(command: usize, o: &TrialOutcome) -> CompareLaunch {
         gen_tps: sample.map(|s| s.gen_tps),
         prompt_tps: sample.map(|s| s.prompt_tps),
         peak_vram_mib: o.peak_vram_total_mib(),
+        peak_vram_per_gpu_mib: if o.peak_vram_mib.len() >= 2 {
+            o.peak_vram_mib.clone()
+        } else {
+            Vec::new()
+        },
         message: o.message.clone(),
     }
 }

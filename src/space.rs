@@ -109,6 +109,20 @@ pub struct Vary {
     /// (small micro-batches, where copying CPU experts to the GPU costs more than it saves).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_op_offload_max_ubatch: Option<u32>,
+    /// Two GPUs or more: GPU 0's share of the layers (`-ts`), in percentage points, is also
+    /// tried this far from the split by budget (each a variant, its experts refilled to each
+    /// card's budget). Omitted: `[-10, 10]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_shift_pct: Option<Vec<i32>>,
+}
+
+impl Vary {
+    /// The `-ts` shifts to try on several GPUs ([`Vary::split_shift_pct`]).
+    pub fn split_shifts(&self) -> Vec<i32> {
+        self.split_shift_pct
+            .clone()
+            .unwrap_or_else(|| vec![-10, 10])
+    }
 }
 
 /// How the experts that do not fit on the GPU are chosen.

@@ -183,3 +183,68 @@ fn a_trial_with_ot_rules_pinned_experts_and_no_op_offload_is_measured() {
     let j = Journal::read(dir.path()).unwrap();
     assert_eq!(j[0].config, cfg);
 }
+
+/// Issue 15's flags against the pinned build: a two-GPU placement (`-sm layer -ts 60,40` and a
+/// CPU expert rule) is accepted and measured (the CPU build ignores the split with a warning);
+/// experts sent to a GPU the box does not have (`=CUDA1` on a CPU build) end as a bad flag,
+/// not a crash, with the server's own words as evidence.
+#[test]
+fn two_gpu_flags_are_accepted_and_a_missing_device_is_a_bad_flag() {
+    let Some((server, model)) = setup() else {
+        return;
+    };
+    let layout = qtune::model::load(&model).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut r = LlamaServerRunner::new(
+        &server,
+        &model,
+        layout.file_bytes,
+        qtune::space::Workload {
+            prompt_tokens: 32,
+            gen_tokens: 8,
+            repetitions: 1,
+            warmup: false,
+            context_depth: None,
+        },
+        dir.path(),
+        Journal::open(dir.path()).unwrap(),
+        None,
+        Duration::from_secs(120),
+    )
+    .unwrap();
+    let mut cfg = LaunchConfig {
+        threads: Some(2),
+        split_mode: Some(qtune::config::SplitMode::Layer),
+        ..LaunchConfig::baseline(512)
+    };
+    cfg.place_on_gpus(vec![60, 40], BlockSet::new([layout.n_blocks - 1]));
+    let o = r.run(&cfg, TrialRole::Search);
+    assert_eq!(o.kind, OutcomeKind::Ok, "{} {:?}", o.message, o.evidence);
+    let log = std::fs::read_to_string(o.log.as_ref().unwrap()).unwrap();
+    assert!(log.contains("-sm layer -ts 60,40"), "{log}");
+    let mut on_gpu1 = cfg.clone();
+    on_gpu1.gpu_experts = vec![qtune::config::GpuExperts {
+        device: 1,
+        blocks: BlockSet::new([0]),
+    }];
+    let o = r.run(&on_gpu1, TrialRole::Search);
+    assert_eq!(
+        o.kind,
+        OutcomeKind::BadFlag,
+        "{} {:?}",
+        o.message,
+        o.evidence
+    );
+    assert!(
+        o.evidence.iter().any(|e| e.contains("unknown buffer type"))
+            || o.message.contains("unknown buffer type"),
+        "{} {:?}",
+        o.message,
+        o.evidence
+    );
+    let j = Journal::read(dir.path()).unwrap();
+    assert_eq!(
+        j[0].config, cfg,
+        "the split round-trips through the journal"
+    );
+}

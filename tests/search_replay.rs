@@ -54,6 +54,7 @@ fn context(budget_mib: f64) -> SearchContext {
         clock: qtune::clock::system(),
         ram_available_mib: None,
         fit_target_mib: 512,
+        gpus: Vec::new(),
     }
 }
 

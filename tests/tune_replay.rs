@@ -251,6 +251,7 @@ fn regenerate_replay_fixture() {
         space,
         headroom_mib: 512,
         vram_budget_mib: qtune::run::vram_budget_mib(true, free, 512),
+        gpu_budgets: Vec::new(),
         hardware,
         free_vram_at_start_mib: free,
         started_at: "2026-11-22T00:00:00Z".into(),

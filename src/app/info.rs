@@ -27,9 +27,14 @@ pub fn inspect(
 ) -> Result<()> {
     let layout = crate::model::load(path)?;
     let hw = crate::hardware::probe(false);
-    let budget = crate::run::vram_budget_mib(hw.has_gpu(), hw.free_vram_mib(), headroom_mib)
-        .map(|b| b as f64);
-    let report = crate::model::inspect::build(path, &layout, ctx, kv, budget, hw.summary());
+    let budget = crate::run::box_vram_budget_mib(&hw, headroom_mib).map(|b| b as f64);
+    let mut report = crate::model::inspect::build(path, &layout, ctx, kv, budget, hw.summary());
+    report.cards = crate::model::inspect::build_cards(
+        &layout,
+        ctx,
+        kv,
+        &crate::run::gpu_budgets(&hw, headroom_mib),
+    );
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Yaml => print!("{}", serde_yaml::to_string(&report)?),

@@ -309,7 +309,8 @@ fn prepare(
         server_version,
         space,
         headroom_mib: opts.headroom_mib,
-        vram_budget_mib: crate::run::vram_budget_mib(hardware.has_gpu(), free, opts.headroom_mib),
+        vram_budget_mib: crate::run::box_vram_budget_mib(&hardware, opts.headroom_mib),
+        gpu_budgets: crate::run::gpu_budgets(&hardware, opts.headroom_mib),
         hardware,
         free_vram_at_start_mib: free,
         started_at: chrono::Local::now().to_rfc3339(),
@@ -344,6 +345,7 @@ fn runner_and_clock(
                 .with_first_id(resume.next_id)
                 .with_journal(journal)
                 .with_vram_budget(inputs.vram_budget_mib)
+                .with_gpu_budgets(inputs.gpu_budgets.iter().map(|g| g.budget_mib).collect())
                 .with_clock(clock.clone());
         if r.pace_ms > 0 {
             runner = runner.with_pace(std::time::Duration::from_millis(r.pace_ms));
@@ -366,6 +368,8 @@ fn runner_and_clock(
         crate::search::request_timeout(&inputs.space.workload),
     )?
     .with_first_id(resume.next_id)
+    .with_gpu_budgets(inputs.gpu_budgets.iter().map(|g| g.budget_mib).collect())
+    .with_env(crate::hardware::cuda_device_env(&inputs.gpu_budgets))
     .with_free_vram_at_start(hw.has_gpu().then_some(inputs.free_vram_at_start_mib))
     .with_deadline(budget_deadline(
         inputs.space.budget.minutes,

@@ -241,6 +241,46 @@ impl serde::de::Visitor<'_> for LoadModeVisitor {
     }
 }
 
+/// How llama.cpp spreads the model over several GPUs (`-sm`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SplitMode {
+    /// One GPU only (`-mg` picks it).
+    None,
+    /// Whole layers per GPU, KV with its layer (the server's default).
+    Layer,
+    /// Every weight split by rows over the GPUs; KV and small tensors on the main GPU.
+    Row,
+}
+
+impl SplitMode {
+    pub const ALL: [SplitMode; 3] = [SplitMode::None, SplitMode::Layer, SplitMode::Row];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SplitMode::None => "none",
+            SplitMode::Layer => "layer",
+            SplitMode::Row => "row",
+        }
+    }
+}
+
+impl fmt::Display for SplitMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for SplitMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        SplitMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s.to_ascii_lowercase())
+            .ok_or_else(|| format!("unknown split mode '{s}' (expected one of: none, layer, row)"))
+    }
+}
+
 mod parse;
 mod placement;
 pub use parse::*;
@@ -296,6 +336,19 @@ pub struct LaunchConfig {
     /// CPU-resident experts to the GPU for every micro-batch of 32 tokens or more.
     #[serde(default = "yes", skip_serializing_if = "is_true")]
     pub op_offload: bool,
+    /// How the layers are spread over several GPUs (`-sm`); `None`: the server's default
+    /// (`layer`). Absent in results written before qtune tuned two GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub split_mode: Option<SplitMode>,
+    /// Proportions of the layers per GPU in device order (`-ts a,b`); empty: the server splits
+    /// by free memory. llama.cpp gives GPU `i` the layers whose index falls in its share of
+    /// `n_blocks + 1` (the output layer counts as the last one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tensor_split: Vec<u32>,
+    /// Routed experts placed on a named GPU whatever their layer's device
+    /// (`-ot REGEX=CUDAn` rules, one per device).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_experts: Vec<GpuExperts>,
 }
 
 fn load_mode_auto() -> LoadMode {
@@ -327,7 +380,31 @@ impl LaunchConfig {
             fit_target_mib: Vec::new(),
             cpu_experts: None,
             op_offload: true,
+            split_mode: None,
+            tensor_split: Vec::new(),
+            gpu_experts: Vec::new(),
         }
+    }
+
+    /// Does this config name how the model is spread over several GPUs (`-sm`, `-ts`, or
+    /// experts placed on a named GPU)?
+    pub fn has_gpu_split(&self) -> bool {
+        self.split_mode.is_some() || !self.tensor_split.is_empty() || !self.gpu_experts.is_empty()
+    }
+
+    /// Place the model explicitly on several GPUs: every layer on a GPU (`-ngl 999`), the
+    /// layers split by `tensor_split`, the routed experts of `cpu_blocks` on the CPU (`-ot`
+    /// rules, so they can come from any GPU's share, unlike `--n-cpu-moe`), auto-fit off.
+    pub fn place_on_gpus(&mut self, tensor_split: Vec<u32>, cpu_blocks: BlockSet) {
+        self.n_gpu_layers = Some(999);
+        self.n_cpu_moe = None;
+        self.cpu_experts = (!cpu_blocks.is_empty()).then_some(CpuExperts {
+            blocks: cpu_blocks,
+            partial: None,
+        });
+        self.tensor_split = tensor_split;
+        self.fit = Some(false);
+        self.fit_target_mib = Vec::new();
     }
 
     /// Place the model explicitly: every layer on the GPU (`-ngl 999`), the routed experts of
@@ -361,12 +438,21 @@ impl LaunchConfig {
     /// `--fit`'s own placement as a candidate: `--fit on --fit-target target_mib` and no
     /// placement flags, with this config's other choices (ubatch, KV, threads, load mode).
     pub fn with_fit_placement(&self, target_mib: u32) -> Self {
+        self.with_fit_targets(vec![target_mib])
+    }
+
+    /// `--fit`'s own placement with one `--fit-target` per device (several GPUs): no `-ts`,
+    /// no `-sm`, no overrides, which fit refuses.
+    pub fn with_fit_targets(&self, targets_mib: Vec<u32>) -> Self {
         LaunchConfig {
             n_gpu_layers: None,
             n_cpu_moe: None,
             cpu_experts: None,
             fit: Some(true),
-            fit_target_mib: vec![target_mib],
+            fit_target_mib: targets_mib,
+            split_mode: None,
+            tensor_split: Vec::new(),
+            gpu_experts: Vec::new(),
             ..self.clone()
         }
     }
@@ -377,6 +463,7 @@ impl LaunchConfig {
             && self.n_gpu_layers.is_none()
             && self.n_cpu_moe.is_none()
             && self.cpu_experts.is_none()
+            && !self.has_gpu_split()
     }
 
     /// Why the server would refuse or ignore this combination, if it would: `--fit` gives up
@@ -388,6 +475,29 @@ impl LaunchConfig {
                 || self.cpu_experts.is_some())
         {
             return Err("--fit on cannot be combined with -ngl, --n-cpu-moe or -ot rules: fit refuses to run with placement set".into());
+        }
+        if self.fit == Some(true)
+            && (!self.tensor_split.is_empty()
+                || !self.gpu_experts.is_empty()
+                || self.split_mode == Some(SplitMode::Row))
+        {
+            return Err("--fit on cannot be combined with -ts, -sm row or -ot rules naming a GPU: fit refuses to run with a split set".into());
+        }
+        if !self.tensor_split.is_empty() && self.tensor_split.iter().all(|&p| p == 0) {
+            return Err("-ts gives every GPU a share of 0".into());
+        }
+        let mut seen = BlockSet::default();
+        for g in &self.gpu_experts {
+            if let Some(b) = g.blocks.iter().find(|&b| {
+                seen.contains(b)
+                    || self
+                        .cpu_experts
+                        .as_ref()
+                        .is_some_and(|c| c.blocks.contains(b))
+            }) {
+                return Err(format!("block {b}'s experts are placed on two devices"));
+            }
+            seen = BlockSet::new(seen.iter().chain(g.blocks.iter()));
         }
         if !self.fit_target_mib.is_empty() && self.fit == Some(false) {
             return Err("--fit-target needs --fit on".into());
@@ -401,6 +511,7 @@ impl LaunchConfig {
             && self.n_cpu_moe.is_none()
             && self.cpu_experts.is_none()
             && self.fit != Some(false)
+            && !self.has_gpu_split()
     }
 
     /// The flags for `llama-server`, in a stable order. The one place argv is rendered.
@@ -415,11 +526,23 @@ impl LaunchConfig {
         if let Some(n) = self.n_gpu_layers {
             push("-ngl", n.to_string());
         }
+        if let Some(m) = self.split_mode {
+            push("-sm", m.to_string());
+        }
+        if !self.tensor_split.is_empty() {
+            let t: Vec<String> = self.tensor_split.iter().map(|v| v.to_string()).collect();
+            push("-ts", t.join(","));
+        }
         if let Some(n) = self.n_cpu_moe {
             push("--n-cpu-moe", n.to_string());
         }
         if let Some(c) = &self.cpu_experts {
             for rule in c.override_rules() {
+                push("-ot", rule);
+            }
+        }
+        for g in &self.gpu_experts {
+            if let Some(rule) = g.override_rule() {
                 push("-ot", rule);
             }
         }
@@ -516,8 +639,24 @@ impl LaunchConfig {
             )),
             _ => {}
         }
+        if let Some(m) = self.split_mode {
+            parts.push(format!("sm={m}"));
+        }
+        if !self.tensor_split.is_empty() {
+            parts.push(format!(
+                "ts={}",
+                self.tensor_split
+                    .iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ));
+        }
         if let Some(c) = &self.cpu_experts {
             parts.push(format!("cpu-exps={}", c.label()));
+        }
+        for g in &self.gpu_experts {
+            parts.push(format!("cuda{}-exps={}", g.device, g.blocks));
         }
         if let Some(t) = self.threads {
             parts.push(format!("t={t}"));

@@ -47,6 +47,8 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
             "-c" | "--ctx-size" => "-c",
             "-np" | "--parallel" => "-np",
             "-ngl" | "--n-gpu-layers" | "--gpu-layers" => "-ngl",
+            "-sm" | "--split-mode" => "-sm",
+            "-ts" | "--tensor-split" => "-ts",
             "-ncmoe" | "--n-cpu-moe" => "--n-cpu-moe",
             "-t" | "--threads" => "-t",
             "-b" | "--batch-size" => "-b",
@@ -63,7 +65,7 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
             "--port" => "--port",
             _ if flag.starts_with('-') => {
                 return Err(format!(
-                    "unknown flag '{flag}': qtune reads back only the flags it renders (-m, -c, -np, -ngl, --n-cpu-moe, -t, -b, -ub, -ctk, -ctv, -fa, --fit, --fit-target, --load-mode, -ot, --no-op-offload, --host, --port)"
+                    "unknown flag '{flag}': qtune reads back only the flags it renders (-m, -c, -np, -ngl, -sm, -ts, --n-cpu-moe, -t, -b, -ub, -ctk, -ctv, -fa, --fit, --fit-target, --load-mode, -ot, --no-op-offload, --host, --port)"
                 ))
             }
             _ => {
@@ -104,6 +106,13 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
             "-c" => ctx = Some(num(&value)?),
             "-np" => parallel = Some(num(&value)?),
             "-ngl" => cfg.n_gpu_layers = Some(num(&value)?),
+            "-sm" => cfg.split_mode = Some(value.parse()?),
+            "-ts" => {
+                cfg.tensor_split = value
+                    .split(',')
+                    .map(|v| num(v.trim()))
+                    .collect::<Result<_, _>>()?
+            }
             "--n-cpu-moe" => cfg.n_cpu_moe = Some(num(&value)?),
             "-t" => cfg.threads = Some(num(&value)?),
             "-b" => cfg.batch = Some(num(&value)?),
@@ -144,8 +153,24 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
             _ => unreachable!("every canonical flag is handled"),
         }
     }
-    if !ot_rules.is_empty() {
-        cfg.cpu_experts = Some(CpuExperts::from_rules(&ot_rules)?);
+    let mut cpu_rules: Vec<String> = Vec::new();
+    for rule in ot_rules {
+        match GpuExperts::from_rule(&rule) {
+            Some(g) => {
+                let g = g?;
+                if cfg.gpu_experts.iter().any(|x| x.device == g.device) {
+                    return Err(format!(
+                        "two -ot rules for CUDA{}: qtune renders one per device",
+                        g.device
+                    ));
+                }
+                cfg.gpu_experts.push(g);
+            }
+            None => cpu_rules.push(rule),
+        }
+    }
+    if !cpu_rules.is_empty() {
+        cfg.cpu_experts = Some(CpuExperts::from_rules(&cpu_rules)?);
     }
     cfg.ctx = ctx.ok_or("the command has no -c: give the context size (e.g. -c 32768)")?;
     cfg.parallel = parallel.ok_or(

@@ -475,3 +475,53 @@ impl CpuExperts {
         Ok(())
     }
 }
+
+/// Routed experts placed on one named GPU whatever the device of their layer
+/// (`-ot blk\.(N|M)\.ffn_..._exps=CUDAn`): how a box with two cards moves experts from the
+/// fuller card to the other without moving the layers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuExperts {
+    /// The CUDA device index (`CUDAn`, in `CUDA_VISIBLE_DEVICES` order).
+    pub device: u32,
+    /// Blocks whose routed experts (every projection) go to that device.
+    pub blocks: BlockSet,
+}
+
+impl GpuExperts {
+    /// The buffer type name llama.cpp gives this device's memory.
+    pub fn buffer_name(&self) -> String {
+        format!("CUDA{}", self.device)
+    }
+
+    /// The `-ot` value (None for an empty block set).
+    pub fn override_rule(&self) -> Option<String> {
+        (!self.blocks.is_empty()).then(|| {
+            format!(
+                r"blk\.({}){EXPS_PATTERN}={}",
+                self.blocks.regex_alternation(),
+                self.buffer_name()
+            )
+        })
+    }
+
+    /// Read back a rule [`Self::override_rule`] renders; `None` when the rule does not name a
+    /// CUDA device (it may be a `=CPU` rule), an error when it names one in another shape.
+    pub fn from_rule(rule: &str) -> Option<Result<Self, String>> {
+        let (body, dev) = rule.rsplit_once("=CUDA")?;
+        let device: u32 = match dev.parse() {
+            Ok(d) => d,
+            Err(_) => return Some(Err(format!("-ot '{rule}': CUDA{dev} is not a device name"))),
+        };
+        let blocks = body
+            .strip_prefix(r"blk\.(")
+            .and_then(|b| b.strip_suffix(EXPS_PATTERN))
+            .and_then(|b| b.strip_suffix(')'))
+            .and_then(parse_alternation);
+        Some(blocks.map(|blocks| GpuExperts { device, blocks }).ok_or_else(|| {
+            format!(
+                "-ot '{rule}' is not an expert placement qtune renders (blk\\.(N|M)\\.ffn_..._exps=CUDAn)"
+            )
+        }))
+    }
+}

@@ -404,3 +404,78 @@ fn kv_type_parses_case_insensitively_and_rejects_unknown() {
     assert_eq!("Q8_0".parse::<KvType>().unwrap(), KvType::Q8_0);
     assert!("q3_k".parse::<KvType>().is_err());
 }
+
+#[test]
+fn two_gpu_flags_render_check_and_parse_back() {
+    let mut cfg = LaunchConfig {
+        ubatch: Some(512),
+        ..LaunchConfig::baseline(32768)
+    };
+    cfg.place_on_gpus(vec![60, 40], BlockSet::new([20, 21, 38, 39]));
+    cfg.gpu_experts = vec![GpuExperts {
+        device: 1,
+        blocks: BlockSet::new([5, 6]),
+    }];
+    cfg.split_mode = Some(SplitMode::Layer);
+    assert_eq!(cfg.check(), Ok(()));
+    let args = cfg.server_args();
+    assert_eq!(
+        args.join(" "),
+        r"-c 32768 -np 1 -ngl 999 -sm layer -ts 60,40 -ot blk\.(2[0-1]|3[8-9])\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU -ot blk\.([5-6])\.ffn_(up|down|gate|gate_up)_(ch|)exps=CUDA1 -ub 512 --fit off"
+    );
+    assert_eq!(
+        cfg.label(),
+        "sm=layer ts=60,40 cpu-exps=20-21,38-39 cuda1-exps=5-6 b=-/512 kv=f16/f16"
+    );
+    assert!(!cfg.is_auto_placement());
+    // Read back exactly, long spellings too.
+    let mut argv = vec!["llama-server".to_string(), "-m".into(), "m.gguf".into()];
+    argv.extend(args);
+    assert_eq!(parse_command(&argv).unwrap().config, cfg);
+    let long = words("llama-server -c 4096 -np 1 --split-mode row --tensor-split 3,1");
+    let p = parse_command(&long).unwrap().config;
+    assert_eq!(p.split_mode, Some(SplitMode::Row));
+    assert_eq!(p.tensor_split, vec![3, 1]);
+    // fit refuses a split or a GPU override; overlapping placements are refused.
+    let fit = cfg.with_fit_targets(vec![512, 512]);
+    assert!(fit.is_fit_placement());
+    assert_eq!(
+        fit.server_args().join(" "),
+        "-c 32768 -np 1 -ub 512 --fit on --fit-target 512,512"
+    );
+    let bad = LaunchConfig {
+        fit: Some(true),
+        n_gpu_layers: None,
+        cpu_experts: None,
+        ..cfg.clone()
+    };
+    assert!(
+        bad.check().unwrap_err().contains("-ts"),
+        "{:?}",
+        bad.check()
+    );
+    let mut twice = cfg.clone();
+    twice.gpu_experts[0].blocks = BlockSet::new([21]);
+    assert!(twice.check().unwrap_err().contains("block 21"));
+    for (line, want) in [
+        (
+            "llama-server -c 1 -np 1 -ot 'blk\\.(1)\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CUDAx'",
+            "not a device name",
+        ),
+        (
+            "llama-server -c 1 -np 1 -ot 'blk\\.1\\.attn=CUDA1'",
+            "not an expert placement",
+        ),
+        ("llama-server -c 1 -np 1 -sm fast", "unknown split mode"),
+    ] {
+        let e = parse_command(&words(line)).unwrap_err();
+        assert!(e.contains(want), "{line}: {e}");
+    }
+    // Old JSON without the fields reads as no split; a split round-trips.
+    let json = serde_json::to_string(&cfg).unwrap();
+    assert_eq!(serde_json::from_str::<LaunchConfig>(&json).unwrap(), cfg);
+    let single = serde_json::to_string(&LaunchConfig::baseline(8192)).unwrap();
+    for absent in ["split_mode", "tensor_split", "gpu_experts"] {
+        assert!(!single.contains(absent), "{single}");
+    }
+}

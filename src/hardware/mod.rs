@@ -58,6 +58,36 @@ pub struct HostInfo {
     pub mem_bandwidth_gbs: Option<f64>,
 }
 
+/// One GPU's share of a tune on a box with several: its free VRAM before the tune and its
+/// budget (free minus the headroom, which applies to each card).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuBudget {
+    /// NVML index, which is the CUDA index under `CUDA_DEVICE_ORDER=PCI_BUS_ID`.
+    pub index: u32,
+    pub name: String,
+    pub free_mib: u64,
+    pub budget_mib: u64,
+}
+
+/// The environment that makes CUDA number the GPUs as NVML (and this profile) does: by PCI
+/// bus, all of them. Without it CUDA puts the fastest card first, so on a box with two
+/// different cards `CUDA0` need not be GPU 0 here.
+pub fn cuda_device_env(gpus: &[GpuBudget]) -> Vec<(String, String)> {
+    if gpus.len() < 2 {
+        return Vec::new();
+    }
+    vec![
+        ("CUDA_DEVICE_ORDER".to_string(), "PCI_BUS_ID".to_string()),
+        (
+            "CUDA_VISIBLE_DEVICES".to_string(),
+            gpus.iter()
+                .map(|g| g.index.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+    ]
+}
+
 /// Everything qtune knows about the box before it launches anything.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HardwareProfile {
@@ -78,6 +108,18 @@ impl HardwareProfile {
     }
     pub fn has_gpu(&self) -> bool {
         !self.gpus.is_empty()
+    }
+    /// Each GPU's budget: its free VRAM minus `headroom_mib` (never negative), device order.
+    pub fn gpu_budgets(&self, headroom_mib: u64) -> Vec<GpuBudget> {
+        self.gpus
+            .iter()
+            .map(|g| GpuBudget {
+                index: g.index,
+                name: g.name.clone(),
+                free_mib: g.vram_free_mib,
+                budget_mib: g.vram_free_mib.saturating_sub(headroom_mib),
+            })
+            .collect()
     }
     /// One line, e.g. "1× NVIDIA H200 (143,771 MiB, 16,384 free) · 16 cores · 128 GiB RAM".
     pub fn summary(&self) -> String {

@@ -33,6 +33,60 @@ pub struct InspectReport {
     pub rows: Vec<InspectRow>,
     /// Smallest `--n-cpu-moe` predicted to fit, when there is a GPU and one fits.
     pub min_n_cpu_moe: Option<u32>,
+    /// Two GPUs or more: the split by budget and each card's prediction per count of CPU
+    /// expert blocks ([`build_cards`]); empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cards: Vec<CardRow>,
+}
+
+/// One row of the two-GPU table: `n` blocks' experts on the CPU, taken from the cards' shares
+/// (`-ts` by budget), and what each card is predicted to hold.
+#[derive(Debug, Clone, Serialize)]
+pub struct CardRow {
+    pub cpu_blocks: u32,
+    pub tensor_split: Vec<u32>,
+    /// Per card, device order, MiB (buffers; each card also holds its CUDA context).
+    pub card_mib: Vec<f64>,
+    pub host_mib: f64,
+    /// Every card's buffers within its budget less its CUDA context.
+    pub fits: bool,
+}
+
+/// The two-GPU rows for `cards` (each card's budget, device order): every count of CPU expert
+/// blocks, the layers split by the cards' budgets, the blocks taken as the search does.
+pub fn build_cards(
+    layout: &ModelLayout,
+    ctx: u32,
+    kv: KvType,
+    cards: &[crate::hardware::GpuBudget],
+) -> Vec<CardRow> {
+    if cards.len() < 2 || !layout.is_moe() {
+        return Vec::new();
+    }
+    let template = LaunchConfig {
+        cache_type_k: kv,
+        cache_type_v: kv,
+        ..LaunchConfig::baseline(ctx)
+    };
+    let targets = super::cards::buffer_budgets_mib(cards);
+    let split = super::cards::split_by_budget(&targets, 0);
+    let extra = vec![super::cards::CARD_CONTEXT_MIB; cards.len()];
+    let free: Vec<f64> = cards.iter().map(|g| g.free_mib as f64).collect();
+    (0..=layout.n_blocks)
+        .map(|n| {
+            let mut c = template.clone();
+            let blocks = super::cards::cpu_fill(layout, &template, &split, cards, &extra, n);
+            c.place_on_gpus(split.clone(), blocks);
+            let p = memory::predict_devices(layout, &c, &free);
+            CardRow {
+                cpu_blocks: n,
+                tensor_split: split.clone(),
+                card_mib: p.gpu_devices.iter().map(|d| d.total_mib).collect(),
+                host_mib: p.host_mib,
+                fits: memory::fits_devices(&p, &targets),
+            }
+        })
+        .collect()
 }
 
 /// Build the report (no printing): predictions for `--n-cpu-moe 0..=blocks` (one row, 0, for
@@ -80,6 +134,7 @@ pub fn build(
         gpu_summary,
         rows,
         min_n_cpu_moe,
+        cards: Vec::new(),
     }
 }
 
@@ -229,5 +284,96 @@ pub fn render_text(r: &InspectReport) -> String {
             }
         }
     }
+    if let Some(first) = r.cards.first() {
+        let ts: Vec<String> = first.tensor_split.iter().map(|v| v.to_string()).collect();
+        let _ = writeln!(
+            s,
+            "\n{} GPUs: -ts {} (by budget); the CPU experts are taken from each card's share, \
+             as the search does. Per card: buffers (each card also holds its CUDA context).",
+            first.card_mib.len(),
+            ts.join(",")
+        );
+        let mut head = format!("{:>10}", "CPU blocks");
+        for i in 0..first.card_mib.len() {
+            let _ = write!(head, "  {:>12}", format!("CUDA{i}"));
+        }
+        let _ = writeln!(s, "{head}  {:>12}  fits", "host RAM");
+        for row in &r.cards {
+            let mut line = format!("{:>10}", row.cpu_blocks);
+            for m in &row.card_mib {
+                let _ = write!(line, "  {:>12}", fmt_mib(*m));
+            }
+            let _ = writeln!(
+                s,
+                "{line}  {:>12}  {}",
+                fmt_mib(row.host_mib),
+                if row.fits { "yes" } else { "no" }
+            );
+        }
+        if let Some(n) = r.cards.iter().find(|c| c.fits).map(|c| c.cpu_blocks) {
+            let _ = writeln!(
+                s,
+                "\nfewest CPU expert blocks predicted to fit both cards: {n}"
+            );
+        }
+    }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hardware::GpuBudget;
+    use crate::model::BlockBytes;
+
+    #[test]
+    fn two_cards_get_a_per_card_table_and_one_card_none() {
+        let l = ModelLayout {
+            n_embd: 1024,
+            blocks: vec![
+                BlockBytes {
+                    routed_experts: 400 << 20,
+                    shared_experts: 1 << 20,
+                    rest: 20 << 20,
+                };
+                24
+            ],
+            token_embd_bytes: 100 << 20,
+            output_bytes: 100 << 20,
+            ..ModelLayout::uniform(24, 8, 0, 0)
+        };
+        let card = |index: u32, free_mib: u64| GpuBudget {
+            index,
+            name: format!("card {index}"),
+            free_mib,
+            budget_mib: free_mib - 512,
+        };
+        let cards = [card(0, 6144), card(1, 4096)];
+        let rows = build_cards(&l, 4096, KvType::Q8_0, &cards);
+        assert_eq!(rows.len(), 25);
+        assert!(!rows[0].fits && rows[24].fits);
+        assert!(rows.iter().all(|r| r.card_mib.len() == 2));
+        // Once it fits, more CPU blocks keep it fitting.
+        let first = rows.iter().position(|r| r.fits).unwrap();
+        assert!(rows[first..].iter().all(|r| r.fits));
+        let mut report = build(
+            std::path::Path::new("m.gguf"),
+            &l,
+            4096,
+            KvType::Q8_0,
+            Some(9216.0),
+            "two cards".into(),
+        );
+        report.cards = rows;
+        let text = render_text(&report);
+        assert!(text.contains("2 GPUs: -ts 63,37 (by budget)"), "{text}");
+        assert!(text.contains("CUDA1"), "{text}");
+        assert!(
+            text.contains(&format!(
+                "fewest CPU expert blocks predicted to fit both cards: {first}"
+            )),
+            "{text}"
+        );
+        assert!(build_cards(&l, 4096, KvType::Q8_0, &cards[..1]).is_empty());
+    }
 }

@@ -10,6 +10,10 @@
 //!
 //! Compute buffers are an empirical model of ggml's graph allocator at one micro-batch,
 //! calibrated against the CPU `llama-server` of the pinned build (see [`ComputeModel`]).
+//!
+//! Several GPUs ([`predict_devices`]): the same totals, spread over the cards as llama.cpp's
+//! layer split assigns the layers ([`layer_devices`]), one compute buffer per card; not yet
+//! calibrated against a two-GPU run.
 
 use super::ModelLayout;
 use crate::config::{FlashAttn, KvType, LaunchConfig};
@@ -70,6 +74,30 @@ pub struct MemoryPrediction {
     pub gpu_blocks: u32,
     /// Blocks whose routed experts are on the host.
     pub host_expert_blocks: u32,
+    /// What each GPU holds, in device order, when the config runs on several GPUs
+    /// ([`predict_devices`]); empty for one GPU (then `gpu_mib` is that GPU's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_devices: Vec<DeviceMemory>,
+}
+
+/// What one GPU of several holds (llama.cpp's layer split), MiB unless named bytes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceMemory {
+    /// The CUDA device index (`CUDAn`).
+    pub device: u32,
+    /// The first and last block whose layer is on this GPU (None: no block).
+    pub blocks: Option<(u32, u32)>,
+    /// The output layer is on this GPU.
+    pub output_layer: bool,
+    /// Weights on this GPU, routed experts included.
+    pub weights_bytes: u64,
+    /// The routed-expert part of `weights_bytes`.
+    pub expert_bytes: u64,
+    pub kv_mib: f64,
+    pub recurrent_mib: f64,
+    pub compute_mib: f64,
+    /// Everything on this GPU.
+    pub total_mib: f64,
 }
 
 /// CUDA memory the reported buffers do not itemize (context, cuBLAS handles' small workspaces),
@@ -160,6 +188,33 @@ pub fn predict_with(
     host: HostCaps,
     cm: &ComputeModel,
 ) -> MemoryPrediction {
+    predict_parts(layout, cfg, has_gpu, host, cm).0
+}
+
+/// What [`predict_parts`] worked out on the way that the per-device split needs.
+struct Parts {
+    /// Layers on the GPUs (`-ngl`, the output layer counting as one).
+    ngl: u32,
+    /// Routed-expert bytes of each block on the host.
+    host_expert_bytes: Vec<u64>,
+    /// KV cache of one attention block, MiB.
+    kv_block_mib: f64,
+    /// Sequences (recurrent state copies).
+    n_seq: u64,
+    /// A GPU's compute buffer without the MoE staging (what a GPU other than the first
+    /// holds), MiB, CUDA's unitemized memory included.
+    plain_compute_gpu_mib: f64,
+    /// One micro-batch's graph inputs a pipeline copy holds (attention mask, activations), MiB.
+    pipeline_input_mib: f64,
+}
+
+fn predict_parts(
+    layout: &ModelLayout,
+    cfg: &LaunchConfig,
+    has_gpu: bool,
+    host: HostCaps,
+    cm: &ComputeModel,
+) -> (MemoryPrediction, Parts) {
     let nb = layout.n_blocks;
     let details = &layout.details;
     // Layers on the GPU (the output layer counts as one).
@@ -320,6 +375,7 @@ pub fn predict_with(
         * (cm.embd_factor * layout.n_embd as f64 + cm.ffn_factor * ffn_width + cm.per_token_floats);
     let full_compute = (act_bytes + attn_bytes) / MIB + cm.fixed_mib;
     let gpu_blocks = (0..nb).filter(|&il| block_on_gpu(il)).count() as u32;
+    let mut plain_compute_gpu_mib = 0.0;
     if ngl == 0 {
         b.compute_host_mib = full_compute;
     } else {
@@ -340,6 +396,7 @@ pub fn predict_with(
         let per_token = attn_bytes / t + 216.0 * 1024.0 * layout.n_embd as f64 / 2048.0;
         let normal_gpu = t * per_token / MIB + 12.0 + dequant;
         let host_experts = host_expert_bytes.iter().any(|&x| x > 0);
+        plain_compute_gpu_mib = normal_gpu + CUDA_UNITEMIZED_MIB;
         b.compute_gpu_mib = if host_experts {
             // With routed experts on the host, a large micro-batch's MoE ops run on the GPU with
             // expert weights copied in: a staging floor that grows with the expert count
@@ -375,14 +432,183 @@ pub fn predict_with(
     } else {
         0.0
     };
-    MemoryPrediction {
+    let prediction = MemoryPrediction {
         gpu_mib,
         host_mib,
         host_required_mib: host_mib - file_backed_mib,
         breakdown: b,
         gpu_blocks,
         host_expert_blocks,
+        gpu_devices: Vec::new(),
+    };
+    let parts = Parts {
+        ngl,
+        host_expert_bytes,
+        kv_block_mib,
+        n_seq,
+        plain_compute_gpu_mib,
+        pipeline_input_mib: (attn_bytes + t * 4.0 * layout.n_embd as f64) / MIB,
+    };
+    (prediction, parts)
+}
+
+/// The device of each layer, as llama.cpp assigns them (`llama_model::load_tensors`): index
+/// `n_blocks` is the output layer; `None` is the CPU. The first `n_blocks + 1 - ngl` layers
+/// stay on the CPU; the others go by the cumulative shares of `weights` (the `-ts`
+/// proportions, or each GPU's free memory when `-ts` is unset): layer `il` goes to the first
+/// GPU whose cumulative share is above `(il - first) / n_gpu_layers` (f32, as the server).
+pub fn layer_devices(n_blocks: u32, ngl: u32, weights: &[f64]) -> Vec<Option<u32>> {
+    let n_all = n_blocks as i64 + 1;
+    let ngl = (ngl as i64).min(n_all);
+    let first = (n_all - ngl).max(0);
+    let total: f64 = weights.iter().map(|w| w.max(0.0)).sum();
+    let mut cum: Vec<f32> = Vec::with_capacity(weights.len());
+    let mut acc = 0.0f64;
+    for w in weights {
+        acc += if total > 0.0 { w.max(0.0) } else { 1.0 };
+        cum.push(acc as f32);
     }
+    let sum = cum.last().copied().unwrap_or(1.0);
+    for c in &mut cum {
+        *c /= sum;
+    }
+    (0..n_all)
+        .map(|il| {
+            if weights.is_empty() || il < first || il - first >= ngl {
+                return None;
+            }
+            let x = (il - first) as f32 / ngl as f32;
+            let d = cum.partition_point(|&c| c <= x);
+            Some(d.min(weights.len() - 1) as u32)
+        })
+        .collect()
+}
+
+/// Launches with input copies per device under pipeline parallelism (`GGML_SCHED_MAX_COPIES`).
+const PIPELINE_COPIES: f64 = 4.0;
+
+/// Predict memory for `cfg` on several GPUs. `free_mib` is each GPU's free VRAM, in device
+/// order: llama.cpp splits the layers by it when `cfg` sets no `-ts`. With fewer than two
+/// GPUs this is [`predict`] (one GPU: `gpu_mib` is that GPU's, `gpu_devices` empty).
+///
+/// Each block's layer, KV cache and recurrent state go to the device of its layer
+/// ([`layer_devices`]), its routed experts too unless they are on the CPU or placed on a named
+/// GPU (`-ot ...=CUDAn`); the output layer goes to the last GPU with a share. Every GPU holding
+/// a layer has a compute buffer; the MoE staging of CPU-resident experts (op offload) runs on
+/// the first GPU. With every layer on the GPUs, no override and the layer split, llama.cpp
+/// enables pipeline parallelism and keeps 4 copies of each device's graph inputs (an estimate:
+/// not yet checked against a two-GPU run). `-sm none` puts everything on GPU 0; `-sm row` is
+/// predicted as the layer split (its row-split matrices are not modelled). `gpu_mib` is the sum.
+pub fn predict_devices(
+    layout: &ModelLayout,
+    cfg: &LaunchConfig,
+    free_mib: &[f64],
+) -> MemoryPrediction {
+    predict_devices_with(layout, cfg, free_mib, HostCaps::detect(), &CPU_COMPUTE)
+}
+
+/// [`predict_devices`] with explicit host capabilities and compute constants (for tests).
+pub fn predict_devices_with(
+    layout: &ModelLayout,
+    cfg: &LaunchConfig,
+    free_mib: &[f64],
+    host: HostCaps,
+    cm: &ComputeModel,
+) -> MemoryPrediction {
+    let (mut p, parts) = predict_parts(layout, cfg, true, host, cm);
+    let n_dev = free_mib.len();
+    if n_dev < 2 {
+        return p;
+    }
+    let nb = layout.n_blocks;
+    let weights: Vec<f64> = match cfg.split_mode {
+        Some(crate::config::SplitMode::None) => (0..n_dev).map(|i| f64::from(i == 0)).collect(),
+        _ if !cfg.tensor_split.is_empty() => (0..n_dev)
+            .map(|i| f64::from(cfg.tensor_split.get(i).copied().unwrap_or(0)))
+            .collect(),
+        _ => free_mib.to_vec(),
+    };
+    let devs = layer_devices(nb, parts.ngl, &weights);
+    let mut out: Vec<DeviceMemory> = (0..n_dev)
+        .map(|d| DeviceMemory {
+            device: d as u32,
+            ..Default::default()
+        })
+        .collect();
+    let named = |il: u32| -> Option<usize> {
+        cfg.gpu_experts
+            .iter()
+            .find(|g| g.blocks.contains(il))
+            .map(|g| (g.device as usize).min(n_dev - 1))
+    };
+    for (il, bb) in layout.blocks.iter().enumerate() {
+        let Some(d) = devs[il].map(|d| d as usize) else {
+            continue;
+        };
+        let o = &mut out[d];
+        o.blocks = Some(
+            o.blocks
+                .map_or((il as u32, il as u32), |(a, _)| (a, il as u32)),
+        );
+        o.weights_bytes += bb.shared_experts + bb.rest;
+        let gpu_experts = bb.routed_experts - parts.host_expert_bytes[il];
+        let e = named(il as u32).unwrap_or(d);
+        out[e].weights_bytes += gpu_experts;
+        out[e].expert_bytes += gpu_experts;
+        let o = &mut out[d];
+        if layout.kv_blocks.get(il).copied().unwrap_or(false) {
+            o.kv_mib += parts.kv_block_mib;
+        }
+        let rs = layout.recurrent_state_bytes.get(il).copied().unwrap_or(0);
+        o.recurrent_mib += (rs * parts.n_seq) as f64 / MIB;
+    }
+    if let Some(d) = devs[nb as usize] {
+        let o = &mut out[d as usize];
+        o.output_layer = true;
+        o.weights_bytes += layout.output_bytes + layout.other_bytes;
+        if layout.output_bytes == 0 {
+            o.weights_bytes += layout.token_embd_bytes;
+        }
+    }
+    let pipeline = parts.ngl > nb
+        && cfg
+            .split_mode
+            .is_none_or(|m| m == crate::config::SplitMode::Layer)
+        && cfg.n_cpu_moe.unwrap_or(0) == 0
+        && cfg.cpu_experts.is_none()
+        && cfg.gpu_experts.is_empty()
+        && out
+            .iter()
+            .filter(|o| o.blocks.is_some() || o.output_layer)
+            .count()
+            > 1;
+    for o in &mut out {
+        let used = o.blocks.is_some() || o.output_layer || o.weights_bytes > 0;
+        if o.device == 0 && parts.ngl > 0 {
+            o.compute_mib = p.breakdown.compute_gpu_mib;
+        } else if used {
+            o.compute_mib = parts.plain_compute_gpu_mib;
+        }
+        if pipeline && used {
+            o.compute_mib += (PIPELINE_COPIES - 1.0) * parts.pipeline_input_mib;
+        }
+        o.total_mib = o.weights_bytes as f64 / MIB + o.kv_mib + o.recurrent_mib + o.compute_mib;
+    }
+    p.breakdown.compute_gpu_mib = out.iter().map(|o| o.compute_mib).sum();
+    p.gpu_mib = out.iter().map(|o| o.total_mib).sum();
+    p.gpu_devices = out;
+    p
+}
+
+/// Does `pred` fit every GPU's budget (`budgets_mib`, device order)? With one budget (or a
+/// prediction for one GPU) the summed `gpu_mib` is judged against the summed budgets.
+pub fn fits_devices(pred: &MemoryPrediction, budgets_mib: &[f64]) -> bool {
+    if pred.gpu_devices.len() < 2 || budgets_mib.len() < 2 {
+        return pred.gpu_mib <= budgets_mib.iter().sum::<f64>();
+    }
+    pred.gpu_devices
+        .iter()
+        .all(|d| d.total_mib <= budgets_mib.get(d.device as usize).copied().unwrap_or(0.0))
 }
 
 /// Why a config must not be launched on a box with `ram_available_mib` of available host
@@ -737,5 +963,107 @@ mod tests {
             .unwrap()
             .contains("would swap"));
         assert_eq!(launch_refusal(&l, &pinned, true, None), None);
+    }
+
+    #[test]
+    fn layers_go_to_devices_by_cumulative_share_as_llama_cpp_does() {
+        // 10 blocks + output over two equal shares: 0..=5 on GPU 0, 6..=9 and output on GPU 1.
+        let d = layer_devices(10, 11, &[1.0, 1.0]);
+        assert_eq!(d.iter().filter(|x| **x == Some(0)).count(), 6);
+        assert_eq!(d[5], Some(0));
+        assert_eq!(d[6], Some(1));
+        assert_eq!(d[10], Some(1), "the output layer is on the last GPU");
+        // 48 blocks by free memory 24 + 16 GiB: the first 30 layers on GPU 0.
+        let d = layer_devices(48, 999, &[24.0 * 1024.0, 16.0 * 1024.0]);
+        assert_eq!(d.iter().filter(|x| **x == Some(0)).count(), 30);
+        // -ngl 5: the first 6 blocks stay on the CPU; a zero share gets nothing.
+        let d = layer_devices(10, 5, &[1.0, 1.0]);
+        assert!(d[..6].iter().all(|x| x.is_none()));
+        let d = layer_devices(10, 11, &[0.0, 3.0]);
+        assert!(d.iter().all(|x| *x == Some(1)));
+    }
+
+    #[test]
+    fn two_gpus_split_weights_kv_and_compute_and_sum_to_the_single_prediction() {
+        let l = moe(10);
+        let ts = |ts: Vec<u32>, cpu: Option<CpuExperts>| LaunchConfig {
+            tensor_split: ts,
+            cpu_experts: cpu,
+            ..gpu_cfg()
+        };
+        let one = predict_with(&l, &gpu_cfg(), true, caps(), &CPU_COMPUTE);
+        // One GPU: exactly the single-GPU prediction.
+        assert_eq!(
+            predict_devices_with(&l, &gpu_cfg(), &[16000.0], caps(), &CPU_COMPUTE),
+            one
+        );
+        let p = predict_devices_with(&l, &ts(vec![1, 1], None), &[1.0, 1.0], caps(), &CPU_COMPUTE);
+        let [a, b] = [&p.gpu_devices[0], &p.gpu_devices[1]];
+        assert_eq!(a.blocks, Some((0, 5)));
+        assert_eq!(b.blocks, Some((6, 9)));
+        assert!(b.output_layer && !a.output_layer);
+        assert_eq!(a.weights_bytes, 6 * (111 << 20));
+        assert_eq!(b.weights_bytes, 4 * (111 << 20) + (60 << 20) + 4096);
+        assert_eq!(
+            a.weights_bytes + b.weights_bytes,
+            one.breakdown.weights_gpu_bytes
+        );
+        assert!((a.kv_mib + b.kv_mib - one.breakdown.kv_gpu_mib).abs() < 1e-9);
+        assert!((a.kv_mib / b.kv_mib - 1.5).abs() < 1e-9);
+        // Each GPU has a compute buffer; pipeline parallelism adds its input copies.
+        assert!(a.compute_mib > one.breakdown.compute_gpu_mib);
+        assert!((p.gpu_mib - (a.total_mib + b.total_mib)).abs() < 1e-9);
+        // Experts of GPU 1's blocks on the CPU: only GPU 1 gets lighter, no pipeline copies.
+        let q = predict_devices_with(
+            &l,
+            &ts(vec![1, 1], Some(CpuExperts::last(2, 10))),
+            &[1.0, 1.0],
+            caps(),
+            &CPU_COMPUTE,
+        );
+        assert_eq!(q.gpu_devices[0].weights_bytes, a.weights_bytes);
+        assert_eq!(
+            q.gpu_devices[1].weights_bytes,
+            b.weights_bytes - 2 * (100 << 20)
+        );
+        assert_eq!(q.gpu_devices[1].expert_bytes, 2 * (100 << 20));
+        // The MoE staging of host experts is on GPU 0.
+        assert!(q.gpu_devices[0].compute_mib > q.gpu_devices[1].compute_mib);
+        // Experts placed on a named GPU move there; the layer stays.
+        let mut r = ts(vec![1, 1], None);
+        r.gpu_experts = vec![crate::config::GpuExperts {
+            device: 1,
+            blocks: BlockSet::new([0, 1]),
+        }];
+        let r = predict_devices_with(&l, &r, &[1.0, 1.0], caps(), &CPU_COMPUTE);
+        assert_eq!(
+            r.gpu_devices[0].weights_bytes,
+            a.weights_bytes - 2 * (100 << 20)
+        );
+        assert_eq!(
+            r.gpu_devices[1].weights_bytes,
+            b.weights_bytes + 2 * (100 << 20)
+        );
+        assert_eq!(r.gpu_devices[0].blocks, Some((0, 5)));
+        // No -ts: split by free memory. -sm none: all on GPU 0.
+        let free = predict_devices_with(&l, &gpu_cfg(), &[3000.0, 1000.0], caps(), &CPU_COMPUTE);
+        assert_eq!(free.gpu_devices[0].blocks, Some((0, 8)));
+        let none = LaunchConfig {
+            split_mode: Some(crate::config::SplitMode::None),
+            ..gpu_cfg()
+        };
+        let none = predict_devices_with(&l, &none, &[1.0, 1.0], caps(), &CPU_COMPUTE);
+        assert_eq!(none.gpu_devices[1].total_mib, 0.0);
+        assert_eq!(
+            none.gpu_devices[0].weights_bytes,
+            one.breakdown.weights_gpu_bytes
+        );
+        // Fits is judged per card.
+        assert!(fits_devices(
+            &q,
+            &[q.gpu_devices[0].total_mib, q.gpu_devices[1].total_mib]
+        ));
+        assert!(!fits_devices(&q, &[q.gpu_devices[0].total_mib - 1.0, 1e9]));
+        assert!(fits_devices(&one, &[one.gpu_mib]));
     }
 }

@@ -1,6 +1,7 @@
 //! The model: GGUF reading (and writing, for synthetic models), the tensor layout that matters
 //! for placement ([`ModelLayout`]), and memory prediction for a [`crate::config::LaunchConfig`].
 
+pub mod cards;
 pub mod ggml_type;
 pub mod gguf;
 pub mod inspect;

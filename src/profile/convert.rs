@@ -85,9 +85,14 @@ pub fn from_tune(r: &TuneResult, name: Option<&str>) -> Result<Profile> {
             gpus: hw
                 .gpus
                 .iter()
-                .map(|g| ProfileGpu {
-                    name: sanitize_label(&g.name),
-                    vram_total_mib: g.vram_total_mib,
+                .map(|g| {
+                    let card = r.gpu_budgets.iter().find(|b| b.index == g.index);
+                    ProfileGpu {
+                        name: sanitize_label(&g.name),
+                        vram_total_mib: g.vram_total_mib,
+                        free_at_start_mib: card.map(|c| c.free_mib),
+                        budget_mib: card.map(|c| c.budget_mib),
+                    }
                 })
                 .collect(),
             free_vram_at_start_mib: r.free_vram_at_start_mib,

@@ -78,6 +78,8 @@ pub(crate) mod tests {
                 gpus: vec![ProfileGpu {
                     name: "NVIDIA GeForce RTX 4080".into(),
                     vram_total_mib: 16376,
+                    free_at_start_mib: None,
+                    budget_mib: None,
                 }],
                 free_vram_at_start_mib: 15800,
                 headroom_mib: 512,

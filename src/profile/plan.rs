@@ -78,9 +78,10 @@ pub fn profile_budget_mib(p: &Profile) -> Option<u64> {
     })
 }
 
-/// This box's VRAM budget: free VRAM (summed) minus headroom; None with no GPU.
+/// This box's VRAM budget: free VRAM (summed) minus headroom; None with no GPU. With two GPUs
+/// or more, the sum of each card's budget (the headroom kept on each).
 pub fn box_budget_mib(hw: &HardwareProfile, headroom_mib: u64) -> Option<u64> {
-    crate::run::vram_budget_mib(hw.has_gpu(), hw.free_vram_mib(), headroom_mib)
+    crate::run::box_vram_budget_mib(hw, headroom_mib)
 }
 
 fn same_gpus(p: &Profile, hw: &HardwareProfile) -> bool {
@@ -149,6 +150,9 @@ pub struct Plan {
     pub speed: Option<PlanSpeed>,
     /// Why there is no speed prediction, or what it rests on.
     pub speed_note: String,
+    /// Two GPUs or more: each card's budget and predicted VRAM, MiB, device order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cards: Vec<(crate::hardware::GpuBudget, f64)>,
 }
 
 /// The plan's predicted speed (`crate::model::speed`).
@@ -386,6 +390,9 @@ pub fn plan(
                 fit: None,
                 fit_target_mib: Vec::new(),
                 cpu_experts: None,
+                split_mode: None,
+                tensor_split: Vec::new(),
+                gpu_experts: Vec::new(),
                 op_offload: w.op_offload,
             }
         }
@@ -393,7 +400,63 @@ pub fn plan(
     };
 
     let mut fits = true;
+    let cards = crate::run::gpu_budgets(hw, headroom_mib);
     match budget {
+        Some(_) if layout.is_moe() && cards.len() >= 2 => {
+            // Two GPUs or more (issue 15): the split is predicted again for these cards,
+            // whatever box the profile came from.
+            let nb = layout.n_blocks;
+            // Each card keeps its CUDA context (or a 3 % margin, the larger) out of what its
+            // buffers fill, as on one GPU.
+            let targets: Vec<f64> = cards
+                .iter()
+                .map(|g| plan_fit_target_mib(g.budget_mib as f64))
+                .collect();
+            match crate::model::cards::fill_cards(layout, &cfg, &cards, &targets, (0, nb)) {
+                Some(placed) => {
+                    cfg = placed;
+                    reasons.push(format!(
+                        "-ts {}: the layers split by this box's card budgets ({}); the experts of                          {} blocks on the CPU, each taken from the share of the card that needs                          the room, so every card's predicted VRAM fits its own budget less its CUDA context",
+                        cfg.tensor_split
+                            .iter()
+                            .map(|v| v.to_string())
+                            .collect::<Vec<_>>()
+                            .join(","),
+                        cards
+                            .iter()
+                            .map(|g| format!(
+                                "CUDA{} {}",
+                                g.index,
+                                crate::util::fmt_mib(g.budget_mib as f64)
+                            ))
+                            .collect::<Vec<_>>()
+                            .join(" + "),
+                        cfg.cpu_experts.as_ref().map_or(0, |e| e.blocks.len())
+                    ));
+                }
+                None => {
+                    fits = false;
+                    let split = crate::model::cards::split_by_budget(
+                        &cards
+                            .iter()
+                            .map(|g| g.budget_mib as f64)
+                            .collect::<Vec<_>>(),
+                        0,
+                    );
+                    cfg.place_on_gpus(split, crate::config::BlockSet::first(nb));
+                    warnings.push(format!(
+                        "nothing fits: even with all {nb} blocks' experts on the CPU a card's                          predicted VRAM exceeds 97 % of its budget"
+                    ));
+                }
+            }
+            if profile.is_some_and(|p| p.hardware.gpus.len() != cards.len()) {
+                reasons.push(format!(
+                    "the profile's box had {} GPU(s); this one has {}: its placement does not                      carry over",
+                    profile.map_or(0, |p| p.hardware.gpus.len()),
+                    cards.len()
+                ));
+            }
+        }
         Some(b) if layout.is_moe() => {
             let target = plan_fit_target_mib(b as f64);
             cfg.place_experts(0);
@@ -436,7 +499,12 @@ pub fn plan(
         None => reasons.push("no GPU on this box: CPU-only config, no placement flags".to_string()),
     }
 
-    let pred = crate::model::memory::predict(layout, &cfg, hw.has_gpu());
+    let pred = if cards.len() >= 2 {
+        let free: Vec<f64> = cards.iter().map(|g| g.free_mib as f64).collect();
+        crate::model::memory::predict_devices(layout, &cfg, &free)
+    } else {
+        crate::model::memory::predict(layout, &cfg, hw.has_gpu())
+    };
     if pred.host_mib > hw.host.ram_available_mib as f64 {
         warnings.push(format!(
             "predicted host memory {} exceeds this box's available RAM {}{}",
@@ -495,6 +563,17 @@ pub fn plan(
         budget_mib: budget,
         from_profile: profile.map(|p| p.name.clone()),
         fits,
+        cards: cards
+            .iter()
+            .map(|g| {
+                let used = pred
+                    .gpu_devices
+                    .iter()
+                    .find(|d| d.device == g.index)
+                    .map_or(0.0, |d| d.total_mib);
+                (g.clone(), used)
+            })
+            .collect(),
     }
 }
 
@@ -532,6 +611,16 @@ pub fn plan_text(plan: &Plan, model: &Path) -> String {
         None => {
             let _ = writeln!(o, "  predicted VRAM: none (no GPU)");
         }
+    }
+    for (g, used) in &plan.cards {
+        let _ = writeln!(
+            o,
+            "    CUDA{} {}: {} of its {} budget",
+            g.index,
+            g.name,
+            mib(*used),
+            mib(g.budget_mib as f64)
+        );
     }
     let _ = writeln!(o, "  predicted host RAM: {}", mib(plan.predicted_host_mib));
     match &plan.speed {
@@ -799,5 +888,46 @@ mod tests {
         );
         let text = plan_text(&plan, Path::new("m.gguf"));
         assert!(text.contains("warning: nothing fits"), "{text}");
+    }
+
+    #[test]
+    fn a_box_with_two_cards_gets_its_split_predicted_again() {
+        let l = layout(8);
+        let mut two = hw(Some(("Test GPU 6G", 6144)));
+        let mut second = two.gpus[0].clone();
+        second.index = 1;
+        second.name = "Test GPU 4G".into();
+        second.vram_free_mib = 4096;
+        two.gpus.push(second);
+        // From a one-GPU profile of the same model: the split is this box's own.
+        let p = profile_for(&l);
+        let pl = plan(&l, &two, Some(&p), 8192, 512);
+        assert!(pl.fits, "{pl:#?}");
+        assert_eq!(pl.config.tensor_split, vec![63, 37]);
+        assert_eq!(pl.config.n_cpu_moe, None);
+        assert_eq!(pl.budget_mib, Some(5632 + 3584));
+        assert_eq!(pl.cards.len(), 2);
+        for (g, used) in &pl.cards {
+            assert!(
+                *used > 0.0 && *used <= plan_fit_target_mib(g.budget_mib as f64),
+                "{g:?} {used}"
+            );
+        }
+        assert!(
+            pl.reasons.iter().any(|r| r.starts_with("-ts 63,37")),
+            "{:?}",
+            pl.reasons
+        );
+        assert!(
+            pl.reasons.iter().any(|r| r.contains("had 1 GPU(s)")),
+            "{:?}",
+            pl.reasons
+        );
+        let text = plan_text(&pl, Path::new("m.gguf"));
+        assert!(text.contains("CUDA1 Test GPU 4G: "), "{text}");
+        // The same box with one card plans as before: --n-cpu-moe, no split.
+        let one = plan(&l, &hw(Some(("Test GPU 6G", 6144))), Some(&p), 8192, 512);
+        assert!(one.config.n_cpu_moe.is_some() && one.config.tensor_split.is_empty());
+        assert!(one.cards.is_empty());
     }
 }

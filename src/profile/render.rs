@@ -77,6 +77,18 @@ pub fn show_text(p: &Profile) -> String {
             mib(h.headroom_mib),
             h.vram_budget_mib.map_or("-".to_string(), mib)
         );
+        if h.gpus.iter().any(|g| g.budget_mib.is_some()) {
+            for (i, g) in h.gpus.iter().enumerate() {
+                let _ = writeln!(
+                    o,
+                    "  CUDA{i}: {} · {} total · {} free at start · budget {}",
+                    g.name,
+                    mib(g.vram_total_mib),
+                    g.free_at_start_mib.map_or("-".to_string(), mib),
+                    g.budget_mib.map_or("-".to_string(), mib)
+                );
+            }
+        }
     }
     let _ = writeln!(
         o,

@@ -29,6 +29,13 @@ pub struct Profile {
 pub struct ProfileGpu {
     pub name: String,
     pub vram_total_mib: u64,
+    /// On a box with two GPUs or more: this card's free VRAM before the tune and its budget
+    /// (free minus the headroom). The list is in device order (`CUDA_DEVICE_ORDER=PCI_BUS_ID`,
+    /// `CUDA_VISIBLE_DEVICES` as listed), the order of the winner's `-ts` split.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free_at_start_mib: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_mib: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

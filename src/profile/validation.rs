@@ -169,6 +169,14 @@ pub fn validate(p: &Profile) -> Result<()> {
             &format!("hardware.gpus[{i}].vram_total_mib"),
             g.vram_total_mib,
         )?;
+        for (what, v) in [
+            ("free_at_start_mib", g.free_at_start_mib),
+            ("budget_mib", g.budget_mib),
+        ] {
+            if let Some(v) = v {
+                check_vram(&format!("hardware.gpus[{i}].{what}"), v)?;
+            }
+        }
     }
     check_vram("hardware.free_vram_at_start_mib", h.free_vram_at_start_mib)?;
     check_vram("hardware.headroom_mib", h.headroom_mib)?;

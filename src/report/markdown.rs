@@ -351,6 +351,22 @@ fn hardware(m: &mut String, r: &TuneResult) {
             fmt_mib(r.headroom_mib as f64)
         );
     }
+    if !r.gpu_budgets.is_empty() {
+        let _ = writeln!(
+            m,
+            "- **Cards** (device order, `CUDA_DEVICE_ORDER=PCI_BUS_ID`; the headroom is kept on each):"
+        );
+        for g in &r.gpu_budgets {
+            let _ = writeln!(
+                m,
+                "  - CUDA{}: {} · budget {} (free at start {})",
+                g.index,
+                g.name,
+                fmt_mib(g.budget_mib as f64),
+                fmt_mib(g.free_mib as f64)
+            );
+        }
+    }
     let h = &hw.host;
     let _ = writeln!(
         m,

@@ -32,7 +32,30 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
     let argv = w.config.command(&r.server_path, &r.model_path, host, port);
     let url = local_url(host, port);
     let uses_gpu = r.hardware.has_gpu() && w.config.n_gpu_layers != Some(0);
-    let need_vram = w.peak_vram_mib.filter(|_| uses_gpu);
+    // Two GPUs or more: the winner's measured peak on each card (highest over its ok trials),
+    // checked card by card instead of summed.
+    let card_peaks: Vec<u64> = if r.gpu_budgets.len() >= 2 && uses_gpu {
+        let mut peaks = vec![0u64; r.gpu_budgets.len()];
+        for t in r
+            .trials
+            .iter()
+            .filter(|t| t.config == w.config && t.kind.is_ok())
+        {
+            for (i, p) in t.peak_vram_mib.iter().enumerate().take(peaks.len()) {
+                peaks[i] = peaks[i].max(*p);
+            }
+        }
+        if peaks.iter().any(|&p| p > 0) {
+            peaks
+        } else {
+            Vec::new()
+        }
+    } else {
+        Vec::new()
+    };
+    let need_vram = w
+        .peak_vram_mib
+        .filter(|_| uses_gpu && card_peaks.is_empty());
 
     let mut s = String::new();
     let m = &mut s;
@@ -67,6 +90,24 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
          # the wait for /health."
     );
     let _ = writeln!(m, "set -euo pipefail\n");
+    if r.gpu_budgets.len() >= 2 && uses_gpu {
+        // The split (-ts) and any -ot ...=CUDAn name the cards in this order.
+        let _ = writeln!(
+            m,
+            "# The cards, in the order the split names them (CUDA0, CUDA1, ...):"
+        );
+        for (i, g) in r.gpu_budgets.iter().enumerate() {
+            let _ = writeln!(
+                m,
+                "#   CUDA{i} = GPU {} {} (budget {} MiB at the tune)",
+                g.index, g.name, g.budget_mib
+            );
+        }
+        for (k, v) in crate::hardware::cuda_device_env(&r.gpu_budgets) {
+            let _ = writeln!(m, "export {k}={}", shell_quote(&v));
+        }
+        let _ = writeln!(m);
+    }
     let _ = writeln!(
         m,
         "SERVER={}",
@@ -119,6 +160,39 @@ else
   say "nvidia-smi not found: skipping the free-VRAM check"
 fi"#);
         m.push('\n');
+    }
+    if !card_peaks.is_empty() {
+        let _ = writeln!(
+            m,
+            "\n# Refuse to start when another process took the VRAM a card needs (it would spill or fail).\n\
+             NEED_VRAM_MIB_PER_GPU=({})  # the winner's measured peak on CUDA0, CUDA1, ...",
+            card_peaks
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        m.push_str(
+            r#"if command -v nvidia-smi >/dev/null 2>&1; then
+  i=0
+  for idx in ${CUDA_VISIBLE_DEVICES//,/ }; do
+    need=${NEED_VRAM_MIB_PER_GPU[$i]}
+    if free_mib=$(nvidia-smi -i "$idx" --query-gpu=memory.free --format=csv,noheader,nounits 2>/dev/null); then
+      if (( free_mib < need )); then
+        say "GPU $idx has only ${free_mib} MiB free; this config needs ${need} MiB there (its measured peak)"
+        say "another process holds that GPU: check nvidia-smi, stop it, then run this script again"
+        exit 1
+      fi
+    else
+      say "nvidia-smi failed on GPU $idx: skipping its free-VRAM check"
+    fi
+    i=$((i + 1))
+  done
+else
+  say "nvidia-smi not found: skipping the free-VRAM check"
+fi
+"#,
+        );
     }
     m.push_str(
         r#"

@@ -17,6 +17,16 @@ pub fn table(r: &TuneResult) -> String {
         r.model.name.as_deref().unwrap_or(&r.model.arch),
         r.hardware.summary(),
         match r.vram_budget_mib {
+            Some(b) if !r.gpu_budgets.is_empty() => format!(
+                "VRAM budget {} = {} (free − headroom {} on each card)",
+                fmt_mib(b as f64),
+                r.gpu_budgets
+                    .iter()
+                    .map(|g| format!("CUDA{} {}", g.index, fmt_mib(g.budget_mib as f64)))
+                    .collect::<Vec<_>>()
+                    .join(" + "),
+                fmt_mib(r.headroom_mib as f64)
+            ),
             Some(b) => format!(
                 "VRAM budget {} (free {} − headroom {})",
                 fmt_mib(b as f64),

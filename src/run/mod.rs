@@ -77,8 +77,12 @@ pub struct TuneResult {
     /// Free VRAM (summed) measured before the tune, MiB.
     pub free_vram_at_start_mib: u64,
     pub headroom_mib: u64,
-    /// Free VRAM before the tune minus headroom; None with no GPU.
+    /// Free VRAM before the tune minus headroom; None with no GPU. With several GPUs, the sum
+    /// of `gpu_budgets`.
     pub vram_budget_mib: Option<u64>,
+    /// Each card's budget when the box has two GPUs or more (empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_budgets: Vec<crate::hardware::GpuBudget>,
     pub model_path: PathBuf,
     pub model: ModelLayout,
     pub space: SearchSpace,
@@ -112,6 +116,9 @@ pub struct RunInputs {
     pub hardware: HardwareProfile,
     pub free_vram_at_start_mib: u64,
     pub vram_budget_mib: Option<u64>,
+    /// Each card's budget when the box has two GPUs or more (empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_budgets: Vec<crate::hardware::GpuBudget>,
     pub started_at: String,
     pub host: String,
     pub port: u16,
@@ -135,6 +142,27 @@ pub struct RunInputs {
 /// a GPU (nothing to budget).
 pub fn vram_budget_mib(has_gpu: bool, free_vram_mib: u64, headroom_mib: u64) -> Option<u64> {
     has_gpu.then(|| free_vram_mib.saturating_sub(headroom_mib))
+}
+
+/// The per-card budgets of a tune or a plan on a box with two GPUs or more (free VRAM minus
+/// the headroom, each card); empty with one GPU or none, whose single budget is
+/// [`vram_budget_mib`] as before.
+pub fn gpu_budgets(hw: &HardwareProfile, headroom_mib: u64) -> Vec<crate::hardware::GpuBudget> {
+    if hw.gpus.len() < 2 {
+        return Vec::new();
+    }
+    hw.gpu_budgets(headroom_mib)
+}
+
+/// The VRAM budget of a box: with several GPUs the sum of their own budgets (the headroom
+/// kept on each card), else [`vram_budget_mib`] of the summed free VRAM.
+pub fn box_vram_budget_mib(hw: &HardwareProfile, headroom_mib: u64) -> Option<u64> {
+    let cards = gpu_budgets(hw, headroom_mib);
+    if cards.is_empty() {
+        vram_budget_mib(hw.has_gpu(), hw.free_vram_mib(), headroom_mib)
+    } else {
+        Some(cards.iter().map(|g| g.budget_mib).sum())
+    }
 }
 
 /// The trials that measured the baseline: its confirmation rounds when the confirmation ran,

@@ -72,6 +72,7 @@ fn space(name: &str, moe: bool) -> SearchSpace {
             load_mode: None,
             placement: vec![crate::space::PlacementStyle::First],
             no_op_offload_max_ubatch: None,
+            split_shift_pct: None,
         },
         fixed: Fixed {
             ctx: 8192,
@@ -365,6 +366,7 @@ pub fn gpu_result(server: &Path, model: &Path) -> TuneResult {
         free_vram_at_start_mib: 16_384,
         headroom_mib: 1_024,
         vram_budget_mib: Some(15_360),
+        gpu_budgets: Vec::new(),
         model_path: model.to_path_buf(),
         model: layout("qwen3moe", 48, 128, 18_556_000_000),
         space: space("moe-gpu", true),
@@ -453,6 +455,7 @@ pub fn cpu_result(server: &Path, model: &Path) -> TuneResult {
         free_vram_at_start_mib: 0,
         headroom_mib: 1_024,
         vram_budget_mib: None,
+        gpu_budgets: Vec::new(),
         model_path: model.to_path_buf(),
         model: layout("llama", 30, 0, 91_000_000),
         space: space("cpu", false),

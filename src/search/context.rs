@@ -2,7 +2,7 @@
 //! the budget and the clock; and the configs that follow from them (the starting point, the
 //! alternatives along each dimension, the predicted `--n-cpu-moe` boundary, the baseline).
 
-use crate::config::{Base, FlashAttn, KvType, LaunchConfig};
+use crate::config::{Base, BlockSet, FlashAttn, KvType, LaunchConfig};
 use crate::model::ModelLayout;
 use crate::space::{NCpuMoe, SearchSpace, Threads};
 use std::sync::Arc;
@@ -28,10 +28,12 @@ pub struct SearchContext {
     pub fit_target_mib: u32,
     /// The clock the minutes budget is read from.
     pub clock: Arc<dyn crate::clock::Clock>,
+    /// Each card's budget on a box with two GPUs or more (empty: one GPU, `budget_mib`).
+    pub gpus: Vec<crate::hardware::GpuBudget>,
 }
 
 impl SearchContext {
-    pub(super) fn ncmoe_bounds(&self) -> (u32, u32) {
+    pub(crate) fn ncmoe_bounds(&self) -> (u32, u32) {
         let n = self.layout.n_blocks;
         match &self.space.vary.n_cpu_moe {
             Some(NCpuMoe::Range { min, max }) => ((*min).min(n), (*max).min(n)),
@@ -141,9 +143,16 @@ impl SearchContext {
             fit: None,
             fit_target_mib: Vec::new(),
             cpu_experts: None,
+            split_mode: None,
+            tensor_split: Vec::new(),
+            gpu_experts: Vec::new(),
             op_offload: true,
         };
-        if self.gpu_moe {
+        if self.multi_gpu() {
+            let split = self.split_by_budget(0);
+            let blocks = self.cpu_fill(&c, &split, n_cpu_moe);
+            c.place_on_gpus(split, blocks);
+        } else if self.gpu_moe {
             c.place_experts(n_cpu_moe);
         }
         c
@@ -153,7 +162,13 @@ impl SearchContext {
     /// `unitemized_mib`: GPU memory the server's reported buffers do not itemize (the CUDA
     /// context and its workspaces), as measured in this tune ([`unitemized_vram_mib`]); the
     /// buffers must fit what it leaves of the budget.
+    /// On several GPUs: the fewest blocks' experts on the CPU for which every card fits its
+    /// own budget ([`Self::config`] spreads them; each card keeps its own context estimate).
     pub fn predicted_fit(&self, base: &Base, unitemized_mib: f64) -> Option<u32> {
+        if self.multi_gpu() {
+            let (lo, hi) = self.ncmoe_bounds();
+            return (lo..=hi).find(|&n| self.fits_cards(&self.config(base, n)));
+        }
         let (lo, hi) = self.ncmoe_bounds();
         let budget = self.budget_mib? - unitemized_mib;
         let template = self.config(base, lo);
@@ -163,6 +178,84 @@ impl SearchContext {
 
     pub fn baseline(&self) -> LaunchConfig {
         baseline_of(&self.space)
+    }
+
+    /// Two GPUs or more and a MoE model: the layers are split over the cards (`-ts`) and the
+    /// CPU experts are taken from each card's share, each card filled to its own budget.
+    pub fn multi_gpu(&self) -> bool {
+        self.gpu_moe && self.gpus.len() >= 2
+    }
+
+    /// How many blocks' experts a config of this search puts on the CPU (its `n` in
+    /// [`Self::config`]): `--n-cpu-moe` on one GPU; the `-ot` CPU blocks on several.
+    pub fn cpu_blocks_of(&self, c: &LaunchConfig) -> u32 {
+        if self.multi_gpu() {
+            c.n_cpu_moe.unwrap_or(0) + c.cpu_experts.as_ref().map_or(0, |e| e.blocks.len() as u32)
+        } else {
+            c.n_cpu_moe.unwrap_or(0)
+        }
+    }
+
+    /// Each card's free VRAM before the tune, MiB (how llama.cpp splits without `-ts`).
+    pub fn gpu_free_mib(&self) -> Vec<f64> {
+        self.gpus.iter().map(|g| g.free_mib as f64).collect()
+    }
+
+    /// What each card's predicted buffers may fill: its budget minus the CUDA context every
+    /// card holds ([`crate::model::cards::CARD_CONTEXT_MIB`]), MiB.
+    pub fn gpu_budgets_mib(&self) -> Vec<f64> {
+        crate::model::cards::buffer_budgets_mib(&self.gpus)
+    }
+
+    /// The `-ts` proportions (percent, summing to 100) by the cards' budgets, GPU 0's share
+    /// moved by `shift_pct` points (kept within 5..=95 % per card).
+    pub fn split_by_budget(&self, shift_pct: i32) -> Vec<u32> {
+        crate::model::cards::split_by_budget(&self.gpu_budgets_mib(), shift_pct)
+    }
+
+    /// Predicted memory of `c` on this box's cards.
+    pub fn predict_cards(&self, c: &LaunchConfig) -> crate::model::memory::MemoryPrediction {
+        crate::model::memory::predict_devices(&self.layout, c, &self.gpu_free_mib())
+    }
+
+    /// Do `c`'s predicted buffers fit every card's own budget (less its CUDA context)?
+    pub fn fits_cards(&self, c: &LaunchConfig) -> bool {
+        crate::model::memory::fits_devices(&self.predict_cards(c), &self.gpu_budgets_mib())
+    }
+
+    /// The `n` blocks whose experts go to the CPU under `split`: one at a time from the card
+    /// furthest over (or least under) its budget, the last block of that card's share not yet
+    /// moved, so every card is filled to its own budget and the moved experts come from the
+    /// card that needs the room (`--n-cpu-moe` would take them all from GPU 0).
+    pub fn cpu_fill(&self, template: &LaunchConfig, split: &[u32], n: u32) -> BlockSet {
+        let extra = vec![crate::model::cards::CARD_CONTEXT_MIB; self.gpus.len()];
+        self.cpu_fill_with(template, split, &extra, n)
+    }
+
+    /// [`Self::cpu_fill`] with what each card holds beyond the prediction (`extra_mib`, device
+    /// order), e.g. as measured in this tune.
+    pub fn cpu_fill_with(
+        &self,
+        template: &LaunchConfig,
+        split: &[u32],
+        extra_mib: &[f64],
+        n: u32,
+    ) -> BlockSet {
+        crate::model::cards::cpu_fill(&self.layout, template, split, &self.gpus, extra_mib, n)
+    }
+
+    /// Does `c` fit every card's budget with `extra_mib` (device order) on top of its
+    /// predicted buffers?
+    pub fn fits_cards_with(&self, c: &LaunchConfig, extra_mib: &[f64]) -> bool {
+        let p = self.predict_cards(c);
+        if p.gpu_devices.len() < 2 {
+            return self.fits_cards(c);
+        }
+        p.gpu_devices.iter().all(|d| {
+            let i = d.device as usize;
+            let budget = self.gpus.get(i).map_or(0.0, |g| g.budget_mib as f64);
+            d.total_mib + extra_mib.get(i).copied().unwrap_or(0.0) <= budget
+        })
     }
 }
 

@@ -76,6 +76,7 @@ pub fn context(
         clock,
         ram_available_mib: Some(hw.host.ram_available_mib as f64),
         fit_target_mib: inputs.headroom_mib.min(u64::from(u32::MAX)) as u32,
+        gpus: inputs.gpu_budgets.clone(),
     }
 }
 
@@ -144,6 +145,7 @@ pub fn tune(
         free_vram_at_start_mib: inputs.free_vram_at_start_mib,
         headroom_mib: inputs.headroom_mib,
         vram_budget_mib: inputs.vram_budget_mib,
+        gpu_budgets: inputs.gpu_budgets.clone(),
         model_path: inputs.model_path.clone(),
         model: layout,
         space: inputs.space.clone(),

@@ -208,7 +208,13 @@ impl QtuneSearch {
 
     fn nominal_variants(ctx: &SearchContext) -> u32 {
         let v = &ctx.space.vary;
-        let placements = if ctx.gpu_moe { v.placement.len() } else { 0 };
+        let placements = if ctx.multi_gpu() {
+            super::candidates::card_variant_count(&ctx.space)
+        } else if ctx.gpu_moe {
+            v.placement.len()
+        } else {
+            0
+        };
         (ctx.space.load_modes().len().saturating_sub(1)
             + placements
             + usize::from(v.no_op_offload_max_ubatch.is_some())) as u32
@@ -241,7 +247,11 @@ impl QtuneSearch {
                 ..best.clone()
             });
         }
-        if let (true, Some(budget)) = (ctx.gpu_moe, ctx.budget_mib) {
+        if ctx.multi_gpu() {
+            // Two GPUs or more (issue 15): other layer splits, refilled per card, and fit's.
+            out.extend(super::candidates::propose_cards(ctx, &best, &self.history));
+        }
+        if let (true, Some(budget)) = (ctx.gpu_moe && !ctx.multi_gpu(), ctx.budget_mib) {
             let limits = super::candidates::Limits {
                 vram_budget_mib: budget - self.unitemized_mib(),
                 ram_available_mib: ctx.ram_available_mib,
@@ -431,7 +441,7 @@ impl QtuneSearch {
     ) -> impl Iterator<Item = &'a TrialOutcome> + 'a {
         self.history.iter().filter(move |o| {
             o.role == TrialRole::Search
-                && o.config == ctx.config(base, o.config.n_cpu_moe.unwrap_or(0))
+                && o.config == ctx.config(base, ctx.cpu_blocks_of(&o.config))
         })
     }
 
@@ -447,7 +457,7 @@ impl QtuneSearch {
         let mut fails: Vec<u32> = Vec::new();
         let mut oks = 0u32;
         for o in self.search_outcomes(ctx, base) {
-            let n = o.config.n_cpu_moe.unwrap_or(0);
+            let n = ctx.cpu_blocks_of(&o.config);
             if o.kind.is_ok() {
                 oks += 1;
                 ok_min = Some(ok_min.map_or(n, |m: u32| m.min(n)));
@@ -515,7 +525,7 @@ impl QtuneSearch {
         let best_cfg = self
             .search_outcomes(ctx, base)
             .filter(|o| o.kind.is_ok())
-            .min_by_key(|o| o.config.n_cpu_moe.unwrap_or(0))?
+            .min_by_key(|o| ctx.cpu_blocks_of(&o.config))?
             .config
             .clone();
         let speeds = Speeds::pooled(
@@ -718,7 +728,7 @@ impl QtuneSearch {
                             ctx.predicted_fit(&base, self.unitemized_mib()),
                             self.best_of(ctx, &base),
                         ) {
-                            self.delta = Some(cfg.n_cpu_moe.unwrap_or(0) as i32 - p as i32);
+                            self.delta = Some(ctx.cpu_blocks_of(&cfg) as i32 - p as i32);
                         }
                     }
                     self.decide(ctx, base);

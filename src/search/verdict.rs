@@ -378,6 +378,7 @@ mod tests {
             clock: crate::clock::system(),
             ram_available_mib: None,
             fit_target_mib: 512,
+            gpus: Vec::new(),
         }
     }
 

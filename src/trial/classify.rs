@@ -348,6 +348,37 @@ pub fn classify_spill(peak_mib: u64, budget_mib: Option<u64>) -> Option<Verdict>
     })
 }
 
+/// A spill verdict when any card's peak VRAM in a trial went over that card's own budget (both
+/// MiB, device order), else `None`: on two GPUs each card is judged alone, so a trial cannot
+/// hide one full card behind the room left on the other.
+pub fn classify_spill_cards(peaks_mib: &[u64], budgets_mib: &[u64]) -> Option<Verdict> {
+    let over: Vec<(usize, u64, u64)> = peaks_mib
+        .iter()
+        .zip(budgets_mib)
+        .enumerate()
+        .filter(|(_, (p, b))| p > b)
+        .map(|(i, (p, b))| (i, *p, *b))
+        .collect();
+    let &(first, peak, budget) = over.first()?;
+    let fmt = crate::util::fmt_mib;
+    Some(Verdict {
+        kind: OutcomeKind::Spill,
+        message: format!(
+            "peak VRAM {} on GPU {first} over its budget {}: put more of that card's experts on the CPU, shift the split (-ts) toward the other card, or lower the context",
+            fmt(peak as f64),
+            fmt(budget as f64)
+        ),
+        evidence: over
+            .iter()
+            .map(|(i, p, b)| {
+                format!(
+                    "GPU {i}: peak VRAM used by this trial {p} MiB; budget (its free VRAM at start minus headroom) {b} MiB"
+                )
+            })
+            .collect(),
+    })
+}
+
 /// A CUDA abort with the GPU full is an out-of-memory failure. When ggml-cuda aborts, the
 /// "CUDA error: out of memory" text goes through llama.cpp's asynchronous logger and is lost
 /// with the process; only `ggml-cuda.cu:N: CUDA error` reaches stderr (seen on the GPU machine
@@ -389,6 +420,27 @@ pub fn full_gpu_abort(
             ),
         ],
     })
+}
+
+/// [`full_gpu_abort`] on a box with two GPUs or more: the CUDA abort is an OOM when any card's
+/// own peak came within 256 MiB of that card's free VRAM before the trial (device order).
+pub fn full_gpu_abort_cards(
+    log: &str,
+    runtime: bool,
+    own_peaks_mib: &[u64],
+    free_before_mib: &[u64],
+) -> Option<Verdict> {
+    let (i, peak, free) = own_peaks_mib
+        .iter()
+        .zip(free_before_mib)
+        .enumerate()
+        .find(|(_, (p, f))| **p + 256 >= **f)
+        .map(|(i, (p, f))| (i, *p, *f))?;
+    let mut v = full_gpu_abort(log, runtime, peak, Some(free))?;
+    if let Some(e) = v.evidence.last_mut() {
+        *e = format!("GPU {i}: {e}");
+    }
+    Some(v)
 }
 
 /// The warning added when repeated measurements disagree too much to rank on.
@@ -643,6 +695,17 @@ ggml/src/ggml-cuda/ggml-cuda.cu:101: CUDA error
     }
 
     #[test]
+    fn spill_is_judged_per_card() {
+        assert!(classify_spill_cards(&[9000, 9000], &[10000, 9000]).is_none());
+        // 1 MiB over on the small card is a spill, though the sum is under the summed budget.
+        let v = classify_spill_cards(&[5000, 9001], &[15000, 9000]).unwrap();
+        assert_eq!(v.kind, OutcomeKind::Spill);
+        assert!(v.message.contains("on GPU 1"), "{}", v.message);
+        assert_eq!(v.evidence.len(), 1);
+        assert!(classify_spill_cards(&[], &[1, 1]).is_none());
+    }
+
+    #[test]
     fn spill_only_over_budget() {
         assert!(classify_spill(15000, Some(15360)).is_none());
         assert!(classify_spill(15000, None).is_none());
@@ -680,5 +743,14 @@ ggml/src/ggml-cuda/ggml-cuda.cu:101: CUDA error
         // No GPU figures or no CUDA abort: nothing to say.
         assert!(full_gpu_abort(log, true, 16_288, None).is_none());
         assert!(full_gpu_abort("segfault\n", true, 16_288, Some(16_291)).is_none());
+        // Two GPUs: GPU 1 full, GPU 0 with room to spare.
+        let v = full_gpu_abort_cards(log, true, &[4_000, 12_200], &[40_000, 12_288]).unwrap();
+        assert_eq!(v.kind, OutcomeKind::OomRuntime);
+        assert!(
+            v.evidence.last().unwrap().starts_with("GPU 1: "),
+            "{:?}",
+            v.evidence
+        );
+        assert!(full_gpu_abort_cards(log, true, &[4_000, 9_000], &[40_000, 12_288]).is_none());
     }
 }

@@ -18,6 +18,12 @@ pub enum ReplayAnswer {
         prompt_tps: f64,
         peak_vram_mib: Option<u64>,
     },
+    /// Runs at these speeds, using this much VRAM on each GPU (MiB, device order).
+    OkCards {
+        gen_tps: f64,
+        prompt_tps: f64,
+        peak_vram_mib: Vec<u64>,
+    },
     /// Fails this way (oom-load, crash, ...).
     Fail(OutcomeKind),
     /// A recorded outcome, returned as it was (with a new id and role).
@@ -35,6 +41,7 @@ pub struct ReplayRunner {
     noise_pct: f64,
     seed: u64,
     vram_budget_mib: Option<u64>,
+    gpu_budgets_mib: Vec<u64>,
     seconds_per_trial: f64,
     clock: Option<crate::clock::ManualClock>,
     interrupt_after: Option<u32>,
@@ -68,6 +75,7 @@ impl ReplayRunner {
             noise_pct: 0.0,
             seed: 42,
             vram_budget_mib: None,
+            gpu_budgets_mib: Vec::new(),
             seconds_per_trial: 30.0,
             clock: None,
             interrupt_after: None,
@@ -162,6 +170,12 @@ impl ReplayRunner {
     /// Turn synthetic answers whose VRAM exceeds the budget into `spill`.
     pub fn with_vram_budget(mut self, mib: Option<u64>) -> Self {
         self.vram_budget_mib = mib;
+        self
+    }
+
+    /// Judge each card's peak against its own budget (two GPUs or more), like the real runner.
+    pub fn with_gpu_budgets(mut self, budgets_mib: Vec<u64>) -> Self {
+        self.gpu_budgets_mib = budgets_mib;
         self
     }
 
@@ -284,6 +298,21 @@ impl TrialRunner for ReplayRunner {
             log: None,
             warnings: Vec::new(),
         };
+        let (answer, cards) = match answer {
+            ReplayAnswer::OkCards {
+                gen_tps,
+                prompt_tps,
+                peak_vram_mib,
+            } => (
+                ReplayAnswer::Ok {
+                    gen_tps,
+                    prompt_tps,
+                    peak_vram_mib: Some(peak_vram_mib.iter().sum()),
+                },
+                Some(peak_vram_mib),
+            ),
+            a => (a, None),
+        };
         match answer {
             ReplayAnswer::Ok {
                 gen_tps,
@@ -308,10 +337,17 @@ impl TrialRunner for ReplayRunner {
                     out.warnings.push(w);
                 }
                 out.metrics = Some(metrics);
-                out.peak_vram_mib = peak_vram_mib.into_iter().collect();
-                if let Some(v) = peak_vram_mib
-                    .and_then(|p| super::classify::classify_spill(p, self.vram_budget_mib))
-                {
+                out.peak_vram_mib = cards
+                    .clone()
+                    .unwrap_or_else(|| peak_vram_mib.into_iter().collect());
+                let spill = match &cards {
+                    Some(c) if self.gpu_budgets_mib.len() >= 2 => {
+                        super::classify::classify_spill_cards(c, &self.gpu_budgets_mib)
+                    }
+                    _ => peak_vram_mib
+                        .and_then(|p| super::classify::classify_spill(p, self.vram_budget_mib)),
+                };
+                if let Some(v) = spill {
                     out.kind = v.kind;
                     out.message = v.message;
                     out.evidence = v.evidence;
@@ -329,6 +365,8 @@ impl TrialRunner for ReplayRunner {
                     ..*rec
                 };
             }
+            // Turned into `Ok` (with its per-card peaks in `cards`) above.
+            ReplayAnswer::OkCards { .. } => {}
         }
         if let Some(c) = &self.clock {
             c.advance(out.duration_s);

@@ -78,6 +78,8 @@ pub struct LlamaServerRunner {
     run_dir: PathBuf,
     journal: Journal,
     vram_budget_mib: Option<u64>,
+    /// Each card's budget on a box with two GPUs or more (empty: judge the summed peak).
+    gpu_budgets_mib: Vec<u64>,
     request_timeout: Duration,
     load_timeout: Duration,
     /// When the tune's minutes budget runs out: a request that does not answer waits at most
@@ -125,6 +127,7 @@ impl LlamaServerRunner {
             run_dir: run_dir.to_path_buf(),
             journal,
             vram_budget_mib,
+            gpu_budgets_mib: Vec::new(),
             request_timeout,
             load_timeout: load_timeout_for(model_bytes),
             deadline: None,
@@ -155,6 +158,12 @@ impl LlamaServerRunner {
     /// Extra server flags appended after the config's (e.g. `--alias`, for tests).
     pub fn with_extra_args(mut self, args: Vec<String>) -> Self {
         self.extra_args = args;
+        self
+    }
+
+    /// Judge each card's peak VRAM against its own budget (two GPUs or more, device order).
+    pub fn with_gpu_budgets(mut self, budgets_mib: Vec<u64>) -> Self {
+        self.gpu_budgets_mib = budgets_mib;
         self
     }
 
@@ -243,7 +252,8 @@ impl LlamaServerRunner {
         }
         let log_path = self.log_path(id);
         let vram_before = crate::hardware::VramSampler::start(Duration::from_secs(3600)).stop();
-        let free_now: Option<u64> = crate::hardware::free_vram_mib_now().map(|v| v.iter().sum());
+        let free_cards: Option<Vec<u64>> = crate::hardware::free_vram_mib_now();
+        let free_now: Option<u64> = free_cards.as_ref().map(|v| v.iter().sum());
         let sampler = crate::hardware::VramSampler::start(Duration::from_millis(100));
 
         let mut draft = self.launch_and_measure(config, &log_path);
@@ -263,7 +273,14 @@ impl LlamaServerRunner {
         if draft.kind == OutcomeKind::Crash {
             let own: u64 = draft.peak_vram_mib.iter().sum();
             let runtime = draft.phase == Some(Phase::Measure);
-            if let Some(v) = classify::full_gpu_abort(&log, runtime, own, free_now) {
+            let full = match &free_cards {
+                // Two GPUs: one full card aborts the server while the other has room.
+                Some(free) if free.len() >= 2 => {
+                    classify::full_gpu_abort_cards(&log, runtime, &draft.peak_vram_mib, free)
+                }
+                _ => classify::full_gpu_abort(&log, runtime, own, free_now),
+            };
+            if let Some(v) = full {
                 draft.kind = v.kind;
                 draft.message = v.message;
                 draft.evidence = v.evidence;
@@ -271,7 +288,12 @@ impl LlamaServerRunner {
         }
         if draft.kind == OutcomeKind::Ok {
             let own: u64 = draft.peak_vram_mib.iter().sum();
-            if let Some(v) = classify::classify_spill(own, self.vram_budget_mib) {
+            let spill = if self.gpu_budgets_mib.len() >= 2 {
+                classify::classify_spill_cards(&draft.peak_vram_mib, &self.gpu_budgets_mib)
+            } else {
+                classify::classify_spill(own, self.vram_budget_mib)
+            };
+            if let Some(v) = spill {
                 draft.kind = v.kind;
                 draft.message = v.message;
                 draft.evidence = v.evidence;
