@@ -57,6 +57,13 @@ fn hw_text_says_cpu_only_and_measures_bandwidth() {
         text.contains("Memory read bandwidth: ") && text.contains("GB/s"),
         "{text}"
     );
+    // Fewer threads too, for the speed model's thread scaling (a 1-core box has none).
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
+        assert!(
+            text.contains("Memory read bandwidth by threads: 1: "),
+            "{text}"
+        );
+    }
 }
 
 #[test]

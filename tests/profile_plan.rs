@@ -24,6 +24,7 @@ fn host() -> HostInfo {
         ram_available_mib: 60_000,
         os: "test".into(),
         mem_bandwidth_gbs: None,
+        mem_bandwidth_by_threads: Vec::new(),
     }
 }
 

@@ -175,6 +175,7 @@ fn speed_box(g: &Group) -> SpeedBox {
         pcie_gbs: Some(speed::pcie_gbs(5, 16)),
         host_bw_gbs: g.host_bw,
         physical_cores: 16,
+        host_bw_share_by_threads: Vec::new(),
         sources: Vec::new(),
     }
 }
@@ -500,6 +501,7 @@ fn gpu_machine(name: &str, free_mib: u64) -> qtune::hardware::HardwareProfile {
             ram_available_mib: 120_000,
             os: "test".into(),
             mem_bandwidth_gbs: Some(100.0),
+            mem_bandwidth_by_threads: Vec::new(),
         },
         fingerprint: "0123456789abcdef".into(),
     }

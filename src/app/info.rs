@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 
 /// `qtune hw`: print the hardware profile.
 pub fn hw(format: Format, measure_bandwidth: bool) -> Result<()> {
-    let hw = crate::hardware::probe(measure_bandwidth);
+    let mut hw = crate::hardware::probe(measure_bandwidth);
+    if measure_bandwidth {
+        crate::hardware::measure_thread_scaling(&mut hw);
+    }
     let text = match format {
         Format::Text => crate::hardware::render_text(&hw),
         Format::Json => serde_json::to_string_pretty(&hw)?,

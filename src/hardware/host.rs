@@ -43,17 +43,34 @@ pub(super) fn probe_host(measure_bandwidth: bool) -> HostInfo {
         ram_available_mib,
         os,
         mem_bandwidth_gbs,
+        mem_bandwidth_by_threads: Vec::new(),
     }
+}
+
+/// Thread counts `qtune hw` measures the read bandwidth at besides all threads: 1, a quarter
+/// and half of the physical cores (distinct, below the logical count).
+pub fn scaling_thread_counts(physical: u32, logical: u32) -> Vec<u32> {
+    let mut v: Vec<u32> = [1, physical / 4, physical / 2]
+        .into_iter()
+        .filter(|&t| t >= 1 && t < logical)
+        .collect();
+    v.dedup();
+    v
 }
 
 /// Multi-threaded read bandwidth in GB/s: all runnable threads sum disjoint slices of one buffer
 /// (512 MiB, less on a box with little free RAM); three rounds of about half a second, best one.
 pub fn measure_read_bandwidth_gbs(ram_available_mib: u64) -> f64 {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    measure_read_bandwidth_gbs_at(ram_available_mib, threads)
+}
+
+/// [`measure_read_bandwidth_gbs`] with `threads` threads.
+pub fn measure_read_bandwidth_gbs_at(ram_available_mib: u64, threads: usize) -> f64 {
     let buf_mib = (ram_available_mib / 4).clamp(16, 512);
     let words = (buf_mib * MIB / 8) as usize;
     let buf: Vec<u64> = (0..words as u64).collect();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let chunk = words.div_ceil(threads);
+    let chunk = words.div_ceil(threads.max(1));
 
     let pass = |reps: u32| -> Duration {
         let t0 = Instant::now();
@@ -114,5 +131,13 @@ mod tests {
     fn word_sum_matches_the_obvious_sum() {
         let xs: Vec<u64> = (0..1001).collect();
         assert_eq!(sum_words(&xs), 1001 * 1000 / 2);
+    }
+
+    #[test]
+    fn thread_counts_for_the_scaling_are_distinct_and_below_all() {
+        assert_eq!(scaling_thread_counts(16, 16), vec![1, 4, 8]);
+        assert_eq!(scaling_thread_counts(2, 2), vec![1]);
+        assert_eq!(scaling_thread_counts(1, 1), Vec::<u32>::new());
+        assert_eq!(scaling_thread_counts(4, 8), vec![1, 2]);
     }
 }

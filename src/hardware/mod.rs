@@ -56,6 +56,33 @@ pub struct HostInfo {
     pub os: String,
     /// Measured multi-threaded host memory read bandwidth (GB/s), when measured.
     pub mem_bandwidth_gbs: Option<f64>,
+    /// The same at fewer threads (`qtune hw` only), ascending: how the CPU experts' read rate
+    /// scales with `-t`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mem_bandwidth_by_threads: Vec<ThreadBandwidth>,
+}
+
+/// Host read bandwidth at one thread count.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ThreadBandwidth {
+    pub threads: u32,
+    pub gbs: f64,
+}
+
+/// Measure the host read bandwidth at a few thread counts below all threads (about 1.5 s
+/// each) into `hw.host.mem_bandwidth_by_threads`.
+pub fn measure_thread_scaling(hw: &mut HardwareProfile) {
+    let h = &hw.host;
+    let counts =
+        host::scaling_thread_counts(h.physical_cores.unwrap_or(h.logical_cores), h.logical_cores);
+    let ram = h.ram_available_mib;
+    hw.host.mem_bandwidth_by_threads = counts
+        .into_iter()
+        .map(|t| ThreadBandwidth {
+            threads: t,
+            gbs: host::measure_read_bandwidth_gbs_at(ram, t as usize),
+        })
+        .collect();
 }
 
 /// One GPU's share of a tune on a box with several: its free VRAM before the tune and its
@@ -299,6 +326,17 @@ pub fn render_text(hw: &HardwareProfile) -> String {
                 "{b:.1} GB/s (all threads)"
             ))
     );
+    if !h.mem_bandwidth_by_threads.is_empty() {
+        let _ = writeln!(
+            out,
+            "  Memory read bandwidth by threads: {}",
+            h.mem_bandwidth_by_threads
+                .iter()
+                .map(|t| format!("{}: {:.1} GB/s", t.threads, t.gbs))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let _ = write!(out, "Fingerprint: {}", hw.fingerprint);
     out
 }
@@ -340,6 +378,7 @@ mod tests {
             ram_available_mib: 50_000,
             os: "Ubuntu 24.04".into(),
             mem_bandwidth_gbs: Some(61.25),
+            mem_bandwidth_by_threads: Vec::new(),
         }
     }
 

@@ -102,8 +102,37 @@ pub struct SpeedBox {
     pub host_bw_gbs: f64,
     /// Physical cores (the server's default thread count).
     pub physical_cores: u32,
+    /// Host read bandwidth at fewer threads as a share of `host_bw_gbs`, ascending by
+    /// threads (`qtune hw` measures it); empty: the fitted thread exponent is used.
+    #[serde(default)]
+    pub host_bw_share_by_threads: Vec<(u32, f64)>,
     /// Where the inputs came from, for the user.
     pub sources: Vec<String>,
+}
+
+impl SpeedBox {
+    /// The share of the all-threads host bandwidth that `threads` threads read at: measured
+    /// (interpolated between `qtune hw`'s thread counts) when there is a measurement, else
+    /// `(threads / physical cores)^thread_exponent`.
+    pub fn thread_share(&self, threads: u32, k: &SpeedConstants) -> f64 {
+        let p = self.physical_cores.max(1);
+        let t = threads.max(1);
+        if self.host_bw_share_by_threads.is_empty() || t >= p {
+            return (t as f64 / p as f64).min(1.0).powf(k.thread_exponent);
+        }
+        let mut pts = self.host_bw_share_by_threads.clone();
+        pts.push((p, 1.0));
+        pts.sort_by_key(|x| x.0);
+        let mut prev = (0u32, 0.0f64);
+        for (pt, share) in pts {
+            if t <= pt {
+                let f = (t - prev.0) as f64 / (pt - prev.0).max(1) as f64;
+                return (prev.1 + f * (share - prev.1)).clamp(0.01, 1.0);
+            }
+            prev = (pt, share);
+        }
+        1.0
+    }
 }
 
 /// Host read bandwidth assumed when `qtune hw` did not measure it (a dual-channel DDR5
@@ -201,7 +230,18 @@ impl SpeedBox {
                 DEFAULT_HOST_BW_GBS
             }
         };
+        let host_bw_share_by_threads = match hw.host.mem_bandwidth_gbs {
+            Some(all) if all > 0.0 => hw
+                .host
+                .mem_bandwidth_by_threads
+                .iter()
+                .filter(|t| t.gbs > 0.0)
+                .map(|t| (t.threads, (t.gbs / all).min(1.0)))
+                .collect(),
+            _ => Vec::new(),
+        };
         SpeedBox {
+            host_bw_share_by_threads,
             gpu_bw_gbs,
             pcie_gbs,
             host_bw_gbs,
@@ -411,9 +451,7 @@ pub fn predict(
     let depth = prompt_tokens + 64;
     let tb = token_bytes(layout, cfg, has_gpu, depth);
     let threads = cfg.threads.unwrap_or(sb.physical_cores).max(1);
-    let thread_share = (threads as f64 / sb.physical_cores as f64)
-        .min(1.0)
-        .powf(k.thread_exponent);
+    let thread_share = sb.thread_share(threads, k);
     let host_bw = sb.host_bw_gbs * k.host_bw_fraction * thread_share * GB;
     let gpu_bw = sb.gpu_bw_gbs.unwrap_or(1.0) * GB;
 
@@ -582,6 +620,7 @@ mod tests {
             pcie_gbs: Some(pcie_gbs(4, 16)),
             host_bw_gbs: 60.0,
             physical_cores: 8,
+            host_bw_share_by_threads: Vec::new(),
             sources: Vec::new(),
         }
     }
@@ -677,5 +716,17 @@ mod tests {
         let order = order_by_predicted(&l, &sb, true, 2048, &prompt, &configs);
         assert_eq!(order[0], 3, "the bigger micro-batch prefills faster");
         assert_eq!(order[3], 0);
+    }
+
+    #[test]
+    fn measured_thread_scaling_replaces_the_fitted_exponent() {
+        let mut sb = gpu_box();
+        assert!((sb.thread_share(4, &FITTED) - 0.5).abs() < 1e-9);
+        assert_eq!(sb.thread_share(16, &FITTED), 1.0);
+        sb.host_bw_share_by_threads = vec![(1, 0.2), (2, 0.5), (4, 0.9)];
+        assert!((sb.thread_share(4, &FITTED) - 0.9).abs() < 1e-9);
+        assert!((sb.thread_share(3, &FITTED) - 0.7).abs() < 1e-9);
+        assert!((sb.thread_share(6, &FITTED) - 0.95).abs() < 1e-9);
+        assert_eq!(sb.thread_share(8, &FITTED), 1.0);
     }
 }

@@ -226,6 +226,7 @@ pub fn plan_speed(
             .physical_cores
             .unwrap_or(p.hardware.logical_cores)
             .max(1),
+        host_bw_share_by_threads: Vec::new(),
         sources: Vec::new(),
     };
     let Some(theirs) = speed::predict(
@@ -682,6 +683,7 @@ mod tests {
             ram_available_mib: 60000,
             os: "test".into(),
             mem_bandwidth_gbs: None,
+            mem_bandwidth_by_threads: Vec::new(),
         }
     }
 

@@ -96,6 +96,7 @@ fn host() -> HostInfo {
         ram_available_mib: 120_000,
         os: "Ubuntu 22.04".to_string(),
         mem_bandwidth_gbs: Some(180.0),
+        mem_bandwidth_by_threads: Vec::new(),
     }
 }
 
