@@ -55,6 +55,7 @@ fn context(budget_mib: f64) -> SearchContext {
         ram_available_mib: None,
         fit_target_mib: 512,
         gpus: Vec::new(),
+        speed: None,
     }
 }
 
@@ -425,4 +426,62 @@ fn where_the_whole_model_fits_the_kv_type_and_ubatch_are_measured_not_the_placem
         searched.iter().map(|c| c.ubatch).collect();
     assert!(ubatches.len() >= 3, "{ubatches:?}");
     assert!(search.launches() <= ctx.space.budget.trials);
+}
+
+/// Issue 14: the tune uses the speed model. The variants of the best config (other load mode,
+/// filled placements, fit's, `--no-op-offload`) are launched in the order of their predicted
+/// generation speed, so a budget that runs short leaves out the ones the model rates lower.
+#[test]
+fn variants_are_launched_in_the_order_the_speed_model_predicts() {
+    use qtune::model::speed::{predict, SpeedBox, FITTED};
+    let sb = SpeedBox {
+        gpu_bw_gbs: Some(3352.0),
+        pcie_gbs: Some(63.0),
+        host_bw_gbs: 100.0,
+        physical_cores: 16,
+        host_bw_share_by_threads: Vec::new(),
+        sources: Vec::new(),
+    };
+    let mut ctx = context(15_800.0);
+    ctx.speed = Some(sb.clone());
+    let search = run_search(ctx.clone(), Box::new(landscape(&ctx, 0)), Vec::new(), None).unwrap();
+    assert!(search.launches() <= ctx.space.budget.trials);
+    let variants: Vec<&LaunchConfig> = search
+        .history
+        .iter()
+        .filter(|o| o.role == TrialRole::Search)
+        .map(|o| &o.config)
+        .filter(|c| {
+            c.cpu_experts.is_some()
+                || c.is_fit_placement()
+                || c.load_mode != ctx.space.load_modes()[0]
+                || !c.op_offload
+        })
+        .collect();
+    assert!(variants.len() >= 2, "{} variants", variants.len());
+    let tg: Vec<Option<f64>> = variants
+        .iter()
+        .map(|c| {
+            predict(
+                &ctx.layout,
+                c,
+                &sb,
+                true,
+                ctx.space.workload.prompt_tokens,
+                &FITTED,
+            )
+            .map(|p| p.tg.tps)
+        })
+        .collect();
+    for (c, t) in variants.iter().zip(&tg) {
+        println!(
+            "{:>8} {}",
+            t.map_or("-".into(), |t| format!("{t:.1}")),
+            c.label()
+        );
+    }
+    // Predicted ones first, in non-increasing order; unpredictable ones (fit's) after.
+    let predicted: Vec<f64> = tg.iter().map_while(|t| *t).collect();
+    assert!(tg[predicted.len()..].iter().all(|t| t.is_none()), "{tg:?}");
+    assert!(predicted.windows(2).all(|w| w[0] >= w[1]), "{predicted:?}");
 }

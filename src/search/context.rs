@@ -28,6 +28,8 @@ pub struct SearchContext {
     pub fit_target_mib: u32,
     /// The clock the minutes budget is read from.
     pub clock: Arc<dyn crate::clock::Clock>,
+    /// What the speed model knows of this box (None: no ordering by predicted speed).
+    pub speed: Option<crate::model::speed::SpeedBox>,
     /// Each card's budget on a box with two GPUs or more (empty: one GPU, `budget_mib`).
     pub gpus: Vec<crate::hardware::GpuBudget>,
 }

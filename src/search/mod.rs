@@ -77,6 +77,7 @@ pub fn context(
         ram_available_mib: Some(hw.host.ram_available_mib as f64),
         fit_target_mib: inputs.headroom_mib.min(u64::from(u32::MAX)) as u32,
         gpus: inputs.gpu_budgets.clone(),
+        speed: Some(crate::model::speed::SpeedBox::from_hardware(hw)),
     }
 }
 

@@ -282,6 +282,19 @@ impl QtuneSearch {
             }
             new
         });
+        // The likely winner first (issue 14): if the budget runs out before every variant is
+        // measured, the ones the speed model rates lower are the ones left out.
+        if let Some(sb) = &ctx.speed {
+            let order = crate::model::speed::order_by_predicted(
+                &ctx.layout,
+                sb,
+                ctx.has_gpu,
+                ctx.space.workload.prompt_tokens,
+                &ctx.space.objective,
+                &out,
+            );
+            out = order.into_iter().map(|k| out[k].clone()).collect();
+        }
         out.into()
     }
 

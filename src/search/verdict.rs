@@ -379,6 +379,7 @@ mod tests {
             ram_available_mib: None,
             fit_target_mib: 512,
             gpus: Vec::new(),
+            speed: None,
         }
     }
 
