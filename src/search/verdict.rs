@@ -179,7 +179,6 @@ fn headline(
     obj: &crate::space::Objective,
     warnings: &mut Vec<String>,
 ) -> Option<LaunchConfig> {
-    use crate::stats::race::ArmStatus;
     if is_prompt_heavy(obj) {
         // The user asked for prompt speed: the raced config with the best weighted paired
         // gain (prompt alone for `metric: prompt`); its generation price is shown by
@@ -189,12 +188,7 @@ fn headline(
             _ => (0.0, 1.0),
         };
         let score = |v: &crate::stats::PairedVerdict| gw * v.gen.mean_log + pw * v.prompt.mean_log;
-        return r
-            .outcome
-            .candidates
-            .iter()
-            .filter(|c| !matches!(c.status, ArmStatus::Failed { .. }))
-            .filter_map(|c| Some((c.index, c.vs_reference.as_ref()?)))
+        return raced(r)
             .filter(|(_, v)| score(v) > 0.0)
             .max_by(|a, b| score(a.1).total_cmp(&score(b.1)))
             .and_then(|(i, _)| r.candidates.get(i).cloned());
@@ -202,25 +196,20 @@ fn headline(
     if let Some(i) = r.outcome.winner {
         return r.candidates.get(i).cloned();
     }
-    let best = r
-        .outcome
-        .candidates
-        .iter()
-        .filter(|c| !matches!(c.status, ArmStatus::Failed { .. }))
-        .filter_map(|c| Some((c.index, c.vs_reference.as_ref()?)))
-        .filter(|(_, v)| v.gen.hi_log.is_some_and(|hi| hi >= 0.0) && v.gen.mean_log > 0.0)
+    // Faster in generation by its estimate, and not slower beyond its interval.
+    let ahead = |v: &crate::stats::PairedVerdict| {
+        v.gen.hi_log.is_some_and(|hi| hi >= 0.0) && v.gen.mean_log > 0.0
+    };
+    let best = raced(r)
+        .filter(|(_, v)| ahead(v))
         .max_by(|a, b| a.1.gen.mean_log.total_cmp(&b.1.gen.mean_log));
     match best {
         Some((i, v)) => {
             // Generation leads; where the rounds cannot tell another eligible candidate's
             // generation from this one's (their paired interval holds 0), prompt speed decides.
-            let tied_faster_prompt = r
-                .outcome
-                .candidates
-                .iter()
-                .filter(|c| c.index != i && !matches!(c.status, ArmStatus::Failed { .. }))
-                .filter_map(|c| Some((c.index, c.vs_reference.as_ref()?)))
-                .filter(|(_, o)| o.gen.hi_log.is_some_and(|hi| hi >= 0.0) && o.gen.mean_log > 0.0)
+            let tied_faster_prompt = raced(r)
+                .filter(|(j, _)| *j != i)
+                .filter(|(_, o)| ahead(o))
                 .filter(|(_, o)| o.prompt.mean_log > v.prompt.mean_log)
                 .filter(|(j, _)| {
                     gen_between(&r.outcome.rounds, *j + 1, i + 1).is_some_and(|d| {
@@ -251,12 +240,7 @@ fn headline(
             // speed decides (seen on the GPU machine: f16 KV with -ub 2048 on a 24 GiB card,
             // generation −0.5 % [−3.0, +2.1], prompt +22.1 % [+21.7, +22.5]).
             let band = (1.0 + obj.tie_pct / 100.0).ln();
-            let tied = r
-                .outcome
-                .candidates
-                .iter()
-                .filter(|c| !matches!(c.status, ArmStatus::Failed { .. }))
-                .filter_map(|c| Some((c.index, c.vs_reference.as_ref()?)))
+            let tied = raced(r)
                 .filter(|(_, v)| {
                     v.gen.mean_log.abs() <= band
                         && v.gen
@@ -282,6 +266,18 @@ fn headline(
     }
 }
 
+/// The raced candidates that did not fail, with their paired verdicts against the reference:
+/// `(candidate index, verdict)`.
+fn raced(
+    r: &crate::run::RaceReport,
+) -> impl Iterator<Item = (usize, &crate::stats::PairedVerdict)> {
+    r.outcome
+        .candidates
+        .iter()
+        .filter(|c| !matches!(c.status, crate::stats::race::ArmStatus::Failed { .. }))
+        .filter_map(|c| Some((c.index, c.vs_reference.as_ref()?)))
+}
+
 /// Arm `a`'s generation against arm `b`'s, paired over the race rounds that measured both
 /// (arms: 0 is the reference, candidate k is arm k + 1).
 fn gen_between(
@@ -289,15 +285,15 @@ fn gen_between(
     a: usize,
     b: usize,
 ) -> Option<crate::stats::Comparison> {
-    let d: Vec<f64> = rounds
+    let pairs: Vec<(f64, f64)> = rounds
         .iter()
         .filter_map(|r| {
             let sa = r.samples.get(a)?.as_ref()?;
             let sb = r.samples.get(b)?.as_ref()?;
-            Some((sa.gen_tps / sb.gen_tps).ln())
+            Some((sa.gen_tps, sb.gen_tps))
         })
         .collect();
-    crate::stats::Comparison::from_log_ratios(&d, 0.95)
+    crate::stats::Comparison::from_pairs(&pairs, 0.95)
 }
 
 /// Does the objective weigh prompt speed (`metric: prompt`, or `blend` with a prompt weight)?
