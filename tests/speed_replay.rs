@@ -221,7 +221,11 @@ struct Prepared {
     sb: SpeedBox,
     ub: u32,
     n_ub: u32,
+    /// A synthetic model that copies `synthetic_touch_qwen35moe` of its CPU experts (not
+    /// `qwen3moe`: see `speed::synthetic_touch`).
     synthetic35: bool,
+    /// A synthetic model (its copy share is fitted; a real model copies all its CPU experts).
+    synthetic: bool,
 }
 
 fn prepare(gs: &[Group]) -> Vec<Prepared> {
@@ -245,19 +249,34 @@ fn prepare(gs: &[Group]) -> Vec<Prepared> {
                 sb: speed_box(g),
                 ub,
                 n_ub: g.prompt_tokens.div_ceil(ub),
-                synthetic35: speed::is_synthetic(&l) && l.arch == "qwen35moe",
+                synthetic35: speed::is_synthetic(&l) && l.arch != "qwen3moe",
+                synthetic: speed::is_synthetic(&l),
             }
         })
         .collect()
 }
 
-/// Fit the constants on `ps` (relative least squares; the thread exponent by grid search).
+/// Pinned host-to-device copies ran at about 47 GB/s on the GPU machine's PCIe 5 x16 link
+/// (measured, /work/shared/notes/gpu-rig.md): the anchor of the copy terms, which the prefill
+/// data alone cannot separate from the synthetic models' touch fractions.
+const PINNED_FRACTION: f64 = 47.0 / 63.0;
+
+fn sse(a: &[Vec<f64>], b: &[f64], x: &[f64]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(r, y)| (r.iter().zip(x).map(|(u, v)| u * v).sum::<f64>() - y).powi(2))
+        .sum()
+}
+
+/// Fit the constants on `ps` (relative least squares; the thread exponent and the
+/// pinned/pageable copy-rate ratio by grid search).
 fn fit(ps: &[Prepared]) -> SpeedConstants {
     let mut best: Option<(f64, SpeedConstants)> = None;
     // The exponent stays at most 1: host bandwidth does not grow faster than the threads.
     for step in 0..=10 {
         let gamma = 0.5 + 0.05 * step as f64;
-        // Decode: 1/tg = gpu_bytes/gpu_bw + (1/f_host) cpu_bytes/(host_bw share) + c nb + d ncpu.
+        // Decode: 1/tg = gpu_bytes/gpu_bw + (1/f_host) cpu_bytes/(host_bw share)
+        //   + c attention blocks + r recurrent blocks + d cpu blocks + q quantized KV GB.
         let mut a = Vec::new();
         let mut b = Vec::new();
         for p in ps {
@@ -267,54 +286,73 @@ fn fit(ps: &[Prepared]) -> SpeedConstants {
             let t = 1.0 / p.g.tg;
             let gpu = p.tb.gpu / (p.sb.gpu_bw_gbs.unwrap() * 1e9);
             let cpu = p.tb.cpu / (p.sb.host_bw_gbs * 1e9 * share);
-            let nb = (p.tb.gpu_blocks as f64) * 1e-3;
+            let na = (p.tb.gpu_blocks - p.tb.gpu_recurrent_blocks) as f64 * 1e-3;
+            let nr = p.tb.gpu_recurrent_blocks as f64 * 1e-3;
             let nc = (p.tb.cpu_blocks as f64) * 1e-3;
-            let w = 1.0;
-            a.push(vec![w * cpu / t, w * nb / t, w * nc / t]);
-            b.push(w * (t - gpu) / t);
+            let q = p.tb.gpu_kv_quant / 1e9;
+            a.push(vec![cpu / t, na / t, nr / t, nc / t, q / t]);
+            b.push((t - gpu) / t);
         }
         let x = lstsq(&a, &b);
-        let sse: f64 = a
-            .iter()
-            .zip(&b)
-            .map(|(r, y)| (r.iter().zip(&x).map(|(u, v)| u * v).sum::<f64>() - y).powi(2))
-            .sum();
+        let e = sse(&a, &b, &x);
         let k = SpeedConstants {
             host_bw_fraction: 1.0 / x[0],
             thread_exponent: gamma,
             block_overhead_ms: x[1],
-            cpu_block_overhead_ms: x[2],
+            recurrent_block_overhead_ms: x[2],
+            cpu_block_overhead_ms: x[3],
+            kv_quant_s_per_gb: x[4],
             ..FITTED
         };
-        if best.as_ref().is_none_or(|(s, _)| sse < *s) {
-            best = Some((sse, k));
+        if best.as_ref().is_none_or(|(s, _)| e < *s) {
+            best = Some((e, k));
         }
     }
     let mut k = best.unwrap().1;
-    // Prefill per micro-batch: s ub active_gb + p nblocks + copy terms by (model, load mode).
-    let mut a = Vec::new();
-    let mut b = Vec::new();
-    for p in ps {
-        let t = p.g.prompt_tokens as f64 / (p.g.pp * p.n_ub as f64);
-        let copy = p.tb.cpu_experts_all / (p.sb.pcie_gbs.unwrap() * 1e9);
-        let pinned = !p.g.cfg.load_mode.maps_file();
-        let w = 1.0;
-        let col = |on: bool| if on { w * copy / t } else { 0.0 };
-        a.push(vec![
-            w * p.ub as f64 * p.tb.active_total / 1e9 / t,
-            w * p.tb.gpu_blocks as f64 * 1e-3 / t,
-            col(!p.synthetic35 && !pinned),
-            col(p.synthetic35 && !pinned),
-            col(p.synthetic35 && pinned),
-        ]);
-        b.push(w);
+    // Prefill per micro-batch: s ub active_gb + p nblocks + u ub recurrent blocks + the copy,
+    // at the measured pinned rate, `ratio` times slower from the page cache, times each
+    // synthetic shape's touch fraction.
+    let mut best: Option<(f64, f64, Vec<f64>)> = None;
+    for step in 0..=180 {
+        let ratio = 1.0 + 0.05 * step as f64;
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        for p in ps {
+            let t = p.g.prompt_tokens as f64 / (p.g.pp * p.n_ub as f64);
+            let slow = if p.g.cfg.load_mode.maps_file() {
+                ratio
+            } else {
+                1.0
+            };
+            let copy =
+                p.tb.cpu_experts_all / (p.sb.pcie_gbs.unwrap() * 1e9 * PINNED_FRACTION) * slow;
+            a.push(vec![
+                p.ub as f64 * p.tb.active_total / 1e9 / t,
+                p.tb.gpu_blocks as f64 * 1e-3 / t,
+                p.ub as f64 * p.tb.gpu_recurrent_blocks as f64 * 1e-6 / t,
+                if p.synthetic && !p.synthetic35 {
+                    copy / t
+                } else {
+                    0.0
+                },
+                if p.synthetic35 { copy / t } else { 0.0 },
+            ]);
+            b.push(if p.synthetic { 1.0 } else { 1.0 - copy / t });
+        }
+        let x = lstsq(&a, &b);
+        let e = sse(&a, &b, &x);
+        if best.as_ref().is_none_or(|(s, _, _)| e < *s) {
+            best = Some((e, ratio, x));
+        }
     }
-    let x = lstsq(&a, &b);
+    let (_, ratio, x) = best.unwrap();
     k.prefill_s_per_token_gb = x[0];
     k.prefill_block_ms = x[1];
-    k.h2d_pageable_fraction = 1.0 / x[2];
-    k.synthetic_touch_fraction = x[3] / x[2];
-    k.h2d_pinned_fraction = k.synthetic_touch_fraction / x[4];
+    k.prefill_recurrent_us = x[2];
+    k.synthetic_touch_qwen3moe = x[3];
+    k.synthetic_touch_qwen35moe = x[4];
+    k.h2d_pinned_fraction = PINNED_FRACTION;
+    k.h2d_pageable_fraction = PINNED_FRACTION / ratio;
     k
 }
 
@@ -408,6 +446,31 @@ fn fit_constants() {
             k.prefill_s_per_token_gb,
             FITTED.prefill_s_per_token_gb,
         ),
+        (
+            "recurrent_block_overhead_ms",
+            k.recurrent_block_overhead_ms,
+            FITTED.recurrent_block_overhead_ms,
+        ),
+        (
+            "kv_quant_s_per_gb",
+            k.kv_quant_s_per_gb,
+            FITTED.kv_quant_s_per_gb,
+        ),
+        (
+            "prefill_recurrent_us",
+            k.prefill_recurrent_us,
+            FITTED.prefill_recurrent_us,
+        ),
+        (
+            "synthetic_touch_qwen3moe",
+            k.synthetic_touch_qwen3moe,
+            FITTED.synthetic_touch_qwen3moe,
+        ),
+        (
+            "synthetic_touch_qwen35moe",
+            k.synthetic_touch_qwen35moe,
+            FITTED.synthetic_touch_qwen35moe,
+        ),
     ] {
         assert!(
             close(a, b),
@@ -467,6 +530,7 @@ fn clone(p: &Prepared) -> Prepared {
         ub: p.ub,
         n_ub: p.n_ub,
         synthetic35: p.synthetic35,
+        synthetic: p.synthetic,
     }
 }
 

@@ -5,13 +5,17 @@
 //!   shared experts, router and the top-k of n routed experts of its blocks, the output matrix)
 //!   and the KV it attends over, at its memory bandwidth. The CPU reads the top-k of n routed
 //!   experts of its blocks at an effective share of the host's read bandwidth, which grows with
-//!   the thread count. Each block adds a fixed launch/sync overhead, and each block whose
-//!   experts are on the CPU adds a GPU->CPU->GPU round trip. tg = 1 / the sum.
+//!   the thread count. Each block adds a fixed launch/sync overhead (a recurrent block of a
+//!   hybrid model its own, larger one), each block whose experts are on the CPU adds a
+//!   GPU->CPU->GPU round trip, and a quantized KV cache adds its dequantization per byte
+//!   attended over. tg = 1 / the sum.
 //! - **Prefill, one micro-batch.** With op offload (micro-batch of 32 tokens or more) the CPU
 //!   experts a micro-batch uses are copied to the GPU, from pinned buffers (`--load-mode none`)
 //!   or from the page cache of the mapped file (much slower), then the GPU computes every
-//!   token: a per-token cost proportional to the bytes of weights a token uses, plus a fixed
-//!   cost per block and micro-batch. Without op offload the CPU computes its experts.
+//!   token: a per-token cost proportional to the bytes of weights a token uses (plus one per
+//!   recurrent block), plus a fixed cost per block and micro-batch. Without op offload the CPU
+//!   computes its experts. A real model's micro-batch uses all its experts; a synthetic one's
+//!   (random routers) only a fitted share, per architecture.
 //!
 //! The constants are fitted to the committed GPU runs (reports/gpu-h*/journal.jsonl); the fit
 //! and the replay that checks held-out trials are `tests/speed_replay.rs`
@@ -37,8 +41,15 @@ pub struct SpeedConstants {
     pub host_bw_fraction: f64,
     /// Host bandwidth at `t` of `p` physical cores: `(t/p)^thread_exponent` of the full rate.
     pub thread_exponent: f64,
-    /// Decode overhead per block (kernel launches, synchronisation), ms.
+    /// Decode overhead per attention (or dense) block on the GPU (kernel launches,
+    /// synchronisation), ms.
     pub block_overhead_ms: f64,
+    /// Decode overhead per recurrent block on the GPU (a hybrid model's linear-attention
+    /// blocks, e.g. Qwen3.5's gated delta net: more, smaller kernels), ms.
+    pub recurrent_block_overhead_ms: f64,
+    /// Extra decode time per GB of quantized KV cache (q8_0, q4_0, ...) the GPU attends over:
+    /// the attention kernel dequantizes it, which costs more than reading f16. s/GB.
+    pub kv_quant_s_per_gb: f64,
     /// Extra decode overhead per block whose experts are on the CPU (activations to the host
     /// and back, CPU thread wake-up), ms.
     pub cpu_block_overhead_ms: f64,
@@ -52,43 +63,58 @@ pub struct SpeedConstants {
     pub prefill_s_per_token_gb: f64,
     /// GPU prefill: fixed cost per block and micro-batch, ms.
     pub prefill_block_ms: f64,
-    /// Share of the CPU experts' bytes a micro-batch copies for a synthetic model whose random
-    /// weights route tokens to few experts (llama.cpp copies only the experts a micro-batch
-    /// uses). Real models route over all experts at these micro-batch sizes: 1.
-    pub synthetic_touch_fraction: f64,
+    /// GPU prefill: extra cost per token and recurrent block (the linear-attention scan), us.
+    /// Negative when such a block computes faster than its bytes say.
+    pub prefill_recurrent_us: f64,
+    /// Share of the CPU experts' bytes a micro-batch copies for a synthetic (random weights)
+    /// model of the `qwen3moe` architecture: random routers send tokens to few experts and
+    /// llama.cpp copies only the experts a micro-batch uses. Real models route over all
+    /// experts at these micro-batch sizes: 1.
+    pub synthetic_touch_qwen3moe: f64,
+    /// Same for a synthetic `qwen35moe` (Qwen3.5) model, and any other synthetic architecture.
+    pub synthetic_touch_qwen35moe: f64,
     /// Relative error (one side) of tg that the held-out replay showed (about 90 % coverage).
     pub tg_rel_err: f64,
     /// Same for pp.
     pub pp_rel_err: f64,
 }
 
-/// Fitted on the committed GPU runs (69 config groups: H100 and H200, Qwen3.5-35B-A3B and
+/// Fitted on the committed GPU runs (93 config groups: H100 and H200, Qwen3.5-35B-A3B and
 /// Qwen3-30B-A3B synthetic Q4_K_M, 16 and 24 GiB cards, 8 and 16 threads, mmap and pinned):
 /// `cargo test --test speed_replay fit_constants -- --nocapture` refits and prints them.
 ///
-/// - host: CPU expert reads run at 1.5x what `qtune hw` measured (its single-pass sum
-///   under-reads the box) plus 0.24 ms per CPU block; linear in threads. Only one host (16-core
-///   Xeon) is in the data: on other CPUs this part is the least certain.
-/// - 0.107 ms per block per token of GPU-side overhead: both GPUs decode the all-GPU
-///   Qwen3.5-35B-A3B at ~210 tok/s although their bandwidths differ by 40 %.
-/// - pinned copies reach 74 % of the PCIe 5 x16 nominal rate (47 GB/s, as measured on the box),
-///   pageable ones 35 %.
-/// - the synthetic Qwen3.5-35B-A3B routes each micro-batch to few experts: 14 % of its CPU
-///   expert bytes are copied.
-/// - errors: the 90th percentile of the held-out relative errors (tg 16 %, pp 18 %, rounded
-///   up); they include the +-15 % launch-to-launch noise of the shared machine.
+/// - host: CPU expert reads run at 0.90x what `qtune hw` measured plus 0.18 ms per CPU block;
+///   linear in threads. Only one host (16-core Xeon) is in the data: on other CPUs this part
+///   is the least certain.
+/// - GPU-side overhead per token: 0.077 ms per attention block, 0.117 ms per recurrent block
+///   (Qwen3.5's gated delta net): both GPUs decode the all-GPU Qwen3.5-35B-A3B (30 recurrent +
+///   10 attention blocks) at ~210 tok/s although their bandwidths differ by 40 %, and the
+///   all-GPU Qwen3-30B-A3B (48 attention blocks) at ~205-240.
+/// - a quantized KV cache costs 4.8 ms per GB attended over on top of its read (q8_0 KV
+///   decodes the all-GPU Qwen3-30B-A3B at ~205 tok/s, f16 at ~240).
+/// - prefill: 0.88 us per token per recurrent block on top of the per-byte compute.
+/// - pinned copies reach 47 GB/s, 75 % of the PCIe 5 x16 nominal rate (measured on the box,
+///   not fitted: it anchors the copy terms); copies from the page cache 12 % (7.7 GB/s).
+/// - the synthetic models route each micro-batch to few experts: a micro-batch copies 37 % of
+///   the synthetic Qwen3-30B-A3B's CPU expert bytes and 5 % of the Qwen3.5-35B-A3B's.
+/// - errors: the 90th percentile of the held-out relative errors (tg 12.4 %, pp 22.8 %,
+///   rounded up); they include the +-15 % launch-to-launch noise of the shared machine.
 pub const FITTED: SpeedConstants = SpeedConstants {
-    host_bw_fraction: 1.50,
+    host_bw_fraction: 0.902,
     thread_exponent: 1.0,
-    block_overhead_ms: 0.107,
-    cpu_block_overhead_ms: 0.245,
-    h2d_pinned_fraction: 0.741,
-    h2d_pageable_fraction: 0.354,
-    prefill_s_per_token_gb: 5.19e-5,
-    prefill_block_ms: 0.518,
-    synthetic_touch_fraction: 0.144,
-    tg_rel_err: 0.17,
-    pp_rel_err: 0.20,
+    block_overhead_ms: 0.0767,
+    recurrent_block_overhead_ms: 0.117,
+    kv_quant_s_per_gb: 4.77e-3,
+    cpu_block_overhead_ms: 0.178,
+    h2d_pinned_fraction: 47.0 / 63.0,
+    h2d_pageable_fraction: 0.122,
+    prefill_s_per_token_gb: 3.83e-5,
+    prefill_block_ms: 0.472,
+    prefill_recurrent_us: 0.877,
+    synthetic_touch_qwen3moe: 0.369,
+    synthetic_touch_qwen35moe: 0.0523,
+    tg_rel_err: 0.13,
+    pp_rel_err: 0.23,
 };
 
 /// What the speed model needs to know about a box.
@@ -333,6 +359,10 @@ pub struct TokenBytes {
     pub cpu_blocks: u32,
     /// Blocks whose layers run on the GPU.
     pub gpu_blocks: u32,
+    /// Of those, recurrent (linear-attention) blocks.
+    pub gpu_recurrent_blocks: u32,
+    /// Quantized (q8_0, q4_0, ...) KV bytes the GPU attends over per token.
+    pub gpu_kv_quant: f64,
     /// Weight bytes a token uses, all devices (active experts only).
     pub active_total: f64,
 }
@@ -384,24 +414,37 @@ pub fn token_bytes(
         1.0
     };
     let host = host_expert_bytes(layout, cfg, has_gpu);
-    let kv_per_block = depth as f64
-        * layout.n_head_kv as f64
-        * (layout.head_dim_k as f64 * cfg.cache_type_k.bytes_per_element()
-            + layout.head_dim_v as f64 * cfg.cache_type_v.bytes_per_element());
+    let (bk, bv) = (
+        cfg.cache_type_k.bytes_per_element(),
+        cfg.cache_type_v.bytes_per_element(),
+    );
+    let kv_elems = depth as f64 * layout.n_head_kv as f64;
+    let kv_per_block = kv_elems * (layout.head_dim_k as f64 * bk + layout.head_dim_v as f64 * bv);
+    // Below 2 bytes an element the cache is block-quantized (f16 and bf16 are 2, f32 4).
+    let quant = |b: f64| if b < 2.0 { b } else { 0.0 };
+    let kv_quant_per_block =
+        kv_elems * (layout.head_dim_k as f64 * quant(bk) + layout.head_dim_v as f64 * quant(bv));
     let mut t = TokenBytes::default();
     for (il, bb) in layout.blocks.iter().enumerate() {
         let on_gpu = il as u32 >= first_gpu_block;
         let dense = (bb.rest + bb.shared_experts) as f64;
-        let kv = if layout.kv_blocks.get(il).copied().unwrap_or(false) {
+        let attends = layout.kv_blocks.get(il).copied().unwrap_or(false);
+        let recurrent = layout.recurrent_state_bytes.get(il).copied().unwrap_or(0);
+        let kv = if attends {
             kv_per_block
         } else {
-            layout.recurrent_state_bytes.get(il).copied().unwrap_or(0) as f64
+            recurrent as f64
         };
         let cpu_exp = host[il] as f64;
         let gpu_exp = (bb.routed_experts as f64 - cpu_exp).max(0.0);
         if on_gpu {
             t.gpu += dense + kv + gpu_exp * active;
             t.gpu_blocks += 1;
+            if attends {
+                t.gpu_kv_quant += kv_quant_per_block;
+            } else if recurrent > 0 {
+                t.gpu_recurrent_blocks += 1;
+            }
         } else {
             t.cpu += dense + kv;
         }
@@ -459,9 +502,10 @@ pub fn predict(
     // counts with the CPU experts: it is what moving them to the GPU saves.
     let decode = if has_gpu {
         DecodeSplit {
-            gpu_ms: tb.gpu / gpu_bw * 1e3,
+            gpu_ms: (tb.gpu / gpu_bw + tb.gpu_kv_quant / GB * k.kv_quant_s_per_gb) * 1e3,
             cpu_experts_ms: tb.cpu / host_bw * 1e3 + tb.cpu_blocks as f64 * k.cpu_block_overhead_ms,
-            overhead_ms: layout.n_blocks as f64 * k.block_overhead_ms,
+            overhead_ms: (layout.n_blocks - tb.gpu_recurrent_blocks) as f64 * k.block_overhead_ms
+                + tb.gpu_recurrent_blocks as f64 * k.recurrent_block_overhead_ms,
         }
     } else {
         DecodeSplit {
@@ -496,14 +540,11 @@ pub fn predict(
             })
             / GB;
         prefill.gpu_ms = (ub as f64 * gpu_active_gb * k.prefill_s_per_token_gb
+            + ub as f64 * tb.gpu_recurrent_blocks as f64 * k.prefill_recurrent_us / 1e6
             + tb.gpu_blocks as f64 * k.prefill_block_ms / 1e3)
             * 1e3;
         if cfg.op_offload && ub >= 32 {
-            let touch = if is_synthetic(layout) && layout.arch == "qwen35moe" {
-                k.synthetic_touch_fraction
-            } else {
-                1.0
-            };
+            let touch = synthetic_touch(layout, k);
             let frac = if cfg.load_mode.maps_file() {
                 k.h2d_pageable_fraction
             } else {
@@ -527,6 +568,18 @@ pub fn predict(
         prompt_tokens,
         tg_bound_tps,
     })
+}
+
+/// Share of the CPU experts' bytes a prefill micro-batch copies to the GPU: 1 for a real
+/// model, the fitted share for a synthetic one (random routers use few experts).
+pub fn synthetic_touch(layout: &ModelLayout, k: &SpeedConstants) -> f64 {
+    if !is_synthetic(layout) {
+        1.0
+    } else if layout.arch == "qwen3moe" {
+        k.synthetic_touch_qwen3moe
+    } else {
+        k.synthetic_touch_qwen35moe
+    }
 }
 
 fn active_share(layout: &ModelLayout) -> f64 {
@@ -668,6 +721,53 @@ mod tests {
         big.ubatch = Some(2048);
         assert!(p(&big).pp.tps > b.pp.tps);
         assert_eq!(p(&big).prefill.ubatch, 2048);
+    }
+
+    #[test]
+    fn quantized_kv_recurrent_blocks_and_synthetic_routing_cost_what_the_fit_says() {
+        let sb = gpu_box();
+        let p =
+            |l: &ModelLayout, c: &LaunchConfig| predict(l, c, &sb, true, 2048, &FITTED).unwrap();
+        let l = layout();
+        // Same placement, q8_0 vs f16 KV: fewer bytes, but the dequantization costs more.
+        let mut f16 = placed(0);
+        f16.cache_type_k = crate::config::KvType::F16;
+        f16.cache_type_v = crate::config::KvType::F16;
+        let mut q8 = f16.clone();
+        q8.cache_type_k = crate::config::KvType::Q8_0;
+        q8.cache_type_v = crate::config::KvType::Q8_0;
+        assert!(token_bytes(&l, &q8, true, 2112).gpu_kv_quant > 0.0);
+        assert_eq!(token_bytes(&l, &f16, true, 2112).gpu_kv_quant, 0.0);
+        assert!(p(&l, &f16).tg.tps > p(&l, &q8).tg.tps);
+        // Recurrent blocks (no KV, a state) carry their own overhead.
+        let mut hybrid = layout();
+        for il in 0..30 {
+            hybrid.kv_blocks[il] = false;
+            hybrid.recurrent_state_bytes[il] = 1 << 20;
+        }
+        assert_eq!(
+            token_bytes(&hybrid, &f16, true, 2112).gpu_recurrent_blocks,
+            30
+        );
+        let d = p(&hybrid, &f16).decode.overhead_ms;
+        let want = 10.0 * FITTED.block_overhead_ms + 30.0 * FITTED.recurrent_block_overhead_ms;
+        assert!((d - want).abs() < 1e-9, "{d} vs {want}");
+        // A synthetic model copies only part of its CPU experts per micro-batch, by architecture.
+        let mut synth = layout();
+        synth.name = Some("Qwen3-30B-A3B (qtune synthetic, random weights)".into());
+        assert_eq!(synthetic_touch(&l, &FITTED), 1.0);
+        assert_eq!(
+            synthetic_touch(&synth, &FITTED),
+            FITTED.synthetic_touch_qwen3moe
+        );
+        synth.arch = "qwen35moe".into();
+        assert_eq!(
+            synthetic_touch(&synth, &FITTED),
+            FITTED.synthetic_touch_qwen35moe
+        );
+        let mut off = placed(20);
+        off.load_mode = crate::config::LoadMode::None;
+        assert!(p(&synth, &off).prefill.copy_ms < p(&l, &off).prefill.copy_ms);
     }
 
     #[test]
