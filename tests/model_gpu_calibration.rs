@@ -6,21 +6,11 @@
 //! the synthetic shapes, so no GPU and no 20 GB file is needed here.
 
 use qtune::app::measure::CalibrationRow;
-use qtune::model::synth::{shape_by_name, write_sparse_header, SynthFtype};
+use qtune::model::synth::SynthFtype;
 
 /// The layout of a synthetic shape, read from a header-only (sparse) copy.
 fn layout_of(shape: &str) -> qtune::model::ModelLayout {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("m.gguf");
-    let vocab = qtune::model::synth::default_vocab_dir();
-    write_sparse_header(
-        &path,
-        &shape_by_name(shape).unwrap(),
-        SynthFtype::Q4KM,
-        &vocab,
-    )
-    .unwrap();
-    qtune::model::load(&path).unwrap()
+    qtune::model::synth::shape_layout(shape, SynthFtype::Q4KM).unwrap()
 }
 
 fn check(shape: &str, file: &str, over_allowance_mib: f64) {

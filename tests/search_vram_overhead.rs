@@ -9,7 +9,7 @@
 
 use qtune::config::LaunchConfig;
 use qtune::model::memory::{HostCaps, CPU_COMPUTE};
-use qtune::model::synth::{shape_by_name, write_sparse_header, SynthFtype};
+use qtune::model::synth::SynthFtype;
 use qtune::search::candidates::{propose_with, Limits, FIT_OVERSHOOT_MIB};
 use qtune::search::context::unitemized_vram_mib;
 use qtune::space::PlacementStyle;
@@ -27,16 +27,7 @@ fn journal() -> Vec<TrialOutcome> {
 }
 
 fn layout() -> qtune::model::ModelLayout {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("m.gguf");
-    write_sparse_header(
-        &path,
-        &shape_by_name("qwen3.5-35b-a3b").unwrap(),
-        SynthFtype::Q4KM,
-        &qtune::model::synth::default_vocab_dir(),
-    )
-    .unwrap();
-    qtune::model::load(&path).unwrap()
+    qtune::model::synth::shape_layout("qwen3.5-35b-a3b", SynthFtype::Q4KM).unwrap()
 }
 
 #[test]

@@ -12,23 +12,13 @@
 
 use qtune::config::LaunchConfig;
 use qtune::model::speed::{self, SpeedBox, SpeedConstants, TokenBytes, FITTED};
-use qtune::model::synth::{shape_by_name, write_sparse_header, SynthFtype};
+use qtune::model::synth::SynthFtype;
 use qtune::model::ModelLayout;
 use std::collections::BTreeMap;
 use std::path::Path;
 
 fn layout_of(shape: &str) -> ModelLayout {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("m.gguf");
-    let vocab = qtune::model::synth::default_vocab_dir();
-    write_sparse_header(
-        &path,
-        &shape_by_name(shape).unwrap(),
-        SynthFtype::Q4KM,
-        &vocab,
-    )
-    .unwrap();
-    qtune::model::load(&path).unwrap()
+    qtune::model::synth::shape_layout(shape, SynthFtype::Q4KM).unwrap()
 }
 
 /// One (GPU, card, shape, config) group of committed trials.

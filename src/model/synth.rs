@@ -576,6 +576,17 @@ pub fn synthetic_file_size(shape: &Shape, ftype: SynthFtype, vocab_dir: &Path) -
     Ok(header.len() as u64 + end.div_ceil(gguf::DEFAULT_ALIGNMENT) * gguf::DEFAULT_ALIGNMENT)
 }
 
+/// The layout of a synthetic shape as [`crate::model::load`] reads it from the full file, without
+/// writing one: a sparse header-only copy in a temporary folder, read back and removed. For
+/// tests and predictions that need the real shapes (20 GB models) on a machine without them.
+pub fn shape_layout(name: &str, ftype: SynthFtype) -> Result<super::ModelLayout> {
+    let shape = shape_by_name(name).with_context(|| format!("unknown shape '{name}'"))?;
+    let dir = tempfile::tempdir().context("cannot create a temporary folder")?;
+    let path = dir.path().join("shape.gguf");
+    write_sparse_header(&path, &shape, ftype, &default_vocab_dir())?;
+    super::load(&path)
+}
+
 /// Writes only the header of the synthetic file and extends it (sparse, no data written) to
 /// the full size: a file [`crate::model::load`] reads like the real one, in milliseconds and
 /// without disk space. For tests and quick inspection of full shapes; not loadable by a server.
