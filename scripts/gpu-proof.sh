@@ -84,13 +84,9 @@ model() { # shape [ftype, default q4_k_m] -> path (synthesized once)
   echo "$p"
 }
 
-BALLAST_PID=""
-ballast() { # leave N GiB free
-  ballast_mib $(( $1 * 1024 ))
-}
-ballast_mib() { # leave N MiB free
-  unballast
-  python3 -u - "$1" > "$W/ballast.out" 2>&1 <<'PY' &
+# The ballast: allocates all but N MiB of the GPU it sees, says "ready", and sleeps.
+BALLAST_PY="$W/ballast.py"
+cat > "$BALLAST_PY" <<'PY'
 import sys, time, torch
 keep = int(sys.argv[1]) << 20
 free, total = torch.cuda.mem_get_info()
@@ -102,6 +98,14 @@ free2, _ = torch.cuda.mem_get_info()
 print(f"ready ballast={n >> 20} MiB free={free2 >> 20} MiB total={total >> 20} MiB", flush=True)
 time.sleep(1e9)
 PY
+
+BALLAST_PID=""
+ballast() { # leave N GiB free
+  ballast_mib $(( $1 * 1024 ))
+}
+ballast_mib() { # leave N MiB free
+  unballast
+  python3 -u "$BALLAST_PY" "$1" > "$W/ballast.out" 2>&1 &
   BALLAST_PID=$!
   for _ in $(seq 1 120); do grep -q ready "$W/ballast.out" 2>/dev/null && break; sleep 0.5; done
   say "ballast leaving $1 MiB: $(cat "$W/ballast.out")"
@@ -112,18 +116,7 @@ PY
 export CUDA_DEVICE_ORDER=PCI_BUS_ID
 BALLAST_PIDS=""
 ballast_gpu() { # device MiB: leave MiB free on that GPU only
-  CUDA_VISIBLE_DEVICES=$1 python3 -u - "$2" > "$W/ballast-gpu$1.out" 2>&1 <<'PY' &
-import sys, time, torch
-keep = int(sys.argv[1]) << 20
-free, total = torch.cuda.mem_get_info()
-n = free - keep
-x = torch.empty(n, dtype=torch.uint8, device="cuda")
-x.fill_(1)
-torch.cuda.synchronize()
-free2, _ = torch.cuda.mem_get_info()
-print(f"ready ballast={n >> 20} MiB free={free2 >> 20} MiB total={total >> 20} MiB", flush=True)
-time.sleep(1e9)
-PY
+  CUDA_VISIBLE_DEVICES=$1 python3 -u "$BALLAST_PY" "$2" > "$W/ballast-gpu$1.out" 2>&1 &
   BALLAST_PIDS="$BALLAST_PIDS $!"
   for _ in $(seq 1 120); do grep -q ready "$W/ballast-gpu$1.out" 2>/dev/null && break; sleep 0.5; done
   say "ballast on GPU $1 leaving $2 MiB: $(cat "$W/ballast-gpu$1.out")"

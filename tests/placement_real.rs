@@ -25,6 +25,33 @@ fn setup() -> Option<(PathBuf, PathBuf)> {
     Some((server, model))
 }
 
+/// A real-server trial runner with a short workload (32 prompt tokens, 8 generated, one
+/// request), journaling into `dir`.
+fn short_trial_runner(
+    server: &Path,
+    model: &Path,
+    layout: &qtune::model::ModelLayout,
+    dir: &Path,
+) -> LlamaServerRunner {
+    LlamaServerRunner::new(
+        server,
+        model,
+        layout.file_bytes,
+        qtune::space::Workload {
+            prompt_tokens: 32,
+            gen_tokens: 8,
+            repetitions: 1,
+            warmup: false,
+            context_depth: None,
+        },
+        dir,
+        Journal::open(dir).unwrap(),
+        None,
+        Duration::from_secs(120),
+    )
+    .unwrap()
+}
+
 /// Last block's experts whole, and the block before it split (gate and down on the CPU).
 fn placement(n_blocks: u32) -> CpuExperts {
     CpuExperts {
@@ -147,23 +174,7 @@ fn a_trial_with_ot_rules_pinned_experts_and_no_op_offload_is_measured() {
     };
     let layout = qtune::model::load(&model).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut r = LlamaServerRunner::new(
-        &server,
-        &model,
-        layout.file_bytes,
-        qtune::space::Workload {
-            prompt_tokens: 32,
-            gen_tokens: 8,
-            repetitions: 1,
-            warmup: false,
-            context_depth: None,
-        },
-        dir.path(),
-        Journal::open(dir.path()).unwrap(),
-        None,
-        Duration::from_secs(120),
-    )
-    .unwrap();
+    let mut r = short_trial_runner(&server, &model, &layout, dir.path());
     let cfg = config(layout.n_blocks);
     let o = r.run(&cfg, TrialRole::Search);
     assert_eq!(o.kind, OutcomeKind::Ok, "{} {:?}", o.message, o.evidence);
@@ -195,23 +206,7 @@ fn two_gpu_flags_are_accepted_and_a_missing_device_is_a_bad_flag() {
     };
     let layout = qtune::model::load(&model).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut r = LlamaServerRunner::new(
-        &server,
-        &model,
-        layout.file_bytes,
-        qtune::space::Workload {
-            prompt_tokens: 32,
-            gen_tokens: 8,
-            repetitions: 1,
-            warmup: false,
-            context_depth: None,
-        },
-        dir.path(),
-        Journal::open(dir.path()).unwrap(),
-        None,
-        Duration::from_secs(120),
-    )
-    .unwrap();
+    let mut r = short_trial_runner(&server, &model, &layout, dir.path());
     let mut cfg = LaunchConfig {
         threads: Some(2),
         split_mode: Some(qtune::config::SplitMode::Layer),
