@@ -40,7 +40,7 @@ mod validation;
 
 pub use convert::*;
 pub use parse::*;
-pub use plan::{plan, plan_fit_target_mib, Confidence, Plan, CUDA_CONTEXT_MIB};
+pub use plan::{plan, plan_fit_target_mib, Confidence, Plan};
 pub use render::*;
 pub use schema::*;
 pub use store::*;

@@ -3,16 +3,11 @@
 
 use super::*;
 
-/// GPU memory a launch uses beyond the buffers the memory model itemizes (the CUDA context,
-/// cuBLAS workspaces): 714-757 MiB in every trial on the GPU machine (H100, CUDA 13.0, see
-/// `search::context::unitemized_vram_mib`, which a tune learns from its own trials). A plan
-/// launches nothing, so it keeps this much of the budget free for it.
-pub const CUDA_CONTEXT_MIB: f64 = 760.0;
-
 /// What the plan's predicted buffers may fill of a VRAM budget: the budget minus the larger of
-/// [`CUDA_CONTEXT_MIB`] and a 3 % margin for prediction error.
+/// the card's CUDA context ([`crate::model::cards::CARD_CONTEXT_MIB`]: a plan launches nothing,
+/// so it cannot measure it as a tune does) and a 3 % margin for prediction error.
 pub fn plan_fit_target_mib(budget_mib: f64) -> f64 {
-    budget_mib - CUDA_CONTEXT_MIB.max(budget_mib * 0.03)
+    budget_mib - crate::model::cards::CARD_CONTEXT_MIB.max(budget_mib * 0.03)
 }
 /// Budgets within this fraction of the profile's count as "the same card budget".
 const SAME_BUDGET_FRACTION: f64 = 0.10;

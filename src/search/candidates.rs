@@ -236,9 +236,7 @@ pub fn propose_cards(
         }
     }
     if ctx.space.vary.placement.contains(&PlacementStyle::Fit) {
-        out.push(
-            best.with_fit_targets(vec![ctx.fit_target_mib + FIT_OVERSHOOT_MIB; ctx.gpus.len()]),
-        );
+        out.push(best.with_fit_targets(vec![ctx.fit_candidate_target_mib(); ctx.gpus.len()]));
     }
     out
 }

@@ -178,6 +178,12 @@ impl SearchContext {
             .map(|n| n.clamp(lo, hi))
     }
 
+    /// `--fit-target` of fit's candidate on each card, MiB: the tune's headroom plus fit's
+    /// measured overshoot ([`super::candidates::FIT_OVERSHOOT_MIB`]).
+    pub fn fit_candidate_target_mib(&self) -> u32 {
+        self.fit_target_mib + super::candidates::FIT_OVERSHOOT_MIB
+    }
+
     pub fn baseline(&self) -> LaunchConfig {
         baseline_of(&self.space)
     }

@@ -255,7 +255,7 @@ impl QtuneSearch {
             let limits = super::candidates::Limits {
                 vram_budget_mib: budget - self.unitemized_mib(),
                 ram_available_mib: ctx.ram_available_mib,
-                fit_target_mib: ctx.fit_target_mib + super::candidates::FIT_OVERSHOOT_MIB,
+                fit_target_mib: ctx.fit_candidate_target_mib(),
             };
             for c in super::candidates::propose(&ctx.layout, &best, &ctx.space, &limits) {
                 if c.refused.is_none() {
