@@ -91,6 +91,10 @@ fn tear_tail(run: &Path, rng: &mut Rng) -> bool {
     let body = &bytes[..bytes.len() - 1];
     let start = body.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
     let last_len = bytes.len() - start;
+    if last_len < 2 {
+        // The last line is a single byte (a tear already cut it there): nothing left to tear.
+        return false;
+    }
     let keep = start + 1 + rng.below(last_len as u64 - 1) as usize;
     std::fs::write(&path, &bytes[..keep]).unwrap();
     true
