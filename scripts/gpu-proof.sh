@@ -21,6 +21,7 @@
 #   proof35-16, proof35-24, proof30-16, proof30-24
 #                 issue 13's proof: plan (predicted speeds written first), tune (default space),
 #                 then qtune compare of the winner vs the default vs --fit-target 512
+#                 (proofNN-GG-tune: the plans and the tune only)
 #   remeasure35-16, remeasure35-24, remeasure30-16
 #                 qtune compare: plain default vs --fit-target 512 vs the committed winner ($ROUNDS rounds)
 #   Two GPUs (issue 15; the nvidia-h200-x2 machine, one ballast per GPU):
@@ -278,7 +279,7 @@ for c in "$@"; do
         --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$W/runs/$c-compare"
       echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$W/runs/$c-compare/card.txt"
       unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
-    proof35-16 | proof35-24 | proof30-16 | proof30-24)
+    proof35-16 | proof35-24 | proof30-16 | proof30-24 | proof35-16-tune | proof35-24-tune | proof30-16-tune | proof30-24-tune)
       # Issue 13 (and 12, 14): predict, tune with the default space, re-measure.
       # 1. `qtune plan` writes its predicted speeds down before anything is launched: from the
       #    model alone (run where no profile is found), and from the other card's profile when
@@ -286,10 +287,11 @@ for c in "$@"; do
       # 2. `qtune tune --space default --target-vram-headroom 512`.
       # 3. `qtune compare`: the plain default, --fit-target 512 and the tune's winner, ${ROUNDS:-6}
       #    interleaved rounds.
-      k=${c#proof}; gib=${k#*-}
+      # (CASE-tune: the plans and the tune, no re-measurement: issue 14's predictions vs the tune.)
+      k=${c#proof}; k=${k%-tune}; gib=${k#*-}
       case "$k" in 35-*) shape=qwen3.5-35b-a3b ;; *) shape=qwen3-30b-a3b ;; esac
       other=$([ "$gib" = 16 ] && echo 24 || echo 16)
-      m=$(model "$shape"); run="$W/runs/$c"; ballast "$gib"
+      m=$(model "$shape"); run="$W/runs/proof$k"; ballast "$gib"
       mkdir -p "$W/noprofile"
       say "$c: plan before the tune ($GPU_NAME, emulated ${gib} GiB card)"
       (cd "$W/noprofile" && "$Q" plan --model "$m" --ctx 32768 --target-vram-headroom 512 --no-profile --json) > "$W/$c-plan.json" 2> "$W/$c-plan.txt"
@@ -306,6 +308,7 @@ for c in "$@"; do
       echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$run/card.txt"
       cp "$W/$c"-plan* "$run/" 2>/dev/null
       pack "$c" "$run"
+      case "$c" in *-tune) unballast; continue ;; esac
       say "$c: re-measuring the winner (${ROUNDS:-6} rounds)"
       "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" "llama-server -m $m -c 32768 -np 1 --fit-target 512" \
         "$(tail -1 "$W/$c.cmd")" --rounds "${ROUNDS:-6}" \
