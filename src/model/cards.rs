@@ -99,11 +99,93 @@ pub fn cpu_fill(
     BlockSet::new(moved)
 }
 
+/// A placement on several cards: the `-ts` split, the blocks whose experts go to the CPU, and
+/// the room it leaves on its fullest card.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CardPlacement {
+    pub split: Vec<u32>,
+    pub cpu_blocks: BlockSet,
+    /// The least room left on any card, MiB: its budget minus its predicted buffers and what it
+    /// holds beyond them (`extra_mib`). Negative: that card is over.
+    pub room_mib: f64,
+}
+
+/// The `-ts` split for `template` with `n` blocks' experts on the CPU (taken by [`cpu_fill`]
+/// under each split) that leaves the most room on the card with the least: each card's
+/// predicted buffers plus `extra_mib` (what it holds beyond them, device order) against its
+/// budget.
+///
+/// Proportions by budget ([`split_by_budget`]) ignore where llama.cpp's layers fall: whole
+/// layers (856 MiB each for Q8_0 Qwen3.5-35B-A3B), the output layer on the last card, one
+/// compute buffer per card. On 24 + 16 GiB they gave GPU 0 26 of 41 layers: 455 MiB of room
+/// on it, 2,093 on GPU 1 (predicted; measured 503 and 2,175), and `-ub 2048` spilled on GPU 0
+/// with 1.4 GiB free on GPU 1; 25 layers leave about 1.3 GiB on each.
+///
+/// GPU 0's share is scanned over 5..=95 % (the other cards keep their budgets' proportions),
+/// each assignment of layers to cards is evaluated once, and of equal ones the share nearest the
+/// split by budget is kept. The blocks are taken with [`CARD_CONTEXT_MIB`] on every card, so a
+/// split and `n` always give the same blocks.
+pub fn balanced_split(
+    layout: &ModelLayout,
+    template: &LaunchConfig,
+    gpus: &[GpuBudget],
+    extra_mib: &[f64],
+    n: u32,
+) -> CardPlacement {
+    let nb = layout.n_blocks;
+    let free: Vec<f64> = gpus.iter().map(|g| g.free_mib as f64).collect();
+    let targets = buffer_budgets_mib(gpus);
+    let fill_extra = vec![CARD_CONTEXT_MIB; gpus.len()];
+    let mut seen: Vec<Vec<Option<u32>>> = Vec::new();
+    let mut best: Option<CardPlacement> = None;
+    for shift in std::iter::once(0).chain((1..=95).flat_map(|k| [-k, k])) {
+        let split = split_by_budget(&targets, shift);
+        let weights: Vec<f64> = split.iter().map(|&x| f64::from(x)).collect();
+        let devs = layer_devices(nb, 999, &weights);
+        if seen.contains(&devs) {
+            continue;
+        }
+        seen.push(devs);
+        let cpu_blocks = cpu_fill(layout, template, &split, gpus, &fill_extra, n);
+        let mut c = template.clone();
+        c.place_on_gpus(split.clone(), cpu_blocks.clone());
+        let p = predict_devices(layout, &c, &free);
+        let room_mib = p
+            .gpu_devices
+            .iter()
+            .map(|d| {
+                let i = d.device as usize;
+                let budget = gpus.get(i).map_or(0.0, |g| g.budget_mib as f64);
+                budget - d.total_mib - extra_mib.get(i).copied().unwrap_or(CARD_CONTEXT_MIB)
+            })
+            .fold(f64::INFINITY, f64::min);
+        if best.as_ref().is_none_or(|b| room_mib > b.room_mib) {
+            best = Some(CardPlacement {
+                split,
+                cpu_blocks,
+                room_mib,
+            });
+        }
+    }
+    best.unwrap_or(CardPlacement {
+        split: Vec::new(),
+        cpu_blocks: BlockSet::default(),
+        room_mib: f64::NEG_INFINITY,
+    })
+}
+
 /// VRAM each card holds beyond the buffers llama.cpp itemizes (the CUDA context, cuBLAS
 /// handles and workspaces): 715-760 MiB measured per launch on the GPU machine (H100, CUDA 13.0,
 /// issue 13). On several cards every card holds its own, so each card's buffers must fit its
 /// budget minus this (the single-GPU plan keeps the same figure out of its one budget).
 pub const CARD_CONTEXT_MIB: f64 = 760.0;
+
+/// Kept free on a card beyond what it was measured to hold over its predicted buffers, when
+/// that measurement places another config: the largest figure of a tune covers the configs
+/// it measured, not a new ubatch or split. On 24 + 16 GiB (2x H200, Q8_0 Qwen3.5-35B-A3B) one
+/// config peaked the same to the MiB every launch, but across configs the per-card figure moved
+/// by up to 214 MiB (608-822 on GPU 0, 650-690 on GPU 1: the compute buffers' error).
+pub const CARD_MARGIN_MIB: f64 = 128.0;
 
 /// What each card's predicted buffers may fill: its budget minus [`CARD_CONTEXT_MIB`] (never
 /// negative), MiB, device order.
@@ -177,6 +259,43 @@ mod tests {
             free_mib: budget_mib + 512,
             budget_mib,
         }
+    }
+
+    #[test]
+    fn the_balanced_split_leaves_the_fullest_card_the_most_room() {
+        let l = layout();
+        let t = LaunchConfig::baseline(4096);
+        let gpus = [card(0, 6000), card(1, 3000)];
+        let free = [6512.0, 3512.0];
+        let context = [CARD_CONTEXT_MIB; 2];
+        let room = |split: &[u32], extra: &[f64], n: u32| {
+            let mut c = t.clone();
+            c.place_on_gpus(split.to_vec(), cpu_fill(&l, &t, split, &gpus, &context, n));
+            let p = predict_devices(&l, &c, &free);
+            p.gpu_devices
+                .iter()
+                .map(|d| {
+                    gpus[d.device as usize].budget_mib as f64
+                        - d.total_mib
+                        - extra[d.device as usize]
+                })
+                .fold(f64::INFINITY, f64::min)
+        };
+        let by_budget = split_by_budget(&buffer_budgets_mib(&gpus), 0);
+        let b = balanced_split(&l, &t, &gpus, &context, 8);
+        assert_eq!(b.room_mib, room(&b.split, &context, 8));
+        assert!(b.room_mib >= room(&by_budget, &context, 8), "{b:?}");
+        // No other GPU 0 share leaves the fullest card more room.
+        for s in 5..=95u32 {
+            assert!(room(&[s, 100 - s], &context, 8) <= b.room_mib, "{s}");
+        }
+        // A card measured to hold more beyond the prediction gets fewer layers.
+        let heavier = [CARD_CONTEXT_MIB, CARD_CONTEXT_MIB + 800.0];
+        let h = balanced_split(&l, &t, &gpus, &heavier, 8);
+        assert!(h.split[0] > b.split[0], "{h:?} vs {b:?}");
+        assert_eq!(h.room_mib, room(&h.split, &heavier, 8));
+        // Nothing fits: the room is negative, the split still the least bad.
+        assert!(balanced_split(&l, &t, &gpus, &context, 0).room_mib < 0.0);
     }
 
     #[test]
