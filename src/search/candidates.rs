@@ -168,7 +168,7 @@ pub fn propose_with(
     out
 }
 
-/// The variants of `best` on a box with two GPUs or more (issue 15): the layer split moved
+/// The variants of `best` on a box with two GPUs or more (issue 15): `best`'s layer split moved
 /// by each of the space's `split_shift_pct` (GPU 0's share, percentage points), its CPU
 /// experts refilled so every card fits its own budget; with a `*-split` style, `best` filled
 /// further by one boundary block split per projection; and, with the `fit` style, `--fit`'s
@@ -186,10 +186,16 @@ pub fn propose_cards(
     }
     let extra = card_extra_mib(ctx, history);
     let (lo, hi) = ctx.ncmoe_bounds();
+    // `best`'s own split as a shift of the split by budget (the exploration balances each
+    // config's split, so it is rarely the split by budget itself).
     let by_budget = ctx.split_by_budget(0);
+    let own = match (best.tensor_split.first(), by_budget.first()) {
+        (Some(&b), Some(&g)) => b as i32 - g as i32,
+        _ => 0,
+    };
     for shift in ctx.space.vary.split_shifts() {
-        let split = ctx.split_by_budget(shift);
-        if split == by_budget || split == best.tensor_split {
+        let split = ctx.split_by_budget(own + shift);
+        if split == best.tensor_split {
             continue;
         }
         let placed = (lo..=hi).map(|n| {
@@ -217,11 +223,12 @@ pub fn propose_cards(
         .iter()
         .any(|p| matches!(p, PlacementStyle::FirstSplit | PlacementStyle::LastSplit));
     let n = ctx.cpu_blocks_of(best);
-    if split_style && n > lo && best.tensor_split == by_budget && best.n_gpu_layers.is_some() {
-        let fewer = ctx.cpu_fill(best, &by_budget, n - 1);
-        let all = ctx.cpu_fill(best, &by_budget, n);
+    let split = best.tensor_split.clone();
+    if split_style && n > lo && !split.is_empty() && best.n_gpu_layers.is_some() {
+        let fewer = ctx.cpu_fill(best, &split, n - 1);
+        let all = ctx.cpu_fill(best, &split, n);
         let mut at_fewer = best.clone();
-        at_fewer.place_on_gpus(by_budget.clone(), fewer.clone());
+        at_fewer.place_on_gpus(split.clone(), fewer.clone());
         let boundary = all.iter().find(|b| !fewer.contains(*b));
         if let Some(boundary) = boundary {
             if !ctx.fits_cards_with(&at_fewer, &extra) {
@@ -241,21 +248,24 @@ pub fn propose_cards(
     out
 }
 
-/// What each card held beyond its predicted buffers in this tune's explicit placements (the
-/// largest measured peak minus prediction over the trials that ran, spilled ones included;
-/// not the out-of-memory ones, whose peak is the card's limit; device order): the CUDA context
-/// and the prediction's error on that card. [`crate::model::cards::CARD_CONTEXT_MIB`] for a
-/// card nothing measured yet. The variants are filled against it, so a card the prediction
-/// under-estimates is not filled past its budget again.
+/// What each card holds beyond its predicted buffers, as this tune's explicit placements
+/// measured it (device order): the largest measured peak minus prediction over the trials that
+/// ran, spilled ones included (not the out-of-memory ones, whose peak is the card's limit),
+/// plus [`crate::model::cards::CARD_MARGIN_MIB`]: the CUDA context and the prediction's error
+/// on that card. [`crate::model::cards::CARD_CONTEXT_MIB`] for a card nothing measured yet.
+/// The exploration splits the layers and the variants are filled against it, so a card the
+/// prediction under-estimates is not filled past its budget again.
 pub fn card_extra_mib(
     ctx: &super::context::SearchContext,
     history: &[crate::trial::TrialOutcome],
 ) -> Vec<f64> {
+    use crate::trial::OutcomeKind;
     let mut extra: Vec<Option<f64>> = vec![None; ctx.gpus.len()];
-    for o in history
-        .iter()
-        .filter(|o| o.kind.is_ok() && o.config.n_gpu_layers.is_some() && o.peak_vram_mib.len() >= 2)
-    {
+    for o in history.iter().filter(|o| {
+        matches!(o.kind, OutcomeKind::Ok | OutcomeKind::Spill)
+            && o.config.n_gpu_layers.is_some()
+            && o.peak_vram_mib.len() >= 2
+    }) {
         let p = ctx.predict_cards(&o.config);
         for d in &p.gpu_devices {
             let i = d.device as usize;
@@ -267,7 +277,11 @@ pub fn card_extra_mib(
     }
     extra
         .into_iter()
-        .map(|e| e.unwrap_or(crate::model::cards::CARD_CONTEXT_MIB))
+        .map(|e| {
+            e.map_or(crate::model::cards::CARD_CONTEXT_MIB, |e| {
+                e + crate::model::cards::CARD_MARGIN_MIB
+            })
+        })
         .collect()
 }
 

@@ -126,10 +126,25 @@ impl SearchContext {
         self.start_base()
     }
 
-    /// The launch config of a base at `n_cpu_moe` (ignored without GPU + experts).
+    /// The launch config of a base at `n_cpu_moe` (ignored without GPU + experts). On several
+    /// GPUs: `n` blocks' experts on the CPU and the layers split so that the fullest card has
+    /// the most room ([`Self::config_placed`]), each card with its CUDA context estimate.
     pub fn config(&self, base: &Base, n_cpu_moe: u32) -> LaunchConfig {
+        if self.multi_gpu() {
+            let context = vec![crate::model::cards::CARD_CONTEXT_MIB; self.gpus.len()];
+            return self.config_placed(base, n_cpu_moe, &context).0;
+        }
+        let mut c = self.unplaced(base);
+        if self.gpu_moe {
+            c.place_experts(n_cpu_moe);
+        }
+        c
+    }
+
+    /// A base's config with nothing placed yet (the server's defaults for placement).
+    fn unplaced(&self, base: &Base) -> LaunchConfig {
         let f = &self.space.fixed;
-        let mut c = LaunchConfig {
+        LaunchConfig {
             ctx: f.ctx,
             parallel: f.parallel,
             n_gpu_layers: None,
@@ -149,14 +164,26 @@ impl SearchContext {
             tensor_split: Vec::new(),
             gpu_experts: Vec::new(),
             op_offload: true,
-        };
-        if self.multi_gpu() {
-            let split = self.split_by_budget(0);
-            let blocks = self.cpu_fill(&c, &split, n_cpu_moe);
-            c.place_on_gpus(split, blocks);
-        } else if self.gpu_moe {
-            c.place_experts(n_cpu_moe);
         }
+    }
+
+    /// Several GPUs: a base's config with `n` blocks' experts on the CPU and the `-ts` split
+    /// that leaves the most room on its fullest card, each card holding `extra_mib` (device
+    /// order) beyond its predicted buffers ([`crate::model::cards::balanced_split`]); and that
+    /// room, MiB (negative: a card is over).
+    pub fn config_placed(&self, base: &Base, n: u32, extra_mib: &[f64]) -> (LaunchConfig, f64) {
+        let mut c = self.unplaced(base);
+        let p = crate::model::cards::balanced_split(&self.layout, &c, &self.gpus, extra_mib, n);
+        c.place_on_gpus(p.split, p.cpu_blocks);
+        (c, p.room_mib)
+    }
+
+    /// Several GPUs: a base's config at `n` under a given `-ts` split, with the blocks
+    /// [`Self::config_placed`] takes under it: how a trial of this search was placed.
+    pub fn config_at(&self, base: &Base, n: u32, split: &[u32]) -> LaunchConfig {
+        let mut c = self.unplaced(base);
+        let blocks = self.cpu_fill(&c, split, n);
+        c.place_on_gpus(split.to_vec(), blocks);
         c
     }
 
@@ -164,18 +191,24 @@ impl SearchContext {
     /// `unitemized_mib`: GPU memory the server's reported buffers do not itemize (the CUDA
     /// context and its workspaces), as measured in this tune ([`unitemized_vram_mib`]); the
     /// buffers must fit what it leaves of the budget.
-    /// On several GPUs: the fewest blocks' experts on the CPU for which every card fits its
-    /// own budget ([`Self::config`] spreads them; each card keeps its own context estimate).
+    /// On several GPUs: [`Self::predicted_fit_cards`] with each card's CUDA context estimate.
     pub fn predicted_fit(&self, base: &Base, unitemized_mib: f64) -> Option<u32> {
         if self.multi_gpu() {
-            let (lo, hi) = self.ncmoe_bounds();
-            return (lo..=hi).find(|&n| self.fits_cards(&self.config(base, n)));
+            let context = vec![crate::model::cards::CARD_CONTEXT_MIB; self.gpus.len()];
+            return self.predicted_fit_cards(base, &context);
         }
         let (lo, hi) = self.ncmoe_bounds();
         let budget = self.budget_mib? - unitemized_mib;
         let template = self.config(base, lo);
         crate::model::memory::min_n_cpu_moe_that_fits(&self.layout, &template, budget)
             .map(|n| n.clamp(lo, hi))
+    }
+
+    /// Several GPUs: the fewest blocks' experts on the CPU for which some `-ts` split fits every
+    /// card, each holding `extra_mib` (device order) beyond its predicted buffers.
+    pub fn predicted_fit_cards(&self, base: &Base, extra_mib: &[f64]) -> Option<u32> {
+        let (lo, hi) = self.ncmoe_bounds();
+        (lo..=hi).find(|&n| self.config_placed(base, n, extra_mib).1 >= 0.0)
     }
 
     /// `--fit-target` of fit's candidate on each card, MiB: the tune's headroom plus fit's

@@ -201,9 +201,16 @@ impl QtuneSearch {
     /// The memory prediction (with the VRAM measured beyond the buffers so far) puts every
     /// expert on the GPU at the starting point.
     fn whole_model_fits(&self, ctx: &SearchContext) -> bool {
-        ctx.gpu_moe
-            && ctx.ncmoe_bounds().0 == 0
-            && ctx.predicted_fit(&ctx.start_base(), self.unitemized_mib()) == Some(0)
+        if !ctx.gpu_moe || ctx.ncmoe_bounds().0 != 0 {
+            return false;
+        }
+        if ctx.multi_gpu() {
+            return ctx
+                .config_placed(&ctx.start_base(), 0, &self.card_extra(ctx))
+                .1
+                >= 0.0;
+        }
+        ctx.predicted_fit(&ctx.start_base(), self.unitemized_mib()) == Some(0)
     }
 
     fn nominal_variants(ctx: &SearchContext) -> u32 {
@@ -330,6 +337,63 @@ impl QtuneSearch {
         super::context::unitemized_vram_mib(&self.history)
     }
 
+    /// Two GPUs or more: what each card holds beyond its predicted buffers, as measured so far
+    /// in this tune plus a margin ([`super::candidates::card_extra_mib`]).
+    fn card_extra(&self, ctx: &SearchContext) -> Vec<f64> {
+        super::candidates::card_extra_mib(ctx, &self.history)
+    }
+
+    /// The fewest CPU blocks the memory prediction, corrected by what this tune measured, says
+    /// fit (each card within its own budget on several GPUs).
+    fn predicted_fit(&self, ctx: &SearchContext, base: &Base) -> Option<u32> {
+        if ctx.multi_gpu() {
+            return ctx.predicted_fit_cards(base, &self.card_extra(ctx));
+        }
+        ctx.predicted_fit(base, self.unitemized_mib())
+    }
+
+    /// The config the exploration runs for `base` at `n` CPU blocks: `--n-cpu-moe n` on one
+    /// GPU; on several, the layers split so that the fullest card, as measured so far, has the
+    /// most room.
+    fn place(&self, ctx: &SearchContext, base: &Base, n: u32) -> LaunchConfig {
+        if ctx.multi_gpu() {
+            return ctx.config_placed(base, n, &self.card_extra(ctx)).0;
+        }
+        ctx.config(base, n)
+    }
+
+    /// Two GPUs or more: after `base` ran out of memory (or spilled) at `n` CPU blocks, the same
+    /// config with the layers split again so that every card fits, when a split does: the one
+    /// that leaves the most room on the fullest card, each card's figure what this tune measured
+    /// beyond the prediction (the failed trial's own peaks included: what it used on the card
+    /// that went over sizes the move) plus a margin. `None` when no split fits (the bisection
+    /// then puts more experts on the CPU), when `n` was re-split once already, or when the best
+    /// split is the one that failed.
+    fn resplit(&self, ctx: &SearchContext, base: &Base, n: u32) -> Option<LaunchConfig> {
+        let at_n: Vec<&TrialOutcome> = self
+            .search_outcomes(ctx, base)
+            .filter(|o| ctx.cpu_blocks_of(&o.config) == n)
+            .collect();
+        let [failed] = at_n[..] else {
+            return None;
+        };
+        if !failed.kind.is_memory_failure() {
+            return None;
+        }
+        let mut extra = self.card_extra(ctx);
+        // An out-of-memory trial is not in the learned figures (its peak is the card's limit),
+        // but the card that ran out used at least that much: a lower bound.
+        let p = ctx.predict_cards(&failed.config);
+        for d in &p.gpu_devices {
+            let i = d.device as usize;
+            if let (Some(e), Some(&peak)) = (extra.get_mut(i), failed.peak_vram_mib.get(i)) {
+                *e = e.max(peak as f64 - d.total_mib + crate::model::cards::CARD_MARGIN_MIB);
+            }
+        }
+        let (c, room) = ctx.config_placed(base, n, &extra);
+        (room >= 0.0 && c != failed.config).then_some(c)
+    }
+
     /// Launches spent so far (skipped configs were never launched).
     pub fn launches(&self) -> u32 {
         self.history
@@ -454,7 +518,19 @@ impl QtuneSearch {
     ) -> impl Iterator<Item = &'a TrialOutcome> + 'a {
         self.history.iter().filter(move |o| {
             o.role == TrialRole::Search
-                && o.config == ctx.config(base, ctx.cpu_blocks_of(&o.config))
+                && if ctx.multi_gpu() {
+                    // Several GPUs: the split is chosen per config (and again after a
+                    // failure), so a trial is this base's when it is this base at its own split.
+                    !o.config.tensor_split.is_empty()
+                        && o.config
+                            == ctx.config_at(
+                                base,
+                                ctx.cpu_blocks_of(&o.config),
+                                &o.config.tensor_split,
+                            )
+                } else {
+                    o.config == ctx.config(base, ctx.cpu_blocks_of(&o.config))
+                }
         })
     }
 
@@ -481,6 +557,9 @@ impl QtuneSearch {
                 return None;
             }
         }
+        // A config re-split at the same `n` after a failure counts once.
+        fails.sort_unstable();
+        fails.dedup();
         let fail_max_below = |limit: Option<u32>| {
             fails
                 .iter()
@@ -488,7 +567,14 @@ impl QtuneSearch {
                 .filter(|&f| limit.is_none_or(|l| f < l))
                 .max()
         };
-        let raw = ctx.predicted_fit(base, self.unitemized_mib());
+        // Several GPUs: a failure at the boundary that another split of the layers fits is
+        // not a boundary yet; only when no split fits do more experts go to the CPU.
+        if let Some(f) = fail_max_below(ok_min).filter(|_| ctx.multi_gpu()) {
+            if let Some(c) = self.resplit(ctx, base, f) {
+                return Some(c);
+            }
+        }
+        let raw = self.predicted_fit(ctx, base);
         let start = match raw {
             Some(p) => {
                 (p as i64 + self.delta.unwrap_or(0) as i64).clamp(lo as i64, hi as i64) as u32
@@ -497,7 +583,7 @@ impl QtuneSearch {
                 if ctx.budget_mib.is_some() && self.search_outcomes(ctx, base).next().is_none() {
                     let msg = format!(
                         "{}: predicted not to fit even with every expert on the CPU; skipped",
-                        ctx.config(base, hi).label()
+                        self.place(ctx, base, hi).label()
                     );
                     if !self.warnings.contains(&msg) {
                         self.warnings.push(msg);
@@ -530,7 +616,7 @@ impl QtuneSearch {
                 (f + o) / 2
             }
         };
-        Some(ctx.config(base, n))
+        Some(self.place(ctx, base, n))
     }
 
     /// The best measured config of a base and its pooled speeds.
@@ -737,10 +823,9 @@ impl QtuneSearch {
                     // This base is done: learn the prediction offset once, then compare.
                     self.queue.pop_front();
                     if self.delta.is_none() && ctx.gpu_moe {
-                        if let (Some(p), Some((cfg, _))) = (
-                            ctx.predicted_fit(&base, self.unitemized_mib()),
-                            self.best_of(ctx, &base),
-                        ) {
+                        if let (Some(p), Some((cfg, _))) =
+                            (self.predicted_fit(ctx, &base), self.best_of(ctx, &base))
+                        {
                             self.delta = Some(ctx.cpu_blocks_of(&cfg) as i32 - p as i32);
                         }
                     }
