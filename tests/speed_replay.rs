@@ -56,10 +56,26 @@ fn journals(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
+/// Runs committed after `FITTED` was fitted (2026-11-22): the constants never saw them, so they
+/// are held out as a whole (`runs_after_the_fit_*`) rather than refitted on.
+const AFTER_THE_FIT: &[&str] = &["gpu-h100-proof14"];
+
+fn after_the_fit(journal: &Path) -> bool {
+    journal
+        .components()
+        .any(|c| AFTER_THE_FIT.iter().any(|d| c.as_os_str() == *d))
+}
+
+/// The single-GPU groups the constants were fitted on.
 fn groups() -> Vec<Group> {
+    groups_where(|f| !after_the_fit(f))
+}
+
+fn groups_where(keep: impl Fn(&Path) -> bool) -> Vec<Group> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports");
     let mut files = Vec::new();
     journals(&root, &mut files);
+    files.retain(|f| keep(f));
     files.sort();
     type Key = (String, u32, String, String);
     type Acc = (Group, Vec<f64>, Vec<f64>, Vec<f64>);
@@ -69,6 +85,9 @@ fn groups() -> Vec<Group> {
         let Ok(card) = std::fs::read_to_string(dir.join("card.txt")) else {
             continue; // no card size recorded: cannot say which budget it ran under
         };
+        if card.contains("GPU 1") {
+            continue; // two cards: layer split and pipeline parallelism, not this model's box
+        }
         let gpu = if card.contains("H200") {
             "NVIDIA H200"
         } else if card.contains("H100") {
@@ -505,6 +524,39 @@ fn held_out_configs_are_predicted_within_the_stated_error() {
         );
         assert!(
             within >= 0.85,
+            "{what}: only {:.0} % within",
+            within * 100.0
+        );
+        assert!(worst <= 2.0 * stated, "{what}: worst {worst}");
+    }
+}
+
+/// The runs committed after the fit (`AFTER_THE_FIT`: issue 14's four H100 tunes of
+/// 2026-11-23, both shapes, 16 and 24 GiB), predicted with `FITTED` as it stands: a held-out
+/// set the constants never saw. The stated error is meant as about 90 % coverage; this asks
+/// for 80 % of the groups within it (fewer groups, one noisier box: 16 of 19 launches of one
+/// tune spread over 10 %) and none beyond twice it, and prints each group.
+#[test]
+fn runs_after_the_fit_are_predicted_within_the_stated_error() {
+    let ps = prepare(&groups_where(after_the_fit));
+    assert!(ps.len() >= 10, "{} groups after the fit", ps.len());
+    let (etg, epp) = report("after the fit", &ps, &FITTED);
+    for (what, errs, stated) in [
+        ("tg", &etg, FITTED.tg_rel_err),
+        ("pp", &epp, FITTED.pp_rel_err),
+    ] {
+        let n = errs.len() as f64;
+        let within = errs.iter().filter(|e| e.abs() <= stated).count() as f64 / n;
+        let worst = errs.iter().fold(0.0f64, |m, e| m.max(e.abs()));
+        println!(
+            "{what} after the fit: {} groups, {:.0} % within the stated +-{:.0} %, worst {:.1} %",
+            errs.len(),
+            within * 100.0,
+            stated * 100.0,
+            worst * 100.0
+        );
+        assert!(
+            within >= 0.80,
             "{what}: only {:.0} % within",
             within * 100.0
         );
