@@ -29,8 +29,15 @@
 #   multi35-24-16 Qwen3.5-35B-A3B Q8_0 on emulated 24 + 16 GiB: tune (default space), then its
 #                 winner vs the plain default vs --fit-target 512,512 in qtune compare ($ROUNDS rounds)
 #   multi30-16-12 the same for Qwen3-30B-A3B Q4_K_M on emulated 16 + 12 GiB
+#   multi35-16-12 Qwen3.5-35B-A3B Q8_0 on emulated 16 + 12 GiB: ~8 GiB of experts must go to the
+#                 CPU (the issue's two cases both fit whole on their cards, 2026-11-23)
 #                 (TUNE_ONLY=1: the tune alone; CASE-compare: the re-measurement alone, in a
 #                 later session, with FROM=DIR holding the tune's results.json)
+#
+# The device tool carries at most 64 MiB: the tracked tree (~19 MB in 2026-11) plus .gpu/ (the
+# CUDA build ~44 MB stripped, qtune ~2.7 MB, each vocab ~1.3 MB). Carry the vocab a case needs
+# (qwen2 for Qwen3-30B, qwen35 for Qwen3.5-35B); for both, carry the second one in the next call
+# and unpack it into $W/vocab (QTUNE_VOCAB_DIR) while the first case runs.
 #
 # A card of N GiB is emulated by a ballast process that allocates all but N GiB of the GPU
 # (python3 + torch), so llama-server, --fit and qtune see N GiB free and OOM happens for real.
@@ -322,7 +329,7 @@ for c in "$@"; do
       "$Q" plan --model "$m" --ctx 32768 --target-vram-headroom 512 > "$OUT/plan2-35-24-16.txt" 2>&1
       cat "$OUT/plan2-35-24-16.txt"
       unballast ;;
-    multi35-24-16 | multi30-16-12 | multi35-24-16-compare | multi30-16-12-compare)
+    multi35-24-16 | multi30-16-12 | multi35-16-12 | multi35-24-16-compare | multi30-16-12-compare | multi35-16-12-compare)
       # Issue 15: tune on two emulated cards, then the winner against the plain default and
       # --fit-target 512,512 (fit's multi-GPU placement) in interleaved ABBA rounds. The
       # -compare cases re-measure only (a later session: the winner comes from $W/CASE.cmd,
@@ -331,6 +338,7 @@ for c in "$@"; do
       case "$base" in
         multi35-24-16) shape=qwen3.5-35b-a3b ft=q8_0 g0=24 g1=16 ;;
         multi30-16-12) shape=qwen3-30b-a3b ft=q4_k_m g0=16 g1=12 ;;
+        multi35-16-12) shape=qwen3.5-35b-a3b ft=q8_0 g0=16 g1=12 ;;
       esac
       m=$(model "$shape" "$ft"); run="$W/runs/$base"; ballast2 "$g0" "$g1"
       card="emulated cards: GPU 0 ${g0} GiB + GPU 1 ${g1} GiB free of ${GPU_NAME} x2, $(date -u +%F)"
