@@ -148,6 +148,9 @@ pub struct Plan {
     /// Two GPUs or more: each card's budget and predicted VRAM, MiB, device order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cards: Vec<(crate::hardware::GpuBudget, f64)>,
+    /// No profile: the batch/KV candidates compared by predicted speed (empty when none were).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub compared: Vec<PlanCandidate>,
 }
 
 /// The plan's predicted speed (`crate::model::speed`).
@@ -283,171 +286,251 @@ pub fn scale_threads(profile_threads: u32, p: &ProfileHardware, host: &HostInfo)
     }
 }
 
-/// The non-placement part of a config from the built-in `default` space's first choices.
-fn default_base(ctx: u32, host: &HostInfo, reasons: &mut Vec<String>) -> LaunchConfig {
-    let mut cfg = LaunchConfig::baseline(ctx);
-    match crate::space::load("default") {
-        Ok(s) => {
-            cfg.parallel = s.fixed.parallel;
-            cfg.load_mode = s.load_modes()[0];
-            cfg.threads = s.vary.threads.first().map(|t| match t {
-                crate::space::Threads::Auto(_) => {
-                    host.physical_cores.unwrap_or(host.logical_cores).max(1)
-                }
-                crate::space::Threads::Count(n) => (*n).min(host.logical_cores.max(1)),
-            });
-            if let Some([b, ub]) = s.vary.batch_ubatch.first() {
-                cfg.batch = Some(*b);
-                cfg.ubatch = Some(*ub);
-            }
-            if let Some([k, v]) = s.vary.kv_types.first() {
-                cfg.cache_type_k = *k;
-                cfg.cache_type_v = *v;
-            }
-            if let Some(fa) = s.vary.flash_attn.first() {
-                cfg.flash_attn = *fa;
-            }
-            reasons.push(
-                "no profile for this model: threads, batch sizes and KV type are the built-in \
-                 'default' space's first choices (run 'qtune tune' to measure)"
-                    .to_string(),
-            );
-        }
-        Err(e) => reasons.push(format!(
-            "no profile for this model and the default space did not load ({e}): server defaults"
-        )),
-    }
-    cfg
+/// Predicted generation speeds within this many percent of the fastest candidate's are a tie,
+/// which predicted prompt speed breaks: the tune's objective (generation first, prompt among
+/// the tied). Narrower than the default space's 5 %, which absorbs the launch-to-launch noise
+/// of measurements; a prediction has none. What it has to separate: one more block's experts
+/// on the CPU, which the model puts at 3-4 % of generation on the measured shapes (Qwen3-30B-A3B
+/// at 16 GiB: `-ub 2048` needs `--n-cpu-moe 14` instead of 13, predicted 98 against 101 tok/s,
+/// measured 85.4 against 90.4, 5.5 %), from configs at the same placement that differ only in
+/// the micro-batch size (the same predicted generation: a tie, prompt decides). f16 against
+/// q8_0 KV falls on either side with the share of KV in a token: 11 % on the all-GPU
+/// Qwen3-30B-A3B (48 attention blocks), 2.4 % on the all-GPU Qwen3.5-35B-A3B (10).
+pub const PLAN_TIE_PCT: f64 = 3.0;
+
+/// One batch/KV choice the plan compared (no profile): its placement and predicted speeds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlanCandidate {
+    /// The config's label (placement, threads, batch sizes, KV type).
+    pub config: String,
+    /// Its predicted VRAM fits the budget (less the CUDA context and a margin).
+    pub fits: bool,
+    /// Predicted generation and prompt speed, tok/s (None: it does not fit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tg_tps: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pp_tps: Option<f64>,
+    /// The plan's config.
+    pub chosen: bool,
 }
 
-/// Propose a config for `layout` on `hw` from `profile` (or the defaults) at context `ctx`,
-/// leaving `headroom_mib` of free VRAM unused. Pure: no probing, no files.
-pub fn plan(
-    layout: &ModelLayout,
-    hw: &HardwareProfile,
-    profile: Option<&Profile>,
-    ctx: u32,
-    headroom_mib: u64,
-) -> Plan {
-    let mut reasons = Vec::new();
-    let mut warnings = Vec::new();
-    let budget = box_budget_mib(hw, headroom_mib);
-    let matched = profile.map(|p| model_match(p, layout));
+/// The built-in `default` space's choices for what is not placement: its first threads, flash
+/// attention and load mode on `base`, and its batch/ubatch and KV type pairs to choose from.
+struct DefaultChoices {
+    base: LaunchConfig,
+    batches: Vec<[u32; 2]>,
+    kvs: Vec<[crate::config::KvType; 2]>,
+}
 
-    let mut cfg = match profile {
-        Some(p) => {
-            let w = &p.winner.config;
-            match model_match(p, layout) {
-                ModelMatch::Fingerprint => reasons.push(format!(
-                    "profile '{}' is for this exact model (same fingerprint)",
-                    p.name
-                )),
-                ModelMatch::Shape => reasons.push(format!(
-                    "profile '{}' is for the same architecture and shape ({} blocks, {} experts) \
-                     but other tensor types",
-                    p.name, layout.n_blocks, layout.n_experts
-                )),
-                ModelMatch::Other => reasons.push(format!(
-                    "profile '{}' is for another model ({} {} blocks): only its threads, batch \
-                     sizes and KV type are used",
-                    p.name, p.model.arch, p.model.n_blocks
-                )),
-            }
-            let threads = w.threads.map(|t| {
-                let s = scale_threads(t, &p.hardware, &hw.host);
-                if s != t {
-                    reasons.push(format!(
-                        "threads {t} on the profile's box ({} physical cores) become {s} here ({} physical, {} logical)",
-                        p.hardware.physical_cores.map_or("?".into(), |c| c.to_string()),
-                        hw.host.physical_cores.map_or("?".into(), |c| c.to_string()),
-                        hw.host.logical_cores
-                    ));
+impl DefaultChoices {
+    /// Every batch/ubatch pair with every KV pair, the space's first choices first.
+    fn candidates(&self) -> Vec<LaunchConfig> {
+        let batches: Vec<Option<[u32; 2]>> = if self.batches.is_empty() {
+            vec![None]
+        } else {
+            self.batches.iter().copied().map(Some).collect()
+        };
+        let kvs: Vec<Option<[crate::config::KvType; 2]>> = if self.kvs.is_empty() {
+            vec![None]
+        } else {
+            self.kvs.iter().copied().map(Some).collect()
+        };
+        let mut out = Vec::new();
+        for b in &batches {
+            for kv in &kvs {
+                let mut c = self.base.clone();
+                if let Some([b, ub]) = b {
+                    c.batch = Some(*b);
+                    c.ubatch = Some(*ub);
                 }
-                s
-            });
-            if p.space.ctx != ctx {
-                reasons.push(format!(
-                    "the profile was tuned at ctx {}; planned for ctx {ctx} (KV cache re-predicted)",
-                    p.space.ctx
-                ));
-            }
-            LaunchConfig {
-                ctx,
-                parallel: w.parallel,
-                n_gpu_layers: None,
-                n_cpu_moe: None,
-                threads,
-                batch: w.batch,
-                ubatch: w.ubatch,
-                cache_type_k: w.cache_type_k,
-                cache_type_v: w.cache_type_v,
-                flash_attn: w.flash_attn,
-                load_mode: w.load_mode,
-                fit: None,
-                fit_target_mib: Vec::new(),
-                cpu_experts: None,
-                split_mode: None,
-                tensor_split: Vec::new(),
-                gpu_experts: Vec::new(),
-                op_offload: w.op_offload,
+                if let Some([k, v]) = kv {
+                    c.cache_type_k = *k;
+                    c.cache_type_v = *v;
+                }
+                out.push(c);
             }
         }
-        None => default_base(ctx, &hw.host, &mut reasons),
-    };
+        out
+    }
+}
 
+/// The built-in `default` space's choices at context `ctx` on `host` (Err: why it did not load).
+fn default_choices(ctx: u32, host: &HostInfo) -> Result<DefaultChoices, String> {
+    let s = crate::space::load("default").map_err(|e| e.to_string())?;
+    let mut base = LaunchConfig::baseline(ctx);
+    base.parallel = s.fixed.parallel;
+    base.load_mode = s.load_modes()[0];
+    base.threads = s.vary.threads.first().map(|t| match t {
+        crate::space::Threads::Auto(_) => host.physical_cores.unwrap_or(host.logical_cores).max(1),
+        crate::space::Threads::Count(n) => (*n).min(host.logical_cores.max(1)),
+    });
+    if let Some(fa) = s.vary.flash_attn.first() {
+        base.flash_attn = *fa;
+    }
+    Ok(DefaultChoices {
+        base,
+        batches: s.vary.batch_ubatch.clone(),
+        kvs: s.vary.kv_types.clone(),
+    })
+}
+
+/// The config a profile's winner gives on this box, before placement: its threads (scaled to
+/// this box's cores), batch sizes, KV type, flash attention, load mode and op offload.
+fn from_profile(
+    p: &Profile,
+    layout: &ModelLayout,
+    hw: &HardwareProfile,
+    ctx: u32,
+    reasons: &mut Vec<String>,
+) -> LaunchConfig {
+    let w = &p.winner.config;
+    match model_match(p, layout) {
+        ModelMatch::Fingerprint => reasons.push(format!(
+            "profile '{}' is for this exact model (same fingerprint)",
+            p.name
+        )),
+        ModelMatch::Shape => reasons.push(format!(
+            "profile '{}' is for the same architecture and shape ({} blocks, {} experts) \
+             but other tensor types",
+            p.name, layout.n_blocks, layout.n_experts
+        )),
+        ModelMatch::Other => reasons.push(format!(
+            "profile '{}' is for another model ({} {} blocks): only its threads, batch \
+             sizes and KV type are used",
+            p.name, p.model.arch, p.model.n_blocks
+        )),
+    }
+    let threads = w.threads.map(|t| {
+        let s = scale_threads(t, &p.hardware, &hw.host);
+        if s != t {
+            reasons.push(format!(
+                "threads {t} on the profile's box ({} physical cores) become {s} here ({} physical, {} logical)",
+                p.hardware.physical_cores.map_or("?".into(), |c| c.to_string()),
+                hw.host.physical_cores.map_or("?".into(), |c| c.to_string()),
+                hw.host.logical_cores
+            ));
+        }
+        s
+    });
+    if p.space.ctx != ctx {
+        reasons.push(format!(
+            "the profile was tuned at ctx {}; planned for ctx {ctx} (KV cache re-predicted)",
+            p.space.ctx
+        ));
+    }
+    LaunchConfig {
+        ctx,
+        parallel: w.parallel,
+        n_gpu_layers: None,
+        n_cpu_moe: None,
+        threads,
+        batch: w.batch,
+        ubatch: w.ubatch,
+        cache_type_k: w.cache_type_k,
+        cache_type_v: w.cache_type_v,
+        flash_attn: w.flash_attn,
+        load_mode: w.load_mode,
+        fit: None,
+        fit_target_mib: Vec::new(),
+        cpu_experts: None,
+        split_mode: None,
+        tensor_split: Vec::new(),
+        gpu_experts: Vec::new(),
+        op_offload: w.op_offload,
+    }
+}
+
+/// A config placed on this box, with why and what to check.
+struct Placed {
+    cfg: LaunchConfig,
+    fits: bool,
+    reasons: Vec<String>,
+    warnings: Vec<String>,
+}
+
+/// What each card keeps out of its predicted buffers in a plan: the larger of its CUDA context
+/// and a 3 % margin, as [`plan_fit_target_mib`] on one card.
+fn plan_card_extra_mib(cards: &[crate::hardware::GpuBudget]) -> Vec<f64> {
+    cards
+        .iter()
+        .map(|g| g.budget_mib as f64 - plan_fit_target_mib(g.budget_mib as f64))
+        .collect()
+}
+
+/// Place `cfg` on this box: on one GPU the fewest `--n-cpu-moe` whose predicted VRAM fits the
+/// budget; on several the fewest CPU blocks for which the tune's balanced split fits every card;
+/// nothing on a box without a GPU or for a dense model.
+fn place(
+    layout: &ModelLayout,
+    profile: Option<&Profile>,
+    mut cfg: LaunchConfig,
+    budget: Option<u64>,
+    cards: &[crate::hardware::GpuBudget],
+) -> Placed {
+    let mut reasons = Vec::new();
+    let mut warnings = Vec::new();
     let mut fits = true;
-    let cards = crate::run::gpu_budgets(hw, headroom_mib);
     match budget {
         Some(_) if layout.is_moe() && cards.len() >= 2 => {
             // Two GPUs or more (issue 15): the split is predicted again for these cards,
-            // whatever box the profile came from.
+            // whatever box the profile came from, by the rule the tune splits with
+            // (`SearchContext::config`): for each count of CPU blocks the `-ts` split that
+            // leaves the fullest card the most room; the fewest blocks for which that room is
+            // not negative. Each card keeps its CUDA context (or a 3 % margin, the larger) out
+            // of what its buffers fill, as on one GPU.
             let nb = layout.n_blocks;
-            // Each card keeps its CUDA context (or a 3 % margin, the larger) out of what its
-            // buffers fill, as on one GPU.
-            let targets: Vec<f64> = cards
+            let extra = plan_card_extra_mib(cards);
+            let placement =
+                |n: u32| crate::model::cards::balanced_split(layout, &cfg, cards, &extra, n);
+            let budgets = cards
                 .iter()
-                .map(|g| plan_fit_target_mib(g.budget_mib as f64))
-                .collect();
-            match crate::model::cards::fill_cards(layout, &cfg, &cards, &targets, (0, nb)) {
-                Some(placed) => {
-                    cfg = placed;
+                .map(|g| {
+                    format!(
+                        "CUDA{} {}",
+                        g.index,
+                        crate::util::fmt_mib(g.budget_mib as f64)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" + ");
+            match (0..=nb).map(placement).find(|p| p.room_mib >= 0.0) {
+                Some(p) => {
+                    let experts = match p.cpu_blocks.len() {
+                        0 => "every expert on the cards".to_string(),
+                        n => format!(
+                            "the experts of {n} blocks on the CPU, each taken from the share of \
+                             the card that needs the room"
+                        ),
+                    };
+                    cfg.place_on_gpus(p.split, p.cpu_blocks);
                     reasons.push(format!(
-                        "-ts {}: the layers split by this box's card budgets ({}); the experts of                          {} blocks on the CPU, each taken from the share of the card that needs                          the room, so every card's predicted VRAM fits its own budget less its CUDA context",
+                        "-ts {}: the split that leaves the fullest card the most room, as the \
+                         tune splits, on this box's card budgets ({budgets}); {experts}, so \
+                         every card's predicted VRAM fits its own budget less its CUDA context \
+                         and a margin ({} of room left on the fullest)",
                         cfg.tensor_split
                             .iter()
                             .map(|v| v.to_string())
                             .collect::<Vec<_>>()
                             .join(","),
-                        cards
-                            .iter()
-                            .map(|g| format!(
-                                "CUDA{} {}",
-                                g.index,
-                                crate::util::fmt_mib(g.budget_mib as f64)
-                            ))
-                            .collect::<Vec<_>>()
-                            .join(" + "),
-                        cfg.cpu_experts.as_ref().map_or(0, |e| e.blocks.len())
+                        crate::util::fmt_mib(p.room_mib)
                     ));
                 }
                 None => {
                     fits = false;
-                    let split = crate::model::cards::split_by_budget(
-                        &cards
-                            .iter()
-                            .map(|g| g.budget_mib as f64)
-                            .collect::<Vec<_>>(),
-                        0,
-                    );
-                    cfg.place_on_gpus(split, crate::config::BlockSet::first(nb));
+                    let p = placement(nb);
+                    cfg.place_on_gpus(p.split, p.cpu_blocks);
                     warnings.push(format!(
-                        "nothing fits: even with all {nb} blocks' experts on the CPU a card's                          predicted VRAM exceeds 97 % of its budget"
+                        "nothing fits: even with all {nb} blocks' experts on the CPU a card's \
+                         predicted VRAM exceeds its budget less its CUDA context and a margin \
+                         ({budgets})"
                     ));
                 }
             }
             if profile.is_some_and(|p| p.hardware.gpus.len() != cards.len()) {
                 reasons.push(format!(
-                    "the profile's box had {} GPU(s); this one has {}: its placement does not                      carry over",
+                    "the profile's box had {} GPU(s); this one has {}: its placement does not \
+                     carry over",
                     profile.map_or(0, |p| p.hardware.gpus.len()),
                     cards.len()
                 ));
@@ -494,6 +577,225 @@ pub fn plan(
         ),
         None => reasons.push("no GPU on this box: CPU-only config, no placement flags".to_string()),
     }
+    Placed {
+        cfg,
+        fits,
+        reasons,
+        warnings,
+    }
+}
+
+/// A speed for a reason: "10,512 tok/s".
+fn fmt_tps(v: f64) -> String {
+    let n = v.round() as u64;
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    format!("{out} tok/s")
+}
+
+/// "-b 2048 -ub 512, q8_0 KV": the non-placement choices a candidate differs by.
+fn choice_label(c: &LaunchConfig) -> String {
+    let kv = if c.cache_type_k == c.cache_type_v {
+        format!("{} KV", c.cache_type_k)
+    } else {
+        format!("{}/{} KV", c.cache_type_k, c.cache_type_v)
+    };
+    match (c.batch, c.ubatch) {
+        (Some(b), Some(ub)) => format!("-b {b} -ub {ub}, {kv}"),
+        _ => kv,
+    }
+}
+
+/// No profile: place every batch/ubatch × KV pair of the `default` space and keep the one the
+/// speed model predicts best by the tune's objective: the fastest in generation, and among the
+/// candidates within [`PLAN_TIE_PCT`] of it the fastest in prompt (at the same predicted
+/// prompt speed the faster in generation, then the space's order). A candidate that does not fit is out. When the model cannot compare them (no
+/// GPU, an unknown card, a dense model, nothing fits) the space's first choices are kept.
+fn choose_by_speed(
+    layout: &ModelLayout,
+    hw: &HardwareProfile,
+    choices: &DefaultChoices,
+    budget: Option<u64>,
+    cards: &[crate::hardware::GpuBudget],
+    reasons: &mut Vec<String>,
+) -> (Placed, Vec<PlanCandidate>) {
+    use crate::model::speed::{self, SpeedBox, FITTED};
+    const FIRST: &str = "no profile for this model: threads, batch sizes and KV type are the \
+                         built-in 'default' space's first choices (run 'qtune tune' to measure)";
+    let candidates = choices.candidates();
+    let first = || place(layout, None, candidates[0].clone(), budget, cards);
+    if !hw.has_gpu() {
+        reasons.push(format!(
+            "{FIRST}; not chosen by predicted speed: the speed model was fitted on GPU runs only"
+        ));
+        return (first(), Vec::new());
+    }
+    let sb = SpeedBox::from_hardware(hw);
+    let mut placed: Vec<(Placed, Option<speed::SpeedPrediction>)> = Vec::new();
+    for c in &candidates {
+        let p = place(layout, None, c.clone(), budget, cards);
+        let pred = if p.fits {
+            let Some(pred) = speed::predict(
+                layout,
+                &p.cfg,
+                &sb,
+                true,
+                speed::DEFAULT_PROMPT_TOKENS,
+                &FITTED,
+            ) else {
+                reasons.push(format!(
+                    "{FIRST}; not chosen by predicted speed: the speed model cannot predict \
+                     this box or placement"
+                ));
+                return (first(), Vec::new());
+            };
+            Some(pred)
+        } else {
+            None
+        };
+        placed.push((p, pred));
+    }
+    let speeds: Vec<(usize, f64, f64)> = placed
+        .iter()
+        .enumerate()
+        .filter_map(|(i, (_, pred))| pred.as_ref().map(|p| (i, p.tg.tps, p.pp.tps)))
+        .collect();
+    let Some(best_tg) = speeds.iter().map(|s| s.1).max_by(f64::total_cmp) else {
+        reasons.push(format!(
+            "{FIRST}; none of its batch/KV pairs fits this budget"
+        ));
+        return (placed.swap_remove(0).0, Vec::new());
+    };
+    let tied: Vec<&(usize, f64, f64)> = speeds
+        .iter()
+        .filter(|s| crate::search::objective::is_tie(s.1, best_tg, PLAN_TIE_PCT))
+        .collect();
+    // The fastest in prompt among the tied; at the same predicted prompt speed (e.g. two
+    // micro-batch sizes at or above the prompt's length) the faster in generation, then the
+    // space's order.
+    let same = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs());
+    let mut win = tied[0];
+    for s in &tied[1..] {
+        if (s.2 > win.2 && !same(s.2, win.2))
+            || (same(s.2, win.2) && s.1 > win.1 && !same(s.1, win.1))
+        {
+            win = s;
+        }
+    }
+    let fastest_tg = if same(win.1, best_tg) {
+        win.0
+    } else {
+        speeds
+            .iter()
+            .find(|s| s.1 == best_tg)
+            .map_or(win.0, |s| s.0)
+    };
+    let chosen = &placed[win.0].0.cfg;
+    reasons.push(
+        "no profile for this model: threads and flash attention are the built-in 'default' \
+         space's first choices, its batch sizes and KV types compared by predicted speed (run \
+         'qtune tune' to measure)"
+            .to_string(),
+    );
+    let what = if speeds.len() == candidates.len() {
+        format!("the {} batch/KV pairs of the 'default' space", speeds.len())
+    } else {
+        format!(
+            "the {} of the 'default' space's {} batch/KV pairs that fit",
+            speeds.len(),
+            candidates.len()
+        )
+    };
+    let why = if fastest_tg == win.0 && tied.len() == 1 {
+        format!(
+            "{}: predicted fastest in generation ({}) of {what}; no other within {PLAN_TIE_PCT} %",
+            choice_label(chosen),
+            fmt_tps(win.1)
+        )
+    } else if fastest_tg == win.0 {
+        format!(
+            "{}: predicted fastest in generation ({}) of {what}, and the fastest in prompt ({}) \
+             of the {} within {PLAN_TIE_PCT} % of it",
+            choice_label(chosen),
+            fmt_tps(win.1),
+            fmt_tps(win.2),
+            tied.len()
+        )
+    } else {
+        format!(
+            "{}: predicted {} in generation, within {PLAN_TIE_PCT} % of the fastest of {what} \
+             ({}, {}); of the {} within it, the fastest in prompt ({})",
+            choice_label(chosen),
+            fmt_tps(win.1),
+            fmt_tps(best_tg),
+            choice_label(&placed[fastest_tg].0.cfg),
+            tied.len(),
+            fmt_tps(win.2)
+        )
+    };
+    reasons.push(why);
+    let compared = placed
+        .iter()
+        .enumerate()
+        .map(|(i, (p, pred))| PlanCandidate {
+            config: p.cfg.label(),
+            fits: p.fits,
+            tg_tps: pred.as_ref().map(|s| s.tg.tps),
+            pp_tps: pred.as_ref().map(|s| s.pp.tps),
+            chosen: i == win.0,
+        })
+        .collect();
+    (placed.swap_remove(win.0).0, compared)
+}
+
+/// Propose a config for `layout` on `hw` from `profile` (or the defaults) at context `ctx`,
+/// leaving `headroom_mib` of free VRAM unused. Pure: no probing, no files.
+///
+/// With a profile its choices are kept and only placed again. Without one the `default`
+/// space's batch sizes and KV types are compared by predicted speed ([`PLAN_TIE_PCT`]).
+pub fn plan(
+    layout: &ModelLayout,
+    hw: &HardwareProfile,
+    profile: Option<&Profile>,
+    ctx: u32,
+    headroom_mib: u64,
+) -> Plan {
+    let mut reasons = Vec::new();
+    let budget = box_budget_mib(hw, headroom_mib);
+    let matched = profile.map(|p| model_match(p, layout));
+    let cards = crate::run::gpu_budgets(hw, headroom_mib);
+
+    let (placed, compared) = match profile {
+        Some(p) => {
+            let cfg = from_profile(p, layout, hw, ctx, &mut reasons);
+            (place(layout, profile, cfg, budget, &cards), Vec::new())
+        }
+        None => match default_choices(ctx, &hw.host) {
+            Ok(choices) => choose_by_speed(layout, hw, &choices, budget, &cards, &mut reasons),
+            Err(e) => {
+                reasons.push(format!(
+                    "no profile for this model and the default space did not load ({e}): server defaults"
+                ));
+                (
+                    place(layout, None, LaunchConfig::baseline(ctx), budget, &cards),
+                    Vec::new(),
+                )
+            }
+        },
+    };
+    let Placed {
+        cfg,
+        fits,
+        reasons: place_reasons,
+        mut warnings,
+    } = placed;
+    reasons.extend(place_reasons);
 
     let pred = if cards.len() >= 2 {
         let free: Vec<f64> = cards.iter().map(|g| g.free_mib as f64).collect();
@@ -570,6 +872,7 @@ pub fn plan(
                 (g.clone(), used)
             })
             .collect(),
+        compared,
     }
 }
 
@@ -593,6 +896,17 @@ pub fn plan_text(plan: &Plan, model: &Path) -> String {
     let _ = writeln!(o, "  confidence: {}", plan.confidence.as_str());
     for r in &plan.reasons {
         let _ = writeln!(o, "    - {r}");
+    }
+    if !plan.compared.is_empty() {
+        let _ = writeln!(o, "  compared (predicted, not measured; * the plan's):");
+        for c in &plan.compared {
+            let speed = match (c.tg_tps, c.pp_tps) {
+                (Some(tg), Some(pp)) => format!("tg {tg:.0}, pp {pp:.0} tok/s"),
+                _ => "does not fit".to_string(),
+            };
+            let mark = if c.chosen { '*' } else { ' ' };
+            let _ = writeln!(o, "    {mark} {}: {speed}", c.config);
+        }
     }
     match plan.budget_mib {
         Some(b) => {
@@ -887,6 +1201,148 @@ mod tests {
         assert!(text.contains("warning: nothing fits"), "{text}");
     }
 
+    /// A card the speed model knows (by name), `free_mib` free.
+    fn known_card(free_mib: u64) -> HardwareProfile {
+        hw(Some(("NVIDIA GeForce RTX 4090", free_mib)))
+    }
+
+    /// `cfg` with the default space's first batch/KV choices (-b 2048 -ub 512, q8_0), placed
+    /// on one card as the plan places: the fewest --n-cpu-moe that fits `budget_mib`.
+    fn first_choices(l: &ModelLayout, cfg: &LaunchConfig, budget_mib: f64) -> LaunchConfig {
+        let mut c = LaunchConfig {
+            batch: Some(2048),
+            ubatch: Some(512),
+            cache_type_k: KvType::Q8_0,
+            cache_type_v: KvType::Q8_0,
+            ..cfg.clone()
+        };
+        c.place_experts(0);
+        let n =
+            crate::model::memory::min_n_cpu_moe_that_fits(l, &c, plan_fit_target_mib(budget_mib));
+        c.n_cpu_moe = n;
+        c
+    }
+
+    fn predicted(l: &ModelLayout, hw: &HardwareProfile, c: &LaunchConfig) -> (f64, f64) {
+        let (sp, note) = plan_speed(l, hw, c, None);
+        let p = sp.unwrap_or_else(|| panic!("{note}")).prediction;
+        (p.tg.tps, p.pp.tps)
+    }
+
+    #[test]
+    fn without_a_profile_a_model_that_fits_whole_gets_the_faster_prompt_at_tied_generation() {
+        let l = layout(8);
+        let card = known_card(24_576);
+        let pl = plan(&l, &card, None, 8192, 512);
+        assert!(pl.fits, "{:?}", pl.warnings);
+        assert_eq!(pl.config.n_cpu_moe, Some(0), "the model fits whole");
+        let first = first_choices(&l, &pl.config, 24_064.0);
+        assert_eq!(first.n_cpu_moe, Some(0));
+        let (tg, pp) = predicted(&l, &card, &pl.config);
+        let (tg0, pp0) = predicted(&l, &card, &first);
+        // Not the space's first choices: a larger micro-batch or f16 KV, because the model
+        // predicts it faster in prompt at a generation speed within the tie band.
+        assert!(
+            pl.config.ubatch > Some(512) || pl.config.cache_type_k == KvType::F16,
+            "{}",
+            pl.config.label()
+        );
+        assert!(pp > pp0 * 1.05, "pp {pp:.0} vs the first choices' {pp0:.0}");
+        assert!(
+            tg >= tg0 * (1.0 - PLAN_TIE_PCT / 100.0),
+            "tg {tg:.0} vs {tg0:.0}"
+        );
+        assert!(pl.predicted_gpu_mib <= plan_fit_target_mib(24_064.0));
+        // What was compared, and why this one, is said.
+        assert_eq!(pl.compared.len(), 8, "{:#?}", pl.compared);
+        assert_eq!(pl.compared.iter().filter(|c| c.chosen).count(), 1);
+        assert!(
+            pl.reasons.iter().any(
+                |r| r.contains("of the 8 batch/KV pairs of the 'default' space")
+                    && r.contains("the fastest in prompt")
+            ),
+            "{:?}",
+            pl.reasons
+        );
+        let text = plan_text(&pl, Path::new("m.gguf"));
+        assert!(
+            text.contains("  compared (predicted, not measured"),
+            "{text}"
+        );
+        // A profile's choices are kept: no comparison.
+        let p = profile_for(&l);
+        let from_profile = plan(&l, &card, Some(&p), 8192, 512);
+        assert!(from_profile.compared.is_empty());
+        assert_eq!(from_profile.config.ubatch, p.winner.config.ubatch);
+        assert_eq!(
+            from_profile.config.cache_type_k,
+            p.winner.config.cache_type_k
+        );
+    }
+
+    #[test]
+    fn without_a_profile_a_card_too_small_for_the_bigger_compute_buffer_keeps_what_fits() {
+        let l = layout(8);
+        // 2,800 MiB free: the experts all on the CPU, and room for -ub 2048's compute buffer
+        // with q8_0 KV but not with f16 KV, nor for -ub 4096's.
+        let card = known_card(2800);
+        let pl = plan(&l, &card, None, 8192, 512);
+        assert!(pl.fits, "{:?}", pl.warnings);
+        assert!(pl.predicted_gpu_mib <= plan_fit_target_mib(2288.0));
+        let fits: Vec<(String, bool)> = pl
+            .compared
+            .iter()
+            .map(|c| (c.config.clone(), c.fits))
+            .collect();
+        assert!(
+            fits.iter().any(|(c, f)| !f && c.contains("b=4096/4096")),
+            "{fits:?}"
+        );
+        assert!(
+            fits.iter().any(|(c, f)| *f && c.contains("b=2048/2048")),
+            "{fits:?}"
+        );
+        let chosen = pl.compared.iter().find(|c| c.chosen).unwrap();
+        assert!(
+            chosen.fits && chosen.config == pl.config.label(),
+            "{chosen:?}"
+        );
+        assert_eq!(
+            (pl.config.ubatch, pl.config.cache_type_k),
+            (Some(2048), KvType::Q8_0),
+            "the faster prompt of what fits"
+        );
+        for c in pl.compared.iter().filter(|c| !c.fits) {
+            assert!(c.tg_tps.is_none() && c.pp_tps.is_none(), "{c:?}");
+        }
+        let text = plan_text(&pl, Path::new("m.gguf"));
+        assert!(
+            text.contains("b=4096/4096 kv=q8_0/q8_0 fa=on lm=none: does not fit"),
+            "{text}"
+        );
+
+        // 12,000 MiB free: -ub 2048 with f16 KV, and -ub 4096, need one more block's experts on
+        // the CPU, which costs far more generation than the tie band: the plan keeps the
+        // first choices' placement and takes the larger micro-batch only where it fits there.
+        let card = known_card(12_000);
+        let pl = plan(&l, &card, None, 8192, 512);
+        let first = first_choices(&l, &pl.config, 11_488.0);
+        assert_eq!(
+            pl.config.n_cpu_moe,
+            first.n_cpu_moe,
+            "{}",
+            pl.config.label()
+        );
+        assert!(
+            pl.compared.iter().any(|c| !c.chosen
+                && c.fits
+                && c.tg_tps.unwrap() < 0.97 * predicted(&l, &card, &first).0),
+            "{:#?}",
+            pl.compared
+        );
+        assert!(pl.predicted_gpu_mib <= plan_fit_target_mib(11_488.0));
+    }
+
     #[test]
     fn a_box_with_two_cards_gets_its_split_predicted_again() {
         let l = layout(8);
@@ -900,21 +1356,70 @@ mod tests {
         let p = profile_for(&l);
         let pl = plan(&l, &two, Some(&p), 8192, 512);
         assert!(pl.fits, "{pl:#?}");
-        assert_eq!(pl.config.tensor_split, vec![63, 37]);
         assert_eq!(pl.config.n_cpu_moe, None);
         assert_eq!(pl.budget_mib, Some(5632 + 3584));
         assert_eq!(pl.cards.len(), 2);
+        // Each card's predicted VRAM within its budget less its CUDA context and margin.
         for (g, used) in &pl.cards {
             assert!(
                 *used > 0.0 && *used <= plan_fit_target_mib(g.budget_mib as f64),
                 "{g:?} {used}"
             );
         }
+        // The split is the tune's balanced one: no other split (with its CPU blocks taken the
+        // same way) leaves the fullest card more room, and with one CPU block fewer no split
+        // fits at all.
+        let cards = crate::run::gpu_budgets(&two, 512);
+        let free: Vec<f64> = cards.iter().map(|g| g.free_mib as f64).collect();
+        let context = vec![crate::model::cards::CARD_CONTEXT_MIB; 2];
+        let room = |split: &[u32], n: u32| {
+            let mut c = pl.config.clone();
+            let blocks = crate::model::cards::cpu_fill(&l, &c, split, &cards, &context, n);
+            c.place_on_gpus(split.to_vec(), blocks);
+            let pred = crate::model::memory::predict_devices(&l, &c, &free);
+            pred.gpu_devices
+                .iter()
+                .map(|d| {
+                    let b = cards[d.device as usize].budget_mib as f64;
+                    plan_fit_target_mib(b) - d.total_mib
+                })
+                .fold(f64::INFINITY, f64::min)
+        };
+        let n = pl
+            .config
+            .cpu_experts
+            .as_ref()
+            .map_or(0, |e| e.blocks.len() as u32);
+        let split = pl.config.tensor_split.clone();
+        let ours = room(&split, n);
+        assert!(ours >= 0.0, "{ours}");
+        for p0 in 5..=95u32 {
+            let other = room(&[p0, 100 - p0], n);
+            assert!(
+                other <= ours + 1e-6,
+                "-ts {p0},{} leaves {other:.0} MiB on the fullest card, -ts {split:?} {ours:.0}",
+                100 - p0
+            );
+            if n > 0 {
+                assert!(
+                    room(&[p0, 100 - p0], n - 1) < 0.0,
+                    "{p0} with {} CPU blocks",
+                    n - 1
+                );
+            }
+        }
+        let ts = format!("-ts {},{}: ", split[0], split[1]);
         assert!(
-            pl.reasons.iter().any(|r| r.starts_with("-ts 63,37")),
+            pl.reasons
+                .iter()
+                .any(|r| r.starts_with(&ts) && r.contains("the fullest card the most room")),
             "{:?}",
             pl.reasons
         );
+        // The reason is one sentence, without a run of spaces from a broken line continuation.
+        for r in pl.reasons.iter().chain(&pl.warnings) {
+            assert!(!r.contains("  "), "{r:?}");
+        }
         assert!(
             pl.reasons.iter().any(|r| r.contains("had 1 GPU(s)")),
             "{:?}",

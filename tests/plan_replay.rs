@@ -1,0 +1,176 @@
+//! `qtune plan --no-profile` replayed, after the fact, on the four single-GPU tunes of issue 14
+//! (reports/gpu-h100-proof14/: H100 with ballast, 16 and 24 GiB free, Qwen3-30B-A3B and
+//! Qwen3.5-35B-A3B synthetic Q4_K_M). Each run's results.json carries the probed box
+//! (`hardware`, with the measured host and GPU bandwidths) and the model's layout (`model`), so
+//! the plan runs on exactly its inputs without the GGUF. The plans written before those tunes
+//! are next to them (`*-plan.json`: the default space's first choices, `-b 2048 -ub 512`,
+//! q8_0 KV).
+//!
+//! Checked: the space's first choices still place as the committed plan did (same
+//! `--n-cpu-moe`), and the plan now compares the batch/KV pairs: it keeps one that fits, within
+//! the tie band of the fastest predicted generation and no slower in predicted prompt than
+//! those first choices. Nothing measured is asserted; `-- --nocapture` prints the new plan
+//! against the tune's measured winner (a post-hoc check, not a pre-registered prediction).
+
+use qtune::hardware::HardwareProfile;
+use qtune::model::ModelLayout;
+use qtune::profile::plan::{plan, PLAN_TIE_PCT};
+
+fn read(case: &str, file: &str) -> serde_json::Value {
+    let path = format!(
+        "{}/reports/gpu-h100-proof14/{case}/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+fn check(case: &str, plan_file: &str) {
+    let r = read(case, "results.json");
+    let before = read(case, plan_file);
+    let hw: HardwareProfile = serde_json::from_value(r["hardware"].clone()).unwrap();
+    let layout: ModelLayout = serde_json::from_value(r["model"].clone()).unwrap();
+    let ctx = r["space"]["fixed"]["ctx"].as_u64().unwrap() as u32;
+    let headroom = r["headroom_mib"].as_u64().unwrap();
+    let p = plan(&layout, &hw, None, ctx, headroom);
+    assert!(p.fits, "{case}: {:#?}", p.reasons);
+    assert_eq!(p.compared.len(), 8, "{case}: 4 batch pairs x 2 KV pairs");
+
+    // The first choices (-b 2048 -ub 512, q8_0) place as the plan written before the tune.
+    let first = &p.compared[0];
+    let old_ncmoe = before["config"]["n_cpu_moe"].as_u64().unwrap();
+    assert!(
+        first.config.starts_with(&format!("ncmoe={old_ncmoe} "))
+            && first.config.contains("b=2048/512 kv=q8_0/q8_0"),
+        "{case}: {} vs the committed plan's ncmoe {old_ncmoe}",
+        first.config
+    );
+
+    let best_tg = p
+        .compared
+        .iter()
+        .filter_map(|c| c.tg_tps)
+        .fold(0.0, f64::max);
+    let chosen: Vec<_> = p.compared.iter().filter(|c| c.chosen).collect();
+    assert_eq!(chosen.len(), 1, "{case}");
+    let (tg, pp) = (chosen[0].tg_tps.unwrap(), chosen[0].pp_tps.unwrap());
+    assert!(
+        chosen[0].fits && chosen[0].config == p.config.label(),
+        "{case}"
+    );
+    assert!(tg >= best_tg * (1.0 - PLAN_TIE_PCT / 100.0), "{case}");
+    if first.fits && qtune::search::objective::is_tie(first.tg_tps.unwrap(), best_tg, PLAN_TIE_PCT)
+    {
+        assert!(pp >= first.pp_tps.unwrap(), "{case}");
+    }
+
+    let w = &r["winner"];
+    let wc: qtune::config::LaunchConfig = serde_json::from_value(w["config"].clone()).unwrap();
+    let (mtg, mpp) = (
+        w["gen_tps"]["median"].as_f64().unwrap(),
+        w["prompt_tps"]["median"].as_f64().unwrap(),
+    );
+    let old_tg = before["speed"]["prediction"]["tg"]["tps"].as_f64().unwrap();
+    let old_pp = before["speed"]["prediction"]["pp"]["tps"].as_f64().unwrap();
+    println!("{case}:");
+    for c in &p.compared {
+        println!(
+            "  {} {}: tg {:.0} pp {:.0}",
+            if c.chosen { '*' } else { ' ' },
+            c.config,
+            c.tg_tps.unwrap_or(0.0),
+            c.pp_tps.unwrap_or(0.0)
+        );
+    }
+    println!(
+        "  plan before: tg {old_tg:.0} pp {old_pp:.0} ({:+.1} % / {:+.1} % of measured)",
+        (old_tg / mtg - 1.0) * 100.0,
+        (old_pp / mpp - 1.0) * 100.0
+    );
+    println!(
+        "  plan now:    tg {tg:.0} pp {pp:.0} ({:+.1} % / {:+.1} % of measured) {}",
+        (tg / mtg - 1.0) * 100.0,
+        (pp / mpp - 1.0) * 100.0,
+        p.config.label()
+    );
+    println!("  measured:    tg {mtg:.1} pp {mpp:.0} {}", wc.label());
+    for reason in &p.reasons {
+        println!("    - {reason}");
+    }
+}
+
+#[test]
+fn qwen3_30b_a3b_24_gib() {
+    check("proof30-24", "proof30-24-plan.json");
+}
+
+#[test]
+fn qwen3_30b_a3b_16_gib() {
+    check("proof30-16", "proof30-16-tune-plan.json");
+}
+
+#[test]
+fn qwen35_35b_a3b_24_gib() {
+    check("proof35-24", "proof35-24-tune-plan.json");
+}
+
+#[test]
+fn qwen35_35b_a3b_16_gib() {
+    check("proof35-16", "proof35-16-tune-plan.json");
+}
+
+/// The two-GPU runs of issue 15 (2x H200 with ballasts; tests/fixtures/gpu-x2/): the plan's
+/// split is the tune's rule, the balanced split (`qtune::model::cards::balanced_split`, each
+/// card holding its CUDA context beyond its buffers), at the plan's count of CPU blocks, and
+/// every card's predicted VRAM fits its budget less its CUDA context and a margin.
+fn check_two_gpus(file: &str) {
+    let path = format!(
+        "{}/tests/fixtures/gpu-x2/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let hw: HardwareProfile = serde_json::from_value(r["hardware"].clone()).unwrap();
+    let layout: ModelLayout = serde_json::from_value(r["model"].clone()).unwrap();
+    let ctx = r["space"]["fixed"]["ctx"].as_u64().unwrap() as u32;
+    let headroom = r["headroom_mib"].as_u64().unwrap();
+    let p = plan(&layout, &hw, None, ctx, headroom);
+    assert!(p.fits, "{file}: {:#?}", p.warnings);
+    assert_eq!(p.cards.len(), 2);
+    for (g, used) in &p.cards {
+        assert!(
+            *used <= qtune::profile::plan_fit_target_mib(g.budget_mib as f64),
+            "{file}: {g:?} {used}"
+        );
+    }
+    let cards = qtune::run::gpu_budgets(&hw, headroom);
+    let n = p
+        .config
+        .cpu_experts
+        .as_ref()
+        .map_or(0, |e| e.blocks.len() as u32);
+    let tune = qtune::model::cards::balanced_split(
+        &layout,
+        &p.config,
+        &cards,
+        &[qtune::model::cards::CARD_CONTEXT_MIB; 2],
+        n,
+    );
+    assert_eq!(p.config.tensor_split, tune.split, "{file}");
+    println!("{file}: {} ({n} CPU blocks)", p.config.label());
+    for (g, used) in &p.cards {
+        println!("  CUDA{}: {used:.0} of {} MiB", g.index, g.budget_mib);
+    }
+    for reason in &p.reasons {
+        println!("    - {reason}");
+    }
+}
+
+#[test]
+fn two_gpus_35b_q8_0_on_24_and_16_gib() {
+    check_two_gpus("multi35-24-16-results.json");
+}
+
+#[test]
+fn two_gpus_30b_on_16_and_12_gib() {
+    check_two_gpus("multi30-16-12-results.json");
+}
