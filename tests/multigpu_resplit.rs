@@ -166,6 +166,18 @@ fn launches(trials: &[TrialOutcome]) -> usize {
         .count()
 }
 
+/// One line per trial, for `-- --nocapture`.
+fn print_trial(o: &TrialOutcome) {
+    println!(
+        "#{} {:?} {} {} peaks {:?}",
+        o.id,
+        o.role,
+        o.kind.as_str(),
+        o.config.label(),
+        o.peak_vram_mib
+    );
+}
+
 #[test]
 fn after_the_ubatch_2048_spill_the_layers_move_to_gpu1_before_any_expert_goes_to_the_cpu() {
     let r = fixture();
@@ -185,14 +197,7 @@ fn after_the_ubatch_2048_spill_the_layers_move_to_gpu1_before_any_expert_goes_to
     let done = resumed(&r, r.trials[..5].to_vec(), None);
     let next = &done.history[5];
     for t in &done.history[5..] {
-        println!(
-            "#{} {:?} {} {} peaks {:?}",
-            t.id,
-            t.role,
-            t.kind.as_str(),
-            t.config.label(),
-            t.peak_vram_mib
-        );
+        print_trial(t);
     }
 
     // The next launch is -ub 2048 again, all experts on the GPU, the layers split further
@@ -310,14 +315,7 @@ fn the_first_split_leaves_both_cards_room_and_ubatch_2048_runs_without_cpu_exper
     let tmp = tempfile::tempdir().unwrap();
     let t = tune(tmp.path(), &r);
     for o in &t.trials {
-        println!(
-            "#{} {:?} {} {} peaks {:?}",
-            o.id,
-            o.role,
-            o.kind.as_str(),
-            o.config.label(),
-            o.peak_vram_mib
-        );
+        print_trial(o);
     }
     let explicit: Vec<&TrialOutcome> = t
         .trials
@@ -376,14 +374,7 @@ fn where_the_whole_model_fits_both_cards_every_config_keeps_its_experts_on_the_g
     let tmp = tempfile::tempdir().unwrap();
     let t = tune(tmp.path(), &r);
     for o in &t.trials {
-        println!(
-            "#{} {:?} {} {} peaks {:?}",
-            o.id,
-            o.role,
-            o.kind.as_str(),
-            o.config.label(),
-            o.peak_vram_mib
-        );
+        print_trial(o);
         assert_eq!(
             o.kind,
             OutcomeKind::Ok,
