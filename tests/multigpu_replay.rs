@@ -7,6 +7,9 @@
 //! both cards' shares, and report, launch script and profile name each card. A one-GPU box
 //! of the same size keeps the single-GPU path (`--n-cpu-moe`, no split, no per-card budgets).
 
+mod multigpu_support;
+
+use multigpu_support::{assert_launch_budget, assert_ok_trials_within_each_card, replay_tune};
 use qtune::config::{KvType, LaunchConfig};
 use qtune::hardware::HardwareProfile;
 use qtune::model::{BlockBytes, ModelLayout};
@@ -15,7 +18,6 @@ use qtune::search::candidates::FIT_OVERSHOOT_MIB;
 use qtune::trial::replay::{ReplayAnswer, ReplayRunner};
 use qtune::trial::{OutcomeKind, TrialRole};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 const MIB: u64 = 1 << 20;
 const HEADROOM: u64 = 512;
@@ -155,24 +157,7 @@ fn landscape(inputs: &RunInputs) -> ReplayRunner {
 }
 
 fn tune(dir: &Path, inputs: &RunInputs) -> TuneResult {
-    let clock = qtune::clock::ManualClock::new();
-    let runner = landscape(inputs)
-        .with_journal(qtune::trial::journal::Journal::open(dir).unwrap())
-        .with_clock(clock.clone());
-    qtune::run::write_inputs(dir, inputs).unwrap();
-    qtune::search::tune(
-        dir,
-        inputs,
-        layout(),
-        Box::new(runner),
-        qtune::search::Resume {
-            next_id: 1,
-            ..Default::default()
-        },
-        Arc::new(clock),
-        None,
-    )
-    .unwrap()
+    replay_tune(dir, inputs, layout(), landscape(inputs))
 }
 
 #[test]
@@ -185,30 +170,11 @@ fn a_two_gpu_tune_respects_each_card_searches_the_split_and_keeps_the_budget() {
     let r = tune(tmp.path(), &inputs);
 
     // The budget of launches: every launch counts, at most the space's 20 (and the 25).
-    let launches = r
-        .trials
-        .iter()
-        .filter(|t| t.kind != OutcomeKind::Skipped)
-        .count();
-    assert!(
-        launches <= r.space.budget.trials as usize && launches <= 25,
-        "{launches}"
-    );
+    assert_launch_budget(&r.trials, &r.space);
 
     // Each card against its own budget: no ok trial has a card over it, and the trials that
     // went over on GPU 1 (where the prediction is 400 MiB short) were not ok.
-    for t in &r.trials {
-        if t.kind == OutcomeKind::Ok {
-            for (i, p) in t.peak_vram_mib.iter().enumerate() {
-                assert!(
-                    *p <= budgets[i],
-                    "trial {} GPU {i}: {p} > {}",
-                    t.id,
-                    budgets[i]
-                );
-            }
-        }
-    }
+    assert_ok_trials_within_each_card(&r.trials, &budgets);
     let failed_on_card = r
         .trials
         .iter()

@@ -14,13 +14,15 @@
 //! CPU experts): the per-layer weights are predicted to the byte, the error is in the compute
 //! buffers and the CUDA context.
 
+mod multigpu_support;
+
+use multigpu_support::{assert_launch_budget, assert_ok_trials_within_each_card, replay_tune};
 use qtune::config::LaunchConfig;
 use qtune::run::{RunInputs, TuneResult};
 use qtune::search::strategy::{QtuneSearch, SearchContext, TuneProblem};
 use qtune::trial::replay::{ReplayAnswer, ReplayRunner};
 use qtune::trial::{OutcomeKind, TrialOutcome, TrialRole};
 use std::path::Path;
-use std::sync::Arc;
 
 const FIXTURE: &str = "tests/fixtures/gpu-x2/multi35-24-16-results.json";
 
@@ -159,13 +161,6 @@ fn resumed(r: &TuneResult, history: Vec<TrialOutcome>, launches: Option<u64>) ->
     exec.run().unwrap().solver().clone()
 }
 
-fn launches(trials: &[TrialOutcome]) -> usize {
-    trials
-        .iter()
-        .filter(|t| t.kind != OutcomeKind::Skipped)
-        .count()
-}
-
 /// One line per trial, for `-- --nocapture`.
 fn print_trial(o: &TrialOutcome) {
     println!(
@@ -238,11 +233,7 @@ fn after_the_ubatch_2048_spill_the_layers_move_to_gpu1_before_any_expert_goes_to
         assert!(*p <= budgets[i], "GPU {i}: {p}");
     }
     // The tune keeps the launch budget.
-    let n = launches(&done.history);
-    assert!(
-        n <= r.space.budget.trials as usize && n <= 25,
-        "{n} launches"
-    );
+    assert_launch_budget(&done.history, &r.space);
 }
 
 #[test]
@@ -286,25 +277,7 @@ fn an_out_of_memory_on_one_card_is_re_split_too_and_two_full_cards_are_not() {
 
 /// A whole tune on the replayed box, from its start.
 fn tune(dir: &Path, r: &TuneResult) -> TuneResult {
-    let inputs = inputs(r);
-    let clock = qtune::clock::ManualClock::new();
-    let runner = landscape(r)
-        .with_journal(qtune::trial::journal::Journal::open(dir).unwrap())
-        .with_clock(clock.clone());
-    qtune::run::write_inputs(dir, &inputs).unwrap();
-    qtune::search::tune(
-        dir,
-        &inputs,
-        r.model.clone(),
-        Box::new(runner),
-        qtune::search::Resume {
-            next_id: 1,
-            ..Default::default()
-        },
-        Arc::new(clock),
-        None,
-    )
-    .unwrap()
+    replay_tune(dir, &inputs(r), r.model.clone(), landscape(r))
 }
 
 #[test]
@@ -352,16 +325,8 @@ fn the_first_split_leaves_both_cards_room_and_ubatch_2048_runs_without_cpu_exper
         .take(whole)
         .all(|o| ctx.cpu_blocks_of(&o.config) == 0));
     // Each card within its own budget in every trial that ran ok; the launch budget holds.
-    for o in t.trials.iter().filter(|o| o.kind == OutcomeKind::Ok) {
-        for (i, p) in o.peak_vram_mib.iter().enumerate() {
-            assert!(*p <= budgets[i], "trial {} GPU {i}: {p}", o.id);
-        }
-    }
-    let n = launches(&t.trials);
-    assert!(
-        n <= t.space.budget.trials as usize && n <= 25,
-        "{n} launches"
-    );
+    assert_ok_trials_within_each_card(&t.trials, &budgets);
+    assert_launch_budget(&t.trials, &t.space);
 }
 
 #[test]
@@ -383,13 +348,7 @@ fn where_the_whole_model_fits_both_cards_every_config_keeps_its_experts_on_the_g
             o.message
         );
         assert_eq!(ctx.cpu_blocks_of(&o.config), 0, "{}", o.config.label());
-        for (i, p) in o.peak_vram_mib.iter().enumerate() {
-            assert!(*p <= budgets[i], "trial {} GPU {i}: {p}", o.id);
-        }
     }
-    let n = launches(&t.trials);
-    assert!(
-        n <= t.space.budget.trials as usize && n <= 25,
-        "{n} launches"
-    );
+    assert_ok_trials_within_each_card(&t.trials, &budgets);
+    assert_launch_budget(&t.trials, &t.space);
 }

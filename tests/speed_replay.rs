@@ -224,6 +224,7 @@ fn lstsq(a: &[Vec<f64>], b: &[f64]) -> Vec<f64> {
     (0..n).map(|i| m[i][n]).collect()
 }
 
+#[derive(Clone)]
 struct Prepared {
     g: Group,
     tb: TokenBytes,
@@ -498,8 +499,8 @@ fn held_out_configs_are_predicted_within_the_stated_error() {
     for fold in 0..3 {
         let (train, test): (Vec<_>, Vec<_>) =
             ps.iter().enumerate().partition(|(i, _)| i % 3 != fold);
-        let train: Vec<Prepared> = train.into_iter().map(|(_, p)| clone(p)).collect();
-        let test: Vec<Prepared> = test.into_iter().map(|(_, p)| clone(p)).collect();
+        let train: Vec<Prepared> = train.into_iter().map(|(_, p)| p.clone()).collect();
+        let test: Vec<Prepared> = test.into_iter().map(|(_, p)| p.clone()).collect();
         let k = fit(&train);
         let (a, b) = report(&format!("held-out {fold}"), &test, &k);
         etg.extend(a);
@@ -561,18 +562,6 @@ fn runs_after_the_fit_are_predicted_within_the_stated_error() {
             within * 100.0
         );
         assert!(worst <= 2.0 * stated, "{what}: worst {worst}");
-    }
-}
-
-fn clone(p: &Prepared) -> Prepared {
-    Prepared {
-        g: p.g.clone(),
-        tb: p.tb,
-        sb: p.sb.clone(),
-        ub: p.ub,
-        n_ub: p.n_ub,
-        synthetic35: p.synthetic35,
-        synthetic: p.synthetic,
     }
 }
 
