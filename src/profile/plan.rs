@@ -418,11 +418,9 @@ fn from_profile(
             p.space.ctx
         ));
     }
+    // The profile's choices; the placement is the plan's own (none yet).
     LaunchConfig {
-        ctx,
         parallel: w.parallel,
-        n_gpu_layers: None,
-        n_cpu_moe: None,
         threads,
         batch: w.batch,
         ubatch: w.ubatch,
@@ -430,13 +428,8 @@ fn from_profile(
         cache_type_v: w.cache_type_v,
         flash_attn: w.flash_attn,
         load_mode: w.load_mode,
-        fit: None,
-        fit_target_mib: Vec::new(),
-        cpu_experts: None,
-        split_mode: None,
-        tensor_split: Vec::new(),
-        gpu_experts: Vec::new(),
         op_offload: w.op_offload,
+        ..LaunchConfig::baseline(ctx)
     }
 }
 

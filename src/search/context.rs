@@ -145,10 +145,7 @@ impl SearchContext {
     fn unplaced(&self, base: &Base) -> LaunchConfig {
         let f = &self.space.fixed;
         LaunchConfig {
-            ctx: f.ctx,
             parallel: f.parallel,
-            n_gpu_layers: None,
-            n_cpu_moe: None,
             threads: base.threads,
             batch: base.batch.map(|b| b[0]),
             ubatch: base.batch.map(|b| b[1]),
@@ -157,13 +154,8 @@ impl SearchContext {
             flash_attn: base.flash_attn,
             // The space's first load mode; the strategy varies it (vary.load_mode).
             load_mode: self.space.load_modes()[0],
-            fit: None,
-            fit_target_mib: Vec::new(),
-            cpu_experts: None,
-            split_mode: None,
-            tensor_split: Vec::new(),
-            gpu_experts: Vec::new(),
-            op_offload: true,
+            // Nothing placed: no -ngl, CPU experts, fit or split (op offload on).
+            ..LaunchConfig::baseline(f.ctx)
         }
     }
 
