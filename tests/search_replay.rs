@@ -485,3 +485,46 @@ fn variants_are_launched_in_the_order_the_speed_model_predicts() {
     assert!(tg[predicted.len()..].iter().all(|t| t.is_none()), "{tg:?}");
     assert!(predicted.windows(2).all(|w| w[0] >= w[1]), "{predicted:?}");
 }
+
+/// Issue 13 (24 GiB runs): with every weight on the GPU, `-t 16` and `-t 8` twins of one config
+/// run the same kernels on the card (run 3 on the 30B raced both, 3 rounds each). The race keeps
+/// only the better-ranked twin, so its launches go to more rounds of one comparison. Twins are
+/// only those: with experts on the CPU, threads run the experts' decode and stay distinct.
+#[test]
+fn thread_twins_are_only_configs_held_whole_on_the_gpu_that_differ_in_threads() {
+    use qtune::search::strategy::thread_twins_on_gpu as twins;
+    let ctx = context(40_000.0);
+    let whole = LaunchConfig {
+        threads: Some(16),
+        batch: Some(4096),
+        ubatch: Some(4096),
+        ..LaunchConfig::baseline(32768)
+    }
+    .with_experts_on_cpu(0);
+    let t8 = LaunchConfig {
+        threads: Some(8),
+        ..whole.clone()
+    };
+    assert!(twins(&whole, &t8, &ctx));
+    assert!(twins(&t8, &whole, &ctx));
+    assert!(!twins(&whole, &whole, &ctx), "a config is not its own twin");
+    let other_ub = LaunchConfig {
+        ubatch: Some(2048),
+        ..t8.clone()
+    };
+    assert!(!twins(&whole, &other_ub, &ctx), "ubatch differs too");
+    let cpu = whole.clone().with_experts_on_cpu(4);
+    let cpu8 = LaunchConfig {
+        threads: Some(8),
+        ..cpu.clone()
+    };
+    assert!(
+        !twins(&cpu, &cpu8, &ctx),
+        "experts on the CPU: threads matter"
+    );
+    let no_gpu = SearchContext {
+        has_gpu: false,
+        ..ctx.clone()
+    };
+    assert!(!twins(&whole, &t8, &no_gpu), "CPU-only: threads matter");
+}

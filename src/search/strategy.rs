@@ -742,13 +742,17 @@ impl QtuneSearch {
             // Nothing to pair with: the search's own measurements decide.
             return;
         }
-        self.race_candidates = self
-            .ranked_candidates(ctx)
-            .into_iter()
-            .map(|(c, _)| c)
-            .filter(|c| c != &baseline)
-            .take(b.confirm_top.max(1) as usize)
-            .collect();
+        let mut raced: Vec<LaunchConfig> = Vec::new();
+        for c in self.ranked_candidates(ctx).into_iter().map(|(c, _)| c) {
+            if raced.len() >= b.confirm_top.max(1) as usize {
+                break;
+            }
+            if c == baseline || raced.iter().any(|r| thread_twins_on_gpu(r, &c, ctx)) {
+                continue;
+            }
+            raced.push(c);
+        }
+        self.race_candidates = raced;
     }
 
     /// Decide what to run next; None when the tune is finished.
@@ -868,6 +872,27 @@ impl QtuneSearch {
         }
         self.history.push(outcome);
     }
+}
+
+/// Two configs that differ only in `--threads` while every weight sits on the GPU: their
+/// decode and prefill run on the card, so the race would measure the same thing twice (issue
+/// 13's 24 GiB runs raced `-t 16` and `-t 8` twins of one config and gave each 3 rounds instead
+/// of giving one 4). The race keeps the better-ranked twin.
+pub fn thread_twins_on_gpu(a: &LaunchConfig, b: &LaunchConfig, ctx: &SearchContext) -> bool {
+    let on_gpu = |c: &LaunchConfig| {
+        ctx.has_gpu
+            && c.n_cpu_moe.unwrap_or(0) == 0
+            && c.cpu_experts.is_none()
+            && !c.is_fit_placement()
+            && c.n_gpu_layers.is_none_or(|n| n > ctx.layout.n_blocks)
+    };
+    a.threads != b.threads
+        && on_gpu(a)
+        && on_gpu(b)
+        && LaunchConfig {
+            threads: b.threads,
+            ..a.clone()
+        } == *b
 }
 
 /// The non-placement part of a config ([`LaunchConfig::base`]).
