@@ -34,11 +34,10 @@
 #                 (TUNE_ONLY=1: the tune alone; CASE-compare: the re-measurement alone, in a
 #                 later session, with FROM=DIR holding the tune's results.json)
 #
-# The device tool carries at most 64 MiB: the tracked tree (~19 MB in 2026-11) plus .gpu/ (the
-# CUDA build ~44 MB stripped, qtune ~2.7 MB, each vocab ~1.3 MB). Carry the vocab a case needs
-# (qwen2 for Qwen3-30B, qwen35 for Qwen3.5-35B); for both, carry the second one in the next call
-# and unpack it into $W/vocab (QTUNE_VOCAB_DIR) while the first case runs.
-#
+# The device tool carries at most 64 MiB: the tracked tree (~13 MB since the committed runs
+# dropped their PNG plots, 2026-11-23) plus .gpu/ (the CUDA build ~44 MB stripped, qtune ~2.7 MB,
+# each vocab ~1.3 MB): all of .gpu/ fits in one call.
+
 # A card of N GiB is emulated by a ballast process that allocates all but N GiB of the GPU
 # (python3 + torch), so llama-server, --fit and qtune see N GiB free and OOM happens for real.
 set -uo pipefail
