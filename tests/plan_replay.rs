@@ -33,7 +33,25 @@ fn check(case: &str, plan_file: &str) {
     let headroom = r["headroom_mib"].as_u64().unwrap();
     let p = plan(&layout, &hw, None, ctx, headroom);
     assert!(p.fits, "{case}: {:#?}", p.reasons);
-    assert_eq!(p.compared.len(), 8, "{case}: 4 batch pairs x 2 KV pairs");
+    // 4 batch pairs x 2 KV pairs, each placed with --n-cpu-moe (the first of each) and with
+    // the default space's placement styles (first-split, last-split; not fit) where they differ.
+    let plain = p
+        .compared
+        .iter()
+        .filter(|c| c.config.starts_with("ncmoe=") && !c.config.contains("cpu-exps="))
+        .count();
+    assert!(plain >= 8, "{case}: {plain} --n-cpu-moe placements");
+    // A model that fits whole has nothing to place: its styles are --n-cpu-moe 0 again.
+    if !p.compared[0].config.starts_with("ncmoe=0 ") {
+        assert!(
+            p.compared.iter().any(|c| c.config.contains("cpu-exps=")),
+            "{case}: no placement style compared"
+        );
+    }
+    assert!(
+        p.compared.iter().all(|c| !c.config.contains("fit=on")),
+        "{case}: fit places itself at launch: not in the plan"
+    );
 
     // The first choices (-b 2048 -ub 512, q8_0) place as the plan written before the tune.
     let first = &p.compared[0];
