@@ -148,7 +148,8 @@ pub struct Plan {
     /// Two GPUs or more: each card's budget and predicted VRAM, MiB, device order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cards: Vec<(crate::hardware::GpuBudget, f64)>,
-    /// No profile: the batch/KV candidates compared by predicted speed (empty when none were).
+    /// No profile: the configs compared by predicted speed (each batch/KV pair, placed with
+    /// `--n-cpu-moe` and, on one GPU, with the space's placement styles; empty when none were).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub compared: Vec<PlanCandidate>,
 }
@@ -298,7 +299,8 @@ pub fn scale_threads(profile_threads: u32, p: &ProfileHardware, host: &HostInfo)
 /// Qwen3-30B-A3B (48 attention blocks), 2.4 % on the all-GPU Qwen3.5-35B-A3B (10).
 pub const PLAN_TIE_PCT: f64 = 3.0;
 
-/// One batch/KV choice the plan compared (no profile): its placement and predicted speeds.
+/// One config the plan compared (no profile): a batch/KV pair with one placement, and its
+/// predicted speeds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlanCandidate {
     /// The config's label (placement, threads, batch sizes, KV type).
