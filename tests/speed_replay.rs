@@ -238,9 +238,9 @@ struct Prepared {
     synthetic35: bool,
     /// A synthetic model (its copy share is fitted; a real model copies all its CPU experts).
     synthetic: bool,
-    /// CPU expert bytes weighted by (1 - depth) and by depth (`speed::depth_share`): the copy
-    /// is `touch_first * depth_w[0] + touch_last * depth_w[1]` (before clamping).
-    depth_w: [f64; 2],
+    /// Each CPU block's expert bytes and depth (`speed::depth_share`): with depth^power as
+    /// `y`, the copy is `touch_first * sum b (1 - y) + touch_last * sum b y` (before clamping).
+    depth_bytes: Vec<(f64, f64)>,
 }
 
 fn prepare(gs: &[Group]) -> Vec<Prepared> {
@@ -252,15 +252,12 @@ fn prepare(gs: &[Group]) -> Vec<Prepared> {
                 .or_insert_with(|| layout_of(&g.shape))
                 .clone();
             let tb = speed::token_bytes(&l, &g.cfg, true, g.prompt_tokens + 64);
-            let mut depth_w = [0.0; 2];
-            for (il, &b) in speed::host_expert_bytes(&l, &g.cfg, true)
+            let depth_bytes = speed::host_expert_bytes(&l, &g.cfg, true)
                 .iter()
                 .enumerate()
-            {
-                let x = speed::depth_share(&l, il as u32);
-                depth_w[0] += b as f64 * (1.0 - x);
-                depth_w[1] += b as f64 * x;
-            }
+                .filter(|(_, &b)| b > 0)
+                .map(|(il, &b)| (b as f64, speed::depth_share(&l, il as u32)))
+                .collect();
             let ub = g
                 .cfg
                 .ubatch
@@ -275,7 +272,7 @@ fn prepare(gs: &[Group]) -> Vec<Prepared> {
                 n_ub: g.prompt_tokens.div_ceil(ub),
                 synthetic35: speed::is_synthetic(&l) && l.arch != "qwen3moe",
                 synthetic: speed::is_synthetic(&l),
-                depth_w,
+                depth_bytes,
             }
         })
         .collect()
@@ -285,6 +282,9 @@ fn prepare(gs: &[Group]) -> Vec<Prepared> {
 /// (measured, /work/shared/notes/gpu-rig.md): the anchor of the copy terms, which the prefill
 /// data alone cannot separate from the synthetic models' touch fractions.
 const PINNED_FRACTION: f64 = 47.0 / 63.0;
+
+/// The powers of depth the synthetic models' touch may follow (grid search, per architecture).
+const TOUCH_POWERS: &[f64] = &[1.0, 2.0, 3.0, 4.0, 6.0, 8.0];
 
 fn sse(a: &[Vec<f64>], b: &[f64], x: &[f64]) -> f64 {
     a.iter()
@@ -337,8 +337,18 @@ fn fit(ps: &[Prepared]) -> SpeedConstants {
     // Prefill per micro-batch: s ub active_gb + p nblocks + u ub recurrent blocks + the copy,
     // at the measured pinned rate, `ratio` times slower from the page cache, times each
     // synthetic shape's touch fraction.
-    let mut best: Option<(f64, f64, Vec<f64>)> = None;
-    for step in 0..=180 {
+    let mut best: Option<(f64, f64, [f64; 2], Vec<f64>)> = None;
+    let weights = |p: &Prepared, power: f64| -> [f64; 2] {
+        p.depth_bytes.iter().fold([0.0, 0.0], |w, &(b, x)| {
+            let y = x.powf(power);
+            [w[0] + b * (1.0 - y), w[1] + b * y]
+        })
+    };
+    for (step, &p30, &p35) in (0..=180).flat_map(|step| {
+        TOUCH_POWERS
+            .iter()
+            .flat_map(move |p30| TOUCH_POWERS.iter().map(move |p35| (step, p30, p35)))
+    }) {
         let ratio = 1.0 + 0.05 * step as f64;
         let mut a = Vec::new();
         let mut b = Vec::new();
@@ -351,7 +361,8 @@ fn fit(ps: &[Prepared]) -> SpeedConstants {
             };
             let rate = p.sb.pcie_gbs.unwrap() * 1e9 * PINNED_FRACTION / slow;
             let copy = p.tb.cpu_experts_all / rate;
-            let (first, last) = (p.depth_w[0] / rate / t, p.depth_w[1] / rate / t);
+            let w = weights(p, if p.synthetic35 { p35 } else { p30 });
+            let (first, last) = (w[0] / rate / t, w[1] / rate / t);
             let s30 = p.synthetic && !p.synthetic35;
             let pick = |yes: bool, v: f64| if yes { v } else { 0.0 };
             a.push(vec![
@@ -367,16 +378,16 @@ fn fit(ps: &[Prepared]) -> SpeedConstants {
         }
         let x = lstsq(&a, &b);
         let e = sse(&a, &b, &x);
-        if best.as_ref().is_none_or(|(s, _, _)| e < *s) {
-            best = Some((e, ratio, x));
+        if best.as_ref().is_none_or(|(s, _, _, _)| e < *s) {
+            best = Some((e, ratio, [p30, p35], x));
         }
     }
-    let (_, ratio, x) = best.unwrap();
+    let (_, ratio, powers, x) = best.unwrap();
     k.prefill_s_per_token_gb = x[0];
     k.prefill_block_ms = x[1];
     k.prefill_recurrent_us = x[2];
-    k.synthetic_touch_qwen3moe = [x[3], x[4]];
-    k.synthetic_touch_qwen35moe = [x[5], x[6]];
+    k.synthetic_touch_qwen3moe = [x[3], x[4], powers[0]];
+    k.synthetic_touch_qwen35moe = [x[5], x[6], powers[1]];
     k.h2d_pinned_fraction = PINNED_FRACTION;
     k.h2d_pageable_fraction = PINNED_FRACTION / ratio;
     k
@@ -502,6 +513,11 @@ fn fit_constants() {
             FITTED.synthetic_touch_qwen3moe[1],
         ),
         (
+            "synthetic_touch_qwen3moe[2]",
+            k.synthetic_touch_qwen3moe[2],
+            FITTED.synthetic_touch_qwen3moe[2],
+        ),
+        (
             "synthetic_touch_qwen35moe[0]",
             k.synthetic_touch_qwen35moe[0],
             FITTED.synthetic_touch_qwen35moe[0],
@@ -510,6 +526,11 @@ fn fit_constants() {
             "synthetic_touch_qwen35moe[1]",
             k.synthetic_touch_qwen35moe[1],
             FITTED.synthetic_touch_qwen35moe[1],
+        ),
+        (
+            "synthetic_touch_qwen35moe[2]",
+            k.synthetic_touch_qwen35moe[2],
+            FITTED.synthetic_touch_qwen35moe[2],
         ),
     ] {
         assert!(

@@ -67,14 +67,15 @@ pub struct SpeedConstants {
     /// Negative when such a block computes faster than its bytes say.
     pub prefill_recurrent_us: f64,
     /// Share of a CPU block's expert bytes a micro-batch copies for a synthetic (random
-    /// weights) model of the `qwen3moe` architecture, at the first block and at the last
-    /// (linear in the block's depth between them, clamped to (0, 1]): random routers send
+    /// weights) model of the `qwen3moe` architecture: `[first, last, power]`, the share at the
+    /// first block and at the last, linear in depth^power between them (depth 0 at the first
+    /// block, 1 at the last), clamped to (0, 1]: random routers send
     /// tokens to few experts, fewer the deeper the block (the token states grow alike), and
     /// llama.cpp copies only the experts a micro-batch uses. Real models route over all
     /// experts at these micro-batch sizes: 1 at every depth.
-    pub synthetic_touch_qwen3moe: [f64; 2],
+    pub synthetic_touch_qwen3moe: [f64; 3],
     /// Same for a synthetic `qwen35moe` (Qwen3.5) model, and any other synthetic architecture.
-    pub synthetic_touch_qwen35moe: [f64; 2],
+    pub synthetic_touch_qwen35moe: [f64; 3],
     /// Relative error (one side) of tg that the held-out replay showed (about 90 % coverage).
     pub tg_rel_err: f64,
     /// Same for pp.
@@ -98,14 +99,15 @@ pub struct SpeedConstants {
 ///   decodes the all-GPU Qwen3-30B-A3B at ~205 tok/s, f16 at ~240).
 /// - prefill: 1.0 us per token per recurrent block on top of the per-byte compute.
 /// - pinned copies reach 47 GB/s, 75 % of the PCIe 5 x16 nominal rate (measured on the box,
-///   not fitted: it anchors the copy terms); copies from the page cache 16 % (9.9 GB/s).
-/// - the synthetic models route each micro-batch to few experts, and the synthetic
-///   Qwen3-30B-A3B to fewer the deeper the block: a micro-batch copies 61 % of its first
-///   block's CPU expert bytes, falling linearly to none by the last (clamped to 1 %), so its
-///   last blocks on the CPU cost little prompt speed. The Qwen3.5-35B-A3B copies 6 % at the
-///   first block, 9 % at the last: its `last-split` placements remain predicted 20-40 % too
-///   fast in prompt (4 groups), which a depth line does not capture.
-/// - errors: the 90th percentile of the held-out relative errors (tg 12.3 %, pp 14.9 %; stated
+///   not fitted: it anchors the copy terms); copies from the page cache 16 % (10 GB/s).
+/// - the synthetic models route each micro-batch to few experts, how few depending on the
+///   block's depth: a micro-batch copies 62 % of the synthetic Qwen3-30B-A3B's first block's
+///   CPU expert bytes, falling linearly to none by the last (clamped to 1 %), so its last
+///   blocks on the CPU cost little prompt speed; the Qwen3.5-35B-A3B copies 7 % at the first
+///   block rising to 32 % at the last along depth^8 (the power by grid search over 1-8, at its
+///   edge): flat over its first blocks, steep over its last. Its `last-split` placements
+///   remain predicted 8-34 % too fast in prompt (4 groups; the most at `-ub 2048`).
+/// - errors: the 90th percentile of the held-out relative errors (tg 12.3 %, pp 15.1 %; stated
 ///   as before, 13 % and 23 %); they include the +-15 % launch-to-launch noise of the shared
 ///   machine.
 pub const FITTED: SpeedConstants = SpeedConstants {
@@ -116,12 +118,12 @@ pub const FITTED: SpeedConstants = SpeedConstants {
     kv_quant_s_per_gb: 5.05e-3,
     cpu_block_overhead_ms: 0.183,
     h2d_pinned_fraction: 47.0 / 63.0,
-    h2d_pageable_fraction: 0.157,
-    prefill_s_per_token_gb: 3.67e-5,
-    prefill_block_ms: 0.472,
-    prefill_recurrent_us: 1.01,
-    synthetic_touch_qwen3moe: [0.612, -0.0113],
-    synthetic_touch_qwen35moe: [0.0601, 0.0888],
+    h2d_pageable_fraction: 0.159,
+    prefill_s_per_token_gb: 3.69e-5,
+    prefill_block_ms: 0.460,
+    prefill_recurrent_us: 0.990,
+    synthetic_touch_qwen3moe: [0.618, -0.00868, 1.0],
+    synthetic_touch_qwen35moe: [0.0655, 0.320, 8.0],
     tg_rel_err: 0.13,
     pp_rel_err: 0.23,
 };
@@ -581,17 +583,18 @@ pub fn predict(
 
 /// Share of block `block`'s CPU expert bytes a prefill micro-batch copies to the GPU: 1 for a
 /// real model; for a synthetic one (random routers use few experts) the fitted share at the
-/// first block and at the last, linear in the block's depth between them, clamped to (0, 1].
+/// first block and at the last, linear in the block's depth (to a fitted power) between them,
+/// clamped to (0, 1].
 pub fn synthetic_touch(layout: &ModelLayout, k: &SpeedConstants, block: u32) -> f64 {
     if !is_synthetic(layout) {
         return 1.0;
     }
-    let [first, last] = if layout.arch == "qwen3moe" {
+    let [first, last, power] = if layout.arch == "qwen3moe" {
         k.synthetic_touch_qwen3moe
     } else {
         k.synthetic_touch_qwen35moe
     };
-    let x = depth_share(layout, block);
+    let x = depth_share(layout, block).powf(power);
     (first + (last - first) * x).clamp(MIN_TOUCH, 1.0)
 }
 
@@ -813,8 +816,8 @@ mod tests {
         let mut synth = layout();
         synth.name = Some("Qwen3-30B-A3B (qtune synthetic, random weights)".into());
         let k = SpeedConstants {
-            synthetic_touch_qwen3moe: [0.6, 0.1],
-            synthetic_touch_qwen35moe: [0.05, 0.2],
+            synthetic_touch_qwen3moe: [0.6, 0.1, 1.0],
+            synthetic_touch_qwen35moe: [0.05, 0.2, 1.0],
             ..FITTED
         };
         let t = |l: &ModelLayout, b: u32| synthetic_touch(l, &k, b);
@@ -830,7 +833,7 @@ mod tests {
         assert_eq!(t(&synth, 0), 0.05);
         assert!(t(&synth, 39) > t(&synth, 0));
         let steep = SpeedConstants {
-            synthetic_touch_qwen35moe: [1.5, -0.5],
+            synthetic_touch_qwen35moe: [1.5, -0.5, 1.0],
             ..k
         };
         assert_eq!(synthetic_touch(&synth, &steep, 0), 1.0);
