@@ -836,6 +836,15 @@ mod tests {
             synthetic_touch_qwen35moe: [1.5, -0.5, 1.0],
             ..k
         };
+        // A power above 1: flat over the first blocks, steep over the last.
+        let curved = SpeedConstants {
+            synthetic_touch_qwen35moe: [0.05, 0.45, 8.0],
+            ..k
+        };
+        let c = |b: u32| synthetic_touch(&synth, &curved, b);
+        assert!(c(19) < 0.052 && c(19) > 0.05, "{}", c(19));
+        assert!((c(39) - 0.45).abs() < 1e-12);
+        assert!(c(35) - c(30) > c(10) - c(0));
         assert_eq!(synthetic_touch(&synth, &steep, 0), 1.0);
         assert_eq!(synthetic_touch(&synth, &steep, 39), MIN_TOUCH);
         // Copied bytes sum each CPU block's bytes times its touch: the same bytes deeper in a
