@@ -66,53 +66,64 @@ pub struct SpeedConstants {
     /// GPU prefill: extra cost per token and recurrent block (the linear-attention scan), us.
     /// Negative when such a block computes faster than its bytes say.
     pub prefill_recurrent_us: f64,
-    /// Share of the CPU experts' bytes a micro-batch copies for a synthetic (random weights)
-    /// model of the `qwen3moe` architecture: random routers send tokens to few experts and
+    /// Share of a CPU block's expert bytes a micro-batch copies for a synthetic (random
+    /// weights) model of the `qwen3moe` architecture: `[first, last, power]`, the share at the
+    /// first block and at the last, linear in depth^power between them (depth 0 at the first
+    /// block, 1 at the last), clamped to (0, 1]: random routers send
+    /// tokens to few experts, fewer the deeper the block (the token states grow alike), and
     /// llama.cpp copies only the experts a micro-batch uses. Real models route over all
-    /// experts at these micro-batch sizes: 1.
-    pub synthetic_touch_qwen3moe: f64,
+    /// experts at these micro-batch sizes: 1 at every depth.
+    pub synthetic_touch_qwen3moe: [f64; 3],
     /// Same for a synthetic `qwen35moe` (Qwen3.5) model, and any other synthetic architecture.
-    pub synthetic_touch_qwen35moe: f64,
+    pub synthetic_touch_qwen35moe: [f64; 3],
     /// Relative error (one side) of tg that the held-out replay showed (about 90 % coverage).
     pub tg_rel_err: f64,
     /// Same for pp.
     pub pp_rel_err: f64,
 }
 
-/// Fitted on the committed GPU runs (93 config groups: H100 and H200, Qwen3.5-35B-A3B and
-/// Qwen3-30B-A3B synthetic Q4_K_M, 16 and 24 GiB cards, 8 and 16 threads, mmap and pinned):
+/// Fitted on every committed single-GPU run (99 config groups: H100 and H200,
+/// Qwen3.5-35B-A3B and Qwen3-30B-A3B synthetic Q4_K_M, 16 and 24 GiB cards, 8 and 16 threads,
+/// mmap and pinned, `--n-cpu-moe` and `last-split` placements), issue 14's four H100 tunes
+/// (reports/gpu-h100-proof14, which hold most of the `last-split` placements) included:
 /// `cargo test --test speed_replay fit_constants -- --nocapture` refits and prints them.
 ///
-/// - host: CPU expert reads run at 0.90x what `qtune hw` measured plus 0.18 ms per CPU block;
+/// - host: CPU expert reads run at 0.92x what `qtune hw` measured plus 0.18 ms per CPU block;
 ///   linear in threads. Only one host (16-core Xeon) is in the data: on other CPUs this part
 ///   is the least certain.
 /// - GPU-side overhead per token: 0.077 ms per attention block, 0.117 ms per recurrent block
 ///   (Qwen3.5's gated delta net): both GPUs decode the all-GPU Qwen3.5-35B-A3B (30 recurrent +
 ///   10 attention blocks) at ~210 tok/s although their bandwidths differ by 40 %, and the
 ///   all-GPU Qwen3-30B-A3B (48 attention blocks) at ~205-240.
-/// - a quantized KV cache costs 4.8 ms per GB attended over on top of its read (q8_0 KV
+/// - a quantized KV cache costs 5.0 ms per GB attended over on top of its read (q8_0 KV
 ///   decodes the all-GPU Qwen3-30B-A3B at ~205 tok/s, f16 at ~240).
-/// - prefill: 0.88 us per token per recurrent block on top of the per-byte compute.
+/// - prefill: 1.0 us per token per recurrent block on top of the per-byte compute.
 /// - pinned copies reach 47 GB/s, 75 % of the PCIe 5 x16 nominal rate (measured on the box,
-///   not fitted: it anchors the copy terms); copies from the page cache 12 % (7.7 GB/s).
-/// - the synthetic models route each micro-batch to few experts: a micro-batch copies 37 % of
-///   the synthetic Qwen3-30B-A3B's CPU expert bytes and 5 % of the Qwen3.5-35B-A3B's.
-/// - errors: the 90th percentile of the held-out relative errors (tg 12.4 %, pp 22.8 %,
-///   rounded up); they include the +-15 % launch-to-launch noise of the shared machine.
+///   not fitted: it anchors the copy terms); copies from the page cache 16 % (10 GB/s).
+/// - the synthetic models route each micro-batch to few experts, how few depending on the
+///   block's depth: a micro-batch copies 62 % of the synthetic Qwen3-30B-A3B's first block's
+///   CPU expert bytes, falling linearly to none by the last (clamped to 1 %), so its last
+///   blocks on the CPU cost little prompt speed; the Qwen3.5-35B-A3B copies 7 % at the first
+///   block rising to 32 % at the last along depth^8 (the power by grid search over 1-8, at its
+///   edge): flat over its first blocks, steep over its last. Its `last-split` placements
+///   remain predicted 8-34 % too fast in prompt (4 groups; the most at `-ub 2048`).
+/// - errors: the 90th percentile of the held-out relative errors (tg 12.3 %, pp 15.1 %; stated
+///   as before, 13 % and 23 %); they include the +-15 % launch-to-launch noise of the shared
+///   machine.
 pub const FITTED: SpeedConstants = SpeedConstants {
-    host_bw_fraction: 0.902,
+    host_bw_fraction: 0.920,
     thread_exponent: 1.0,
-    block_overhead_ms: 0.0767,
+    block_overhead_ms: 0.0771,
     recurrent_block_overhead_ms: 0.117,
-    kv_quant_s_per_gb: 4.77e-3,
-    cpu_block_overhead_ms: 0.178,
+    kv_quant_s_per_gb: 5.05e-3,
+    cpu_block_overhead_ms: 0.183,
     h2d_pinned_fraction: 47.0 / 63.0,
-    h2d_pageable_fraction: 0.122,
-    prefill_s_per_token_gb: 3.83e-5,
-    prefill_block_ms: 0.472,
-    prefill_recurrent_us: 0.877,
-    synthetic_touch_qwen3moe: 0.369,
-    synthetic_touch_qwen35moe: 0.0523,
+    h2d_pageable_fraction: 0.159,
+    prefill_s_per_token_gb: 3.69e-5,
+    prefill_block_ms: 0.460,
+    prefill_recurrent_us: 0.990,
+    synthetic_touch_qwen3moe: [0.618, -0.00868, 1.0],
+    synthetic_touch_qwen35moe: [0.0655, 0.320, 8.0],
     tg_rel_err: 0.13,
     pp_rel_err: 0.23,
 };
@@ -544,14 +555,14 @@ pub fn predict(
             + tb.gpu_blocks as f64 * k.prefill_block_ms / 1e3)
             * 1e3;
         if cfg.op_offload && ub >= 32 {
-            let touch = synthetic_touch(layout, k);
+            let copied = copied_expert_bytes(layout, &host_expert_bytes(layout, cfg, has_gpu), k);
             let frac = if cfg.load_mode.maps_file() {
                 k.h2d_pageable_fraction
             } else {
                 k.h2d_pinned_fraction
             };
             let h2d = sb.pcie_gbs.unwrap_or(16.0) * frac * GB;
-            prefill.copy_ms = tb.cpu_experts_all * touch / h2d * 1e3;
+            prefill.copy_ms = copied / h2d * 1e3;
         } else {
             prefill.cpu_ms = cpu_prefill_ms(ub, tb.cpu / active_share(layout), sb, threads);
         }
@@ -570,16 +581,43 @@ pub fn predict(
     })
 }
 
-/// Share of the CPU experts' bytes a prefill micro-batch copies to the GPU: 1 for a real
-/// model, the fitted share for a synthetic one (random routers use few experts).
-pub fn synthetic_touch(layout: &ModelLayout, k: &SpeedConstants) -> f64 {
+/// Share of block `block`'s CPU expert bytes a prefill micro-batch copies to the GPU: 1 for a
+/// real model; for a synthetic one (random routers use few experts) the fitted share at the
+/// first block and at the last, linear in the block's depth (to a fitted power) between them,
+/// clamped to (0, 1].
+pub fn synthetic_touch(layout: &ModelLayout, k: &SpeedConstants, block: u32) -> f64 {
     if !is_synthetic(layout) {
-        1.0
-    } else if layout.arch == "qwen3moe" {
+        return 1.0;
+    }
+    let [first, last, power] = if layout.arch == "qwen3moe" {
         k.synthetic_touch_qwen3moe
     } else {
         k.synthetic_touch_qwen35moe
+    };
+    let x = depth_share(layout, block).powf(power);
+    (first + (last - first) * x).clamp(MIN_TOUCH, 1.0)
+}
+
+/// The smallest share of a block's experts a micro-batch is taken to copy (a touch
+/// interpolated to zero or below still copies the experts its tokens use).
+const MIN_TOUCH: f64 = 0.01;
+
+/// Block `block`'s depth: 0 at the first block, 1 at the last.
+pub fn depth_share(layout: &ModelLayout, block: u32) -> f64 {
+    if layout.n_blocks <= 1 {
+        0.0
+    } else {
+        (block as f64 / (layout.n_blocks - 1) as f64).min(1.0)
     }
+}
+
+/// Expert bytes a prefill micro-batch copies from the host, given each block's CPU expert
+/// bytes (`host_expert_bytes`): each block's bytes times its [`synthetic_touch`].
+pub fn copied_expert_bytes(layout: &ModelLayout, host: &[u64], k: &SpeedConstants) -> f64 {
+    host.iter()
+        .enumerate()
+        .map(|(il, &b)| b as f64 * synthetic_touch(layout, k, il as u32))
+        .sum()
 }
 
 fn active_share(layout: &ModelLayout) -> f64 {
@@ -755,19 +793,84 @@ mod tests {
         // A synthetic model copies only part of its CPU experts per micro-batch, by architecture.
         let mut synth = layout();
         synth.name = Some("Qwen3-30B-A3B (qtune synthetic, random weights)".into());
-        assert_eq!(synthetic_touch(&l, &FITTED), 1.0);
+        for block in [0, 20, 39] {
+            assert_eq!(synthetic_touch(&l, &FITTED, block), 1.0, "a real model");
+        }
         assert_eq!(
-            synthetic_touch(&synth, &FITTED),
-            FITTED.synthetic_touch_qwen3moe
+            synthetic_touch(&synth, &FITTED, 0),
+            FITTED.synthetic_touch_qwen3moe[0]
         );
         synth.arch = "qwen35moe".into();
         assert_eq!(
-            synthetic_touch(&synth, &FITTED),
-            FITTED.synthetic_touch_qwen35moe
+            synthetic_touch(&synth, &FITTED, 0),
+            FITTED.synthetic_touch_qwen35moe[0]
         );
         let mut off = placed(20);
         off.load_mode = crate::config::LoadMode::None;
         assert!(p(&synth, &off).prefill.copy_ms < p(&l, &off).prefill.copy_ms);
+    }
+
+    #[test]
+    fn a_synthetic_models_touch_follows_depth_a_real_models_does_not() {
+        let l = layout();
+        let mut synth = layout();
+        synth.name = Some("Qwen3-30B-A3B (qtune synthetic, random weights)".into());
+        let k = SpeedConstants {
+            synthetic_touch_qwen3moe: [0.6, 0.1, 1.0],
+            synthetic_touch_qwen35moe: [0.05, 0.2, 1.0],
+            ..FITTED
+        };
+        let t = |l: &ModelLayout, b: u32| synthetic_touch(l, &k, b);
+        assert_eq!(t(&synth, 0), 0.6);
+        assert!((t(&synth, 39) - 0.1).abs() < 1e-12);
+        assert!((t(&synth, 13) - (0.6 - 0.5 * 13.0 / 39.0)).abs() < 1e-12);
+        assert!(t(&synth, 10) > t(&synth, 30), "deeper blocks copy less");
+        for b in 0..40 {
+            assert_eq!(t(&l, b), 1.0, "a real model copies every CPU expert");
+        }
+        // Another architecture has its own line; an extrapolation stays within (0, 1].
+        synth.arch = "qwen35moe".into();
+        assert_eq!(t(&synth, 0), 0.05);
+        assert!(t(&synth, 39) > t(&synth, 0));
+        let steep = SpeedConstants {
+            synthetic_touch_qwen35moe: [1.5, -0.5, 1.0],
+            ..k
+        };
+        // A power above 1: flat over the first blocks, steep over the last.
+        let curved = SpeedConstants {
+            synthetic_touch_qwen35moe: [0.05, 0.45, 8.0],
+            ..k
+        };
+        let c = |b: u32| synthetic_touch(&synth, &curved, b);
+        assert!(c(19) < 0.052 && c(19) > 0.05, "{}", c(19));
+        assert!((c(39) - 0.45).abs() < 1e-12);
+        assert!(c(35) - c(30) > c(10) - c(0));
+        assert_eq!(synthetic_touch(&synth, &steep, 0), 1.0);
+        assert_eq!(synthetic_touch(&synth, &steep, 39), MIN_TOUCH);
+        // Copied bytes sum each CPU block's bytes times its touch: the same bytes deeper in a
+        // synthetic qwen3moe copy less, in a real model the same.
+        let n = l.blocks.len();
+        let mut first = vec![0u64; n];
+        let mut last = vec![0u64; n];
+        first[..4].fill(1 << 30);
+        last[n - 4..].fill(1 << 30);
+        synth.arch = "qwen3moe".into();
+        assert!(copied_expert_bytes(&synth, &last, &k) < copied_expert_bytes(&synth, &first, &k));
+        assert_eq!(
+            copied_expert_bytes(&l, &last, &k),
+            copied_expert_bytes(&l, &first, &k)
+        );
+        // Through the model: last-block placements prefill faster on the synthetic model.
+        let sb = gpu_box();
+        let mut head = placed(4);
+        head.load_mode = crate::config::LoadMode::None;
+        let mut tail = head.clone();
+        tail.n_cpu_moe = None;
+        tail.cpu_experts = Some(crate::config::CpuExperts::last(4, 40));
+        let pp =
+            |l: &ModelLayout, c: &LaunchConfig| predict(l, c, &sb, true, 2048, &k).unwrap().pp.tps;
+        assert!(pp(&synth, &tail) > pp(&synth, &head));
+        assert!((pp(&l, &tail) / pp(&l, &head) - 1.0).abs() < 0.02);
     }
 
     #[test]

@@ -148,7 +148,8 @@ pub struct Plan {
     /// Two GPUs or more: each card's budget and predicted VRAM, MiB, device order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cards: Vec<(crate::hardware::GpuBudget, f64)>,
-    /// No profile: the batch/KV candidates compared by predicted speed (empty when none were).
+    /// No profile: the configs compared by predicted speed (each batch/KV pair, placed with
+    /// `--n-cpu-moe` and, on one GPU, with the space's placement styles; empty when none were).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub compared: Vec<PlanCandidate>,
 }
@@ -298,7 +299,8 @@ pub fn scale_threads(profile_threads: u32, p: &ProfileHardware, host: &HostInfo)
 /// Qwen3-30B-A3B (48 attention blocks), 2.4 % on the all-GPU Qwen3.5-35B-A3B (10).
 pub const PLAN_TIE_PCT: f64 = 3.0;
 
-/// One batch/KV choice the plan compared (no profile): its placement and predicted speeds.
+/// One config the plan compared (no profile): a batch/KV pair with one placement, and its
+/// predicted speeds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlanCandidate {
     /// The config's label (placement, threads, batch sizes, KV type).
@@ -320,6 +322,9 @@ struct DefaultChoices {
     base: LaunchConfig,
     batches: Vec<[u32; 2]>,
     kvs: Vec<[crate::config::KvType; 2]>,
+    /// The space itself, its placement styles less `fit` (which places itself at launch, so
+    /// the plan cannot predict it): what the tune's placement variants are filled from.
+    space: crate::space::SearchSpace,
 }
 
 impl DefaultChoices {
@@ -367,10 +372,16 @@ fn default_choices(ctx: u32, host: &HostInfo) -> Result<DefaultChoices, String> 
     if let Some(fa) = s.vary.flash_attn.first() {
         base.flash_attn = *fa;
     }
+    let mut space = s.clone();
+    space
+        .vary
+        .placement
+        .retain(|&p| p != crate::space::PlacementStyle::Fit);
     Ok(DefaultChoices {
         base,
         batches: s.vary.batch_ubatch.clone(),
         kvs: s.vary.kv_types.clone(),
+        space,
     })
 }
 
@@ -605,10 +616,66 @@ fn choice_label(c: &LaunchConfig) -> String {
     }
 }
 
-/// No profile: place every batch/ubatch × KV pair of the `default` space and keep the one the
-/// speed model predicts best by the tune's objective: the fastest in generation, and among the
-/// candidates within [`PLAN_TIE_PCT`] of it the fastest in prompt (at the same predicted
-/// prompt speed the faster in generation, then the space's order). A candidate that does not fit is out. When the model cannot compare them (no
+/// The space's placement styles (`fit` left out) for `template`, filled to the plan's budget
+/// by the tune's own filling ([`crate::search::candidates::propose`]): one GPU and a MoE model
+/// only; a placement predicted to swap the host is left out.
+fn styled_placements(
+    layout: &ModelLayout,
+    hw: &HardwareProfile,
+    space: &crate::space::SearchSpace,
+    template: &LaunchConfig,
+    budget: Option<u64>,
+    cards: &[crate::hardware::GpuBudget],
+) -> Vec<Placed> {
+    let Some(b) = budget else {
+        return Vec::new();
+    };
+    if !layout.is_moe() || cards.len() >= 2 || space.vary.placement.is_empty() {
+        return Vec::new();
+    }
+    let target = plan_fit_target_mib(b as f64);
+    let limits = crate::search::candidates::Limits {
+        vram_budget_mib: target,
+        ram_available_mib: Some(hw.host.ram_available_mib as f64),
+        fit_target_mib: 0,
+    };
+    crate::search::candidates::propose(layout, template, space, &limits)
+        .into_iter()
+        .filter(|c| c.refused.is_none() && c.style != crate::space::PlacementStyle::Fit)
+        .map(|mut c| {
+            // Nothing on the CPU (the whole model fits): the same placement as --n-cpu-moe 0.
+            if c.config.cpu_experts.is_none() && c.config.n_cpu_moe.is_none() {
+                c.config.n_cpu_moe = Some(0);
+            }
+            c
+        })
+        .map(|c| Placed {
+            reasons: vec![format!(
+                "{}: the '{}' placement style filled to the budget as the tune fills it: the \
+                 most expert bytes on the GPU whose predicted VRAM fits {} of the {} budget (the \
+                 rest: the CUDA context and a margin)",
+                match &c.config.cpu_experts {
+                    Some(e) => format!("experts of {} on the CPU", e.label()),
+                    None => format!("--n-cpu-moe {}", c.config.n_cpu_moe.unwrap_or(0)),
+                },
+                c.style.as_str(),
+                crate::util::fmt_mib(target),
+                crate::util::fmt_mib(b as f64)
+            )],
+            cfg: c.config,
+            fits: true,
+            warnings: Vec::new(),
+        })
+        .collect()
+}
+
+/// No profile: place every batch/ubatch × KV pair of the `default` space (on one GPU, with
+/// `--n-cpu-moe` and with each of the space's placement styles but `fit`, filled to the budget
+/// as the tune fills them) and keep the one the speed model predicts best by the tune's
+/// objective: the fastest in generation, and among the candidates within [`PLAN_TIE_PCT`] of
+/// it the fastest in prompt (at the same predicted prompt speed the faster in generation, then
+/// the space's order); a plain `--n-cpu-moe N` tied with that winner in both is kept instead
+/// (it needs no `-ot` rule). A candidate that does not fit is out. When the model cannot compare them (no
 /// GPU, an unknown card, a dense model, nothing fits) the space's first choices are kept.
 fn choose_by_speed(
     layout: &ModelLayout,
@@ -631,8 +698,22 @@ fn choose_by_speed(
     }
     let sb = SpeedBox::from_hardware(hw);
     let mut placed: Vec<(Placed, Option<speed::SpeedPrediction>)> = Vec::new();
+    let mut to_predict = Vec::new();
     for c in &candidates {
         let p = place(layout, None, c.clone(), budget, cards);
+        let styles = if p.fits {
+            styled_placements(layout, hw, &choices.space, c, budget, cards)
+        } else {
+            Vec::new()
+        };
+        to_predict.push(p);
+        for s in styles {
+            if !to_predict.iter().any(|o| o.cfg == s.cfg) {
+                to_predict.push(s);
+            }
+        }
+    }
+    for p in to_predict {
         let pred = if p.fits {
             let Some(pred) = speed::predict(
                 layout,
@@ -681,6 +762,21 @@ fn choose_by_speed(
             win = s;
         }
     }
+    // `--n-cpu-moe N` (no `-ot` rule) is the most readable: kept when it is predicted as good,
+    // within the tie in generation and within the tie of the winner's prompt speed.
+    if placed[win.0].0.cfg.cpu_experts.is_some() {
+        let pp_win = win.2;
+        if let Some(plain) = tied
+            .iter()
+            .filter(|s| {
+                placed[s.0].0.cfg.cpu_experts.is_none()
+                    && crate::search::objective::is_tie(s.2, pp_win, PLAN_TIE_PCT)
+            })
+            .max_by(|a, b| a.2.total_cmp(&b.2))
+        {
+            win = plain;
+        }
+    }
     let fastest_tg = if same(win.1, best_tg) {
         win.0
     } else {
@@ -696,14 +792,44 @@ fn choose_by_speed(
          'qtune tune' to measure)"
             .to_string(),
     );
-    let what = if speeds.len() == candidates.len() {
-        format!("the {} batch/KV pairs of the 'default' space", speeds.len())
-    } else {
-        format!(
-            "the {} of the 'default' space's {} batch/KV pairs that fit",
-            speeds.len(),
+    let styles = choices
+        .space
+        .vary
+        .placement
+        .iter()
+        .map(|p| p.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let styled = placed.len() > candidates.len();
+    let what =
+        match (styled, speeds.len() == placed.len()) {
+            (false, true) => format!("the {} batch/KV pairs of the 'default' space", speeds.len()),
+            (false, false) => format!(
+                "the {} of the 'default' space's {} batch/KV pairs that fit",
+                speeds.len(),
+                candidates.len()
+            ),
+            (true, all) => format!(
+            "{} (the 'default' space's {} batch/KV pairs, each placed with --n-cpu-moe and with \
+             its placement styles {styles} filled to the budget)",
+            if all {
+                format!("the {} configs compared", placed.len())
+            } else {
+                format!("the {} of {} configs compared that fit", speeds.len(), placed.len())
+            },
             candidates.len()
-        )
+        ),
+        };
+    // With placement styles compared, a choice is named by its placement too.
+    let choice_label = |c: &LaunchConfig| -> String {
+        if !styled {
+            return choice_label(c);
+        }
+        match (&c.cpu_experts, c.n_cpu_moe) {
+            (Some(e), _) => format!("experts of {} on the CPU, {}", e.label(), choice_label(c)),
+            (None, Some(n)) => format!("--n-cpu-moe {n}, {}", choice_label(c)),
+            (None, None) => choice_label(c),
+        }
     };
     let why = if fastest_tg == win.0 && tied.len() == 1 {
         format!(
