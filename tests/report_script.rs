@@ -76,7 +76,8 @@ impl Script {
     fn start(script: &Path, home: &Path, path_env: &str) -> Script {
         let log = home.join("script.log");
         let f = std::fs::File::create(&log).unwrap();
-        let child = Command::new("/usr/bin/env")
+        let mut child = Command::new("/usr/bin/env");
+        child
             .arg("-i")
             .arg(format!("PATH={path_env}"))
             .arg(format!("HOME={}", home.display()))
@@ -85,9 +86,20 @@ impl Script {
             .stdin(Stdio::null())
             .stdout(f.try_clone().unwrap())
             .stderr(f)
-            .process_group(0)
-            .spawn()
-            .unwrap();
+            .process_group(0);
+        // A shell cannot trap a signal that was ignored when it started, and a test run from a
+        // background job (`nohup scripts/test.sh &`) inherits SIGINT ignored: start the script
+        // as a terminal would, with SIGINT and SIGTERM at their defaults, so the test judges
+        // the script's traps and not how the test run was started.
+        // SAFETY: only async-signal-safe calls (signal) between fork and exec.
+        unsafe {
+            child.pre_exec(|| {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                libc::signal(libc::SIGTERM, libc::SIG_DFL);
+                Ok(())
+            });
+        }
+        let child = child.spawn().unwrap();
         Script { child, log }
     }
 
