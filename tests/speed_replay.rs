@@ -608,7 +608,13 @@ fn held_out_run_is_predicted_within_the_stated_error() {
     print_constants(&k);
     let ps = prepare(&groups_where(after_the_fit));
     assert!(ps.len() >= 10, "{} groups in the held-out run", ps.len());
-    let (etg, epp) = report("held-out run", &ps, &k);
+    assert_run_within_the_stated_error("held-out run", &ps, &k);
+}
+
+/// A whole run predicted with `k`: at least 80 % of its groups within the stated error in tg
+/// and in pp, none beyond twice it; prints each group and the rates.
+fn assert_run_within_the_stated_error(label: &str, ps: &[Prepared], k: &SpeedConstants) {
+    let (etg, epp) = report(label, ps, k);
     for (what, errs, stated) in [
         ("tg", &etg, FITTED.tg_rel_err),
         ("pp", &epp, FITTED.pp_rel_err),
@@ -617,7 +623,7 @@ fn held_out_run_is_predicted_within_the_stated_error() {
         let within = errs.iter().filter(|e| e.abs() <= stated).count() as f64 / n;
         let worst = errs.iter().fold(0.0f64, |m, e| m.max(e.abs()));
         println!(
-            "{what} held-out run: {} groups, {:.0} % within the stated +-{:.0} %, worst {:.1} %",
+            "{what} {label}: {} groups, {:.0} % within the stated +-{:.0} %, worst {:.1} %",
             errs.len(),
             within * 100.0,
             stated * 100.0,
@@ -642,28 +648,7 @@ fn the_pre_registered_run_is_predicted_with_the_constants_it_was_planned_with() 
         "{} groups in the pre-registered run",
         ps.len()
     );
-    let (etg, epp) = report("pre-registered run", &ps, &FITTED);
-    for (what, errs, stated) in [
-        ("tg", &etg, FITTED.tg_rel_err),
-        ("pp", &epp, FITTED.pp_rel_err),
-    ] {
-        let n = errs.len() as f64;
-        let within = errs.iter().filter(|e| e.abs() <= stated).count() as f64 / n;
-        let worst = errs.iter().fold(0.0f64, |m, e| m.max(e.abs()));
-        println!(
-            "{what} pre-registered run: {} groups, {:.0} % within the stated +-{:.0} %, worst {:.1} %",
-            errs.len(),
-            within * 100.0,
-            stated * 100.0,
-            worst * 100.0
-        );
-        assert!(
-            within >= 0.80,
-            "{what}: only {:.0} % within",
-            within * 100.0
-        );
-        assert!(worst <= 2.0 * stated, "{what}: worst {worst}");
-    }
+    assert_run_within_the_stated_error("pre-registered run", &ps, &FITTED);
 }
 
 fn gpu_machine(name: &str, free_mib: u64) -> qtune::hardware::HardwareProfile {
