@@ -149,9 +149,9 @@ pub fn cache_dir() -> PathBuf {
     home.join(".cache").join("qtune")
 }
 
-/// Format MiB with a thousands separator, e.g. `14,874 MiB`.
-pub fn fmt_mib(mib: f64) -> String {
-    let n = mib.round() as i64;
+/// A number rounded to an integer with a thousands separator, e.g. `14,874`, `-1,024`.
+pub fn fmt_thousands(v: f64) -> String {
+    let n = v.round() as i64;
     let s = n.abs().to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
@@ -160,7 +160,12 @@ pub fn fmt_mib(mib: f64) -> String {
         }
         out.push(c);
     }
-    format!("{}{} MiB", if n < 0 { "-" } else { "" }, out)
+    format!("{}{out}", if n < 0 { "-" } else { "" })
+}
+
+/// Format MiB with a thousands separator, e.g. `14,874 MiB`.
+pub fn fmt_mib(mib: f64) -> String {
+    format!("{} MiB", fmt_thousands(mib))
 }
 
 pub const MIB: u64 = 1024 * 1024;
@@ -264,6 +269,9 @@ mod tests {
     fn mib_formatting() {
         assert_eq!(fmt_mib(14874.4), "14,874 MiB");
         assert_eq!(fmt_mib(512.0), "512 MiB");
+        assert_eq!(fmt_mib(-1536.0), "-1,536 MiB");
+        assert_eq!(fmt_thousands(10_512.4), "10,512");
+        assert_eq!(fmt_thousands(999.6), "1,000");
     }
 }
 

@@ -505,6 +505,12 @@ impl LaunchConfig {
         Ok(())
     }
 
+    /// True when no flag of this config puts routed experts on the CPU (no `--n-cpu-moe` above
+    /// 0, no `-ot ...=CPU` rule). Auto-fit (`--fit on`) may still place some there at launch.
+    pub fn no_experts_on_cpu(&self) -> bool {
+        self.n_cpu_moe.unwrap_or(0) == 0 && self.cpu_experts.is_none()
+    }
+
     /// True when this config leaves placement to the server (the baseline).
     pub fn is_auto_placement(&self) -> bool {
         self.n_gpu_layers.is_none()

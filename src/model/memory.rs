@@ -574,8 +574,7 @@ pub fn predict_devices_with(
         && cfg
             .split_mode
             .is_none_or(|m| m == crate::config::SplitMode::Layer)
-        && cfg.n_cpu_moe.unwrap_or(0) == 0
-        && cfg.cpu_experts.is_none()
+        && cfg.no_experts_on_cpu()
         && cfg.gpu_experts.is_empty()
         && out
             .iter()

@@ -591,16 +591,7 @@ fn place(
 
 /// A speed for a reason: "10,512 tok/s".
 fn fmt_tps(v: f64) -> String {
-    let n = v.round() as u64;
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    format!("{out} tok/s")
+    format!("{} tok/s", crate::util::fmt_thousands(v))
 }
 
 /// "-b 2048 -ub 512, q8_0 KV": the non-placement choices a candidate differs by.

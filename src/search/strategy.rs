@@ -243,7 +243,7 @@ impl QtuneSearch {
         else {
             return VecDeque::new();
         };
-        if best.n_cpu_moe.unwrap_or(0) == 0 && best.cpu_experts.is_none() {
+        if best.no_experts_on_cpu() {
             // Every expert on the GPU: no variant would change where anything sits.
             return VecDeque::new();
         }
@@ -882,8 +882,7 @@ impl QtuneSearch {
 pub fn thread_twins_on_gpu(a: &LaunchConfig, b: &LaunchConfig, ctx: &SearchContext) -> bool {
     let on_gpu = |c: &LaunchConfig| {
         ctx.has_gpu
-            && c.n_cpu_moe.unwrap_or(0) == 0
-            && c.cpu_experts.is_none()
+            && c.no_experts_on_cpu()
             && !c.is_fit_placement()
             && c.n_gpu_layers.is_none_or(|n| n > ctx.layout.n_blocks)
     };
