@@ -11,21 +11,13 @@ C vs A then shows the box's noise between identical commands.
 
 usage: scripts/proof12.py TUNE_DIR COMPARE_DIR [C_INDEX]
 """
-import json, math, statistics, sys
+import json, statistics, sys
+from paired import log_ratios, pct, rounds
 
 tune, comp = sys.argv[1], sys.argv[2]
 ci_ = int(sys.argv[3]) if len(sys.argv) > 3 else 2
 res = json.load(open(f'{tune}/results.json'))
-d = json.load(open(f'{comp}/compare.json'))
-R = [{l['command']: l for l in r['launches']} for r in d['rounds']]
-
-
-def ratios(k):
-    return [r[ci_][k] / r[0][k] for r in R if r[ci_]['outcome'] == 'ok' and r[0]['outcome'] == 'ok']
-
-
-def pct(x):
-    return f'{(math.exp(x) - 1) * 100:+.1f} %'
+R = rounds(comp)
 
 
 race = res.get('race') or {}
@@ -42,8 +34,8 @@ if claim is None:
     print('  the tune recommends the default: no gain claimed')
 ok = True
 for key, k in (('gen', 'gen_tps'), ('prompt', 'prompt_tps')):
-    rs = ratios(k)
-    med = statistics.median(math.log(x) for x in rs)
+    rs = log_ratios(R, ci_, 0, k)
+    med = statistics.median(rs)
     line = f'  {key:6} re-measured C vs A: median {pct(med)} over {len(rs)} rounds'
     if claim is not None:
         c = claim[key]

@@ -10,40 +10,31 @@ the per-round ratios.
 usage: scripts/proof13.py TUNE_DIR COMPARE_DIR [--whole-model-fits]
 """
 import json, math, statistics, sys
-
-T = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-     10: 2.228, 11: 2.201, 12: 2.179}
+from paired import interval, log_ratios, rounds
 
 
-def ratios(R, c, ref, k):
-    return [r[c][k] / r[ref][k] for r in R if r[c]['outcome'] == 'ok' and r[ref]['outcome'] == 'ok']
-
-
-def ci(rs):
-    l = [math.log(x) for x in rs]
-    n = len(l)
-    m = sum(l) / n
-    sd = math.sqrt(sum((x - m) ** 2 for x in l) / (n - 1))
-    h = T[n - 1] * sd / math.sqrt(n)
-    return math.exp(m), math.exp(m - h), math.exp(m + h), n
+def ci(logs):
+    m, lo, hi = interval(logs)
+    return math.exp(m), math.exp(lo), math.exp(hi), len(logs)
 
 
 tune, comp = sys.argv[1], sys.argv[2]
 whole = '--whole-model-fits' in sys.argv
 res = json.load(open(f'{tune}/results.json'))
 d = json.load(open(f'{comp}/compare.json'))
-R = [{l['command']: l for l in r['launches']} for r in d['rounds']]
+R = rounds(comp)
 budget = res['vram_budget_mib']
 launches = sum(1 for t in res['trials'] if t['kind'] != 'skipped')
 minutes = res.get('minutes_used')
-b_vs_a = ci(ratios(R, 1, 0, 'gen_tps'))[0]
+b_vs_a = ci(log_ratios(R, 1, 0, 'gen_tps'))[0]
 ref = 1 if b_vs_a > 1 else 0
 name = {0: 'default', 1: '--fit-target 512'}[ref]
-g = ratios(R, 2, ref, 'gen_tps')
-p = ratios(R, 2, ref, 'prompt_tps')
+g = log_ratios(R, 2, ref, 'gen_tps')
+p = log_ratios(R, 2, ref, 'prompt_tps')
 gm, glo, ghi, n = ci(g)
 pm, plo, phi, _ = ci(p)
-gmed, pmed = statistics.median(g), statistics.median(p)
+gmed = statistics.median(math.exp(x) for x in g)
+pmed = statistics.median(math.exp(x) for x in p)
 peak = d['peak_vram_mib'][2]
 need_pp = 1.1 if whole else 1.5
 checks = {

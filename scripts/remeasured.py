@@ -10,39 +10,21 @@ the interval a claim needs to survive another day's box.
 
 usage: scripts/remeasured.py COMPARE_DIR COMPARE_DIR [COMPARE_DIR ...]   (oldest first)
 """
-import json, math, statistics, sys
-
-T = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-
-
-def logs(d, c, ref, k):
-    R = [{l['command']: l for l in r['launches']} for r in d['rounds']]
-    return [math.log(r[c][k] / r[ref][k]) for r in R
-            if r[c]['outcome'] == 'ok' and r[ref]['outcome'] == 'ok']
+import statistics, sys
+from paired import interval, log_ratios, pct, rounds
 
 
-def interval(l):
-    n = len(l)
-    m = statistics.mean(l)
-    h = T[n - 1] * statistics.stdev(l) / math.sqrt(n)
-    return m, m - h, m + h
-
-
-def pct(x):
-    return f'{(math.exp(x) - 1) * 100:+.1f} %'
-
-
-runs = [(p, json.load(open(f'{p}/compare.json'))) for p in sys.argv[1:]]
+runs = [(p, rounds(p)) for p in sys.argv[1:]]
 for name, c, ref in (('C vs A', 2, 0), ('C vs B', 2, 1)):
     for key, k in (('generation', 'gen_tps'), ('prompt', 'prompt_tps')):
         print(f'{name} {key}:')
         for (pa, da), (pb, db) in zip(runs, runs[1:]):
-            m, lo, hi = interval(logs(da, c, ref, k))
-            med = statistics.median(logs(db, c, ref, k))
+            m, lo, hi = interval(log_ratios(da, c, ref, k))
+            med = statistics.median(log_ratios(db, c, ref, k))
             verdict = 'inside' if lo <= med <= hi else 'OUTSIDE'
             print(f'  {pa}: {pct(m)} [{pct(lo)[:-2]}, {pct(hi)[:-2]}]; '
                   f'{pb}: median {pct(med)}: {verdict}')
-        days = [statistics.mean(logs(d, c, ref, k)) for _, d in runs]
+        days = [statistics.mean(log_ratios(d, c, ref, k)) for _, d in runs]
         if len(days) >= 2:
             m, lo, hi = interval(days)
             print(f'  across {len(days)} days: {pct(m)} [{pct(lo)[:-2]}, {pct(hi)[:-2]}] (95 %, one value per day)')
