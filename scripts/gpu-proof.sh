@@ -22,6 +22,9 @@
 #                 issue 13's proof: plan (predicted speeds written first), tune (default space),
 #                 then qtune compare of the winner vs the default vs --fit-target 512
 #                 (proofNN-GG-tune: the plans and the tune only)
+#   again30-16, again30-24
+#                 qtune compare: plain default vs --fit-target 512 vs run 4's committed winner
+#                 (reports/gpu-h100-run4/proof30-NN/results.json), on another lease (issue 12)
 #   remeasure35-16, remeasure35-24, remeasure30-16
 #                 qtune compare: plain default vs --fit-target 512 vs the committed winner ($ROUNDS rounds)
 #   Two GPUs (issue 15; the nvidia-h200-x2 machine, one ballast per GPU):
@@ -269,6 +272,18 @@ for c in "$@"; do
         --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$W/runs/$c"
       echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$W/runs/$c/card.txt"
       unballast; pack "$c" "$W/runs/$c" ;;
+    again30-16 | again30-24)
+      # Issue 12: the README's headline recommendation (run 4's, committed under
+      # reports/gpu-h100-run4/) re-measured unchanged on another lease of the machine, against the
+      # same two baselines, ${ROUNDS:-6} interleaved rounds.
+      k=${c#again}; gib=${k#*-}; m=$(model qwen3-30b-a3b); ballast "$gib"
+      winner=$(python3 -c "import json,shlex,sys;a=json.load(open(sys.argv[1]))['winner']['command'];a[a.index('-m')+1]=sys.argv[2];print(shlex.join(a))" "reports/gpu-h100-run4/proof$k/results.json" "$m")
+      say "$c: re-measuring run 4's recommendation (${ROUNDS:-6} rounds): $winner"
+      "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" "llama-server -m $m -c 32768 -np 1 --fit-target 512" \
+        "$winner" --rounds "${ROUNDS:-6}" \
+        --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$W/runs/$c-compare"
+      echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$W/runs/$c-compare/card.txt"
+      unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
     newtune35-16 | newtune35-24)
       # The tuner with paired racing, load mode, placements and fit's candidate (default space),
       # then its winner re-measured by qtune compare against the default and --fit-target 512.

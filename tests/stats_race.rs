@@ -291,7 +291,7 @@ fn the_noise_probe_sizes_the_race() {
         .count() as u32;
     assert_eq!(not_raced, 4 - noise.affordable_candidates, "{noise:?}");
     println!(
-        "harsh box: probe σ {:.1} %, {} rounds to resolve 8 %, {} of 4 candidates raced",
+        "harsh box: probe σ {:.1} %, {} rounds to decide an 8 % gain or a ±3 % tie, {} of 4 candidates raced",
         noise.launch_sigma_pct, noise.rounds_to_resolve, noise.affordable_candidates
     );
     // A probe given up front is used instead of launching one.
@@ -307,6 +307,56 @@ fn the_noise_probe_sizes_the_race() {
         Some(first),
         "asking again returns the same launch"
     );
+}
+
+#[test]
+fn a_quiet_probe_does_not_talk_the_race_into_racing_two_candidates() {
+    // Issue 13's run 4 (Qwen3.5-35B, 16 GiB, H100): the tune's two baseline launches read
+    // 101.6 and 100.6 tok/s (σ 0.7 %), 10 launches were left, and the race, sized from that
+    // one degree of freedom, raced two candidates for 3 rounds each (paired σ then 4.0 %).
+    // Pooled with the prior, sizing keeps one and gives it every round the budget has.
+    let probe = vec![s(101.6, 3831.0), s(100.6, 3552.0)];
+    let settings = RaceSettings {
+        budget_launches: 10,
+        noise_launches: 0,
+        min_rounds: 3,
+        ..RaceSettings::default()
+    };
+    let mut race = race::Race::new(settings, 2).with_probe(probe.clone());
+    let mut launched = vec![0u32; 3];
+    while let Some(l) = race.next_launch() {
+        launched[l.arm] += 1;
+        // Equal in generation, the first candidate 40 % faster in prompt: nothing decides
+        // early, so the one raced runs to the end of the budget.
+        let gen = 100.0 + if l.slot == 0 { 1.0 } else { -1.0 };
+        race.record(l, Some(s(gen, if l.arm == 1 { 1400.0 } else { 1000.0 })));
+    }
+    let out = race.outcome();
+    let noise = out.noise.expect("sized from the probe");
+    println!(
+        "run 4's probe: σ {:.1} % read, {:.1} % sized for, {} rounds to decide, {} candidate(s) raced; launches {launched:?}",
+        noise.launch_sigma_pct, noise.sizing_sigma_pct, noise.rounds_to_resolve, noise.affordable_candidates
+    );
+    assert!(noise.launch_sigma_pct < 1.0, "{noise:?}");
+    assert!(noise.sizing_sigma_pct > 1.5, "{noise:?}");
+    assert_eq!(noise.affordable_candidates, 1, "{noise:?}");
+    assert!(matches!(
+        out.candidates[1].status,
+        race::ArmStatus::NotRaced { .. }
+    ));
+    assert_eq!(launched, vec![5, 5, 0], "one candidate, 5 rounds");
+    // Without the prior (0 degrees of freedom), the same probe races both for 3 rounds.
+    let bare = RaceSettings {
+        prior_df: 0,
+        ..settings
+    };
+    let mut race = race::Race::new(bare, 2).with_probe(probe);
+    let mut arms = vec![0u32; 3];
+    while let Some(l) = race.next_launch() {
+        arms[l.arm] += 1;
+        race.record(l, Some(s(100.0, 1000.0)));
+    }
+    assert!(arms[1] > 0 && arms[2] > 0, "{arms:?}");
 }
 
 #[test]

@@ -68,12 +68,27 @@ impl SearchContext {
             return b.clone();
         }
         let v = &self.space.vary;
-        Base {
+        let first = Base {
             threads: self.thread_values()[0],
             batch: v.batch_ubatch.first().copied(),
             kv: v.kv_types.first().copied().unwrap_or([KvType::F16; 2]),
             flash_attn: v.flash_attn.first().copied().unwrap_or(FlashAttn::Auto),
+        };
+        // One card that holds every expert with f16 KV (the server's default): start there.
+        // A quantized KV then frees VRAM nothing needs and costs generation (issue 13's 24 GiB
+        // runs: q8_0 screened 3-6 % below the f16 default on both shapes, after 8 of 20
+        // launches had gone to q8_0 at four ubatch sizes before f16 was tried once).
+        const F16: [KvType; 2] = [KvType::F16; 2];
+        if self.gpu_moe && !self.multi_gpu() && first.kv != F16 && v.kv_types.contains(&F16) {
+            let f16 = Base {
+                kv: F16,
+                ..first.clone()
+            };
+            if self.predicted_fit(&f16, 0.0) == Some(0) && self.ncmoe_bounds().0 == 0 {
+                return f16;
+            }
         }
+        first
     }
 
     /// Alternatives to `inc` along dimension `dim`: 0 batch/ubatch, 1 KV type, 2 threads,

@@ -28,9 +28,12 @@
 //!
 //! # Noise probe and sizing
 //! The race starts with `noise_launches` back-to-back launches of the reference. Their spread
-//! (σ of `ln tg`) gives the paired noise (σ·√2) and the rounds needed to resolve a gain of
-//! `target_gain_pct` with 80 % power; the race keeps as many candidates (best-ranked first) as
-//! the budget can give that many rounds. The others wait: one takes the place of a candidate
+//! (σ of `ln tg`), pooled with a prior σ of the box (a probe of 2-3 launches has 1-2 degrees of
+//! freedom and read the GPU machine at a third of the noise its rounds then showed), gives the
+//! paired noise (σ·√2) and the rounds needed to decide either way: a gain of `target_gain_pct`
+//! with 80 % power, and a tie whose interval fits inside the band. The race keeps as many
+//! candidates (best-ranked first) as the budget can give that many rounds: on a 20-launch tune
+//! that is usually one, raced for every round the budget has left, rather than two for three. The others wait: one takes the place of a candidate
 //! that fails or is dropped while the budget still allows; the rest are reported as not raced.
 //!
 //! # Claims and their level
@@ -83,6 +86,25 @@ pub struct RaceSettings {
     pub drop_confidence: f64,
     /// The smallest gain worth resolving: sizes how many candidates are raced.
     pub target_gain_pct: f64,
+    /// What sizing assumes of the box before the probe says otherwise: a launch σ (percent)
+    /// the probe's estimate is pooled with, weighted as this many degrees of freedom. Sizing
+    /// only: claims and drops use what the rounds measured.
+    #[serde(default = "default_prior_launch_sigma_pct")]
+    pub prior_launch_sigma_pct: f64,
+    #[serde(default = "default_prior_df")]
+    pub prior_df: u32,
+}
+
+/// The GPU machine's paired σ over the committed races was 1-6.5 %, mostly 2-4 % (issue 13's
+/// runs 1-4): about 2 % per launch. Two back-to-back probe launches there read 0.7-0.8 %
+/// (run 4), and the race, sized from that one degree of freedom, gave two candidates 3
+/// rounds each: too few to prove either within ±3 %.
+fn default_prior_launch_sigma_pct() -> f64 {
+    2.0
+}
+
+fn default_prior_df() -> u32 {
+    4
 }
 
 impl Default for RaceSettings {
@@ -96,6 +118,8 @@ impl Default for RaceSettings {
             look_every: 2,
             drop_confidence: 0.95,
             target_gain_pct: 8.0,
+            prior_launch_sigma_pct: default_prior_launch_sigma_pct(),
+            prior_df: default_prior_df(),
         }
     }
 }
@@ -141,11 +165,16 @@ pub struct Round {
 /// The noise the probe (and later the rounds) measured.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct NoiseEstimate {
-    /// σ of `ln tg` between launches of one config, in percent.
+    /// σ of `ln tg` between the probe's launches of one config, in percent.
     pub launch_sigma_pct: f64,
     /// Degrees of freedom behind it.
     pub df: u32,
-    /// Rounds needed to resolve `target_gain_pct` with 80 % power at this noise.
+    /// The σ sizing used (percent): the probe's pooled with the prior
+    /// ([`RaceSettings::prior_launch_sigma_pct`]).
+    #[serde(default)]
+    pub sizing_sigma_pct: f64,
+    /// Rounds needed to decide either way at the sizing σ: a gain of `target_gain_pct` with
+    /// 80 % power, and a tie (the 95 % interval's half-width inside the band).
     pub rounds_to_resolve: u32,
     /// Candidates the budget can race that many rounds.
     pub affordable_candidates: u32,
@@ -468,13 +497,23 @@ impl Race {
             return;
         }
         let sigma = sd(&logs);
-        let pair_sigma = sigma * std::f64::consts::SQRT_2;
+        // One or two degrees of freedom can read the box at a fraction of its noise (run 4 on
+        // the GPU machine): pool the probe with the prior, as a variance weighted by df.
+        let (df, prior_df) = ((logs.len() - 1) as f64, f64::from(self.s.prior_df));
+        let prior = (1.0 + self.s.prior_launch_sigma_pct / 100.0).ln();
+        let sizing = ((df * sigma * sigma + prior_df * prior * prior) / (df + prior_df)).sqrt();
+        let pair_sigma = sizing * std::f64::consts::SQRT_2;
         let target = (1.0 + self.s.target_gain_pct / 100.0).ln();
+        let band = self.s.band.log_half_width();
         let z80 = super::z_quantile(0.8);
+        // Enough rounds for both decisions the race exists for: a gain of the target size
+        // (80 % power), and a tie, whose interval must fit inside the band (a config equal
+        // in generation and faster in prompt wins only through a tie).
         let mut n = self.s.min_rounds.max(2);
         while n < 1000 {
             let t = super::t_quantile(0.5 + self.s.confidence / 2.0, (n - 1) as f64);
-            if (t + z80) * pair_sigma / (n as f64).sqrt() <= target {
+            let half = pair_sigma / (n as f64).sqrt();
+            if (t + z80) * half <= target && t * half <= band {
                 break;
             }
             n += 1;
@@ -488,6 +527,7 @@ impl Race {
         self.noise = Some(NoiseEstimate {
             launch_sigma_pct: (sigma.exp() - 1.0) * 100.0,
             df: (logs.len() - 1) as u32,
+            sizing_sigma_pct: (sizing.exp() - 1.0) * 100.0,
             rounds_to_resolve: n,
             affordable_candidates: affordable,
         });
@@ -502,9 +542,11 @@ impl Race {
             } else {
                 self.status[i] = ArmStatus::NotRaced {
                     reason: format!(
-                        "at the measured noise (σ {:.1} % per launch) resolving a {:.0} % gain takes {n} rounds; {} launches afford {affordable} candidate(s)",
+                        "at the noise sized for (σ {:.1} % per launch; the probe read {:.1} %) deciding a {:.0} % gain or a tie within ±{} % takes {n} rounds; {} launches afford {affordable} candidate(s)",
+                        (sizing.exp() - 1.0) * 100.0,
                         (sigma.exp() - 1.0) * 100.0,
                         self.s.target_gain_pct,
+                        self.s.band.pct,
                         left
                     ),
                 };
