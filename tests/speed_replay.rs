@@ -785,3 +785,134 @@ fn another_boxs_measured_winner_scaled_by_the_model() {
     assert!(within(&scaled_err, FITTED.tg_rel_err) >= 0.85);
     assert!(scaled_err.iter().all(|&e| e <= 2.0 * FITTED.tg_rel_err));
 }
+
+/// Issue 14: the server's default (no flags), which a tune keeps when nothing is proven faster,
+/// predicted from the placement its own fit is expected to choose
+/// (`server_default_stand_in`: the last blocks' experts on the CPU, filled to the free VRAM
+/// less fit's 1 GiB target, mmap'd, f16 KV, `-ub 512`), against every committed single-GPU
+/// run's default launches (baseline and race rounds), grouped by (GPU, card, shape). The
+/// constants were fitted on the placed configs only: these launches were never in the fit.
+#[test]
+fn the_server_default_is_predicted_from_the_placement_its_fit_is_expected_to_choose() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports");
+    let mut files = Vec::new();
+    journals(&root, &mut files);
+    files.sort();
+    type Acc = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, u32);
+    let mut by: BTreeMap<(String, u32, String), Acc> = BTreeMap::new();
+    for f in files {
+        let dir = f.parent().unwrap();
+        let Ok(card) = std::fs::read_to_string(dir.join("card.txt")) else {
+            continue;
+        };
+        if card.contains("GPU 1") {
+            continue;
+        }
+        let gpu = if card.contains("H200") {
+            "NVIDIA H200"
+        } else if card.contains("H100") {
+            "NVIDIA H100 80GB HBM3"
+        } else {
+            continue;
+        };
+        let card_gib = if card.contains("24 GiB") { 24 } else { 16 };
+        let Ok(meta) = std::fs::read_to_string(dir.join("run.json")) else {
+            continue; // a compare: no hardware record of the free VRAM
+        };
+        let meta: serde_json::Value = serde_json::from_str(&meta).unwrap();
+        let Some(free) = meta["hardware"]["gpus"][0]["vram_free_mib"].as_f64() else {
+            continue;
+        };
+        let ctx = meta["space"]["fixed"]["ctx"].as_u64().unwrap_or(32768) as u32;
+        if meta["space"]["workload"]["prompt_tokens"].as_u64() != Some(2048) {
+            continue;
+        }
+        let model = meta["model_path"].as_str().unwrap();
+        let shape = if model.contains("qwen3-30b") {
+            "qwen3-30b-a3b"
+        } else {
+            "qwen3.5-35b-a3b"
+        };
+        let host_bw = meta["hardware"]["host"]["mem_bandwidth_gbs"]
+            .as_f64()
+            .unwrap_or(100.0);
+        let default = LaunchConfig::baseline(ctx);
+        for line in std::fs::read_to_string(&f).unwrap().lines() {
+            let Ok(j) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            if j["kind"].as_str() != Some("ok") {
+                continue;
+            }
+            let Ok(cfg) = serde_json::from_value::<LaunchConfig>(j["config"].clone()) else {
+                continue;
+            };
+            if cfg != default {
+                continue;
+            }
+            let (Some(tg), Some(pp)) = (
+                j["metrics"]["gen_tps"]["median"].as_f64(),
+                j["metrics"]["prompt_tps"]["median"].as_f64(),
+            ) else {
+                continue;
+            };
+            let e = by
+                .entry((gpu.to_string(), card_gib, shape.to_string()))
+                .or_insert_with(|| (Vec::new(), Vec::new(), Vec::new(), Vec::new(), ctx));
+            e.0.push(tg);
+            e.1.push(pp);
+            e.2.push(host_bw);
+            e.3.push(free);
+        }
+    }
+    assert!(by.len() >= 4, "{} groups", by.len());
+    let (mut etg, mut epp) = (Vec::new(), Vec::new());
+    for ((gpu, card_gib, shape), (tg, pp, bw, free, ctx)) in by {
+        let n = tg.len();
+        let (tg, pp, bw, free) = (median(tg), median(pp), median(bw), median(free));
+        let layout = layout_of_cached(&shape);
+        let stand_in = qtune::search::candidates::server_default_stand_in(&layout, ctx, free)
+            .expect("a placement");
+        let sb = SpeedBox {
+            gpu_bw_gbs: speed::gpu_bandwidth_by_name(&gpu),
+            pcie_gbs: Some(speed::pcie_gbs(5, 16)),
+            host_bw_gbs: bw,
+            physical_cores: 16,
+            host_bw_share_by_threads: Vec::new(),
+            sources: Vec::new(),
+        };
+        let p = speed::predict(&layout, &stand_in, &sb, true, 2048, &FITTED).unwrap();
+        assert!(
+            (p.tg.low..=p.tg.high).contains(&tg),
+            "{shape} {card_gib}G: tg {tg:.0} outside {}",
+            p.tg.text()
+        );
+        let pp_high = p.pp.tps * qtune::profile::plan::SERVER_DEFAULT_PP_HIGH;
+        assert!(
+            (p.pp.low..=pp_high).contains(&pp),
+            "{shape} {card_gib}G: pp {pp:.0} outside [{:.0}, {pp_high:.0}]",
+            p.pp.low
+        );
+        let (a, b) = (p.tg.tps / tg - 1.0, p.pp.tps / pp - 1.0);
+        println!(
+            "default {} {card_gib}G {shape} (n={n}, free {free:.0} MiB, stand-in {}): tg {:.0} vs {tg:.0} ({:+.1} %), pp {:.0} vs {pp:.0} ({:+.1} %)",
+            gpu.replace("NVIDIA ", ""),
+            stand_in.cpu_experts.as_ref().map_or("all on the GPU".to_string(), |e| e.label()),
+            p.tg.tps,
+            a * 100.0,
+            p.pp.tps,
+            b * 100.0
+        );
+        etg.push(a);
+        epp.push(b);
+    }
+    let worst = |v: &[f64]| v.iter().fold(0.0f64, |m, x| m.max(x.abs())) * 100.0;
+    println!(
+        "server default: tg worst {:.1} %, pp worst {:.1} % over {} groups (stated ±{:.0} % / ±{:.0} %)",
+        worst(&etg),
+        worst(&epp),
+        etg.len(),
+        FITTED.tg_rel_err * 100.0,
+        FITTED.pp_rel_err * 100.0
+    );
+}

@@ -152,6 +152,56 @@ pub struct Plan {
     /// `--n-cpu-moe` and, on one GPU, with the space's placement styles; empty when none were).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub compared: Vec<PlanCandidate>,
+    /// One GPU: what `llama-server` gives with no flags, predicted from the placement its own
+    /// fit is expected to choose ([`crate::search::candidates::server_default_stand_in`]): the
+    /// tune's reference, and what it keeps when nothing is proven faster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_default: Option<DefaultSpeed>,
+}
+
+/// The server's default, predicted.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DefaultSpeed {
+    /// The placement its fit is expected to choose, as qtune's flags would say it.
+    pub placement: String,
+    pub prediction: crate::model::speed::SpeedPrediction,
+}
+
+/// The upper end of the server default's predicted prompt speed, as a multiple of the
+/// prediction. Its placement is inferred (fit's, not known before the launch) and its CPU
+/// experts are memory-mapped, which the fitted runs saw least: over the committed single-GPU
+/// runs (7 groups, `tests/speed_replay.rs`) the default's prompt speed measured 0.98 to 1.46
+/// times the prediction, while generation stayed within ±7.2 %.
+pub const SERVER_DEFAULT_PP_HIGH: f64 = 1.5;
+
+/// [`Plan::server_default`]: one GPU with a speed model for it, a MoE model.
+fn server_default_speed(
+    layout: &ModelLayout,
+    hw: &HardwareProfile,
+    ctx: u32,
+) -> Option<DefaultSpeed> {
+    use crate::model::speed::{self, SpeedBox, FITTED};
+    let [gpu] = hw.gpus.as_slice() else {
+        return None;
+    };
+    let cfg =
+        crate::search::candidates::server_default_stand_in(layout, ctx, gpu.vram_free_mib as f64)?;
+    let mut prediction = speed::predict(
+        layout,
+        &cfg,
+        &SpeedBox::from_hardware(hw),
+        true,
+        speed::DEFAULT_PROMPT_TOKENS,
+        &FITTED,
+    )?;
+    prediction.pp.high = prediction.pp.tps * SERVER_DEFAULT_PP_HIGH;
+    Some(DefaultSpeed {
+        placement: match &cfg.cpu_experts {
+            Some(e) => format!("experts of {} on the CPU", e.label()),
+            None => "every expert on the GPU".into(),
+        },
+        prediction,
+    })
 }
 
 /// The plan's predicted speed (`crate::model::speed`).
@@ -960,6 +1010,7 @@ pub fn plan(
 
     let (speed, speed_note) = plan_speed(layout, hw, &cfg, profile);
     Plan {
+        server_default: server_default_speed(layout, hw, ctx),
         config: cfg,
         speed,
         speed_note,
@@ -1062,6 +1113,15 @@ pub fn plan_text(plan: &Plan, model: &Path) -> String {
         None => {
             let _ = writeln!(o, "  predicted speed: none ({})", plan.speed_note);
         }
+    }
+    if let Some(d) = &plan.server_default {
+        let _ = writeln!(
+            o,
+            "  the server's default (no flags: its own fit, {}, mmap, f16 KV, -ub 512), predicted: tg {}, pp {}",
+            d.placement,
+            d.prediction.tg.text(),
+            d.prediction.pp.text()
+        );
     }
     for w in &plan.warnings {
         let _ = writeln!(o, "  warning: {w}");
@@ -1379,6 +1439,17 @@ mod tests {
             text.contains("  compared (predicted, not measured"),
             "{text}"
         );
+        // What the server gives with no flags is predicted next to it: every expert on this
+        // card, the same generation as the plan's (a tie), less prompt speed than the plan's.
+        let d = pl.server_default.as_ref().expect("one known GPU");
+        assert_eq!(d.placement, "every expert on the GPU");
+        assert!(
+            d.prediction.pp.tps < pp,
+            "{} vs {pp:.0}",
+            d.prediction.pp.text()
+        );
+        assert!(d.prediction.pp.high > d.prediction.pp.tps * 1.4);
+        assert!(text.contains("the server's default (no flags"), "{text}");
         // A profile's choices are kept: no comparison.
         let p = profile_for(&l);
         let from_profile = plan(&l, &card, Some(&p), 8192, 512);

@@ -168,6 +168,36 @@ pub fn propose_with(
     out
 }
 
+/// `--fit`'s default target: the VRAM `llama-server` leaves free on each card when it places
+/// the model itself (no placement flags).
+pub const SERVER_FIT_TARGET_MIB: f64 = 1024.0;
+
+/// What `llama-server -m M -c CTX -np 1` places by itself on one GPU with `free_mib` free, as
+/// explicit flags: its fit puts the last blocks' experts on the CPU and splits the boundary
+/// block per projection (the `last-split` style), filled to the free VRAM less fit's 1 GiB
+/// target and the CUDA context; the model stays memory-mapped, the KV f16, the ubatch 512.
+/// A stand-in for the speed model (issue 14): a tune keeps the default when nothing is proven
+/// faster, and a plan says what the default gives next to what it proposes. None for a dense
+/// model or when nothing fits.
+pub fn server_default_stand_in(
+    layout: &ModelLayout,
+    ctx: u32,
+    free_mib: f64,
+) -> Option<LaunchConfig> {
+    let mut space = crate::space::load("default").ok()?;
+    space.vary.placement = vec![PlacementStyle::LastSplit];
+    space.vary.n_cpu_moe = None;
+    let limits = Limits {
+        vram_budget_mib: free_mib - SERVER_FIT_TARGET_MIB - crate::model::cards::CARD_CONTEXT_MIB,
+        ram_available_mib: None,
+        fit_target_mib: 0,
+    };
+    propose(layout, &LaunchConfig::baseline(ctx), &space, &limits)
+        .into_iter()
+        .next()
+        .map(|c| c.config)
+}
+
 /// The variants of `best` on a box with two GPUs or more (issue 15): `best`'s layer split moved
 /// by each of the space's `split_shift_pct` (GPU 0's share, percentage points), its CPU
 /// experts refilled so every card fits its own budget; with a `*-split` style, `best` filled
