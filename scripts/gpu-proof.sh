@@ -25,6 +25,8 @@
 #   again30-16, again30-24
 #                 qtune compare: plain default vs --fit-target 512 vs run 4's committed winner
 #                 (reports/gpu-h100-run4/proof30-NN/results.json), on another lease (issue 12)
+#   trade30-16    qtune compare: A, B, run 4's 30B 16 GiB winner (ub 512) and run 5's raced
+#                 candidate (ub 2048, one block more on the CPU)
 #   remeasure35-16, remeasure35-24, remeasure30-16
 #                 qtune compare: plain default vs --fit-target 512 vs the committed winner ($ROUNDS rounds)
 #   Two GPUs (issue 15; the nvidia-h200-x2 machine, one ballast per GPU):
@@ -283,6 +285,20 @@ for c in "$@"; do
         "$winner" --rounds "${ROUNDS:-6}" \
         --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$W/runs/$c-compare"
       echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$W/runs/$c-compare/card.txt"
+      unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
+    trade30-16)
+      # Issue 13: the 30B on 16 GiB, run 4's recommendation (ub 512, blocks 36-47 + 35's down on
+      # the CPU) against run 5's raced candidate (ub 2048, one block more on the CPU: blocks
+      # 35-47 + 34's gate and down) and the two baselines, in one interleaved compare: what
+      # generation the ubatch's prompt gain costs on that card.
+      m=$(model qwen3-30b-a3b); ballast 16
+      run4=$(python3 -c "import json,shlex,sys;a=json.load(open(sys.argv[1]))['winner']['command'];a[a.index('-m')+1]=sys.argv[2];print(shlex.join(a))" reports/gpu-h100-run4/proof30-16/results.json "$m")
+      run5="llama-server -m $m -c 32768 -np 1 -ngl 999 -ot 'blk\.(3[5-9]|4[0-7])\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU' -ot 'blk\.34\.ffn_(gate|down)_(ch|)exps=CPU' -t 16 -b 2048 -ub 2048 -ctk q8_0 -ctv q8_0 -fa on --fit off --load-mode none"
+      say "$c: A, B, run 4's winner, run 5's candidate (${ROUNDS:-6} rounds)"
+      "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" "llama-server -m $m -c 32768 -np 1 --fit-target 512" \
+        "$run4" "$run5" --rounds "${ROUNDS:-6}" \
+        --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$W/runs/$c-compare"
+      echo "emulated card: 16 GiB free of ${GPU_NAME}, $(date -u +%F)" > "$W/runs/$c-compare/card.txt"
       unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
     newtune35-16 | newtune35-24)
       # The tuner with paired racing, load mode, placements and fit's candidate (default space),

@@ -12,10 +12,11 @@ for case in sys.argv[1:]:
     d = json.load(open(f'{case}/compare.json'))
     R = rounds(case)
     print(case, 'peak', d['peak_vram_mib'])
-    for (c, ref) in [(1, 0), (2, 0), (2, 1)]:
+    n = len(d['peak_vram_mib'])
+    for (c, ref) in [(1, 0)] + [(c, r) for c in range(2, n) for r in (0, 1)]:
         for k in ['gen_tps', 'prompt_tps']:
             ps = pairs(R, c, ref, k)
             m, lo, hi = interval(log_ratios(R, c, ref, k))
             med = statistics.median
-            print(f"  {'ABC'[c]} vs {'ABC'[ref]} {k[:-4]:7s} {pct(m)} [{pct(lo)[:-2]}, {pct(hi)[:-2]}]"
+            print(f"  {'ABCDEF'[c]} vs {'ABCDEF'[ref]} {k[:-4]:7s} {pct(m)} [{pct(lo)[:-2]}, {pct(hi)[:-2]}]"
                   f" (95 %, {len(ps)} rounds)  medians {med([p[0] for p in ps]):.1f} / {med([p[1] for p in ps]):.1f}")
