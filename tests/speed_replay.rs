@@ -800,6 +800,10 @@ fn another_boxs_measured_winner_scaled_by_the_model() {
     assert!(scaled_err.iter().all(|&e| e <= 2.0 * FITTED.tg_rel_err));
 }
 
+fn default_cfg(ctx: u32) -> LaunchConfig {
+    LaunchConfig::baseline(ctx)
+}
+
 /// Issue 14: the server's default (no flags), which a tune keeps when nothing is proven faster,
 /// predicted from the placement its own fit is expected to choose
 /// (`server_default_stand_in`: the last blocks' experts on the CPU, filled to the free VRAM
@@ -885,8 +889,9 @@ fn the_server_default_is_predicted_from_the_placement_its_fit_is_expected_to_cho
         let n = tg.len();
         let (tg, pp, bw, free) = (median(tg), median(pp), median(bw), median(free));
         let layout = layout_of_cached(&shape);
-        let stand_in = qtune::search::candidates::server_default_stand_in(&layout, ctx, free)
-            .expect("a placement");
+        let stand_in =
+            qtune::search::candidates::server_default_stand_in(&layout, &default_cfg(ctx), free)
+                .expect("a placement");
         let sb = SpeedBox {
             gpu_bw_gbs: speed::gpu_bandwidth_by_name(&gpu),
             pcie_gbs: Some(speed::pcie_gbs(5, 16)),

@@ -184,8 +184,11 @@ fn server_default_speed(
     let [gpu] = hw.gpus.as_slice() else {
         return None;
     };
-    let cfg =
-        crate::search::candidates::server_default_stand_in(layout, ctx, gpu.vram_free_mib as f64)?;
+    let cfg = crate::search::candidates::server_default_stand_in(
+        layout,
+        &LaunchConfig::baseline(ctx),
+        gpu.vram_free_mib as f64,
+    )?;
     let mut prediction = speed::predict(
         layout,
         &cfg,

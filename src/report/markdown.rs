@@ -568,25 +568,37 @@ fn trials(m: &mut String, r: &TuneResult) {
         m,
         "\nGeneration: median ± half the spread of the trial's requests. tg % of bound: the \
          measured generation as a share of the speed model's bound for that config (weight and KV \
-         bytes over GPU and host bandwidth, no overheads; `–` where the placement is the \
-         server's own). A failed trial's note is its one-line diagnosis; its log is under `logs/`.\n"
+         bytes over GPU and host bandwidth, no overheads; a config that places itself is modelled \
+         as its fit is expected to place it on one GPU, `–` where it cannot be). A failed trial's note is its one-line diagnosis; its log is under `logs/`.\n"
     );
 }
 
-/// The speed model's prediction for `cfg` on the run's box and workload.
+/// The speed model's prediction for `cfg` on the run's box and workload. A config that leaves
+/// the placement to the server (the baseline) is modelled on one GPU with the placement its
+/// own fit is expected to choose ([`crate::search::candidates::server_default_stand_in`]).
 fn speed_of(
     r: &TuneResult,
     sb: &crate::model::speed::SpeedBox,
     cfg: &LaunchConfig,
 ) -> Option<crate::model::speed::SpeedPrediction> {
+    let stand_in = server_placement(r, cfg);
     crate::model::speed::predict(
         &r.model,
-        cfg,
+        stand_in.as_ref().unwrap_or(cfg),
         sb,
         r.hardware.has_gpu(),
         r.space.workload.prompt_tokens,
         &crate::model::speed::FITTED,
     )
+}
+
+/// The placement the server's own fit is expected to choose for `cfg` (one GPU, a config with
+/// no placement flags), as explicit flags.
+fn server_placement(r: &TuneResult, cfg: &LaunchConfig) -> Option<LaunchConfig> {
+    let [gpu] = r.hardware.gpus.as_slice() else {
+        return None;
+    };
+    crate::search::candidates::server_default_stand_in(&r.model, cfg, gpu.vram_free_mib as f64)
 }
 
 /// "Where the time goes": the winner's measured speed against the speed model's prediction,
@@ -607,6 +619,18 @@ fn time_split(m: &mut String, r: &TuneResult) {
         );
         return;
     };
+    if let Some(p) = server_placement(r, &w.config) {
+        let _ = writeln!(
+            m,
+            "The winner places itself: modelled as its fit is expected to place it ({}). Its \
+             prompt speed measured up to 1.6× such a prediction on the committed runs (its CPU \
+             experts are memory-mapped, which the fit saw least).\n",
+            match &p.cpu_experts {
+                Some(e) => format!("experts of {} on the CPU", e.label()),
+                None => "every expert on the GPU".into(),
+            }
+        );
+    }
     let d = &sp.decode;
     let total = d.total_ms().max(1e-9);
     let share = |x: f64| format!("{:.1} ms ({:.0} %)", x, x / total * 100.0);
@@ -696,6 +720,28 @@ mod tests {
         ] {
             assert!(md.contains(needle), "missing {needle:?} in:\n{md}");
         }
+    }
+
+    #[test]
+    fn a_winner_that_places_itself_is_modelled_as_its_fit_would_place_it() {
+        let mut r = sample::gpu_result(Path::new("/s"), Path::new("/m.gguf"));
+        let base = LaunchConfig::baseline(r.space.fixed.ctx);
+        r.winner.as_mut().unwrap().config = base.clone();
+        let md = render(&r, &[]);
+        assert!(
+            md.contains("The winner places itself: modelled as its fit is expected to place it"),
+            "{md}"
+        );
+        assert!(!md.contains("No model prediction for the winner"), "{md}");
+        let sb = crate::model::speed::SpeedBox::from_hardware(&r.hardware);
+        let stand_in = server_placement(&r, &base).expect("one GPU, a MoE model");
+        assert!(!stand_in.is_auto_placement(), "{}", stand_in.label());
+        assert!(speed_of(&r, &sb, &base).is_some());
+        // Two GPUs: the split is the server's too; not modelled.
+        let mut two = r.clone();
+        let g = two.hardware.gpus[0].clone();
+        two.hardware.gpus.push(g);
+        assert!(server_placement(&two, &base).is_none());
     }
 
     #[test]

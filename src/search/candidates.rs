@@ -172,18 +172,22 @@ pub fn propose_with(
 /// the model itself (no placement flags).
 pub const SERVER_FIT_TARGET_MIB: f64 = 1024.0;
 
-/// What `llama-server -m M -c CTX -np 1` places by itself on one GPU with `free_mib` free, as
-/// explicit flags: its fit puts the last blocks' experts on the CPU and splits the boundary
-/// block per projection (the `last-split` style), filled to the free VRAM less fit's 1 GiB
-/// target and the CUDA context; the model stays memory-mapped, the KV f16, the ubatch 512.
-/// A stand-in for the speed model (issue 14): a tune keeps the default when nothing is proven
-/// faster, and a plan says what the default gives next to what it proposes. None for a dense
-/// model or when nothing fits.
+/// What `server` (a config with no placement flags, e.g. `llama-server -m M -c CTX -np 1`)
+/// places by itself on one GPU with `free_mib` free, as explicit flags: its fit puts the last
+/// blocks' experts on the CPU and splits the boundary block per projection (the `last-split`
+/// style), filled to the free VRAM less fit's 1 GiB target and the CUDA context; its other
+/// choices (mmap, f16 KV, the ubatch) stay. A stand-in for the speed model (issue 14): a tune
+/// keeps the default when nothing is proven faster, and a plan says what the default gives next
+/// to what it proposes. None for a dense model, a config that places itself otherwise (a fit
+/// target, a split), or when nothing fits.
 pub fn server_default_stand_in(
     layout: &ModelLayout,
-    ctx: u32,
+    server: &LaunchConfig,
     free_mib: f64,
 ) -> Option<LaunchConfig> {
+    if !server.is_auto_placement() || server.is_fit_placement() {
+        return None;
+    }
     let mut space = crate::space::load("default").ok()?;
     space.vary.placement = vec![PlacementStyle::LastSplit];
     space.vary.n_cpu_moe = None;
@@ -192,7 +196,7 @@ pub fn server_default_stand_in(
         ram_available_mib: None,
         fit_target_mib: 0,
     };
-    propose(layout, &LaunchConfig::baseline(ctx), &space, &limits)
+    propose(layout, server, &space, &limits)
         .into_iter()
         .next()
         .map(|c| c.config)
