@@ -192,6 +192,10 @@ oomrt_case() { # name: the winner with free VRAM just under its measured peak (O
   pack "$1" "$run"
 }
 
+winner_of() { # results.json model: the tune's winner as a shell line, the model path made this machine's
+  python3 -c "import json,shlex,sys;a=json.load(open(sys.argv[1]))['winner']['command'];a[a.index('-m')+1]=sys.argv[2];print(shlex.join(a))" "$1" "$2"
+}
+
 depth_case() { # two interleaved rounds of 0, 8k and 31k tokens already in context
   say "$1: generation at 0, 8k and 31k tokens of context"
   "$Q" depth "$W/runs/$1" --depths 0,8192,31744,0,8192,31744
@@ -279,7 +283,7 @@ for c in "$@"; do
       # reports/gpu-h100-run4/) re-measured unchanged on another lease of the machine, against the
       # same two baselines, ${ROUNDS:-6} interleaved rounds.
       k=${c#again}; gib=${k#*-}; m=$(model qwen3-30b-a3b); ballast "$gib"
-      winner=$(python3 -c "import json,shlex,sys;a=json.load(open(sys.argv[1]))['winner']['command'];a[a.index('-m')+1]=sys.argv[2];print(shlex.join(a))" "reports/gpu-h100-run4/proof$k/results.json" "$m")
+      winner=$(winner_of "reports/gpu-h100-run4/proof$k/results.json" "$m")
       say "$c: re-measuring run 4's recommendation (${ROUNDS:-6} rounds): $winner"
       "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" "llama-server -m $m -c 32768 -np 1 --fit-target 512" \
         "$winner" --rounds "${ROUNDS:-6}" \
@@ -292,7 +296,7 @@ for c in "$@"; do
       # 35-47 + 34's gate and down) and the two baselines, in one interleaved compare: what
       # generation the ubatch's prompt gain costs on that card.
       m=$(model qwen3-30b-a3b); ballast 16
-      run4=$(python3 -c "import json,shlex,sys;a=json.load(open(sys.argv[1]))['winner']['command'];a[a.index('-m')+1]=sys.argv[2];print(shlex.join(a))" reports/gpu-h100-run4/proof30-16/results.json "$m")
+      run4=$(winner_of reports/gpu-h100-run4/proof30-16/results.json "$m")
       run5="llama-server -m $m -c 32768 -np 1 -ngl 999 -ot 'blk\.(3[5-9]|4[0-7])\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU' -ot 'blk\.34\.ffn_(gate|down)_(ch|)exps=CPU' -t 16 -b 2048 -ub 2048 -ctk q8_0 -ctv q8_0 -fa on --fit off --load-mode none"
       say "$c: A, B, run 4's winner, run 5's candidate (${ROUNDS:-6} rounds)"
       "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" "llama-server -m $m -c 32768 -np 1 --fit-target 512" \
@@ -397,7 +401,7 @@ PY
       winner=$(tail -1 "$W/$base.cmd" 2>/dev/null)
       if [ -z "$winner" ] && [ -n "${FROM:-}" ]; then
         # The winner's argv as the tune recorded it, the model path made this machine's.
-        winner=$(python3 -c "import json,shlex,sys;a=json.load(open(sys.argv[1]))['winner']['command'];a[a.index('-m')+1]=sys.argv[2];print(shlex.join(a))" "$FROM/results.json" "$m")
+        winner=$(winner_of "$FROM/results.json" "$m")
       fi
       [ -n "$winner" ] || { echo "$c: no winner to re-measure (run $base first, or give FROM=DIR)"; unballast; continue; }
       say "$c: re-measuring the winner (${ROUNDS:-6} rounds): $winner"

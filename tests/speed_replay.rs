@@ -85,6 +85,49 @@ fn in_run(journal: &Path, run: &str) -> bool {
 
 /// The single-GPU groups the constants were fitted on: every committed run but the
 /// pre-registered one.
+/// Where a committed run directory ran: one GPU (which), the emulated card, the model's shape
+/// and the host's measured read bandwidth. None for two cards (layer split and pipeline
+/// parallelism, not this model's box) or a run with no card size recorded.
+struct RunBox {
+    gpu: &'static str,
+    card_gib: u32,
+    shape: &'static str,
+    host_bw: f64,
+}
+
+fn run_box(dir: &Path) -> Option<RunBox> {
+    let card = std::fs::read_to_string(dir.join("card.txt")).ok()?;
+    if card.contains("GPU 1") {
+        return None;
+    }
+    let gpu = if card.contains("H200") {
+        "NVIDIA H200"
+    } else if card.contains("H100") {
+        "NVIDIA H100 80GB HBM3"
+    } else {
+        return None;
+    };
+    let meta: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("run.json"))
+            .or_else(|_| std::fs::read_to_string(dir.join("compare.json")))
+            .ok()?,
+    )
+    .ok()?;
+    let model = meta["model_path"].as_str()?;
+    Some(RunBox {
+        gpu,
+        card_gib: if card.contains("24 GiB") { 24 } else { 16 },
+        shape: if model.contains("qwen3-30b") {
+            "qwen3-30b-a3b"
+        } else {
+            "qwen3.5-35b-a3b"
+        },
+        host_bw: meta["hardware"]["host"]["mem_bandwidth_gbs"]
+            .as_f64()
+            .unwrap_or(100.0),
+    })
+}
+
 fn groups() -> Vec<Group> {
     groups_where(|f| !pre_registered(f))
 }
@@ -100,35 +143,21 @@ fn groups_where(keep: impl Fn(&Path) -> bool) -> Vec<Group> {
     let mut by: BTreeMap<Key, Acc> = BTreeMap::new();
     for f in files {
         let dir = f.parent().unwrap();
-        let Ok(card) = std::fs::read_to_string(dir.join("card.txt")) else {
-            continue; // no card size recorded: cannot say which budget it ran under
-        };
-        if card.contains("GPU 1") {
-            continue; // two cards: layer split and pipeline parallelism, not this model's box
-        }
-        let gpu = if card.contains("H200") {
-            "NVIDIA H200"
-        } else if card.contains("H100") {
-            "NVIDIA H100 80GB HBM3"
-        } else {
+        let Some(RunBox {
+            gpu,
+            card_gib,
+            shape,
+            host_bw,
+        }) = run_box(dir)
+        else {
             continue;
         };
-        let card_gib = if card.contains("24 GiB") { 24 } else { 16 };
         let meta: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(dir.join("run.json"))
                 .or_else(|_| std::fs::read_to_string(dir.join("compare.json")))
                 .unwrap(),
         )
         .unwrap();
-        let model = meta["model_path"].as_str().unwrap();
-        let shape = if model.contains("qwen3-30b") {
-            "qwen3-30b-a3b"
-        } else {
-            "qwen3.5-35b-a3b"
-        };
-        let host_bw = meta["hardware"]["host"]["mem_bandwidth_gbs"]
-            .as_f64()
-            .unwrap_or(100.0);
         let workload = if meta["workload"].is_object() {
             &meta["workload"]
         } else {
@@ -820,20 +849,15 @@ fn the_server_default_is_predicted_from_the_placement_its_fit_is_expected_to_cho
     let mut by: BTreeMap<(String, u32, String), Acc> = BTreeMap::new();
     for f in files {
         let dir = f.parent().unwrap();
-        let Ok(card) = std::fs::read_to_string(dir.join("card.txt")) else {
+        let Some(RunBox {
+            gpu,
+            card_gib,
+            shape,
+            host_bw,
+        }) = run_box(dir)
+        else {
             continue;
         };
-        if card.contains("GPU 1") {
-            continue;
-        }
-        let gpu = if card.contains("H200") {
-            "NVIDIA H200"
-        } else if card.contains("H100") {
-            "NVIDIA H100 80GB HBM3"
-        } else {
-            continue;
-        };
-        let card_gib = if card.contains("24 GiB") { 24 } else { 16 };
         let Ok(meta) = std::fs::read_to_string(dir.join("run.json")) else {
             continue; // a compare: no hardware record of the free VRAM
         };
@@ -845,15 +869,6 @@ fn the_server_default_is_predicted_from_the_placement_its_fit_is_expected_to_cho
         if meta["space"]["workload"]["prompt_tokens"].as_u64() != Some(2048) {
             continue;
         }
-        let model = meta["model_path"].as_str().unwrap();
-        let shape = if model.contains("qwen3-30b") {
-            "qwen3-30b-a3b"
-        } else {
-            "qwen3.5-35b-a3b"
-        };
-        let host_bw = meta["hardware"]["host"]["mem_bandwidth_gbs"]
-            .as_f64()
-            .unwrap_or(100.0);
         let default = LaunchConfig::baseline(ctx);
         for line in std::fs::read_to_string(&f).unwrap().lines() {
             let Ok(j) = serde_json::from_str::<serde_json::Value>(line) else {
