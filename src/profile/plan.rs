@@ -199,10 +199,7 @@ fn server_default_speed(
     )?;
     prediction.pp.high = prediction.pp.tps * SERVER_DEFAULT_PP_HIGH;
     Some(DefaultSpeed {
-        placement: match &cfg.cpu_experts {
-            Some(e) => format!("experts of {} on the CPU", e.label()),
-            None => "every expert on the GPU".into(),
-        },
+        placement: crate::search::candidates::stand_in_placement(&cfg),
         prediction,
     })
 }

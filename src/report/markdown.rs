@@ -625,10 +625,7 @@ fn time_split(m: &mut String, r: &TuneResult) {
             "The winner places itself: modelled as its fit is expected to place it ({}). Its \
              prompt speed measured up to 1.6× such a prediction on the committed runs (its CPU \
              experts are memory-mapped, which the fit saw least).\n",
-            match &p.cpu_experts {
-                Some(e) => format!("experts of {} on the CPU", e.label()),
-                None => "every expert on the GPU".into(),
-            }
+            crate::search::candidates::stand_in_placement(&p)
         );
     }
     let d = &sp.decode;

@@ -202,6 +202,14 @@ pub fn server_default_stand_in(
         .map(|c| c.config)
 }
 
+/// How a stand-in's placement reads: "experts of 26-39 on the CPU", "every expert on the GPU".
+pub fn stand_in_placement(stand_in: &LaunchConfig) -> String {
+    match &stand_in.cpu_experts {
+        Some(e) => format!("experts of {} on the CPU", e.label()),
+        None => "every expert on the GPU".into(),
+    }
+}
+
 /// The variants of `best` on a box with two GPUs or more (issue 15): `best`'s layer split moved
 /// by each of the space's `split_shift_pct` (GPU 0's share, percentage points), its CPU
 /// experts refilled so every card fits its own budget; with a `*-split` style, `best` filled
