@@ -192,6 +192,15 @@ oomrt_case() { # name: the winner with free VRAM just under its measured peak (O
   pack "$1" "$run"
 }
 
+compare_case() { # dir card-note fit-target command...: qtune compare of the plain default (A),
+  # --fit-target (B) and the commands, $ROUNDS interleaved ABBA rounds, for the model in $m
+  local dir=$1 note=$2 ft=$3; shift 3
+  "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" "llama-server -m $m -c 32768 -np 1 --fit-target $ft" \
+    "$@" --rounds "${ROUNDS:-6}" \
+    --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$dir"
+  echo "$note" > "$dir/card.txt"
+}
+
 winner_of() { # results.json model: the tune's winner as a shell line, the model path made this machine's
   python3 -c "import json,shlex,sys;a=json.load(open(sys.argv[1]))['winner']['command'];a[a.index('-m')+1]=sys.argv[2];print(shlex.join(a))" "$1" "$2"
 }
@@ -273,10 +282,8 @@ for c in "$@"; do
       esac
       m=$(model "$shape"); ballast "$gib"
       say "$c: qtune compare on an emulated ${gib} GiB card ($GPU_NAME), ${ROUNDS:-6} rounds"
-      "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" "llama-server -m $m -c 32768 -np 1 --fit-target 512" \
-        "llama-server -m $m -c 32768 -np 1 $flags" --rounds "${ROUNDS:-6}" \
-        --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$W/runs/$c"
-      echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$W/runs/$c/card.txt"
+      compare_case "$W/runs/$c" "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" 512 \
+        "llama-server -m $m -c 32768 -np 1 $flags"
       unballast; pack "$c" "$W/runs/$c" ;;
     again30-16 | again30-24)
       # Issue 12: the README's headline recommendation (run 4's, committed under
@@ -285,10 +292,8 @@ for c in "$@"; do
       k=${c#again}; gib=${k#*-}; m=$(model qwen3-30b-a3b); ballast "$gib"
       winner=$(winner_of "reports/gpu-h100-run4/proof$k/results.json" "$m")
       say "$c: re-measuring run 4's recommendation (${ROUNDS:-6} rounds): $winner"
-      "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" "llama-server -m $m -c 32768 -np 1 --fit-target 512" \
-        "$winner" --rounds "${ROUNDS:-6}" \
-        --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$W/runs/$c-compare"
-      echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$W/runs/$c-compare/card.txt"
+      compare_case "$W/runs/$c-compare" "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" 512 \
+        "$winner"
       unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
     trade30-16)
       # Issue 13: the 30B on 16 GiB, run 4's recommendation (ub 512, blocks 36-47 + 35's down on
@@ -299,10 +304,8 @@ for c in "$@"; do
       run4=$(winner_of reports/gpu-h100-run4/proof30-16/results.json "$m")
       run5="llama-server -m $m -c 32768 -np 1 -ngl 999 -ot 'blk\.(3[5-9]|4[0-7])\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU' -ot 'blk\.34\.ffn_(gate|down)_(ch|)exps=CPU' -t 16 -b 2048 -ub 2048 -ctk q8_0 -ctv q8_0 -fa on --fit off --load-mode none"
       say "$c: A, B, run 4's winner, run 5's candidate (${ROUNDS:-6} rounds)"
-      "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" "llama-server -m $m -c 32768 -np 1 --fit-target 512" \
-        "$run4" "$run5" --rounds "${ROUNDS:-6}" \
-        --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$W/runs/$c-compare"
-      echo "emulated card: 16 GiB free of ${GPU_NAME}, $(date -u +%F)" > "$W/runs/$c-compare/card.txt"
+      compare_case "$W/runs/$c-compare" "emulated card: 16 GiB free of ${GPU_NAME}, $(date -u +%F)" 512 \
+        "$run4" "$run5"
       unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
     newtune35-16 | newtune35-24)
       # The tuner with paired racing, load mode, placements and fit's candidate (default space),
@@ -315,10 +318,8 @@ for c in "$@"; do
       echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$run/card.txt"
       pack "$c" "$run"
       say "$c: re-measuring the winner (${ROUNDS:-6} rounds)"
-      "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" "llama-server -m $m -c 32768 -np 1 --fit-target 512" \
-        "$(tail -1 "$W/$c.cmd")" --rounds "${ROUNDS:-6}" \
-        --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$W/runs/$c-compare"
-      echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$W/runs/$c-compare/card.txt"
+      compare_case "$W/runs/$c-compare" "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" 512 \
+        "$(tail -1 "$W/$c.cmd")"
       unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
     proof35-16 | proof35-24 | proof30-16 | proof30-24 | proof35-16-tune | proof35-24-tune | proof30-16-tune | proof30-24-tune)
       # Issue 13 (and 12, 14): predict, tune with the default space, re-measure.
@@ -351,10 +352,8 @@ for c in "$@"; do
       pack "$c" "$run"
       case "$c" in *-tune) unballast; continue ;; esac
       say "$c: re-measuring the winner (${ROUNDS:-6} rounds)"
-      "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" "llama-server -m $m -c 32768 -np 1 --fit-target 512" \
-        "$(tail -1 "$W/$c.cmd")" --rounds "${ROUNDS:-6}" \
-        --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$W/runs/$c-compare"
-      echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$W/runs/$c-compare/card.txt"
+      compare_case "$W/runs/$c-compare" "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" 512 \
+        "$(tail -1 "$W/$c.cmd")"
       unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
     hw2)
       ballast2 24 16
@@ -405,11 +404,7 @@ PY
       fi
       [ -n "$winner" ] || { echo "$c: no winner to re-measure (run $base first, or give FROM=DIR)"; unballast; continue; }
       say "$c: re-measuring the winner (${ROUNDS:-6} rounds): $winner"
-      "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" \
-        "llama-server -m $m -c 32768 -np 1 --fit-target 512,512" \
-        "$winner" --rounds "${ROUNDS:-6}" \
-        --prompt-tokens 2048 --gen-tokens 128 --repetitions 2 --out "$W/runs/$base-compare"
-      echo "$card" > "$W/runs/$base-compare/card.txt"
+      compare_case "$W/runs/$base-compare" "$card" 512,512 "$winner"
       unballast; pack "$base-compare" "$W/runs/$base-compare" ;;
     *) echo "unknown case $c" ;;
   esac
