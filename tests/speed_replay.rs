@@ -128,6 +128,26 @@ fn run_box(dir: &Path) -> Option<RunBox> {
     })
 }
 
+/// A journal's trials of the given kinds that measured both speeds: config, median tg and pp.
+/// Configs older builds wrote with fields since renamed (`fit_target`) are `--fit` placements,
+/// left out anyway.
+fn measured(journal: &Path, kinds: &[&str]) -> Vec<(LaunchConfig, f64, f64)> {
+    std::fs::read_to_string(journal)
+        .unwrap()
+        .lines()
+        .filter_map(|line| {
+            let j = serde_json::from_str::<serde_json::Value>(line).ok()?;
+            if !kinds.contains(&j["kind"].as_str()?) {
+                return None;
+            }
+            let cfg = serde_json::from_value::<LaunchConfig>(j["config"].clone()).ok()?;
+            let tg = j["metrics"]["gen_tps"]["median"].as_f64()?;
+            let pp = j["metrics"]["prompt_tps"]["median"].as_f64()?;
+            Some((cfg, tg, pp))
+        })
+        .collect()
+}
+
 fn groups() -> Vec<Group> {
     groups_where(|f| !pre_registered(f))
 }
@@ -164,27 +184,10 @@ fn groups_where(keep: impl Fn(&Path) -> bool) -> Vec<Group> {
             &meta["space"]["workload"]
         };
         let prompt_tokens = workload["prompt_tokens"].as_u64().unwrap() as u32;
-        for line in std::fs::read_to_string(&f).unwrap().lines() {
-            let Ok(j) = serde_json::from_str::<serde_json::Value>(line) else {
-                continue;
-            };
-            if !matches!(j["kind"].as_str(), Some("ok" | "spill")) {
-                continue;
-            }
-            // Configs older builds wrote with fields since renamed (`fit_target`) are `--fit`
-            // placements, left out anyway.
-            let Ok(cfg) = serde_json::from_value::<LaunchConfig>(j["config"].clone()) else {
-                continue;
-            };
+        for (cfg, tg, pp) in measured(&f, &["ok", "spill"]) {
             if cfg.is_auto_placement() || cfg.is_fit_placement() {
                 continue;
             }
-            let (Some(tg), Some(pp)) = (
-                j["metrics"]["gen_tps"]["median"].as_f64(),
-                j["metrics"]["prompt_tps"]["median"].as_f64(),
-            ) else {
-                continue;
-            };
             let key = (
                 gpu.to_string(),
                 card_gib,
@@ -870,25 +873,10 @@ fn the_server_default_is_predicted_from_the_placement_its_fit_is_expected_to_cho
             continue;
         }
         let default = LaunchConfig::baseline(ctx);
-        for line in std::fs::read_to_string(&f).unwrap().lines() {
-            let Ok(j) = serde_json::from_str::<serde_json::Value>(line) else {
-                continue;
-            };
-            if j["kind"].as_str() != Some("ok") {
-                continue;
-            }
-            let Ok(cfg) = serde_json::from_value::<LaunchConfig>(j["config"].clone()) else {
-                continue;
-            };
+        for (cfg, tg, pp) in measured(&f, &["ok"]) {
             if cfg != default {
                 continue;
             }
-            let (Some(tg), Some(pp)) = (
-                j["metrics"]["gen_tps"]["median"].as_f64(),
-                j["metrics"]["prompt_tps"]["median"].as_f64(),
-            ) else {
-                continue;
-            };
             let e = by
                 .entry((gpu.to_string(), card_gib, shape.to_string()))
                 .or_insert_with(|| (Vec::new(), Vec::new(), Vec::new(), Vec::new(), ctx));
