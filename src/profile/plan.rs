@@ -167,39 +167,25 @@ pub struct DefaultSpeed {
     pub prediction: crate::model::speed::SpeedPrediction,
 }
 
-/// The upper end of the server default's predicted prompt speed, as a multiple of the
-/// prediction. Its placement is inferred (fit's, not known before the launch) and its CPU
-/// experts are memory-mapped, which the fitted runs saw least: over the committed single-GPU
-/// runs (7 groups, `tests/speed_replay.rs`) the default's prompt speed measured 0.98 to 1.46
-/// times the prediction, while generation stayed within ±7.2 %.
-pub const SERVER_DEFAULT_PP_HIGH: f64 = 1.5;
-
 /// [`Plan::server_default`]: one GPU with a speed model for it, a MoE model.
 fn server_default_speed(
     layout: &ModelLayout,
     hw: &HardwareProfile,
     ctx: u32,
 ) -> Option<DefaultSpeed> {
-    use crate::model::speed::{self, SpeedBox, FITTED};
+    use crate::search::candidates::{predict_server_default, stand_in_placement};
     let [gpu] = hw.gpus.as_slice() else {
         return None;
     };
-    let cfg = crate::search::candidates::server_default_stand_in(
+    let (stand_in, prediction) = predict_server_default(
         layout,
         &LaunchConfig::baseline(ctx),
         gpu.vram_free_mib as f64,
+        &crate::model::speed::SpeedBox::from_hardware(hw),
+        crate::model::speed::DEFAULT_PROMPT_TOKENS,
     )?;
-    let mut prediction = speed::predict(
-        layout,
-        &cfg,
-        &SpeedBox::from_hardware(hw),
-        true,
-        speed::DEFAULT_PROMPT_TOKENS,
-        &FITTED,
-    )?;
-    prediction.pp.high = prediction.pp.tps * SERVER_DEFAULT_PP_HIGH;
     Some(DefaultSpeed {
-        placement: crate::search::candidates::stand_in_placement(&cfg),
+        placement: stand_in_placement(&stand_in),
         prediction,
     })
 }

@@ -575,19 +575,31 @@ fn trials(m: &mut String, r: &TuneResult) {
 
 /// The speed model's prediction for `cfg` on the run's box and workload. A config that leaves
 /// the placement to the server (the baseline) is modelled on one GPU with the placement its
-/// own fit is expected to choose ([`crate::search::candidates::server_default_stand_in`]).
+/// own fit is expected to choose ([`crate::search::candidates::predict_server_default`]).
 fn speed_of(
     r: &TuneResult,
     sb: &crate::model::speed::SpeedBox,
     cfg: &LaunchConfig,
 ) -> Option<crate::model::speed::SpeedPrediction> {
-    let stand_in = server_placement(r, cfg);
+    let prompt_tokens = r.space.workload.prompt_tokens;
+    if let [gpu] = r.hardware.gpus.as_slice() {
+        let free = gpu.vram_free_mib as f64;
+        if let Some((_, p)) = crate::search::candidates::predict_server_default(
+            &r.model,
+            cfg,
+            free,
+            sb,
+            prompt_tokens,
+        ) {
+            return Some(p);
+        }
+    }
     crate::model::speed::predict(
         &r.model,
-        stand_in.as_ref().unwrap_or(cfg),
+        cfg,
         sb,
         r.hardware.has_gpu(),
-        r.space.workload.prompt_tokens,
+        prompt_tokens,
         &crate::model::speed::FITTED,
     )
 }
@@ -623,9 +635,10 @@ fn time_split(m: &mut String, r: &TuneResult) {
         let _ = writeln!(
             m,
             "The winner places itself: modelled as its fit is expected to place it ({}). Its \
-             prompt speed measured up to 1.6× such a prediction on the committed runs (its CPU \
-             experts are memory-mapped, which the fit saw least).\n",
-            crate::search::candidates::stand_in_placement(&p)
+             prompt interval's upper end is {}× the prediction: its CPU experts are \
+             memory-mapped, which the fit saw least (the committed runs measured up to 1.58×).\n",
+            crate::search::candidates::stand_in_placement(&p),
+            crate::search::candidates::SERVER_DEFAULT_PP_HIGH
         );
     }
     let d = &sp.decode;
