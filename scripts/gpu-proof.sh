@@ -38,6 +38,9 @@
 #                 CPU (the issue's two cases both fit whole on their cards, 2026-11-23)
 #                 (TUNE_ONLY=1: the tune alone; CASE-compare: the re-measurement alone, in a
 #                 later session, with FROM=DIR holding the tune's results.json)
+#   tensor35-24-16, tensor30-16-12
+#                 issue 15's two cases: -sm tensor (tensor parallelism) vs the plain default vs
+#                 --fit-target 512,512 in qtune compare ($ROUNDS rounds)
 #
 # The device tool carries at most 64 MiB: the tracked tree (~13 MB since the committed runs
 # dropped their PNG plots, 2026-11-23) plus .gpu/ (the CUDA build ~44 MB stripped, qtune ~2.7 MB,
@@ -406,6 +409,22 @@ PY
       say "$c: re-measuring the winner (${ROUNDS:-6} rounds): $winner"
       compare_case "$W/runs/$base-compare" "$card" 512,512 "$winner"
       unballast; pack "$base-compare" "$W/runs/$base-compare" ;;
+    tensor35-24-16 | tensor30-16-12)
+      # Issue 15's two cases (the whole model fits on the two cards): llama.cpp's tensor
+      # parallelism (-sm tensor: weights and KV split over both GPUs, f16 KV, fit off, layers
+      # split by the cards' budgets with -ts) against the plain default (pipelined layer split)
+      # and --fit-target 512,512, in one interleaved compare (${ROUNDS:-6} rounds).
+      case "$c" in
+        tensor35-24-16) shape=qwen3.5-35b-a3b ft=q8_0 g0=24 g1=16 ts=60,40 ;;
+        tensor30-16-12) shape=qwen3-30b-a3b ft=q4_k_m g0=16 g1=12 ts=57,43 ;;
+      esac
+      m=$(model "$shape" "$ft"); ballast2 "$g0" "$g1"
+      card="emulated cards: GPU 0 ${g0} GiB + GPU 1 ${g1} GiB free of ${GPU_NAME} x2, $(date -u +%F)"
+      tp="llama-server -m $m -c 32768 -np 1 -ngl 999 -sm tensor -ts $ts -fa on --fit off"
+      say "$c: $tp (${ROUNDS:-6} rounds)"
+      compare_case "$W/runs/$c-compare" "$card" 512,512 "$tp"
+      grep -h -i -E "nccl|tensor|out of memory" "$W/runs/$c-compare"/logs/*.log 2>/dev/null | sort | uniq -c | head -8
+      unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
     *) echo "unknown case $c" ;;
   esac
 done

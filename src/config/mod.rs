@@ -251,16 +251,26 @@ pub enum SplitMode {
     Layer,
     /// Every weight split by rows over the GPUs; KV and small tensors on the main GPU.
     Row,
+    /// Tensor parallelism (llama.cpp's experimental mode): weights and KV split over the GPUs,
+    /// reduced across them in every layer. Needs flash attention and an unquantized KV cache;
+    /// fit refuses it. Not in the memory prediction (it is predicted as a layer split).
+    Tensor,
 }
 
 impl SplitMode {
-    pub const ALL: [SplitMode; 3] = [SplitMode::None, SplitMode::Layer, SplitMode::Row];
+    pub const ALL: [SplitMode; 4] = [
+        SplitMode::None,
+        SplitMode::Layer,
+        SplitMode::Row,
+        SplitMode::Tensor,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             SplitMode::None => "none",
             SplitMode::Layer => "layer",
             SplitMode::Row => "row",
+            SplitMode::Tensor => "tensor",
         }
     }
 }
@@ -277,7 +287,9 @@ impl std::str::FromStr for SplitMode {
         SplitMode::ALL
             .into_iter()
             .find(|m| m.as_str() == s.to_ascii_lowercase())
-            .ok_or_else(|| format!("unknown split mode '{s}' (expected one of: none, layer, row)"))
+            .ok_or_else(|| {
+                format!("unknown split mode '{s}' (expected one of: none, layer, row, tensor)")
+            })
     }
 }
 
@@ -479,9 +491,14 @@ impl LaunchConfig {
         if self.fit == Some(true)
             && (!self.tensor_split.is_empty()
                 || !self.gpu_experts.is_empty()
-                || self.split_mode == Some(SplitMode::Row))
+                || matches!(self.split_mode, Some(SplitMode::Row | SplitMode::Tensor)))
         {
-            return Err("--fit on cannot be combined with -ts, -sm row or -ot rules naming a GPU: fit refuses to run with a split set".into());
+            return Err("--fit on cannot be combined with -ts, -sm row|tensor or -ot rules naming a GPU: fit refuses to run with a split set".into());
+        }
+        if self.split_mode == Some(SplitMode::Tensor)
+            && (self.cache_type_k.is_quantized() || self.cache_type_v.is_quantized())
+        {
+            return Err("-sm tensor needs an unquantized KV cache (f16, bf16 or f32): llama-server refuses a quantized one with it".into());
         }
         if !self.tensor_split.is_empty() && self.tensor_split.iter().all(|&p| p == 0) {
             return Err("-ts gives every GPU a share of 0".into());

@@ -436,6 +436,27 @@ fn two_gpu_flags_render_check_and_parse_back() {
     let p = parse_command(&long).unwrap().config;
     assert_eq!(p.split_mode, Some(SplitMode::Row));
     assert_eq!(p.tensor_split, vec![3, 1]);
+    // Tensor parallelism reads back, and is refused with a quantized KV cache or with fit.
+    let tp = parse_command(&words(
+        "llama-server -m m.gguf -c 32768 -np 1 -ngl 999 -sm tensor -fa on --fit off",
+    ))
+    .unwrap()
+    .config;
+    assert_eq!(tp.split_mode, Some(SplitMode::Tensor));
+    assert_eq!(tp.check(), Ok(()));
+    assert!(tp.server_args().join(" ").contains("-sm tensor"));
+    let quantized = LaunchConfig {
+        cache_type_k: KvType::Q8_0,
+        cache_type_v: KvType::Q8_0,
+        ..tp.clone()
+    };
+    assert!(quantized.check().unwrap_err().contains("unquantized KV"));
+    let fit = LaunchConfig {
+        split_mode: Some(SplitMode::Tensor),
+        fit: Some(true),
+        ..LaunchConfig::baseline(4096)
+    };
+    assert!(fit.check().unwrap_err().contains("-sm row|tensor"));
     // fit refuses a split or a GPU override; overlapping placements are refused.
     let fit = cfg.with_fit_targets(vec![512, 512]);
     assert!(fit.is_fit_placement());
