@@ -68,10 +68,10 @@ fn after_the_fit(journal: &Path) -> bool {
         .any(|c| AFTER_THE_FIT.iter().any(|d| c.as_os_str() == *d))
 }
 
-/// Issue 14's second and third pre-registered runs (H100, 2026-11-23, two leases): their
+/// Issue 14's second, third and fourth pre-registered runs (H100, 2026-11-23, three leases): their
 /// plans were written with `FITTED` as it stands, so they stay out of the fit;
 /// `the_pre_registered_run*` predicts each.
-const PRE_REGISTERED: &[&str] = &["gpu-h100-run4", "gpu-h100-run5"];
+const PRE_REGISTERED: &[&str] = &["gpu-h100-run4", "gpu-h100-run5", "gpu-h100-run6"];
 
 fn pre_registered(journal: &Path) -> bool {
     journal
@@ -695,6 +695,33 @@ fn the_third_pre_registered_run_is_predicted_with_the_same_constants() {
     let ps = prepare(&groups_where(|f| in_run(f, "gpu-h100-run5")));
     assert!(ps.len() >= 10, "{} groups in run 5", ps.len());
     assert_run_within_the_stated_error("run 5", &ps, &FITTED);
+}
+
+/// The fourth (run 6, another lease; every tune kept the default): the same constants. Its
+/// 24 GiB groups are within the stated error. Its 16 GiB groups are not (issue 14 stays open):
+/// every placed config measured below its predicted generation (predictions 2-37 % high; the
+/// 35B's `--n-cpu-moe 13 -ub 2048` pinned at 78-97 tok/s in run 6 against 110-115 in run 5's
+/// race, the default at 96 against 105-111). This test asserts both, so a refit that hides the
+/// miss, or a model that stops over-predicting that lease, shows here.
+#[test]
+fn the_fourth_pre_registered_run_is_predicted_on_24_gib_and_missed_on_16_gib() {
+    let ps = prepare(&groups_where(|f| in_run(f, "gpu-h100-run6")));
+    assert!(ps.len() >= 20, "{} groups in run 6", ps.len());
+    let (big, small): (Vec<Prepared>, Vec<Prepared>) =
+        ps.into_iter().partition(|p| p.g.card_gib == 24);
+    assert!(big.len() >= 10 && small.len() >= 10);
+    assert_run_within_the_stated_error("run 6, 24 GiB", &big, &FITTED);
+    let (etg, _) = report("run 6, 16 GiB", &small, &FITTED);
+    let within = etg.iter().filter(|e| e.abs() <= FITTED.tg_rel_err).count();
+    println!(
+        "tg run 6, 16 GiB: {} groups, {within} within the stated +-{:.0} %",
+        etg.len(),
+        FITTED.tg_rel_err * 100.0
+    );
+    assert!(
+        etg.iter().all(|&e| e > 0.0) && (within as f64) < 0.8 * etg.len() as f64,
+        "run 6's 16 GiB groups were all over-predicted, most beyond the stated error: {etg:?}"
+    );
 }
 
 fn gpu_machine(name: &str, free_mib: u64) -> qtune::hardware::HardwareProfile {
