@@ -38,6 +38,9 @@
 #                 CPU (the issue's two cases both fit whole on their cards, 2026-11-23)
 #                 (TUNE_ONLY=1: the tune alone; CASE-compare: the re-measurement alone, in a
 #                 later session, with FROM=DIR holding the tune's results.json)
+#   planned30-16, planned35-16
+#                 qtune compare: A, B and the config run 6's plan proposed for the 16 GiB card
+#                 (reports/gpu-h100-run6/proofNN-16/*-tune-plan.json)
 #   tensor35-24-16, tensor30-16-12
 #                 issue 15's two cases: -sm tensor (tensor parallelism) vs the plain default vs
 #                 --fit-target 512,512 in qtune compare ($ROUNDS rounds)
@@ -409,6 +412,18 @@ PY
       say "$c: re-measuring the winner (${ROUNDS:-6} rounds): $winner"
       compare_case "$W/runs/$base-compare" "$card" 512,512 "$winner"
       unballast; pack "$base-compare" "$W/runs/$base-compare" ;;
+    planned30-16 | planned35-16)
+      # Issue 14: the config run 6's plan proposed (written before its tune, which kept the
+      # default) against the plain default and --fit-target 512, in one interleaved compare on
+      # another lease: the plan's config measured, and whether its generation ties the default.
+      k=${c#planned}
+      case "$k" in 35-*) shape=qwen3.5-35b-a3b ;; *) shape=qwen3-30b-a3b ;; esac
+      m=$(model "$shape"); ballast 16
+      planned=$(python3 -c "import json,shlex,sys;a=json.load(open(sys.argv[1]))['command'];a[a.index('-m')+1]=sys.argv[2];print(shlex.join(a))" \
+        "reports/gpu-h100-run6/proof$k/proof$k-tune-plan.json" "$m")
+      say "$c: A, B and run 6's planned config (${ROUNDS:-6} rounds): $planned"
+      compare_case "$W/runs/$c-compare" "emulated card: 16 GiB free of ${GPU_NAME}, $(date -u +%F)" 512 "$planned"
+      unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
     tensor35-24-16 | tensor30-16-12)
       # Issue 15's two cases (the whole model fits on the two cards): llama.cpp's tensor
       # parallelism (-sm tensor: weights and KV split over both GPUs, f16 KV, fit off, layers
