@@ -702,7 +702,9 @@ fn the_third_pre_registered_run_is_predicted_with_the_same_constants() {
 /// every placed config measured below its predicted generation (predictions 2-37 % high; the
 /// 35B's `--n-cpu-moe 13 -ub 2048` pinned at 78-97 tok/s in run 6 against 103-118 in run 5's
 /// race, the default at 96 against 105-111). This test asserts both, so a refit that hides the
-/// miss, or a model that stops over-predicting that lease, shows here.
+/// miss, or a model that stops over-predicting that lease, shows here. The run's directory also
+/// holds the plan's two 16 GiB configs re-measured on a later lease (`planned*-compare`):
+/// predicted 8 % and 1 % high there, pooled into these groups.
 #[test]
 fn the_fourth_pre_registered_run_is_predicted_on_24_gib_and_missed_on_16_gib() {
     let ps = prepare(&groups_where(|f| in_run(f, "gpu-h100-run6")));
