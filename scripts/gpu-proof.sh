@@ -207,8 +207,14 @@ compare_case() { # dir card-note fit-target command...: qtune compare of the pla
   echo "$note" > "$dir/card.txt"
 }
 
-winner_of() { # results.json model: the tune's winner as a shell line, the model path made this machine's
-  python3 -c "import json,shlex,sys;a=json.load(open(sys.argv[1]))['winner']['command'];a[a.index('-m')+1]=sys.argv[2];print(shlex.join(a))" "$1" "$2"
+argv_of() { # file.json model key...: the argv under those keys as a shell line, the model path made this machine's
+  python3 -c "import json,shlex,sys
+a=json.load(open(sys.argv[1]))
+for k in sys.argv[3:]: a=a[k]
+a[a.index('-m')+1]=sys.argv[2];print(shlex.join(a))" "$@"
+}
+winner_of() { # results.json model: the tune's winner
+  argv_of "$1" "$2" winner command
 }
 
 depth_case() { # two interleaved rounds of 0, 8k and 31k tokens already in context
@@ -419,8 +425,7 @@ PY
       k=${c#planned}
       case "$k" in 35-*) shape=qwen3.5-35b-a3b ;; *) shape=qwen3-30b-a3b ;; esac
       m=$(model "$shape"); ballast 16
-      planned=$(python3 -c "import json,shlex,sys;a=json.load(open(sys.argv[1]))['command'];a[a.index('-m')+1]=sys.argv[2];print(shlex.join(a))" \
-        "reports/gpu-h100-run6/proof$k/proof$k-tune-plan.json" "$m")
+      planned=$(argv_of "reports/gpu-h100-run6/proof$k/proof$k-tune-plan.json" "$m" command)
       say "$c: A, B and run 6's planned config (${ROUNDS:-6} rounds): $planned"
       compare_case "$W/runs/$c-compare" "emulated card: 16 GiB free of ${GPU_NAME}, $(date -u +%F)" 512 "$planned"
       unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
