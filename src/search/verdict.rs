@@ -685,6 +685,13 @@ mod tests {
         assert_eq!(headline(&r, &Objective::default(), &mut w), Some(at(10)));
     }
 
+    /// The race's headline under the default (generation-first) objective, with its warnings.
+    fn gen_first_headline(r: &crate::run::RaceReport) -> (Option<LaunchConfig>, Vec<String>) {
+        let mut w = Vec::new();
+        let head = headline(r, &crate::space::Objective::default(), &mut w);
+        (head, w)
+    }
+
     #[test]
     fn a_generation_tie_with_the_baseline_and_a_proven_prompt_gain_is_the_recommendation() {
         // Candidate 0: generation about −0.3 %, its 95 % interval inside the 3 % band but not
@@ -704,23 +711,15 @@ mod tests {
         // Generation 4 % slower on average (outside the 3 % band): the baseline stays.
         let c = [(0.95, 1.3), (0.97, 1.3), (0.94, 1.3), (0.98, 1.3)];
         let r = race_of(&c, &b);
-        let mut w = Vec::new();
-        assert_eq!(
-            headline(&r, &crate::space::Objective::default(), &mut w),
-            None,
-            "{w:?}"
-        );
+        let (head, w) = gen_first_headline(&r);
+        assert_eq!(head, None, "{w:?}");
         // Generation −1.4 % on average but ±15 % from round to round (a noisy box: its interval
         // reaches −18 %), prompt +83 %: "no slower" is not shown and the estimate is behind,
         // so the baseline stays.
         let d = [(1.15, 1.8), (0.85, 1.8), (1.10, 1.85), (0.88, 1.83)];
         let r = race_of(&d, &b);
-        let mut w = Vec::new();
-        assert_eq!(
-            headline(&r, &crate::space::Objective::default(), &mut w),
-            None,
-            "{w:?}"
-        );
+        let (head, w) = gen_first_headline(&r);
+        assert_eq!(head, None, "{w:?}");
         assert!(
             w.iter()
                 .any(|w| w.contains("the baseline is the recommendation")),
@@ -736,12 +735,8 @@ mod tests {
             "the case needs an undecided generation ahead by its estimate: {}",
             v.gen
         );
-        let mut w = Vec::new();
-        assert_eq!(
-            headline(&r, &crate::space::Objective::default(), &mut w),
-            Some(at(10)),
-            "{w:?}"
-        );
+        let (head, w) = gen_first_headline(&r);
+        assert_eq!(head, Some(at(10)), "{w:?}");
         assert!(
             w.iter().any(|w| w.contains("could not decide generation")),
             "{w:?}"
@@ -749,12 +744,8 @@ mod tests {
         // ... but a prompt gain that is not shown to reach +10 % does not decide.
         let f = [(1.16, 1.06), (0.88, 1.12), (1.12, 1.04), (0.89, 1.10)];
         let r = race_of(&f, &b);
-        let mut w = Vec::new();
-        assert_eq!(
-            headline(&r, &crate::space::Objective::default(), &mut w),
-            None,
-            "{w:?}"
-        );
+        let (head, w) = gen_first_headline(&r);
+        assert_eq!(head, None, "{w:?}");
     }
 
     #[test]
@@ -772,8 +763,7 @@ mod tests {
             let r: crate::run::RaceReport =
                 serde_json::from_value(results["race"].clone()).unwrap();
             assert_eq!(r.outcome.winner, None, "{case}");
-            let mut w = Vec::new();
-            let head = headline(&r, &crate::space::Objective::default(), &mut w);
+            let (head, w) = gen_first_headline(&r);
             assert_eq!(head.as_ref(), r.candidates.first(), "{case}: {w:?}");
             assert_eq!(
                 head.unwrap().load_mode,
