@@ -692,6 +692,95 @@ pub fn order_by_predicted(
     idx
 }
 
+/// Predicted speeds within this many percent of the best candidate's are a tie, which the
+/// other speed breaks (generation first, prompt among the tied, as the tune's objective). Used
+/// by `qtune plan` (`PLAN_TIE_PCT`) and by the tune's first pick ([`pick`]).
+/// Narrower than the default space's 5 %, which absorbs the launch-to-launch noise
+/// of measurements; a prediction has none. What it has to separate: one more block's experts
+/// on the CPU, which the model puts at 3-4 % of generation on the measured shapes (Qwen3-30B-A3B
+/// at 16 GiB: `-ub 2048` needs `--n-cpu-moe 14` instead of 13, predicted 98 against 101 tok/s,
+/// measured 85.4 against 90.4, 5.5 %), from configs at the same placement that differ only in
+/// the micro-batch size (the same predicted generation: a tie, prompt decides). f16 against
+/// q8_0 KV falls on either side with the share of KV in a token: 11 % on the all-GPU
+/// Qwen3-30B-A3B (48 attention blocks), 2.4 % on the all-GPU Qwen3.5-35B-A3B (10).
+pub const PICK_TIE_PCT: f64 = 3.0;
+
+/// One config [`pick`] compares: its predicted primary speed (the objective: generation) and
+/// secondary speed (prompt), and whether its placement is a plain `--n-cpu-moe N` (no `-ot`
+/// rule to read).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PickInput {
+    pub primary: f64,
+    pub secondary: f64,
+    pub plain: bool,
+}
+
+/// What [`pick`] chose: indices into its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pick {
+    /// The chosen config.
+    pub win: usize,
+    /// The fastest in the primary speed (the chosen one when it is that fastest).
+    pub fastest: usize,
+    /// How many were within [`PICK_TIE_PCT`] of the fastest.
+    pub tied: usize,
+}
+
+/// The config the speed model rates best, by the tune's objective: the fastest in the primary
+/// speed, and among the candidates within `tie_pct` of it the fastest in the secondary (at the
+/// same secondary speed the faster in the primary, then the first listed); a plain
+/// `--n-cpu-moe N` tied with that winner in both is kept instead (it needs no `-ot` rule).
+/// `None` entries (a config that does not fit, or that the model cannot predict) are out.
+/// `None` when nothing is left. The one rule behind `qtune plan`'s choice without a profile
+/// and the tune's first search launch.
+pub fn pick(items: &[Option<PickInput>], tie_pct: f64) -> Option<Pick> {
+    let tie = |a: f64, b: f64| {
+        let hi = a.max(b);
+        hi <= 0.0 || (a - b).abs() / hi * 100.0 <= tie_pct
+    };
+    let same = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs());
+    let speeds: Vec<(usize, PickInput)> = items
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| p.map(|p| (i, p)))
+        .collect();
+    let best = speeds.iter().map(|s| s.1.primary).max_by(f64::total_cmp)?;
+    let tied: Vec<&(usize, PickInput)> = speeds.iter().filter(|s| tie(s.1.primary, best)).collect();
+    let mut win = tied[0];
+    for s in &tied[1..] {
+        if (s.1.secondary > win.1.secondary && !same(s.1.secondary, win.1.secondary))
+            || (same(s.1.secondary, win.1.secondary)
+                && s.1.primary > win.1.primary
+                && !same(s.1.primary, win.1.primary))
+        {
+            win = s;
+        }
+    }
+    if !win.1.plain {
+        let second = win.1.secondary;
+        if let Some(plain) = tied
+            .iter()
+            .filter(|s| s.1.plain && tie(s.1.secondary, second))
+            .max_by(|a, b| a.1.secondary.total_cmp(&b.1.secondary))
+        {
+            win = plain;
+        }
+    }
+    let fastest = if same(win.1.primary, best) {
+        win.0
+    } else {
+        speeds
+            .iter()
+            .find(|s| s.1.primary == best)
+            .map_or(win.0, |s| s.0)
+    };
+    Some(Pick {
+        win: win.0,
+        fastest,
+        tied: tied.len(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -919,6 +1008,35 @@ mod tests {
         let order = order_by_predicted(&l, &sb, true, 2048, &prompt, &configs);
         assert_eq!(order[0], 3, "the bigger micro-batch prefills faster");
         assert_eq!(order[3], 0);
+    }
+
+    #[test]
+    fn the_pick_takes_prompt_among_generation_ties_and_prefers_plain_placement() {
+        let p = |primary, secondary, plain| {
+            Some(PickInput {
+                primary,
+                secondary,
+                plain,
+            })
+        };
+        // 100 and 98 tie at 3 %; 90 does not: the faster prompt of the tied wins.
+        let r = pick(
+            &[
+                p(100.0, 4_000.0, true),
+                p(98.0, 8_000.0, false),
+                p(90.0, 12_000.0, true),
+            ],
+            3.0,
+        )
+        .unwrap();
+        assert_eq!((r.win, r.fastest, r.tied), (1, 0, 2));
+        // A plain placement tied in both with an `-ot` winner is kept instead.
+        let r = pick(&[p(99.0, 7_900.0, true), p(100.0, 8_000.0, false)], 3.0).unwrap();
+        assert_eq!(r.win, 0);
+        // What does not fit (None) is out; nothing left: no pick.
+        let r = pick(&[None, p(50.0, 1_000.0, true)], 3.0).unwrap();
+        assert_eq!(r.win, 1);
+        assert_eq!(pick(&[None, None], 3.0), None);
     }
 
     #[test]

@@ -324,16 +324,8 @@ pub fn scale_threads(profile_threads: u32, p: &ProfileHardware, host: &HostInfo)
 }
 
 /// Predicted generation speeds within this many percent of the fastest candidate's are a tie,
-/// which predicted prompt speed breaks: the tune's objective (generation first, prompt among
-/// the tied). Narrower than the default space's 5 %, which absorbs the launch-to-launch noise
-/// of measurements; a prediction has none. What it has to separate: one more block's experts
-/// on the CPU, which the model puts at 3-4 % of generation on the measured shapes (Qwen3-30B-A3B
-/// at 16 GiB: `-ub 2048` needs `--n-cpu-moe 14` instead of 13, predicted 98 against 101 tok/s,
-/// measured 85.4 against 90.4, 5.5 %), from configs at the same placement that differ only in
-/// the micro-batch size (the same predicted generation: a tie, prompt decides). f16 against
-/// q8_0 KV falls on either side with the share of KV in a token: 11 % on the all-GPU
-/// Qwen3-30B-A3B (48 attention blocks), 2.4 % on the all-GPU Qwen3.5-35B-A3B (10).
-pub const PLAN_TIE_PCT: f64 = 3.0;
+/// which predicted prompt speed breaks ([`crate::model::speed::PICK_TIE_PCT`] says why 3 %).
+pub const PLAN_TIE_PCT: f64 = crate::model::speed::PICK_TIE_PCT;
 
 /// One config the plan compared (no profile): a batch/KV pair with one placement, and its
 /// predicted speeds.
@@ -762,56 +754,29 @@ fn choose_by_speed(
         };
         placed.push((p, pred));
     }
-    let speeds: Vec<(usize, f64, f64)> = placed
+    let inputs: Vec<Option<speed::PickInput>> = placed
         .iter()
-        .enumerate()
-        .filter_map(|(i, (_, pred))| pred.as_ref().map(|p| (i, p.tg.tps, p.pp.tps)))
+        .map(|(p, pred)| {
+            pred.as_ref().map(|s| speed::PickInput {
+                primary: s.tg.tps,
+                secondary: s.pp.tps,
+                plain: p.cfg.cpu_experts.is_none(),
+            })
+        })
         .collect();
-    let Some(best_tg) = speeds.iter().map(|s| s.1).max_by(f64::total_cmp) else {
+    let Some(pick) = speed::pick(&inputs, PLAN_TIE_PCT) else {
         reasons.push(format!(
             "{FIRST}; none of its batch/KV pairs fits this budget"
         ));
         return (placed.swap_remove(0).0, Vec::new());
     };
-    let tied: Vec<&(usize, f64, f64)> = speeds
-        .iter()
-        .filter(|s| crate::search::objective::is_tie(s.1, best_tg, PLAN_TIE_PCT))
-        .collect();
-    // The fastest in prompt among the tied; at the same predicted prompt speed (e.g. two
-    // micro-batch sizes at or above the prompt's length) the faster in generation, then the
-    // space's order.
-    let same = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs());
-    let mut win = tied[0];
-    for s in &tied[1..] {
-        if (s.2 > win.2 && !same(s.2, win.2))
-            || (same(s.2, win.2) && s.1 > win.1 && !same(s.1, win.1))
-        {
-            win = s;
-        }
-    }
-    // `--n-cpu-moe N` (no `-ot` rule) is the most readable: kept when it is predicted as good,
-    // within the tie in generation and within the tie of the winner's prompt speed.
-    if placed[win.0].0.cfg.cpu_experts.is_some() {
-        let pp_win = win.2;
-        if let Some(plain) = tied
-            .iter()
-            .filter(|s| {
-                placed[s.0].0.cfg.cpu_experts.is_none()
-                    && crate::search::objective::is_tie(s.2, pp_win, PLAN_TIE_PCT)
-            })
-            .max_by(|a, b| a.2.total_cmp(&b.2))
-        {
-            win = plain;
-        }
-    }
-    let fastest_tg = if same(win.1, best_tg) {
-        win.0
-    } else {
-        speeds
-            .iter()
-            .find(|s| s.1 == best_tg)
-            .map_or(win.0, |s| s.0)
-    };
+    let tps = |i: usize| inputs[i].map_or((0.0, 0.0), |p| (p.primary, p.secondary));
+    let n_fit = inputs.iter().flatten().count();
+    let (win_tg, win_pp) = tps(pick.win);
+    let best_tg = tps(pick.fastest).0;
+    let fastest_tg = pick.fastest;
+    let win = (pick.win, win_tg, win_pp);
+    let tied_len = pick.tied;
     let chosen = &placed[win.0].0.cfg;
     reasons.push(
         "no profile for this model: threads and flash attention are the built-in 'default' \
@@ -829,11 +794,11 @@ fn choose_by_speed(
         .join(", ");
     let styled = placed.len() > candidates.len();
     let what =
-        match (styled, speeds.len() == placed.len()) {
-            (false, true) => format!("the {} batch/KV pairs of the 'default' space", speeds.len()),
+        match (styled, n_fit == placed.len()) {
+            (false, true) => format!("the {} batch/KV pairs of the 'default' space", n_fit),
             (false, false) => format!(
                 "the {} of the 'default' space's {} batch/KV pairs that fit",
-                speeds.len(),
+                n_fit,
                 candidates.len()
             ),
             (true, all) => format!(
@@ -842,7 +807,7 @@ fn choose_by_speed(
             if all {
                 format!("the {} configs compared", placed.len())
             } else {
-                format!("the {} of {} configs compared that fit", speeds.len(), placed.len())
+                format!("the {} of {} configs compared that fit", n_fit, placed.len())
             },
             candidates.len()
         ),
@@ -858,7 +823,7 @@ fn choose_by_speed(
             (None, None) => choice_label(c),
         }
     };
-    let why = if fastest_tg == win.0 && tied.len() == 1 {
+    let why = if fastest_tg == win.0 && tied_len == 1 {
         format!(
             "{}: predicted fastest in generation ({}) of {what}; no other within {PLAN_TIE_PCT} %",
             choice_label(chosen),
@@ -871,7 +836,7 @@ fn choose_by_speed(
             choice_label(chosen),
             fmt_tps(win.1),
             fmt_tps(win.2),
-            tied.len()
+            tied_len
         )
     } else {
         format!(
@@ -881,7 +846,7 @@ fn choose_by_speed(
             fmt_tps(win.1),
             fmt_tps(best_tg),
             choice_label(&placed[fastest_tg].0.cfg),
-            tied.len(),
+            tied_len,
             fmt_tps(win.2)
         )
     };
