@@ -16,6 +16,7 @@ pub mod candidates;
 mod checkpoint;
 pub mod context;
 pub mod objective;
+pub mod pick;
 pub mod progress;
 pub mod strategy;
 pub mod verdict;

@@ -156,6 +156,14 @@ pub struct QtuneSearch {
     /// Every variant planned (measured or pending).
     #[serde(default)]
     pub variant_configs: Vec<LaunchConfig>,
+    /// The config the speed model rates best ([`super::pick::model_pick`], issue 14): launched
+    /// first in the exploration, a race candidate like a variant, and raced first when its
+    /// measurement is within the box's launch noise of the screening's leader.
+    #[serde(default)]
+    pub model_pick: Option<LaunchConfig>,
+    /// The pick was chosen (or there was none to choose).
+    #[serde(default)]
+    pick_chosen: bool,
 }
 
 impl Default for QtuneSearch {
@@ -183,6 +191,8 @@ impl QtuneSearch {
             race_candidates: Vec::new(),
             variants: None,
             variant_configs: Vec::new(),
+            model_pick: None,
+            pick_chosen: false,
         }
     }
 
@@ -305,14 +315,15 @@ impl QtuneSearch {
         out.into()
     }
 
-    /// The variants measured so far, with their pooled speeds (ok ones only).
+    /// The variants (and the model's pick) measured so far, with their pooled speeds (ok ones
+    /// only).
     fn variant_outcomes(&self) -> Vec<(LaunchConfig, Speeds)> {
         let mut out: Vec<(LaunchConfig, Speeds)> = Vec::new();
-        for o in self
-            .history
-            .iter()
-            .filter(|o| o.role == TrialRole::Search && self.variant_configs.contains(&o.config))
-        {
+        for o in self.history.iter().filter(|o| {
+            o.role == TrialRole::Search
+                && (self.variant_configs.contains(&o.config)
+                    || self.model_pick.as_ref() == Some(&o.config))
+        }) {
             if out.iter().any(|(c, _)| c == &o.config) {
                 continue;
             }
@@ -743,8 +754,30 @@ impl QtuneSearch {
             // Nothing to pair with: the search's own measurements decide.
             return;
         }
+        let mut ranked = self.ranked_candidates(ctx);
+        if let Some(pick) = &self.model_pick {
+            let gen: Vec<f64> = self
+                .history
+                .iter()
+                .filter(|o| o.role == TrialRole::Baseline && o.config == baseline)
+                .filter_map(crate::stats::Sample::from_outcome)
+                .map(|s| s.gen_tps)
+                .collect();
+            let sigma = super::pick::launch_sigma(&gen, &self.race_settings(ctx));
+            let band = super::pick::noise_band_pct(sigma, ctx.space.objective.tie_pct);
+            let reference = self.baseline_speeds();
+            if let Some(note) = super::pick::pick_first(
+                &mut ranked,
+                pick,
+                &ctx.space.objective,
+                reference.as_ref(),
+                band,
+            ) {
+                self.warnings.push(note);
+            }
+        }
         let mut raced: Vec<LaunchConfig> = Vec::new();
-        for c in self.ranked_candidates(ctx).into_iter().map(|(c, _)| c) {
+        for c in ranked.into_iter().map(|(c, _)| c) {
             if raced.len() >= b.confirm_top.max(1) as usize {
                 break;
             }
@@ -805,6 +838,17 @@ impl QtuneSearch {
                         }
                         self.phase = Phase::Variants;
                         continue;
+                    }
+                    if !self.pick_chosen {
+                        // The speed model's pick first (issue 14): the config `qtune plan`
+                        // would propose here, measured before the screening ranks anything.
+                        self.pick_chosen = true;
+                        self.model_pick = super::pick::model_pick(ctx, self.unitemized_mib());
+                        if let Some(p) = &self.model_pick {
+                            if !self.history.iter().any(|o| &o.config == p) {
+                                return Some((p.clone(), TrialRole::Search));
+                            }
+                        }
                     }
                     if !self.seeded {
                         self.seeded = true;

@@ -124,6 +124,20 @@ impl Default for RaceSettings {
     }
 }
 
+/// σ of one launch's `ln` generation speed for sizing: the sample σ of `logs` (launches of one
+/// config) pooled with the prior ([`RaceSettings::prior_launch_sigma_pct`]), as a variance
+/// weighted by degrees of freedom. One or two degrees of freedom can read the box at a fraction
+/// of its noise (run 4 on the GPU machine). The prior alone with fewer than 2 launches.
+pub fn pooled_launch_sigma(logs: &[f64], s: &RaceSettings) -> f64 {
+    let prior = (1.0 + s.prior_launch_sigma_pct / 100.0).ln();
+    if logs.len() < 2 {
+        return prior;
+    }
+    let sigma = sd(logs);
+    let (df, prior_df) = ((logs.len() - 1) as f64, f64::from(s.prior_df));
+    ((df * sigma * sigma + prior_df * prior * prior) / (df + prior_df)).sqrt()
+}
+
 /// One launch the race asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Launch {
@@ -497,11 +511,7 @@ impl Race {
             return;
         }
         let sigma = sd(&logs);
-        // One or two degrees of freedom can read the box at a fraction of its noise (run 4 on
-        // the GPU machine): pool the probe with the prior, as a variance weighted by df.
-        let (df, prior_df) = ((logs.len() - 1) as f64, f64::from(self.s.prior_df));
-        let prior = (1.0 + self.s.prior_launch_sigma_pct / 100.0).ln();
-        let sizing = ((df * sigma * sigma + prior_df * prior * prior) / (df + prior_df)).sqrt();
+        let sizing = pooled_launch_sigma(&logs, &self.s);
         let pair_sigma = sizing * std::f64::consts::SQRT_2;
         let target = (1.0 + self.s.target_gain_pct / 100.0).ln();
         let band = self.s.band.log_half_width();
