@@ -25,6 +25,7 @@
 #   again30-16, again30-24
 #                 qtune compare: plain default vs --fit-target 512 vs run 4's committed winner
 #                 (reports/gpu-h100-run4/proof30-NN/results.json), on another lease (issue 12)
+#   run7-30-16    qtune compare: A, B and run 7's 30B 16 GiB recommendation (issue 14)
 #   trade30-16    qtune compare: A, B, run 4's 30B 16 GiB winner (ub 512) and run 5's raced
 #                 candidate (ub 2048, one block more on the CPU)
 #   remeasure35-16, remeasure35-24, remeasure30-16
@@ -97,7 +98,7 @@ setup() {
         || { tail -30 "$OUT/cuda-build.log"; exit 1; }
       strip --strip-unneeded /tmp/b/bin/* 2>/dev/null
       ln -sfn /tmp/b/bin "$W/bin"
-      (cd /tmp/b && tar cf - bin | xz -T0 -6 | split -b 15M - "$OUT/cuda-bin.tar.xz.part-")
+      [ "${KEEP_BUILD:-1}" = 1 ] && (cd /tmp/b && tar cf - bin | xz -T0 -6 | split -b 15M - "$OUT/cuda-bin.tar.xz.part-")
       say "built ($(du -sh /tmp/b/bin | cut -f1)); waiting for the models"
       wait "$synth"
     else
@@ -326,6 +327,16 @@ for c in "$@"; do
       winner=$(winner_of "reports/gpu-h100-run4/proof$k/results.json" "$m")
       say "$c: re-measuring run 4's recommendation (${ROUNDS:-6} rounds): $winner"
       compare_case "$W/runs/$c-compare" "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" 512 \
+        "$winner"
+      unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
+    run7-30-16)
+      # Issue 14: run 7's 30B 16 GiB recommendation (the speed model's pick, which the tune
+      # launched third and raced) re-measured on another lease against the same two baselines,
+      # ${ROUNDS:-6} interleaved rounds.
+      m=$(model qwen3-30b-a3b); ballast 16
+      winner=$(winner_of reports/gpu-h100-run7/proof30-16/results.json "$m")
+      say "$c: re-measuring run 7's recommendation (${ROUNDS:-6} rounds): $winner"
+      compare_case "$W/runs/$c-compare" "emulated card: 16 GiB free of ${GPU_NAME}, $(date -u +%F)" 512 \
         "$winner"
       unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
     trade30-16)
