@@ -68,10 +68,15 @@ fn after_the_fit(journal: &Path) -> bool {
         .any(|c| AFTER_THE_FIT.iter().any(|d| c.as_os_str() == *d))
 }
 
-/// Issue 14's second, third and fourth pre-registered runs (H100, 2026-11-23, three leases): their
+/// Issue 14's second to fifth pre-registered runs (H100, 2026-11-23, four leases): their
 /// plans were written with `FITTED` as it stands, so they stay out of the fit;
-/// `the_pre_registered_run*` predicts each.
-const PRE_REGISTERED: &[&str] = &["gpu-h100-run4", "gpu-h100-run5", "gpu-h100-run6"];
+/// `the_*pre_registered_run*` predicts each.
+const PRE_REGISTERED: &[&str] = &[
+    "gpu-h100-run4",
+    "gpu-h100-run5",
+    "gpu-h100-run6",
+    "gpu-h100-run7",
+];
 
 fn pre_registered(journal: &Path) -> bool {
     journal
@@ -724,6 +729,92 @@ fn the_fourth_pre_registered_run_is_predicted_on_24_gib_and_missed_on_16_gib() {
         etg.iter().all(|&e| e > 0.0) && (within as f64) < 0.8 * etg.len() as f64,
         "run 6's 16 GiB groups were all over-predicted, most beyond the stated error: {etg:?}"
     );
+}
+
+/// The fifth (run 7, the tune launching the speed model's pick third): every placed config its
+/// four tunes and the 30B 16 GiB re-measurement measured, with the same constants, on each
+/// card: both within the stated error (on this lease the 16 GiB groups were too, unlike run 6's).
+#[test]
+fn the_fifth_pre_registered_run_is_predicted_with_the_same_constants() {
+    let ps = prepare(&groups_where(|f| in_run(f, "gpu-h100-run7")));
+    let (big, small): (Vec<Prepared>, Vec<Prepared>) =
+        ps.into_iter().partition(|p| p.g.card_gib == 24);
+    assert!(
+        big.len() >= 8 && small.len() >= 10,
+        "{} + {} groups in run 7",
+        big.len(),
+        small.len()
+    );
+    assert_run_within_the_stated_error("run 7, 24 GiB", &big, &FITTED);
+    assert_run_within_the_stated_error("run 7, 16 GiB", &small, &FITTED);
+}
+
+/// Issue 14's "done when", read from run 7's committed files: each case's plan, written before
+/// its tune (`*-tune-plan.json`: from the model alone; `*-plan-from-24.json`: from the 24 GiB
+/// card's profile), against the tune's winner (`results.json`), and the launch at which the
+/// tune first ran its winner. Three of the four cases meet every goal; the 35B on 16 GiB kept
+/// the server's default (its race was undecided: generation -1.8 % [-8.3, +5.2], prompt +95 %),
+/// whose prompt speed is not the plan's config's, and the model puts the default's prompt 35 %
+/// low. The test states that table, so a changed file or a changed reading shows here.
+#[test]
+fn run_7s_plans_against_the_tuned_winners() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/gpu-h100-run7");
+    let read = |p: std::path::PathBuf| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+    };
+    let err = |pred: f64, measured: f64| (pred / measured - 1.0) * 100.0;
+    println!("case       | plan tg / pp         | winner tg / pp   | errors tg / pp   | from-24 tg | winner's first launch");
+    for (case, meets) in [
+        ("proof30-24", true),
+        ("proof35-24", true),
+        ("proof30-16", true),
+        ("proof35-16", false),
+    ] {
+        let dir = root.join(case);
+        let r = read(dir.join("results.json"));
+        let w = &r["winner"];
+        let (tg, pp) = (
+            w["gen_tps"]["median"].as_f64().unwrap(),
+            w["prompt_tps"]["median"].as_f64().unwrap(),
+        );
+        let first = r["trials"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["config"] == w["config"])
+            .and_then(|t| t["id"].as_u64())
+            .unwrap();
+        let plan = read(dir.join(format!("{case}-tune-plan.json")));
+        let s = &plan["speed"]["prediction"];
+        let (ptg, ppp) = (
+            s["tg"]["tps"].as_f64().unwrap(),
+            s["pp"]["tps"].as_f64().unwrap(),
+        );
+        let (etg, epp) = (err(ptg, tg), err(ppp, pp));
+        let from = dir.join(format!("{case}-tune-plan-from-24.json"));
+        let etg_other = from.exists().then(|| {
+            err(
+                read(from)["speed"]["prediction"]["tg"]["tps"]
+                    .as_f64()
+                    .unwrap(),
+                tg,
+            )
+        });
+        println!(
+            "{case} | {ptg:6.1} / {ppp:6.0} | {tg:6.1} / {pp:6.0} | {etg:+5.1} % / {epp:+6.1} % | {} | #{first}",
+            etg_other.map_or("-".into(), |e| format!("{e:+.1} %"))
+        );
+        assert!(
+            first <= 12,
+            "{case}: the winner first ran at launch {first}"
+        );
+        assert!(etg.abs() <= 15.0, "{case}: tg {etg:+.1} %");
+        assert_eq!(epp.abs() <= 25.0, meets, "{case}: pp {epp:+.1} %");
+        if case.ends_with("-16") {
+            let e = etg_other.expect("a plan from the 24 GiB profile");
+            assert!(e.abs() <= 10.0, "{case}: from the other card {e:+.1} %");
+        }
+    }
 }
 
 fn gpu_machine(name: &str, free_mib: u64) -> qtune::hardware::HardwareProfile {
