@@ -450,15 +450,8 @@ fn where_the_whole_model_fits_the_kv_type_and_ubatch_are_measured_not_the_placem
 /// generation speed, so a budget that runs short leaves out the ones the model rates lower.
 #[test]
 fn variants_are_launched_in_the_order_the_speed_model_predicts() {
-    use qtune::model::speed::{predict, SpeedBox, FITTED};
-    let sb = SpeedBox {
-        gpu_bw_gbs: Some(3352.0),
-        pcie_gbs: Some(63.0),
-        host_bw_gbs: 100.0,
-        physical_cores: 16,
-        host_bw_share_by_threads: Vec::new(),
-        sources: Vec::new(),
-    };
+    use qtune::model::speed::{predict, FITTED};
+    let sb = h100_box();
     let mut ctx = context(15_800.0);
     ctx.speed = Some(sb.clone());
     let search = run_search(ctx.clone(), Box::new(landscape(&ctx, 0)), Vec::new(), None).unwrap();
