@@ -236,6 +236,7 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
     );
 
     time_split(m, r);
+    model_pick(m, r);
 
     // Plots.
     if !plots.is_empty() {
@@ -683,6 +684,95 @@ fn time_split(m: &mut String, r: &TuneResult) {
     );
 }
 
+/// "The speed model's pick": the config the tune launched right after the baseline as the
+/// model's best for this card (issue 14), its predicted speeds against what its launches
+/// measured (the median of their medians), and what became of it.
+fn model_pick(m: &mut String, r: &TuneResult) {
+    let Some(pick) = &r.model_pick else { return };
+    let launched: Vec<&TrialOutcome> = r
+        .trials
+        .iter()
+        .filter(|t| &t.config == pick && t.kind != OutcomeKind::Skipped)
+        .collect();
+    let _ = writeln!(
+        m,
+        "## The speed model's pick
+"
+    );
+    let Some(first) = launched.first() else {
+        let _ = writeln!(
+            m,
+            "`{}` was chosen but never launched.
+",
+            pick.label()
+        );
+        return;
+    };
+    let median = |v: Vec<f64>| -> Option<f64> {
+        let mut v = v;
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        (n > 0).then(|| (v[(n - 1) / 2] + v[n / 2]) / 2.0)
+    };
+    let ok: Vec<&&TrialOutcome> = launched.iter().filter(|t| t.kind.is_ok()).collect();
+    let tg = median(ok.iter().filter_map(|t| t.gen_tps()).collect());
+    let pp = median(ok.iter().filter_map(|t| t.prompt_tps()).collect());
+    let sb = crate::model::speed::SpeedBox::from_hardware(&r.hardware);
+    let pred = speed_of(r, &sb, pick);
+    let err = |p: f64, x: Option<f64>| {
+        x.map_or(String::new(), |x| {
+            format!(" ({:+.1} %)", (p / x - 1.0) * 100.0)
+        })
+    };
+    let fate = if r.winner.as_ref().is_some_and(|w| &w.config == pick) {
+        "It is the winner."
+    } else if r
+        .race
+        .as_ref()
+        .is_some_and(|race| race.candidates.contains(pick))
+    {
+        "It raced the baseline (above) and did not win."
+    } else if ok.len() < launched.len() {
+        "A launch of it failed or went over the budget, so it cannot win."
+    } else {
+        "The screening ranked others ahead of it, so it was not raced."
+    };
+    let _ = writeln!(
+        m,
+        "`{}` was launched as trial {}, the config the speed model rated best for this card \
+         (the rule `qtune plan` proposes by), measured over {} ok launch(es).\n",
+        pick.label(),
+        first.id,
+        ok.len()
+    );
+    let _ = writeln!(m, "| | measured | predicted (error) |");
+    let _ = writeln!(m, "|---|---:|---:|");
+    let fmt = |x: Option<f64>| x.map_or("–".to_string(), |x| format!("{x:.1}"));
+    match &pred {
+        Some(p) => {
+            let _ = writeln!(
+                m,
+                "| generation (tok/s) | {} | {}{} |",
+                fmt(tg),
+                p.tg.text(),
+                err(p.tg.tps, tg)
+            );
+            let _ = writeln!(
+                m,
+                "| prompt (tok/s) | {} | {}{} |\n",
+                fmt(pp),
+                p.pp.text(),
+                err(p.pp.tps, pp)
+            );
+        }
+        None => {
+            let _ = writeln!(m, "| generation (tok/s) | {} | – |", fmt(tg));
+            let _ = writeln!(m, "| prompt (tok/s) | {} | – |\n", fmt(pp));
+        }
+    }
+    let _ = writeln!(m, "{fate}\n");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -727,9 +817,15 @@ mod tests {
             "% reached) |",
             "One generated token, as modelled: GPU weights and KV ",
             "| tg % of bound |",
+            "## The speed model's pick",
+            "the config the speed model rated best for this card",
+            "It is the winner.",
         ] {
             assert!(md.contains(needle), "missing {needle:?} in:\n{md}");
         }
+        // A CPU tune has no pick, and says nothing of one.
+        let cpu = sample::cpu_result(srv, model);
+        assert!(!render(&cpu, &[]).contains("speed model's pick"));
     }
 
     #[test]

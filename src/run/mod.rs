@@ -102,6 +102,10 @@ pub struct TuneResult {
     /// What the space's quality floor measured and excluded (None: no floor).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quality: Option<crate::quality::floor::QualityGate>,
+    /// The config the speed model rated best on this box, launched right after the baseline
+    /// (issue 14; None: no GPU the model knows, several GPUs, or a tune before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_pick: Option<crate::config::LaunchConfig>,
 }
 
 /// The inputs of a tune, written as `run.json` when it starts so `--resume` uses the same ones

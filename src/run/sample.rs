@@ -322,6 +322,7 @@ pub fn gpu_result(server: &Path, model: &Path) -> TuneResult {
             trial_ids: vec![15, 17],
         },
     ];
+    let model_pick = Some(t8.clone());
     let winner = Winner {
         gen_vs_baseline: None,
         prompt_vs_baseline: None,
@@ -379,6 +380,7 @@ pub fn gpu_result(server: &Path, model: &Path) -> TuneResult {
         port: crate::run::DEFAULT_PORT,
         minutes_used: 25.0,
         quality: None,
+        model_pick,
     }
 }
 
@@ -485,5 +487,6 @@ pub fn cpu_result(server: &Path, model: &Path) -> TuneResult {
         port: crate::run::DEFAULT_PORT,
         minutes_used: 4.0,
         quality: None,
+        model_pick: None,
     }
 }

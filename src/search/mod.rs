@@ -160,6 +160,7 @@ pub fn tune(
         host: inputs.host.clone(),
         port: inputs.port,
         quality: inputs.quality.clone(),
+        model_pick: solver.model_pick.clone(),
     })
 }
 
