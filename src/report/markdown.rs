@@ -694,26 +694,12 @@ fn model_pick(m: &mut String, r: &TuneResult) {
         .iter()
         .filter(|t| &t.config == pick && t.kind != OutcomeKind::Skipped)
         .collect();
-    let _ = writeln!(
-        m,
-        "## The speed model's pick
-"
-    );
+    let _ = writeln!(m, "## The speed model's pick\n");
     let Some(first) = launched.first() else {
-        let _ = writeln!(
-            m,
-            "`{}` was chosen but never launched.
-",
-            pick.label()
-        );
+        let _ = writeln!(m, "`{}` was chosen but never launched.\n", pick.label());
         return;
     };
-    let median = |v: Vec<f64>| -> Option<f64> {
-        let mut v = v;
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        (n > 0).then(|| (v[(n - 1) / 2] + v[n / 2]) / 2.0)
-    };
+    let median = |v: Vec<f64>| Stat::from_samples(&v).map(|s| s.median);
     let ok: Vec<&&TrialOutcome> = launched.iter().filter(|t| t.kind.is_ok()).collect();
     let tg = median(ok.iter().filter_map(|t| t.gen_tps()).collect());
     let pp = median(ok.iter().filter_map(|t| t.prompt_tps()).collect());

@@ -48,11 +48,6 @@ pub fn model_pick(ctx: &SearchContext, unitemized_mib: f64) -> Option<LaunchConf
         fit_target_mib: ctx.fit_candidate_target_mib(),
     };
     let mut configs: Vec<LaunchConfig> = Vec::new();
-    let add = |c: LaunchConfig, configs: &mut Vec<LaunchConfig>| {
-        if !configs.contains(&c) {
-            configs.push(c);
-        }
-    };
     for b in &batches {
         for kv in &kvs {
             let base = Base {
@@ -64,14 +59,20 @@ pub fn model_pick(ctx: &SearchContext, unitemized_mib: f64) -> Option<LaunchConf
                 continue;
             };
             let plain = ctx.config(&base, n);
-            if n > 0 {
-                for c in propose(&ctx.layout, &plain, &ctx.space, &limits) {
-                    if c.refused.is_none() && !c.config.is_fit_placement() {
-                        add(c.config, &mut configs);
-                    }
+            let styled = if n > 0 {
+                propose(&ctx.layout, &plain, &ctx.space, &limits)
+            } else {
+                Vec::new()
+            };
+            let fills = styled
+                .into_iter()
+                .filter(|c| c.refused.is_none() && !c.config.is_fit_placement())
+                .map(|c| c.config);
+            for c in fills.chain([plain]) {
+                if !configs.contains(&c) {
+                    configs.push(c);
                 }
             }
-            add(plain, &mut configs);
         }
     }
     let preds: Vec<Option<speed::SpeedPrediction>> = configs
