@@ -461,16 +461,20 @@ impl QtuneSearch {
         }
     }
 
+    /// The baseline's launches before the search (the box's noise probe), as race samples.
+    fn probe_samples(&self, ctx: &SearchContext) -> Vec<crate::stats::Sample> {
+        let baseline = ctx.baseline();
+        self.history
+            .iter()
+            .filter(|o| o.role == TrialRole::Baseline && o.config == baseline)
+            .filter_map(crate::stats::Sample::from_outcome)
+            .collect()
+    }
+
     /// The race as the history left it: rebuilt by feeding the race's trials back in order.
     pub fn race(&self, ctx: &SearchContext) -> crate::stats::race::Race {
         use crate::stats::{race::Race, Sample};
-        let baseline = ctx.baseline();
-        let probe: Vec<Sample> = self
-            .history
-            .iter()
-            .filter(|o| o.role == TrialRole::Baseline && o.config == baseline)
-            .filter_map(Sample::from_outcome)
-            .collect();
+        let probe = self.probe_samples(ctx);
         let mut race = Race::new(self.race_settings(ctx), self.race_candidates.len());
         if !probe.is_empty() {
             race = race.with_probe(probe);
@@ -756,13 +760,7 @@ impl QtuneSearch {
         }
         let mut ranked = self.ranked_candidates(ctx);
         if let Some(pick) = &self.model_pick {
-            let gen: Vec<f64> = self
-                .history
-                .iter()
-                .filter(|o| o.role == TrialRole::Baseline && o.config == baseline)
-                .filter_map(crate::stats::Sample::from_outcome)
-                .map(|s| s.gen_tps)
-                .collect();
+            let gen: Vec<f64> = self.probe_samples(ctx).iter().map(|s| s.gen_tps).collect();
             let sigma = super::pick::launch_sigma(&gen, &self.race_settings(ctx));
             let band = super::pick::noise_band_pct(sigma, ctx.space.objective.tie_pct);
             let reference = self.baseline_speeds();
