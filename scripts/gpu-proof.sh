@@ -77,6 +77,11 @@ GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 SPACE="$ROOT/search-spaces/gpu-proof.yaml"
 
 setup() {
+  # The tokenizers first: the models of $PRESYNTH are written while the server builds.
+  mkdir -p "$QTUNE_VOCAB_DIR"
+  for f in .gpu/vocab/*.xz; do
+    [ -f "$QTUNE_VOCAB_DIR/$(basename "${f%.xz}")" ] || xz -dc "$f" > "$QTUNE_VOCAB_DIR/$(basename "${f%.xz}")"
+  done
   if [ ! -x "$W/bin/llama-server" ]; then
     if ls .gpu/cuda-b11434/cuda-bin.tar.xz.part-* >/dev/null 2>&1; then
       say "unpacking the kept CUDA llama-server"
@@ -109,10 +114,6 @@ setup() {
   fi
   export QTUNE_LLAMA_SERVER="$W/bin/llama-server"
   export LD_LIBRARY_PATH="$W/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  mkdir -p "$QTUNE_VOCAB_DIR"
-  for f in .gpu/vocab/*.xz; do
-    [ -f "$QTUNE_VOCAB_DIR/$(basename "${f%.xz}")" ] || xz -dc "$f" > "$QTUNE_VOCAB_DIR/$(basename "${f%.xz}")"
-  done
   ldd "$W/bin/llama-server" | grep "not found" && echo "(libraries missing above)"
   "$Q" server check || exit 1
 }
