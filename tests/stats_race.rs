@@ -419,3 +419,51 @@ fn a_race_replayed_from_its_records_goes_on_identically() {
     }
     assert_eq!(resumed.outcome(), whole.outcome());
 }
+
+#[test]
+fn a_race_rebuilt_from_its_records_reports_the_look_after_its_last_round() {
+    // Run 8's 35B 24 GiB tune on the GPU machine (reports/gpu-h100-run8/proof35-24): the
+    // baseline's two launches as the probe, then 3 ABBA rounds of the reference and one
+    // candidate, a budget of 9 race launches. The tune rebuilds the race from its journal; the
+    // look after round 3 (the candidate slower in generation: dropped, the reference stays) is
+    // taken only when the next launch is asked for, and the report once read "racing" and "the
+    // race is not over".
+    let settings = RaceSettings {
+        budget_launches: 9,
+        noise_launches: 0,
+        min_rounds: 3,
+        look_every: 2,
+        ..RaceSettings::default()
+    };
+    let probe = vec![s(201.6, 6664.0), s(192.4, 6850.0)];
+    let launches = [
+        s(201.7, 6985.0),
+        s(191.2, 9093.0),
+        s(194.3, 8144.0),
+        s(199.6, 6833.0),
+        s(213.5, 7556.0),
+        s(203.0, 9355.0),
+    ];
+    let mut rebuilt = race::Race::new(settings, 2).with_probe(probe.clone());
+    for m in launches {
+        let l = rebuilt.next_launch().expect("a launch per record");
+        rebuilt.record(l, Some(m));
+    }
+    let out = rebuilt.outcome();
+    assert!(
+        matches!(&out.candidates[0].status, race::ArmStatus::Dropped { after_round: 3, reason } if reason.contains("slower than the reference")),
+        "{:?}",
+        out.candidates[0].status
+    );
+    assert!(out.reason.contains("the reference stays"), "{}", out.reason);
+    assert_eq!(out.launches, 6);
+    assert_eq!(out.rounds.len(), 3);
+    // The same as a race asked once more, which ends there.
+    let mut asked = race::Race::new(settings, 2).with_probe(probe);
+    for m in launches {
+        let l = asked.next_launch().unwrap();
+        asked.record(l, Some(m));
+    }
+    assert_eq!(asked.next_launch(), None);
+    assert_eq!(asked.outcome(), out);
+}

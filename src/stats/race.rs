@@ -246,6 +246,9 @@ pub struct Race {
     /// Confidence of the "better than the reference" claims (set when the rounds start).
     claim_confidence: f64,
     finished: Option<String>,
+    /// Rounds the last look saw (the look after a round is taken when the next launch is
+    /// asked for).
+    looked: usize,
 }
 
 /// Run a race to its end: `measure(launch)` launches `launch.arm` once and returns what it
@@ -313,6 +316,7 @@ impl Race {
             noise: None,
             claim_confidence: settings.confidence,
             finished: (n_candidates == 0).then(|| "no candidates to race".to_string()),
+            looked: 0,
         }
     }
 
@@ -444,10 +448,7 @@ impl Race {
         }
         let left = self.budget_left() as usize;
         if left < 2 {
-            self.finished = Some(format!(
-                "the budget of {} launches is spent before any candidate beat the reference beyond the noise: the reference stays",
-                self.s.budget_launches
-            ));
+            self.finished = Some(self.budget_spent());
             return;
         }
         if racing.len() + 1 > left {
@@ -473,6 +474,13 @@ impl Race {
             order,
             samples: vec![None; self.n_arms],
         });
+    }
+
+    fn budget_spent(&self) -> String {
+        format!(
+            "the budget of {} launches is spent before any candidate beat the reference beyond the noise: the reference stays",
+            self.s.budget_launches
+        )
     }
 
     fn nobody_left(&self) -> String {
@@ -653,6 +661,7 @@ impl Race {
 
     /// After a round: drop clear losers, take the claims due, decide whether to stop.
     fn look(&mut self) {
+        self.looked = self.rounds.len();
         let r = self.rounds.len() as u32;
         let racing = self.racing();
         let mut drops: Vec<(usize, String)> = Vec::new();
@@ -779,8 +788,28 @@ impl Race {
         }
     }
 
-    /// What the race decided so far (call after `next_launch` returned None for the final one).
+    /// What the race decided so far. The look due after the last complete round (drops, claims)
+    /// is taken when the next launch is asked for; a race rebuilt from a journal, or one the
+    /// tune's clock stopped, may not have asked: that look is taken here, on a copy, so the
+    /// outcome says what the rounds decided (run 8's 35B 24 GiB tune reported its candidate
+    /// "racing" and "the race is not over" after the round that showed it slower).
     pub fn outcome(&self) -> RaceOutcome {
+        let unlooked = self.finished.is_none()
+            && self.pending.is_none()
+            && self.queue.is_empty()
+            && self.looked < self.rounds.len();
+        if !unlooked {
+            return self.decided();
+        }
+        let mut settled = self.clone();
+        settled.look();
+        if settled.finished.is_none() && settled.budget_left() < 2 {
+            settled.finished = Some(settled.budget_spent());
+        }
+        settled.decided()
+    }
+
+    fn decided(&self) -> RaceOutcome {
         let candidates: Vec<CandidateResult> = (1..self.n_arms)
             .map(|i| CandidateResult {
                 index: i - 1,
