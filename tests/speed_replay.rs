@@ -68,7 +68,7 @@ fn after_the_fit(journal: &Path) -> bool {
         .any(|c| AFTER_THE_FIT.iter().any(|d| c.as_os_str() == *d))
 }
 
-/// Issue 14's second to fifth pre-registered runs (H100, 2026-11-23, four leases): their
+/// Issue 14's second to sixth pre-registered runs (H100, 2026-11-23, five leases): their
 /// plans were written with `FITTED` as it stands, so they stay out of the fit;
 /// `the_*pre_registered_run*` predicts each.
 const PRE_REGISTERED: &[&str] = &[
@@ -76,6 +76,7 @@ const PRE_REGISTERED: &[&str] = &[
     "gpu-h100-run5",
     "gpu-h100-run6",
     "gpu-h100-run7",
+    "gpu-h100-run8",
 ];
 
 fn pre_registered(journal: &Path) -> bool {
@@ -749,8 +750,61 @@ fn the_fifth_pre_registered_run_is_predicted_with_the_same_constants() {
     assert_run_within_the_stated_error("run 7, 16 GiB", &small, &FITTED);
 }
 
+/// The sixth (run 8, another lease, the same constants): every placed config its four tunes and
+/// the 35B 16 GiB re-measurement measured. 24 GiB within the stated error. 16 GiB: 12 of 14
+/// groups within ±13 % in tg and 13 of 14 within ±23 % in pp, but one group beyond twice the
+/// stated error: the 30B's `-ot` 36-47 + 35 `gate` (run 7's winner, 96.8 tok/s over its
+/// launches there) launched once here, as the pick, at 74 tok/s, 35 % below its prediction
+/// (the `down` twin ran at 87). The test asserts that reading, so a refit or a changed file
+/// shows here.
+#[test]
+fn the_sixth_pre_registered_run_is_predicted_with_the_same_constants() {
+    let ps = prepare(&groups_where(|f| in_run(f, "gpu-h100-run8")));
+    let (big, small): (Vec<Prepared>, Vec<Prepared>) =
+        ps.into_iter().partition(|p| p.g.card_gib == 24);
+    assert!(
+        big.len() >= 8 && small.len() >= 10,
+        "{} + {} groups in run 8",
+        big.len(),
+        small.len()
+    );
+    assert_run_within_the_stated_error("run 8, 24 GiB", &big, &FITTED);
+    let (etg, epp) = report("run 8, 16 GiB", &small, &FITTED);
+    let within = |e: &[f64], stated: f64| e.iter().filter(|e| e.abs() <= stated).count();
+    let (n, wtg, wpp) = (
+        etg.len(),
+        within(&etg, FITTED.tg_rel_err),
+        within(&epp, FITTED.pp_rel_err),
+    );
+    println!("run 8, 16 GiB: {n} groups, tg {wtg} and pp {wpp} within the stated error");
+    assert!(
+        wtg as f64 >= 0.8 * n as f64 && wpp as f64 >= 0.8 * n as f64,
+        "tg {wtg}, pp {wpp} of {n}"
+    );
+    let beyond: Vec<&Prepared> = small
+        .iter()
+        .zip(&etg)
+        .filter(|(_, e)| e.abs() > 2.0 * FITTED.tg_rel_err)
+        .map(|(p, _)| p)
+        .collect();
+    assert!(
+        beyond.len() == 1
+            && beyond[0].g.n == 1
+            && beyond[0].g.shape == "qwen3-30b-a3b"
+            && beyond[0]
+                .g
+                .cfg
+                .cpu_experts
+                .as_ref()
+                .is_some_and(|e| e.label() == "36-47+35:gate"),
+        "one single launch beyond twice the stated tg error: {:?}",
+        beyond.iter().map(|p| &p.g.cfg).collect::<Vec<_>>()
+    );
+    assert!(epp.iter().all(|e| e.abs() <= 2.0 * FITTED.pp_rel_err));
+}
+
 /// Issue 14's "done when", read from run 7's committed files: each case's plan, written before
-/// its tune (`*-tune-plan.json`: from the model alone; `*-plan-from-24.json`: from the 24 GiB
+/// its tune (`*-plan.json`: from the model alone; `*-plan-from-24.json`: from the 24 GiB
 /// card's profile), against the tune's winner (`results.json`), and the launch at which the
 /// tune first ran its winner. Three of the four cases meet every goal; the 35B on 16 GiB kept
 /// the server's default (its race was undecided: generation -1.8 % [-8.3, +5.2], prompt +95 %),
@@ -758,18 +812,57 @@ fn the_fifth_pre_registered_run_is_predicted_with_the_same_constants() {
 /// low. The test states that table, so a changed file or a changed reading shows here.
 #[test]
 fn run_7s_plans_against_the_tuned_winners() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports/gpu-h100-run7");
+    plans_against_the_tuned_winners(
+        "gpu-h100-run7",
+        &[
+            ("proof30-24", true),
+            ("proof35-24", true),
+            ("proof30-16", true),
+            ("proof35-16", false),
+        ],
+    );
+}
+
+/// The same for run 8 (the sixth pre-registered run, the race's undecided rule widened to an
+/// estimate inside the band): three of four again. The 35B on 16 GiB now ends on the model's
+/// pick (launch #3, generation +1.2 % [-10.9, +14.9], an estimate ahead: the old rule would have
+/// taken it too); the 35B on 24 GiB kept the default, its race having shown the pick slower in
+/// generation (-4.3 % [-7.7, -0.7], 3 rounds; run 7 had it at 0.0 % [-1.3, +1.3]), so prompt
+/// misses (+32 %). The 30B on 16 GiB ended on fit's candidate (launch #10).
+#[test]
+fn run_8s_plans_against_the_tuned_winners() {
+    plans_against_the_tuned_winners(
+        "gpu-h100-run8",
+        &[
+            ("proof30-24", true),
+            ("proof35-24", false),
+            ("proof30-16", true),
+            ("proof35-16", true),
+        ],
+    );
+}
+
+/// One run's table: for each `(case, meets)`, the plan's tg within 15 % of the winner's, its pp
+/// within 25 % exactly when `meets`, the winner first launched by #12, and on 16 GiB the plan
+/// from the 24 GiB profile within 10 % in tg.
+fn plans_against_the_tuned_winners(run: &str, cases: &[(&str, bool)]) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("reports")
+        .join(run);
     let read = |p: std::path::PathBuf| -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
     };
+    // The plans are named after the gpu-proof case: `proofNN-GG-tune-plan.json` or
+    // `proofNN-GG-plan.json`.
+    let plan_file = |dir: &Path, suffix: &str| -> Option<std::path::PathBuf> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.to_string_lossy().ends_with(suffix))
+    };
     let err = |pred: f64, measured: f64| (pred / measured - 1.0) * 100.0;
-    println!("case       | plan tg / pp         | winner tg / pp   | errors tg / pp   | from-24 tg | winner's first launch");
-    for (case, meets) in [
-        ("proof30-24", true),
-        ("proof35-24", true),
-        ("proof30-16", true),
-        ("proof35-16", false),
-    ] {
+    println!("{run}: case | plan tg / pp | winner tg / pp | errors tg / pp | from-24 tg | winner's first launch");
+    for &(case, meets) in cases {
         let dir = root.join(case);
         let r = read(dir.join("results.json"));
         let w = &r["winner"];
@@ -784,15 +877,14 @@ fn run_7s_plans_against_the_tuned_winners() {
             .find(|t| t["config"] == w["config"])
             .and_then(|t| t["id"].as_u64())
             .unwrap();
-        let plan = read(dir.join(format!("{case}-tune-plan.json")));
+        let plan = read(plan_file(&dir, "-plan.json").expect("a plan written before the tune"));
         let s = &plan["speed"]["prediction"];
         let (ptg, ppp) = (
             s["tg"]["tps"].as_f64().unwrap(),
             s["pp"]["tps"].as_f64().unwrap(),
         );
         let (etg, epp) = (err(ptg, tg), err(ppp, pp));
-        let from = dir.join(format!("{case}-tune-plan-from-24.json"));
-        let etg_other = from.exists().then(|| {
+        let etg_other = plan_file(&dir, "-plan-from-24.json").map(|from| {
             err(
                 read(from)["speed"]["prediction"]["tg"]["tps"]
                     .as_f64()
