@@ -79,6 +79,28 @@ const PRE_REGISTERED: &[&str] = &[
     "gpu-h100-run8",
 ];
 
+/// The constants runs 4-8's plans were written with (`FITTED` until run 8: one prefill cost
+/// per block, attention or recurrent). The pre-registered runs are predicted with these, as
+/// their plans were; `the_split_prefill_block_cost_*` compares the constants since.
+const PLANNED_WITH: SpeedConstants = SpeedConstants {
+    host_bw_fraction: 0.920,
+    thread_exponent: 1.0,
+    block_overhead_ms: 0.0771,
+    recurrent_block_overhead_ms: 0.117,
+    kv_quant_s_per_gb: 5.05e-3,
+    cpu_block_overhead_ms: 0.183,
+    h2d_pinned_fraction: 47.0 / 63.0,
+    h2d_pageable_fraction: 0.159,
+    prefill_s_per_token_gb: 3.69e-5,
+    prefill_block_ms: 0.460,
+    prefill_recurrent_block_ms: 0.460,
+    prefill_recurrent_us: 0.990,
+    synthetic_touch_qwen3moe: [0.618, -0.00868, 1.0],
+    synthetic_touch_qwen35moe: [0.0655, 0.320, 8.0],
+    tg_rel_err: 0.13,
+    pp_rel_err: 0.23,
+};
+
 fn pre_registered(journal: &Path) -> bool {
     journal
         .components()
@@ -421,12 +443,13 @@ fn fit(ps: &[Prepared]) -> SpeedConstants {
             let pick = |yes: bool, v: f64| if yes { v } else { 0.0 };
             a.push(vec![
                 p.ub as f64 * p.tb.active_total / 1e9 / t,
-                p.tb.gpu_blocks as f64 * 1e-3 / t,
+                (p.tb.gpu_blocks - p.tb.gpu_recurrent_blocks) as f64 * 1e-3 / t,
                 p.ub as f64 * p.tb.gpu_recurrent_blocks as f64 * 1e-6 / t,
                 pick(s30, first),
                 pick(s30, last),
                 pick(p.synthetic35, first),
                 pick(p.synthetic35, last),
+                p.tb.gpu_recurrent_blocks as f64 * 1e-3 / t,
             ]);
             b.push(if p.synthetic { 1.0 } else { 1.0 - copy / t });
         }
@@ -439,6 +462,7 @@ fn fit(ps: &[Prepared]) -> SpeedConstants {
     let (_, ratio, powers, x) = best.unwrap();
     k.prefill_s_per_token_gb = x[0];
     k.prefill_block_ms = x[1];
+    k.prefill_recurrent_block_ms = x[7];
     k.prefill_recurrent_us = x[2];
     k.synthetic_touch_qwen3moe = [x[3], x[4], powers[0]];
     k.synthetic_touch_qwen35moe = [x[5], x[6], powers[1]];
@@ -555,6 +579,16 @@ fn fit_constants() {
             "prefill_recurrent_us",
             k.prefill_recurrent_us,
             FITTED.prefill_recurrent_us,
+        ),
+        (
+            "prefill_block_ms",
+            k.prefill_block_ms,
+            FITTED.prefill_block_ms,
+        ),
+        (
+            "prefill_recurrent_block_ms",
+            k.prefill_recurrent_block_ms,
+            FITTED.prefill_recurrent_block_ms,
         ),
         (
             "synthetic_touch_qwen3moe[0]",
@@ -691,7 +725,7 @@ fn the_pre_registered_run_is_predicted_with_the_constants_it_was_planned_with() 
         "{} groups in the pre-registered run",
         ps.len()
     );
-    assert_run_within_the_stated_error("pre-registered run", &ps, &FITTED);
+    assert_run_within_the_stated_error("pre-registered run", &ps, &PLANNED_WITH);
 }
 
 /// The third (run 5, after the race sized for one candidate and whole-card tunes started at
@@ -700,7 +734,7 @@ fn the_pre_registered_run_is_predicted_with_the_constants_it_was_planned_with() 
 fn the_third_pre_registered_run_is_predicted_with_the_same_constants() {
     let ps = prepare(&groups_where(|f| in_run(f, "gpu-h100-run5")));
     assert!(ps.len() >= 10, "{} groups in run 5", ps.len());
-    assert_run_within_the_stated_error("run 5", &ps, &FITTED);
+    assert_run_within_the_stated_error("run 5", &ps, &PLANNED_WITH);
 }
 
 /// The fourth (run 6, another lease; every tune kept the default): the same constants. Its
@@ -718,8 +752,8 @@ fn the_fourth_pre_registered_run_is_predicted_on_24_gib_and_missed_on_16_gib() {
     let (big, small): (Vec<Prepared>, Vec<Prepared>) =
         ps.into_iter().partition(|p| p.g.card_gib == 24);
     assert!(big.len() >= 10 && small.len() >= 10);
-    assert_run_within_the_stated_error("run 6, 24 GiB", &big, &FITTED);
-    let (etg, _) = report("run 6, 16 GiB", &small, &FITTED);
+    assert_run_within_the_stated_error("run 6, 24 GiB", &big, &PLANNED_WITH);
+    let (etg, _) = report("run 6, 16 GiB", &small, &PLANNED_WITH);
     let within = etg.iter().filter(|e| e.abs() <= FITTED.tg_rel_err).count();
     println!(
         "tg run 6, 16 GiB: {} groups, {within} within the stated +-{:.0} %",
@@ -746,8 +780,8 @@ fn the_fifth_pre_registered_run_is_predicted_with_the_same_constants() {
         big.len(),
         small.len()
     );
-    assert_run_within_the_stated_error("run 7, 24 GiB", &big, &FITTED);
-    assert_run_within_the_stated_error("run 7, 16 GiB", &small, &FITTED);
+    assert_run_within_the_stated_error("run 7, 24 GiB", &big, &PLANNED_WITH);
+    assert_run_within_the_stated_error("run 7, 16 GiB", &small, &PLANNED_WITH);
 }
 
 /// The sixth (run 8, another lease, the same constants): every placed config its four tunes and
@@ -768,8 +802,8 @@ fn the_sixth_pre_registered_run_is_predicted_with_the_same_constants() {
         big.len(),
         small.len()
     );
-    assert_run_within_the_stated_error("run 8, 24 GiB", &big, &FITTED);
-    let (etg, epp) = report("run 8, 16 GiB", &small, &FITTED);
+    assert_run_within_the_stated_error("run 8, 24 GiB", &big, &PLANNED_WITH);
+    let (etg, epp) = report("run 8, 16 GiB", &small, &PLANNED_WITH);
     let within = |e: &[f64], stated: f64| e.iter().filter(|e| e.abs() <= stated).count();
     let (n, wtg, wpp) = (
         etg.len(),
@@ -1151,5 +1185,52 @@ fn the_server_default_is_predicted_from_the_placement_its_fit_is_expected_to_cho
         etg.len(),
         FITTED.tg_rel_err * 100.0,
         FITTED.pp_rel_err * 100.0
+    );
+}
+
+/// Since run 8 the prefill's fixed cost per block and micro-batch is split, attention against
+/// recurrent (as decode's overhead is): one cost for both put the attention-only Qwen3-30B-A3B's
+/// `-ub 512` prompt speed ~20 % low. `FITTED` is refitted on the same groups as before (none of
+/// issue 14's pre-registered runs), so runs 4-8 are held out from both fits: the split must
+/// predict their prompt speed no worse, pooled (groups within the stated error, median
+/// error), and leave generation as it was.
+#[test]
+fn the_split_prefill_block_cost_predicts_the_pre_registered_runs_no_worse() {
+    // Each run's groups on their own (a config measured on two leases is two groups).
+    let ps: Vec<Prepared> = PRE_REGISTERED
+        .iter()
+        .flat_map(|run| prepare(&groups_where(|f| in_run(f, run))))
+        .collect();
+    assert!(ps.len() >= 100, "{} groups in runs 4-8", ps.len());
+    let errs = |k: &SpeedConstants| -> (Vec<f64>, Vec<f64>) {
+        ps.iter()
+            .map(|p| {
+                let (tg, pp) = predict(p, k);
+                ((tg / p.g.tg - 1.0).abs(), (pp / p.g.pp - 1.0).abs())
+            })
+            .unzip()
+    };
+    let summary = |e: &[f64], stated: f64| {
+        let mut v = e.to_vec();
+        v.sort_by(f64::total_cmp);
+        (v.iter().filter(|&&x| x <= stated).count(), v[v.len() / 2])
+    };
+    let (tg_then, pp_then) = errs(&PLANNED_WITH);
+    let (tg_now, pp_now) = errs(&FITTED);
+    let (within_then, median_then) = summary(&pp_then, FITTED.pp_rel_err);
+    let (within_now, median_now) = summary(&pp_now, FITTED.pp_rel_err);
+    println!(
+        "runs 4-8, {} groups: pp within +-{:.0} %: {within_then} then, {within_now} now; median |pp error| {:.1} % then, {:.1} % now",
+        ps.len(),
+        FITTED.pp_rel_err * 100.0,
+        median_then * 100.0,
+        median_now * 100.0
+    );
+    assert!(within_now >= within_then && median_now <= median_then);
+    let (tg_within_then, _) = summary(&tg_then, FITTED.tg_rel_err);
+    let (tg_within_now, _) = summary(&tg_now, FITTED.tg_rel_err);
+    assert_eq!(
+        tg_within_now, tg_within_then,
+        "generation is not the prefill's"
     );
 }
