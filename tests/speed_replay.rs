@@ -715,6 +715,21 @@ fn assert_run_within_the_stated_error(label: &str, ps: &[Prepared], k: &SpeedCon
     }
 }
 
+/// A run's groups, those of the 24 GiB card and those of the 16 GiB card, at least that many of
+/// each.
+fn groups_by_card(run: &str, min_24: usize, min_16: usize) -> (Vec<Prepared>, Vec<Prepared>) {
+    let (big, small): (Vec<Prepared>, Vec<Prepared>) = prepare(&groups_where(|f| in_run(f, run)))
+        .into_iter()
+        .partition(|p| p.g.card_gib == 24);
+    assert!(
+        big.len() >= min_24 && small.len() >= min_16,
+        "{} + {} groups in {run}",
+        big.len(),
+        small.len()
+    );
+    (big, small)
+}
+
 /// Issue 14's second pre-registered run, predicted with the constants its plans were written
 /// with (`FITTED`, fitted without it): held out by construction.
 #[test]
@@ -747,11 +762,7 @@ fn the_third_pre_registered_run_is_predicted_with_the_same_constants() {
 /// predicted 8 % and 1 % high there, pooled into these groups.
 #[test]
 fn the_fourth_pre_registered_run_is_predicted_on_24_gib_and_missed_on_16_gib() {
-    let ps = prepare(&groups_where(|f| in_run(f, "gpu-h100-run6")));
-    assert!(ps.len() >= 20, "{} groups in run 6", ps.len());
-    let (big, small): (Vec<Prepared>, Vec<Prepared>) =
-        ps.into_iter().partition(|p| p.g.card_gib == 24);
-    assert!(big.len() >= 10 && small.len() >= 10);
+    let (big, small) = groups_by_card("gpu-h100-run6", 10, 10);
     assert_run_within_the_stated_error("run 6, 24 GiB", &big, &PLANNED_WITH);
     let (etg, _) = report("run 6, 16 GiB", &small, &PLANNED_WITH);
     let within = etg.iter().filter(|e| e.abs() <= FITTED.tg_rel_err).count();
@@ -771,15 +782,7 @@ fn the_fourth_pre_registered_run_is_predicted_on_24_gib_and_missed_on_16_gib() {
 /// card: both within the stated error (on this lease the 16 GiB groups were too, unlike run 6's).
 #[test]
 fn the_fifth_pre_registered_run_is_predicted_with_the_same_constants() {
-    let ps = prepare(&groups_where(|f| in_run(f, "gpu-h100-run7")));
-    let (big, small): (Vec<Prepared>, Vec<Prepared>) =
-        ps.into_iter().partition(|p| p.g.card_gib == 24);
-    assert!(
-        big.len() >= 8 && small.len() >= 10,
-        "{} + {} groups in run 7",
-        big.len(),
-        small.len()
-    );
+    let (big, small) = groups_by_card("gpu-h100-run7", 8, 10);
     assert_run_within_the_stated_error("run 7, 24 GiB", &big, &PLANNED_WITH);
     assert_run_within_the_stated_error("run 7, 16 GiB", &small, &PLANNED_WITH);
 }
@@ -793,15 +796,7 @@ fn the_fifth_pre_registered_run_is_predicted_with_the_same_constants() {
 /// shows here.
 #[test]
 fn the_sixth_pre_registered_run_is_predicted_with_the_same_constants() {
-    let ps = prepare(&groups_where(|f| in_run(f, "gpu-h100-run8")));
-    let (big, small): (Vec<Prepared>, Vec<Prepared>) =
-        ps.into_iter().partition(|p| p.g.card_gib == 24);
-    assert!(
-        big.len() >= 8 && small.len() >= 10,
-        "{} + {} groups in run 8",
-        big.len(),
-        small.len()
-    );
+    let (big, small) = groups_by_card("gpu-h100-run8", 8, 10);
     assert_run_within_the_stated_error("run 8, 24 GiB", &big, &PLANNED_WITH);
     let (etg, epp) = report("run 8, 16 GiB", &small, &PLANNED_WITH);
     let within = |e: &[f64], stated: f64| e.iter().filter(|e| e.abs() <= stated).count();
