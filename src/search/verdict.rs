@@ -29,9 +29,9 @@ fn grouped(history: &[TrialOutcome], role: TrialRole) -> Vec<(LaunchConfig, Vec<
 /// Where a race cannot place a candidate's generation inside or outside the tie band (a noisy
 /// box: its interval wider than the band), the candidate still heads when its generation
 /// estimate is inside the band (at most 3 % behind the baseline's: what the race calls a tie)
-/// and its prompt speed is proven faster
-/// by at least this much (the lower end of its 95 % interval): issue 13's prompt goal on a
-/// tight card (1.1x). Equal configs almost never pass it: their prompt interval holds 1.
+/// and its prompt speed is proven faster by at least this much (the lower end of its 95 %
+/// interval): issue 13's prompt goal on a tight card (1.1x). Equal configs almost never pass
+/// it: their prompt interval holds 1.
 pub const UNDECIDED_PROMPT_GAIN_PCT: f64 = 10.0;
 
 /// Decide the winner. Returns the confirmation table and the winner (None if nothing ran).
