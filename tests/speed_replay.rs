@@ -692,12 +692,8 @@ fn held_out_run_is_predicted_within_the_stated_error() {
 /// and in pp, none beyond twice it; prints each group and the rates.
 fn assert_run_within_the_stated_error(label: &str, ps: &[Prepared], k: &SpeedConstants) {
     let (etg, epp) = report(label, ps, k);
-    for (what, errs, stated) in [
-        ("tg", &etg, FITTED.tg_rel_err),
-        ("pp", &epp, FITTED.pp_rel_err),
-    ] {
-        let n = errs.len() as f64;
-        let within = errs.iter().filter(|e| e.abs() <= stated).count() as f64 / n;
+    for (what, errs, stated) in [("tg", &etg, k.tg_rel_err), ("pp", &epp, k.pp_rel_err)] {
+        let within = count_within(errs, stated) as f64 / errs.len() as f64;
         let worst = errs.iter().fold(0.0f64, |m, e| m.max(e.abs()));
         println!(
             "{what} {label}: {} groups, {:.0} % within the stated +-{:.0} %, worst {:.1} %",
@@ -713,6 +709,11 @@ fn assert_run_within_the_stated_error(label: &str, ps: &[Prepared], k: &SpeedCon
         );
         assert!(worst <= 2.0 * stated, "{what}: worst {worst}");
     }
+}
+
+/// How many of the relative errors `errs` are within `stated` either way.
+fn count_within(errs: &[f64], stated: f64) -> usize {
+    errs.iter().filter(|e| e.abs() <= stated).count()
 }
 
 /// A run's groups, those of the 24 GiB card and those of the 16 GiB card, at least that many of
@@ -765,11 +766,11 @@ fn the_fourth_pre_registered_run_is_predicted_on_24_gib_and_missed_on_16_gib() {
     let (big, small) = groups_by_card("gpu-h100-run6", 10, 10);
     assert_run_within_the_stated_error("run 6, 24 GiB", &big, &PLANNED_WITH);
     let (etg, _) = report("run 6, 16 GiB", &small, &PLANNED_WITH);
-    let within = etg.iter().filter(|e| e.abs() <= FITTED.tg_rel_err).count();
+    let within = count_within(&etg, PLANNED_WITH.tg_rel_err);
     println!(
         "tg run 6, 16 GiB: {} groups, {within} within the stated +-{:.0} %",
         etg.len(),
-        FITTED.tg_rel_err * 100.0
+        PLANNED_WITH.tg_rel_err * 100.0
     );
     assert!(
         etg.iter().all(|&e| e > 0.0) && (within as f64) < 0.8 * etg.len() as f64,
@@ -799,11 +800,10 @@ fn the_sixth_pre_registered_run_is_predicted_with_the_same_constants() {
     let (big, small) = groups_by_card("gpu-h100-run8", 8, 10);
     assert_run_within_the_stated_error("run 8, 24 GiB", &big, &PLANNED_WITH);
     let (etg, epp) = report("run 8, 16 GiB", &small, &PLANNED_WITH);
-    let within = |e: &[f64], stated: f64| e.iter().filter(|e| e.abs() <= stated).count();
     let (n, wtg, wpp) = (
         etg.len(),
-        within(&etg, FITTED.tg_rel_err),
-        within(&epp, FITTED.pp_rel_err),
+        count_within(&etg, PLANNED_WITH.tg_rel_err),
+        count_within(&epp, PLANNED_WITH.pp_rel_err),
     );
     println!("run 8, 16 GiB: {n} groups, tg {wtg} and pp {wpp} within the stated error");
     assert!(
@@ -813,7 +813,7 @@ fn the_sixth_pre_registered_run_is_predicted_with_the_same_constants() {
     let beyond: Vec<&Prepared> = small
         .iter()
         .zip(&etg)
-        .filter(|(_, e)| e.abs() > 2.0 * FITTED.tg_rel_err)
+        .filter(|(_, e)| e.abs() > 2.0 * PLANNED_WITH.tg_rel_err)
         .map(|(p, _)| p)
         .collect();
     assert!(
@@ -829,7 +829,7 @@ fn the_sixth_pre_registered_run_is_predicted_with_the_same_constants() {
         "one single launch beyond twice the stated tg error: {:?}",
         beyond.iter().map(|p| &p.g.cfg).collect::<Vec<_>>()
     );
-    assert!(epp.iter().all(|e| e.abs() <= 2.0 * FITTED.pp_rel_err));
+    assert!(epp.iter().all(|e| e.abs() <= 2.0 * PLANNED_WITH.pp_rel_err));
 }
 
 /// Issue 14's "done when", read from run 7's committed files: each case's plan, written before
@@ -1208,7 +1208,7 @@ fn the_split_prefill_block_cost_predicts_the_pre_registered_runs_no_worse() {
     let summary = |e: &[f64], stated: f64| {
         let mut v = e.to_vec();
         v.sort_by(f64::total_cmp);
-        (v.iter().filter(|&&x| x <= stated).count(), v[v.len() / 2])
+        (count_within(&v, stated), v[v.len() / 2])
     };
     let (tg_then, pp_then) = errs(&PLANNED_WITH);
     let (tg_now, pp_now) = errs(&FITTED);

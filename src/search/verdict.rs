@@ -213,7 +213,8 @@ fn headline(
     // interval of ±19 % proves nothing either way and leaves the baseline). The band is the
     // race's, not the space's `tie_pct`, which ranks single launches (a 5 % tie there let a
     // 24 GiB tune recommend a config at −4.1 % [lower end] in generation).
-    let band_pct = crate::stats::Band::default().pct;
+    let band = crate::stats::Band::default();
+    let band_pct = band.pct;
     let not_slower = |v: &crate::stats::PairedVerdict| {
         v.gen
             .lo_log
@@ -289,9 +290,10 @@ fn headline(
             // interval, −1.3 % [−3.5, +1.0], was placed, just past the band: the baseline stays).
             let in_band = (1.0 - band_pct / 100.0).ln();
             let too_wide = |v: &crate::stats::PairedVerdict| {
-                v.gen.lo_log.zip(v.gen.hi_log).is_some_and(|(lo, hi)| {
-                    hi - lo > 2.0 * crate::stats::Band::default().log_half_width()
-                })
+                v.gen
+                    .lo_log
+                    .zip(v.gen.hi_log)
+                    .is_some_and(|(lo, hi)| hi - lo > 2.0 * band.log_half_width())
             };
             let undecided = raced(r)
                 .filter(|(_, v)| {
