@@ -324,6 +324,22 @@ fn real_servers_are_gone_after_every_kill_and_interrupt_cycle() {
     std::os::unix::fs::symlink(&tiny, &model).unwrap();
     let needle = model.display().to_string();
     let run = tmp.path().join("run");
+    // More configs and a larger budget than the five signals can use up: every session must
+    // still have a trial to run after the one it finished, or the tune may end before the test
+    // sees the next server (CI, stop 25: a resumed session with one trial left).
+    let space = tmp.path().join("kill-cycles.yaml");
+    std::fs::write(
+        &space,
+        "name: kill-cycles\n\
+         vary:\n  n_cpu_moe: auto\n  threads: [auto, 1, 2]\n\
+         \x20 batch_ubatch: [[512, 512], [512, 128], [256, 256], [256, 128]]\n\
+         \x20 kv_types: [[f16, f16], [q8_0, q8_0]]\n\
+         fixed:\n  ctx: 2048\n  parallel: 1\n\
+         workload:\n  prompt_tokens: 128\n  gen_tokens: 32\n  repetitions: 3\n\
+         objective:\n  metric: gen\n  tie_pct: 3\n\
+         budget:\n  trials: 40\n  minutes: 10\n",
+    )
+    .unwrap();
     let t0 = Instant::now();
     let mut done = Vec::new();
     for action in ["SIGKILL", "SIGINT", "torn-tail", "SIGTERM", "SIGKILL"] {
@@ -338,7 +354,7 @@ fn real_servers_are_gone_after_every_kill_and_interrupt_cycle() {
             c.arg("--resume").arg(&run);
         } else {
             c.arg("--model").arg(&model).arg("--out").arg(&run);
-            c.args(["--space", "demo", "--budget-trials", "6"]);
+            c.arg("--space").arg(&space);
         }
         let mut child = c
             .env("QTUNE_LLAMA_SERVER", &server)
@@ -351,10 +367,23 @@ fn real_servers_are_gone_after_every_kill_and_interrupt_cycle() {
         let before = check_journal(&run, true).len();
         let deadline = Instant::now() + Duration::from_secs(120);
         while check_journal(&run, true).len() <= before || servers_mentioning(&needle).is_empty() {
-            assert!(
-                child.try_wait().unwrap().is_none(),
-                "{action}: the tune ended before a server was seen"
-            );
+            if let Some(status) = child.try_wait().unwrap() {
+                let mut err = String::new();
+                use std::io::Read;
+                child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+                panic!(
+                    "{action}: the tune ended ({status}) before a server was seen; journal {:?}\n{err}",
+                    check_journal(&run, true)
+                        .iter()
+                        .map(|t| t.config.label())
+                        .collect::<Vec<_>>()
+                );
+            }
             assert!(Instant::now() < deadline, "{action}: no server in 120 s");
             std::thread::sleep(Duration::from_millis(20));
         }
