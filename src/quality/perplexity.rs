@@ -11,9 +11,7 @@
 //! - `-b` must be below `-c` or a multiple of it (a GGML_ASSERT otherwise).
 
 use anyhow::{bail, Context, Result};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// Smallest context qtune measures at: 127 scored tokens per chunk, above the tool's 100.
@@ -166,32 +164,8 @@ pub fn candidate_args(
 pub fn run_logged(program: &Path, args: &[String], log: &Path) -> Result<(bool, String)> {
     let file =
         std::fs::File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .stdout(file.try_clone()?)
-        .stderr(file)
-        .process_group(0)
-        .env("GGML_NO_BACKTRACE", "1");
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("LLAMA_ARG_") {
-            cmd.env_remove(k);
-        }
-    }
-    // SAFETY: getpid is async-signal-safe; read before fork.
-    let parent = unsafe { libc::getpid() };
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            Ok(())
-        });
-    }
+    let mut cmd = crate::trial::process::llama_command(program, args);
+    cmd.stdout(file.try_clone()?).stderr(file);
     let mut child = cmd
         .spawn()
         .with_context(|| format!("cannot run {}", program.display()))?;

@@ -8,6 +8,39 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A command for one of llama.cpp's programs (`llama-server`, `llama-perplexity`), owned by
+/// qtune: stdin closed, in a new process group (so its whole group can be ended), killed with
+/// the thread that starts it (`PR_SET_PDEATHSIG = SIGKILL`; it exits at once if qtune died
+/// before that took effect), without the `LLAMA_ARG_*` variables (they would silently change
+/// the config under test) and without gdb's attach on abort (the error lines are the
+/// evidence, and aborts stay fast). The caller sets its output and registers its group.
+pub fn llama_command(program: impl AsRef<std::ffi::OsStr>, args: &[String]) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args(args).stdin(Stdio::null()).process_group(0);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("LLAMA_ARG_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("GGML_NO_BACKTRACE", "1");
+    // SAFETY: getpid is async-signal-safe; read before fork.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent died before prctl took effect: do not run as an orphan.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
 /// A running `llama-server` in its own process group. Dropping it ends the group and reaps it.
 pub struct ServerProcess {
     child: Child,
@@ -16,42 +49,14 @@ pub struct ServerProcess {
 }
 
 impl ServerProcess {
-    /// Spawn `argv` (never through a shell) in a new process group, stdout and stderr to
-    /// `log`, with `PR_SET_PDEATHSIG = SIGKILL` so it dies with the thread that started it.
-    /// `LLAMA_ARG_*` variables are removed from its environment: they would silently change
-    /// the config under test.
+    /// Spawn `argv` (never through a shell) as a [`llama_command`], stdout and stderr to
+    /// `log`, `env` added, and register its group for cleanup.
     pub fn spawn(argv: &[String], log: &std::fs::File, env: &[(String, String)]) -> Result<Self> {
         let (prog, args) = argv.split_first().context("empty server command")?;
-        let mut cmd = Command::new(prog);
-        cmd.args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log.try_clone()?)
-            .process_group(0);
-        for (k, _) in std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v))) {
-            if k.starts_with("LLAMA_ARG_") {
-                cmd.env_remove(k);
-            }
-        }
-        // No gdb attach on abort: the error lines are the evidence, and aborts stay fast.
-        cmd.env("GGML_NO_BACKTRACE", "1");
+        let mut cmd = llama_command(prog, args);
+        cmd.stdout(log.try_clone()?).stderr(log.try_clone()?);
         for (k, v) in env {
             cmd.env(k, v);
-        }
-        // SAFETY: getpid is async-signal-safe; read before fork.
-        let parent = unsafe { libc::getpid() };
-        // SAFETY: only async-signal-safe calls between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The parent died before prctl took effect: do not run as an orphan.
-                if libc::getppid() != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
         }
         let child = cmd
             .spawn()
