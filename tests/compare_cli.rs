@@ -2,6 +2,7 @@
 //! workload and 2 rounds. Asserts what it prints and writes, never a measured speed.
 
 mod require;
+mod servers;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,23 +11,6 @@ fn qtune() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_qtune"));
     c.env_remove("QTUNE_LOG");
     c
-}
-
-/// Pids of llama-server processes whose command line mentions `needle`.
-fn servers_mentioning(needle: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(needle) && cmd.contains("llama-server") {
-                out.push(pid);
-            }
-        }
-    }
-    out
 }
 
 #[test]
@@ -54,10 +38,7 @@ fn compare_runs_interleaved_rounds_and_prints_intervals() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(
-        servers_mentioning("compare-smollm2.gguf").is_empty(),
-        "a server outlived qtune"
-    );
+    servers::assert_none_left("compare-smollm2.gguf", "after the compare");
 
     // The per-round table, in ABBA order, and B's paired intervals against A.
     assert!(stdout.contains("2 of 2 rounds (ABBA order)"), "{stdout}");

@@ -4,6 +4,8 @@
 //! server. Faults the real server cannot produce (a GPU taken by another process) use a fake
 //! `nvidia-smi`.
 
+mod servers;
+
 use std::io::Read;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
@@ -133,28 +135,6 @@ impl Drop for Script {
     }
 }
 
-/// Pids of live processes whose command line mentions `needle`.
-fn processes_mentioning(needle: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
-        let zombie = stat
-            .rsplit_once(')')
-            .and_then(|(_, r)| r.split_whitespace().next())
-            .is_some_and(|s| s == "Z" || s == "X");
-        if !zombie && String::from_utf8_lossy(&cmd).contains(needle) {
-            out.push(pid);
-        }
-    }
-    out
-}
-
 fn curl(args: &[&str]) -> (bool, String) {
     let o = Command::new("curl").args(args).output().unwrap();
     (
@@ -209,7 +189,7 @@ fn serve_request_and_stop(signal: i32, want_code: i32) {
     }
     let url = format!("http://127.0.0.1:{port}");
     // The server runs with the winner's flags and the quoted model path.
-    let servers = processes_mentioning(&model.display().to_string());
+    let servers = servers::servers_mentioning(&model.display().to_string());
     assert_eq!(servers.len(), 1, "one llama-server expected: {servers:?}");
     let cmdline = std::fs::read(format!("/proc/{}/cmdline", servers[0])).unwrap();
     let argv: Vec<String> = cmdline
@@ -258,14 +238,7 @@ fn serve_request_and_stop(signal: i32, want_code: i32) {
         "the script shows the exact, quoted command"
     );
     assert!(run.log().contains("stopping llama-server"), "{}", run.log());
-    let start = Instant::now();
-    while !processes_mentioning(&model.display().to_string()).is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "llama-server left behind after the signal"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    servers::assert_none_left(&model.display().to_string(), "after the signal");
     assert!(!curl(&["-sS", "--max-time", "2", &format!("{url}/health")]).0);
 }
 
@@ -327,7 +300,7 @@ fn gpu_script_refuses_when_another_process_took_the_vram() {
         "{log}"
     );
     assert!(log.contains("another process holds the GPU"), "{log}");
-    assert!(processes_mentioning(&model.display().to_string()).is_empty());
+    assert!(servers::servers_mentioning(&model.display().to_string()).is_empty());
     drop(run);
 
     // Without nvidia-smi the check is skipped (said so) and the server starts; this one dies

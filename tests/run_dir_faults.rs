@@ -7,6 +7,7 @@
 //! tiny MoE model, so "no process left" is proven with real servers.
 
 mod require;
+mod servers;
 
 use qtune::run::TuneResult;
 use qtune::trial::{TrialOutcome, TrialRole};
@@ -287,23 +288,6 @@ fn thirty_random_kill_interrupt_and_torn_tail_cycles_leave_a_valid_run_directory
     assert!(total >= 30);
 }
 
-/// Pids of llama-servers whose command line mentions `needle`.
-fn servers_mentioning(needle: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(needle) && cmd.contains("llama-server") {
-                out.push(pid);
-            }
-        }
-    }
-    out
-}
-
 #[test]
 fn real_servers_are_gone_after_every_kill_and_interrupt_cycle() {
     let Some(server) = require::or_skip(require::server(), "the CPU llama-server") else {
@@ -366,7 +350,9 @@ fn real_servers_are_gone_after_every_kill_and_interrupt_cycle() {
         // random moment of that trial.
         let before = check_journal(&run, true).len();
         let deadline = Instant::now() + Duration::from_secs(120);
-        while check_journal(&run, true).len() <= before || servers_mentioning(&needle).is_empty() {
+        while check_journal(&run, true).len() <= before
+            || servers::servers_mentioning(&needle).is_empty()
+        {
             if let Some(status) = child.try_wait().unwrap() {
                 let mut err = String::new();
                 use std::io::Read;
@@ -416,18 +402,7 @@ fn real_servers_are_gone_after_every_kill_and_interrupt_cycle() {
             }
         }
         // No process left: the servers die with qtune, whatever ended it.
-        let gone = Instant::now() + Duration::from_secs(10);
-        loop {
-            let left = servers_mentioning(&needle);
-            if left.is_empty() {
-                break;
-            }
-            assert!(
-                Instant::now() < gone,
-                "{action}: llama-server left running: {left:?}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        servers::assert_none_left(&needle, action);
         check_journal(&run, action == "SIGKILL");
         done.push(action);
     }

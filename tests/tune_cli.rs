@@ -2,6 +2,8 @@
 //! Each test gets its own directory and its own symlink to the model, so the servers it starts
 //! can be found by that path (and must be gone when qtune is).
 
+mod servers;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -21,38 +23,6 @@ fn model_in(dir: &Path, model: &Path) -> PathBuf {
     let p = dir.join(model.file_name().unwrap());
     std::os::unix::fs::symlink(model, &p).unwrap();
     p
-}
-
-/// Pids of processes whose command line mentions `needle`.
-fn processes_mentioning(needle: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(needle) && cmd.contains("llama-server") {
-                out.push(pid);
-            }
-        }
-    }
-    out
-}
-
-fn assert_no_server_left(needle: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left = processes_mentioning(needle);
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "llama-server left running: {left:?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 fn results(run: &Path) -> serde_json::Value {
@@ -136,7 +106,7 @@ fn tune_and_check(model: PathBuf, extra: &[&str]) {
     for f in ["report.md", "launch.sh"] {
         assert!(run.join(f).is_file(), "{f} written");
     }
-    assert_no_server_left(&m.display().to_string());
+    servers::assert_none_left(&m.display().to_string(), "after the tune");
 }
 
 #[test]
@@ -178,7 +148,7 @@ fn sigkill_then_resume_does_not_repeat_finished_trials() {
     }
     child.kill().unwrap(); // SIGKILL: no handler runs; the servers die with it (PDEATHSIG)
     child.wait().unwrap();
-    assert_no_server_left(&m.display().to_string());
+    servers::assert_none_left(&m.display().to_string(), "after the tune");
     let before = journal_lines(&run);
     assert!(before.len() >= 2);
 
@@ -204,7 +174,7 @@ fn sigkill_then_resume_does_not_repeat_finished_trials() {
     let mut sorted = ids.clone();
     sorted.dedup();
     assert_eq!(ids, sorted, "trial ids unique and increasing: {ids:?}");
-    assert_no_server_left(&m.display().to_string());
+    servers::assert_none_left(&m.display().to_string(), "after the tune");
 }
 
 #[test]
@@ -225,7 +195,7 @@ fn sigint_stops_the_tune_cleanly_and_keeps_the_journal() {
     let deadline = Instant::now() + Duration::from_secs(900);
     // Interrupt while a server is up (after the first trial finished).
     while journal_lines(&run).is_empty()
-        || processes_mentioning(&m.display().to_string()).is_empty()
+        || servers::servers_mentioning(&m.display().to_string()).is_empty()
     {
         if let Some(status) = child.try_wait().unwrap() {
             panic!(
@@ -244,7 +214,7 @@ fn sigint_stops_the_tune_cleanly_and_keeps_the_journal() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_no_server_left(&m.display().to_string());
+    servers::assert_none_left(&m.display().to_string(), "after the tune");
     let kept = journal_lines(&run).len();
     assert!(kept > 0, "finished trials kept");
     // It says what it kept and the exact command that continues.
