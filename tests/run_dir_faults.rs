@@ -308,22 +308,9 @@ fn real_servers_are_gone_after_every_kill_and_interrupt_cycle() {
     std::os::unix::fs::symlink(&tiny, &model).unwrap();
     let needle = model.display().to_string();
     let run = tmp.path().join("run");
-    // More configs and a larger budget than the five signals can use up: every session must
-    // still have a trial to run after the one it finished, or the tune may end before the test
-    // sees the next server (CI, stop 25: a resumed session with one trial left).
-    let space = tmp.path().join("kill-cycles.yaml");
-    std::fs::write(
-        &space,
-        "name: kill-cycles\n\
-         vary:\n  n_cpu_moe: auto\n  threads: [auto, 1, 2]\n\
-         \x20 batch_ubatch: [[512, 512], [512, 128], [256, 256], [256, 128]]\n\
-         \x20 kv_types: [[f16, f16], [q8_0, q8_0]]\n\
-         fixed:\n  ctx: 2048\n  parallel: 1\n\
-         workload:\n  prompt_tokens: 128\n  gen_tokens: 32\n  repetitions: 3\n\
-         objective:\n  metric: gen\n  tie_pct: 3\n\
-         budget:\n  trials: 40\n  minutes: 10\n",
-    )
-    .unwrap();
+    // A space with room for every signal (see the file).
+    let space =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/spaces/kill-cycles.yaml");
     let t0 = Instant::now();
     let mut done = Vec::new();
     for action in ["SIGKILL", "SIGINT", "torn-tail", "SIGTERM", "SIGKILL"] {
