@@ -39,6 +39,7 @@
 #                 CPU (the issue's two cases both fit whole on their cards, 2026-11-23)
 #                 (TUNE_ONLY=1: the tune alone; CASE-compare: the re-measurement alone, in a
 #                 later session, with FROM=DIR holding the tune's results.json)
+#   resume-proofNN-GG  resume a proof tune cut off by a lease's end (.gpu/resume/proofNN-GG)
 #   planned30-16, planned35-16
 #                 qtune compare: A, B and the config run 6's plan proposed for the 16 GiB card
 #                 (reports/gpu-h100-run6/proofNN-16/*-tune-plan.json)
@@ -478,6 +479,21 @@ PY
       compare_case "$W/runs/$c-compare" "$card" 512,512 "$tp"
       grep -h -i -E "nccl|tensor|out of memory" "$W/runs/$c-compare"/logs/*.log 2>/dev/null | sort | uniq -c | head -8
       unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
+    resume-proof*)
+      # A proof tune cut off when a lease ended, resumed on a new lease from its run directory
+      # (carried in .gpu/resume/proofNN-GG: journal, checkpoint, run.json; its model is
+      # re-synthesized at the same path, and qtune refuses to resume if its header differs).
+      k=${c#resume-proof}; gib=${k#*-}
+      case "$k" in 35-*) shape=qwen3.5-35b-a3b ;; *) shape=qwen3-30b-a3b ;; esac
+      m=$(model "$shape"); run="$W/runs/proof$k"
+      mkdir -p "$W/runs" && rm -rf "$run" && cp -a ".gpu/resume/proof$k" "$run" || exit 1
+      ballast "$gib"
+      say "$c: resuming the tune ($(wc -l < "$run/journal.jsonl") trials journaled)"
+      t0=$SECONDS
+      "$Q" tune --resume "$run" > "$W/$c.cmd"
+      echo "tune exit $? after $((SECONDS - t0)) s; command: $(tail -1 "$W/$c.cmd")"
+      echo "emulated card: ${gib} GiB free of ${GPU_NAME}, resumed $(date -u +%F) on a new lease" >> "$run/card.txt"
+      unballast; pack "$c" "$run" ;;
     *) echo "unknown case $c" ;;
   esac
 done
