@@ -101,10 +101,18 @@ const PLANNED_WITH: SpeedConstants = SpeedConstants {
     pp_rel_err: 0.23,
 };
 
+/// Issue 14's seventh pre-registered run (run 9, H100, 2026-11-23, two leases): its plans were
+/// written with `FITTED` as it stands (the prefill's fixed cost split, attention against
+/// recurrent), so it stays out of the fit too and is predicted with `FITTED`.
+const PLANNED_WITH_FITTED: &[&str] = &["gpu-h100-run9"];
+
 fn pre_registered(journal: &Path) -> bool {
-    journal
-        .components()
-        .any(|c| PRE_REGISTERED.iter().any(|d| c.as_os_str() == *d))
+    journal.components().any(|c| {
+        PRE_REGISTERED
+            .iter()
+            .chain(PLANNED_WITH_FITTED)
+            .any(|d| c.as_os_str() == *d)
+    })
 }
 
 fn in_run(journal: &Path, run: &str) -> bool {
@@ -844,10 +852,10 @@ fn run_7s_plans_against_the_tuned_winners() {
     plans_against_the_tuned_winners(
         "gpu-h100-run7",
         &[
-            ("proof30-24", true),
-            ("proof35-24", true),
-            ("proof30-16", true),
-            ("proof35-16", false),
+            ("proof30-24", true, true),
+            ("proof35-24", true, true),
+            ("proof30-16", true, true),
+            ("proof35-16", true, false),
         ],
     );
 }
@@ -863,18 +871,87 @@ fn run_8s_plans_against_the_tuned_winners() {
     plans_against_the_tuned_winners(
         "gpu-h100-run8",
         &[
-            ("proof30-24", true),
-            ("proof35-24", false),
-            ("proof30-16", true),
-            ("proof35-16", true),
+            ("proof30-24", true, true),
+            ("proof35-24", true, false),
+            ("proof30-16", true, true),
+            ("proof35-16", true, true),
         ],
     );
 }
 
-/// One run's table: for each `(case, meets)`, the plan's tg within 15 % of the winner's, its pp
-/// within 25 % exactly when `meets`, the winner first launched by #12, and on 16 GiB the plan
-/// from the 24 GiB profile within 10 % in tg.
-fn plans_against_the_tuned_winners(run: &str, cases: &[(&str, bool)]) {
+/// The seventh (run 9, two leases of a slower host: its tunes measured 80-84 GB/s of host read
+/// bandwidth, runs 5-8's 106-126), predicted with the constants its plans were written with
+/// (`FITTED`: the prefill's fixed cost split). 24 GiB: 9 of 10 groups within the stated error
+/// in generation and every one in prompt; the one beyond twice the stated error is the 35B at
+/// q8_0 KV, launched once (157 tok/s against the f16 twin's 197 over 6 launches; predicted
+/// 200). 16 GiB, where the CPU's experts set the speed: every placed config measured below its
+/// predicted generation, most beyond the stated error, as on run 6's lease; the configs
+/// launched once early in the tune ran slowest (the 35B's race winner: +8 % over 10 launches,
+/// its single-launch neighbours +19 % to +36 %). The test asserts that reading, so a refit or
+/// a changed file shows here.
+#[test]
+fn the_seventh_pre_registered_run_is_predicted_on_24_gib_and_missed_on_16_gib() {
+    let (big, small) = groups_by_card("gpu-h100-run9", 8, 10);
+    let (etg, epp) = report("run 9, 24 GiB", &big, &FITTED);
+    let stated = (FITTED.tg_rel_err, FITTED.pp_rel_err);
+    println!(
+        "run 9, 24 GiB: {} groups, tg {} and pp {} within the stated error",
+        etg.len(),
+        count_within(&etg, stated.0),
+        count_within(&epp, stated.1)
+    );
+    assert!(count_within(&etg, stated.0) as f64 >= 0.8 * etg.len() as f64);
+    assert_eq!(count_within(&epp, stated.1), epp.len());
+    let beyond: Vec<&Prepared> = big
+        .iter()
+        .zip(&etg)
+        .filter(|(_, e)| e.abs() > 2.0 * stated.0)
+        .map(|(p, _)| p)
+        .collect();
+    assert!(
+        beyond.len() == 1
+            && beyond[0].g.n == 1
+            && beyond[0].g.shape == "qwen3.5-35b-a3b"
+            && beyond[0].g.cfg.cache_type_k == qtune::config::KvType::Q8_0,
+        "one single launch beyond twice the stated tg error: {:?}",
+        beyond.iter().map(|p| &p.g.cfg).collect::<Vec<_>>()
+    );
+    let (etg, _) = report("run 9, 16 GiB", &small, &FITTED);
+    let within = count_within(&etg, stated.0);
+    println!(
+        "tg run 9, 16 GiB: {} groups, {within} within the stated +-{:.0} %",
+        etg.len(),
+        stated.0 * 100.0
+    );
+    assert!(
+        etg.iter().all(|&e| e > 0.0) && (within as f64) < 0.8 * etg.len() as f64,
+        "run 9's 16 GiB groups were all over-predicted, most beyond the stated error: {etg:?}"
+    );
+}
+
+/// The same for run 9 (the seventh pre-registered run, plans from the split prefill cost):
+/// three of four meet every goal, the 35B on 16 GiB included (tg +6.6 %, pp -20.2 %, from the
+/// 24 GiB profile -3.9 %, winner at launch #3). The 30B on 16 GiB misses both no-profile goals
+/// by under a point: tg +15.6 %, pp +25.9 % against fit's candidate (79.1 tok/s, the median of
+/// 15 samples on a lease whose paired noise was 11.8 %; the plan's own config ran once, at 76.6);
+/// from the 24 GiB profile -9.3 %; winner at launch #10.
+#[test]
+fn run_9s_plans_against_the_tuned_winners() {
+    plans_against_the_tuned_winners(
+        "gpu-h100-run9",
+        &[
+            ("proof30-24", true, true),
+            ("proof35-24", true, true),
+            ("proof30-16", false, false),
+            ("proof35-16", true, true),
+        ],
+    );
+}
+
+/// One run's table: for each `(case, tg_meets, pp_meets)`, the plan's tg within 15 % of the
+/// winner's exactly when `tg_meets`, its pp within 25 % exactly when `pp_meets`, the winner
+/// first launched by #12, and on 16 GiB the plan from the 24 GiB profile within 10 % in tg.
+fn plans_against_the_tuned_winners(run: &str, cases: &[(&str, bool, bool)]) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("reports")
         .join(run);
@@ -891,7 +968,7 @@ fn plans_against_the_tuned_winners(run: &str, cases: &[(&str, bool)]) {
     };
     let err = |pred: f64, measured: f64| (pred / measured - 1.0) * 100.0;
     println!("{run}: case | plan tg / pp | winner tg / pp | errors tg / pp | from-24 tg | winner's first launch");
-    for &(case, meets) in cases {
+    for &(case, tg_meets, pp_meets) in cases {
         let dir = root.join(case);
         let r = read(dir.join("results.json"));
         let w = &r["winner"];
@@ -929,8 +1006,8 @@ fn plans_against_the_tuned_winners(run: &str, cases: &[(&str, bool)]) {
             first <= 12,
             "{case}: the winner first ran at launch {first}"
         );
-        assert!(etg.abs() <= 15.0, "{case}: tg {etg:+.1} %");
-        assert_eq!(epp.abs() <= 25.0, meets, "{case}: pp {epp:+.1} %");
+        assert_eq!(etg.abs() <= 15.0, tg_meets, "{case}: tg {etg:+.1} %");
+        assert_eq!(epp.abs() <= 25.0, pp_meets, "{case}: pp {epp:+.1} %");
         if case.ends_with("-16") {
             let e = etg_other.expect("a plan from the 24 GiB profile");
             assert!(e.abs() <= 10.0, "{case}: from the other card {e:+.1} %");
@@ -1194,6 +1271,7 @@ fn the_split_prefill_block_cost_predicts_the_pre_registered_runs_no_worse() {
     // Each run's groups on their own (a config measured on two leases is two groups).
     let ps: Vec<Prepared> = PRE_REGISTERED
         .iter()
+        .filter(|run| !PLANNED_WITH_FITTED.contains(run))
         .flat_map(|run| prepare(&groups_where(|f| in_run(f, run))))
         .collect();
     assert!(ps.len() >= 100, "{} groups in runs 4-8", ps.len());
