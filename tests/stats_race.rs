@@ -455,7 +455,11 @@ fn a_race_rebuilt_from_its_records_reports_the_look_after_its_last_round() {
         "{:?}",
         out.candidates[0].status
     );
-    assert!(out.reason.contains("the reference stays"), "{}", out.reason);
+    assert_eq!(
+        out.reason, "no candidate beat the reference beyond the noise",
+        "{}",
+        out.reason
+    );
     assert_eq!(out.launches, 6);
     assert_eq!(out.rounds.len(), 3);
     // The same as a race asked once more, which ends there.

@@ -476,9 +476,12 @@ impl Race {
         });
     }
 
+    // The race's own outcome only: where no candidate beat the reference, the verdict may still
+    // recommend one (tied in generation and faster in prompt) and says so; run 9's 30B 16 GiB
+    // tune printed "the reference stays" above a candidate it recommended.
     fn budget_spent(&self) -> String {
         format!(
-            "the budget of {} launches is spent before any candidate beat the reference beyond the noise: the reference stays",
+            "the budget of {} launches is spent before any candidate beat the reference beyond the noise",
             self.s.budget_launches
         )
     }
@@ -490,7 +493,7 @@ impl Race {
         if failed == self.n_arms - 1 {
             "every candidate failed: the reference stays".into()
         } else {
-            "no candidate beat the reference beyond the noise: the reference stays".into()
+            "no candidate beat the reference beyond the noise".into()
         }
     }
 
