@@ -16,8 +16,10 @@ def rounds(compare_dir):
 
 
 def pairs(R, c, ref, k):
-    """(command c's value, reference's value) of metric k in every round both ran ok."""
-    return [(r[c][k], r[ref][k]) for r in R if r[c]['outcome'] == 'ok' and r[ref]['outcome'] == 'ok']
+    """(command c's value, reference's value) of metric k in every round both ran ok (a compare
+    cut off mid-round has a last round without some commands)."""
+    return [(r[c][k], r[ref][k]) for r in R
+            if c in r and ref in r and r[c]['outcome'] == 'ok' and r[ref]['outcome'] == 'ok']
 
 
 def log_ratios(R, c, ref, k):
