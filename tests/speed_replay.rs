@@ -101,10 +101,10 @@ const PLANNED_WITH: SpeedConstants = SpeedConstants {
     pp_rel_err: 0.23,
 };
 
-/// Issue 14's seventh pre-registered run (run 9, H100, 2026-11-23, two leases): its plans were
-/// written with `FITTED` as it stands (the prefill's fixed cost split, attention against
-/// recurrent), so it stays out of the fit too and is predicted with `FITTED`.
-const PLANNED_WITH_FITTED: &[&str] = &["gpu-h100-run9"];
+/// Issue 14's seventh and eighth pre-registered runs (runs 9 and 10, H100, 2026-11-23): their
+/// plans were written with `FITTED` as it stands (the prefill's fixed cost split, attention
+/// against recurrent), so they stay out of the fit too and are predicted with `FITTED`.
+const PLANNED_WITH_FITTED: &[&str] = &["gpu-h100-run9", "gpu-h100-run10"];
 
 fn pre_registered(journal: &Path) -> bool {
     journal.components().any(|c| {
@@ -932,6 +932,36 @@ fn the_seventh_pre_registered_run_is_predicted_on_24_gib_and_missed_on_16_gib() 
     assert_all_over_predicted_most_beyond("run 9, 16 GiB", &small, &FITTED);
 }
 
+/// The eighth (run 10, H100, one lease after a first was lost mid-run; the same constants as
+/// run 9, `FITTED`). 24 GiB: every group within the stated error, both speeds. 16 GiB, where
+/// the CPU's experts take half of each token: every placed config measured below its
+/// predicted generation again (as on runs 6 and 9's leases, not on runs 7 and 8's), by +5 % to
+/// +25 %, 10 of 14 groups within the stated error; prompt 12 of 14 within. The host's read
+/// bandwidth measured 85-112 GB/s over the lease's tunes. The test asserts that reading, so a
+/// refit or a changed file shows here.
+#[test]
+fn the_eighth_pre_registered_run_is_predicted_on_24_gib_and_over_predicted_on_16_gib() {
+    let (big, small) = groups_by_card("gpu-h100-run10", 8, 10);
+    assert_run_within_the_stated_error("run 10, 24 GiB", &big, &FITTED);
+    let (etg, epp) = report("run 10, 16 GiB", &small, &FITTED);
+    let (n, wtg, wpp) = (
+        etg.len(),
+        count_within(&etg, FITTED.tg_rel_err),
+        count_within(&epp, FITTED.pp_rel_err),
+    );
+    println!("run 10, 16 GiB: {n} groups, tg {wtg} and pp {wpp} within the stated error");
+    assert!(
+        etg.iter().all(|&e| e > 0.0),
+        "every 16 GiB group over-predicted in tg: {etg:?}"
+    );
+    assert!(
+        (wtg as f64) < 0.8 * n as f64 && wpp as f64 >= 0.8 * n as f64,
+        "tg {wtg}, pp {wpp} of {n}"
+    );
+    assert!(etg.iter().all(|e| e.abs() <= 2.0 * FITTED.tg_rel_err));
+    assert!(epp.iter().all(|e| e.abs() <= 2.0 * FITTED.pp_rel_err));
+}
+
 /// The same for run 9 (the seventh pre-registered run, plans from the split prefill cost):
 /// three of four meet every goal, the 35B on 16 GiB included (tg +6.6 %, pp -20.2 %, from the
 /// 24 GiB profile -3.9 %, winner at launch #3). The 30B on 16 GiB misses both no-profile goals
@@ -947,6 +977,26 @@ fn run_9s_plans_against_the_tuned_winners() {
             ("proof35-24", true, true),
             ("proof30-16", false, false),
             ("proof35-16", true, true),
+        ],
+    );
+}
+
+/// The same for run 10 (the eighth pre-registered run, the same constants): generation from
+/// the model alone within 15 % in all four cases for the first time in one run (+1.5 %, +6.6 %,
+/// +13.9 %, +6.2 %), from the 24 GiB profile within 10 % in both 16 GiB cases (-5.3 %, -7.6 %),
+/// winners at launches #3, #3, #3 and #10. Prompt misses on both 16 GiB cases: the 30B's winner
+/// (the plan's placement with `gate` for `down` at the split block, 84.8 / 6,412 over 6
+/// launches) +25.5 %; the 35B's, fit's candidate (99.7 / 4,846), +30.3 % against the plan's
+/// `--n-cpu-moe 13 -ub 512` f16 (6,316).
+#[test]
+fn run_10s_plans_against_the_tuned_winners() {
+    plans_against_the_tuned_winners(
+        "gpu-h100-run10",
+        &[
+            ("proof30-24", true, true),
+            ("proof35-24", true, true),
+            ("proof30-16", true, false),
+            ("proof35-16", true, false),
         ],
     );
 }
