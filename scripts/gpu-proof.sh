@@ -50,9 +50,13 @@
 # Without a kept build, .gpu/llama-src.tar.xz (the pinned source less docs, models and
 # Python, ~8 MB) is built there in about 5 minutes; PRESYNTH="shape ..." writes those models
 # meanwhile.
-# The device tool carries at most 64 MiB: the tracked tree (~13 MB since the committed runs
-# dropped their PNG plots, 2026-11-23) plus .gpu/ (the CUDA build ~44 MB stripped, qtune ~2.7 MB,
-# each vocab ~1.3 MB): all of .gpu/ fits in one call.
+# The device tool carries at most 64 MiB: the tracked tree (~22 MB by run 10, 2026-11-23) plus
+# what is carried (the CUDA build ~44 MB stripped, qtune ~2.7 MB, each vocab ~1.3 MB) no longer
+# fits in one call. Carry the build in two calls made back to back (the machine stays warm
+# 30 s): the first carries parts aa and ab and copies them to /tmp/kept
+# (`mkdir -p /tmp/kept && cp .gpu/cuda-b11434/*part-a[ab] /tmp/kept/`); the second carries
+# part ac, qtune and the vocabs and runs this script, which takes the missing parts from
+# /tmp/kept (KEPT=DIR elsewhere).
 
 # A card of N GiB is emulated by a ballast process that allocates all but N GiB of the GPU
 # (python3 + torch), so llama-server, --fit and qtune see N GiB free and OOM happens for real.
@@ -84,6 +88,10 @@ setup() {
     [ -f "$QTUNE_VOCAB_DIR/$(basename "${f%.xz}")" ] || xz -dc "$f" > "$QTUNE_VOCAB_DIR/$(basename "${f%.xz}")"
   done
   if [ ! -x "$W/bin/llama-server" ]; then
+    # Parts of the kept build carried by an earlier call of the same lease (see the header).
+    if ls "${KEPT:-/tmp/kept}"/cuda-bin.tar.xz.part-* >/dev/null 2>&1; then
+      mkdir -p .gpu/cuda-b11434 && cp -n "${KEPT:-/tmp/kept}"/cuda-bin.tar.xz.part-* .gpu/cuda-b11434/
+    fi
     if ls .gpu/cuda-b11434/cuda-bin.tar.xz.part-* >/dev/null 2>&1; then
       say "unpacking the kept CUDA llama-server"
       # Its RPATH is the build folder it was made in (/tmp/b/bin): unpack there, link it here.
