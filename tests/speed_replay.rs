@@ -724,6 +724,28 @@ fn count_within(errs: &[f64], stated: f64) -> usize {
     errs.iter().filter(|e| e.abs() <= stated).count()
 }
 
+/// `report`'s errors for `ps`, with how many are within `k`'s stated error in tg and in pp
+/// (printed under `label`).
+struct Counted {
+    etg: Vec<f64>,
+    epp: Vec<f64>,
+    wtg: usize,
+    wpp: usize,
+}
+
+fn counted(label: &str, ps: &[Prepared], k: &SpeedConstants) -> Counted {
+    let (etg, epp) = report(label, ps, k);
+    let (wtg, wpp) = (
+        count_within(&etg, k.tg_rel_err),
+        count_within(&epp, k.pp_rel_err),
+    );
+    println!(
+        "{label}: {} groups, tg {wtg} and pp {wpp} within the stated error",
+        etg.len()
+    );
+    Counted { etg, epp, wtg, wpp }
+}
+
 /// The one group of `ps` whose generation error (`etg`, in the same order) is beyond twice
 /// `k`'s stated error: asserts there is exactly one, launched once, and returns it.
 fn the_single_launch_beyond_twice<'a>(
@@ -834,13 +856,8 @@ fn the_fifth_pre_registered_run_is_predicted_with_the_same_constants() {
 fn the_sixth_pre_registered_run_is_predicted_with_the_same_constants() {
     let (big, small) = groups_by_card("gpu-h100-run8", 8, 10);
     assert_run_within_the_stated_error("run 8, 24 GiB", &big, &PLANNED_WITH);
-    let (etg, epp) = report("run 8, 16 GiB", &small, &PLANNED_WITH);
-    let (n, wtg, wpp) = (
-        etg.len(),
-        count_within(&etg, PLANNED_WITH.tg_rel_err),
-        count_within(&epp, PLANNED_WITH.pp_rel_err),
-    );
-    println!("run 8, 16 GiB: {n} groups, tg {wtg} and pp {wpp} within the stated error");
+    let Counted { etg, epp, wtg, wpp } = counted("run 8, 16 GiB", &small, &PLANNED_WITH);
+    let n = etg.len();
     assert!(
         wtg as f64 >= 0.8 * n as f64 && wpp as f64 >= 0.8 * n as f64,
         "tg {wtg}, pp {wpp} of {n}"
@@ -912,16 +929,9 @@ fn run_8s_plans_against_the_tuned_winners() {
 #[test]
 fn the_seventh_pre_registered_run_is_predicted_on_24_gib_and_missed_on_16_gib() {
     let (big, small) = groups_by_card("gpu-h100-run9", 8, 10);
-    let (etg, epp) = report("run 9, 24 GiB", &big, &FITTED);
-    let stated = (FITTED.tg_rel_err, FITTED.pp_rel_err);
-    println!(
-        "run 9, 24 GiB: {} groups, tg {} and pp {} within the stated error",
-        etg.len(),
-        count_within(&etg, stated.0),
-        count_within(&epp, stated.1)
-    );
-    assert!(count_within(&etg, stated.0) as f64 >= 0.8 * etg.len() as f64);
-    assert_eq!(count_within(&epp, stated.1), epp.len());
+    let Counted { etg, epp, wtg, wpp } = counted("run 9, 24 GiB", &big, &FITTED);
+    assert!(wtg as f64 >= 0.8 * etg.len() as f64);
+    assert_eq!(wpp, epp.len());
     let beyond = the_single_launch_beyond_twice(&big, &etg, &FITTED);
     assert!(
         beyond.g.shape == "qwen3.5-35b-a3b"
@@ -943,13 +953,8 @@ fn the_seventh_pre_registered_run_is_predicted_on_24_gib_and_missed_on_16_gib() 
 fn the_eighth_pre_registered_run_is_predicted_on_24_gib_and_over_predicted_on_16_gib() {
     let (big, small) = groups_by_card("gpu-h100-run10", 8, 10);
     assert_run_within_the_stated_error("run 10, 24 GiB", &big, &FITTED);
-    let (etg, epp) = report("run 10, 16 GiB", &small, &FITTED);
-    let (n, wtg, wpp) = (
-        etg.len(),
-        count_within(&etg, FITTED.tg_rel_err),
-        count_within(&epp, FITTED.pp_rel_err),
-    );
-    println!("run 10, 16 GiB: {n} groups, tg {wtg} and pp {wpp} within the stated error");
+    let Counted { etg, epp, wtg, wpp } = counted("run 10, 16 GiB", &small, &FITTED);
+    let n = etg.len();
     assert!(
         etg.iter().all(|&e| e > 0.0),
         "every 16 GiB group over-predicted in tg: {etg:?}"
