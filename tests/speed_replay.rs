@@ -942,7 +942,7 @@ fn the_seventh_pre_registered_run_is_predicted_on_24_gib_and_missed_on_16_gib() 
     assert_all_over_predicted_most_beyond("run 9, 16 GiB", &small, &FITTED);
 }
 
-/// The eighth (run 10, H100, one lease after a first was lost mid-run; the same constants as
+/// The eighth (run 10, H100, on a later machine after the first was lost mid-run; the same constants as
 /// run 9, `FITTED`). 24 GiB: every group within the stated error, both speeds. 16 GiB, where
 /// the CPU's experts take half of each token: every placed config measured below its
 /// predicted generation again (as on runs 6 and 9's leases, not on runs 7 and 8's), by +5 % to
