@@ -767,11 +767,10 @@ fn the_single_launch_beyond_twice<'a>(
     beyond[0]
 }
 
-/// A lease whose card ran slower than the model: every group of `ps` measured below its
-/// predicted generation, and fewer than 80 % within `k`'s stated error.
-fn assert_all_over_predicted_most_beyond(label: &str, ps: &[Prepared], k: &SpeedConstants) {
-    let (etg, _) = report(label, ps, k);
-    let within = count_within(&etg, k.tg_rel_err);
+/// A lease whose card ran slower than the model: every generation error `etg` positive (each
+/// group measured below its prediction), and fewer than 80 % within `k`'s stated error.
+fn assert_a_slow_lease(label: &str, etg: &[f64], k: &SpeedConstants) {
+    let within = count_within(etg, k.tg_rel_err);
     println!(
         "tg {label}: {} groups, {within} within the stated +-{:.0} %",
         etg.len(),
@@ -779,7 +778,7 @@ fn assert_all_over_predicted_most_beyond(label: &str, ps: &[Prepared], k: &Speed
     );
     assert!(
         etg.iter().all(|&e| e > 0.0) && (within as f64) < 0.8 * etg.len() as f64,
-        "{label}: every group over-predicted, most beyond the stated error: {etg:?}"
+        "{label}: every group over-predicted, fewer than 80 % within the stated error: {etg:?}"
     );
 }
 
@@ -832,7 +831,11 @@ fn the_third_pre_registered_run_is_predicted_with_the_same_constants() {
 fn the_fourth_pre_registered_run_is_predicted_on_24_gib_and_missed_on_16_gib() {
     let (big, small) = groups_by_card("gpu-h100-run6", 10, 10);
     assert_run_within_the_stated_error("run 6, 24 GiB", &big, &PLANNED_WITH);
-    assert_all_over_predicted_most_beyond("run 6, 16 GiB", &small, &PLANNED_WITH);
+    assert_a_slow_lease(
+        "run 6, 16 GiB",
+        &report("run 6, 16 GiB", &small, &PLANNED_WITH).0,
+        &PLANNED_WITH,
+    );
 }
 
 /// The fifth (run 7, the tune launching the speed model's pick third): every placed config its
@@ -939,11 +942,15 @@ fn the_seventh_pre_registered_run_is_predicted_on_24_gib_and_missed_on_16_gib() 
         "{:?}",
         beyond.g.cfg
     );
-    assert_all_over_predicted_most_beyond("run 9, 16 GiB", &small, &FITTED);
+    assert_a_slow_lease(
+        "run 9, 16 GiB",
+        &report("run 9, 16 GiB", &small, &FITTED).0,
+        &FITTED,
+    );
 }
 
-/// The eighth (run 10, H100, on a later machine after the first was lost mid-run; the same constants as
-/// run 9, `FITTED`). 24 GiB: every group within the stated error, both speeds. 16 GiB, where
+/// The eighth (run 10, H100, on a later machine after the first was lost mid-run; the same
+/// constants as run 9, `FITTED`). 24 GiB: every group within the stated error, both speeds. 16 GiB, where
 /// the CPU's experts take half of each token: every placed config measured below its
 /// predicted generation again (as on runs 6 and 9's leases, not on runs 7 and 8's), by +5 % to
 /// +25 %, 10 of 14 groups within the stated error; prompt 12 of 14 within. The host's read
@@ -953,15 +960,12 @@ fn the_seventh_pre_registered_run_is_predicted_on_24_gib_and_missed_on_16_gib() 
 fn the_eighth_pre_registered_run_is_predicted_on_24_gib_and_over_predicted_on_16_gib() {
     let (big, small) = groups_by_card("gpu-h100-run10", 8, 10);
     assert_run_within_the_stated_error("run 10, 24 GiB", &big, &FITTED);
-    let Counted { etg, epp, wtg, wpp } = counted("run 10, 16 GiB", &small, &FITTED);
-    let n = etg.len();
+    let Counted { etg, epp, wpp, .. } = counted("run 10, 16 GiB", &small, &FITTED);
+    assert_a_slow_lease("run 10, 16 GiB", &etg, &FITTED);
     assert!(
-        etg.iter().all(|&e| e > 0.0),
-        "every 16 GiB group over-predicted in tg: {etg:?}"
-    );
-    assert!(
-        (wtg as f64) < 0.8 * n as f64 && wpp as f64 >= 0.8 * n as f64,
-        "tg {wtg}, pp {wpp} of {n}"
+        wpp as f64 >= 0.8 * epp.len() as f64,
+        "pp {wpp} of {}",
+        epp.len()
     );
     assert!(etg.iter().all(|e| e.abs() <= 2.0 * FITTED.tg_rel_err));
     assert!(epp.iter().all(|e| e.abs() <= 2.0 * FITTED.pp_rel_err));
