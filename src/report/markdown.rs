@@ -637,7 +637,7 @@ fn time_split(m: &mut String, r: &TuneResult) {
             m,
             "The winner places itself: modelled as its fit is expected to place it ({}). Its \
              prompt interval's upper end is {}× the prediction: its CPU experts are \
-             memory-mapped, which the fit saw least (the committed runs measured up to 1.58×).\n",
+             memory-mapped, which the fit saw least (the committed runs measured up to 1.74×).\n",
             crate::search::candidates::stand_in_placement(&p),
             crate::search::candidates::SERVER_DEFAULT_PP_HIGH
         );
