@@ -186,7 +186,24 @@ unballast() {
     BALLAST_PIDS=""; sleep 1
   fi
 }
-trap unballast EXIT
+trap 'unballast; host_load_stop' EXIT
+
+# What the host did during a tune (issue 14: leases whose CPU experts ran 12-19 % slower than
+# others at the same measured read bandwidth; recorded to compare leases, not used by qtune):
+# every 5 s, the UTC time, /proc/stat's cpu line (user nice system idle iowait irq softirq
+# steal, in clock ticks: steal is time the hypervisor gave another guest), the load average and
+# the mean CPU clock (MHz). Into FILE until host_load_stop.
+host_load_start() { # FILE
+  ( while :; do
+      printf '%s\t%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$(head -1 /proc/stat)" "$(cut -d' ' -f1-3 /proc/loadavg)" \
+        "$(awk '/^cpu MHz/ {s += $4; n++} END {if (n) printf "%.0f", s / n}' /proc/cpuinfo)"
+      sleep 5
+    done ) > "$1" 2>/dev/null &
+  HOST_LOAD_PID=$!
+}
+host_load_stop() {
+  if [ -n "${HOST_LOAD_PID:-}" ]; then kill "$HOST_LOAD_PID" 2>/dev/null; wait "$HOST_LOAD_PID" 2>/dev/null; HOST_LOAD_PID=""; fi
+}
 
 pack() { # name dir: the run's files, server logs compressed too
   tar -C "$(dirname "$2")" -cJf "$OUT/$1.tar.xz" "$(basename "$2")" && ls -la "$OUT/$1.tar.xz"
@@ -399,10 +416,12 @@ for c in "$@"; do
       cat "$W/$c"-plan*.txt
       say "$c: tune, default space"
       t0=$SECONDS
+      host_load_start "$W/$c-host-load.tsv"
       "$Q" tune --model "$m" --space default --target-vram-headroom 512 --ctx 32768 --out "$run" > "$W/$c.cmd"
       echo "tune exit $? after $((SECONDS - t0)) s; command: $(tail -1 "$W/$c.cmd")"
+      host_load_stop
       echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$run/card.txt"
-      cp "$W/$c"-plan* "$run/" 2>/dev/null
+      cp "$W/$c"-plan* "$W/$c-host-load.tsv" "$run/" 2>/dev/null
       pack "$c" "$run"
       case "$c" in *-tune) unballast; continue ;; esac
       say "$c: re-measuring the winner (${ROUNDS:-6} rounds)"
