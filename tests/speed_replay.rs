@@ -1528,12 +1528,13 @@ fn the_tenth_pre_registered_run_is_predicted_within_the_stated_error_on_both_car
 /// both 16 GiB cases (-8.7 %, +8.5 %), winners first launched by #3. Prompt misses on both 35B
 /// cases, where the tune kept the server's default: on 24 GiB the race took `-ub 256`
 /// (fastest single launch) and could not separate it from the default (generation +2.2 %
-/// [-3.9, +8.8]); on 16 GiB the plan's config raced at generation -7.2 % [-18.0, +4.9],
-/// prompt +95.8 % [+68.9, +127.1] (5 rounds, paired σ 10.0 %), undecided. The plans' configs
-/// themselves measured within the goals in the tunes (35B 24 GiB: 195 / 9,202 tok/s over 2
-/// launches against the plan's 205 / 9,119; 35B 16 GiB: 95 / 8,131 over 6 launches against
-/// 108 / 8,356): the misses are the default's prompt speed (7,216 and 4,090), not the plan's
-/// config's.
+/// [-3.9, +8.8]); on 16 GiB the tune's model pick raced at generation -7.2 % [-18.0, +4.9],
+/// prompt +95.8 % [+68.9, +127.1] (5 rounds, paired σ 10.0 %), undecided. What the plans
+/// rated first measured within the goals in the tunes: on 24 GiB the plan's own config, 195 /
+/// 9,202 tok/s over 2 launches (planned 205 / 9,119); on 16 GiB the tune's model pick, the
+/// plan's placement taken from the first blocks instead of the last (`--n-cpu-moe 12` plus
+/// block 12's gate and down, the same count), 95 / 8,131 over 6 launches (planned 108 /
+/// 8,356). The misses are the default's prompt speed (7,216 and 4,090), not the plans'.
 #[test]
 fn run_11s_plans_against_the_tuned_winners() {
     plans_against_the_tuned_winners(
