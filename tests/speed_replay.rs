@@ -131,7 +131,7 @@ const PLANNED_WITH_RUN9: SpeedConstants = SpeedConstants {
 /// committed single-GPU run, issue 14's runs 4-10 included): out of the fit, predicted with
 /// `FITTED`. Runs 11 and 12: issue 14's ninth and tenth pre-registered runs (H100, two
 /// leases, 2026-11-23/24, the binary built at `f7d0214`).
-const PLANNED_WITH_FITTED: &[&str] = &["gpu-h100-run11", "gpu-h100-run12"];
+const PLANNED_WITH_FITTED: &[&str] = &["gpu-h100-run11", "gpu-h100-run12", "gpu-h100-run13"];
 
 /// Issue 14's pre-registered runs 4-10, each planned with constants fitted without it.
 fn pre_registered(journal: &Path) -> bool {
@@ -1563,4 +1563,137 @@ fn run_12s_plans_against_the_tuned_winners() {
             ("proof35-16", true, true),
         ],
     );
+}
+
+/// Run 13's table (the same constants, a third lease): three of four cases meet every goal
+/// (30B 24 GiB +0.9 % / -8.0 %, 30B 16 GiB +10.6 % / +9.6 %, 35B 16 GiB +1.9 % / -0.2 %, from
+/// the 24 GiB profile -3.2 % and +3.2 %; winners first launched at #3, #1, #3, #6). The 35B on
+/// 24 GiB kept the default again: its race had the plan's config at generation +3.7 % [-3.6,
+/// +11.6], prompt +26.1 % [+9.1, +45.8] (4 rounds, paired σ 5.2 %), the prompt's lower end just
+/// short of the 10 % an undecided race asks for, so prompt misses (+30.0 % against the
+/// default's 7,013).
+#[test]
+fn run_13s_plans_against_the_tuned_winners() {
+    plans_against_the_tuned_winners(
+        "gpu-h100-run13",
+        &[
+            ("proof30-24", true, true),
+            ("proof35-24", true, false),
+            ("proof30-16", true, true),
+            ("proof35-16", true, true),
+        ],
+    );
+}
+
+/// The eleventh (run 13): 24 GiB every group within the stated error in both speeds; 16 GiB
+/// 10 of 14 in generation and 12 of 14 in prompt, none beyond twice the stated error (the
+/// 35B's single launches of one stretch ran 15-24 % below their predictions).
+#[test]
+fn the_eleventh_pre_registered_run_is_predicted_with_the_refitted_constants() {
+    let (big, small) = groups_by_card("gpu-h100-run13", 8, 10);
+    let Counted { etg, epp, wtg, wpp } = counted("run 13, 24 GiB", &big, &FITTED);
+    assert_eq!((wtg, wpp), (etg.len(), epp.len()));
+    let Counted { etg, epp, wtg, wpp } = counted("run 13, 16 GiB", &small, &FITTED);
+    assert!(
+        wtg as f64 >= 0.7 * etg.len() as f64,
+        "tg {wtg} of {}",
+        etg.len()
+    );
+    assert!(
+        wpp as f64 >= 0.8 * epp.len() as f64,
+        "pp {wpp} of {}",
+        epp.len()
+    );
+    assert!(etg.iter().all(|e| e.abs() <= 2.0 * FITTED.tg_rel_err));
+    assert!(epp.iter().all(|e| e.abs() <= 2.0 * FITTED.pp_rel_err));
+}
+
+/// Each plan prints, before the tune, its own config's predicted speeds, those of every config
+/// it compared, and the server default's. Read that way (the plan's line for the config the
+/// tune recommended), runs 11-13 meet both no-profile goals in all twelve cases: where the tune
+/// kept the default (four cases), the plan's line for the default (35B 24 GiB: predicted 205 /
+/// 7,106 tok/s, measured 200.8-208.2 / 7,013-7,699); where it recommended a config the plan
+/// printed (four), that line; where it recommended a variant the plan did not print (four:
+/// the 30B's `gate` instead of `down` at the split block, the 35B's `--n-cpu-moe 12` plus block
+/// 12's gate and down), the model's prediction with the plan's constants and the host
+/// bandwidth the plan measured, which is not a line written before the run. The closest is the
+/// default's prompt on the 35B 16 GiB card in run 11 (predicted 3,077, measured 4,090:
+/// -24.8 %), whose memory-mapped deep blocks the model under-predicts.
+#[test]
+fn the_plans_line_for_each_tuned_winner_meets_both_goals_in_runs_11_to_13() {
+    let read = |p: std::path::PathBuf| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+    };
+    let mut n = 0;
+    for run in ["gpu-h100-run11", "gpu-h100-run12", "gpu-h100-run13"] {
+        for case in ["proof30-24", "proof35-24", "proof30-16", "proof35-16"] {
+            let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("reports")
+                .join(run)
+                .join(case);
+            let w = read(dir.join("results.json"))["winner"].clone();
+            let cfg: LaunchConfig = serde_json::from_value(w["config"].clone()).unwrap();
+            let plan = read(dir.join(format!("{case}-tune-plan.json")));
+            let (line, tg_pred, pp_pred) = if cfg == LaunchConfig::baseline(32768) {
+                let p = &plan["server_default"]["prediction"];
+                (
+                    "the default".to_string(),
+                    p["tg"]["tps"].as_f64().unwrap(),
+                    p["pp"]["tps"].as_f64().unwrap(),
+                )
+            } else if let Some(c) = plan["compared"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["config"] == cfg.label())
+            {
+                (
+                    cfg.label(),
+                    c["tg_tps"].as_f64().unwrap(),
+                    c["pp_tps"].as_f64().unwrap(),
+                )
+            } else {
+                // A variant the tune made (another projection at the split block): the model,
+                // with the plan's constants and the box as the plan measured it.
+                let note = plan["speed_note"].as_str().unwrap();
+                let host: f64 = note
+                    .split("host ")
+                    .nth(1)
+                    .and_then(|t| t.split(" GB/s").next())
+                    .and_then(|t| t.parse().ok())
+                    .expect("the plan's measured host bandwidth");
+                let shape = if case.starts_with("proof30") {
+                    "qwen3-30b-a3b"
+                } else {
+                    "qwen3.5-35b-a3b"
+                };
+                let sb = SpeedBox {
+                    gpu_bw_gbs: Some(3352.32),
+                    pcie_gbs: Some(speed::pcie_gbs(5, 16)),
+                    host_bw_gbs: host,
+                    physical_cores: 16,
+                    host_bw_share_by_threads: Vec::new(),
+                    sources: Vec::new(),
+                };
+                let p = speed::predict(&layout_of_cached(shape), &cfg, &sb, true, 2048, &FITTED)
+                    .unwrap();
+                (
+                    format!("{} (the model, not printed by the plan)", cfg.label()),
+                    p.tg.tps,
+                    p.pp.tps,
+                )
+            };
+            let (tg, pp) = (
+                w["gen_tps"]["median"].as_f64().unwrap(),
+                w["prompt_tps"]["median"].as_f64().unwrap(),
+            );
+            let (etg, epp) = ((tg_pred / tg - 1.0) * 100.0, (pp_pred / pp - 1.0) * 100.0);
+            println!(
+                "{run} {case}: {line}: planned {tg_pred:.1} / {pp_pred:.0}, measured {tg:.1} / {pp:.0}: {etg:+.1} % / {epp:+.1} %"
+            );
+            assert!(etg.abs() <= 15.0 && epp.abs() <= 25.0, "{run} {case}");
+            n += 1;
+        }
+    }
+    assert_eq!(n, 12);
 }
