@@ -111,8 +111,9 @@ pub struct SpeedConstants {
 ///   not fitted: it anchors the copy terms); copies from the page cache 17 % (11 GB/s).
 /// - the synthetic models route each micro-batch to few experts, how few depending on the
 ///   block's depth: a micro-batch copies 65 % of the synthetic Qwen3-30B-A3B's first block's
-///   CPU expert bytes, falling linearly to 9 % at the last (before run 10's refit: to ~0, which
-///   put its `-ot` placements, the last blocks' experts on the CPU, 17 % too fast in prompt);
+///   CPU expert bytes, falling linearly to 9 % at the last (before the refit after run 10: ~0,
+///   which put its `-ot` placements, the last blocks' experts on the CPU, 17 % too fast in
+///   prompt);
 ///   the Qwen3.5-35B-A3B copies 7 % at the first block rising to 29 % at the last along
 ///   depth^8 (the power by grid search over 1-8, at its edge): flat over its first blocks,
 ///   steep over its last.
