@@ -113,10 +113,9 @@ pub struct SpeedConstants {
 ///   block's depth: a micro-batch copies 65 % of the synthetic Qwen3-30B-A3B's first block's
 ///   CPU expert bytes, falling linearly to 9 % at the last (before the refit after run 10: ~0,
 ///   which put its `-ot` placements, the last blocks' experts on the CPU, 17 % too fast in
-///   prompt);
-///   the Qwen3.5-35B-A3B copies 7 % at the first block rising to 29 % at the last along
-///   depth^8 (the power by grid search over 1-8, at its edge): flat over its first blocks,
-///   steep over its last.
+///   prompt); the Qwen3.5-35B-A3B copies 7 % at the first block rising to 29 % at the last
+///   along depth^8 (the power by grid search over 1-8, at its edge): flat over its first
+///   blocks, steep over its last.
 /// - errors: the 90th percentile of the held-out relative errors (three folds: tg 10.6 %, pp
 ///   14.6 %; stated as before, 13 % and 23 %); they include the +-15 % launch-to-launch noise
 ///   of the shared machine.
