@@ -69,8 +69,8 @@ fn after_the_fit(journal: &Path) -> bool {
 }
 
 /// Issue 14's second to sixth pre-registered runs (H100, 2026-11-23, five leases): their
-/// plans were written with `FITTED` as it stands, so they stay out of the fit;
-/// `the_*pre_registered_run*` predicts each.
+/// plans were written with [`PLANNED_WITH`], and `the_*pre_registered_run*` predicts each with
+/// it (they have been in `FITTED`'s fit since the refit after run 10).
 const PRE_REGISTERED: &[&str] = &[
     "gpu-h100-run4",
     "gpu-h100-run5",
@@ -129,8 +129,8 @@ const PLANNED_WITH_RUN9: SpeedConstants = SpeedConstants {
 
 /// Runs whose plans were written with `FITTED` as it stands (refitted after run 10 on every
 /// committed single-GPU run, issue 14's runs 4-10 included): out of the fit, predicted with
-/// `FITTED`. Runs 11 and 12: issue 14's ninth and tenth pre-registered runs (H100, two
-/// leases, 2026-11-23/24, the binary built at `f7d0214`).
+/// `FITTED`. Runs 11, 12 and 13: issue 14's ninth to eleventh pre-registered runs (H100,
+/// three leases, 2026-11-23/24, the binary built at `f7d0214`).
 const PLANNED_WITH_FITTED: &[&str] = &["gpu-h100-run11", "gpu-h100-run12", "gpu-h100-run13"];
 
 /// Issue 14's pre-registered runs 4-10, each planned with constants fitted without it.
@@ -832,7 +832,7 @@ fn groups_by_card(run: &str, min_24: usize, min_16: usize) -> (Vec<Prepared>, Ve
 }
 
 /// Issue 14's second pre-registered run, predicted with the constants its plans were written
-/// with (`FITTED`, fitted without it): held out by construction.
+/// with (`PLANNED_WITH`, fitted without it): held out by construction.
 #[test]
 fn the_pre_registered_run_is_predicted_with_the_constants_it_was_planned_with() {
     let ps = prepare(&groups_where(|f| in_run(f, "gpu-h100-run4")));
@@ -955,7 +955,7 @@ fn run_8s_plans_against_the_tuned_winners() {
 
 /// The seventh (run 9, two leases of a slower host: its tunes measured 80-84 GB/s of host read
 /// bandwidth, runs 5-8's 106-126), predicted with the constants its plans were written with
-/// (`FITTED`: the prefill's fixed cost split). 24 GiB: 9 of 10 groups within the stated error
+/// (`PLANNED_WITH_RUN9`: the prefill's fixed cost split). 24 GiB: 9 of 10 groups within the stated error
 /// in generation and every one in prompt; the one beyond twice the stated error is the 35B at
 /// q8_0 KV, launched once (157 tok/s against the f16 twin's 197 over 6 launches; predicted
 /// 200). 16 GiB, where the CPU's experts set the speed: every placed config measured below its
@@ -984,12 +984,12 @@ fn the_seventh_pre_registered_run_is_predicted_on_24_gib_and_missed_on_16_gib() 
 }
 
 /// The eighth (run 10, H100, on a later machine after the first was lost mid-run; the same
-/// constants as run 9, `FITTED`). 24 GiB: every group within the stated error, both speeds. 16 GiB, where
-/// the CPU's experts take half of each token: every placed config measured below its
-/// predicted generation again (as on runs 6 and 9's leases, not on runs 7 and 8's), by +5 % to
-/// +25 %, 10 of 14 groups within the stated error; prompt 12 of 14 within. The host's read
-/// bandwidth measured 85-112 GB/s over the lease's tunes. The test asserts that reading, so a
-/// refit or a changed file shows here.
+/// constants as run 9, `PLANNED_WITH_RUN9`). 24 GiB: every group within the stated error, both
+/// speeds. 16 GiB, where the CPU's experts take half of each token: every placed config
+/// measured below its predicted generation again (as on runs 6 and 9's leases, not on runs 7
+/// and 8's), by +5 % to +25 %, 10 of 14 groups within the stated error; prompt 12 of 14
+/// within. The host's read bandwidth measured 85-112 GB/s over the lease's tunes. The test
+/// asserts that reading, so a refit or a changed file shows here.
 #[test]
 fn the_eighth_pre_registered_run_is_predicted_on_24_gib_and_over_predicted_on_16_gib() {
     let (big, small) = groups_by_card("gpu-h100-run10", 8, 10);
