@@ -1051,13 +1051,15 @@ fn run_10s_plans_against_the_tuned_winners() {
 /// One run's table: for each `(case, tg_meets, pp_meets)`, the plan's tg within 15 % of the
 /// winner's exactly when `tg_meets`, its pp within 25 % exactly when `pp_meets`, the winner
 /// first launched by #12, and on 16 GiB the plan from the 24 GiB profile within 10 % in tg.
+/// A committed JSON file (a plan, a tune's results).
+fn read_json(p: std::path::PathBuf) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+}
+
 fn plans_against_the_tuned_winners(run: &str, cases: &[(&str, bool, bool)]) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("reports")
         .join(run);
-    let read = |p: std::path::PathBuf| -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
-    };
     // The plans are named after the gpu-proof case: `proofNN-GG-tune-plan.json` or
     // `proofNN-GG-plan.json`.
     let plan_file = |dir: &Path, suffix: &str| -> Option<std::path::PathBuf> {
@@ -1070,7 +1072,7 @@ fn plans_against_the_tuned_winners(run: &str, cases: &[(&str, bool, bool)]) {
     println!("{run}: case | plan tg / pp | winner tg / pp | errors tg / pp | from-24 tg | winner's first launch");
     for &(case, tg_meets, pp_meets) in cases {
         let dir = root.join(case);
-        let r = read(dir.join("results.json"));
+        let r = read_json(dir.join("results.json"));
         let w = &r["winner"];
         let (tg, pp) = (
             w["gen_tps"]["median"].as_f64().unwrap(),
@@ -1083,7 +1085,8 @@ fn plans_against_the_tuned_winners(run: &str, cases: &[(&str, bool, bool)]) {
             .find(|t| t["config"] == w["config"])
             .and_then(|t| t["id"].as_u64())
             .unwrap();
-        let plan = read(plan_file(&dir, "-plan.json").expect("a plan written before the tune"));
+        let plan =
+            read_json(plan_file(&dir, "-plan.json").expect("a plan written before the tune"));
         let s = &plan["speed"]["prediction"];
         let (ptg, ppp) = (
             s["tg"]["tps"].as_f64().unwrap(),
@@ -1092,7 +1095,7 @@ fn plans_against_the_tuned_winners(run: &str, cases: &[(&str, bool, bool)]) {
         let (etg, epp) = (err(ptg, tg), err(ppp, pp));
         let etg_other = plan_file(&dir, "-plan-from-24.json").map(|from| {
             err(
-                read(from)["speed"]["prediction"]["tg"]["tps"]
+                read_json(from)["speed"]["prediction"]["tg"]["tps"]
                     .as_f64()
                     .unwrap(),
                 tg,
@@ -1621,9 +1624,6 @@ fn the_eleventh_pre_registered_run_is_predicted_with_the_refitted_constants() {
 /// -24.8 %), whose memory-mapped deep blocks the model under-predicts.
 #[test]
 fn the_plans_line_for_each_tuned_winner_meets_both_goals_in_runs_11_to_13() {
-    let read = |p: std::path::PathBuf| -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
-    };
     let mut n = 0;
     for run in ["gpu-h100-run11", "gpu-h100-run12", "gpu-h100-run13"] {
         for case in ["proof30-24", "proof35-24", "proof30-16", "proof35-16"] {
@@ -1631,9 +1631,9 @@ fn the_plans_line_for_each_tuned_winner_meets_both_goals_in_runs_11_to_13() {
                 .join("reports")
                 .join(run)
                 .join(case);
-            let w = read(dir.join("results.json"))["winner"].clone();
+            let w = read_json(dir.join("results.json"))["winner"].clone();
             let cfg: LaunchConfig = serde_json::from_value(w["config"].clone()).unwrap();
-            let plan = read(dir.join(format!("{case}-tune-plan.json")));
+            let plan = read_json(dir.join(format!("{case}-tune-plan.json")));
             let (line, tg_pred, pp_pred) = if cfg == LaunchConfig::baseline(32768) {
                 let p = &plan["server_default"]["prediction"];
                 (
@@ -1668,7 +1668,7 @@ fn the_plans_line_for_each_tuned_winner_meets_both_goals_in_runs_11_to_13() {
                     "qwen3.5-35b-a3b"
                 };
                 let sb = SpeedBox {
-                    gpu_bw_gbs: Some(3352.32),
+                    gpu_bw_gbs: speed::gpu_bandwidth_by_name("NVIDIA H100 80GB HBM3"),
                     pcie_gbs: Some(speed::pcie_gbs(5, 16)),
                     host_bw_gbs: host,
                     physical_cores: 16,
