@@ -18,6 +18,9 @@
 #   tune35-24     the same on 24 GiB (sweep35-24 after it)
 #   tune30-16     qwen3-30b-a3b on 16 GiB (sweep30-16, depth30-16 after it)
 #   plan35        qtune plan on 16 GiB starting from the 24 GiB profile, then the plan launched
+#   work35-16, work35-24, work30-16, work30-24
+#                 the workload objective: tune for $WORKLOAD (chat), then qtune compare
+#                 --workload of A, B and each built-in workload's pick ($ROUNDS rounds)
 #   proof35-16, proof35-24, proof30-16, proof30-24
 #                 issue 13's proof: plan (predicted speeds written first), tune (default space),
 #                 then qtune compare of the winner vs the default vs --fit-target 512
@@ -392,6 +395,47 @@ for c in "$@"; do
       compare_case "$W/runs/$c-compare" "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" 512 \
         "$(tail -1 "$W/$c.cmd")"
       unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
+    work35-16 | work35-24 | work30-16 | work30-24)
+      # The workload objective: tune for $WORKLOAD (default chat: time per request against
+      # the better of the default and --fit-target 512; every built-in workload is measured in
+      # each launch), then qtune compare --workload: the default (A), --fit-target 512 (B) and
+      # each built-in workload's pick that is not a baseline, ${ROUNDS:-6} ABBA rounds, every
+      # workload measured in each launch. (TUNE_ONLY=1: the tune alone.)
+      k=${c#work}; gib=${k#*-}
+      case "$k" in 35-*) shape=qwen3.5-35b-a3b ;; *) shape=qwen3-30b-a3b ;; esac
+      m=$(model "$shape"); run="$W/runs/$c"; ballast "$gib"
+      card="emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)"
+      say "$c: tune for ${WORKLOAD:-chat} ($card)"
+      t0=$SECONDS
+      "$Q" tune --model "$m" --space default --workload "${WORKLOAD:-chat}" --target-vram-headroom 512 \
+        --ctx 32768 --out "$run" > "$W/$c.cmd"
+      echo "tune exit $? after $((SECONDS - t0)) s; command: $(tail -1 "$W/$c.cmd")"
+      echo "$card" > "$run/card.txt"
+      pack "$c" "$run"
+      if [ -z "${TUNE_ONLY:-}" ]; then
+        mapfile -t picks < <(python3 - "$run/results.json" <<'PY'
+import json, shlex, sys
+r = json.load(open(sys.argv[1]))
+base = [t["config"] for t in r["trials"] if t["role"] in ("baseline", "second-baseline")]
+seen = []
+for p in r.get("workload_picks", []):
+    if p["config"] in base or not p.get("command"):
+        continue
+    line = " ".join(shlex.quote(a) for a in p["command"])
+    if line not in seen:
+        seen.append(line)
+for line in seen:
+    print(line)
+PY
+)
+        say "$c: re-measuring ${#picks[@]} pick(s) against A and B (${ROUNDS:-6} rounds)"
+        "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" \
+          "llama-server -m $m -c 32768 -np 1 --fit-target 512" "${picks[@]}" \
+          --rounds "${ROUNDS:-6}" --workload "${WORKLOAD:-chat}" --out "$W/runs/$c-compare"
+        echo "$card" > "$W/runs/$c-compare/card.txt"
+        pack "$c-compare" "$W/runs/$c-compare"
+      fi
+      unballast ;;
     proof35-16 | proof35-24 | proof30-16 | proof30-24 | proof35-16-tune | proof35-24-tune | proof30-16-tune | proof30-24-tune)
       # Issue 13 (and 12, 14): predict, tune with the default space, re-measure.
       # 1. `qtune plan` writes its predicted speeds down before anything is launched: from the

@@ -83,6 +83,10 @@ pub struct TuneArgs {
     /// Context size (overrides the space's).
     #[arg(long)]
     pub ctx: Option<u32>,
+    /// What you run: chat, agent, long-doc or a workload YAML file. The tune minimizes the
+    /// time per request of this mix (overrides the space's workload).
+    #[arg(long)]
+    pub workload: Option<String>,
     /// Most search trials (overrides the space's budget).
     #[arg(long)]
     pub budget_trials: Option<u32>,
@@ -236,6 +240,10 @@ pub struct CompareArgs {
     /// Measured requests per launch (overrides the space's workload).
     #[arg(long)]
     pub repetitions: Option<u32>,
+    /// Measure every built-in workload's requests in each launch and compare the commands on
+    /// time per request for this one (chat, agent, long-doc or a YAML file) and the others.
+    #[arg(long)]
+    pub workload: Option<String>,
     /// Differences smaller than this many percent are a tie.
     #[arg(long, default_value_t = 3.0)]
     pub band: f64,
@@ -438,6 +446,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             prompt_tokens: c.prompt_tokens,
             gen_tokens: c.gen_tokens,
             repetitions: c.repetitions,
+            workload: c.workload,
             out: c.out,
             band_pct: c.band,
             json: c.json,
@@ -453,6 +462,7 @@ fn tune_options(t: TuneArgs) -> crate::app::tune::TuneOptions {
         space: t.space,
         headroom_mib: t.target_vram_headroom,
         ctx: t.ctx,
+        workload: t.workload,
         budget_trials: t.budget_trials,
         budget_minutes: t.budget_minutes,
         out: t.out,

@@ -31,6 +31,8 @@ pub struct CompareOptions {
     pub prompt_tokens: Option<u32>,
     pub gen_tokens: Option<u32>,
     pub repetitions: Option<u32>,
+    /// The workload to compare on (time per request); every built-in is measured too.
+    pub workload: Option<String>,
     /// Directory for logs, the journal and compare.json.
     pub out: Option<PathBuf>,
     pub band_pct: f64,
@@ -59,6 +61,9 @@ pub struct CompareLaunch {
     pub gen_tps: Option<f64>,
     pub prompt_tps: Option<f64>,
     pub peak_vram_mib: Option<u64>,
+    /// Each request shape of the workloads, as this launch measured it (ok launches).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shapes: Vec<crate::workloads::ShapeTiming>,
     /// Each GPU's peak on a box with two or more (device order); empty with one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub peak_vram_per_gpu_mib: Vec<u64>,
@@ -78,6 +83,7 @@ impl CompareRound {
         let s = Sample {
             gen_tps: l.gen_tps?,
             prompt_tps: l.prompt_tps?,
+            request_rate: None,
         };
         s.is_valid().then_some(s)
     }
@@ -122,6 +128,79 @@ pub struct CompareResult {
     /// Highest peak VRAM over each command's launches (MiB; None where not sampled).
     pub peak_vram_mib: Vec<Option<u64>>,
     pub warnings: Vec<String>,
+    /// Time per request of each workload measured (`--workload`): every command's median,
+    /// and every command against every earlier one, paired by round.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workloads: Vec<WorkloadComparison>,
+}
+
+/// The commands compared on one workload's time per request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadComparison {
+    pub workload: String,
+    /// Median time per request of each command over its ok launches, seconds.
+    pub median_request_s: Vec<Option<f64>>,
+    /// Command `command` against command `reference` (requests per second: the ratio of
+    /// times per request), for every `reference < command`.
+    pub pairs: Vec<RequestPair>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestPair {
+    pub command: usize,
+    pub reference: usize,
+    pub comparison: Option<crate::stats::Comparison>,
+    pub decision: Option<crate::stats::Decision>,
+}
+
+/// Time per request of `mix` in every launch, compared between the commands.
+pub fn workload_comparisons(
+    rounds: &[CompareRound],
+    n_commands: usize,
+    mixes: &[crate::workloads::Mix],
+    confidence: f64,
+    band: Band,
+) -> Vec<WorkloadComparison> {
+    let time = |r: &CompareRound, c: usize, mix: &crate::workloads::Mix| -> Option<f64> {
+        let l = r.launches.iter().find(|l| l.command == c)?;
+        l.gen_tps?;
+        mix.request_s(&l.shapes)
+    };
+    mixes
+        .iter()
+        .map(|mix| {
+            let median_request_s = (0..n_commands)
+                .map(|c| {
+                    let v: Vec<f64> = rounds.iter().filter_map(|r| time(r, c, mix)).collect();
+                    median(&v)
+                })
+                .collect();
+            let mut pairs = Vec::new();
+            for c in 1..n_commands {
+                for reference in 0..c {
+                    // Requests per second: reference time over command time.
+                    let p: Vec<(f64, f64)> = rounds
+                        .iter()
+                        .filter_map(|r| {
+                            Some((1.0 / time(r, c, mix)?, 1.0 / time(r, reference, mix)?))
+                        })
+                        .collect();
+                    let comparison = crate::stats::Comparison::from_pairs(&p, confidence);
+                    pairs.push(RequestPair {
+                        command: c,
+                        reference,
+                        decision: comparison.as_ref().map(|x| x.decide(band)),
+                        comparison,
+                    });
+                }
+            }
+            WorkloadComparison {
+                workload: mix.name.clone(),
+                median_request_s,
+                pairs,
+            }
+        })
+        .collect()
 }
 
 /// `A`, `B`, ..., `Z`, `C27`, ...
@@ -207,6 +286,10 @@ fn launch_of(command: usize, o: &TrialOutcome) -> CompareLaunch {
             Vec::new()
         },
         message: o.message.clone(),
+        shapes: match (&sample, &o.metrics) {
+            (Some(_), Some(m)) => m.shapes.clone(),
+            _ => Vec::new(),
+        },
     }
 }
 
@@ -391,6 +474,39 @@ pub fn render_text(r: &CompareResult) -> String {
             )
         })
         .collect();
+    for w in &r.workloads {
+        let medians: Vec<String> = w
+            .median_request_s
+            .iter()
+            .enumerate()
+            .map(|(c, t)| {
+                format!(
+                    "{} {}",
+                    command_name(c),
+                    t.map_or("-".into(), |t| format!("{t:.2} s"))
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "time per request, {} (medians): {}",
+            w.workload,
+            medians.join(", ")
+        );
+        for p in &w.pairs {
+            let _ = writeln!(
+                s,
+                "  {} against {}: {}{}",
+                command_name(p.command),
+                command_name(p.reference),
+                p.comparison.as_ref().map_or(
+                    "no paired round".into(),
+                    crate::report::summary::per_request
+                ),
+                p.decision.map_or(String::new(), |d| format!(": {d}"))
+            );
+        }
+    }
     let _ = writeln!(s, "peak VRAM: {}", peaks.join(", "));
     for w in &r.warnings {
         let _ = writeln!(s, "warning: {w}");
@@ -418,8 +534,11 @@ fn default_dir(model: &Path) -> PathBuf {
 
 /// How long one request may take: generous, since a slow box is not a failure.
 fn request_timeout(w: &Workload) -> std::time::Duration {
-    let tokens = w.prompt_tokens + w.gen_tokens + w.context_depth.unwrap_or(0);
-    std::time::Duration::from_secs(120 + u64::from(tokens) / 10)
+    let tokens = u64::from(w.prompt_tokens)
+        + u64::from(w.gen_tokens)
+        + u64::from(w.context_depth.unwrap_or(0));
+    let tokens = tokens.max(crate::trial::workload::needed_ctx(w));
+    std::time::Duration::from_secs(120 + tokens / 10)
 }
 
 /// Run a comparison with the real llama-server; writes `compare.json` (after every launch),
@@ -445,6 +564,9 @@ pub fn compare(
     let meta = std::fs::metadata(&model)
         .with_context(|| format!("cannot read the model {}", model.display()))?;
     let mut workload = crate::space::load(&opts.space)?.workload;
+    if let Some(w) = &opts.workload {
+        workload.mix = Some(w.clone());
+    }
     if let Some(p) = opts.prompt_tokens {
         workload.prompt_tokens = p;
     }
@@ -468,6 +590,12 @@ pub fn compare(
                 p.config.ctx,
                 p.line
             );
+        }
+    }
+    if workload.mix.is_some() {
+        let ctx = parsed.iter().map(|p| p.config.ctx).min().unwrap_or(4096);
+        for note in workload.resolve(ctx)? {
+            eprintln!("qtune: {note}");
         }
     }
     let dir = opts.out.clone().unwrap_or_else(|| default_dir(&model));
@@ -520,6 +648,13 @@ pub fn compare(
             against_first,
             peak_vram_mib,
             warnings,
+            workloads: workload_comparisons(
+                rounds,
+                commands.len(),
+                &workload.mixes,
+                confidence,
+                band,
+            ),
         }
     };
     let path = dir.join(RESULT_FILE);

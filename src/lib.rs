@@ -2,6 +2,7 @@
 //!
 //! Data flows one way through the stages:
 //! `hardware` → `model` → `space` → `search` → `trial` → `report` / `profile`.
+//! `workloads` (part of the space stage) holds what the user runs as a mix of request shapes.
 //! `config` holds [`config::LaunchConfig`], the vocabulary every stage shares; `run` holds the
 //! finished run (the one reader and writer of a run directory's results); `clock` is the time a
 //! tune reads; `stats` holds paired comparisons and racing (the launch is the unit of evidence);
@@ -26,3 +27,4 @@ pub mod space;
 pub mod stats;
 pub mod trial;
 pub mod util;
+pub mod workloads;

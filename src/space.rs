@@ -19,6 +19,83 @@ pub struct Workload {
     /// Optional: tokens already in context before generation is measured (long-context speed).
     #[serde(default)]
     pub context_depth: Option<u32>,
+    /// What the user runs, as a mix of request shapes: `chat`, `agent`, `long-doc` or a YAML
+    /// file ([`crate::workloads`]). The objective is then the mix's time per request. Absent:
+    /// the one request above (`prompt_tokens` read, `gen_tokens` written) is the workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mix: Option<String>,
+    /// The mixes measured in every trial, fitted to the context: the objective's first, then the
+    /// other built-ins (so the summary can name the best command for each). Filled in by
+    /// [`Workload::resolve`] when a tune starts and kept in the run directory.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mixes: Vec<crate::workloads::Mix>,
+}
+
+impl Workload {
+    /// Load and fit the mix (and the other built-ins) to `ctx`. Returns notes on shapes that
+    /// had to be scaled down to fit the context.
+    pub fn resolve(&mut self, ctx: u32) -> Result<Vec<String>, crate::workloads::WorkloadError> {
+        let Some(name) = &self.mix else {
+            self.mixes.clear();
+            return Ok(Vec::new());
+        };
+        let main = crate::workloads::load(name)?;
+        let (main, mut notes) = main.fitted(ctx);
+        let mut mixes = vec![main];
+        for b in crate::workloads::builtins() {
+            if mixes.iter().any(|m| m.name == b.name) {
+                continue;
+            }
+            // The other built-ins are measured too; a note only for the objective's own.
+            mixes.push(b.fitted(ctx).0);
+        }
+        notes.dedup();
+        self.mixes = mixes;
+        Ok(notes)
+    }
+
+    /// The mix the objective is computed for (None: the single request of the old form).
+    pub fn objective_mix(&self) -> Option<&crate::workloads::Mix> {
+        self.mixes.first()
+    }
+
+    /// Mean new prompt tokens and generated tokens per request, over the objective's mix
+    /// weighted (or the single request): what a speed prediction turns into time per request.
+    pub fn request_tokens(&self) -> (f64, f64) {
+        match self.objective_mix() {
+            Some(m) => {
+                let w: f64 = m.shapes.iter().map(|s| s.weight).sum();
+                let mean = |f: fn(&crate::workloads::Shape) -> u32| {
+                    m.shapes
+                        .iter()
+                        .map(|s| s.weight * f64::from(f(s)))
+                        .sum::<f64>()
+                        / w.max(1e-9)
+                };
+                (mean(|s| s.new), mean(|s| s.gen))
+            }
+            None => (f64::from(self.prompt_tokens), f64::from(self.gen_tokens)),
+        }
+    }
+
+    /// The name people read: the mix's, or the single request's shape.
+    pub fn name(&self) -> String {
+        match self.objective_mix() {
+            Some(m) => m.name.clone(),
+            None => format!(
+                "one request ({} prompt → {} generated tokens)",
+                self.prompt_tokens, self.gen_tokens
+            ),
+        }
+    }
+
+    /// Time per request of the single request of the old form, from its measured speeds.
+    pub fn single_request_s(&self, gen_tps: f64, prompt_tps: f64) -> Option<f64> {
+        let ok = |x: f64| x.is_finite() && x > 0.0;
+        (ok(gen_tps) && ok(prompt_tps)).then(|| {
+            f64::from(self.prompt_tokens) / prompt_tps + f64::from(self.gen_tokens) / gen_tps
+        })
+    }
 }
 
 fn default_true() -> bool {
@@ -33,6 +110,8 @@ impl Default for Workload {
             repetitions: 3,
             warmup: true,
             context_depth: None,
+            mix: None,
+            mixes: Vec::new(),
         }
     }
 }
@@ -255,6 +334,9 @@ pub enum Metric {
     GenAtDepth,
     /// `gen_weight * gen/gen_best + prompt_weight * prompt/prompt_best`.
     Blend,
+    /// Time per request (time to first token plus generation) over the workload's mix: the
+    /// default. Ranked as requests per second, higher is better.
+    Request,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -268,6 +350,14 @@ pub struct Objective {
     /// Generation results within this many percent count as a tie, broken by prompt speed.
     #[serde(default = "default_tie")]
     pub tie_pct: f64,
+    /// Also launch `--fit on --fit-target <headroom>` as a baseline on a GPU, and judge every
+    /// gain against the better of the two baselines (default: true).
+    #[serde(default = "yes")]
+    pub second_baseline: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn one() -> f64 {
@@ -284,6 +374,7 @@ impl Default for Objective {
             gen_weight: 1.0,
             prompt_weight: 0.0,
             tie_pct: 3.0,
+            second_baseline: true,
         }
     }
 }
@@ -550,6 +641,11 @@ pub fn validate(s: &SearchSpace) -> Result<(), (&'static str, String)> {
                 s.fixed.ctx
             ),
         ));
+    }
+    if let Some(m) = &w.mix {
+        if let Err(e) = crate::workloads::load(m) {
+            return Err(("mix", e.to_string()));
+        }
     }
     if s.objective.metric == Metric::GenAtDepth && w.context_depth.is_none() {
         return Err((

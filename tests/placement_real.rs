@@ -43,6 +43,8 @@ fn short_trial_runner(
             repetitions: 1,
             warmup: false,
             context_depth: None,
+            mix: None,
+            mixes: Vec::new(),
         },
         dir,
         Journal::open(dir).unwrap(),

@@ -12,6 +12,7 @@ fn s(gen: f64, prompt: f64) -> Sample {
     Sample {
         gen_tps: gen,
         prompt_tps: prompt,
+        request_rate: None,
     }
 }
 

@@ -147,6 +147,8 @@ pub fn calibrate(
         repetitions: 1,
         warmup: false,
         context_depth: None,
+        mix: None,
+        mixes: Vec::new(),
     };
     let journal = crate::trial::journal::Journal::open(out)?;
     let mut runner = LlamaServerRunner::new(

@@ -22,6 +22,8 @@ pub struct TuneOptions {
     pub space: Option<String>,
     pub headroom_mib: u64,
     pub ctx: Option<u32>,
+    /// `--workload`: the request mix the objective is computed for.
+    pub workload: Option<String>,
     pub budget_trials: Option<u32>,
     pub budget_minutes: Option<f64>,
     pub out: Option<PathBuf>,
@@ -110,7 +112,14 @@ fn space_for(opts: &TuneOptions, has_gpu: bool, moe: bool) -> Result<SearchSpace
     if let Some(m) = opts.budget_minutes {
         space.budget.minutes = m;
     }
+    if let Some(w) = &opts.workload {
+        space.workload.mix = Some(w.clone());
+        space.objective.metric = crate::space::Metric::Request;
+    }
     crate::space::validate(&space).map_err(|(_, msg)| anyhow::anyhow!("{msg}"))?;
+    for note in space.workload.resolve(space.fixed.ctx)? {
+        eprintln!("qtune: {note}");
+    }
     Ok(space)
 }
 
@@ -520,6 +529,7 @@ pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>) -> Result<()> {
         port: crate::run::DEFAULT_PORT,
         json: false,
         replay: None,
+        workload: None,
     };
     tune(opts)
 }

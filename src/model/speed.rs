@@ -657,9 +657,14 @@ pub fn predicted_objective(
     p: &SpeedPrediction,
     obj: &crate::space::Objective,
     reference: Option<&SpeedPrediction>,
+    request_tokens: (f64, f64),
 ) -> f64 {
     use crate::space::Metric;
     match obj.metric {
+        Metric::Request => {
+            let (new, gen) = request_tokens;
+            1.0 / (new / p.pp.tps.max(1e-9) + gen / p.tg.tps.max(1e-9)).max(1e-12)
+        }
         Metric::Gen | Metric::GenAtDepth => p.tg.tps,
         Metric::Prompt => p.pp.tps,
         Metric::Blend => {
@@ -679,6 +684,7 @@ pub fn order_by_predicted(
     has_gpu: bool,
     prompt_tokens: u32,
     obj: &crate::space::Objective,
+    request_tokens: (f64, f64),
     configs: &[LaunchConfig],
 ) -> Vec<usize> {
     let preds: Vec<Option<SpeedPrediction>> = configs
@@ -690,7 +696,7 @@ pub fn order_by_predicted(
         .iter()
         .map(|p| {
             p.as_ref()
-                .map(|p| predicted_objective(p, obj, reference.as_ref()))
+                .map(|p| predicted_objective(p, obj, reference.as_ref(), request_tokens))
         })
         .collect();
     let mut idx: Vec<usize> = (0..configs.len()).collect();
@@ -1008,15 +1014,16 @@ mod tests {
             gen_weight: 1.0,
             prompt_weight: 0.0,
             tie_pct: 3.0,
+            second_baseline: true,
         };
-        let order = order_by_predicted(&l, &sb, true, 2048, &gen, &configs);
+        let order = order_by_predicted(&l, &sb, true, 2048, &gen, (2048.0, 128.0), &configs);
         // Fewer CPU blocks first; the two ubatch sizes generate alike (stable order); fit last.
         assert_eq!(order, vec![2, 3, 1, 0]);
         let prompt = Objective {
             metric: Metric::Prompt,
             ..gen
         };
-        let order = order_by_predicted(&l, &sb, true, 2048, &prompt, &configs);
+        let order = order_by_predicted(&l, &sb, true, 2048, &prompt, (2048.0, 128.0), &configs);
         assert_eq!(order[0], 3, "the bigger micro-batch prefills faster");
         assert_eq!(order[3], 0);
     }

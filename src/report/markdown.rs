@@ -97,6 +97,7 @@ fn role(r: TrialRole) -> &'static str {
         TrialRole::Baseline => "baseline",
         TrialRole::Confirm => "confirm",
         TrialRole::Sweep => "sweep",
+        TrialRole::SecondBaseline => "baseline (fit-target)",
     }
 }
 

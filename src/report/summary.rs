@@ -76,23 +76,9 @@ pub fn table(r: &TuneResult) -> String {
         &rows,
         &[1, 2, 3],
     ));
-    if let Some(w) = &r.winner {
-        out.push_str(&format!(
-            "\nwinner: {}  tg {}  pp {}{}\n",
-            w.config.label(),
-            stat(Some(&w.gen_tps)),
-            stat(Some(&w.prompt_tps)),
-            match (w.gen_gain_pct, w.prompt_gain_pct) {
-                (Some(g), Some(p)) => format!("  ({g:+.1}% tg, {p:+.1}% pp vs baseline)"),
-                _ => String::new(),
-            }
-        ));
-        if w.gen_vs_baseline.is_some() {
-            out.push_str(&format!(
-                "  paired vs baseline: {}\n",
-                super::race::gains(w.gen_vs_baseline.as_ref(), w.prompt_vs_baseline.as_ref())
-            ));
-        }
+    for line in verdict_lines(r) {
+        out.push_str(&line);
+        out.push('\n');
     }
     for line in super::race::lines(r) {
         out.push_str(&line);
@@ -100,6 +86,142 @@ pub fn table(r: &TuneResult) -> String {
     }
     for w in &r.warnings {
         out.push_str(&format!("warning: {w}\n"));
+    }
+    out
+}
+
+/// A config in llama.cpp's own flags: `-ngl 999 --n-cpu-moe 12 -ub 2048 -ctk q8_0 ...`
+/// (`(server defaults)` for none).
+pub fn flags(c: &crate::config::LaunchConfig) -> String {
+    let args: Vec<String> = c
+        .server_args()
+        .into_iter()
+        .map(|a| crate::config::shell_quote(&a))
+        .collect();
+    if args.is_empty() {
+        "(server defaults)".into()
+    } else {
+        args.join(" ")
+    }
+}
+
+/// `1.15× faster per request [1.06, 1.24] (95 %, 4 rounds)` from a requests-per-second
+/// comparison (ratio of times per request).
+pub fn per_request(c: &crate::stats::Comparison) -> String {
+    let ratio = c.ratio();
+    let word = if ratio >= 1.0 { "faster" } else { "slower" };
+    let shown = if ratio >= 1.0 { ratio } else { 1.0 / ratio };
+    let interval = match (c.lo_log, c.hi_log) {
+        (Some(lo), Some(hi)) => format!(" [{:.2}, {:.2}] as a ratio", lo.exp(), hi.exp()),
+        _ => " (no interval)".into(),
+    };
+    let rounds = if c.rounds == 1 {
+        "1 round".to_string()
+    } else {
+        format!("{} rounds", c.rounds)
+    };
+    format!(
+        "{shown:.2}× {word} per request{interval} ({} %, {rounds})",
+        (c.confidence * 100.0).round()
+    )
+}
+
+fn reference_phrase(rf: &crate::run::Reference) -> String {
+    let what = match rf.name.as_str() {
+        "default" => "the bare default".to_string(),
+        _ => format!("`{}`", flags(&rf.config)),
+    };
+    let mut s = what;
+    if let Some(o) = &rf.other {
+        let other = match o.name.as_str() {
+            "default" => "the bare default".to_string(),
+            _ => format!("`{}`", flags(&o.config)),
+        };
+        s.push_str(&format!(", the better of it and {other}"));
+        if let (Some(a), Some(b)) = (rf.request_s, o.request_s) {
+            s.push_str(&format!(" ({a:.2} s vs {b:.2} s per request)"));
+        }
+    }
+    if rf.over_budget {
+        s.push_str(&format!(
+            "; its peak {} went past the VRAM budget",
+            rf.peak_vram_mib.map_or("-".into(), |p| fmt_mib(p as f64))
+        ));
+    }
+    s
+}
+
+/// The one verdict: what is recommended in llama.cpp's flags, one number per metric against
+/// the reference with its interval, and how sure it is; then the best command for the other
+/// built-in workloads from the trials already measured.
+pub fn verdict_lines(r: &TuneResult) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(w) = &r.winner else {
+        return out;
+    };
+    let workload = r.space.workload.name();
+    out.push(String::new());
+    out.push(format!("recommended for {workload}: {}", flags(&w.config)));
+    if let Some(rf) = &w.reference {
+        out.push(format!("  reference: {}", reference_phrase(rf)));
+    }
+    let vs = match (
+        &w.request_vs_baseline,
+        w.request_s,
+        w.reference.as_ref().and_then(|r| r.request_s),
+    ) {
+        (Some(c), Some(a), Some(b)) => Some(format!(
+            "  time per request: {a:.2} s against {b:.2} s, {}",
+            per_request(c)
+        )),
+        (None, Some(a), _) => Some(format!("  time per request: {a:.2} s")),
+        _ => None,
+    };
+    if let Some(v) = vs {
+        out.push(v);
+    }
+    match (&w.gen_vs_baseline, &w.prompt_vs_baseline) {
+        (Some(g), Some(p)) => out.push(format!("  generation {g} · prompt {p}")),
+        _ => out.push(format!(
+            "  generation {:.1} tok/s · prompt {:.1} tok/s (medians; not raced)",
+            w.gen_tps.median, w.prompt_tps.median
+        )),
+    }
+    let status = match w.status {
+        Some(crate::run::VerdictStatus::Proven) => {
+            "proven faster than the reference beyond its interval".to_string()
+        }
+        Some(crate::run::VerdictStatus::Likely) => {
+            "likely faster (faster by its estimate, not measurably slower), not proven".to_string()
+        }
+        Some(crate::run::VerdictStatus::Kept) => {
+            "the reference is kept: nothing beat it beyond the noise".to_string()
+        }
+        Some(crate::run::VerdictStatus::Unraced) | None => {
+            "single launches only (no race): a ranking, not a proof".to_string()
+        }
+    };
+    out.push(format!("  status: {status}"));
+    let picks = r.workload_picks();
+    if picks.len() > 1 {
+        out.push(
+            "best command for each built-in workload (medians of single launches, not raced):"
+                .into(),
+        );
+        for p in &picks {
+            let reference = match (p.reference_request_s, &p.reference_name) {
+                (Some(t), Some(n)) => format!(" (better baseline: {n}, {t:.2} s)"),
+                _ => String::new(),
+            };
+            out.push(format!(
+                "  {}: {} · {:.2} s per request over {} launch{}{reference}",
+                p.workload,
+                flags(&p.config),
+                p.request_s,
+                p.launches,
+                if p.launches == 1 { "" } else { "es" }
+            ));
+        }
     }
     out
 }

@@ -63,6 +63,53 @@ pub struct Winner {
     pub gen_vs_baseline: Option<crate::stats::Comparison>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_vs_baseline: Option<crate::stats::Comparison>,
+    /// The reference every gain is stated against: the better of the baselines on the
+    /// objective (None in files written before there were two: the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<Reference>,
+    /// Time per request of the tune's workload (seconds, median over its trials).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_s: Option<f64>,
+    /// The paired race's requests-per-second ratio against the reference, with its interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_vs_baseline: Option<crate::stats::Comparison>,
+    /// proven (beats the reference beyond its interval), likely (faster estimate, not
+    /// measurably slower), kept (the reference itself is recommended), unraced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<VerdictStatus>,
+}
+
+/// Which baseline the gains are stated against, and what it measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reference {
+    /// `default` (no placement flags) or `fit-target` (`--fit on --fit-target <headroom>`).
+    pub name: String,
+    pub config: LaunchConfig,
+    pub command: Vec<String>,
+    /// Time per request of the workload, seconds (median over its trials).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_s: Option<f64>,
+    pub peak_vram_mib: Option<u64>,
+    /// Its peak went past the user's VRAM budget (fit overshoots its target).
+    #[serde(default)]
+    pub over_budget: bool,
+    /// The other baseline, as measured (None: only one was launched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub other: Option<Box<Reference>>,
+}
+
+/// How sure the recommendation is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VerdictStatus {
+    /// Faster than the reference beyond its interval.
+    Proven,
+    /// Faster by its estimate and not measurably slower; not proven.
+    Likely,
+    /// The reference is recommended: nothing beat it.
+    Kept,
+    /// No race ran: single launches only.
+    Unraced,
 }
 
 /// Everything a tune produced: written as `results.json` in the run directory.
@@ -106,6 +153,10 @@ pub struct TuneResult {
     /// (issue 14; None: no GPU the model knows, several GPUs, or a tune before it existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_pick: Option<crate::config::LaunchConfig>,
+    /// The best command for each workload measured (the objective's first, then the other
+    /// built-ins), from the trials' medians ([`TuneResult::workload_picks`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workload_picks: Vec<WorkloadPick>,
 }
 
 /// The inputs of a tune, written as `run.json` when it starts so `--resume` uses the same ones
@@ -439,7 +490,96 @@ impl RaceReport {
     }
 }
 
+/// The best command for one workload, from the trials already measured (single launches,
+/// medians): what the summary says for the built-in workloads the tune did not optimize.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadPick {
+    pub workload: String,
+    pub config: LaunchConfig,
+    /// Median time per request over the config's trials, seconds.
+    pub request_s: f64,
+    /// The same for the better baseline on this workload, and which it was.
+    pub reference_request_s: Option<f64>,
+    pub reference_name: Option<String>,
+    /// Launches behind `request_s`.
+    pub launches: usize,
+    /// The launch command (filled in by the tune).
+    #[serde(default)]
+    pub command: Vec<String>,
+}
+
 impl TuneResult {
+    /// For each workload measured in every trial (the objective's first, then the other
+    /// built-ins), the config with the shortest median time per request among those that never
+    /// failed or went past the VRAM budget (the baselines count whatever their peak: they are
+    /// what the user would type), and the better baseline's time.
+    pub fn workload_picks(&self) -> Vec<WorkloadPick> {
+        let default_cfg = crate::search::context::baseline_of(&self.space);
+        let budget = self.vram_budget_mib;
+        let mut configs: Vec<&LaunchConfig> = Vec::new();
+        for t in &self.trials {
+            if !configs.contains(&&t.config) {
+                configs.push(&t.config);
+            }
+        }
+        let is_baseline = |c: &LaunchConfig| {
+            *c == default_cfg
+                || self
+                    .trials
+                    .iter()
+                    .any(|t| &t.config == c && t.role == crate::trial::TrialRole::SecondBaseline)
+        };
+        let mut out = Vec::new();
+        for mix in &self.space.workload.mixes {
+            let mut best: Option<(LaunchConfig, f64, usize)> = None;
+            let mut best_ref: Option<(String, f64)> = None;
+            for &c in &configs {
+                let trials: Vec<&TrialOutcome> =
+                    self.trials.iter().filter(|t| &t.config == c).collect();
+                let baseline = is_baseline(c);
+                let failed = trials.iter().any(|t| {
+                    let over =
+                        matches!((budget, t.peak_vram_total_mib()), (Some(b), Some(p)) if p > b);
+                    !(t.kind.is_ok() || (baseline && t.kind == crate::trial::OutcomeKind::Spill))
+                        || (!baseline && over)
+                });
+                if failed {
+                    continue;
+                }
+                let times: Vec<f64> = trials
+                    .iter()
+                    .filter_map(|t| t.metrics.as_ref()?.request_s_of(mix))
+                    .collect();
+                let Some(st) = crate::trial::Stat::from_samples(&times) else {
+                    continue;
+                };
+                if best.as_ref().is_none_or(|b| st.median < b.1) {
+                    best = Some((c.clone(), st.median, times.len()));
+                }
+                if baseline && best_ref.as_ref().is_none_or(|b| st.median < b.1) {
+                    let name = if *c == default_cfg {
+                        "default"
+                    } else {
+                        "fit-target"
+                    };
+                    best_ref = Some((name.to_string(), st.median));
+                }
+            }
+            if let Some((config, request_s, launches)) = best {
+                out.push(WorkloadPick {
+                    workload: mix.name.clone(),
+                    config,
+                    request_s,
+                    reference_request_s: best_ref.as_ref().map(|r| r.1),
+                    reference_name: best_ref.map(|r| r.0),
+                    launches,
+                    command: Vec::new(),
+                });
+            }
+        }
+        out
+    }
+
     /// The Pareto front's named picks: fastest generation (the winner), best prompt speed
     /// among the configs whose generation interval overlaps the winner's (statistically tied),
     /// and the default. Empty without a race.

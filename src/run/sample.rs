@@ -22,6 +22,8 @@ fn metrics(tg: f64, pp: f64) -> Metrics {
         prompt_tps: stat(pp, 3.0),
         ttft_ms: stat(512.0 / pp * 1000.0, 3.0),
         gen_tps_at_depth: None,
+        shapes: Vec::new(),
+        request_s: crate::space::Workload::default().single_request_s(tg, pp),
     }
 }
 
@@ -333,6 +335,10 @@ pub fn gpu_result(server: &Path, model: &Path) -> TuneResult {
         gen_tps: w_tg,
         prompt_tps: w_pp,
         peak_vram_mib: Some(14_935),
+        reference: None,
+        request_s: None,
+        request_vs_baseline: None,
+        status: None,
     };
     TuneResult {
         race: None,
@@ -381,6 +387,7 @@ pub fn gpu_result(server: &Path, model: &Path) -> TuneResult {
         minutes_used: 25.0,
         quality: None,
         model_pick,
+        workload_picks: Vec::new(),
     }
 }
 
@@ -439,6 +446,10 @@ pub fn cpu_result(server: &Path, model: &Path) -> TuneResult {
         peak_vram_mib: None,
         gen_gain_pct: Some((61.5 / 59.0 - 1.0) * 100.0),
         prompt_gain_pct: Some((395.0 / 401.0 - 1.0) * 100.0),
+        reference: None,
+        request_s: None,
+        request_vs_baseline: None,
+        status: None,
     };
     TuneResult {
         race: None,
@@ -488,5 +499,6 @@ pub fn cpu_result(server: &Path, model: &Path) -> TuneResult {
         minutes_used: 4.0,
         quality: None,
         model_pick: None,
+        workload_picks: Vec::new(),
     }
 }

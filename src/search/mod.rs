@@ -137,7 +137,7 @@ pub fn tune(
         race.as_ref(),
     );
     warnings.extend(trial_warnings(&history));
-    Ok(TuneResult {
+    let mut result = TuneResult {
         qtune_version: env!("CARGO_PKG_VERSION").to_string(),
         server_path: inputs.server_path.clone(),
         server_version: inputs.server_version.clone(),
@@ -161,7 +161,13 @@ pub fn tune(
         port: inputs.port,
         quality: inputs.quality.clone(),
         model_pick: solver.model_pick.clone(),
-    })
+        workload_picks: Vec::new(),
+    };
+    result.workload_picks = result.workload_picks();
+    for p in &mut result.workload_picks {
+        p.command = command(&p.config);
+    }
+    Ok(result)
 }
 
 /// The trials' own warnings, with one summary line for the noisy ones.
@@ -190,6 +196,9 @@ fn trial_warnings(history: &[TrialOutcome]) -> Vec<String> {
 
 /// How long one request may take: generous, since a slow box is not a failure.
 pub fn request_timeout(w: &crate::space::Workload) -> std::time::Duration {
-    let tokens = w.prompt_tokens + w.gen_tokens + w.context_depth.unwrap_or(0);
-    std::time::Duration::from_secs(120 + u64::from(tokens) / 10)
+    let tokens = u64::from(w.prompt_tokens)
+        + u64::from(w.gen_tokens)
+        + u64::from(w.context_depth.unwrap_or(0));
+    let tokens = tokens.max(crate::trial::workload::needed_ctx(w));
+    std::time::Duration::from_secs(120 + tokens / 10)
 }

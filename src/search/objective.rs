@@ -10,15 +10,37 @@ pub struct Speeds {
     pub gen: Stat,
     pub prompt: Stat,
     pub gen_at_depth: Option<Stat>,
+    /// Requests per second of the workload (1 / time per request), one sample per trial.
+    pub request: Option<Stat>,
 }
 
 impl Speeds {
     /// Pool the samples of every ok outcome given.
     pub fn pooled<'a>(outcomes: impl IntoIterator<Item = &'a TrialOutcome>) -> Option<Speeds> {
-        let (mut g, mut p, mut d) = (Vec::new(), Vec::new(), Vec::new());
+        Self::pooled_where(outcomes, |o| o.kind.is_ok())
+    }
+
+    /// Pool every measured outcome, within the VRAM budget or not (a baseline is what the user
+    /// would type: it is compared even where its peak went past the budget).
+    pub fn pooled_measured<'a>(
+        outcomes: impl IntoIterator<Item = &'a TrialOutcome>,
+    ) -> Option<Speeds> {
+        Self::pooled_where(outcomes, |o| {
+            o.kind.is_ok() || o.kind == crate::trial::OutcomeKind::Spill
+        })
+    }
+
+    fn pooled_where<'a>(
+        outcomes: impl IntoIterator<Item = &'a TrialOutcome>,
+        keep: impl Fn(&TrialOutcome) -> bool,
+    ) -> Option<Speeds> {
+        let (mut g, mut p, mut d, mut r) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for o in outcomes {
-            if !o.kind.is_ok() {
+            if !keep(o) {
                 continue;
+            }
+            if let Some(t) = o.request_s().filter(|t| t.is_finite() && *t > 0.0) {
+                r.push(1.0 / t);
             }
             if let Some(m) = &o.metrics {
                 g.extend(&m.gen_tps.samples);
@@ -32,6 +54,7 @@ impl Speeds {
             gen: Stat::from_samples(&g)?,
             prompt: Stat::from_samples(&p)?,
             gen_at_depth: Stat::from_samples(&d),
+            request: Stat::from_samples(&r),
         })
     }
 
@@ -44,6 +67,7 @@ impl Speeds {
                 .gen_at_depth
                 .as_ref()
                 .map_or(self.gen.median, |s| s.median),
+            Metric::Request => self.request.as_ref().map_or(self.gen.median, |s| s.median),
             Metric::Blend => {
                 let (gr, pr) = reference
                     .map(|r| (r.gen.median, r.prompt.median))
@@ -105,6 +129,7 @@ mod tests {
             gen: Stat::from_samples(&[g]).unwrap(),
             prompt: Stat::from_samples(&[p]).unwrap(),
             gen_at_depth: None,
+            request: None,
         }
     }
 
@@ -124,6 +149,7 @@ mod tests {
             gen: Stat::from_samples(g).unwrap(),
             prompt: Stat::from_samples(&[p, p, p, p]).unwrap(),
             gen_at_depth: None,
+            request: None,
         };
         // Medians 113 and 103.5 (9 % apart) but each inside the other's range: noise.
         let a = many(&[99.0, 112.0, 113.7, 114.9], 4800.0);

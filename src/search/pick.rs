@@ -95,7 +95,12 @@ pub fn model_pick(ctx: &SearchContext, unitemized_mib: f64) -> Option<LaunchConf
         .zip(&configs)
         .map(|(p, c)| {
             p.as_ref().map(|p| PickInput {
-                primary: speed::predicted_objective(p, &ctx.space.objective, reference.as_ref()),
+                primary: speed::predicted_objective(
+                    p,
+                    &ctx.space.objective,
+                    reference.as_ref(),
+                    ctx.space.workload.request_tokens(),
+                ),
                 secondary: if prompt_first { p.tg.tps } else { p.pp.tps },
                 plain: c.cpu_experts.is_none(),
             })

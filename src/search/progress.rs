@@ -51,6 +51,7 @@ pub fn role_word(role: TrialRole) -> &'static str {
         TrialRole::Baseline => "baseline",
         TrialRole::Confirm => "confirm",
         TrialRole::Sweep => "sweep",
+        TrialRole::SecondBaseline => "baseline (fit-target)",
     }
 }
 

@@ -308,6 +308,7 @@ impl QtuneSearch {
                 ctx.has_gpu,
                 ctx.space.workload.prompt_tokens,
                 &ctx.space.objective,
+                ctx.space.workload.request_tokens(),
                 &out,
             );
             out = order.into_iter().map(|k| out[k].clone()).collect();
@@ -457,8 +458,25 @@ impl QtuneSearch {
             // too little to trust the spread; a claim needs three rounds.
             min_rounds: 3,
             look_every: 2,
+            by_request: ctx.space.objective.metric == crate::space::Metric::Request,
             ..Default::default()
         }
+    }
+
+    /// The baselines the race launches every round: the default, and the second baseline when
+    /// the tune measured it ([`SearchContext::second_baseline`]).
+    pub fn race_baselines(&self, ctx: &SearchContext) -> Vec<LaunchConfig> {
+        let mut out = vec![ctx.baseline()];
+        if let Some(b) = ctx.second_baseline() {
+            if self
+                .history
+                .iter()
+                .any(|o| o.role == TrialRole::SecondBaseline)
+            {
+                out.push(b);
+            }
+        }
+        out
     }
 
     /// The baseline's launches before the search (the box's noise probe), as race samples.
@@ -475,12 +493,19 @@ impl QtuneSearch {
     pub fn race(&self, ctx: &SearchContext) -> crate::stats::race::Race {
         use crate::stats::{race::Race, Sample};
         let probe = self.probe_samples(ctx);
-        let mut race = Race::new(self.race_settings(ctx), self.race_candidates.len());
+        let n_baselines = self.race_baselines(ctx).len();
+        let mut race = Race::with_baselines(
+            self.race_settings(ctx),
+            n_baselines,
+            self.race_candidates.len(),
+        );
         if !probe.is_empty() {
             race = race.with_probe(probe);
         }
         for o in self.history.iter().filter(|o| o.role == TrialRole::Confirm) {
             match race.next_launch() {
+                // A baseline is what the user would type: measured even past the budget.
+                Some(l) if l.arm < n_baselines => race.record(l, Sample::measured(o)),
                 Some(l) => race.record(l, Sample::from_outcome(o)),
                 None => break,
             }
@@ -512,9 +537,10 @@ impl QtuneSearch {
             return None;
         }
         let l = self.race(ctx).next_launch()?;
-        let cfg = match l.arm {
-            crate::stats::race::REFERENCE => ctx.baseline(),
-            i => self.race_candidates[i - 1].clone(),
+        let baselines = self.race_baselines(ctx);
+        let cfg = match baselines.get(l.arm) {
+            Some(b) => b.clone(),
+            None => self.race_candidates[l.arm - baselines.len()].clone(),
         };
         Some((cfg, TrialRole::Confirm))
     }
@@ -814,6 +840,16 @@ impl QtuneSearch {
                         && baselines.iter().all(|o| o.kind.is_ok());
                     if baselines.is_empty() || again {
                         return Some((ctx.baseline(), TrialRole::Baseline));
+                    }
+                    // Then the best command the user could type without qtune, once.
+                    if let Some(second) = ctx.second_baseline() {
+                        if !self
+                            .history
+                            .iter()
+                            .any(|o| o.role == TrialRole::SecondBaseline)
+                        {
+                            return Some((second, TrialRole::SecondBaseline));
+                        }
                     }
                     self.phase = Phase::Explore;
                 }

@@ -44,7 +44,12 @@ pub fn decide(
     warnings: &mut Vec<String>,
     race: Option<&crate::run::RaceReport>,
 ) -> (Vec<Confirmed>, Option<Winner>) {
-    let baseline_cfg = ctx.baseline();
+    let default_cfg = ctx.baseline();
+    let second_cfg = ctx
+        .second_baseline()
+        .filter(|b| history.iter().any(|o| &o.config == b));
+    let is_baseline =
+        |c: &LaunchConfig| *c == default_cfg || second_cfg.as_ref().is_some_and(|b| b == c);
     // Every trial of a config counts against it: one failure or spill disqualifies it.
     let disqualified = |cfg: &LaunchConfig| {
         history.iter().filter(|o| &o.config == cfg).any(|o| {
@@ -55,9 +60,13 @@ pub fn decide(
     let confirmation: Vec<Confirmed> = grouped(history, TrialRole::Confirm)
         .into_iter()
         .map(|(config, trials)| {
-            let speeds = Speeds::pooled(trials.iter().copied());
+            let speeds = if is_baseline(&config) {
+                Speeds::pooled_measured(trials.iter().copied())
+            } else {
+                Speeds::pooled(trials.iter().copied())
+            };
             Confirmed {
-                is_baseline: config == baseline_cfg,
+                is_baseline: is_baseline(&config),
                 gen_tps: speeds.as_ref().map(|s| s.gen.clone()),
                 prompt_tps: speeds.as_ref().map(|s| s.prompt.clone()),
                 peak_vram_mib: peak(&trials),
@@ -75,7 +84,7 @@ pub fn decide(
     };
     let mut candidates: Vec<(LaunchConfig, Speeds, Option<u64>)> = Vec::new();
     for (cfg, trials) in grouped(history, role) {
-        if cfg == baseline_cfg {
+        if is_baseline(&cfg) {
             continue;
         }
         if disqualified(&cfg) {
@@ -91,15 +100,67 @@ pub fn decide(
             candidates.push((cfg, s, peak(&trials)));
         }
     }
-    // The race decides when it ran: its winner, else the best raced config whose generation
-    // is not slower than the baseline's beyond its interval; none such: the baseline.
-    let raced = race.map(|r| headline(r, &ctx.space.objective, warnings));
+    let obj = &ctx.space.objective;
+    // The reference: the better of the two baselines on the objective (paired in the race
+    // when it ran, else their single launches), or the default alone.
+    let default_speeds = Speeds::pooled_measured(reference_trials(history, &default_cfg));
+    let second_speeds = second_cfg
+        .as_ref()
+        .and_then(|b| Speeds::pooled_measured(reference_trials(history, b)));
+    let second_is_reference = match (race, &second_speeds, &default_speeds) {
+        (Some(r), _, _) if r.outcome.baselines >= 2 => r.outcome.reference_arm == 1,
+        (_, Some(b), Some(a)) => better(b, a, obj, Some(a)),
+        (_, Some(_), None) => true,
+        _ => false,
+    };
+    let (reference_cfg, other_cfg) = match (&second_cfg, second_is_reference) {
+        (Some(b), true) => (b.clone(), Some(default_cfg.clone())),
+        (Some(b), false) => (default_cfg.clone(), Some(b.clone())),
+        (None, _) => (default_cfg.clone(), None),
+    };
+    let describe_reference = |cfg: &LaunchConfig| {
+        let trials = reference_trials(history, cfg);
+        let speeds = Speeds::pooled_measured(trials.iter().copied());
+        let peak_mib = peak(&trials);
+        crate::run::Reference {
+            name: if *cfg == default_cfg {
+                "default".into()
+            } else {
+                "fit-target".into()
+            },
+            config: cfg.clone(),
+            command: command(cfg),
+            request_s: speeds
+                .as_ref()
+                .and_then(|s| s.request.as_ref())
+                .map(|r| 1.0 / r.median),
+            peak_vram_mib: peak_mib,
+            over_budget: matches!((budget, peak_mib), (Some(b), Some(p)) if p > b),
+            other: None,
+        }
+    };
+    let mut reference = describe_reference(&reference_cfg);
+    if let Some(o) = &other_cfg {
+        reference.other = Some(Box::new(describe_reference(o)));
+    }
+    if reference.over_budget {
+        warnings.push(format!(
+            "the reference ({}) peaked at {} past the VRAM budget: llama.cpp's fit does not hold its target exactly; qtune's own picks stay within the budget",
+            reference_cfg.label(),
+            reference
+                .peak_vram_mib
+                .map_or("-".into(), |p| crate::util::fmt_mib(p as f64))
+        ));
+    }
+
+    // The race decides when it ran: its winner, else the best raced config whose objective
+    // is not slower than the reference's beyond its interval; none such: the reference.
+    let raced = race.map(|r| headline(r, obj, warnings));
     if let Some(chosen) = &raced {
         candidates.retain(|(c, _, _)| Some(c) == chosen.as_ref());
     }
-    let baseline_trials = crate::run::baseline_trials(history, &baseline_cfg);
-    let baseline = Speeds::pooled(baseline_trials.iter().copied());
-    let obj = &ctx.space.objective;
+    let baseline_trials = reference_trials(history, &reference_cfg);
+    let baseline = Speeds::pooled_measured(baseline_trials.iter().copied());
     let best = candidates.into_iter().reduce(|a, b| {
         if better(&b.1, &a.1, obj, baseline.as_ref()) {
             b
@@ -107,18 +168,25 @@ pub fn decide(
             a
         }
     });
-    let baseline_eligible = baseline.is_some() && !disqualified(&baseline_cfg);
+    let reference_failed = history
+        .iter()
+        .filter(|o| o.config == reference_cfg)
+        .any(|o| !(o.kind.is_ok() || o.kind == crate::trial::OutcomeKind::Spill));
+    let baseline_eligible = baseline.is_some() && !reference_failed;
+    let mut kept = false;
     let (config, speeds, vram) = match (best, baseline_eligible) {
         (Some(b), true)
             if raced.is_none()
                 && better(baseline.as_ref().unwrap(), &b.1, obj, baseline.as_ref()) =>
         {
             warnings.push(format!(
-                "the baseline (server defaults) measured faster than qtune's best ({}); the baseline is the recommendation",
+                "the reference ({}) measured faster than qtune's best ({}); the reference is the recommendation",
+                reference_cfg.label(),
                 b.0.label()
             ));
+            kept = true;
             (
-                baseline_cfg.clone(),
+                reference_cfg.clone(),
                 baseline.clone().unwrap(),
                 peak(&baseline_trials),
             )
@@ -127,12 +195,13 @@ pub fn decide(
         (None, true) => {
             if raced.is_none() {
                 warnings.push(
-                    "no searched config ran successfully; the baseline is the recommendation"
+                    "no searched config ran successfully; the reference is the recommendation"
                         .into(),
                 );
             }
+            kept = true;
             (
-                baseline_cfg.clone(),
+                reference_cfg.clone(),
                 baseline.clone().unwrap(),
                 peak(&baseline_trials),
             )
@@ -156,10 +225,23 @@ pub fn decide(
                 .map(|(_, v)| v.clone())
         })
     };
-    let paired = verdict_of(&config);
+    let paired = if kept { None } else { verdict_of(&config) };
     if let Some(w) = objective_price(obj, gen_gain, prompt_gain, paired.as_ref()) {
         warnings.push(w);
     }
+    let status = if kept {
+        crate::run::VerdictStatus::Kept
+    } else {
+        match (race, &paired) {
+            (Some(r), Some(_))
+                if r.outcome.winner.and_then(|i| r.candidates.get(i)) == Some(&config) =>
+            {
+                crate::run::VerdictStatus::Proven
+            }
+            (Some(_), Some(_)) => crate::run::VerdictStatus::Likely,
+            _ => crate::run::VerdictStatus::Unraced,
+        }
+    };
     let command = command(&config);
     let verdict = paired;
     (
@@ -167,6 +249,10 @@ pub fn decide(
         Some(Winner {
             gen_vs_baseline: verdict.as_ref().map(|v| v.gen.clone()),
             prompt_vs_baseline: verdict.as_ref().map(|v| v.prompt.clone()),
+            request_vs_baseline: verdict.as_ref().and_then(|v| v.request.clone()),
+            request_s: speeds.request.as_ref().map(|r| 1.0 / r.median),
+            reference: Some(reference),
+            status: Some(status),
             config,
             gen_tps: speeds.gen,
             prompt_tps: speeds.prompt,
@@ -176,6 +262,58 @@ pub fn decide(
             command,
         }),
     )
+}
+
+/// Under the time-per-request objective, without a proven winner: the raced config with the
+/// best estimate that is faster than the reference by its estimate and not measurably slower
+/// (the lower end of its 95 % interval at or above −band), said to be likely, not proven;
+/// None: the reference stays. A config slower than the reference beyond its interval never
+/// heads.
+fn request_headline(
+    r: &crate::run::RaceReport,
+    warnings: &mut Vec<String>,
+) -> Option<LaunchConfig> {
+    let band = crate::stats::Band::default();
+    let floor = -band.log_half_width();
+    let best = raced(r)
+        .filter_map(|(i, v)| Some((i, v.request.as_ref()?)))
+        .filter(|(_, c)| c.mean_log > 0.0 && c.lo_log.is_some_and(|lo| lo >= floor))
+        .max_by(|a, b| a.1.mean_log.total_cmp(&b.1.mean_log));
+    match best {
+        Some((i, c)) => {
+            warnings.push(format!(
+                "likely faster per request, not proven: {c} against the reference; more rounds (qtune compare --workload) would tell"
+            ));
+            r.candidates.get(i).cloned()
+        }
+        None => {
+            warnings.push(
+                "nothing was shown faster per request than the reference without being possibly slower: the reference stays".into(),
+            );
+            None
+        }
+    }
+}
+
+/// The trials that measured a baseline: its confirmation rounds when the race ran it, else its
+/// launches before the search.
+pub fn reference_trials<'a>(
+    history: &'a [TrialOutcome],
+    cfg: &LaunchConfig,
+) -> Vec<&'a TrialOutcome> {
+    let confirm: Vec<&TrialOutcome> = history
+        .iter()
+        .filter(|o| o.role == TrialRole::Confirm && &o.config == cfg)
+        .collect();
+    if !confirm.is_empty() {
+        return confirm;
+    }
+    history
+        .iter()
+        .filter(|o| {
+            matches!(o.role, TrialRole::Baseline | TrialRole::SecondBaseline) && &o.config == cfg
+        })
+        .collect()
 }
 
 /// The race's headline config: its winner; else the raced config with the best generation
@@ -206,6 +344,9 @@ fn headline(
     }
     if let Some(i) = r.outcome.winner {
         return r.candidates.get(i).cloned();
+    }
+    if obj.metric == crate::space::Metric::Request {
+        return request_headline(r, warnings);
     }
     // Without a proven gain a config heads only where its generation is shown not to cost
     // more than the race's practical band: the lower end of its 95 % interval against the
@@ -362,7 +503,7 @@ fn is_prompt_heavy(obj: &crate::space::Objective) -> bool {
     match obj.metric {
         Metric::Prompt => true,
         Metric::Blend => obj.prompt_weight > 0.0,
-        Metric::Gen | Metric::GenAtDepth => false,
+        Metric::Gen | Metric::GenAtDepth | Metric::Request => false,
     }
 }
 
@@ -461,6 +602,8 @@ mod tests {
                 prompt_tps: s(tg * 10.0),
                 ttft_ms: s(100.0),
                 gen_tps_at_depth: None,
+                shapes: Vec::new(),
+                request_s: None,
             }),
             peak_vram_mib: vec![10_000],
             reported: None,
@@ -612,6 +755,7 @@ mod tests {
                 Some(Sample {
                     gen_tps: 100.0 * g * drift,
                     prompt_tps: 1000.0 * p * drift,
+                    request_rate: None,
                 }),
             );
         }

@@ -26,6 +26,9 @@ use std::fmt;
 pub struct Sample {
     pub gen_tps: f64,
     pub prompt_tps: f64,
+    /// Requests per second of the tune's workload (1 / time per request), when measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_rate: Option<f64>,
 }
 
 impl Sample {
@@ -34,11 +37,31 @@ impl Sample {
         if !o.kind.is_ok() {
             return None;
         }
+        Self::measured(o)
+    }
+
+    /// The launch's medians whether or not it stayed within the VRAM budget (a baseline is
+    /// what the user would type: it is compared even where its peak went past the budget, and
+    /// shown as such); None for a failed launch.
+    pub fn measured(o: &crate::trial::TrialOutcome) -> Option<Sample> {
         let s = Sample {
             gen_tps: o.gen_tps()?,
             prompt_tps: o.prompt_tps()?,
+            request_rate: o
+                .request_s()
+                .filter(|t| t.is_finite() && *t > 0.0)
+                .map(|t| 1.0 / t),
         };
         s.is_valid().then_some(s)
+    }
+
+    /// The value a race decides on: requests per second when `by_request` and measured, else
+    /// generation speed.
+    pub fn primary(&self, by_request: bool) -> f64 {
+        match self.request_rate {
+            Some(r) if by_request => r,
+            _ => self.gen_tps,
+        }
     }
 
     /// Both speeds finite and positive (a ratio of them is defined).
@@ -47,12 +70,14 @@ impl Sample {
             && self.gen_tps > 0.0
             && self.prompt_tps.is_finite()
             && self.prompt_tps > 0.0
+            && self.request_rate.is_none_or(|r| r.is_finite() && r > 0.0)
     }
 
     pub fn get(&self, m: Metric) -> f64 {
         match m {
             Metric::Gen => self.gen_tps,
             Metric::Prompt => self.prompt_tps,
+            Metric::Request => self.request_rate.unwrap_or(f64::NAN),
         }
     }
 }
@@ -64,6 +89,8 @@ impl Sample {
 pub enum Metric {
     Gen,
     Prompt,
+    /// Requests per second of the workload: 1 / (time to first token + generation time).
+    Request,
 }
 
 impl Metric {
@@ -71,6 +98,7 @@ impl Metric {
         match self {
             Metric::Gen => "generation",
             Metric::Prompt => "prompt",
+            Metric::Request => "time per request",
         }
     }
 }
@@ -268,39 +296,76 @@ pub struct PairedVerdict {
     pub prompt: Comparison,
     pub gen_decision: Decision,
     pub prompt_decision: Decision,
-    /// The objective's decision: generation's, or prompt's inside a generation tie.
+    /// Requests per second of the workload (the ratio of times per request, reference over
+    /// candidate), when both sides measured it in every round.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<Comparison>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_decision: Option<Decision>,
+    /// The objective's decision: time per request's where the race decides on it, else
+    /// generation's, or prompt's inside a generation tie.
     pub decision: Decision,
     /// Which metric made the decision.
     pub decided_by: Metric,
 }
 
 impl PairedVerdict {
-    /// From paired samples `(candidate, reference)`, one per round.
+    /// From paired samples `(candidate, reference)`, one per round: generation leads, prompt
+    /// speed decides inside a generation tie.
     pub fn from_pairs(pairs: &[(Sample, Sample)], confidence: f64, band: Band) -> Option<Self> {
+        Self::from_pairs_by(pairs, confidence, band, false)
+    }
+
+    /// The same, deciding on time per request when `by_request` and every round measured it.
+    pub fn from_pairs_by(
+        pairs: &[(Sample, Sample)],
+        confidence: f64,
+        band: Band,
+        by_request: bool,
+    ) -> Option<Self> {
         let gen: Vec<(f64, f64)> = pairs.iter().map(|(c, r)| (c.gen_tps, r.gen_tps)).collect();
         let prompt: Vec<(f64, f64)> = pairs
             .iter()
             .map(|(c, r)| (c.prompt_tps, r.prompt_tps))
             .collect();
+        let request: Option<Vec<(f64, f64)>> = pairs
+            .iter()
+            .map(|(c, r)| Some((c.request_rate?, r.request_rate?)))
+            .collect();
         let gen = Comparison::from_pairs(&gen, confidence)?;
         let prompt = Comparison::from_pairs(&prompt, confidence)?;
+        let request = request.and_then(|p| Comparison::from_pairs(&p, confidence));
         let (gd, pd) = (gen.decide(band), prompt.decide(band));
-        let (decision, decided_by) = objective(gd, pd);
+        let rd = request.as_ref().map(|c| c.decide(band));
+        let (decision, decided_by) = match rd {
+            Some(d) if by_request => (d, Metric::Request),
+            _ => objective(gd, pd),
+        };
         Some(PairedVerdict {
             gen,
             prompt,
             gen_decision: gd,
             prompt_decision: pd,
+            request,
+            request_decision: rd,
             decision,
             decided_by,
         })
     }
 
+    /// The comparison of metric `m` (time per request falls back to generation where it was
+    /// not measured).
     pub fn comparison(&self, m: Metric) -> &Comparison {
         match m {
             Metric::Gen => &self.gen,
             Metric::Prompt => &self.prompt,
+            Metric::Request => self.request.as_ref().unwrap_or(&self.gen),
         }
+    }
+
+    /// The comparison that decided (time per request, generation or prompt).
+    pub fn deciding(&self) -> &Comparison {
+        self.comparison(self.decided_by)
     }
 }
 
@@ -531,6 +596,7 @@ mod tests {
         let s = |g: f64, p: f64| Sample {
             gen_tps: g,
             prompt_tps: p,
+            request_rate: None,
         };
         let pairs = [
             (s(100.0, 160.0), s(100.2, 100.0)),

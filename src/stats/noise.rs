@@ -103,6 +103,7 @@ impl NoisyBox {
         Sample {
             gen_tps: t.gen_tps * (drift + trend + noise(0)).exp(),
             prompt_tps: t.prompt_tps * (drift + trend + noise(1)).exp(),
+            request_rate: t.request_rate.map(|r| r * (drift + trend + noise(2)).exp()),
         }
     }
 }
@@ -116,6 +117,7 @@ mod tests {
         let truth = vec![Sample {
             gen_tps: 100.0,
             prompt_tps: 1000.0,
+            request_rate: None,
         }];
         let model = NoiseModel {
             launch_sigma_pct: 5.0,
@@ -140,6 +142,7 @@ mod tests {
         let s = Sample {
             gen_tps: 100.0,
             prompt_tps: 100.0,
+            request_rate: None,
         };
         let model = NoiseModel {
             launch_sigma_pct: 0.0,

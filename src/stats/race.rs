@@ -93,6 +93,10 @@ pub struct RaceSettings {
     pub prior_launch_sigma_pct: f64,
     #[serde(default = "default_prior_df")]
     pub prior_df: u32,
+    /// Decide on time per request (the workload's requests per second) where every launch
+    /// measured it, instead of generation first.
+    #[serde(default)]
+    pub by_request: bool,
 }
 
 /// The GPU machine's paired σ over the committed races was 1-6.5 %, mostly 2-4 % (issue 13's
@@ -120,6 +124,7 @@ impl Default for RaceSettings {
             target_gain_pct: 8.0,
             prior_launch_sigma_pct: default_prior_launch_sigma_pct(),
             prior_df: default_prior_df(),
+            by_request: false,
         }
     }
 }
@@ -227,6 +232,20 @@ pub struct RaceOutcome {
     pub rounds: Vec<Round>,
     /// The probe's samples of the reference.
     pub probe: Vec<Sample>,
+    /// Baselines raced (1: the default alone; 2: the default and a second command the user
+    /// could type, e.g. `--fit-target`); 0 in files written before there were two.
+    #[serde(default)]
+    pub baselines: usize,
+    /// The baseline every candidate was judged against: the better of the two on the
+    /// objective (0: the first, 1: the second).
+    #[serde(default)]
+    pub reference_arm: usize,
+    /// The second baseline against the first, over the rounds both ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub second_vs_first: Option<PairedVerdict>,
+    /// Where each baseline stands (racing to the end, dropped as clearly slower, failed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub baseline_status: Vec<ArmStatus>,
 }
 
 /// The race. See the module documentation.
@@ -234,6 +253,8 @@ pub struct RaceOutcome {
 pub struct Race {
     s: RaceSettings,
     n_arms: usize,
+    /// Arms `0..baselines` are baselines (0: the default; 1: a second baseline).
+    baselines: usize,
     queue: VecDeque<Launch>,
     pending: Option<Launch>,
     probe: Vec<Sample>,
@@ -300,11 +321,20 @@ pub fn run_trials(
 impl Race {
     /// A race of `n_candidates` against the reference.
     pub fn new(settings: RaceSettings, n_candidates: usize) -> Self {
-        let mut status = vec![ArmStatus::Racing; n_candidates + 1];
-        status[REFERENCE] = ArmStatus::Racing;
+        Self::with_baselines(settings, 1, n_candidates)
+    }
+
+    /// A race of `n_candidates` against `baselines` baselines (1 or 2): arm 0 is the first
+    /// baseline (the probe's), arm 1 the second. Every round launches each baseline still in
+    /// the race; a baseline clearly slower than the other leaves it. Candidates are judged
+    /// against the better baseline on the objective (the reference).
+    pub fn with_baselines(settings: RaceSettings, baselines: usize, n_candidates: usize) -> Self {
+        let baselines = baselines.clamp(1, 2);
+        let status = vec![ArmStatus::Racing; n_candidates + baselines];
         Race {
             s: settings,
-            n_arms: n_candidates + 1,
+            n_arms: n_candidates + baselines,
+            baselines,
             queue: VecDeque::new(),
             pending: None,
             probe: Vec::new(),
@@ -346,10 +376,71 @@ impl Race {
         self.s.budget_launches.saturating_sub(self.used)
     }
 
+    /// Candidates still racing (arms past the baselines).
     fn racing(&self) -> Vec<usize> {
-        (1..self.n_arms)
+        (self.baselines..self.n_arms)
             .filter(|&i| self.status[i] == ArmStatus::Racing)
             .collect()
+    }
+
+    /// Baselines still launched every round.
+    fn live_baselines(&self) -> Vec<usize> {
+        (0..self.baselines)
+            .filter(|&i| self.status[i] == ArmStatus::Racing)
+            .collect()
+    }
+
+    /// The baseline candidates are judged against: the better of the two on the objective
+    /// (paired over the rounds both ran), or the only one left.
+    pub fn reference(&self) -> usize {
+        if self.baselines < 2 {
+            return REFERENCE;
+        }
+        let second_out = matches!(self.status[1], ArmStatus::Failed { .. })
+            || (matches!(self.status[1], ArmStatus::Dropped { .. })
+                && self.status[REFERENCE] == ArmStatus::Racing);
+        if second_out {
+            return REFERENCE;
+        }
+        if self.status[REFERENCE] != ArmStatus::Racing {
+            return 1;
+        }
+        if self.mean_log(1, REFERENCE, true) > 0.0 {
+            1
+        } else {
+            REFERENCE
+        }
+    }
+
+    /// Mean `ln(a / b)` of the primary metric (or prompt speed) over their paired rounds;
+    /// −∞ when they share none.
+    fn mean_log(&self, a: usize, b: usize, primary: bool) -> f64 {
+        let by = self.s.by_request;
+        let d: Vec<f64> = self
+            .pairs(a, b)
+            .iter()
+            .map(|(x, y)| {
+                if primary {
+                    (x.primary(by) / y.primary(by)).ln()
+                } else {
+                    (x.prompt_tps / y.prompt_tps).ln()
+                }
+            })
+            .collect();
+        if d.is_empty() {
+            f64::NEG_INFINITY
+        } else {
+            d.iter().sum::<f64>() / d.len() as f64
+        }
+    }
+
+    fn arm_name(&self, arm: usize) -> String {
+        match arm {
+            REFERENCE if self.baselines > 1 => "the first baseline".into(),
+            REFERENCE => "the reference".into(),
+            1 if self.baselines > 1 => "the second baseline".into(),
+            i => format!("candidate {}", i - self.baselines),
+        }
     }
 
     /// The next launch, or None when the race is over. Call [`Race::record`] with its result
@@ -390,6 +481,17 @@ impl Race {
                 if sample.is_none() {
                     if launch.arm == REFERENCE {
                         self.reference_failed();
+                        if self.baselines > 1 && self.finished.is_some() {
+                            // The default failed twice: the second baseline is the reference.
+                            self.finished = None;
+                            self.status[REFERENCE] = ArmStatus::Failed { round: r as u32 };
+                            if self.status[1] != ArmStatus::Racing {
+                                self.finished = Some(
+                                    "both baselines failed: nothing can be compared against them"
+                                        .into(),
+                                );
+                            }
+                        }
                     } else {
                         self.status[launch.arm] = ArmStatus::Failed { round: r as u32 };
                     }
@@ -447,16 +549,20 @@ impl Race {
             return;
         }
         let left = self.budget_left() as usize;
-        if left < 2 {
+        let mut arms = self.live_baselines();
+        if arms.is_empty() {
+            self.finished = Some("no baseline is left to compare against".into());
+            return;
+        }
+        if left < arms.len() + 1 {
             self.finished = Some(self.budget_spent());
             return;
         }
-        if racing.len() + 1 > left {
+        if racing.len() + arms.len() > left {
             racing.sort_by(|a, b| self.gen_mean(*b).total_cmp(&self.gen_mean(*a)));
-            racing.truncate(left - 1);
+            racing.truncate(left - arms.len());
             racing.sort_unstable();
         }
-        let mut arms = vec![REFERENCE];
         arms.extend(racing);
         let r = self.rounds.len();
         let order: Vec<usize> = super::abba_order(arms.len(), r)
@@ -487,10 +593,10 @@ impl Race {
     }
 
     fn nobody_left(&self) -> String {
-        let failed = (1..self.n_arms)
+        let failed = (self.baselines..self.n_arms)
             .filter(|&i| matches!(self.status[i], ArmStatus::Failed { .. }))
             .count();
-        if failed == self.n_arms - 1 {
+        if failed == self.n_arms - self.baselines {
             "every candidate failed: the reference stays".into()
         } else {
             "no candidate beat the reference beyond the noise".into()
@@ -503,9 +609,10 @@ impl Race {
         let Some(noise) = self.noise else { return };
         loop {
             let n = self.racing().len() as u32;
-            let fits = self.budget_left() / (n + 2) >= self.s.min_rounds.max(2);
-            let waiting =
-                (1..self.n_arms).find(|&i| matches!(self.status[i], ArmStatus::NotRaced { .. }));
+            let per_round = n + 1 + self.live_baselines().len() as u32;
+            let fits = self.budget_left() / per_round >= self.s.min_rounds.max(2);
+            let waiting = (self.baselines..self.n_arms)
+                .find(|&i| matches!(self.status[i], ArmStatus::NotRaced { .. }));
             match waiting {
                 Some(i) if n < noise.affordable_candidates && fits => {
                     self.status[i] = ArmStatus::Racing
@@ -517,7 +624,8 @@ impl Race {
 
     /// σ of the probe's `ln tg`, and how many candidates the budget can resolve.
     fn size_from_probe(&mut self) {
-        let logs: Vec<f64> = self.probe.iter().map(|s| s.gen_tps.ln()).collect();
+        let by = self.s.by_request;
+        let logs: Vec<f64> = self.probe.iter().map(|s| s.primary(by).ln()).collect();
         if logs.len() < 2 {
             return;
         }
@@ -543,8 +651,10 @@ impl Race {
             // the probe launches still queued are spent too
             self.queue.len() as u32,
         );
-        let n_candidates = (self.n_arms - 1) as u32;
-        let affordable = (left / n).saturating_sub(1).clamp(1, n_candidates.max(1));
+        let n_candidates = (self.n_arms - self.baselines) as u32;
+        let affordable = (left / n)
+            .saturating_sub(self.baselines as u32)
+            .clamp(1, n_candidates.max(1));
         self.noise = Some(NoiseEstimate {
             launch_sigma_pct: (sigma.exp() - 1.0) * 100.0,
             df: (logs.len() - 1) as u32,
@@ -554,7 +664,7 @@ impl Race {
         });
         // Candidates come best-ranked first: keep the first `affordable` that still race.
         let mut kept = 0;
-        for i in 1..self.n_arms {
+        for i in self.baselines..self.n_arms {
             if self.status[i] != ArmStatus::Racing {
                 continue;
             }
@@ -580,12 +690,14 @@ impl Race {
     /// rounds at several candidates keeps the chance of a false win within `1 − confidence`.
     fn claim_level(&self) -> f64 {
         // Every candidate given may race (one waiting takes the place of one that leaves).
-        let m = (self.n_arms - 1).max(1) as u32;
+        let m = (self.n_arms - self.baselines).max(1) as u32;
         let racing = self.racing().len().max(1) as u32;
         let left = self.budget_left();
-        // The most rounds possible: every other candidate dropped after one round.
-        let max_rounds = if racing > 1 {
-            1 + left.saturating_sub(racing + 1) / 2
+        // The most rounds possible: every other candidate (and the second baseline) dropped
+        // after one round.
+        let first = racing + self.baselines as u32;
+        let max_rounds = if first > 2 {
+            1 + left.saturating_sub(first) / 2
         } else {
             left / 2
         };
@@ -614,26 +726,28 @@ impl Race {
 
     /// At the reporting level (used for drops: Worse, Tie).
     fn verdict(&self, a: usize, b: usize) -> Option<PairedVerdict> {
-        PairedVerdict::from_pairs(&self.pairs(a, b), self.s.confidence, self.s.band)
+        PairedVerdict::from_pairs_by(
+            &self.pairs(a, b),
+            self.s.confidence,
+            self.s.band,
+            self.s.by_request,
+        )
     }
 
     /// At the claim level (used for wins: Better).
     fn claim(&self, a: usize, b: usize) -> Option<PairedVerdict> {
-        PairedVerdict::from_pairs(&self.pairs(a, b), self.claim_confidence, self.s.band)
+        PairedVerdict::from_pairs_by(
+            &self.pairs(a, b),
+            self.claim_confidence,
+            self.s.band,
+            self.s.by_request,
+        )
     }
 
-    /// Mean `ln(gen / reference gen)` of an arm (−∞ when unknown).
+    /// Mean `ln` ratio of an arm's primary metric (generation, or requests per second) to the
+    /// reference's (−∞ when unknown).
     fn gen_mean(&self, arm: usize) -> f64 {
-        let d: Vec<f64> = self
-            .pairs(arm, REFERENCE)
-            .iter()
-            .map(|(a, r)| (a.gen_tps / r.gen_tps).ln())
-            .collect();
-        if d.is_empty() {
-            f64::NEG_INFINITY
-        } else {
-            d.iter().sum::<f64>() / d.len() as f64
-        }
+        self.mean_log(arm, self.reference(), true)
     }
 
     /// Pooled σ of a paired `ln` gen ratio, and its degrees of freedom: the probe (σ²·2) and
@@ -641,8 +755,9 @@ impl Race {
     fn pooled_pair_sigma(&self) -> Option<(f64, f64)> {
         let mut ss = 0.0;
         let mut df = 0.0;
+        let by = self.s.by_request;
         if self.probe.len() >= 2 {
-            let logs: Vec<f64> = self.probe.iter().map(|s| s.gen_tps.ln()).collect();
+            let logs: Vec<f64> = self.probe.iter().map(|s| s.primary(by).ln()).collect();
             let m = logs.iter().sum::<f64>() / logs.len() as f64;
             ss += 2.0 * logs.iter().map(|x| (x - m).powi(2)).sum::<f64>();
             df += (logs.len() - 1) as f64;
@@ -651,7 +766,7 @@ impl Race {
             let d: Vec<f64> = self
                 .pairs(i, REFERENCE)
                 .iter()
-                .map(|(a, r)| (a.gen_tps / r.gen_tps).ln())
+                .map(|(a, r)| (a.primary(by) / r.primary(by)).ln())
                 .collect();
             if d.len() >= 2 {
                 let m = d.iter().sum::<f64>() / d.len() as f64;
@@ -668,18 +783,29 @@ impl Race {
         let r = self.rounds.len() as u32;
         let racing = self.racing();
         let mut drops: Vec<(usize, String)> = Vec::new();
+        let by = self.s.by_request;
+        let what = if by { "time per request" } else { "generation" };
 
-        // Clear losers, with the pooled noise.
+        // Clear losers, with the pooled noise: candidates against each other and the
+        // reference, and the baselines against each other.
         if let Some((sigma, df)) = self.pooled_pair_sigma() {
             let t = super::t_quantile(0.5 + self.s.drop_confidence / 2.0, df);
+            let reference = self.reference();
             let mut others = racing.clone();
-            others.push(REFERENCE);
-            for &i in &racing {
+            others.push(reference);
+            let mut tested: Vec<(usize, Vec<usize>)> =
+                racing.iter().map(|&i| (i, others.clone())).collect();
+            if self.live_baselines().len() == 2 {
+                tested.push((0, vec![1]));
+                tested.push((1, vec![0]));
+            }
+            for (i, others) in &tested {
+                let i = *i;
                 for &j in others.iter().filter(|&&j| j != i) {
                     let d: Vec<f64> = self
                         .pairs(i, j)
                         .iter()
-                        .map(|(a, b)| (a.gen_tps / b.gen_tps).ln())
+                        .map(|(a, b)| (a.primary(by) / b.primary(by)).ln())
                         .collect();
                     if d.is_empty() {
                         continue;
@@ -689,8 +815,8 @@ impl Race {
                         drops.push((
                             i,
                             format!(
-                                "clearly slower in generation than {} ({:+.1} % over {} rounds, pooled noise σ {:.1} %)",
-                                arm_name(j),
+                                "clearly slower in {what} than {} ({:+.1} % over {} rounds, pooled noise σ {:.1} %)",
+                                self.arm_name(j),
                                 (mean.exp() - 1.0) * 100.0,
                                 d.len(),
                                 sigma * 100.0
@@ -705,9 +831,10 @@ impl Race {
         // Claims, with each pair's own interval.
         let due = r >= self.s.min_rounds && (r - self.s.min_rounds) % self.s.look_every.max(1) == 0
             || self.budget_left() < 2;
+        let reference = self.reference();
         if due {
             for &i in &racing {
-                let Some(v) = self.verdict(i, REFERENCE) else {
+                let Some(v) = self.verdict(i, reference) else {
                     continue;
                 };
                 if v.gen.rounds < self.s.min_rounds as usize {
@@ -754,7 +881,7 @@ impl Race {
                                 } else {
                                     "slower than"
                                 },
-                                arm_name(w),
+                                self.arm_name(w),
                                 describe(&v)
                             ),
                         ));
@@ -763,6 +890,10 @@ impl Race {
             }
         }
         for (i, reason) in drops {
+            // A baseline leaves only while the other is still launched.
+            if i < self.baselines && self.live_baselines().len() < 2 {
+                continue;
+            }
             if self.status[i] == ArmStatus::Racing {
                 self.status[i] = ArmStatus::Dropped {
                     after_round: r,
@@ -776,12 +907,14 @@ impl Race {
         match racing.as_slice() {
             [] => self.finished = Some(self.nobody_left()),
             [only] if due => {
-                if let Some(v) = self.claim(*only, REFERENCE) {
+                let reference = self.reference();
+                if let Some(v) = self.claim(*only, reference) {
                     if v.decision == Decision::Better && v.gen.rounds >= self.s.min_rounds as usize
                     {
                         self.finished = Some(format!(
-                            "{} beats the reference: {}",
-                            arm_name(*only),
+                            "{} beats {}: {}",
+                            self.arm_name(*only),
+                            self.reference_name(),
                             describe(&v)
                         ));
                     }
@@ -813,12 +946,13 @@ impl Race {
     }
 
     fn decided(&self) -> RaceOutcome {
-        let candidates: Vec<CandidateResult> = (1..self.n_arms)
+        let reference = self.reference();
+        let candidates: Vec<CandidateResult> = (self.baselines..self.n_arms)
             .map(|i| CandidateResult {
-                index: i - 1,
+                index: i - self.baselines,
                 status: self.status[i].clone(),
-                vs_reference: self.verdict(i, REFERENCE),
-                claim: self.claim(i, REFERENCE),
+                vs_reference: self.verdict(i, reference),
+                claim: self.claim(i, reference),
             })
             .collect();
         // The winner: a survivor Better than the reference; the fastest in generation, or
@@ -827,7 +961,7 @@ impl Race {
             .racing()
             .into_iter()
             .filter(|&i| {
-                self.claim(i, REFERENCE).is_some_and(|v| {
+                self.claim(i, reference).is_some_and(|v| {
                     v.decision == Decision::Better && v.gen.rounds >= self.s.min_rounds as usize
                 })
             })
@@ -852,9 +986,14 @@ impl Race {
         let reason = match winner {
             Some(w) => {
                 let v = self
-                    .claim(w, REFERENCE)
+                    .claim(w, reference)
                     .expect("a winner has paired rounds");
-                format!("{} beats the reference: {}", arm_name(w), describe(&v))
+                format!(
+                    "{} beats {}: {}",
+                    self.arm_name(w),
+                    self.reference_name(),
+                    describe(&v)
+                )
             }
             None => self
                 .finished
@@ -862,7 +1001,7 @@ impl Race {
                 .unwrap_or_else(|| "the race is not over".into()),
         };
         RaceOutcome {
-            winner: winner.map(|w| w - 1),
+            winner: winner.map(|w| w - self.baselines),
             reason,
             candidates,
             noise: self.noise,
@@ -874,28 +1013,26 @@ impl Race {
             claim_confidence: self.claim_confidence,
             rounds: self.rounds.clone(),
             probe: self.probe.clone(),
+            baselines: self.baselines,
+            reference_arm: reference,
+            second_vs_first: (self.baselines > 1)
+                .then(|| self.verdict(1, REFERENCE))
+                .flatten(),
+            baseline_status: self.status[..self.baselines].to_vec(),
+        }
+    }
+
+    /// "the reference", or which of two baselines is the reference.
+    fn reference_name(&self) -> String {
+        match (self.baselines, self.reference()) {
+            (1, _) => "the reference".into(),
+            (_, REFERENCE) => "the reference (the first baseline)".into(),
+            _ => "the reference (the second baseline)".into(),
         }
     }
 
     fn prompt_mean(&self, arm: usize) -> f64 {
-        let d: Vec<f64> = self
-            .pairs(arm, REFERENCE)
-            .iter()
-            .map(|(a, r)| (a.prompt_tps / r.prompt_tps).ln())
-            .collect();
-        if d.is_empty() {
-            f64::NEG_INFINITY
-        } else {
-            d.iter().sum::<f64>() / d.len() as f64
-        }
-    }
-}
-
-fn arm_name(arm: usize) -> String {
-    if arm == REFERENCE {
-        "the reference".into()
-    } else {
-        format!("candidate {}", arm - 1)
+        self.mean_log(arm, self.reference(), false)
     }
 }
 
@@ -952,10 +1089,12 @@ mod tests {
             Sample {
                 gen_tps: 100.0,
                 prompt_tps: 1000.0,
+                request_rate: None,
             },
             Sample {
                 gen_tps: 125.0,
                 prompt_tps: 1000.0,
+                request_rate: None,
             },
         ];
         let mut bx = NoisyBox::new(NoiseModel::measured_box(), truth, 5);

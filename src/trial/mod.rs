@@ -126,6 +126,20 @@ pub struct Metrics {
     /// Generation speed with `context_depth` tokens already in context, when asked for.
     #[serde(default)]
     pub gen_tps_at_depth: Option<Stat>,
+    /// Each request shape of the workload's mixes, measured once ([`crate::workloads`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shapes: Vec<crate::workloads::ShapeTiming>,
+    /// Time per request of the tune's workload, seconds: the objective (time to first token
+    /// plus generation, weighted over the mix; the single request of the old form without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_s: Option<f64>,
+}
+
+impl Metrics {
+    /// Time per request of `mix` from this trial's measured shapes, seconds.
+    pub fn request_s_of(&self, mix: &crate::workloads::Mix) -> Option<f64> {
+        mix.request_s(&self.shapes)
+    }
 }
 
 /// Why this trial was run; reports and the search treat them differently.
@@ -137,6 +151,9 @@ pub enum TrialRole {
     Baseline,
     Confirm,
     Sweep,
+    /// The second baseline: the best command a user could type without qtune
+    /// (`--fit on --fit-target <headroom>`), measured once before the search.
+    SecondBaseline,
 }
 
 /// Memory the server itself reported in its log (MiB), per device name ("CUDA0", "CPU", ...).
@@ -207,6 +224,10 @@ impl TrialOutcome {
     }
     pub fn prompt_tps(&self) -> Option<f64> {
         self.metrics.as_ref().map(|m| m.prompt_tps.median)
+    }
+    /// Time per request of the tune's workload (seconds), if measured.
+    pub fn request_s(&self) -> Option<f64> {
+        self.metrics.as_ref().and_then(|m| m.request_s)
     }
     /// Peak VRAM summed over GPUs (MiB), if sampled.
     pub fn peak_vram_total_mib(&self) -> Option<u64> {

@@ -46,6 +46,7 @@ pub struct ReplayRunner {
     clock: Option<crate::clock::ManualClock>,
     interrupt_after: Option<u32>,
     pace: Option<std::time::Duration>,
+    workload: crate::space::Workload,
 }
 
 /// splitmix64: a tiny, good, deterministic mixer.
@@ -80,6 +81,7 @@ impl ReplayRunner {
             clock: None,
             interrupt_after: None,
             pace: None,
+            workload: crate::space::Workload::default(),
         }
     }
 
@@ -189,6 +191,14 @@ impl ReplayRunner {
     /// Journal every outcome, like the real runner.
     pub fn with_journal(mut self, j: Journal) -> Self {
         self.journal = Some(j);
+        self
+    }
+
+    /// The workload whose shapes and time per request synthetic answers report (default: the
+    /// single request of [`crate::space::Workload::default`]). Each shape's time comes from the
+    /// config's speeds: `new / prompt + gen / generation`.
+    pub fn with_workload(mut self, w: crate::space::Workload) -> Self {
+        self.workload = w;
         self
     }
 
@@ -323,11 +333,35 @@ impl TrialRunner for ReplayRunner {
                 let g = self.samples(gen_tps, salt, call);
                 let p = self.samples(prompt_tps, salt.rotate_left(17), call);
                 let ttft: Vec<f64> = p.iter().map(|pp| 512.0 / pp.max(1e-9) * 1000.0).collect();
+                let (gen_tps, prompt_tps) = (
+                    Stat::from_samples(&g).expect("samples"),
+                    Stat::from_samples(&p).expect("samples"),
+                );
+                let shapes: Vec<crate::workloads::ShapeTiming> =
+                    crate::workloads::distinct_shapes(&self.workload.mixes)
+                        .into_iter()
+                        .map(|s| crate::workloads::ShapeTiming {
+                            cache_n: s.held,
+                            prompt_n: s.new,
+                            prompt_ms: f64::from(s.new) / prompt_tps.median * 1000.0,
+                            gen_tps: gen_tps.median,
+                            gen_measured: s.gen,
+                            shape: s,
+                        })
+                        .collect();
+                let request_s = match self.workload.objective_mix() {
+                    Some(mix) => mix.request_s(&shapes),
+                    None => self
+                        .workload
+                        .single_request_s(gen_tps.median, prompt_tps.median),
+                };
                 let metrics = Metrics {
-                    gen_tps: Stat::from_samples(&g).expect("samples"),
-                    prompt_tps: Stat::from_samples(&p).expect("samples"),
+                    gen_tps,
+                    prompt_tps,
                     ttft_ms: Stat::from_samples(&ttft).expect("samples"),
                     gen_tps_at_depth: None,
+                    shapes,
+                    request_s,
                 };
                 if let Some(w) = super::classify::spread_warning(
                     "generation tok/s",

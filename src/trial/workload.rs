@@ -73,8 +73,17 @@ fn offset_for(k: usize, base_len: usize) -> usize {
 /// The context a workload needs (tokens): the longest request plus its generation.
 pub fn needed_ctx(w: &Workload) -> u64 {
     let longest = w.prompt_tokens.max(w.context_depth.unwrap_or(0)) as u64;
-    longest + w.gen_tokens as u64
+    let shapes = crate::workloads::distinct_shapes(&w.mixes)
+        .iter()
+        .map(|s| s.tokens())
+        .max()
+        .unwrap_or(0);
+    (longest + w.gen_tokens as u64).max(shapes)
 }
+
+/// Tokens generated to measure a shape's generation speed at its depth: the speed is flat over
+/// a few hundred tokens, so the shape's time is its measured speed times its `gen`.
+pub const SHAPE_GEN_SAMPLE: u32 = 64;
 
 /// The longest a request waits once the tune's minutes budget has run out (or is about to):
 /// long enough for any answering server, short enough that a hung one cannot overrun the
@@ -169,11 +178,21 @@ impl Session<'_> {
 
     /// One `/completion` with these prompt ids; checks the server generated every token.
     pub async fn complete(&mut self, ids: &[u32], n_predict: u32) -> Result<Timings, Failure> {
+        self.complete_cached(ids, n_predict, false).await
+    }
+
+    /// One `/completion`, reusing the server's prompt cache when `cache_prompt`.
+    async fn complete_cached(
+        &mut self,
+        ids: &[u32],
+        n_predict: u32,
+        cache_prompt: bool,
+    ) -> Result<Timings, Failure> {
         let body = serde_json::json!({
             "prompt": ids,
             "n_predict": n_predict,
             "ignore_eos": true,
-            "cache_prompt": false,
+            "cache_prompt": cache_prompt,
             "seed": 42,
             "temperature": 0,
             "stream": false,
@@ -195,6 +214,37 @@ impl Session<'_> {
             ));
         }
         Ok(t)
+    }
+
+    /// One request of `shape`, measured as a user meets it: the held tokens are put in the
+    /// prompt cache first (unmeasured, as the earlier turns of a conversation did), then the
+    /// held tokens plus the new ones are sent with the cache on, and the server's own timings
+    /// give the time to first token and the generation speed at that depth. `k` makes the
+    /// tokens differ from every other request's, so nothing else can be reused.
+    pub async fn measure_shape(
+        &mut self,
+        base: &[u32],
+        shape: &crate::workloads::Shape,
+        k: usize,
+    ) -> Result<crate::workloads::ShapeTiming, Failure> {
+        let offset = offset_for(k, base.len()) + 7;
+        let held = prompt_ids(base, shape.held as usize, offset);
+        if shape.held > 0 {
+            self.complete_cached(&held, 1, true).await?;
+        }
+        let mut ids = held;
+        ids.extend(prompt_ids(base, shape.new as usize, offset + 3));
+        let n = shape.gen.min(SHAPE_GEN_SAMPLE);
+        let t = self.complete_cached(&ids, n, shape.held > 0).await?;
+        let clamp = |x: i64| u32::try_from(x.max(0)).unwrap_or(u32::MAX);
+        Ok(crate::workloads::ShapeTiming {
+            shape: shape.clone(),
+            cache_n: clamp(t.cache_n),
+            prompt_n: clamp(t.prompt_n),
+            prompt_ms: t.prompt_ms,
+            gen_tps: t.predicted_per_second,
+            gen_measured: n,
+        })
     }
 
     /// The whole workload.
@@ -232,12 +282,33 @@ impl Session<'_> {
             }
             _ => None,
         };
+        let mut shapes = Vec::new();
+        for (i, shape) in crate::workloads::distinct_shapes(&w.mixes)
+            .iter()
+            .enumerate()
+        {
+            let t = self.measure_shape(&base, shape, reps + 2 + i).await?;
+            if shape.held > 0 && u64::from(t.cache_n) + 16 < u64::from(shape.held) {
+                warnings.push(format!(
+                    "the server reused {} of the {} held tokens of '{}' from its prompt cache and read the rest again (as it would for you)",
+                    t.cache_n, shape.held, shape.name
+                ));
+            }
+            shapes.push(t);
+        }
         let stat = |v: &[f64]| Stat::from_samples(v).expect("at least one repetition");
+        let (gen_tps, prompt_tps) = (stat(&gen), stat(&pp));
+        let request_s = match w.objective_mix() {
+            Some(mix) => mix.request_s(&shapes),
+            None => w.single_request_s(gen_tps.median, prompt_tps.median),
+        };
         let metrics = Metrics {
-            gen_tps: stat(&gen),
-            prompt_tps: stat(&pp),
+            gen_tps,
+            prompt_tps,
             ttft_ms: stat(&ttft),
             gen_tps_at_depth,
+            shapes,
+            request_s,
         };
         for (name, s) in [
             ("generation tok/s", &metrics.gen_tps),
@@ -275,6 +346,7 @@ mod tests {
             repetitions: 3,
             warmup: true,
             context_depth: Some(4096),
+            ..Workload::default()
         };
         assert_eq!(needed_ctx(&w), 4096 + 128);
         let w = Workload {

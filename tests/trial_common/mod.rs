@@ -35,6 +35,8 @@ pub fn tiny_workload() -> Workload {
         repetitions: 2,
         warmup: true,
         context_depth: None,
+        mix: None,
+        mixes: Vec::new(),
     }
 }
 
