@@ -395,45 +395,54 @@ for c in "$@"; do
       compare_case "$W/runs/$c-compare" "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" 512 \
         "$(tail -1 "$W/$c.cmd")"
       unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
-    work35-16 | work35-24 | work30-16 | work30-24)
+    work35-16 | work35-24 | work30-16 | work30-24 | work35-16-compare | work35-24-compare | work30-16-compare | work30-24-compare)
       # The workload objective: tune for $WORKLOAD (default chat: time per request against
       # the better of the default and --fit-target 512; every built-in workload is measured in
       # each launch), then qtune compare --workload: the default (A), --fit-target 512 (B) and
-      # each built-in workload's pick that is not a baseline, ${ROUNDS:-6} ABBA rounds, every
-      # workload measured in each launch. (TUNE_ONLY=1: the tune alone.)
-      k=${c#work}; gib=${k#*-}
+      # up to $MAX_PICKS (2) built-in workloads' picks that are not a baseline, ${ROUNDS:-6}
+      # ABBA rounds, every workload measured in each launch. (TUNE_ONLY=1: the tune alone;
+      # CASE-compare: the re-measurement alone, of the tune whose results.json is in FROM=DIR.)
+      base=${c%-compare}; k=${base#work}; gib=${k#*-}
       case "$k" in 35-*) shape=qwen3.5-35b-a3b ;; *) shape=qwen3-30b-a3b ;; esac
-      m=$(model "$shape"); run="$W/runs/$c"; ballast "$gib"
+      m=$(model "$shape"); run="$W/runs/$base"; ballast "$gib"
       card="emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)"
-      say "$c: tune for ${WORKLOAD:-chat} ($card)"
-      t0=$SECONDS
-      "$Q" tune --model "$m" --space default --workload "${WORKLOAD:-chat}" --target-vram-headroom 512 \
-        --ctx 32768 --out "$run" > "$W/$c.cmd"
-      echo "tune exit $? after $((SECONDS - t0)) s; command: $(tail -1 "$W/$c.cmd")"
-      echo "$card" > "$run/card.txt"
-      pack "$c" "$run"
+      if [ "$c" = "$base" ]; then
+        say "$c: tune for ${WORKLOAD:-chat} ($card)"
+        t0=$SECONDS
+        "$Q" tune --model "$m" --space default --workload "${WORKLOAD:-chat}" --target-vram-headroom 512 \
+          --ctx 32768 --out "$run" > "$W/$c.cmd"
+        echo "tune exit $? after $((SECONDS - t0)) s; command: $(tail -1 "$W/$c.cmd")"
+        echo "$card" > "$run/card.txt"
+        pack "$c" "$run"
+      else
+        mkdir -p "$run" && cp "${FROM:?FROM=DIR with the tune results.json}/results.json" "$run/"
+      fi
       if [ -z "${TUNE_ONLY:-}" ]; then
-        mapfile -t picks < <(python3 - "$run/results.json" <<'PY'
+        mapfile -t picks < <(python3 - "$run/results.json" "$m" "${MAX_PICKS:-2}" <<'PY'
 import json, shlex, sys
 r = json.load(open(sys.argv[1]))
 base = [t["config"] for t in r["trials"] if t["role"] in ("baseline", "second-baseline")]
+model = r["model_path"]
 seen = []
 for p in r.get("workload_picks", []):
     if p["config"] in base or not p.get("command"):
         continue
-    line = " ".join(shlex.quote(a) for a in p["command"])
+    # The model as it is on this machine, not where the tune ran.
+    argv = [sys.argv[2] if a == model else a for a in p["command"]]
+    line = " ".join(shlex.quote(a) for a in argv)
     if line not in seen:
         seen.append(line)
-for line in seen:
+for line in seen[: int(sys.argv[3])]:
     print(line)
 PY
 )
         say "$c: re-measuring ${#picks[@]} pick(s) against A and B (${ROUNDS:-6} rounds)"
+        printf '  %s\n' "${picks[@]}"
         "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" \
           "llama-server -m $m -c 32768 -np 1 --fit-target 512" "${picks[@]}" \
-          --rounds "${ROUNDS:-6}" --workload "${WORKLOAD:-chat}" --out "$W/runs/$c-compare"
-        echo "$card" > "$W/runs/$c-compare/card.txt"
-        pack "$c-compare" "$W/runs/$c-compare"
+          --rounds "${ROUNDS:-6}" --workload "${WORKLOAD:-chat}" --out "$W/runs/$base-compare"
+        echo "$card" > "$W/runs/$base-compare/card.txt"
+        pack "$base-compare" "$W/runs/$base-compare"
       fi
       unballast ;;
     proof35-16 | proof35-24 | proof30-16 | proof30-24 | proof35-16-tune | proof35-24-tune | proof30-16-tune | proof30-24-tune)

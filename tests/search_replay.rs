@@ -41,9 +41,18 @@ fn layout() -> ModelLayout {
     }
 }
 
+/// The default space under the generation-first objective with the default as the only
+/// baseline: the search logic these tests pin down (the workload objective and the second
+/// baseline are tests/workload_replay.rs's).
+fn generation_first(mut space: qtune::space::SearchSpace) -> qtune::space::SearchSpace {
+    space.objective.metric = qtune::space::Metric::Gen;
+    space.objective.second_baseline = false;
+    space
+}
+
 fn context(budget_mib: f64) -> SearchContext {
     SearchContext {
-        space: qtune::space::load("default").unwrap(),
+        space: generation_first(qtune::space::load("default").unwrap()),
         layout: layout(),
         gpu_moe: true,
         has_gpu: true,

@@ -68,9 +68,20 @@ impl SearchContext {
             return b.clone();
         }
         let v = &self.space.vary;
+        // A workload of long prompts (a mean of 4,096 new tokens or more per request, e.g. a
+        // long document) starts at the space's largest micro-batch: prompt processing is most
+        // of its time per request, and a larger ubatch reads prompts faster wherever experts
+        // sit on the CPU (1.6x at -ub 2048, docs/how-it-works.md). Otherwise the first pair.
+        let long_prompts = self.space.objective.metric == crate::space::Metric::Request
+            && self.space.workload.request_tokens().0 >= 4096.0;
+        let batch = if long_prompts {
+            v.batch_ubatch.iter().copied().max_by_key(|p| (p[1], p[0]))
+        } else {
+            v.batch_ubatch.first().copied()
+        };
         let first = Base {
             threads: self.thread_values()[0],
-            batch: v.batch_ubatch.first().copied(),
+            batch,
             kv: v.kv_types.first().copied().unwrap_or([KvType::F16; 2]),
             flash_attn: v.flash_attn.first().copied().unwrap_or(FlashAttn::Auto),
         };

@@ -1,0 +1,202 @@
+//! The workload objective on replayed landscapes (no server): the reference is the better of
+//! the two baselines (the default and `--fit-target <headroom>`), the pick follows the
+//! workload where the measured landscape says it should, and a pick slower than the reference
+//! beyond its interval is never the headline.
+
+use qtune::config::LaunchConfig;
+use qtune::model::{BlockBytes, ModelLayout};
+use qtune::run::{RaceReport, VerdictStatus, Winner};
+use qtune::search::strategy::{run_search, SearchContext};
+use qtune::trial::replay::{ReplayAnswer, ReplayRunner};
+use qtune::trial::TrialRole;
+
+const MIB: u64 = 1 << 20;
+
+fn layout() -> ModelLayout {
+    let blocks: Vec<BlockBytes> = (0..40)
+        .map(|_| BlockBytes {
+            routed_experts: 420 * MIB,
+            shared_experts: 4 * MIB,
+            rest: 30 * MIB,
+        })
+        .collect();
+    let tensor_bytes = blocks.iter().map(|b| b.total()).sum::<u64>() + 2 * 300 * MIB;
+    ModelLayout {
+        arch: "qwen35moe".into(),
+        file_bytes: tensor_bytes + 10 * MIB,
+        n_head: 16,
+        n_head_kv: 2,
+        head_dim_k: 256,
+        head_dim_v: 256,
+        n_vocab: 248_320,
+        ctx_train: 262_144,
+        kv_blocks: (0..40).map(|i| (i + 1) % 4 == 0).collect(),
+        recurrent_state_bytes: (0..40)
+            .map(|i| if (i + 1) % 4 == 0 { 0 } else { 1 << 20 })
+            .collect(),
+        blocks,
+        token_embd_bytes: 300 * MIB,
+        output_bytes: 300 * MIB,
+        tensor_bytes,
+        ..ModelLayout::uniform(40, 256, 0, 0)
+    }
+}
+
+/// The default space tuned for `workload`, on a 16 GiB-like card.
+fn context(workload: &str) -> SearchContext {
+    let mut space = qtune::space::load("default").unwrap();
+    space.workload.mix = Some(workload.into());
+    space.objective.metric = qtune::space::Metric::Request;
+    space.workload.resolve(space.fixed.ctx).unwrap();
+    SearchContext {
+        space,
+        layout: layout(),
+        gpu_moe: true,
+        has_gpu: true,
+        budget_mib: Some(15_800.0),
+        physical_cores: 16,
+        logical_cores: 32,
+        start: None,
+        clock: qtune::clock::system(),
+        ram_available_mib: None,
+        fit_target_mib: 512,
+        gpus: Vec::new(),
+        speed: None,
+    }
+}
+
+/// Speeds of a replayed box: (generation, prompt) tok/s for a config.
+type Box_ = fn(&LaunchConfig) -> (f64, f64);
+
+/// Run the tune on the replayed box and take its verdict, as `qtune tune` does.
+fn tune(
+    ctx: &SearchContext,
+    speeds: Box_,
+    noise_pct: f64,
+) -> (Winner, Vec<qtune::trial::TrialOutcome>) {
+    let runner = ReplayRunner::from_fn(move |c| {
+        let (g, p) = speeds(c);
+        ReplayAnswer::Ok {
+            gen_tps: g,
+            prompt_tps: p,
+            peak_vram_mib: Some(15_000),
+        }
+    })
+    .with_workload(ctx.space.workload.clone())
+    .with_noise(noise_pct, 7);
+    let search = run_search(ctx.clone(), Box::new(runner), Vec::new(), None).unwrap();
+    let race = search.race_outcome(ctx).map(|outcome| RaceReport {
+        candidates: search.race_candidates.clone(),
+        outcome,
+    });
+    let mut warnings = Vec::new();
+    let command = |c: &LaunchConfig| vec![c.label()];
+    let (_, winner) = qtune::search::verdict::decide(
+        ctx,
+        &search.history,
+        Some(15_800),
+        &command,
+        &mut warnings,
+        race.as_ref(),
+    );
+    (winner.expect("a recommendation"), search.history)
+}
+
+fn is_default(c: &LaunchConfig) -> bool {
+    c.n_cpu_moe.is_none() && c.fit.is_none() && c.cpu_experts.is_none()
+}
+
+fn is_fit_baseline(c: &LaunchConfig) -> bool {
+    c.fit == Some(true) && c.n_cpu_moe.is_none() && c.ubatch.is_none() && c.threads.is_none()
+}
+
+/// Every tuned config: slower than `--fit-target` in generation (a card filled less), 3x its
+/// prompt speed at `-ub 2048` (larger micro-batches amortize the expert copies). The default
+/// is 10 % slower than fit-target in generation.
+fn trade(c: &LaunchConfig) -> (f64, f64) {
+    if is_default(c) {
+        (90.0, 1500.0)
+    } else if is_fit_baseline(c) {
+        (100.0, 1500.0)
+    } else if c.ubatch.unwrap_or(512) >= 2048 {
+        (92.0, 4500.0)
+    } else {
+        (96.0, 1800.0)
+    }
+}
+
+#[test]
+fn both_baselines_are_launched_and_the_faster_one_is_the_reference() {
+    let ctx = context("chat");
+    let (w, history) = tune(&ctx, trade, 0.5);
+    assert!(history.iter().any(|o| o.role == TrialRole::Baseline));
+    assert!(
+        history
+            .iter()
+            .any(|o| o.role == TrialRole::SecondBaseline && is_fit_baseline(&o.config)),
+        "--fit-target <headroom> is launched as a baseline"
+    );
+    let r = w.reference.as_ref().expect("a reference");
+    assert_eq!(
+        r.name, "fit-target",
+        "fit-target is faster per chat request here"
+    );
+    assert_eq!(r.other.as_ref().map(|o| o.name.as_str()), Some("default"));
+}
+
+#[test]
+fn the_pick_follows_the_workload() {
+    // A chat turn is mostly generation: nothing beats fit-target's generation, so it is kept.
+    let (chat, _) = tune(&context("chat"), trade, 0.5);
+    assert!(
+        is_fit_baseline(&chat.config),
+        "chat keeps the better baseline, got {}",
+        chat.config.label()
+    );
+    assert_eq!(chat.status, Some(VerdictStatus::Kept));
+    // A long document is mostly prompt: -ub 2048 wins per request.
+    let (doc, _) = tune(&context("long-doc"), trade, 0.5);
+    assert!(
+        doc.config.ubatch.unwrap_or(512) >= 2048,
+        "long-doc picks a large micro-batch, got {}",
+        doc.config.label()
+    );
+    assert!(matches!(
+        doc.status,
+        Some(VerdictStatus::Proven | VerdictStatus::Likely)
+    ));
+    let c = doc.request_vs_baseline.as_ref().expect("raced per request");
+    assert!(c.ratio() > 1.0, "faster per request than the reference");
+}
+
+#[test]
+fn a_pick_slower_than_the_reference_is_never_the_headline() {
+    // Every tuned config is 6 % slower in generation than fit-target and no faster in prompt:
+    // per chat request it is slower, so the reference stays, whatever the screening ranked.
+    fn slower(c: &LaunchConfig) -> (f64, f64) {
+        if is_default(c) {
+            (90.0, 1500.0)
+        } else if is_fit_baseline(c) {
+            (100.0, 1500.0)
+        } else {
+            (94.0, 1500.0)
+        }
+    }
+    for workload in ["chat", "agent"] {
+        let (w, _) = tune(&context(workload), slower, 1.0);
+        if let Some(c) = &w.request_vs_baseline {
+            assert!(
+                c.hi_log.is_some_and(|hi| hi > 0.0),
+                "{workload}: a headline slower beyond its interval: {c}"
+            );
+        }
+        assert!(
+            is_fit_baseline(&w.config)
+                || w.request_vs_baseline
+                    .as_ref()
+                    .is_some_and(|c| c.mean_log > 0.0),
+            "{workload}: recommended {} without a faster estimate",
+            w.config.label()
+        );
+    }
+}
