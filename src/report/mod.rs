@@ -117,6 +117,7 @@ pub fn write_script(
             "the run has no winner (every configuration failed; see its report.md): nothing to launch"
         );
     }
+    crate::run::schema::check_host("--host", host)?;
     // `--systemd --out x.service` names the unit: the script beside it is x.sh.
     let unit_named = systemd && out.extension().is_some_and(|e| e == "service");
     let script_path = if unit_named {

@@ -1,11 +1,13 @@
 //! `launch.sh`: a bash script that starts the winner the way it was measured, and optionally a
 //! systemd unit that runs it.
 //!
-//! The server's argv comes from [`LaunchConfig::command`](crate::config::LaunchConfig::command)
-//! and every word is quoted with [`shell_quote`]: paths with spaces, quotes, `$` or backticks
-//! are safe.
+//! The server's argv comes from [`LaunchConfig::command`](crate::config::LaunchConfig::command).
+//! Every value from the run (paths, versions, names, the config) reaches the text through
+//! [`crate::escape`] and nothing else: words with [`shell_quote`], comment text with
+//! [`one_line`], unit values with [`systemd_word`] / [`systemd_text`]. A run directory is
+//! input (it travels between people): a line break or `$(...)` in it must not run.
 
-use crate::config::{shell_line, shell_quote};
+use crate::escape::{one_line, shell_line, shell_quote, systemd_text, systemd_word};
 use crate::run::TuneResult;
 use anyhow::{bail, Result};
 use std::fmt::Write as _;
@@ -67,17 +69,18 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
     let _ = writeln!(
         m,
         "# Written by qtune {} from the tune started {}.",
-        r.qtune_version, r.started_at
+        one_line(&r.qtune_version),
+        one_line(&r.started_at)
     );
     let _ = writeln!(
         m,
         "# Model:  {}",
-        super::markdown::model_title(r).replace('\n', " ")
+        one_line(&super::markdown::model_title(r))
     );
     let _ = writeln!(
         m,
         "# Config: {} (generation {:.2} tok/s, prompt {:.2} tok/s{})",
-        w.config.label(),
+        one_line(&w.config.label()),
         w.gen_tps.median,
         w.prompt_tps.median,
         w.peak_vram_mib
@@ -100,7 +103,9 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
             let _ = writeln!(
                 m,
                 "#   CUDA{i} = GPU {} {} (budget {} MiB at the tune)",
-                g.index, g.name, g.budget_mib
+                g.index,
+                one_line(&g.name),
+                g.budget_mib
             );
         }
         for (k, v) in crate::hardware::cuda_device_env(&r.gpu_budgets) {
@@ -256,19 +261,6 @@ exit "$rc""#,
     Ok(s)
 }
 
-/// Quote one word for a systemd `ExecStart=` line (`%` and `$` are special there).
-pub fn systemd_quote(word: &str) -> String {
-    let escaped = word.replace('%', "%%").replace('$', "$$");
-    if escaped
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%$".contains(&b))
-    {
-        escaped
-    } else {
-        format!("\"{}\"", escaped.replace('\\', "\\\\").replace('"', "\\\""))
-    }
-}
-
 /// A systemd unit that runs `script` (an absolute path) and restarts it when it fails.
 pub fn systemd_unit(r: &TuneResult, script: &Path) -> String {
     let label = r
@@ -301,12 +293,12 @@ pub fn systemd_unit(r: &TuneResult, script: &Path) -> String {
          \n\
          [Install]\n\
          WantedBy=multi-user.target\n",
-        ver = r.qtune_version,
-        script_disp = script.display(),
-        name = name,
-        model = super::markdown::model_title(r).replace(['\n', '%'], " "),
-        label = label.replace('%', "%%"),
-        exec = systemd_quote(&script.display().to_string()),
+        ver = one_line(&r.qtune_version),
+        script_disp = one_line(&script.display().to_string()),
+        name = one_line(&name),
+        model = systemd_text(&super::markdown::model_title(r)),
+        label = systemd_text(&label),
+        exec = systemd_word(&script.display().to_string()),
     )
 }
 
@@ -363,11 +355,79 @@ mod tests {
         assert_eq!(local_url("localhost", 80), "http://localhost:80");
     }
 
+    /// Every string of a run that reaches the script or the unit, set to a line break plus a
+    /// command (and quotes, `$(...)`, backticks): `bash -n` accepts the script, running it
+    /// (with a stub server that exits at once) creates nothing, and the unit holds only the
+    /// lines qtune writes.
+    #[test]
+    fn hostile_run_values_never_run_nor_add_unit_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let evil = "x\ntouch PWNED\n$(touch PWNED)`touch PWNED`'\"\\";
+        let srv = dir.path().join(format!("srv {evil}"));
+        let model = dir.path().join(format!("m {evil}.gguf"));
+        std::fs::write(&srv, "#!/bin/sh\nexit 3\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&srv, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(&model, "").unwrap();
+        for two_gpus in [false, true] {
+            let mut r = crate::run::sample::gpu_result(&srv, &model);
+            if !two_gpus {
+                r.gpu_budgets.clear();
+            }
+            r.qtune_version = format!("0.1.0{evil}");
+            r.started_at = format!("2025-01-01T00:00:00Z{evil}");
+            r.model.name = Some(format!("Model {evil}"));
+            for g in &mut r.gpu_budgets {
+                g.name = format!("GPU {evil}");
+            }
+            let s = launch_script(&r, "127.0.0.1", 18080).unwrap();
+            let path = dir.path().join("launch.sh");
+            std::fs::write(&path, &s).unwrap();
+            let n = std::process::Command::new("bash")
+                .arg("-n")
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(n.status.success(), "{}", String::from_utf8_lossy(&n.stderr));
+            let o = std::process::Command::new("bash")
+                .arg(&path)
+                .current_dir(dir.path())
+                .env("PATH", "/usr/bin:/bin")
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(err.contains("exited (status 3)"), "{err}");
+            assert!(!dir.path().join("PWNED").exists(), "{s}");
+
+            let u = systemd_unit(&r, &dir.path().join(format!("run {evil}/launch.sh")));
+            for line in u.lines() {
+                let known = line.is_empty()
+                    || line.starts_with('#')
+                    || line.starts_with('[')
+                    || [
+                        "Description=",
+                        "After=",
+                        "Wants=",
+                        "Type=",
+                        "ExecStart=",
+                        "Restart=",
+                        "RestartSec=",
+                        "KillMode=",
+                        "KillSignal=",
+                        "TimeoutStopSec=",
+                        "WantedBy=",
+                    ]
+                    .iter()
+                    .any(|k| line.starts_with(k));
+                assert!(known, "{line:?} in\n{u}");
+                assert!(!line.ends_with('\\'), "{line:?}");
+            }
+            assert_eq!(u.lines().filter(|l| l.starts_with("ExecStart=")).count(), 1);
+        }
+    }
+
     #[test]
     fn systemd_quoting() {
-        assert_eq!(systemd_quote("/usr/bin/x"), "/usr/bin/x");
-        assert_eq!(systemd_quote("/a b/$x%y"), "\"/a b/$$x%%y\"");
-        assert_eq!(systemd_quote("/a\"b"), "\"/a\\\"b\"");
         let (srv, model) = weird();
         let r = crate::run::sample::gpu_result(&srv, &model);
         let u = systemd_unit(&r, Path::new("/srv/my run/launch.sh"));
