@@ -11,7 +11,8 @@
 //!   characters, no trailing backslash (systemd joins such a line with the next);
 //! - [`systemd_word`]: one word of a systemd `ExecStart=` line;
 //! - [`systemd_text`]: a free-text systemd value (`Description=`);
-//! - [`yaml_string`]: a YAML scalar (double-quoted, escaped).
+//! - [`yaml_string`]: a YAML scalar (double-quoted, escaped);
+//! - [`compose_string`]: a string in a docker compose file (`$` doubled too).
 
 /// Quote one word for bash: bare when it holds only characters no shell treats specially,
 /// else single-quoted (inside single quotes nothing is special; a `'` is written `'\''`).
@@ -110,6 +111,12 @@ pub fn yaml_string(text: &str) -> String {
     }
     out.push('"');
     out
+}
+
+/// A string in a docker compose file: a [`yaml_string`] with `$` doubled (compose would
+/// substitute `$VAR` and `${VAR}` from the environment).
+pub fn compose_string(text: &str) -> String {
+    yaml_string(&text.replace('$', "$$"))
 }
 
 #[cfg(test)]

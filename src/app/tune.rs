@@ -400,6 +400,9 @@ fn resume_command(opts: &TuneOptions, run_dir: &Path) -> String {
 /// Run a whole tune; write its results and report. Returns the finished run and its directory.
 pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
     crate::trial::cleanup::install_handlers();
+    if opts.resume.is_none() {
+        host_check(&opts.host)?;
+    }
     let (run_dir, inputs, layout, _lock) = prepare(opts)?;
     if let Some(report) = Journal::repair(&run_dir)? {
         eprintln!("qtune: {report}");
@@ -447,6 +450,16 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
 pub fn tune(opts: TuneOptions) -> Result<()> {
     let (result, run_dir) = run_tune(&opts)?;
     print_outcome(&result, &run_dir, opts.json)
+}
+
+/// A `--host` must be a host name or address; one other machines reach gets a warning
+/// (trials still listen on 127.0.0.1; the printed command and launch.sh use it).
+pub fn host_check(host: &str) -> Result<()> {
+    crate::run::schema::check_host("--host", host)?;
+    if let Some(w) = crate::report::script::exposed_host_warning(host) {
+        eprintln!("qtune: warning: {w}");
+    }
+    Ok(())
 }
 
 /// A warning when the printed command's port is taken on its host right now (the command
