@@ -374,8 +374,31 @@ fn runner_and_clock(
     .with_deadline(budget_deadline(
         inputs.space.budget.minutes,
         resume.elapsed_s,
-    ));
+    ))
+    .with_speed_ceiling(speed_ceiling(layout, hw));
     Ok((Box::new(runner), crate::clock::system()))
+}
+
+/// The fastest believable speeds of each config: 10x the speed model's bound where it has
+/// one for this box and config, else the absolute bound. Synthetic models (a few MiB, they
+/// run from the CPU's caches, past any bandwidth roofline) get the absolute bound too.
+fn speed_ceiling(
+    layout: &crate::model::ModelLayout,
+    hw: &crate::hardware::HardwareProfile,
+) -> crate::trial::server::SpeedCeilingFn {
+    use crate::model::speed;
+    use crate::trial::classify::SpeedCeiling;
+    if speed::is_synthetic(layout) {
+        return Box::new(|_| SpeedCeiling::ABSOLUTE);
+    }
+    let layout = layout.clone();
+    let sb = speed::SpeedBox::from_hardware(hw);
+    let has_gpu = hw.has_gpu();
+    Box::new(move |cfg| {
+        speed::predict(&layout, cfg, &sb, has_gpu, 512, &speed::FITTED)
+            .map(|p| SpeedCeiling::from_prediction(p.tg_bound_tps, p.pp.tps))
+            .unwrap_or(SpeedCeiling::ABSOLUTE)
+    })
 }
 
 /// When the minutes budget ends, given what earlier sessions spent: request timeouts count

@@ -37,6 +37,9 @@ pub enum OutcomeKind {
     BadFlag,
     /// Predicted not to fit: never launched.
     Skipped,
+    /// The server reported speeds that cannot be real (not finite, zero or negative, or far
+    /// past what the hardware can do): a broken measurement, never a result.
+    Implausible,
 }
 
 impl OutcomeKind {
@@ -51,6 +54,7 @@ impl OutcomeKind {
             OutcomeKind::RequestTimeout => "request-timeout",
             OutcomeKind::BadFlag => "bad-flag",
             OutcomeKind::Skipped => "skipped",
+            OutcomeKind::Implausible => "implausible",
         }
     }
 

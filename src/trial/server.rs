@@ -71,6 +71,9 @@ impl Draft {
 /// The real trial runner. Sync: it owns a small tokio runtime and blocks on it, so call
 /// `run()` from an ordinary thread (not from inside another runtime). Servers die with the
 /// thread that calls `run()` (PDEATHSIG), so keep that thread alive for the tune.
+/// The speed ceiling of one config (see [`classify::SpeedCeiling`]).
+pub type SpeedCeilingFn = Box<dyn Fn(&LaunchConfig) -> classify::SpeedCeiling + Send + Sync>;
+
 pub struct LlamaServerRunner {
     server: PathBuf,
     model: PathBuf,
@@ -91,6 +94,8 @@ pub struct LlamaServerRunner {
     last_pid: Option<u32>,
     /// Free VRAM (MiB, summed) measured before the tune, to notice other processes.
     free_vram_at_start_mib: Option<u64>,
+    /// The fastest believable speeds of a config (default: the absolute bound).
+    speed_ceiling: SpeedCeilingFn,
     rt: tokio::runtime::Runtime,
     client: reqwest::Client,
 }
@@ -136,6 +141,7 @@ impl LlamaServerRunner {
             next_id: 1,
             last_pid: None,
             free_vram_at_start_mib: None,
+            speed_ceiling: Box::new(|_| classify::SpeedCeiling::ABSOLUTE),
             rt,
             client,
         })
@@ -177,6 +183,13 @@ impl LlamaServerRunner {
     /// process took VRAM) or more (one left) carries a warning saying so.
     pub fn with_free_vram_at_start(mut self, mib: Option<u64>) -> Self {
         self.free_vram_at_start_mib = mib;
+        self
+    }
+
+    /// The fastest believable speeds of each config (e.g. from the speed model); a trial that
+    /// reports more is [`OutcomeKind::Implausible`]. Default: [`classify::SpeedCeiling::ABSOLUTE`].
+    pub fn with_speed_ceiling(mut self, f: SpeedCeilingFn) -> Self {
+        self.speed_ceiling = f;
         self
     }
 
@@ -297,6 +310,16 @@ impl LlamaServerRunner {
                 draft.kind = v.kind;
                 draft.message = v.message;
                 draft.evidence = v.evidence;
+            }
+        }
+        // Speeds that cannot be real make the trial implausible (even a spill's: its numbers
+        // are shown). The numbers stay in the evidence, never in the metrics.
+        if let Some(m) = &draft.metrics {
+            if let Some(v) = classify::implausible_speed(m, &(self.speed_ceiling)(config)) {
+                draft.kind = v.kind;
+                draft.message = v.message;
+                draft.evidence = v.evidence;
+                draft.metrics = None;
             }
         }
         draft
