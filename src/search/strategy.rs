@@ -405,12 +405,10 @@ impl QtuneSearch {
         (room >= 0.0 && c != failed.config).then_some(c)
     }
 
-    /// Launches spent so far (skipped configs were never launched).
+    /// Launches spent so far. A config skipped before launching (predicted not to fit) costs
+    /// one too: a search that keeps proposing configs it cannot launch still ends (issue 33).
     pub fn launches(&self) -> u32 {
-        self.history
-            .iter()
-            .filter(|o| o.kind != OutcomeKind::Skipped)
-            .count() as u32
+        self.history.len() as u32
     }
 
     /// Launches the search leaves for the race.
@@ -805,10 +803,11 @@ impl QtuneSearch {
                     // The baseline first, and again right after it (when the budget races):
                     // the box's launch-to-launch noise, measured before anything is decided,
                     // sizes the race (how many candidates it can resolve).
+                    // A skipped baseline counts: it would be skipped again (issue 33).
                     let baselines: Vec<&TrialOutcome> = self
                         .history
                         .iter()
-                        .filter(|o| o.role == TrialRole::Baseline && o.kind != OutcomeKind::Skipped)
+                        .filter(|o| o.role == TrialRole::Baseline)
                         .collect();
                     let again = baselines.len() < Self::probe_launches(ctx) as usize
                         && baselines.iter().all(|o| o.kind.is_ok());
@@ -985,6 +984,23 @@ impl Solver<TuneProblem, TuneState> for QtuneSearch {
                 None,
             ));
         };
+        // A config skipped before launching would be skipped again: never propose it twice.
+        // Should a path of the search still do so, the search ends instead of spinning.
+        if self
+            .history
+            .iter()
+            .any(|o| o.kind == OutcomeKind::Skipped && o.config == cfg && o.role == role)
+        {
+            self.warnings.push(format!(
+                "the search proposed {} again after it was skipped (predicted not to fit); it stopped there",
+                cfg.label()
+            ));
+            self.phase = Phase::Done;
+            return Ok((
+                state.terminate_with(TerminationReason::SolverConverged),
+                None,
+            ));
+        }
         let outcome = problem.problem("trial_count", |p| p.evaluate(&cfg, role))?;
         let cost = cost_of(&outcome, &ctx, self.baseline_speeds().as_ref());
         self.record(outcome.clone());
