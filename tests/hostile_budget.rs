@@ -97,7 +97,10 @@ fn a_baseline_that_cannot_fit_ends_the_search_within_its_budget() {
         assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
         assert!(!search.history.is_empty());
         assert!(
-            search.history.iter().all(|o| o.kind == OutcomeKind::Skipped),
+            search
+                .history
+                .iter()
+                .all(|o| o.kind == OutcomeKind::Skipped),
             "nothing launched"
         );
         assert!(
@@ -109,4 +112,73 @@ fn a_baseline_that_cannot_fit_ends_the_search_within_its_budget() {
         assert!(search.launches() <= ctx.space.budget.trials);
         no_config_skipped_twice(&search.history);
     }
+}
+
+fn tiny() -> std::path::PathBuf {
+    qtune::fixtures::tiny_moe("tiny-qwen35moe").expect("the tiny MoE model")
+}
+
+fn fake_server() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-llama-server")
+}
+
+/// A tune of `budget_minutes` against the fake server in `mode` (with `space`, a space file
+/// or name): it must end within the budget plus 30 s, with a one-line error or a result.
+fn tune_ends_in_time(mode: &str, space: &str, budget_minutes: &str) -> std::process::Output {
+    let tmp = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_qtune"))
+        .env_remove("QTUNE_LOG")
+        .args(["tune", "--space", space, "--budget-minutes", budget_minutes])
+        .arg("--model")
+        .arg(tiny())
+        .arg("--server")
+        .arg(fake_server())
+        .arg("--out")
+        .arg(tmp.path().join("run"))
+        .env("FAKE_MODE", mode)
+        .env("FAKE_DELAY_S", "1")
+        .output()
+        .unwrap();
+    let took = t0.elapsed();
+    let budget = Duration::from_secs_f64(budget_minutes.parse::<f64>().unwrap() * 60.0);
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        took <= budget + Duration::from_secs(30),
+        "{mode}: a {budget:?} budget took {took:?}:\n{all}"
+    );
+    assert!(!all.contains("panicked"), "{all}");
+    eprintln!("{mode}: {took:?} for a {budget:?} budget");
+    o
+}
+
+/// The load timeout (60 s + 15 s per GiB) is capped by what the budget leaves: a server that
+/// never becomes healthy (and ignores SIGTERM) cannot hold a 15 s tune for a minute.
+#[test]
+fn a_server_that_never_loads_cannot_overrun_the_minutes_budget() {
+    let o = tune_ends_in_time("hang-load", "demo", "0.25");
+    assert!(!o.status.success());
+}
+
+/// A workload of 100,000 repetitions against a server that answers each request after a
+/// second: the measurement stops at the budget's wall.
+#[test]
+fn a_hundred_thousand_repetitions_cannot_overrun_the_minutes_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let space = dir.path().join("reps.yaml");
+    let demo = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("search-spaces/demo.yaml"),
+    )
+    .unwrap();
+    std::fs::write(
+        &space,
+        demo.replace("repetitions: 3", "repetitions: 100000")
+            .replace("name: demo", "name: reps"),
+    )
+    .unwrap();
+    tune_ends_in_time("slow-ok", space.to_str().unwrap(), "0.25");
 }

@@ -332,6 +332,7 @@ fn runner_and_clock(
     inputs: &RunInputs,
     layout: &crate::model::ModelLayout,
     resume: &Resume,
+    started: std::time::Instant,
 ) -> Result<(Box<dyn TrialRunner>, Arc<dyn Clock>)> {
     let journal = Journal::open(run_dir)?;
     if let Some(r) = &opts.replay {
@@ -372,6 +373,7 @@ fn runner_and_clock(
     .with_env(crate::hardware::cuda_device_env(&inputs.gpu_budgets))
     .with_free_vram_at_start(hw.has_gpu().then_some(inputs.free_vram_at_start_mib))
     .with_deadline(budget_deadline(
+        started,
         inputs.space.budget.minutes,
         resume.elapsed_s,
     ))
@@ -401,11 +403,12 @@ fn speed_ceiling(
     })
 }
 
-/// When the minutes budget ends, given what earlier sessions spent: request timeouts count
-/// against it.
-fn budget_deadline(minutes: f64, spent_s: f64) -> std::time::Instant {
+/// When the minutes budget ends, counted from when this session `started` (the probing and
+/// checks before the first launch count too), given what earlier sessions spent: load and
+/// request timeouts are capped by it.
+fn budget_deadline(started: std::time::Instant, minutes: f64, spent_s: f64) -> std::time::Instant {
     let left = (minutes * 60.0 - spent_s).clamp(0.0, 1.0e7);
-    std::time::Instant::now() + std::time::Duration::from_secs_f64(left)
+    started + std::time::Duration::from_secs_f64(left)
 }
 
 /// The exact command that continues this tune.
@@ -422,6 +425,7 @@ fn resume_command(opts: &TuneOptions, run_dir: &Path) -> String {
 
 /// Run a whole tune; write its results and report. Returns the finished run and its directory.
 pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
+    let started = std::time::Instant::now();
     crate::trial::cleanup::install_handlers();
     if opts.resume.is_none() {
         host_check(&opts.host)?;
@@ -438,7 +442,7 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
             resume.done.len()
         );
     }
-    let (runner, clock) = runner_and_clock(opts, &run_dir, &inputs, &layout, &resume)?;
+    let (runner, clock) = runner_and_clock(opts, &run_dir, &inputs, &layout, &resume, started)?;
     let progress = Arc::new(super::progress::Progress::new());
     let outcome = crate::search::tune(
         &run_dir,

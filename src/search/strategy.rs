@@ -788,6 +788,12 @@ impl QtuneSearch {
     /// Decide what to run next; None when the tune is finished.
     fn next_action(&mut self, ctx: &SearchContext) -> Option<(LaunchConfig, TrialRole)> {
         loop {
+            // Nothing starts once the minutes budget is spent (issue 33: the budget is a wall).
+            if !self.pending.is_empty()
+                && self.elapsed_s(ctx.clock.as_ref()) >= ctx.space.budget.minutes * 60.0
+            {
+                self.pending.clear();
+            }
             if let Some(p) = self.pending.pop_front() {
                 // Re-measurements count against the search budget; confirmation rounds do not.
                 if p.1 == TrialRole::Search
@@ -810,7 +816,8 @@ impl QtuneSearch {
                         .filter(|o| o.role == TrialRole::Baseline)
                         .collect();
                     let again = baselines.len() < Self::probe_launches(ctx) as usize
-                        && baselines.iter().all(|o| o.kind.is_ok());
+                        && baselines.iter().all(|o| o.kind.is_ok())
+                        && self.elapsed_s(ctx.clock.as_ref()) < ctx.space.budget.minutes * 60.0;
                     if baselines.is_empty() || again {
                         return Some((ctx.baseline(), TrialRole::Baseline));
                     }

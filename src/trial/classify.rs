@@ -68,7 +68,8 @@ pub enum Failure {
     /// The process exited (during load, or while serving).
     Exited,
     /// `/health` was not 200 within this many seconds.
-    LoadTimeout { secs: f64 },
+    /// `budget`: the wait was cut short by the end of the tune's minutes budget.
+    LoadTimeout { secs: f64, budget: bool },
     /// A request did not finish within this many seconds.
     RequestTimeout { secs: f64 },
     /// The server answered a request with an error status.
@@ -207,6 +208,30 @@ fn bad_flag_detail(evidence: &[String]) -> String {
         .unwrap_or_default()
 }
 
+/// The server's "listening on http://HOST:PORT" line and its address, when that port is not
+/// the `--port` of the command line in the log's header.
+fn listening_elsewhere(log: &str) -> Option<(String, String)> {
+    let header = log.lines().find(|l| l.starts_with(LOG_HEADER))?;
+    let words: Vec<&str> = header.split_whitespace().collect();
+    let asked = words
+        .windows(2)
+        .find(|w| w[0] == "--port")
+        .and_then(|w| w[1].parse::<u16>().ok())?;
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("listening on http"))?;
+    let at = line.split("listening on ").nth(1)?.trim().to_string();
+    let port: u16 = at
+        .trim_end_matches('/')
+        .rsplit(':')
+        .next()?
+        .trim_end_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .ok()?;
+    (port != asked).then(|| (line.trim().to_string(), at))
+}
+
 /// Classify a failed trial.
 pub fn classify(obs: &Observation<'_>) -> Verdict {
     let log = obs.log;
@@ -219,7 +244,7 @@ pub fn classify(obs: &Observation<'_>) -> Verdict {
     let exit = obs.exit;
 
     match &obs.failure {
-        Failure::LoadTimeout { secs } => {
+        Failure::LoadTimeout { secs, budget } => {
             if let Some(ev) = find_oom(log) {
                 return Verdict {
                     kind: OutcomeKind::OomLoad,
@@ -227,11 +252,29 @@ pub fn classify(obs: &Observation<'_>) -> Verdict {
                     evidence: ev,
                 };
             }
+            // The server said it listens on another port than the one qtune gave it: /health
+            // was asked in the wrong place (a wrapper that ignores --port?).
+            if let Some((line, at)) = listening_elsewhere(log) {
+                return Verdict {
+                    kind: OutcomeKind::LoadTimeout,
+                    message: format!(
+                        "the server listens on {at}, not on the port qtune gave it, so /health never answered within {secs:.0} s: does it ignore --port (a wrapper script?)"
+                    ),
+                    evidence: vec![line],
+                };
+            }
+            let message = if *budget {
+                format!(
+                    "not ready when the tune's minutes budget ran out ({secs:.0} s of loading): raise --budget-minutes to give it time"
+                )
+            } else {
+                format!(
+                    "not ready within {secs:.0} s: the model loads too slowly (disk, --no-mmap, spilling to swap?); check the log or raise the load timeout"
+                )
+            };
             return Verdict {
                 kind: OutcomeKind::LoadTimeout,
-                message: format!(
-                    "not ready within {secs:.0} s: the model loads too slowly (disk, --no-mmap, spilling to swap?); check the log or raise the load timeout"
-                ),
+                message,
                 evidence: tail_evidence(log),
             };
         }
@@ -750,7 +793,10 @@ ggml/src/ggml-cuda/ggml-cuda.cu:101: CUDA error
             Phase::Load,
             None,
             "loading...\n",
-            Failure::LoadTimeout { secs: 90.0 },
+            Failure::LoadTimeout {
+                secs: 90.0,
+                budget: false,
+            },
         );
         assert_eq!(v.kind, OutcomeKind::LoadTimeout);
         assert!(v.message.contains("90 s"));
@@ -852,5 +898,67 @@ ggml/src/ggml-cuda/ggml-cuda.cu:101: CUDA error
             v.evidence
         );
         assert!(full_gpu_abort_cards(log, true, &[4_000, 9_000], &[40_000, 12_288]).is_none());
+    }
+
+    #[test]
+    fn a_load_timeout_says_what_happened() {
+        let obs = |log: &'static str, budget: bool| Observation {
+            phase: Phase::Load,
+            exit: None,
+            log,
+            healthy_at: None,
+            failure: Failure::LoadTimeout { secs: 35.0, budget },
+        };
+        let other_port = "# qtune: /opt/llama-server -m /m.gguf --host 127.0.0.1 --port 41234\n\
+                          0.00.210.477 I srv  llama_server: listening on http://127.0.0.1:8080\n";
+        let v = classify(&obs(other_port, false));
+        assert_eq!(v.kind, OutcomeKind::LoadTimeout);
+        assert!(
+            v.message
+                .starts_with("the server listens on http://127.0.0.1:8080, not on the port"),
+            "{}",
+            v.message
+        );
+        // Listening where it was asked: still loading, the ordinary message.
+        let same_port = "# qtune: /opt/llama-server --port 8080\n\
+                         I srv  llama_server: listening on http://127.0.0.1:8080\n";
+        assert!(classify(&obs(same_port, false))
+            .message
+            .contains("loads too slowly"));
+        let v = classify(&obs("loading\n", true));
+        assert!(
+            v.message.contains("minutes budget ran out"),
+            "{}",
+            v.message
+        );
+    }
+
+    #[test]
+    fn implausible_speeds() {
+        use super::super::{Metrics, Stat};
+        let m = |g: f64, p: f64| Metrics {
+            gen_tps: Stat::from_samples(&[g]).unwrap(),
+            prompt_tps: Stat::from_samples(&[p]).unwrap(),
+            ttft_ms: Stat::from_samples(&[10.0]).unwrap(),
+            gen_tps_at_depth: None,
+        };
+        let c = SpeedCeiling::ABSOLUTE;
+        assert!(implausible_speed(&m(50.0, 1000.0), &c).is_none());
+        for (g, p) in [
+            (f64::NAN, 1.0),
+            (f64::INFINITY, 1.0),
+            (0.0, 1.0),
+            (-1.0, 1.0),
+            (1e300, 1.0),
+            (1.0, -0.0),
+            (1.0, 1e7),
+        ] {
+            let v = implausible_speed(&m(g, p), &c).unwrap();
+            assert_eq!(v.kind, OutcomeKind::Implausible, "{g} {p}");
+            assert_eq!(v.message.lines().count(), 1);
+        }
+        let tight = SpeedCeiling::from_prediction(3.0, 100.0);
+        assert!(implausible_speed(&m(31.0, 10.0), &tight).is_some());
+        assert!(implausible_speed(&m(29.0, 10.0), &tight).is_none());
     }
 }

@@ -17,6 +17,11 @@ use std::time::{Duration, Instant};
 const HEALTH_POLL: Duration = Duration::from_millis(100);
 /// Grace between SIGTERM and SIGKILL when a trial ends normally.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How far past the end of the minutes budget a trial may run, whatever the server does (a
+/// load that never ends, a request that never answers, a workload of 100,000 repetitions):
+/// with [`STOP_GRACE`] to stop the server and a few seconds to write the results, a tune ends
+/// within its budget plus 30 s.
+pub const PAST_BUDGET_WALL: Duration = Duration::from_secs(15);
 /// Attempts when the chosen port is taken between the check and the launch.
 const PORT_ATTEMPTS: usize = 4;
 /// The server's line when its port is taken (tools/server/server-http.cpp).
@@ -380,11 +385,25 @@ impl LlamaServerRunner {
     }
 
     /// Poll `/health` until 200 while watching the process.
+    /// The moment no trial runs past: the budget's end plus [`PAST_BUDGET_WALL`].
+    fn wall(&self) -> Option<Instant> {
+        self.deadline.map(|d| d + PAST_BUDGET_WALL)
+    }
+
     fn wait_healthy(&self, proc: &mut ServerProcess, base_url: &str) -> Result<(), Failure> {
         let url = format!("{base_url}/health");
         let client = &self.client;
-        let deadline = Instant::now() + self.load_timeout;
-        let load_secs = self.load_timeout.as_secs_f64();
+        let now = Instant::now();
+        let mut deadline = now + self.load_timeout;
+        let mut budget = false;
+        if let Some(w) = self.wall() {
+            // The load timeout is capped by what the minutes budget leaves.
+            if w < deadline {
+                deadline = w.max(now);
+                budget = true;
+            }
+        }
+        let load_secs = (deadline - now).as_secs_f64();
         self.rt.block_on(async {
             loop {
                 if proc.try_exit().is_some() {
@@ -392,11 +411,17 @@ impl LlamaServerRunner {
                 }
                 if super::cleanup::interrupted().is_some() {
                     // qtune is being interrupted: stop waiting; the caller ends the server.
-                    return Err(Failure::LoadTimeout { secs: load_secs });
+                    return Err(Failure::LoadTimeout {
+                        secs: load_secs,
+                        budget: false,
+                    });
                 }
                 let now = Instant::now();
                 if now >= deadline {
-                    return Err(Failure::LoadTimeout { secs: load_secs });
+                    return Err(Failure::LoadTimeout {
+                        secs: load_secs,
+                        budget,
+                    });
                 }
                 let per_try = (deadline - now).min(Duration::from_secs(2));
                 if let Ok(Ok(resp)) = tokio::time::timeout(per_try, client.get(&url).send()).await {
@@ -424,7 +449,21 @@ impl LlamaServerRunner {
                 deadline: self.deadline,
                 exited: &mut exited,
             };
-            self.rt.block_on(session.run(&workload))
+            match self.wall() {
+                // However many repetitions the workload asks for, the measurement stops at
+                // the wall (a request timeout, so the trial is never `ok`).
+                Some(w) => {
+                    let left = w.saturating_duration_since(Instant::now());
+                    self.rt
+                        .block_on(async {
+                            tokio::time::timeout(left, session.run(&workload)).await
+                        })
+                        .unwrap_or(Err(Failure::RequestTimeout {
+                            secs: left.as_secs_f64(),
+                        }))
+                }
+                None => self.rt.block_on(session.run(&workload)),
+            }
         };
         match result {
             Ok(m) => {
