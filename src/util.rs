@@ -97,6 +97,42 @@ pub fn read_bounded(path: &Path, max: u64) -> std::result::Result<Vec<u8>, Bound
     Ok(bytes)
 }
 
+/// [`read_bounded`] for a file that may be absent: `Ok(None)` when there is nothing at
+/// `path`.
+pub fn read_bounded_opt(
+    path: &Path,
+    max: u64,
+) -> std::result::Result<Option<Vec<u8>>, BoundedReadError> {
+    match read_bounded(path, max) {
+        Ok(b) => Ok(Some(b)),
+        Err(BoundedReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Open a file qtune writes into a run directory (a journal to append to, a lock), creating
+/// it when `create`: never blocking (`O_NONBLOCK`: a named pipe put there fails instead of
+/// waiting for a reader) and only a regular file (checked on the open handle).
+pub fn open_for_write(path: &Path, append: bool, create: bool) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).custom_flags(libc::O_NONBLOCK);
+    if append {
+        o.append(true);
+    }
+    if create {
+        o.create(true);
+    }
+    let f = o.open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other(
+            "is not a regular file (a pipe, device or socket)",
+        ));
+    }
+    Ok(f)
+}
+
 /// An error and its causes on one line, each cause once: a cause whose text the line already
 /// holds (e.g. an OS error that a wrapper also prints, "... (os error 13) at path ...: ...
 /// (os error 13)") is left out.

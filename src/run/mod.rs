@@ -340,12 +340,9 @@ pub struct RunLock {
 pub fn lock(dir: &Path) -> Result<RunLock> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create run directory {}", dir.display()))?;
+    check_run_files(dir)?;
     let path = dir.join(LOCK_FILE);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
+    let file = crate::util::open_for_write(&path, false, true)
         .with_context(|| format!("cannot lock run directory {}", dir.display()))?;
     use std::os::fd::AsRawFd;
     // SAFETY: flock on a descriptor this function owns; no memory is touched.
@@ -365,6 +362,28 @@ pub fn lock(dir: &Path) -> Result<RunLock> {
 /// A run directory already holds a tune.
 pub fn holds_a_tune(dir: &Path) -> bool {
     dir.join(RUN_FILE).exists()
+}
+
+/// Every file qtune reads back from a run directory, checked up front: each one present must
+/// be a regular file (a named pipe or a device there would block or never end).
+pub fn check_run_files(dir: &Path) -> Result<()> {
+    for name in [
+        RUN_FILE,
+        RESULTS_FILE,
+        crate::trial::journal::FILE_NAME,
+        "checkpoint.json",
+        LOCK_FILE,
+    ] {
+        let p = dir.join(name);
+        match std::fs::metadata(&p) {
+            Ok(m) if !m.is_file() => anyhow::bail!(
+                "{} is not a regular file (a pipe, device, socket or directory): not a qtune run directory, or tampered with",
+                p.display()
+            ),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
