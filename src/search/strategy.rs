@@ -90,6 +90,11 @@ impl TuneProblem {
         if let Some(e) = interrupted() {
             return Err(e);
         }
+        // A model deleted, replaced or truncated mid-tune stops the tune before a launch is
+        // charged to it (issue 33).
+        if let Err(why) = self.runner.borrow().check_inputs() {
+            return Err(ArgminError::msg(why));
+        }
         // issue 13 (launch feasibility, host RAM): a config predicted to push the box into
         // swap is never launched; it is recorded as skipped, with the reason.
         if let Some(why) = crate::model::memory::launch_refusal(

@@ -226,4 +226,10 @@ impl TrialOutcome {
 /// failure is an outcome. Implementations must leave no server process behind.
 pub trait TrialRunner {
     fn run(&mut self, config: &LaunchConfig, role: TrialRole) -> TrialOutcome;
+    /// Before each launch: Err(why) when what every trial depends on changed since the tune
+    /// started (the model file replaced, truncated or deleted). The search then stops without
+    /// charging a trial.
+    fn check_inputs(&self) -> Result<(), String> {
+        Ok(())
+    }
 }

@@ -101,6 +101,8 @@ pub struct LlamaServerRunner {
     free_vram_at_start_mib: Option<u64>,
     /// The fastest believable speeds of a config (default: the absolute bound).
     speed_ceiling: SpeedCeilingFn,
+    /// The model file's size and modification time when the runner was made.
+    model_stamp: Option<(u64, std::time::SystemTime)>,
     rt: tokio::runtime::Runtime,
     client: reqwest::Client,
 }
@@ -147,6 +149,7 @@ impl LlamaServerRunner {
             last_pid: None,
             free_vram_at_start_mib: None,
             speed_ceiling: Box::new(|_| classify::SpeedCeiling::ABSOLUTE),
+            model_stamp: model_stamp(model),
             rt,
             client,
         })
@@ -514,7 +517,30 @@ fn reported_memory(log: &str) -> Option<ReportedMemory> {
     }
 }
 
+/// A file's size and modification time, when it can be read.
+fn model_stamp(path: &Path) -> Option<(u64, std::time::SystemTime)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.len(), m.modified().ok()?))
+}
+
 impl TrialRunner for LlamaServerRunner {
+    fn check_inputs(&self) -> Result<(), String> {
+        let Some((size, mtime)) = self.model_stamp else {
+            return Ok(());
+        };
+        let shown = crate::escape::one_line(&self.model.display().to_string());
+        match model_stamp(&self.model) {
+            None => Err(format!(
+                "the model {shown} is gone since the tune started: no trial was charged to it; put it back"
+            )),
+            Some((s, m)) if s != size || m != mtime => Err(format!(
+                "the model {shown} changed since the tune started ({size} bytes, now {s}{}): no trial was charged to it; put the original back",
+                if m != mtime && s == size { ", modified" } else { "" }
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
     fn run(&mut self, config: &LaunchConfig, role: TrialRole) -> TrialOutcome {
         let id = self.next_id;
         let started_at = chrono::Utc::now().to_rfc3339();
