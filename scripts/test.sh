@@ -12,6 +12,12 @@ need() {
 need cargo "install Rust (rustup)"
 need python3 "install Python 3 with pip (Debian: apt-get install python3-pip)"
 need c++ "install a C++ compiler (Debian: apt-get install g++)"
+# The launch.sh test talks to the server with the real OpenAI Python client.
+if ! python3 -c 'import openai' 2>/dev/null; then
+  python3 -m pip install --quiet openai 2>/dev/null \
+    || python3 -m pip install --quiet --user openai \
+    || { echo "scripts/test.sh: cannot install the openai Python package (pip install openai)" >&2; exit 1; }
+fi
 
 cargo build --quiet
 # The server and models come from the same code paths users run (qtune server build, synth).

@@ -335,6 +335,9 @@ pub struct ScriptArgs {
     /// Also write a systemd unit next to the script.
     #[arg(long)]
     pub systemd: bool,
+    /// Also write a docker compose file (OUT.compose.yaml) for the llama.cpp server image.
+    #[arg(long)]
+    pub compose: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -411,7 +414,16 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Server(ServerCommand::Check { server }) => app::info::server_check(server),
         Command::Server(ServerCommand::Build { cuda }) => app::info::server_build(cuda),
         Command::Report(r) => app::results::report(&r.dir),
-        Command::Script(s) => app::results::script(&s.from, &s.out, &s.host, s.port, s.systemd),
+        Command::Script(s) => app::results::script(
+            &s.from,
+            &s.out,
+            &s.host,
+            s.port,
+            crate::report::ScriptExtras {
+                systemd: s.systemd,
+                compose: s.compose,
+            },
+        ),
         Command::Profile(ProfileCommand::Export { dir, out }) => {
             app::results::profile_export(&dir, &out)
         }

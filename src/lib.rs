@@ -14,6 +14,7 @@ pub mod cli;
 pub mod clock;
 pub mod compare;
 pub mod config;
+pub mod escape;
 pub mod fixtures;
 pub mod hardware;
 pub mod model;

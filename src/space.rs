@@ -469,6 +469,12 @@ pub fn load(name_or_path: &str) -> Result<SearchSpace, SpaceError> {
 
 /// Parse and validate YAML text; errors carry the line number.
 pub fn parse(text: &str, origin: &str) -> Result<SearchSpace, SpaceError> {
+    crate::util::check_yaml_shape(text, crate::util::MAX_YAML_DEPTH).map_err(|message| {
+        SpaceError::Invalid {
+            path: origin.to_string(),
+            message,
+        }
+    })?;
     let space: SearchSpace = serde_yaml::from_str(text).map_err(|e| SpaceError::Invalid {
         path: origin.to_string(),
         message: match e.location() {

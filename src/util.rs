@@ -97,6 +97,123 @@ pub fn read_bounded(path: &Path, max: u64) -> std::result::Result<Vec<u8>, Bound
     Ok(bytes)
 }
 
+/// [`read_bounded`] for a file that may be absent: `Ok(None)` when there is nothing at
+/// `path`.
+pub fn read_bounded_opt(
+    path: &Path,
+    max: u64,
+) -> std::result::Result<Option<Vec<u8>>, BoundedReadError> {
+    match read_bounded(path, max) {
+        Ok(b) => Ok(Some(b)),
+        Err(BoundedReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Open a file qtune writes into a run directory (a journal to append to, a lock), creating
+/// it when `create`: never blocking (`O_NONBLOCK`: a named pipe put there fails instead of
+/// waiting for a reader) and only a regular file (checked on the open handle).
+pub fn open_for_write(path: &Path, append: bool, create: bool) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).custom_flags(libc::O_NONBLOCK);
+    if append {
+        o.append(true);
+    }
+    if create {
+        o.create(true);
+    }
+    let f = o.open(path)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other(
+            "is not a regular file (a pipe, device or socket)",
+        ));
+    }
+    Ok(f)
+}
+
+/// The deepest nesting a space or profile may have (theirs is at most 5 or 6).
+pub const MAX_YAML_DEPTH: usize = 64;
+/// The most YAML aliases (`*name`) a space or profile may hold (theirs hold none).
+pub const MAX_YAML_ALIASES: usize = 64;
+/// The most list items (block `- ` entries and flow `,`-separated values) a space or profile
+/// may hold: a profile of a hundred measured configs holds a few thousand.
+pub const MAX_YAML_ITEMS: usize = 20_000;
+
+/// Check the shape of YAML text before a parser allocates for it: flow nesting (`[`, `{`),
+/// block nesting (indentation and `- ` prefixes) at most `max_depth`, and at most
+/// [`MAX_YAML_ALIASES`] aliases (an alias bomb) and [`MAX_YAML_ITEMS`] list items. A lexical scan, linear in the text: a file
+/// nested 100,000 levels deep fails at once instead of taking the parser a minute.
+/// Errors say what and on which line.
+pub fn check_yaml_shape(text: &str, max_depth: usize) -> std::result::Result<(), String> {
+    let mut flow = 0usize;
+    let mut aliases = 0usize;
+    let mut items = 0usize;
+    let too_many = |n: usize| format!("line {n}: more than {MAX_YAML_ITEMS} list items");
+    for (i, line) in text.lines().enumerate() {
+        let n = i + 1;
+        // Block nesting: the indentation plus the `- ` / `? ` prefixes that open a level each.
+        let rest = line.trim_start_matches(' ');
+        let indent = line.len() - rest.len();
+        let mut prefixes = 0usize;
+        let mut r = rest;
+        while let Some(t) = r
+            .strip_prefix("- ")
+            .or_else(|| r.strip_prefix("? "))
+            .or_else(|| (r == "-").then_some(""))
+        {
+            prefixes += 1;
+            r = t.trim_start_matches(' ');
+        }
+        items += prefixes;
+        if items > MAX_YAML_ITEMS {
+            return Err(too_many(n));
+        }
+        if indent > 4 * max_depth || prefixes > max_depth {
+            return Err(format!(
+                "line {n} is nested deeper than {max_depth} levels (indentation {indent})"
+            ));
+        }
+        let (mut single, mut double, mut prev) = (false, false, ' ');
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' if double => {
+                    chars.next();
+                }
+                '"' if !single => double = !double,
+                '\'' if !double => single = !single,
+                '#' if !single && !double && (prev == ' ' || prev == '\t') => break,
+                '[' | '{' if !single && !double => {
+                    flow += 1;
+                    if flow > max_depth {
+                        return Err(format!("line {n} is nested deeper than {max_depth} levels"));
+                    }
+                }
+                ']' | '}' if !single && !double => flow = flow.saturating_sub(1),
+                ',' if !single && !double && flow > 0 => {
+                    items += 1;
+                    if items > MAX_YAML_ITEMS {
+                        return Err(too_many(n));
+                    }
+                }
+                '*' if !single && !double && matches!(prev, ' ' | '[' | '{' | ',' | ':') => {
+                    aliases += 1;
+                    if aliases > MAX_YAML_ALIASES {
+                        return Err(format!(
+                            "line {n}: more than {MAX_YAML_ALIASES} aliases (*name)"
+                        ));
+                    }
+                }
+                _ => {}
+            }
+            prev = c;
+        }
+    }
+    Ok(())
+}
+
 /// An error and its causes on one line, each cause once: a cause whose text the line already
 /// holds (e.g. an OS error that a wrapper also prints, "... (os error 13) at path ...: ...
 /// (os error 13)") is left out.
@@ -272,6 +389,33 @@ mod tests {
         assert_eq!(fmt_mib(-1536.0), "-1,536 MiB");
         assert_eq!(fmt_thousands(10_512.4), "10,512");
         assert_eq!(fmt_thousands(999.6), "1,000");
+    }
+    #[test]
+    fn yaml_shape_bounds_depth_aliases_and_items() {
+        for ok in [
+            "name: x\nvary:\n  threads: [auto, 1]\n  kv: [[f16, f16], [q8_0, q8_0]]\n",
+            "a:\n  - - 1\n    - 2\n# [[[[ in a comment\nb: '[[[[' # and in quotes\nc: \"{{{\"\n",
+            "description: it's [fine]\n",
+        ] {
+            check_yaml_shape(ok, MAX_YAML_DEPTH).unwrap();
+        }
+        let deep = format!("v: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+        let t0 = std::time::Instant::now();
+        let e = check_yaml_shape(&deep, MAX_YAML_DEPTH).unwrap_err();
+        assert!(t0.elapsed() < std::time::Duration::from_secs(1));
+        assert!(e.contains("nested deeper than 64 levels"), "{e}");
+        let blocks = format!("v:\n{}1\n", "- ".repeat(1000));
+        assert!(check_yaml_shape(&blocks, MAX_YAML_DEPTH).is_err());
+        let indented = format!("v:\n{}x: 1\n", " ".repeat(1000));
+        assert!(check_yaml_shape(&indented, MAX_YAML_DEPTH).is_err());
+        let bomb = format!("a: &a [1]\nb: [{}]\n", vec!["*a"; 100].join(", "));
+        assert!(check_yaml_shape(&bomb, MAX_YAML_DEPTH)
+            .unwrap_err()
+            .contains("aliases"));
+        let long = format!("v: [{}]\n", vec!["1"; 30_000].join(","));
+        assert!(check_yaml_shape(&long, MAX_YAML_DEPTH)
+            .unwrap_err()
+            .contains("list items"));
     }
 }
 

@@ -2,8 +2,12 @@
 //! (`env -i`) runs it with the real CPU llama-server and SmolLM2 at a path full of shell
 //! metacharacters; an OpenAI-compatible request gets an answer; SIGTERM stops script and
 //! server. Faults the real server cannot produce (a GPU taken by another process) use a fake
-//! `nvidia-smi`.
+//! `nvidia-smi`. The script's own arguments (`--port N --alias x --api-key-file F`) are
+//! checked with the real `openai` Python client: it lists model `x`, chats and streams.
+//! Without the real server (or python3 with openai) a plain `cargo test` says SKIP;
+//! scripts/test.sh (QTUNE_REQUIRE_SERVER=1) fails instead.
 
+mod require;
 mod servers;
 
 use std::io::Read;
@@ -13,17 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-fn real_server() -> PathBuf {
-    if let Some(p) = std::env::var_os("QTUNE_LLAMA_SERVER").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let p = qtune::server::cached_server(false);
-    assert!(
-        p.is_file(),
-        "no llama-server at {} (set QTUNE_LLAMA_SERVER or run `qtune server build`)",
-        p.display()
-    );
-    p
+/// The real CPU llama-server, or None after SKIP (a failure under scripts/test.sh).
+fn real_server() -> Option<PathBuf> {
+    require::or_skip(require::server(), "the real llama-server")
 }
 
 fn free_port() -> u16 {
@@ -76,6 +72,10 @@ struct Script {
 
 impl Script {
     fn start(script: &Path, home: &Path, path_env: &str) -> Script {
+        Self::start_with(script, &[], home, path_env)
+    }
+
+    fn start_with(script: &Path, args: &[&str], home: &Path, path_env: &str) -> Script {
         let log = home.join("script.log");
         let f = std::fs::File::create(&log).unwrap();
         let mut child = Command::new("/usr/bin/env");
@@ -85,6 +85,7 @@ impl Script {
             .arg(format!("HOME={}", home.display()))
             .arg("bash")
             .arg(script)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(f.try_clone().unwrap())
             .stderr(f)
@@ -155,7 +156,7 @@ fn sigint_to_the_script_stops_the_server_too() {
 
 fn serve_request_and_stop(signal: i32, want_code: i32) {
     let tmp = tempfile::tempdir().unwrap();
-    let server = real_server();
+    let Some(server) = real_server() else { return };
     let model_dir = hostile_dir(tmp.path());
     let model = model_dir.join("SmolLM2 135M.gguf");
     std::fs::copy(qtune::fixtures::smollm2().unwrap(), &model).unwrap();
@@ -197,12 +198,14 @@ fn serve_request_and_stop(signal: i32, want_code: i32) {
         .filter(|a| !a.is_empty())
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
-    let want = result
-        .winner
-        .as_ref()
-        .unwrap()
-        .config
-        .command(&server, &model, "127.0.0.1", port);
+    let mut want =
+        result
+            .winner
+            .as_ref()
+            .unwrap()
+            .config
+            .command(&server, &model, "127.0.0.1", port);
+    want.extend(["--alias".to_string(), "sample-llama".to_string()]);
     assert_eq!(argv, want);
 
     // A plain OpenAI-compatible request.
@@ -249,7 +252,8 @@ fn missing_model_or_server_exits_nonzero_with_a_clear_message() {
     let home = tmp.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
 
-    let result = qtune::run::sample::cpu_result(&real_server(), &model);
+    let Some(server) = real_server() else { return };
+    let result = qtune::run::sample::cpu_result(&server, &model);
     let script = write_script(tmp.path(), &result, free_port());
     let mut run = Script::start(&script, &home, "/usr/bin:/bin");
     let st = run.wait_timeout(Duration::from_secs(20)).expect("exits");
@@ -288,7 +292,8 @@ fn gpu_script_refuses_when_another_process_took_the_vram() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).unwrap();
 
-    let result = qtune::run::sample::gpu_result(&real_server(), &model);
+    let Some(server) = real_server() else { return };
+    let result = qtune::run::sample::gpu_result(&server, &model);
     let script = write_script(tmp.path(), &result, free_port());
     let path_env = format!("{}:/usr/bin:/bin", bin.display());
     let mut run = Script::start(&script, &home, &path_env);
@@ -315,4 +320,133 @@ fn gpu_script_refuses_when_another_process_took_the_vram() {
     );
     assert!(log.contains("exited (status"), "{log}");
     assert!(log.contains("before it was ready"), "{log}");
+}
+
+/// The real `openai` client against the script's server: lists the models, chats, streams.
+const OPENAI_CHECK: &str = r#"
+import sys, openai
+base, key, model = sys.argv[1], sys.argv[2], sys.argv[3]
+c = openai.OpenAI(base_url=base, api_key=key, max_retries=0, timeout=120)
+print("models:", ",".join(m.id for m in c.models.list().data))
+msgs = [{"role": "user", "content": "Say hello."}]
+r = c.chat.completions.create(model=model, messages=msgs, max_tokens=8)
+print("chat:", repr(r.choices[0].message.content))
+n = 0
+text = ""
+for chunk in c.chat.completions.create(model=model, messages=msgs, max_tokens=8, stream=True):
+    if chunk.choices and chunk.choices[0].delta.content:
+        n += 1
+        text += chunk.choices[0].delta.content
+print("stream chunks:", n, repr(text))
+try:
+    openai.OpenAI(base_url=base, api_key="wrong", max_retries=0).chat.completions.create(
+        model=model, messages=msgs, max_tokens=1)
+    print("wrong key: accepted")
+except openai.AuthenticationError:
+    print("wrong key: refused")
+"#;
+
+/// Python 3 with the `openai` package, or None after SKIP (a failure under scripts/test.sh).
+fn python_with_openai() -> Option<&'static str> {
+    let ok = Command::new("python3")
+        .args(["-c", "import openai"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        Some("python3")
+    } else {
+        require::missing("python3 with the openai package (pip install openai)");
+        None
+    }
+}
+
+#[test]
+fn launch_sh_port_alias_and_key_reach_the_openai_client() {
+    let Some(server) = real_server() else { return };
+    let Some(python) = python_with_openai() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let model = hostile_dir(tmp.path()).join("SmolLM2 135M.gguf");
+    std::fs::copy(qtune::fixtures::smollm2().unwrap(), &model).unwrap();
+    let key = tmp.path().join("api key");
+    std::fs::write(&key, "s3cret-key\n").unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    // The script is written for the default port; its arguments move it.
+    let result = qtune::run::sample::cpu_result(&server, &model);
+    let script = write_script(tmp.path(), &result, 8080);
+    let port = free_port();
+    let key_arg = key.display().to_string();
+    let port_arg = port.to_string();
+    let mut run = Script::start_with(
+        &script,
+        &[
+            "--port",
+            &port_arg,
+            "--alias",
+            "x",
+            "--api-key-file",
+            &key_arg,
+            "-n",
+            "16",
+        ],
+        &home,
+        "/usr/bin:/bin",
+    );
+    let start = Instant::now();
+    while !run.log().contains("launch.sh: ready:") {
+        if let Some(st) = run.child.try_wait().unwrap() {
+            panic!("script exited early ({st}):\n{}", run.log());
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "not ready after 120 s:\n{}",
+            run.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        run.log()
+            .contains(&format!("ready: http://127.0.0.1:{port} ")),
+        "{}",
+        run.log()
+    );
+    assert!(!run.log().contains("s3cret"), "the key is never printed");
+    let o = Command::new(python)
+        .args(["-c", OPENAI_CHECK])
+        .arg(format!("http://127.0.0.1:{port}/v1"))
+        .arg("s3cret-key")
+        .arg("x")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    eprintln!(
+        "--- openai client ---\n{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "the client failed:\n{}", run.log());
+    let line = |p: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(p))
+            .unwrap_or_else(|| panic!("no {p:?} line in {out}"))
+            .trim()
+            .to_string()
+    };
+    assert_eq!(line("models:"), "x", "the alias, not the file path");
+    assert!(line("chat:").len() > 2, "an answer: {out}");
+    let chunks: usize = line("stream chunks:")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(chunks >= 2, "a stream of several chunks: {out}");
+    assert_eq!(line("wrong key:"), "refused");
+    unsafe {
+        libc::kill(run.child.id() as i32, libc::SIGTERM);
+    }
+    let st = run.wait_timeout(Duration::from_secs(30)).expect("stops");
+    assert_eq!(st.code(), Some(143), "{}", run.log());
+    servers::assert_none_left(&model.display().to_string(), "after SIGTERM");
 }

@@ -95,7 +95,7 @@ fn a_replayed_tune_runs_end_to_end_and_writes_every_artifact() {
 
     let script = std::fs::read_to_string(out.join("launch.sh")).unwrap();
     assert!(
-        script.contains("--host 0.0.0.0") && script.contains("--port 9137"),
+        script.contains("DEFAULT_HOST=0.0.0.0\n") && script.contains("DEFAULT_PORT=9137\n"),
         "{script}"
     );
     assert!(out.join("report.md").is_file());

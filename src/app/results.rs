@@ -14,7 +14,14 @@ pub fn report(dir: &Path) -> Result<()> {
 }
 
 /// `qtune script --from DIR`: write a launch script (and optionally a systemd unit).
-pub fn script(from: &Path, out: &Path, host: &str, port: u16, systemd: bool) -> Result<()> {
+pub fn script(
+    from: &Path,
+    out: &Path,
+    host: &str,
+    port: u16,
+    extras: crate::report::ScriptExtras,
+) -> Result<()> {
+    crate::app::tune::host_check(host)?;
     let (dir, result) = crate::run::read_result(from)?;
     if result.winner.is_none() {
         bail!(
@@ -22,7 +29,7 @@ pub fn script(from: &Path, out: &Path, host: &str, port: u16, systemd: bool) -> 
             dir.display()
         );
     }
-    for path in crate::report::write_script(&result, out, host, port, systemd)? {
+    for path in crate::report::write_script(&result, out, host, port, extras)? {
         println!("{}", path.display());
     }
     Ok(())
@@ -185,15 +192,38 @@ mod tests {
         )
         .unwrap();
         let out = dir.path().join("my launch.sh");
-        script(dir.path(), &out, "0.0.0.0", 9123, true).unwrap();
+        let both = crate::report::ScriptExtras {
+            systemd: true,
+            compose: true,
+        };
+        script(dir.path(), &out, "0.0.0.0", 9123, both).unwrap();
         let s = std::fs::read_to_string(&out).unwrap();
-        assert!(s.contains("--port 9123"));
+        assert!(s.contains("DEFAULT_PORT=9123\n"));
         let unit = std::fs::read_to_string(dir.path().join("my launch.sh.service")).unwrap();
         assert!(unit.contains("Restart=on-failure"));
         assert!(unit.contains(&format!(
             "ExecStart=\"{}\"",
             std::fs::canonicalize(&out).unwrap().display()
         )));
+        let compose =
+            std::fs::read_to_string(dir.path().join("my launch.sh.compose.yaml")).unwrap();
+        let v: serde_yaml::Value = serde_yaml::from_str(&compose).unwrap();
+        let svc = &v["services"]["llama-server"];
+        assert_eq!(
+            svc["image"].as_str(),
+            Some(crate::report::script::server_image(true).as_str())
+        );
+        assert_eq!(svc["ports"][0]["published"].as_str(), Some("9123"));
+        assert_eq!(svc["ports"][0]["host_ip"].as_str(), Some("0.0.0.0"));
+        assert_eq!(
+            svc["volumes"][0]["source"].as_str(),
+            Some(model.display().to_string().as_str())
+        );
+        assert!(compose.contains("other machines can reach it"), "{compose}");
+        assert_eq!(
+            svc["deploy"]["resources"]["reservations"]["devices"][0]["driver"],
+            "nvidia"
+        );
 
         r.winner = None;
         std::fs::write(
@@ -206,7 +236,7 @@ mod tests {
             &dir.path().join("x.sh"),
             "127.0.0.1",
             8080,
-            false,
+            Default::default(),
         )
         .unwrap_err();
         assert!(e.to_string().contains("no winner"), "{e}");

@@ -341,6 +341,7 @@ fn runner_and_clock(
     inputs: &RunInputs,
     layout: &crate::model::ModelLayout,
     resume: &Resume,
+    started: std::time::Instant,
 ) -> Result<(Box<dyn TrialRunner>, Arc<dyn Clock>)> {
     let journal = Journal::open(run_dir)?;
     if let Some(r) = &opts.replay {
@@ -381,17 +382,42 @@ fn runner_and_clock(
     .with_env(crate::hardware::cuda_device_env(&inputs.gpu_budgets))
     .with_free_vram_at_start(hw.has_gpu().then_some(inputs.free_vram_at_start_mib))
     .with_deadline(budget_deadline(
+        started,
         inputs.space.budget.minutes,
         resume.elapsed_s,
-    ));
+    ))
+    .with_speed_ceiling(speed_ceiling(layout, hw));
     Ok((Box::new(runner), crate::clock::system()))
 }
 
-/// When the minutes budget ends, given what earlier sessions spent: request timeouts count
-/// against it.
-fn budget_deadline(minutes: f64, spent_s: f64) -> std::time::Instant {
+/// The fastest believable speeds of each config: 10x the speed model's bound where it has
+/// one for this box and config, else the absolute bound. Synthetic models (a few MiB, they
+/// run from the CPU's caches, past any bandwidth roofline) get the absolute bound too.
+fn speed_ceiling(
+    layout: &crate::model::ModelLayout,
+    hw: &crate::hardware::HardwareProfile,
+) -> crate::trial::server::SpeedCeilingFn {
+    use crate::model::speed;
+    use crate::trial::classify::SpeedCeiling;
+    if speed::is_synthetic(layout) {
+        return Box::new(|_| SpeedCeiling::ABSOLUTE);
+    }
+    let layout = layout.clone();
+    let sb = speed::SpeedBox::from_hardware(hw);
+    let has_gpu = hw.has_gpu();
+    Box::new(move |cfg| {
+        speed::predict(&layout, cfg, &sb, has_gpu, 512, &speed::FITTED)
+            .map(|p| SpeedCeiling::from_prediction(p.tg_bound_tps, p.pp.tps))
+            .unwrap_or(SpeedCeiling::ABSOLUTE)
+    })
+}
+
+/// When the minutes budget ends, counted from when this session `started` (the probing and
+/// checks before the first launch count too), given what earlier sessions spent: load and
+/// request timeouts are capped by it.
+fn budget_deadline(started: std::time::Instant, minutes: f64, spent_s: f64) -> std::time::Instant {
     let left = (minutes * 60.0 - spent_s).clamp(0.0, 1.0e7);
-    std::time::Instant::now() + std::time::Duration::from_secs_f64(left)
+    started + std::time::Duration::from_secs_f64(left)
 }
 
 /// The exact command that continues this tune.
@@ -408,7 +434,11 @@ fn resume_command(opts: &TuneOptions, run_dir: &Path) -> String {
 
 /// Run a whole tune; write its results and report. Returns the finished run and its directory.
 pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
+    let started = std::time::Instant::now();
     crate::trial::cleanup::install_handlers();
+    if opts.resume.is_none() {
+        host_check(&opts.host)?;
+    }
     let (run_dir, inputs, layout, _lock) = prepare(opts)?;
     if let Some(report) = Journal::repair(&run_dir)? {
         eprintln!("qtune: {report}");
@@ -421,7 +451,7 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
             resume.done.len()
         );
     }
-    let (runner, clock) = runner_and_clock(opts, &run_dir, &inputs, &layout, &resume)?;
+    let (runner, clock) = runner_and_clock(opts, &run_dir, &inputs, &layout, &resume, started)?;
     let progress = Arc::new(super::progress::Progress::new());
     let outcome = crate::search::tune(
         &run_dir,
@@ -456,6 +486,16 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
 pub fn tune(opts: TuneOptions) -> Result<()> {
     let (result, run_dir) = run_tune(&opts)?;
     print_outcome(&result, &run_dir, opts.json)
+}
+
+/// A `--host` must be a host name or address; one other machines reach gets a warning
+/// (trials still listen on 127.0.0.1; the printed command and launch.sh use it).
+pub fn host_check(host: &str) -> Result<()> {
+    crate::run::schema::check_host("--host", host)?;
+    if let Some(w) = crate::report::script::exposed_host_warning(host) {
+        eprintln!("qtune: warning: {w}");
+    }
+    Ok(())
 }
 
 /// A warning when the printed command's port is taken on its host right now (the command

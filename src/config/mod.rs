@@ -706,26 +706,8 @@ impl LaunchConfig {
     }
 }
 
-/// Quote one word for a POSIX shell (single quotes; `'` becomes `'\''`).
-pub fn shell_quote(word: &str) -> String {
-    let safe = !word.is_empty()
-        && word
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
-    if safe {
-        word.to_string()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
-}
-
-/// Render an argv as one shell line, every word quoted as needed.
-pub fn shell_line(argv: &[String]) -> String {
-    argv.iter()
-        .map(|w| shell_quote(w))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
+/// Shell quoting lives in [`crate::escape`], the one place values become script text.
+pub use crate::escape::{shell_line, shell_quote};
 
 #[cfg(test)]
 mod tests;

@@ -99,6 +99,24 @@ fn per_layer(g: &GgufFile, key: &str, n: usize) -> Option<Vec<u64>> {
     }
 }
 
+/// The largest value a header's hyperparameter may hold (keys without the architecture
+/// prefix): far above any released model, low enough that nothing sized by them can run away.
+pub fn hparam_limit(key: &str) -> u64 {
+    match key {
+        "block_count" | "nextn_predict_layers" => 4096,
+        "embedding_length" => 1 << 20,
+        "attention.head_count" | "attention.head_count_kv" => 1 << 16,
+        "attention.key_length" | "attention.value_length" => 1 << 16,
+        "expert_count" | "expert_used_count" => 4096,
+        "context_length" => 1 << 26,
+        "vocab_size" => 1 << 24,
+        "ssm.conv_kernel" => 1 << 10,
+        "ssm.inner_size" => 1 << 20,
+        "ssm.state_size" | "ssm.group_count" => 1 << 16,
+        _ => u32::MAX as u64,
+    }
+}
+
 /// Build the layout from a parsed header.
 pub fn from_gguf(g: &GgufFile) -> Result<ModelLayout> {
     let arch = g
@@ -112,10 +130,54 @@ pub fn from_gguf(g: &GgufFile) -> Result<ModelLayout> {
         );
     }
     let key = |k: &str| format!("{arch}.{k}");
-    let req = |k: &str| -> Result<u64> {
-        g.get_u64(&key(k))
-            .with_context(|| format!("missing hyperparameter {}", key(k)))
+    // Every count is checked against a sane limit before anything is sized by it (issue 33: a
+    // block_count of 2^31 allocated 16 GiB; an expert_count of 2^31 predicted 381,178,482 MiB).
+    let limited = |k: &str, v: u64| -> Result<u64> {
+        let max = hparam_limit(k);
+        if v > max {
+            bail!(
+                "{} is {v}, more than {max}: the header is corrupt or not a model qtune knows",
+                key(k)
+            );
+        }
+        Ok(v)
     };
+    let req = |k: &str| -> Result<u64> {
+        let v = g
+            .get_u64(&key(k))
+            .with_context(|| format!("missing hyperparameter {}", key(k)))?;
+        limited(k, v)
+    };
+    let opt =
+        |k: &str| -> Result<Option<u64>> { g.get_u64(&key(k)).map(|v| limited(k, v)).transpose() };
+    for k in [
+        "attention.head_count",
+        "attention.head_count_kv",
+        "attention.key_length",
+        "attention.value_length",
+        "expert_count",
+        "expert_used_count",
+        "context_length",
+        "vocab_size",
+        "nextn_predict_layers",
+        "ssm.conv_kernel",
+        "ssm.inner_size",
+        "ssm.state_size",
+        "ssm.group_count",
+        "full_attention_interval",
+    ] {
+        match g.get(&key(k)) {
+            Some(GgufValue::Array(_, items)) => {
+                for v in items.iter().filter_map(|v| v.as_u64()) {
+                    limited(k, v)?;
+                }
+            }
+            Some(_) => {
+                opt(k)?;
+            }
+            None => {}
+        }
+    }
     let n_layer_all = req("block_count")? as u32;
     // MTP / next-token-prediction layers are counted in block_count but not run by the server.
     let n_nextn = g.get_u64(&key("nextn_predict_layers")).unwrap_or(0) as u32;
@@ -125,6 +187,15 @@ pub fn from_gguf(g: &GgufFile) -> Result<ModelLayout> {
     }
     let nb = n_blocks as usize;
     let n_embd = req("embedding_length")? as u32;
+    if g.get_u64(&key("expert_used_count")).unwrap_or(0)
+        > g.get_u64(&key("expert_count")).unwrap_or(0)
+    {
+        bail!(
+            "{} is larger than {}: the header is corrupt",
+            key("expert_used_count"),
+            key("expert_count")
+        );
+    }
     let heads = per_layer(g, &key("attention.head_count"), nb)
         .with_context(|| format!("missing hyperparameter {}", key("attention.head_count")))?;
     let n_head = heads.iter().copied().max().unwrap_or(0) as u32;

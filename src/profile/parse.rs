@@ -15,6 +15,8 @@ pub(crate) fn one_line(s: &str) -> String {
 
 /// Parse and validate a profile from its text (`origin` names it in errors).
 pub fn parse_profile(text: &str, origin: &str) -> Result<Profile> {
+    crate::util::check_yaml_shape(text, crate::util::MAX_YAML_DEPTH)
+        .map_err(|e| anyhow!("{origin} is not a valid profile: {e}"))?;
     for (i, line) in text.lines().enumerate() {
         if let Some(c) = line
             .chars()

@@ -9,7 +9,7 @@ pub fn import_into(file: &Path, profiles_dir: &Path) -> Result<(PathBuf, bool)> 
     let p = load_profile(file)?;
     let yaml = to_yaml(&p)?;
     let dest = profiles_dir.join(format!("{}.yaml", file_stem(&p.name)));
-    if let Ok(existing) = std::fs::read(&dest) {
+    if let Ok(existing) = crate::util::read_bounded(&dest, MAX_PROFILE_BYTES) {
         if existing == yaml.as_bytes() {
             return Ok((dest, false));
         }

@@ -142,8 +142,8 @@ pub fn is_synthetic(g: &crate::model::gguf::GgufFile) -> bool {
 /// SHA-256 of 1 MiB read at 16 evenly spaced offsets (a finetune of the same shape differs).
 fn model_key(path: &Path, fingerprint: &str, file_bytes: u64) -> Result<String> {
     use std::io::{Read, Seek, SeekFrom};
-    let mut f =
-        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let (mut f, _) = crate::util::open_regular(path)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
     let mut h = sha2::Sha256::new();
     let mut buf = vec![0u8; 64 * 1024];
     for i in 0..16u64 {
@@ -168,7 +168,7 @@ fn cache_path(model_key: &str, text_sha: &str, ctx: u32, chunks: u32) -> PathBuf
 }
 
 fn load_cached(path: &Path) -> Option<QualityReport> {
-    serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+    serde_json::from_slice(&crate::util::read_bounded(path, 16 << 20).ok()?).ok()
 }
 
 /// Chunks to ask for: the request (or the default), bounded by the disk the logits may take.

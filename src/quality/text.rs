@@ -77,22 +77,23 @@ fn python() -> Result<PathBuf> {
 }
 
 /// Check a text file: it exists, is UTF-8 text without NUL bytes, and is not trivially short.
+/// The largest text `quality --text` reads (a few books; perplexity needs a few pages).
+pub const MAX_TEXT_BYTES: u64 = 256 << 20;
+
 pub fn check(path: &Path, name: Option<&str>) -> Result<TextInfo> {
     let shown = path.display();
     // A binary file (a model passed by mistake) shows NUL bytes early: look before reading it all.
+    // A regular file only (a named pipe would block, /dev/zero never end), bounded.
+    let (file, _) = crate::util::open_regular(path)
+        .map_err(|e| anyhow::anyhow!("cannot read text {shown}: {e}"))?;
     let mut head = Vec::new();
-    std::io::Read::read_to_end(
-        &mut std::io::Read::take(
-            std::fs::File::open(path).with_context(|| format!("cannot read text {shown}"))?,
-            64 * 1024,
-        ),
-        &mut head,
-    )
-    .with_context(|| format!("cannot read text {shown}"))?;
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, 64 * 1024), &mut head)
+        .with_context(|| format!("cannot read text {shown}"))?;
     if head.contains(&0) {
         bail!("text {shown} is not plain text (binary data or not UTF-8): give a UTF-8 text file");
     }
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read text {shown}"))?;
+    let bytes = crate::util::read_bounded(path, MAX_TEXT_BYTES)
+        .map_err(|e| anyhow::anyhow!("cannot read text {shown}: {e}"))?;
     if bytes.iter().all(|b| b.is_ascii_whitespace()) {
         bail!("text {shown} is empty: give a plain-text file with at least a few pages of prose");
     }

@@ -103,20 +103,32 @@ pub fn write_all(run_dir: &Path, result: &TuneResult) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Write a launch script for a run's winner to `out` (mode 755) and, with `systemd`, a unit
-/// next to it (`OUT.service`). Returns the files written.
+/// What `qtune script` writes next to the launch script.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ScriptExtras {
+    /// A systemd unit (`OUT.service`).
+    pub systemd: bool,
+    /// A docker compose file (`OUT.compose.yaml`).
+    pub compose: bool,
+}
+
+/// Write a launch script for a run's winner to `out` (mode 755) and, as `extras` asks, a
+/// systemd unit (`OUT.service`) and a docker compose file (`OUT.compose.yaml`) next to it.
+/// Returns the files written.
 pub fn write_script(
     result: &TuneResult,
     out: &Path,
     host: &str,
     port: u16,
-    systemd: bool,
+    extras: ScriptExtras,
 ) -> Result<Vec<PathBuf>> {
+    let systemd = extras.systemd;
     if result.winner.is_none() {
         anyhow::bail!(
             "the run has no winner (every configuration failed; see its report.md): nothing to launch"
         );
     }
+    crate::run::schema::check_host("--host", host)?;
     // `--systemd --out x.service` names the unit: the script beside it is x.sh.
     let unit_named = systemd && out.extension().is_some_and(|e| e == "service");
     let script_path = if unit_named {
@@ -138,12 +150,24 @@ pub fn write_script(
             p.push(".service");
             PathBuf::from(p)
         };
+        let unit_abs = abs.with_file_name(unit_path.file_name().unwrap_or_default());
         write_file(
             &unit_path,
-            script::systemd_unit(result, &abs).as_bytes(),
+            script::systemd_unit(result, &abs, &unit_abs).as_bytes(),
             false,
         )?;
         written.push(unit_path);
+    }
+    if extras.compose {
+        let mut p = out.as_os_str().to_owned();
+        p.push(".compose.yaml");
+        let p = PathBuf::from(p);
+        write_file(
+            &p,
+            script::compose_file(result, host, port)?.as_bytes(),
+            false,
+        )?;
+        written.push(p);
     }
     Ok(written)
 }
@@ -216,8 +240,8 @@ mod tests {
         w.command = w.config.command(&srv, &model, "0.0.0.0", 9137);
         write_all(dir.path(), &r).unwrap();
         let script = std::fs::read_to_string(dir.path().join("launch.sh")).unwrap();
-        assert!(script.contains("--host 0.0.0.0"), "{script}");
-        assert!(script.contains("--port 9137"), "{script}");
+        assert!(script.contains("DEFAULT_HOST=0.0.0.0\n"), "{script}");
+        assert!(script.contains("DEFAULT_PORT=9137\n"), "{script}");
         let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
         assert!(
             !md.contains("--port 8080"),

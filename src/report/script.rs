@@ -1,25 +1,61 @@
 //! `launch.sh`: a bash script that starts the winner the way it was measured, and optionally a
 //! systemd unit that runs it.
 //!
-//! The server's argv comes from [`LaunchConfig::command`](crate::config::LaunchConfig::command)
-//! and every word is quoted with [`shell_quote`]: paths with spaces, quotes, `$` or backticks
-//! are safe.
+//! The server's flags come from
+//! [`LaunchConfig::server_args`](crate::config::LaunchConfig::server_args); the host, port,
+//! model id (`--alias`) and API key are the script's own arguments (`--help`), with the
+//! tune's host and port as defaults.
+//! Every value from the run (paths, versions, names, the config) reaches the text through
+//! [`crate::escape`] and nothing else: words with [`shell_quote`], comment text with
+//! [`one_line`], unit values with [`systemd_word`] / [`systemd_text`]. A run directory is
+//! input (it travels between people): a line break or `$(...)` in it must not run.
 
-use crate::config::{shell_line, shell_quote};
+use crate::escape::{
+    compose_string, one_line, shell_line, shell_quote, systemd_text, systemd_word,
+};
 use crate::run::TuneResult;
 use anyhow::{bail, Result};
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// The URL a client on this machine reaches a server bound to `host` at.
-fn local_url(host: &str, port: u16) -> String {
-    let h = match host {
-        "0.0.0.0" | "" => "127.0.0.1".to_string(),
-        "::" | "[::]" => "[::1]".to_string(),
-        h if h.contains(':') && !h.starts_with('[') => format!("[{h}]"),
-        h => h.to_string(),
-    };
-    format!("http://{h}:{port}")
+/// True for a host that only this machine reaches (`127.x`, `localhost`, `::1`).
+pub fn is_loopback(host: &str) -> bool {
+    let h = host.trim_start_matches('[').trim_end_matches(']');
+    h == "localhost"
+        || h.parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The warning for a `--host` other machines can reach (None for loopback).
+pub fn exposed_host_warning(host: &str) -> Option<String> {
+    (!is_loopback(host)).then(|| {
+        format!(
+            "--host {host} is not loopback: other machines can reach the server; \
+             start launch.sh with --api-key-file FILE (or --api-key KEY) so they need a key"
+        )
+    })
+}
+
+/// The model id clients see (`llama-server --alias`): a slug of the model's name
+/// ("Qwen3 30B-A3B Instruct" -> "qwen3-30b-a3b-instruct"), never the file path.
+pub fn model_alias(r: &TuneResult) -> String {
+    let mut slug = String::new();
+    for c in super::markdown::model_title(r).chars() {
+        if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+            slug.push(c.to_ascii_lowercase());
+        } else if !slug.is_empty() && !slug.ends_with('-') {
+            slug.push('-');
+        }
+        if slug.len() >= 64 {
+            break;
+        }
+    }
+    let slug = slug.trim_matches(['-', '.']).to_string();
+    if slug.is_empty() {
+        "model".to_string()
+    } else {
+        slug
+    }
 }
 
 /// The winner's launch script. Errors when the run has no winner.
@@ -29,8 +65,8 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
             "this run has no winner (every configuration failed; see its report.md): nothing to launch"
         );
     };
-    let argv = w.config.command(&r.server_path, &r.model_path, host, port);
-    let url = local_url(host, port);
+    let flags = w.config.server_args();
+    let alias = model_alias(r);
     let uses_gpu = r.hardware.has_gpu() && w.config.n_gpu_layers != Some(0);
     // Two GPUs or more: the winner's measured peak on each card (highest over its ok trials),
     // checked card by card instead of summed.
@@ -67,27 +103,44 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
     let _ = writeln!(
         m,
         "# Written by qtune {} from the tune started {}.",
-        r.qtune_version, r.started_at
+        one_line(&r.qtune_version),
+        one_line(&r.started_at)
     );
     let _ = writeln!(
         m,
         "# Model:  {}",
-        super::markdown::model_title(r).replace('\n', " ")
+        one_line(&super::markdown::model_title(r))
     );
     let _ = writeln!(
         m,
         "# Config: {} (generation {:.2} tok/s, prompt {:.2} tok/s{})",
-        w.config.label(),
+        one_line(&w.config.label()),
         w.gen_tps.median,
         w.prompt_tps.median,
         w.peak_vram_mib
             .map(|v| format!(", peak VRAM {v} MiB"))
             .unwrap_or_default()
     );
-    let _ = writeln!(
+    let _ = write!(
         m,
-        "# Ctrl-C or SIGTERM stops the server with it. QTUNE_HEALTH_TIMEOUT_S (default 600) bounds\n\
-         # the wait for /health."
+        "#\n\
+         # Usage: ./launch.sh [--host HOST] [--port PORT] [--alias NAME]\n\
+         #                    [--api-key KEY | --api-key-file FILE] [LLAMA-SERVER FLAGS...]\n\
+         #   --host HOST          address to listen on (default {host}; env QTUNE_HOST). Any\n\
+         #                        address but loopback lets other machines in: launch.sh warns,\n\
+         #                        and warns again when no API key is set.\n\
+         #   --port PORT          port to listen on (default {port}; env QTUNE_PORT)\n\
+         #   --alias NAME         the model id clients see in /v1/models (default {alias};\n\
+         #                        env QTUNE_ALIAS)\n\
+         #   --api-key KEY        clients must send this key (env QTUNE_API_KEY)\n\
+         #   --api-key-file FILE  read the key from FILE instead, kept out of ps (env\n\
+         #                        QTUNE_API_KEY_FILE)\n\
+         #   anything else        passed on to llama-server after the tuned flags (so it wins);\n\
+         #                        `--` passes on everything after it\n\
+         # Ctrl-C or SIGTERM stops the server with it. QTUNE_HEALTH_TIMEOUT_S (default 600)\n\
+         # bounds the wait for /health.\n",
+        host = one_line(host),
+        alias = one_line(&alias),
     );
     let _ = writeln!(m, "set -euo pipefail\n");
     if r.gpu_budgets.len() >= 2 && uses_gpu {
@@ -100,7 +153,9 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
             let _ = writeln!(
                 m,
                 "#   CUDA{i} = GPU {} {} (budget {} MiB at the tune)",
-                g.index, g.name, g.budget_mib
+                g.index,
+                one_line(&g.name),
+                g.budget_mib
             );
         }
         for (k, v) in crate::hardware::cuda_device_env(&r.gpu_budgets) {
@@ -118,8 +173,18 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
         "MODEL={}",
         shell_quote(&r.model_path.display().to_string())
     );
-    let _ = writeln!(m, "URL={}", shell_quote(&url));
-    let _ = writeln!(m, "HEALTH_TIMEOUT_S=${{QTUNE_HEALTH_TIMEOUT_S:-600}}");
+    let _ = writeln!(m, "DEFAULT_HOST={}", shell_quote(host));
+    let _ = writeln!(m, "DEFAULT_PORT={port}");
+    let _ = writeln!(m, "DEFAULT_ALIAS={}", shell_quote(&alias));
+    m.push_str(
+        r#"HOST=${QTUNE_HOST:-$DEFAULT_HOST}
+PORT=${QTUNE_PORT:-$DEFAULT_PORT}
+ALIAS=${QTUNE_ALIAS:-$DEFAULT_ALIAS}
+API_KEY=${QTUNE_API_KEY:-}
+API_KEY_FILE=${QTUNE_API_KEY_FILE:-}
+HEALTH_TIMEOUT_S=${QTUNE_HEALTH_TIMEOUT_S:-600}
+"#,
+    );
     if let Some(v) = need_vram {
         let _ = writeln!(
             m,
@@ -129,6 +194,64 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
     m.push_str(
         r#"
 say() { printf 'launch.sh: %s\n' "$*" >&2; }
+usage() { sed -n '/^# Usage:/,/^# bounds the wait/s/^# \{0,1\}//p' "$0"; }
+# The value of option $1 (the rest of the arguments follow it), or exit when there is none.
+value() {
+  if (( $# < 2 )); then
+    say "$1 needs a value (see --help)"
+    exit 2
+  fi
+}
+
+extra=()
+while (( $# > 0 )); do
+  case $1 in
+    --host) value "$@"; HOST=$2; shift 2 ;;
+    --host=*) HOST=${1#*=}; shift ;;
+    --port) value "$@"; PORT=$2; shift 2 ;;
+    --port=*) PORT=${1#*=}; shift ;;
+    --alias) value "$@"; ALIAS=$2; shift 2 ;;
+    --alias=*) ALIAS=${1#*=}; shift ;;
+    --api-key) value "$@"; API_KEY=$2; shift 2 ;;
+    --api-key=*) API_KEY=${1#*=}; shift ;;
+    --api-key-file) value "$@"; API_KEY_FILE=$2; shift 2 ;;
+    --api-key-file=*) API_KEY_FILE=${1#*=}; shift ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; extra+=("$@"); break ;;
+    *) extra+=("$1"); shift ;;
+  esac
+done
+
+if ! [[ $PORT =~ ^[0-9]{1,5}$ ]] || (( 10#$PORT < 1 || 10#$PORT > 65535 )); then
+  say "the port must be a number from 1 to 65535, not '$PORT'"
+  exit 2
+fi
+PORT=$((10#$PORT))
+if [[ -z $HOST || -z $ALIAS ]]; then
+  say "the host and the alias must not be empty"
+  exit 2
+fi
+if [[ -n $API_KEY_FILE && ! -r $API_KEY_FILE ]]; then
+  say "cannot read the API key file: $API_KEY_FILE"
+  exit 2
+fi
+case $HOST in
+  127.*|localhost|::1|'[::1]') ;;
+  *)
+    say "warning: listening on $HOST: other machines can reach this server"
+    if [[ -z $API_KEY && -z $API_KEY_FILE ]]; then
+      say "warning: no API key: anyone who reaches $HOST:$PORT can use it (pass --api-key-file FILE)"
+    fi
+    ;;
+esac
+case $HOST in
+  0.0.0.0) url_host=127.0.0.1 ;;
+  ::|'[::]') url_host='[::1]' ;;
+  \[*) url_host=$HOST ;;
+  *:*) url_host="[$HOST]" ;;
+  *) url_host=$HOST ;;
+esac
+URL="http://$url_host:$PORT"
 
 if [[ ! -f "$MODEL" ]]; then
   say "model file not found: $MODEL"
@@ -216,14 +339,33 @@ trap 'stop 143' TERM
 "#,
     );
     m.push('\n');
-    let _ = writeln!(m, "cmd=({})", shell_line(&argv));
     let _ = writeln!(
         m,
-        "say {}",
-        shell_quote(&format!("starting: {}", shell_line(&argv)))
+        "cmd=(\"$SERVER\" -m \"$MODEL\" {} --host \"$HOST\" --port \"$PORT\" --alias \"$ALIAS\")",
+        shell_line(&flags)
     );
     m.push_str(
-        r#"exec "${cmd[@]}" &
+        r#"shown=("${cmd[@]}")
+if [[ -n $API_KEY ]]; then
+  cmd+=(--api-key "$API_KEY")
+  shown+=(--api-key '(hidden)')
+fi
+if [[ -n $API_KEY_FILE ]]; then
+  cmd+=(--api-key-file "$API_KEY_FILE")
+  shown+=(--api-key-file "$API_KEY_FILE")
+fi
+if (( ${#extra[@]} > 0 )); then
+  cmd+=("${extra[@]}")
+  shown+=("${extra[@]}")
+fi
+# The command as qtune prints commands: plain words bare, others in single quotes.
+plain='^[-A-Za-z0-9_./=:,+@%]+$' sq="'" esc="'\\''" line=""
+for w in "${shown[@]}"; do
+  line+=${line:+ }
+  if [[ $w =~ $plain ]]; then line+=$w; else line+="'${w//$sq/$esc}'"; fi
+done
+say "starting: $line"
+exec "${cmd[@]}" &
 server_pid=$!
 
 if command -v curl >/dev/null 2>&1; then
@@ -256,35 +398,20 @@ exit "$rc""#,
     Ok(s)
 }
 
-/// Quote one word for a systemd `ExecStart=` line (`%` and `$` are special there).
-pub fn systemd_quote(word: &str) -> String {
-    let escaped = word.replace('%', "%%").replace('$', "$$");
-    if escaped
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%$".contains(&b))
-    {
-        escaped
-    } else {
-        format!("\"{}\"", escaped.replace('\\', "\\\\").replace('"', "\\\""))
-    }
-}
-
 /// A systemd unit that runs `script` (an absolute path) and restarts it when it fails.
-pub fn systemd_unit(r: &TuneResult, script: &Path) -> String {
+/// `unit` is where the unit file itself is written (its install line copies it from there).
+pub fn systemd_unit(r: &TuneResult, script: &Path, unit: &Path) -> String {
     let label = r
         .winner
         .as_ref()
         .map(|w| w.config.label())
         .unwrap_or_default();
-    let name = script
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "launch.sh".into());
     format!(
         "# systemd unit written by qtune {ver}: runs {script_disp}.\n\
-         # Install: sudo cp {name}.service /etc/systemd/system/llama-server.service\n\
+         # Install: sudo cp {unit} /etc/systemd/system/llama-server.service\n\
          #          sudo systemctl daemon-reload && sudo systemctl enable --now llama-server\n\
-         # Add User= under [Service] to run it as your user.\n\
+         # Add User= under [Service] to run it as your user, and Environment= lines to change\n\
+         # what launch.sh serves (QTUNE_HOST, QTUNE_PORT, QTUNE_ALIAS, QTUNE_API_KEY_FILE).\n\
          [Unit]\n\
          Description=llama-server: {model} ({label}), tuned by qtune\n\
          After=network-online.target\n\
@@ -301,13 +428,118 @@ pub fn systemd_unit(r: &TuneResult, script: &Path) -> String {
          \n\
          [Install]\n\
          WantedBy=multi-user.target\n",
-        ver = r.qtune_version,
-        script_disp = script.display(),
-        name = name,
-        model = super::markdown::model_title(r).replace(['\n', '%'], " "),
-        label = label.replace('%', "%%"),
-        exec = systemd_quote(&script.display().to_string()),
+        ver = one_line(&r.qtune_version),
+        script_disp = one_line(&script.display().to_string()),
+        unit = one_line(&shell_quote(&unit.display().to_string())),
+        model = systemd_text(&super::markdown::model_title(r)),
+        label = systemd_text(&label),
+        exec = systemd_word(&script.display().to_string()),
     )
+}
+
+/// The official llama.cpp server image at qtune's pinned llama.cpp build: CUDA 12 when the
+/// winner uses a GPU, else the CPU image.
+pub fn server_image(gpu: bool) -> String {
+    let tag = crate::server::BUILD_TAG;
+    if gpu {
+        format!("ghcr.io/ggml-org/llama.cpp:server-cuda12-{tag}")
+    } else {
+        format!("ghcr.io/ggml-org/llama.cpp:server-{tag}")
+    }
+}
+
+/// A docker compose file that serves the winner with the official llama.cpp server image:
+/// the model bind-mounted read-only, the port published on `host` only, the GPUs reserved
+/// when the winner uses one. Errors when the run has no winner.
+pub fn compose_file(r: &TuneResult, host: &str, port: u16) -> Result<String> {
+    let Some(w) = &r.winner else {
+        bail!(
+            "this run has no winner (every configuration failed; see its report.md): nothing to serve"
+        );
+    };
+    let uses_gpu = r.hardware.has_gpu() && w.config.n_gpu_layers != Some(0);
+    let alias = model_alias(r);
+    const IN_MODEL: &str = "/models/model.gguf";
+    let mut argv: Vec<String> = vec!["-m".into(), IN_MODEL.into()];
+    argv.extend(w.config.server_args());
+    argv.extend([
+        "--host".into(),
+        "0.0.0.0".into(),
+        "--port".into(),
+        "8080".into(),
+        "--alias".into(),
+        alias.clone(),
+    ]);
+    let host_ip = host.trim_start_matches('[').trim_end_matches(']');
+    let mut m = String::new();
+    let _ = write!(
+        m,
+        "# docker compose file written by qtune {ver}: serves {model} with the launch flags\n\
+         # qtune found fastest on this machine ({label}), in the official llama.cpp server\n\
+         # image at the llama.cpp build qtune tuned with ({tag}).\n\
+         # Start: docker compose -f THIS_FILE up -d    Stop: docker compose -f THIS_FILE down\n\
+         # Clients: http://{url_host}:{port}/v1, model id {alias}.\n",
+        ver = one_line(&r.qtune_version),
+        model = one_line(&super::markdown::model_title(r)),
+        label = one_line(&w.config.label()),
+        tag = crate::server::BUILD_TAG,
+        url_host = if is_loopback(host) || host_ip == "0.0.0.0" || host_ip == "::" {
+            "127.0.0.1".to_string()
+        } else {
+            one_line(host)
+        },
+    );
+    if !is_loopback(host) {
+        let _ = writeln!(
+            m,
+            "# Published on {}: other machines can reach it. Add \"--api-key-file\", \"/run/secrets/key\"\n\
+             # to the command (with the key file mounted there) so they need a key.",
+            one_line(host)
+        );
+    }
+    if uses_gpu {
+        let _ = writeln!(
+            m,
+            "# Needs the NVIDIA Container Toolkit. For CUDA 13 drivers use the server-cuda13 image."
+        );
+    }
+    let _ = writeln!(m, "services:\n  llama-server:");
+    let _ = writeln!(m, "    image: {}", compose_string(&server_image(uses_gpu)));
+    let _ = writeln!(m, "    command:");
+    for a in &argv {
+        let _ = writeln!(m, "      - {}", compose_string(a));
+    }
+    let _ = writeln!(
+        m,
+        "    volumes:\n      - type: bind\n        source: {}\n        target: {}\n        read_only: true",
+        compose_string(&r.model_path.display().to_string()),
+        compose_string(IN_MODEL)
+    );
+    let _ = writeln!(
+        m,
+        "    ports:\n      - target: 8080\n        published: \"{port}\"\n        host_ip: {}",
+        compose_string(host_ip)
+    );
+    let env = crate::hardware::cuda_device_env(&r.gpu_budgets);
+    if uses_gpu && !env.is_empty() {
+        let _ = writeln!(m, "    environment:");
+        for (k, v) in env {
+            let _ = writeln!(m, "      {}: {}", compose_string(&k), compose_string(&v));
+        }
+    }
+    if uses_gpu {
+        let _ = writeln!(
+            m,
+            "    deploy:\n      resources:\n        reservations:\n          devices:\n            \
+             - driver: nvidia\n              count: all\n              capabilities: [gpu]"
+        );
+    }
+    let _ = writeln!(
+        m,
+        "    healthcheck:\n      test: [\"CMD\", \"curl\", \"-fsS\", \"http://127.0.0.1:8080/health\"]\n      \
+         interval: 10s\n      timeout: 5s\n      start_period: 600s\n    restart: unless-stopped"
+    );
+    Ok(m)
 }
 
 #[cfg(test)]
@@ -333,14 +565,16 @@ mod tests {
         assert!(s.contains("SERVER='/opt/llama `cpp`/bin/llama-server'"));
         assert!(s.contains("NEED_VRAM_MIB=14935"));
         assert!(s.contains("nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits"));
-        assert!(s.contains("URL=http://127.0.0.1:9000"));
-        let argv = r
-            .winner
-            .as_ref()
-            .unwrap()
-            .config
-            .command(&srv, &model, "0.0.0.0", 9000);
-        assert!(s.contains(&format!("cmd=({})", shell_line(&argv))));
+        assert!(
+            s.contains("DEFAULT_HOST=0.0.0.0\nDEFAULT_PORT=9000\n"),
+            "{s}"
+        );
+        assert!(s.contains("DEFAULT_ALIAS=sample-qwen3moe\n"), "{s}");
+        let flags = r.winner.as_ref().unwrap().config.server_args();
+        assert!(s.contains(&format!(
+            "cmd=(\"$SERVER\" -m \"$MODEL\" {} --host \"$HOST\" --port \"$PORT\" --alias \"$ALIAS\")",
+            shell_line(&flags)
+        )));
         assert!(s.contains("--n-cpu-moe 11"));
     }
 
@@ -357,21 +591,258 @@ mod tests {
     }
 
     #[test]
-    fn ipv6_hosts_are_bracketed() {
-        assert_eq!(local_url("::", 80), "http://[::1]:80");
-        assert_eq!(local_url("::1", 80), "http://[::1]:80");
-        assert_eq!(local_url("localhost", 80), "http://localhost:80");
+    fn loopback_hosts_and_aliases() {
+        for h in ["127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost"] {
+            assert!(is_loopback(h), "{h}");
+            assert!(exposed_host_warning(h).is_none());
+        }
+        for h in ["0.0.0.0", "::", "192.168.1.2", "my-box"] {
+            assert!(!is_loopback(h), "{h}");
+            assert!(exposed_host_warning(h).unwrap().contains("--api-key-file"));
+        }
+        let (srv, model) = weird();
+        let mut r = crate::run::sample::cpu_result(&srv, &model);
+        r.model.name = Some("Qwen3 30B-A3B  Instruct (2507)".into());
+        assert_eq!(model_alias(&r), "qwen3-30b-a3b-instruct-2507");
+        r.model.name = Some("Qwen3.5-35B-A3B".into());
+        assert_eq!(model_alias(&r), "qwen3.5-35b-a3b");
+        r.model.name = Some("$(touch x)\n".into());
+        assert_eq!(model_alias(&r), "touch-x");
+        r.model.name = Some("!!!".into());
+        assert_eq!(model_alias(&r), "model");
+    }
+
+    /// Every string of a run that reaches the script or the unit, set to a line break plus a
+    /// command (and quotes, `$(...)`, backticks): `bash -n` accepts the script, running it
+    /// (with a stub server that exits at once) creates nothing, and the unit holds only the
+    /// lines qtune writes.
+    #[test]
+    fn hostile_run_values_never_run_nor_add_unit_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let evil = "x\ntouch PWNED\n$(touch PWNED)`touch PWNED`'\"\\";
+        let srv = dir.path().join(format!("srv {evil}"));
+        let model = dir.path().join(format!("m {evil}.gguf"));
+        std::fs::write(&srv, "#!/bin/sh\nexit 3\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&srv, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(&model, "").unwrap();
+        for two_gpus in [false, true] {
+            let mut r = crate::run::sample::gpu_result(&srv, &model);
+            if !two_gpus {
+                r.gpu_budgets.clear();
+            }
+            r.qtune_version = format!("0.1.0{evil}");
+            r.started_at = format!("2025-01-01T00:00:00Z{evil}");
+            r.model.name = Some(format!("Model {evil}"));
+            for g in &mut r.gpu_budgets {
+                g.name = format!("GPU {evil}");
+            }
+            let s = launch_script(&r, "127.0.0.1", 18080).unwrap();
+            let path = dir.path().join("launch.sh");
+            std::fs::write(&path, &s).unwrap();
+            let n = std::process::Command::new("bash")
+                .arg("-n")
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(n.status.success(), "{}", String::from_utf8_lossy(&n.stderr));
+            let o = std::process::Command::new("bash")
+                .arg(&path)
+                .current_dir(dir.path())
+                .env("PATH", "/usr/bin:/bin")
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(err.contains("exited (status 3)"), "{err}");
+            assert!(!dir.path().join("PWNED").exists(), "{s}");
+
+            let u = systemd_unit(
+                &r,
+                &dir.path().join(format!("run {evil}/launch.sh")),
+                &dir.path().join(format!("run {evil}/launch.sh.service")),
+            );
+            for line in u.lines() {
+                let known = line.is_empty()
+                    || line.starts_with('#')
+                    || line.starts_with('[')
+                    || [
+                        "Description=",
+                        "After=",
+                        "Wants=",
+                        "Type=",
+                        "ExecStart=",
+                        "Restart=",
+                        "RestartSec=",
+                        "KillMode=",
+                        "KillSignal=",
+                        "TimeoutStopSec=",
+                        "WantedBy=",
+                    ]
+                    .iter()
+                    .any(|k| line.starts_with(k));
+                assert!(known, "{line:?} in\n{u}");
+                assert!(!line.ends_with('\\'), "{line:?}");
+            }
+            assert_eq!(u.lines().filter(|l| l.starts_with("ExecStart=")).count(), 1);
+
+            // The compose file reads back as exactly the values (compose's `$$` is one `$`).
+            let c = compose_file(&r, "127.0.0.1", 18080).unwrap();
+            let v: serde_yaml::Value = serde_yaml::from_str(&c).unwrap();
+            let svc = &v["services"]["llama-server"];
+            let undollar = |s: &str| s.replace("$$", "$");
+            assert_eq!(
+                undollar(svc["volumes"][0]["source"].as_str().unwrap()),
+                model.display().to_string()
+            );
+            let cmd: Vec<String> = svc["command"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|a| undollar(a.as_str().unwrap()))
+                .collect();
+            assert_eq!(cmd[..2], ["-m", "/models/model.gguf"]);
+            let keys: Vec<&str> = v
+                .as_mapping()
+                .unwrap()
+                .keys()
+                .filter_map(|k| k.as_str())
+                .collect();
+            assert_eq!(keys, ["services"], "{c}");
+        }
+    }
+
+    /// The script's own arguments, run with a stub server that records its argv: host, port,
+    /// alias and key reach the server, anything else is passed on, the env vars work, a
+    /// non-loopback host warns (twice without a key), a bad port is refused.
+    #[test]
+    fn launch_sh_arguments_reach_the_server() {
+        let dir = tempfile::tempdir().unwrap();
+        let srv = dir.path().join("llama-server");
+        let args_file = dir.path().join("argv");
+        std::fs::write(
+            &srv,
+            format!(
+                "#!/bin/sh\nprintf '%s\\n' \"$@\" > {}\nexit 5\n",
+                shell_quote(&args_file.display().to_string())
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&srv, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let model = dir.path().join("m.gguf");
+        std::fs::write(&model, "").unwrap();
+        let key = dir.path().join("key");
+        std::fs::write(&key, "k").unwrap();
+        let r = crate::run::sample::cpu_result(&srv, &model);
+        let path = dir.path().join("launch.sh");
+        std::fs::write(&path, launch_script(&r, "127.0.0.1", 8080).unwrap()).unwrap();
+        let run = |args: &[&str], env: &[(&str, &str)]| {
+            std::fs::remove_file(&args_file).ok();
+            let o = std::process::Command::new("bash")
+                .arg(&path)
+                .args(args)
+                .envs(env.iter().copied())
+                .env("PATH", "/usr/bin:/bin")
+                .output()
+                .unwrap();
+            let argv = std::fs::read_to_string(&args_file).unwrap_or_default();
+            (
+                o.status.code(),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+                argv.lines().map(String::from).collect::<Vec<_>>(),
+            )
+        };
+        let after = |argv: &[String], flag: &str| -> Option<String> {
+            let i = argv.iter().rposition(|a| a == flag)?;
+            argv.get(i + 1).cloned()
+        };
+
+        let (code, err, argv) = run(&[], &[]);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains("exited (status 5)"), "{err}");
+        assert_eq!(after(&argv, "--host").as_deref(), Some("127.0.0.1"));
+        assert_eq!(after(&argv, "--port").as_deref(), Some("8080"));
+        assert_eq!(after(&argv, "--alias").as_deref(), Some("sample-llama"));
+        assert!(!err.contains("warning"), "{err}");
+        assert!(!argv.iter().any(|a| a.starts_with("--api-key")));
+
+        let (_, err, argv) = run(
+            &[
+                "--host",
+                "0.0.0.0",
+                "--port=18123",
+                "--alias",
+                "x",
+                "-n",
+                "7",
+            ],
+            &[],
+        );
+        assert_eq!(after(&argv, "--host").as_deref(), Some("0.0.0.0"));
+        assert_eq!(after(&argv, "--port").as_deref(), Some("18123"));
+        assert_eq!(after(&argv, "--alias").as_deref(), Some("x"));
+        assert_eq!(&argv[argv.len() - 2..], ["-n", "7"], "passed on, last");
+        assert!(
+            err.contains("warning: listening on 0.0.0.0: other machines can reach this server"),
+            "{err}"
+        );
+        assert!(err.contains("warning: no API key"), "{err}");
+
+        let keyfile = key.display().to_string();
+        let (_, err, argv) = run(&["--api-key-file", &keyfile], &[("QTUNE_HOST", "::")]);
+        assert_eq!(after(&argv, "--host").as_deref(), Some("::"));
+        assert_eq!(after(&argv, "--api-key-file"), Some(keyfile.clone()));
+        assert!(err.contains("warning: listening on ::"), "{err}");
+        assert!(!err.contains("no API key"), "{err}");
+
+        let (_, err, argv) = run(
+            &["--api-key", "s3cret", "--", "--alias", "y"],
+            &[("QTUNE_PORT", "9001"), ("QTUNE_ALIAS", "envalias")],
+        );
+        assert_eq!(after(&argv, "--port").as_deref(), Some("9001"));
+        assert_eq!(after(&argv, "--api-key").as_deref(), Some("s3cret"));
+        assert_eq!(after(&argv, "--alias").as_deref(), Some("y"), "after --");
+        assert!(argv.contains(&"envalias".to_string()));
+        assert!(!err.contains("s3cret"), "the key is not printed: {err}");
+
+        for bad in [&["--port", "abc"][..], &["--port", "70000"], &["--alias"]] {
+            let (code, err, argv) = run(bad, &[]);
+            assert_eq!(code, Some(2), "{bad:?}: {err}");
+            assert!(argv.is_empty(), "{bad:?}");
+        }
+        let (code, err, _) = run(&["--api-key-file", "/nonexistent/key"], &[]);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains("cannot read the API key file"), "{err}");
+
+        let o = std::process::Command::new("bash")
+            .arg(&path)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        let help = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            help.starts_with("Usage: ./launch.sh [--host HOST]"),
+            "{help}"
+        );
+        assert!(help.contains("--api-key-file FILE"), "{help}");
+        assert!(!std::fs::exists(&args_file).unwrap());
     }
 
     #[test]
     fn systemd_quoting() {
-        assert_eq!(systemd_quote("/usr/bin/x"), "/usr/bin/x");
-        assert_eq!(systemd_quote("/a b/$x%y"), "\"/a b/$$x%%y\"");
-        assert_eq!(systemd_quote("/a\"b"), "\"/a\\\"b\"");
         let (srv, model) = weird();
         let r = crate::run::sample::gpu_result(&srv, &model);
-        let u = systemd_unit(&r, Path::new("/srv/my run/launch.sh"));
+        let u = systemd_unit(
+            &r,
+            Path::new("/srv/my run/launch.sh"),
+            Path::new("/srv/my run/llama.service"),
+        );
         assert!(u.contains("ExecStart=\"/srv/my run/launch.sh\"\n"));
+        assert!(
+            u.contains("# Install: sudo cp '/srv/my run/llama.service' /etc/systemd/system/"),
+            "{u}"
+        );
         assert!(u.contains("Restart=on-failure\n"));
     }
 }

@@ -18,9 +18,12 @@ use std::path::{Path, PathBuf};
 pub mod pareto;
 #[doc(hidden)]
 pub mod sample;
+pub mod schema;
 
 pub const RUN_FILE: &str = "run.json";
 pub const RESULTS_FILE: &str = "results.json";
+/// The largest `results.json` or `run.json` qtune reads (a long tune's is well under 1 MiB).
+pub const MAX_RUN_FILE_BYTES: u64 = 64 << 20;
 
 /// Host and port of the printed launch command when none was asked for.
 pub const DEFAULT_HOST: &str = "127.0.0.1";
@@ -319,18 +322,26 @@ pub fn read_result(dir_or_file: &Path) -> Result<(PathBuf, TuneResult)> {
             dir_or_file.display()
         );
     };
-    let text = match std::fs::read_to_string(&file) {
+    let bytes = match crate::util::read_bounded(&file, MAX_RUN_FILE_BYTES) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => anyhow::bail!(
-            "no {RESULTS_FILE} in {}: is it a finished qtune run? (qtune tune writes it when a tune \
-             ends; resume an interrupted one with qtune tune --resume DIR)",
-            dir.display()
-        ),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", file.display())),
+        Err(crate::util::BoundedReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            anyhow::bail!(
+                "no {RESULTS_FILE} in {}: is it a finished qtune run? (qtune tune writes it when a tune \
+                 ends; resume an interrupted one with qtune tune --resume DIR)",
+                dir.display()
+            )
+        }
+        Err(e) => anyhow::bail!("cannot read {}: {e}", file.display()),
     };
-    let result: TuneResult = serde_json::from_str(&text).map_err(|e| {
+    let result: TuneResult = serde_json::from_slice(&bytes).map_err(|e| {
         anyhow::anyhow!(
             "{} is not a valid qtune result ({e}): was it edited, truncated, or written by another qtune version?",
+            file.display()
+        )
+    })?;
+    result.check_schema().map_err(|e| {
+        anyhow::anyhow!(
+            "{} is not a valid qtune result: {e} (was it edited?)",
             file.display()
         )
     })?;
@@ -348,13 +359,22 @@ pub fn write_inputs(dir: &Path, inputs: &RunInputs) -> Result<()> {
 /// Read `run.json` of a run directory; `why` says what the caller wanted it for.
 pub fn read_inputs(dir: &Path) -> Result<RunInputs> {
     let path = dir.join(RUN_FILE);
-    let text = std::fs::read_to_string(&path).with_context(|| {
-        format!(
-            "{} has no {RUN_FILE} (not a qtune run directory?)",
-            dir.display()
-        )
-    })?;
-    serde_json::from_str(&text).with_context(|| format!("{} is unreadable", path.display()))
+    let bytes = match crate::util::read_bounded(&path, MAX_RUN_FILE_BYTES) {
+        Ok(b) => b,
+        Err(crate::util::BoundedReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            anyhow::bail!(
+                "{} has no {RUN_FILE} (not a qtune run directory?)",
+                dir.display()
+            )
+        }
+        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
+    };
+    let inputs: RunInputs = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is unreadable", path.display()))?;
+    inputs
+        .check_schema()
+        .map_err(|e| anyhow::anyhow!("{} is not a valid qtune run: {e}", path.display()))?;
+    Ok(inputs)
 }
 
 pub const LOCK_FILE: &str = ".qtune.lock";
@@ -371,12 +391,9 @@ pub struct RunLock {
 pub fn lock(dir: &Path) -> Result<RunLock> {
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create run directory {}", dir.display()))?;
+    check_run_files(dir)?;
     let path = dir.join(LOCK_FILE);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
+    let file = crate::util::open_for_write(&path, false, true)
         .with_context(|| format!("cannot lock run directory {}", dir.display()))?;
     use std::os::fd::AsRawFd;
     // SAFETY: flock on a descriptor this function owns; no memory is touched.
@@ -396,6 +413,28 @@ pub fn lock(dir: &Path) -> Result<RunLock> {
 /// A run directory already holds a tune.
 pub fn holds_a_tune(dir: &Path) -> bool {
     dir.join(RUN_FILE).exists()
+}
+
+/// Every file qtune reads back from a run directory, checked up front: each one present must
+/// be a regular file (a named pipe or a device there would block or never end).
+pub fn check_run_files(dir: &Path) -> Result<()> {
+    for name in [
+        RUN_FILE,
+        RESULTS_FILE,
+        crate::trial::journal::FILE_NAME,
+        "checkpoint.json",
+        LOCK_FILE,
+    ] {
+        let p = dir.join(name);
+        match std::fs::metadata(&p) {
+            Ok(m) if !m.is_file() => anyhow::bail!(
+                "{} is not a regular file (a pipe, device, socket or directory): not a qtune run directory, or tampered with",
+                p.display()
+            ),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -47,10 +47,15 @@ impl Checkpoint<QtuneSearch, TuneState> for RunDirCheckpoint {
     }
 
     fn load(&self) -> Result<Option<(QtuneSearch, TuneState)>, ArgminError> {
-        if !self.path.exists() {
+        let Some(bytes) = crate::util::read_bounded_opt(&self.path, 256 << 20).map_err(|e| {
+            ArgminError::msg(format!(
+                "cannot read checkpoint {}: {e}; delete it to resume from the journal alone",
+                self.path.display()
+            ))
+        })?
+        else {
             return Ok(None);
-        }
-        let bytes = std::fs::read(&self.path)?;
+        };
         let saved: Saved = serde_json::from_slice(&bytes).map_err(|e| {
             ArgminError::msg(format!(
                 "checkpoint {} is unreadable ({e}); delete it to resume from the journal alone",

@@ -90,6 +90,11 @@ impl TuneProblem {
         if let Some(e) = interrupted() {
             return Err(e);
         }
+        // A model deleted, replaced or truncated mid-tune stops the tune before a launch is
+        // charged to it (issue 33).
+        if let Err(why) = self.runner.borrow().check_inputs() {
+            return Err(ArgminError::msg(why));
+        }
         // issue 13 (launch feasibility, host RAM): a config predicted to push the box into
         // swap is never launched; it is recorded as skipped, with the reason.
         if let Some(why) = crate::model::memory::launch_refusal(
@@ -406,12 +411,10 @@ impl QtuneSearch {
         (room >= 0.0 && c != failed.config).then_some(c)
     }
 
-    /// Launches spent so far (skipped configs were never launched).
+    /// Launches spent so far. A config skipped before launching (predicted not to fit) costs
+    /// one too: a search that keeps proposing configs it cannot launch still ends (issue 33).
     pub fn launches(&self) -> u32 {
-        self.history
-            .iter()
-            .filter(|o| o.kind != OutcomeKind::Skipped)
-            .count() as u32
+        self.history.len() as u32
     }
 
     /// Launches the search leaves for the race.
@@ -816,6 +819,12 @@ impl QtuneSearch {
     /// Decide what to run next; None when the tune is finished.
     fn next_action(&mut self, ctx: &SearchContext) -> Option<(LaunchConfig, TrialRole)> {
         loop {
+            // Nothing starts once the minutes budget is spent (issue 33: the budget is a wall).
+            if !self.pending.is_empty()
+                && self.elapsed_s(ctx.clock.as_ref()) >= ctx.space.budget.minutes * 60.0
+            {
+                self.pending.clear();
+            }
             if let Some(p) = self.pending.pop_front() {
                 // Re-measurements count against the search budget; confirmation rounds do not.
                 if p.1 == TrialRole::Search
@@ -831,13 +840,15 @@ impl QtuneSearch {
                     // The baseline first, and again right after it (when the budget races):
                     // the box's launch-to-launch noise, measured before anything is decided,
                     // sizes the race (how many candidates it can resolve).
+                    // A skipped baseline counts: it would be skipped again (issue 33).
                     let baselines: Vec<&TrialOutcome> = self
                         .history
                         .iter()
-                        .filter(|o| o.role == TrialRole::Baseline && o.kind != OutcomeKind::Skipped)
+                        .filter(|o| o.role == TrialRole::Baseline)
                         .collect();
                     let again = baselines.len() < Self::probe_launches(ctx) as usize
-                        && baselines.iter().all(|o| o.kind.is_ok());
+                        && baselines.iter().all(|o| o.kind.is_ok())
+                        && self.elapsed_s(ctx.clock.as_ref()) < ctx.space.budget.minutes * 60.0;
                     if baselines.is_empty() || again {
                         return Some((ctx.baseline(), TrialRole::Baseline));
                     }
@@ -1021,6 +1032,23 @@ impl Solver<TuneProblem, TuneState> for QtuneSearch {
                 None,
             ));
         };
+        // A config skipped before launching would be skipped again: never propose it twice.
+        // Should a path of the search still do so, the search ends instead of spinning.
+        if self
+            .history
+            .iter()
+            .any(|o| o.kind == OutcomeKind::Skipped && o.config == cfg && o.role == role)
+        {
+            self.warnings.push(format!(
+                "the search proposed {} again after it was skipped (predicted not to fit); it stopped there",
+                cfg.label()
+            ));
+            self.phase = Phase::Done;
+            return Ok((
+                state.terminate_with(TerminationReason::SolverConverged),
+                None,
+            ));
+        }
         let outcome = problem.problem("trial_count", |p| p.evaluate(&cfg, role))?;
         let cost = cost_of(&outcome, &ctx, self.baseline_speeds().as_ref());
         self.record(outcome.clone());

@@ -68,7 +68,8 @@ pub enum Failure {
     /// The process exited (during load, or while serving).
     Exited,
     /// `/health` was not 200 within this many seconds.
-    LoadTimeout { secs: f64 },
+    /// `budget`: the wait was cut short by the end of the tune's minutes budget.
+    LoadTimeout { secs: f64, budget: bool },
     /// A request did not finish within this many seconds.
     RequestTimeout { secs: f64 },
     /// The server answered a request with an error status.
@@ -207,6 +208,30 @@ fn bad_flag_detail(evidence: &[String]) -> String {
         .unwrap_or_default()
 }
 
+/// The server's "listening on http://HOST:PORT" line and its address, when that port is not
+/// the `--port` of the command line in the log's header.
+fn listening_elsewhere(log: &str) -> Option<(String, String)> {
+    let header = log.lines().find(|l| l.starts_with(LOG_HEADER))?;
+    let words: Vec<&str> = header.split_whitespace().collect();
+    let asked = words
+        .windows(2)
+        .find(|w| w[0] == "--port")
+        .and_then(|w| w[1].parse::<u16>().ok())?;
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("listening on http"))?;
+    let at = line.split("listening on ").nth(1)?.trim().to_string();
+    let port: u16 = at
+        .trim_end_matches('/')
+        .rsplit(':')
+        .next()?
+        .trim_end_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .ok()?;
+    (port != asked).then(|| (line.trim().to_string(), at))
+}
+
 /// Classify a failed trial.
 pub fn classify(obs: &Observation<'_>) -> Verdict {
     let log = obs.log;
@@ -219,7 +244,7 @@ pub fn classify(obs: &Observation<'_>) -> Verdict {
     let exit = obs.exit;
 
     match &obs.failure {
-        Failure::LoadTimeout { secs } => {
+        Failure::LoadTimeout { secs, budget } => {
             if let Some(ev) = find_oom(log) {
                 return Verdict {
                     kind: OutcomeKind::OomLoad,
@@ -227,11 +252,29 @@ pub fn classify(obs: &Observation<'_>) -> Verdict {
                     evidence: ev,
                 };
             }
+            // The server said it listens on another port than the one qtune gave it: /health
+            // was asked in the wrong place (a wrapper that ignores --port?).
+            if let Some((line, at)) = listening_elsewhere(log) {
+                return Verdict {
+                    kind: OutcomeKind::LoadTimeout,
+                    message: format!(
+                        "the server listens on {at}, not on the port qtune gave it, so /health never answered within {secs:.0} s: does it ignore --port (a wrapper script?)"
+                    ),
+                    evidence: vec![line],
+                };
+            }
+            let message = if *budget {
+                format!(
+                    "not ready when the tune's minutes budget ran out ({secs:.0} s of loading): raise --budget-minutes to give it time"
+                )
+            } else {
+                format!(
+                    "not ready within {secs:.0} s: the model loads too slowly (disk, --no-mmap, spilling to swap?); check the log or raise the load timeout"
+                )
+            };
             return Verdict {
                 kind: OutcomeKind::LoadTimeout,
-                message: format!(
-                    "not ready within {secs:.0} s: the model loads too slowly (disk, --no-mmap, spilling to swap?); check the log or raise the load timeout"
-                ),
+                message,
                 evidence: tail_evidence(log),
             };
         }
@@ -346,6 +389,106 @@ pub fn classify_spill(peak_mib: u64, budget_mib: Option<u64>) -> Option<Verdict>
             "peak VRAM used by this trial: {peak_mib} MiB; budget (free VRAM at start minus headroom): {budget} MiB"
         )],
     })
+}
+
+/// The fastest speeds a trial may report before it is called [`OutcomeKind::Implausible`]:
+/// tokens per second, generation and prompt processing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpeedCeiling {
+    pub gen_tps: f64,
+    pub prompt_tps: f64,
+    /// Where the numbers come from, for the message.
+    pub source: &'static str,
+}
+
+impl SpeedCeiling {
+    /// Where no prediction exists: far above any single-box llama.cpp speed (a 135M model on
+    /// an H200 decodes a few thousand tokens per second, and prefills a few hundred thousand).
+    pub const ABSOLUTE: SpeedCeiling = SpeedCeiling {
+        gen_tps: 50_000.0,
+        prompt_tps: 5_000_000.0,
+        source: "the absolute bound",
+    };
+
+    /// How far past the speed model's bound a reading may go: the bound is a roofline
+    /// (bytes over bandwidth), so a real server stays under it; 10x leaves room for caches
+    /// and for a model that is wrong about this box.
+    pub const MARGIN: f64 = 10.0;
+
+    /// [`Self::MARGIN`] times the speed model's generation bound and prompt prediction,
+    /// never above [`Self::ABSOLUTE`]; the absolute bound for a value that is not a positive
+    /// number.
+    pub fn from_prediction(tg_bound_tps: f64, pp_tps: f64) -> SpeedCeiling {
+        let scaled = |v: f64, abs: f64| {
+            if v.is_finite() && v > 0.0 {
+                (v * Self::MARGIN).min(abs)
+            } else {
+                abs
+            }
+        };
+        SpeedCeiling {
+            gen_tps: scaled(tg_bound_tps, Self::ABSOLUTE.gen_tps),
+            prompt_tps: scaled(pp_tps, Self::ABSOLUTE.prompt_tps),
+            source: "10x the speed model's bound",
+        }
+    }
+}
+
+impl Default for SpeedCeiling {
+    fn default() -> Self {
+        Self::ABSOLUTE
+    }
+}
+
+/// An [`OutcomeKind::Implausible`] verdict when any reading of a trial's speeds is not a
+/// finite positive number, or is past `ceiling`; `None` for a believable measurement. Every
+/// sample is checked, not only the median: one bogus reading taints the trial.
+pub fn implausible_speed(m: &super::Metrics, ceiling: &SpeedCeiling) -> Option<Verdict> {
+    let mut bad: Vec<String> = Vec::new();
+    let mut check = |name: &str, stat: &super::Stat, max: f64| {
+        for &v in &stat.samples {
+            let why = if !v.is_finite() {
+                "not a finite number".to_string()
+            } else if v <= 0.0 {
+                "not positive".to_string()
+            } else if v > max {
+                format!(
+                    "past the ceiling of {} tok/s ({})",
+                    fmt_speed(max),
+                    ceiling.source
+                )
+            } else {
+                continue;
+            };
+            bad.push(format!("{name} {} tok/s, {why}", fmt_speed(v)));
+            break;
+        }
+    };
+    check("generation", &m.gen_tps, ceiling.gen_tps);
+    check("prompt processing", &m.prompt_tps, ceiling.prompt_tps);
+    if let Some(d) = &m.gen_tps_at_depth {
+        check("generation at depth", d, ceiling.gen_tps);
+    }
+    if m.ttft_ms.samples.iter().any(|v| !v.is_finite() || *v < 0.0) {
+        bad.push("a time to first token is negative or not a finite number".into());
+    }
+    let first = bad.first()?.clone();
+    Some(Verdict {
+        kind: OutcomeKind::Implausible,
+        message: format!(
+            "the server reported a speed that cannot be real: {first}; a broken measurement, never ranked"
+        ),
+        evidence: bad,
+    })
+}
+
+/// A speed for a message: plain below a million, else in scientific notation.
+fn fmt_speed(v: f64) -> String {
+    if v.is_finite() && v.abs() < 1e6 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:e}")
+    }
 }
 
 /// A spill verdict when any card's peak VRAM in a trial went over that card's own budget (both
@@ -650,7 +793,10 @@ ggml/src/ggml-cuda/ggml-cuda.cu:101: CUDA error
             Phase::Load,
             None,
             "loading...\n",
-            Failure::LoadTimeout { secs: 90.0 },
+            Failure::LoadTimeout {
+                secs: 90.0,
+                budget: false,
+            },
         );
         assert_eq!(v.kind, OutcomeKind::LoadTimeout);
         assert!(v.message.contains("90 s"));
@@ -752,5 +898,67 @@ ggml/src/ggml-cuda/ggml-cuda.cu:101: CUDA error
             v.evidence
         );
         assert!(full_gpu_abort_cards(log, true, &[4_000, 9_000], &[40_000, 12_288]).is_none());
+    }
+
+    #[test]
+    fn a_load_timeout_says_what_happened() {
+        let obs = |log: &'static str, budget: bool| Observation {
+            phase: Phase::Load,
+            exit: None,
+            log,
+            healthy_at: None,
+            failure: Failure::LoadTimeout { secs: 35.0, budget },
+        };
+        let other_port = "# qtune: /opt/llama-server -m /m.gguf --host 127.0.0.1 --port 41234\n\
+                          0.00.210.477 I srv  llama_server: listening on http://127.0.0.1:8080\n";
+        let v = classify(&obs(other_port, false));
+        assert_eq!(v.kind, OutcomeKind::LoadTimeout);
+        assert!(
+            v.message
+                .starts_with("the server listens on http://127.0.0.1:8080, not on the port"),
+            "{}",
+            v.message
+        );
+        // Listening where it was asked: still loading, the ordinary message.
+        let same_port = "# qtune: /opt/llama-server --port 8080\n\
+                         I srv  llama_server: listening on http://127.0.0.1:8080\n";
+        assert!(classify(&obs(same_port, false))
+            .message
+            .contains("loads too slowly"));
+        let v = classify(&obs("loading\n", true));
+        assert!(
+            v.message.contains("minutes budget ran out"),
+            "{}",
+            v.message
+        );
+    }
+
+    #[test]
+    fn implausible_speeds() {
+        use super::super::{Metrics, Stat};
+        let m = |g: f64, p: f64| Metrics {
+            gen_tps: Stat::from_samples(&[g]).unwrap(),
+            prompt_tps: Stat::from_samples(&[p]).unwrap(),
+            ttft_ms: Stat::from_samples(&[10.0]).unwrap(),
+            gen_tps_at_depth: None,
+        };
+        let c = SpeedCeiling::ABSOLUTE;
+        assert!(implausible_speed(&m(50.0, 1000.0), &c).is_none());
+        for (g, p) in [
+            (f64::NAN, 1.0),
+            (f64::INFINITY, 1.0),
+            (0.0, 1.0),
+            (-1.0, 1.0),
+            (1e300, 1.0),
+            (1.0, -0.0),
+            (1.0, 1e7),
+        ] {
+            let v = implausible_speed(&m(g, p), &c).unwrap();
+            assert_eq!(v.kind, OutcomeKind::Implausible, "{g} {p}");
+            assert_eq!(v.message.lines().count(), 1);
+        }
+        let tight = SpeedCeiling::from_prediction(3.0, 100.0);
+        assert!(implausible_speed(&m(31.0, 10.0), &tight).is_some());
+        assert!(implausible_speed(&m(29.0, 10.0), &tight).is_none());
     }
 }

@@ -18,10 +18,7 @@ impl Journal {
         std::fs::create_dir_all(run_dir)
             .with_context(|| format!("cannot create run directory {}", run_dir.display()))?;
         let path = run_dir.join(FILE_NAME);
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
+        crate::util::open_for_write(&path, true, true)
             .with_context(|| format!("cannot open journal {}", path.display()))?;
         Ok(Journal { path })
     }
@@ -35,9 +32,7 @@ impl Journal {
     pub fn append(&self, outcome: &TrialOutcome) -> Result<()> {
         let mut line = serde_json::to_string(outcome)?;
         line.push('\n');
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&self.path)
+        let mut f = crate::util::open_for_write(&self.path, true, false)
             .with_context(|| format!("cannot open journal {}", self.path.display()))?;
         let written = f
             .write(line.as_bytes())
@@ -63,12 +58,8 @@ impl Journal {
     /// that is not the last one is an error (the journal was edited or is not qtune's).
     pub fn repair(run_dir: &Path) -> Result<Option<String>> {
         let path = run_dir.join(FILE_NAME);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => {
-                return Err(e).with_context(|| format!("cannot read journal {}", path.display()))
-            }
+        let Some(bytes) = read_journal(&path)? else {
+            return Ok(None);
         };
         let (keep, lines) = whole_prefix(&bytes).map_err(|(n, e)| {
             anyhow::anyhow!(
@@ -79,9 +70,7 @@ impl Journal {
         if keep == bytes.len() {
             return Ok(None);
         }
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
+        let f = crate::util::open_for_write(&path, false, false)
             .and_then(|f| f.set_len(keep as u64).and_then(|_| f.sync_all()))
             .with_context(|| format!("cannot repair journal {}", path.display()));
         f?;
@@ -96,12 +85,8 @@ impl Journal {
     /// an unreadable line before it is an error.
     pub fn read(run_dir: &Path) -> Result<Vec<TrialOutcome>> {
         let path = run_dir.join(FILE_NAME);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => {
-                return Err(e).with_context(|| format!("cannot read journal {}", path.display()))
-            }
+        let Some(bytes) = read_journal(&path)? else {
+            return Ok(Vec::new());
         };
         let (keep, _) = whole_prefix(&bytes).map_err(|(n, e)| {
             anyhow::anyhow!("journal {} line {n} is unreadable ({e})", path.display())
@@ -115,6 +100,16 @@ impl Journal {
         }
         Ok(out)
     }
+}
+
+/// The largest journal qtune reads: a thousand trials take about 2 MiB.
+pub const MAX_JOURNAL_BYTES: u64 = 256 << 20;
+
+/// The journal's bytes (None when there is none yet): a regular file, read without blocking,
+/// at most [`MAX_JOURNAL_BYTES`].
+fn read_journal(path: &Path) -> Result<Option<Vec<u8>>> {
+    crate::util::read_bounded_opt(path, MAX_JOURNAL_BYTES)
+        .map_err(|e| anyhow::anyhow!("cannot read journal {}: {e}", path.display()))
 }
 
 /// The length of the journal's readable prefix and how many entries it holds. Only the last

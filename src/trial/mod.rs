@@ -37,6 +37,9 @@ pub enum OutcomeKind {
     BadFlag,
     /// Predicted not to fit: never launched.
     Skipped,
+    /// The server reported speeds that cannot be real (not finite, zero or negative, or far
+    /// past what the hardware can do): a broken measurement, never a result.
+    Implausible,
 }
 
 impl OutcomeKind {
@@ -51,6 +54,7 @@ impl OutcomeKind {
             OutcomeKind::RequestTimeout => "request-timeout",
             OutcomeKind::BadFlag => "bad-flag",
             OutcomeKind::Skipped => "skipped",
+            OutcomeKind::Implausible => "implausible",
         }
     }
 
@@ -243,4 +247,10 @@ impl TrialOutcome {
 /// failure is an outcome. Implementations must leave no server process behind.
 pub trait TrialRunner {
     fn run(&mut self, config: &LaunchConfig, role: TrialRole) -> TrialOutcome;
+    /// Before each launch: Err(why) when what every trial depends on changed since the tune
+    /// started (the model file replaced, truncated or deleted). The search then stops without
+    /// charging a trial.
+    fn check_inputs(&self) -> Result<(), String> {
+        Ok(())
+    }
 }

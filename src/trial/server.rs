@@ -17,6 +17,11 @@ use std::time::{Duration, Instant};
 const HEALTH_POLL: Duration = Duration::from_millis(100);
 /// Grace between SIGTERM and SIGKILL when a trial ends normally.
 const STOP_GRACE: Duration = Duration::from_secs(5);
+/// How far past the end of the minutes budget a trial may run, whatever the server does (a
+/// load that never ends, a request that never answers, a workload of 100,000 repetitions):
+/// with [`STOP_GRACE`] to stop the server and a few seconds to write the results, a tune ends
+/// within its budget plus 30 s.
+pub const PAST_BUDGET_WALL: Duration = Duration::from_secs(15);
 /// Attempts when the chosen port is taken between the check and the launch.
 const PORT_ATTEMPTS: usize = 4;
 /// The server's line when its port is taken (tools/server/server-http.cpp).
@@ -71,6 +76,9 @@ impl Draft {
 /// The real trial runner. Sync: it owns a small tokio runtime and blocks on it, so call
 /// `run()` from an ordinary thread (not from inside another runtime). Servers die with the
 /// thread that calls `run()` (PDEATHSIG), so keep that thread alive for the tune.
+/// The speed ceiling of one config (see [`classify::SpeedCeiling`]).
+pub type SpeedCeilingFn = Box<dyn Fn(&LaunchConfig) -> classify::SpeedCeiling + Send + Sync>;
+
 pub struct LlamaServerRunner {
     server: PathBuf,
     model: PathBuf,
@@ -91,6 +99,10 @@ pub struct LlamaServerRunner {
     last_pid: Option<u32>,
     /// Free VRAM (MiB, summed) measured before the tune, to notice other processes.
     free_vram_at_start_mib: Option<u64>,
+    /// The fastest believable speeds of a config (default: the absolute bound).
+    speed_ceiling: SpeedCeilingFn,
+    /// The model file's size and modification time when the runner was made.
+    model_stamp: Option<(u64, std::time::SystemTime)>,
     rt: tokio::runtime::Runtime,
     client: reqwest::Client,
 }
@@ -136,6 +148,8 @@ impl LlamaServerRunner {
             next_id: 1,
             last_pid: None,
             free_vram_at_start_mib: None,
+            speed_ceiling: Box::new(|_| classify::SpeedCeiling::ABSOLUTE),
+            model_stamp: model_stamp(model),
             rt,
             client,
         })
@@ -177,6 +191,13 @@ impl LlamaServerRunner {
     /// process took VRAM) or more (one left) carries a warning saying so.
     pub fn with_free_vram_at_start(mut self, mib: Option<u64>) -> Self {
         self.free_vram_at_start_mib = mib;
+        self
+    }
+
+    /// The fastest believable speeds of each config (e.g. from the speed model); a trial that
+    /// reports more is [`OutcomeKind::Implausible`]. Default: [`classify::SpeedCeiling::ABSOLUTE`].
+    pub fn with_speed_ceiling(mut self, f: SpeedCeilingFn) -> Self {
+        self.speed_ceiling = f;
         self
     }
 
@@ -299,6 +320,16 @@ impl LlamaServerRunner {
                 draft.evidence = v.evidence;
             }
         }
+        // Speeds that cannot be real make the trial implausible (even a spill's: its numbers
+        // are shown). The numbers stay in the evidence, never in the metrics.
+        if let Some(m) = &draft.metrics {
+            if let Some(v) = classify::implausible_speed(m, &(self.speed_ceiling)(config)) {
+                draft.kind = v.kind;
+                draft.message = v.message;
+                draft.evidence = v.evidence;
+                draft.metrics = None;
+            }
+        }
         draft
     }
 
@@ -357,11 +388,25 @@ impl LlamaServerRunner {
     }
 
     /// Poll `/health` until 200 while watching the process.
+    /// The moment no trial runs past: the budget's end plus [`PAST_BUDGET_WALL`].
+    fn wall(&self) -> Option<Instant> {
+        self.deadline.map(|d| d + PAST_BUDGET_WALL)
+    }
+
     fn wait_healthy(&self, proc: &mut ServerProcess, base_url: &str) -> Result<(), Failure> {
         let url = format!("{base_url}/health");
         let client = &self.client;
-        let deadline = Instant::now() + self.load_timeout;
-        let load_secs = self.load_timeout.as_secs_f64();
+        let now = Instant::now();
+        let mut deadline = now + self.load_timeout;
+        let mut budget = false;
+        if let Some(w) = self.wall() {
+            // The load timeout is capped by what the minutes budget leaves.
+            if w < deadline {
+                deadline = w.max(now);
+                budget = true;
+            }
+        }
+        let load_secs = (deadline - now).as_secs_f64();
         self.rt.block_on(async {
             loop {
                 if proc.try_exit().is_some() {
@@ -369,11 +414,17 @@ impl LlamaServerRunner {
                 }
                 if super::cleanup::interrupted().is_some() {
                     // qtune is being interrupted: stop waiting; the caller ends the server.
-                    return Err(Failure::LoadTimeout { secs: load_secs });
+                    return Err(Failure::LoadTimeout {
+                        secs: load_secs,
+                        budget: false,
+                    });
                 }
                 let now = Instant::now();
                 if now >= deadline {
-                    return Err(Failure::LoadTimeout { secs: load_secs });
+                    return Err(Failure::LoadTimeout {
+                        secs: load_secs,
+                        budget,
+                    });
                 }
                 let per_try = (deadline - now).min(Duration::from_secs(2));
                 if let Ok(Ok(resp)) = tokio::time::timeout(per_try, client.get(&url).send()).await {
@@ -401,7 +452,21 @@ impl LlamaServerRunner {
                 deadline: self.deadline,
                 exited: &mut exited,
             };
-            self.rt.block_on(session.run(&workload))
+            match self.wall() {
+                // However many repetitions the workload asks for, the measurement stops at
+                // the wall (a request timeout, so the trial is never `ok`).
+                Some(w) => {
+                    let left = w.saturating_duration_since(Instant::now());
+                    self.rt
+                        .block_on(async {
+                            tokio::time::timeout(left, session.run(&workload)).await
+                        })
+                        .unwrap_or(Err(Failure::RequestTimeout {
+                            secs: left.as_secs_f64(),
+                        }))
+                }
+                None => self.rt.block_on(session.run(&workload)),
+            }
         };
         match result {
             Ok(m) => {
@@ -452,7 +517,30 @@ fn reported_memory(log: &str) -> Option<ReportedMemory> {
     }
 }
 
+/// A file's size and modification time, when it can be read.
+fn model_stamp(path: &Path) -> Option<(u64, std::time::SystemTime)> {
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.len(), m.modified().ok()?))
+}
+
 impl TrialRunner for LlamaServerRunner {
+    fn check_inputs(&self) -> Result<(), String> {
+        let Some((size, mtime)) = self.model_stamp else {
+            return Ok(());
+        };
+        let shown = crate::escape::one_line(&self.model.display().to_string());
+        match model_stamp(&self.model) {
+            None => Err(format!(
+                "the model {shown} is gone since the tune started: no trial was charged to it; put it back"
+            )),
+            Some((s, m)) if s != size || m != mtime => Err(format!(
+                "the model {shown} changed since the tune started ({size} bytes, now {s}{}): no trial was charged to it; put the original back",
+                if m != mtime && s == size { ", modified" } else { "" }
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
     fn run(&mut self, config: &LaunchConfig, role: TrialRole) -> TrialOutcome {
         let id = self.next_id;
         let started_at = chrono::Utc::now().to_rfc3339();

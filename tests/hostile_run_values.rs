@@ -1,0 +1,199 @@
+//! Issue 33, "a command in a run directory": a run directory is input (it travels between
+//! people). A line break plus a command in `results.json`'s version or timestamp is refused
+//! by `qtune report` and `qtune script` with one line naming the field; values that are legal
+//! but hostile (`$(...)`, backticks, quotes in paths and names) are quoted, and the generated
+//! `launch.sh`, run with a stub server, runs nothing else. The unit gains no line.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn fixture_journal() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/replay-tiny-moe/journal.jsonl")
+}
+
+fn tiny() -> PathBuf {
+    qtune::fixtures::tiny_moe("tiny-qwen35moe").expect("the tiny MoE model")
+}
+
+fn qtune() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_qtune"));
+    c.env_remove("QTUNE_LOG")
+        .env("QTUNE_LLAMA_SERVER", "/nonexistent/llama-server");
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn one_line_failure(o: &Output) -> String {
+    assert!(!o.status.success(), "{}", text(o));
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert_eq!(err.trim_end().lines().count(), 1, "{}", text(o));
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+/// A finished replayed tune (no server) of a copy of the tiny model at `model`.
+fn finished_run(model: &Path, run: &Path) {
+    std::fs::copy(tiny(), model).unwrap();
+    let o = qtune()
+        .arg("tune")
+        .arg("--replay")
+        .arg(fixture_journal())
+        .args(["--space", "quick", "--model"])
+        .arg(model)
+        .arg("--out")
+        .arg(run)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(run.join("results.json").is_file());
+}
+
+fn edit(run: &Path, f: impl FnOnce(&mut Value)) {
+    let p = run.join("results.json");
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+    f(&mut v);
+    std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+}
+
+const INJECT: &str = "\ntouch PWNED\n";
+
+#[test]
+fn a_line_break_and_a_command_in_results_json_are_refused_by_report_and_script() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    finished_run(&tmp.path().join("m.gguf"), &run);
+    type Edit = fn(&mut Value);
+    let cases: [(&str, Edit); 6] = [
+        ("qtune_version", |v| {
+            v["qtune_version"] = format!("0.1.0{INJECT}").into()
+        }),
+        ("started_at", |v| {
+            v["started_at"] = format!("2026-01-01T00:00:00Z{INJECT}").into()
+        }),
+        ("finished_at", |v| v["finished_at"] = "yesterday".into()),
+        ("host", |v| v["host"] = "0.0.0.0;touch PWNED".into()),
+        ("model_path", |v| {
+            v["model_path"] = format!("/m{INJECT}.gguf").into()
+        }),
+        ("server_version", |v| {
+            v["server_version"] = format!("b1{INJECT}").into()
+        }),
+    ];
+    let pristine = std::fs::read(run.join("results.json")).unwrap();
+    for (field, f) in cases {
+        std::fs::write(run.join("results.json"), &pristine).unwrap();
+        std::fs::remove_file(run.join("launch.sh")).ok();
+        edit(&run, f);
+        let o = qtune().arg("report").arg(&run).output().unwrap();
+        let err = one_line_failure(&o);
+        assert!(err.contains(field), "{field}: {err}");
+        assert!(err.contains("not a valid qtune result"), "{err}");
+        assert!(!run.join("launch.sh").exists(), "{field}");
+        let out = tmp.path().join("launch.sh");
+        let o = qtune()
+            .args(["script", "--systemd", "--from"])
+            .arg(&run)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let err = one_line_failure(&o);
+        assert!(err.contains(field), "{field}: {err}");
+        assert!(!out.exists(), "{field}");
+        assert!(!tmp.path().join("launch.sh.service").exists(), "{field}");
+    }
+    assert!(!tmp.path().join("PWNED").exists());
+    assert!(!run.join("PWNED").exists());
+}
+
+#[test]
+fn hostile_but_legal_values_are_quoted_and_the_script_runs_nothing_else() {
+    let tmp = tempfile::tempdir().unwrap();
+    let evil = "$(touch PWNED) `touch PWNED` 'q' \"dq\" ; touch PWNED";
+    let dir = tmp.path().join(format!("d {evil}"));
+    std::fs::create_dir(&dir).unwrap();
+    let model = dir.join(format!("m {evil}.gguf"));
+    let run = tmp.path().join("run");
+    finished_run(&model, &run);
+    // A stub server beside the model (its name hostile too) that exits with 7 at once.
+    let srv = dir.join(format!("llama-server {evil}"));
+    std::fs::write(&srv, "#!/bin/sh\nexit 7\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&srv, std::fs::Permissions::from_mode(0o755)).unwrap();
+    edit(&run, |v| {
+        v["server_path"] = srv.display().to_string().into();
+        v["model"]["name"] = format!("Name {evil}").into();
+    });
+    let o = qtune().arg("report").arg(&run).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let out = tmp.path().join(format!("out {evil}.sh"));
+    let o = qtune()
+        .args(["script", "--systemd", "--from"])
+        .arg(&run)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    for script in [run.join("launch.sh"), out.clone()] {
+        let n = Command::new("bash")
+            .arg("-n")
+            .arg(&script)
+            .output()
+            .unwrap();
+        assert!(n.status.success(), "{}", text(&n));
+        let o = Command::new("bash")
+            .arg(&script)
+            .current_dir(tmp.path())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("exited (status 7)"),
+            "{}",
+            text(&o)
+        );
+    }
+    let unit = std::fs::read_to_string(format!("{}.service", out.display())).unwrap();
+    let exec: Vec<&str> = unit
+        .lines()
+        .filter(|l| l.starts_with("ExecStart="))
+        .collect();
+    assert_eq!(exec.len(), 1, "{unit}");
+    assert!(
+        unit.lines()
+            .all(|l| !l.starts_with("touch") && !l.ends_with('\\')),
+        "{unit}"
+    );
+    for d in [tmp.path(), &dir, &run] {
+        assert!(!d.join("PWNED").exists(), "{}", d.display());
+    }
+}
+
+#[test]
+fn every_committed_run_passes_the_schema() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("reports");
+    let mut n = 0;
+    let mut stack = vec![root];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().is_some_and(|f| f == "results.json") {
+                qtune::run::read_result(&p).unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
+                n += 1;
+            }
+        }
+    }
+    assert!(n > 0);
+}
