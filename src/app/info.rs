@@ -23,13 +23,17 @@ pub fn hw(format: Format, measure_bandwidth: bool) -> Result<()> {
 /// `qtune inspect`: layout summary and predicted memory for every `--n-cpu-moe`.
 pub fn inspect(
     path: &Path,
-    ctx: u32,
+    ctx: Option<u32>,
     kv: crate::config::KvType,
     headroom_mib: u64,
     format: Format,
 ) -> Result<()> {
     let layout = crate::model::load(path)?;
     let hw = crate::hardware::probe(false);
+    let ctx = match ctx {
+        Some(c) => super::preflight::check_ctx(c, true, &layout)?.0,
+        None => super::preflight::default_ctx(&hw, &layout),
+    };
     let budget = crate::run::box_vram_budget_mib(&hw, headroom_mib).map(|b| b as f64);
     let mut report = crate::model::inspect::build(path, &layout, ctx, kv, budget, hw.summary());
     report.cards = crate::model::inspect::build_cards(
