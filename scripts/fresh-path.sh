@@ -85,6 +85,15 @@ if [ "$repo_state_before" != "$repo_state_after" ]; then
   diff <(echo "$repo_state_before") <(echo "$repo_state_after") >&2 || true
   exit 1
 fi
+runs="$HOME/.local/share/qtune/runs"
+if ! ls -d "$runs"/*demo* >/dev/null 2>&1; then
+  echo "fresh-path: FAILED: the demo's run directory is not under $runs" >&2
+  exit 1
+fi
+if ! grep -q "^  run directory: $runs/" "$log"; then
+  echo "fresh-path: FAILED: the demo's banner does not name its run directory under $runs" >&2
+  exit 1
+fi
 last=$(tail -n 1 "$out")
 first_word=${last%% *}
 first_word=${first_word//\'/}

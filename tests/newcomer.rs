@@ -347,3 +347,21 @@ fn one_model_argument_and_one_context_rule_across_commands() {
         assert!(o.stdout.is_empty());
     }
 }
+
+/// `qtune synth` says how much it has written (off a terminal: a plain line, the last at 100 %).
+#[test]
+fn synth_reports_its_progress() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m.gguf");
+    let o = qtune(tmp.path())
+        .args(["synth", out.to_str().unwrap(), "--shape", "tiny-qwen3moe"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let err = stderr(&o);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("qtune synth: ") && last.ends_with(" written (100 %)"),
+        "{err}"
+    );
+}

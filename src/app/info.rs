@@ -56,7 +56,40 @@ pub fn synth(out: &Path, shape: &str, ftype: &str) -> Result<()> {
     let shape = synth::shape_by_name(shape)?;
     let ftype = synth::SynthFtype::parse(ftype)?;
     let t0 = std::time::Instant::now();
-    let n = synth::write_synthetic(out, &shape, ftype)?;
+    // A progress line on stderr: bytes written of the total, rate and what is left.
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "writing {msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec}, {eta} left",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    bar.set_message(out.display().to_string());
+    let mut last_line = std::time::Instant::now();
+    let hidden = bar.is_hidden();
+    let n = synth::write_synthetic_reporting(
+        out,
+        &shape,
+        ftype,
+        &synth::default_vocab_dir(),
+        &mut |done, all| {
+            bar.set_length(all);
+            bar.set_position(done);
+            // Off a terminal: a plain line every 10 s (and at the end).
+            if hidden && (last_line.elapsed().as_secs() >= 10 || done == all) {
+                last_line = std::time::Instant::now();
+                eprintln!(
+                    "qtune synth: {} of {} written ({:.0} %)",
+                    crate::util::fmt_mib(done as f64 / 1_048_576.0),
+                    crate::util::fmt_mib(all as f64 / 1_048_576.0),
+                    100.0 * done as f64 / all.max(1) as f64
+                );
+            }
+        },
+    );
+    bar.finish_and_clear();
+    let n = n?;
     println!(
         "wrote {} ({} bytes, {:.2} GiB, shape {}, {:.1} s)",
         out.display(),
