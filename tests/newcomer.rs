@@ -365,3 +365,68 @@ fn synth_reports_its_progress() {
         "{err}"
     );
 }
+
+/// An exported profile is named by a slug that `profile show` takes; imported, it is found
+/// from any directory; a plan from it keeps its context, and at another context says so.
+#[test]
+fn profiles_are_slugs_kept_in_the_data_directory_and_keep_their_context() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let run = tmp.path().join("run");
+    let o = qtune(tmp.path())
+        .args(replay_args(&fixture(), &["--out", run.to_str().unwrap()]))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let file = tmp.path().join("p.yaml");
+    let o = qtune(tmp.path())
+        .args(["profile", "export", run.to_str().unwrap(), "--out"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let slug = "tiny-qwen35moe-q4_k_m-h200-16gib";
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(&format!("exported profile '{slug}'")),
+        "{}",
+        text(&o)
+    );
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let q = |args: &[&str]| {
+        qtune(&elsewhere)
+            .env("QTUNE_DATA_DIR", &data)
+            .env("QTUNE_NO_GPU", "1")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = q(&["profile", "import", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(data.join("profiles").join(format!("{slug}.yaml")).is_file());
+    let o = q(&["profile", "list"]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(slug),
+        "{}",
+        text(&o)
+    );
+    let o = q(&["profile", "show", slug]);
+    assert!(o.status.success(), "{}", text(&o));
+
+    let m = model();
+    let m = m.to_str().unwrap();
+    // The profile was tuned at the quick space's 32768: the plan keeps it.
+    let o = q(&["plan", "--model", m, "--profile", slug]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(last_stdout_line(&o).contains(" -c 32768 "), "{}", text(&o));
+    assert!(!stderr(&o).contains("tuned at ctx"), "{}", text(&o));
+    let o = q(&["plan", "--model", m, "--profile", slug, "--ctx", "4096"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(last_stdout_line(&o).contains(" -c 4096 "), "{}", text(&o));
+    assert!(
+        stderr(&o)
+            .contains("warning: the profile was tuned at ctx 32768; this plan is for ctx 4096"),
+        "{}",
+        text(&o)
+    );
+}
