@@ -466,7 +466,7 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
     }
     let resume = crate::search::resume_point(&run_dir)?;
     if !opts.quiet {
-        let baselines = [crate::search::context::baseline_of(&inputs.space)];
+        let baselines = banner_baselines(&inputs, &layout);
         let space_note = notes.join("; ");
         for line in super::preflight::banner(
             &inputs.model_path,
@@ -535,6 +535,22 @@ pub fn tune(opts: TuneOptions) -> Result<()> {
     print_outcome(&result, &run_dir, opts.json, opts.quiet)
 }
 
+/// The distinct baseline configs the tune launches first ([`crate::search::first_launches`]),
+/// for the banner.
+fn banner_baselines(inputs: &RunInputs, layout: &crate::model::ModelLayout) -> Vec<LaunchConfig> {
+    let ctx = crate::search::context(inputs, layout, crate::clock::system());
+    let mut out: Vec<LaunchConfig> = Vec::new();
+    for l in crate::search::first_launches(&ctx)
+        .into_iter()
+        .filter(|l| l.role == crate::trial::TrialRole::Baseline)
+    {
+        if !out.contains(&l.config) {
+            out.push(l.config);
+        }
+    }
+    out
+}
+
 /// `qtune tune --dry-run`: the checks, the banner and the launches the tune would start with;
 /// nothing is written or launched.
 fn dry_run(opts: &TuneOptions) -> Result<()> {
@@ -569,11 +585,7 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
     let note = c.notes.join("; ");
     let ctx = crate::search::context(&inputs, &c.layout, crate::clock::system());
     let first = crate::search::first_launches(&ctx);
-    let baselines: Vec<LaunchConfig> = first
-        .iter()
-        .filter(|l| l.role == crate::trial::TrialRole::Baseline)
-        .map(|l| l.config.clone())
-        .collect();
+    let baselines = banner_baselines(&inputs, &c.layout);
     for line in super::preflight::banner(
         &c.model,
         &c.layout,
@@ -583,7 +595,10 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
         &run_dir,
         &baselines,
     ) {
-        eprintln!("{line}");
+        match line.strip_prefix("  run directory: ") {
+            Some(dir) => eprintln!("  run directory: {dir} (not created: a dry run)"),
+            None => eprintln!("{line}"),
+        }
     }
     println!(
         "# qtune tune --dry-run: nothing launched. The tune would start with these launches, then search from what they measure, within {} launches and {} minutes:",
