@@ -506,14 +506,22 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut lines: Vec<String> = Vec::new();
     for para in text.split('\n') {
         let mut cur = String::new();
-        for word in para.split(' ').filter(|w| !w.is_empty()) {
+        // A word longer than a line (an -ot regex) is cut into pieces of a line each.
+        let words = para.split(' ').filter(|w| !w.is_empty()).flat_map(|w| {
+            let chars: Vec<char> = w.chars().collect();
+            chars
+                .chunks(width.max(1))
+                .map(|c| c.iter().collect::<String>())
+                .collect::<Vec<_>>()
+        });
+        for word in words {
             if !cur.is_empty() && cur.chars().count() + 1 + word.chars().count() > width {
                 lines.push(std::mem::take(&mut cur));
             }
             if !cur.is_empty() {
                 cur.push(' ');
             }
-            cur.push_str(word);
+            cur.push_str(&word);
         }
         if !cur.is_empty() {
             lines.push(cur);
@@ -698,6 +706,15 @@ fn front_caption(front: &[&Point], winner: Option<&Marker>, x: FrontAxis) -> Vec
         return Vec::new();
     };
     let mut out = Vec::new();
+    // The recommended config's own launch, when the race's pooled value (the marker) differs.
+    for p in front.iter().filter(|p| p.recommended) {
+        if (p.tg - w.tg).abs() > 0.02 * w.tg.abs() {
+            out.push(format!(
+                "#{} is the recommended config's own launch ({:.1} tok/s generation); its marker is at the value the race's rounds measured ({:.1}).",
+                p.id, p.tg, w.tg
+            ));
+        }
+    }
     for p in front.iter().filter(|p| !p.recommended) {
         let mut said: Vec<String> = Vec::new();
         if let (Some(a), Some(b)) = (px(p), mx(w)) {
@@ -1377,6 +1394,14 @@ mod tests {
         assert!(left_out(&r)
             .iter()
             .any(|l| l.contains("no trial completed")));
+    }
+
+    #[test]
+    fn a_word_longer_than_a_line_is_cut() {
+        let text = "-ot 'blk\\.(3[6-9]|4[0-7])\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU'";
+        let lines = wrap(text, 20);
+        assert!(lines.iter().all(|l| l.chars().count() <= 20), "{lines:?}");
+        assert_eq!(lines.concat().replace(' ', ""), text.replace(' ', ""));
     }
 
     #[test]
