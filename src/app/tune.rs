@@ -586,7 +586,7 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
     let ctx = crate::search::context(&inputs, &c.layout, crate::clock::system());
     let first = crate::search::first_launches(&ctx);
     let baselines = banner_baselines(&inputs, &c.layout);
-    for line in super::preflight::banner(
+    let banner = super::preflight::banner(
         &c.model,
         &c.layout,
         &c.space,
@@ -594,7 +594,8 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
         &c.hardware,
         &run_dir,
         &baselines,
-    ) {
+    );
+    for line in banner.iter().filter(|_| !opts.quiet) {
         match line.strip_prefix("  run directory: ") {
             Some(dir) => eprintln!("  run directory: {dir} (not created: a dry run)"),
             None => eprintln!("{line}"),
