@@ -297,9 +297,9 @@ fn a_dense_model_is_refused_unless_allowed() {
     let o = qtune(tmp.path()).args(&args).output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
-        stderr(&o)
-            .contains("is a dense model (no experts): qtune is for Mixture-of-Experts models")
-            && stderr(&o).contains("--allow-dense"),
+        stderr(&o).contains(
+            "is a dense model (llama, no experts): qtune is for Mixture-of-Experts models"
+        ) && stderr(&o).contains("--allow-dense"),
         "{}",
         text(&o)
     );

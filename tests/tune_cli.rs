@@ -271,7 +271,7 @@ fn bad_inputs_give_one_line_and_no_run() {
         // A dense model, refused before any launch unless --allow-dense.
         (
             vec!["--model".into(), m.clone().into()],
-            "is a dense model (no experts): qtune is for Mixture-of-Experts models",
+            "is a dense model (llama, no experts): qtune is for Mixture-of-Experts models",
         ),
     ];
     for (args, needle) in cases {

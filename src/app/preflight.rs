@@ -71,12 +71,15 @@ pub fn check_ctx(ctx: u32, explicit: bool, layout: &ModelLayout) -> Result<(u32,
 }
 
 /// qtune tunes where a MoE model's experts go; a dense model is refused unless asked for.
-pub fn check_moe(layout: &ModelLayout, allow_dense: bool) -> Result<()> {
+pub fn check_moe(model: &std::path::Path, layout: &ModelLayout, allow_dense: bool) -> Result<()> {
     if !layout.is_moe() && !allow_dense {
         bail!(
-            "{} is a dense model (no experts): qtune is for Mixture-of-Experts models, where it places the experts; \
+            "{} is a dense model ({}, no experts): qtune is for Mixture-of-Experts models, where it places the experts; \
              pass --allow-dense to tune only threads, batch sizes and the KV cache type",
-            layout.name.as_deref().unwrap_or(&layout.arch)
+            model
+                .file_name()
+                .map_or_else(|| model.display().to_string(), |n| n.to_string_lossy().into_owned()),
+            layout.arch
         );
     }
     Ok(())

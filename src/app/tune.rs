@@ -266,7 +266,7 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
         None => crate::hardware::probe(true),
     };
     let (mut space, space_note) = space_for(opts, &hardware, &layout)?;
-    super::preflight::check_moe(&layout, opts.allow_dense)?;
+    super::preflight::check_moe(&model, &layout, opts.allow_dense)?;
     let mut notes: Vec<String> = space_note.into_iter().collect();
     let (ctx, ctx_note) =
         super::preflight::check_ctx(space.fixed.ctx, opts.ctx.is_some(), &layout)?;
