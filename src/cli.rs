@@ -80,7 +80,8 @@ pub struct TuneArgs {
     /// VRAM (MiB) to keep free: the budget is free VRAM before the tune minus this.
     #[arg(long, default_value_t = 512)]
     pub target_vram_headroom: u64,
-    /// Context size (overrides the space's).
+    /// Context size (default: the space's: 32768 with a GPU, 4096 on the cpu-only space, at
+    /// most the model's trained context).
     #[arg(long)]
     pub ctx: Option<u32>,
     /// What you run: chat, agent, long-doc or a workload YAML file. The tune minimizes the
@@ -93,7 +94,8 @@ pub struct TuneArgs {
     /// Wall-clock limit in minutes (overrides the space's budget).
     #[arg(long)]
     pub budget_minutes: Option<f64>,
-    /// Run directory (default: reports/<date>-<model>-<host>/).
+    /// Run directory (default: ~/.local/share/qtune/runs/<date>-<model>-<host>/, under
+    /// $XDG_DATA_HOME if set; QTUNE_DATA_DIR moves it).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Continue a killed tune from its run directory without repeating finished trials.
@@ -111,6 +113,16 @@ pub struct TuneArgs {
     /// Print the result as JSON instead of the summary table.
     #[arg(long)]
     pub json: bool,
+    /// No banner, progress or summary on stderr (errors, warnings and the command still print).
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    /// Print the launches the tune would make (baselines, first configs, budget) and exit
+    /// without launching anything.
+    #[arg(long, conflicts_with = "resume")]
+    pub dry_run: bool,
+    /// Tune a dense (non-MoE) model: only threads, batch sizes and the KV type are searched.
+    #[arg(long)]
+    pub allow_dense: bool,
     /// Testing: answer every trial from this recorded journal.jsonl instead of launching
     /// llama-server (a run.json next to it supplies the recorded box); time is replayed too.
     #[arg(long, hide = true, value_name = "JOURNAL")]
@@ -130,7 +142,8 @@ pub struct TuneArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
-    /// Run directory (default: reports/<date>-demo-<host>/).
+    /// Run directory (default: ~/.local/share/qtune/runs/<date>-demo-<model>-<host>/, under
+    /// $XDG_DATA_HOME if set; QTUNE_DATA_DIR moves it).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// llama-server to use (built into qtune's cache when none is found).
@@ -161,9 +174,29 @@ pub struct DepthArgs {
     pub depths: Vec<u32>,
 }
 
+/// The model of a command: `--model M` (every command takes it), or positional `M` for the
+/// commands that took it that way before.
+#[derive(Debug, Clone, Args)]
+pub struct ModelArg {
+    /// The GGUF model (also accepted as the first argument).
+    #[arg(long = "model", short = 'm', value_name = "MODEL")]
+    pub flag: Option<PathBuf>,
+    #[arg(value_name = "MODEL", conflicts_with = "flag", hide = true)]
+    pub positional: Option<PathBuf>,
+}
+
+impl ModelArg {
+    fn path(self) -> anyhow::Result<PathBuf> {
+        self.flag
+            .or(self.positional)
+            .ok_or_else(|| anyhow::anyhow!("give the model: --model M.gguf"))
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct CalibrateArgs {
-    pub model: PathBuf,
+    #[command(flatten)]
+    pub model: ModelArg,
     #[arg(long)]
     pub server: Option<PathBuf>,
     /// --n-cpu-moe values (GPU only), comma-separated.
@@ -247,7 +280,8 @@ pub struct CompareArgs {
     /// Differences smaller than this many percent are a tie.
     #[arg(long, default_value_t = 3.0)]
     pub band: f64,
-    /// Directory for logs, the journal and compare.json (default: reports/<date>-compare-<model>/).
+    /// Directory for logs, the journal and compare.json (default:
+    /// ~/.local/share/qtune/runs/<date>-compare-<model>/; QTUNE_DATA_DIR moves it).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Print the result as JSON.
@@ -268,10 +302,12 @@ pub struct HwArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct InspectArgs {
-    pub model: PathBuf,
-    /// Context size for the KV cache prediction.
-    #[arg(long, default_value_t = 8192)]
-    pub ctx: u32,
+    #[command(flatten)]
+    pub model: ModelArg,
+    /// Context size for the KV cache prediction (default: what 'qtune tune' would use here:
+    /// 32768 with a GPU, 4096 without, at most the model's trained context).
+    #[arg(long)]
+    pub ctx: Option<u32>,
     /// KV cache type (K and V).
     #[arg(long, default_value = "f16")]
     pub kv: KvType,
@@ -366,8 +402,10 @@ pub struct PlanArgs {
     /// Use no profile: the memory and speed models alone.
     #[arg(long, conflicts_with = "profile")]
     pub no_profile: bool,
-    #[arg(long, default_value_t = 32768)]
-    pub ctx: u32,
+    /// Context size (default: the profile's; without one, what 'qtune tune' would use here:
+    /// 32768 with a GPU, 4096 without, at most the model's trained context).
+    #[arg(long)]
+    pub ctx: Option<u32>,
     #[arg(long, default_value_t = 512)]
     pub target_vram_headroom: u64,
     /// Print the plan (config, predicted memory and speed with intervals, launch command) as
@@ -403,7 +441,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Demo(d) => app::tune::demo(d.out, d.server),
         Command::Hw(h) => app::info::hw(format(h.json, h.yaml), !h.no_bandwidth),
         Command::Inspect(i) => app::info::inspect(
-            &i.model,
+            &i.model.path()?,
             i.ctx,
             i.kv,
             i.target_vram_headroom,
@@ -441,7 +479,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Sweep(s) => app::measure::sweep(&s.dir, s.from, s.to, s.step),
         Command::Depth(d) => app::measure::depth(&d.dir, &d.depths),
         Command::Calibrate(c) => app::measure::calibrate(
-            &c.model,
+            &c.model.path()?,
             c.server.as_deref(),
             &c.n_cpu_moe,
             &c.ctx,
@@ -483,6 +521,9 @@ fn tune_options(t: TuneArgs) -> crate::app::tune::TuneOptions {
         host: t.host,
         port: t.port,
         json: t.json,
+        quiet: t.quiet,
+        dry_run: t.dry_run,
+        allow_dense: t.allow_dense,
         replay: t.replay.map(|journal| crate::app::tune::ReplayOptions {
             journal,
             noise_pct: t.replay_noise,

@@ -529,7 +529,7 @@ fn default_dir(model: &Path) -> PathBuf {
         })
         .collect();
     let date = chrono::Local::now().format("%Y%m%d-%H%M%S");
-    PathBuf::from("reports").join(format!("{date}-compare-{stem}"))
+    crate::util::runs_dir().join(format!("{date}-compare-{stem}"))
 }
 
 /// How long one request may take: generous, since a slow box is not a failure.

@@ -13,7 +13,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(colour_on_stderr())
+        .with_ansi(qtune::util::colour_on_stderr())
         .without_time()
         .init();
     match qtune::cli::dispatch(cli) {
@@ -24,11 +24,4 @@ fn main() -> ExitCode {
             ExitCode::from(qtune::trial::cleanup::exit_code_for(&e))
         }
     }
-}
-
-/// Colour only when stderr is a terminal and `NO_COLOR` is unset or empty (no-color.org).
-fn colour_on_stderr() -> bool {
-    use std::io::IsTerminal;
-    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
-    !no_color && std::io::stderr().is_terminal()
 }

@@ -512,11 +512,12 @@ fn run_build_with_progress(dir: &Path, cmake: &Path, say: &dyn Fn(&str)) -> Resu
     let bar = indicatif::ProgressBar::new(1);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
-            "building llama.cpp {bar:40} {pos}/{len} [{elapsed_precise}] {msg}",
+            "building llama.cpp {bar:40} {pos}/{len} ({percent} %) [{elapsed_precise}, about {eta} left] {msg}",
         )
         .expect("static template"),
     );
     let start = Instant::now();
+    let mut last_line = Instant::now();
     if let Some(out) = child.stdout.take() {
         for line in std::io::BufReader::new(out).lines().map_while(|l| l.ok()) {
             use std::io::Write;
@@ -524,8 +525,15 @@ fn run_build_with_progress(dir: &Path, cmake: &Path, say: &dyn Fn(&str)) -> Resu
             if let Some((n, total)) = parse_ninja_progress(&line) {
                 bar.set_length(total);
                 bar.set_position(n);
-                if bar.is_hidden() && n % 20 == 0 {
-                    say(&format!("qtune: building llama.cpp {n}/{total}"));
+                // Off a terminal: a line every 15 s (and at the last step), with the time
+                // left at the rate so far.
+                if bar.is_hidden() && (last_line.elapsed().as_secs() >= 15 || n == total) {
+                    last_line = Instant::now();
+                    say(&build_progress_line(
+                        n,
+                        total,
+                        start.elapsed().as_secs_f64(),
+                    ));
                 }
             }
         }
@@ -546,6 +554,21 @@ fn run_build_with_progress(dir: &Path, cmake: &Path, say: &dyn Fn(&str)) -> Resu
     Ok(())
 }
 
+/// `qtune: building llama.cpp 40/216 (19 %), 2m05s so far, about 9m10s left`.
+fn build_progress_line(n: u64, total: u64, elapsed_s: f64) -> String {
+    let left = if n > 0 {
+        let s = elapsed_s / n as f64 * total.saturating_sub(n) as f64;
+        format!(", about {} left", crate::app::progress::duration_text(s))
+    } else {
+        String::new()
+    };
+    format!(
+        "qtune: building llama.cpp {n}/{total} ({:.0} %), {} so far{left}",
+        100.0 * n as f64 / total.max(1) as f64,
+        crate::app::progress::duration_text(elapsed_s)
+    )
+}
+
 fn parse_ninja_progress(line: &str) -> Option<(u64, u64)> {
     let rest = line.strip_prefix('[')?;
     let (inner, _) = rest.split_once(']')?;
@@ -556,6 +579,18 @@ fn parse_ninja_progress(line: &str) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_build_progress_line_says_the_step_the_share_and_the_time_left() {
+        assert_eq!(
+            build_progress_line(40, 200, 125.0),
+            "qtune: building llama.cpp 40/200 (20 %), 2m05s so far, about 8m20s left"
+        );
+        assert_eq!(
+            build_progress_line(0, 200, 1.0),
+            "qtune: building llama.cpp 0/200 (0 %), 1s so far"
+        );
+    }
 
     #[test]
     fn ninja_progress_lines_parse() {

@@ -266,6 +266,45 @@ pub fn cache_dir() -> PathBuf {
     home.join(".cache").join("qtune")
 }
 
+/// Colour only when stderr is a terminal and `NO_COLOR` is unset or empty (no-color.org).
+pub fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    !no_color && std::io::stderr().is_terminal()
+}
+
+/// Where qtune keeps what it makes for the user (run directories, imported profiles):
+/// `QTUNE_DATA_DIR`, else `$XDG_DATA_HOME/qtune`, else `~/.local/share/qtune` (the XDG base
+/// directory rule: data the user keeps, unlike the cache, which can be rebuilt). An empty or
+/// relative `XDG_DATA_HOME` is ignored, as the XDG spec says.
+pub fn data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("QTUNE_DATA_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute())
+    {
+        return d.join("qtune");
+    }
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    home.join(".local").join("share").join("qtune")
+}
+
+/// Where run directories go by default: `<data dir>/runs/` ([`data_dir`]).
+pub fn runs_dir() -> PathBuf {
+    data_dir().join("runs")
+}
+
+/// Where `qtune profile import` puts profiles and `list`, `show` and `plan` look first:
+/// `<data dir>/profiles/` ([`data_dir`]).
+pub fn profiles_dir() -> PathBuf {
+    data_dir().join("profiles")
+}
+
 /// A number rounded to an integer with a thousands separator, e.g. `14,874`, `-1,024`.
 pub fn fmt_thousands(v: f64) -> String {
     let n = v.round() as i64;

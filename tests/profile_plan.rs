@@ -216,6 +216,7 @@ fn a_24_gib_profile_adapted_to_a_16_gib_box_is_medium_and_keeps_its_kv_type() {
 fn qtune(cwd: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_qtune"))
         .current_dir(cwd)
+        .env("QTUNE_DATA_DIR", cwd)
         .args(args)
         .output()
         .unwrap()

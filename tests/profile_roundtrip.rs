@@ -96,12 +96,25 @@ fn export_import_list_show_round_trip() {
 }
 
 #[test]
-fn list_with_no_profiles_says_how_to_add_one() {
+fn list_with_no_profiles_of_ones_own_says_how_to_add_one_and_shows_the_built_in_ones() {
     let tmp = tempfile::tempdir().unwrap();
     let o = qtune(tmp.path(), &["profile", "list"]);
     assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("qtune profile import"), "{err}");
+    // From any directory: the profiles shipped with qtune, by the slug 'profile show' takes.
     assert!(
-        stdout(&o).contains("qtune profile import"),
+        stdout(&o).contains("qwen3.5-35b-a3b-q4_k_m-h200-16gib (built-in)"),
+        "{}",
+        stdout(&o)
+    );
+    let o = qtune(
+        tmp.path(),
+        &["profile", "show", "qwen3.5-35b-a3b-q4_k_m-h200-16gib"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        stdout(&o).starts_with("# built-in:qwen3.5-35b-a3b-q4_k_m-h200-16gib"),
         "{}",
         stdout(&o)
     );

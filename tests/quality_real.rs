@@ -142,7 +142,7 @@ fn kv_types_cost_accuracy_f16_costs_none_and_the_floor_removes_one() {
     .unwrap();
     let run = dir.path().join("run");
     let out = Command::new(env!("CARGO_BIN_EXE_qtune"))
-        .args(["tune", "--model"])
+        .args(["tune", "--allow-dense", "--model"])
         .arg(&model)
         .arg("--space")
         .arg(&space_file)

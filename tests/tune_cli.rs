@@ -116,7 +116,11 @@ fn tune_tiny_moe_on_cpu() {
 
 #[test]
 fn tune_smollm2_dense_on_cpu() {
-    tune_and_check(fixture(qtune::fixtures::smollm2), &["--json"]);
+    // qtune is for MoE models: a dense one is tuned only when asked for (--allow-dense).
+    tune_and_check(
+        fixture(qtune::fixtures::smollm2),
+        &["--json", "--allow-dense"],
+    );
 }
 
 #[test]
@@ -128,7 +132,7 @@ fn sigkill_then_resume_does_not_repeat_finished_trials() {
     );
     let run = dir.path().join("run");
     let mut child = qtune()
-        .args(["tune", "--model"])
+        .args(["tune", "--allow-dense", "--model"])
         .arg(&m)
         .args(["--space", "demo", "--budget-trials", "4", "--out"])
         .arg(&run)
@@ -183,7 +187,7 @@ fn sigint_stops_the_tune_cleanly_and_keeps_the_journal() {
     let m = model_in(dir.path(), &fixture(qtune::fixtures::smollm2));
     let run = dir.path().join("run");
     let mut child = qtune()
-        .args(["tune", "--model"])
+        .args(["tune", "--allow-dense", "--model"])
         .arg(&m)
         .args(["--space", "demo", "--budget-trials", "4", "--out"])
         .arg(&run)
@@ -263,6 +267,11 @@ fn bad_inputs_give_one_line_and_no_run() {
                 "/bin/true".into(),
             ],
             "/bin/true",
+        ),
+        // A dense model, refused before any launch unless --allow-dense.
+        (
+            vec!["--model".into(), m.clone().into()],
+            "is a dense model (llama, no experts): qtune is for Mixture-of-Experts models",
         ),
     ];
     for (args, needle) in cases {

@@ -23,13 +23,17 @@ pub fn hw(format: Format, measure_bandwidth: bool) -> Result<()> {
 /// `qtune inspect`: layout summary and predicted memory for every `--n-cpu-moe`.
 pub fn inspect(
     path: &Path,
-    ctx: u32,
+    ctx: Option<u32>,
     kv: crate::config::KvType,
     headroom_mib: u64,
     format: Format,
 ) -> Result<()> {
     let layout = crate::model::load(path)?;
     let hw = crate::hardware::probe(false);
+    let ctx = match ctx {
+        Some(c) => super::preflight::check_ctx(c, true, &layout)?.0,
+        None => super::preflight::default_ctx(&hw, &layout),
+    };
     let budget = crate::run::box_vram_budget_mib(&hw, headroom_mib).map(|b| b as f64);
     let mut report = crate::model::inspect::build(path, &layout, ctx, kv, budget, hw.summary());
     report.cards = crate::model::inspect::build_cards(
@@ -52,7 +56,40 @@ pub fn synth(out: &Path, shape: &str, ftype: &str) -> Result<()> {
     let shape = synth::shape_by_name(shape)?;
     let ftype = synth::SynthFtype::parse(ftype)?;
     let t0 = std::time::Instant::now();
-    let n = synth::write_synthetic(out, &shape, ftype)?;
+    // A progress line on stderr: bytes written of the total, rate and what is left.
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "writing {msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec}, {eta} left",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    bar.set_message(out.display().to_string());
+    let mut last_line = std::time::Instant::now();
+    let hidden = bar.is_hidden();
+    let n = synth::write_synthetic_reporting(
+        out,
+        &shape,
+        ftype,
+        &synth::default_vocab_dir(),
+        &mut |done, all| {
+            bar.set_length(all);
+            bar.set_position(done);
+            // Off a terminal: a plain line every 10 s (and at the end).
+            if hidden && (last_line.elapsed().as_secs() >= 10 || done == all) {
+                last_line = std::time::Instant::now();
+                eprintln!(
+                    "qtune synth: {} of {} written ({:.0} %)",
+                    crate::util::fmt_mib(done as f64 / 1_048_576.0),
+                    crate::util::fmt_mib(all as f64 / 1_048_576.0),
+                    100.0 * done as f64 / all.max(1) as f64
+                );
+            }
+        },
+    );
+    bar.finish_and_clear();
+    let n = n?;
     println!(
         "wrote {} ({} bytes, {:.2} GiB, shape {}, {:.1} s)",
         out.display(),

@@ -4,6 +4,7 @@
 pub mod compare;
 pub mod info;
 pub mod measure;
+pub mod preflight;
 pub mod progress;
 pub mod quality;
 pub mod results;

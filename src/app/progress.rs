@@ -1,49 +1,262 @@
-//! The tune's progress on stderr: a spinner while a trial runs and one line per finished trial
-//! (plain lines when stderr is not a terminal).
+//! The tune's progress on stderr: one line as each launch starts (`launch 5/20 · search ·
+//! 3m12s elapsed · ETA 9m`), one line per finished trial, and a heartbeat every
+//! [`HEARTBEAT`] while a launch is still loading or measuring. A spinner on a terminal; plain
+//! lines otherwise. `--quiet` prints none of it. Colour only on a terminal without `NO_COLOR`.
 
 use crate::config::LaunchConfig;
 use crate::search::progress::role_word;
 use crate::trial::TrialRole;
-use indicatif::{ProgressBar, ProgressStyle};
-use std::time::Duration;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a launch runs before a heartbeat line says it is still going.
+pub const HEARTBEAT: Duration = Duration::from_secs(15);
+
+/// The tune's budget and what earlier sessions (a resumed tune) already spent.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    pub launches: u32,
+    pub minutes: f64,
+    pub launches_done: u32,
+    pub elapsed_s: f64,
+}
+
+struct State {
+    budget: Budget,
+    started: Instant,
+    /// The launch now running (1-based over the whole tune), its role and start.
+    launch: u32,
+    current: Option<(Instant, TrialRole)>,
+    /// Wall time of each launch finished in this session, seconds.
+    durations: Vec<f64>,
+    last_line: Instant,
+}
+
+impl State {
+    fn elapsed_s(&self) -> f64 {
+        self.budget.elapsed_s + self.started.elapsed().as_secs_f64()
+    }
+
+    /// Seconds left: the mean launch so far times the launches left (this one included),
+    /// capped by the minutes budget. None before any launch has finished.
+    fn eta_s(&self) -> Option<f64> {
+        eta_s(
+            &self.durations,
+            self.budget
+                .launches
+                .saturating_sub(self.launch.saturating_sub(1)),
+            self.budget.minutes * 60.0 - self.elapsed_s(),
+        )
+    }
+}
+
+/// The estimate [`State::eta_s`] makes: `mean(durations) * launches_left`, at most
+/// `minutes_left_s` (never negative); None with no finished launch.
+pub fn eta_s(durations: &[f64], launches_left: u32, minutes_left_s: f64) -> Option<f64> {
+    if durations.is_empty() {
+        return None;
+    }
+    let mean = durations.iter().sum::<f64>() / durations.len() as f64;
+    Some((mean * f64::from(launches_left)).min(minutes_left_s.max(0.0)))
+}
+
+/// `95 s` -> `1m35s`; `3725 s` -> `1h02m`.
+pub fn duration_text(s: f64) -> String {
+    let s = s.max(0.0).round() as u64;
+    if s < 60 {
+        format!("{s}s")
+    } else if s < 3600 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    }
+}
+
+/// The line printed as launch `launch` of `budget` starts.
+pub fn launch_line(
+    launch: u32,
+    budget: u32,
+    role: TrialRole,
+    elapsed_s: f64,
+    eta_s: Option<f64>,
+    flags: &str,
+) -> String {
+    format!(
+        "launch {launch}/{budget} · {} · {} elapsed · ETA {} · {flags}",
+        role_word(role),
+        duration_text(elapsed_s),
+        eta_s.map_or("-".to_string(), duration_text)
+    )
+}
 
 pub struct Progress {
     bar: ProgressBar,
+    state: Arc<Mutex<State>>,
+    quiet: bool,
+    colour: bool,
+    stop: Arc<AtomicBool>,
 }
 
 impl Progress {
-    pub fn new() -> Self {
-        let bar = ProgressBar::new_spinner();
+    pub fn new(budget: Budget, quiet: bool) -> Self {
+        let bar = if quiet {
+            ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden())
+        } else {
+            ProgressBar::new_spinner()
+        };
         bar.set_style(
             ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
                 .expect("static template"),
         );
-        bar.enable_steady_tick(Duration::from_millis(200));
-        Progress { bar }
+        if !quiet {
+            bar.enable_steady_tick(Duration::from_millis(200));
+        }
+        let state = Arc::new(Mutex::new(State {
+            budget,
+            started: Instant::now(),
+            launch: budget.launches_done,
+            current: None,
+            durations: Vec::new(),
+            last_line: Instant::now(),
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let p = Progress {
+            bar,
+            state,
+            quiet,
+            colour: crate::util::colour_on_stderr(),
+            stop,
+        };
+        if !quiet {
+            p.spawn_heartbeat();
+        }
+        p
+    }
+
+    /// A thread that says a launch is still running, every [`HEARTBEAT`] without a line.
+    fn spawn_heartbeat(&self) {
+        let (state, stop, bar) = (self.state.clone(), self.stop.clone(), self.bar.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(250));
+                let line = {
+                    let Ok(mut s) = state.lock() else { return };
+                    match s.current {
+                        Some((t0, role)) if s.last_line.elapsed() >= HEARTBEAT => {
+                            s.last_line = Instant::now();
+                            Some(format!(
+                                "  launch {}/{} · {} · still running after {} (loading the model or measuring)",
+                                s.launch,
+                                s.budget.launches,
+                                role_word(role),
+                                duration_text(t0.elapsed().as_secs_f64())
+                            ))
+                        }
+                        _ => None,
+                    }
+                };
+                if let Some(l) = line {
+                    if !stop.load(Ordering::Relaxed) {
+                        print_line(&bar, &l);
+                    }
+                }
+            }
+        });
     }
 
     pub fn finish(&self) {
+        self.stop.store(true, Ordering::Relaxed);
         self.bar.finish_and_clear();
+    }
+
+    fn bold(&self, s: &str) -> String {
+        if self.colour {
+            format!("\x1b[1m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
     }
 }
 
-impl Default for Progress {
-    fn default() -> Self {
-        Self::new()
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn print_line(bar: &ProgressBar, line: &str) {
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
     }
 }
 
 impl crate::search::Watch for Progress {
     fn starting(&self, config: &LaunchConfig, role: TrialRole) {
-        self.bar
-            .set_message(format!("{} trial: {}", role_word(role), config.label()));
+        let flags = crate::config::shell_line(&config.server_args());
+        let line = {
+            let Ok(mut s) = self.state.lock() else { return };
+            s.launch += 1;
+            s.current = Some((Instant::now(), role));
+            s.last_line = Instant::now();
+            launch_line(
+                s.launch,
+                s.budget.launches,
+                role,
+                s.elapsed_s(),
+                s.eta_s(),
+                &flags,
+            )
+        };
+        if self.quiet {
+            return;
+        }
+        self.bar.set_message(line.clone());
+        print_line(&self.bar, &self.bold(&line));
     }
 
     fn finished(&self, line: &str) {
-        if self.bar.is_hidden() {
-            eprintln!("{line}");
-        } else {
-            self.bar.println(line);
+        if let Ok(mut s) = self.state.lock() {
+            if let Some((t0, _)) = s.current.take() {
+                s.durations.push(t0.elapsed().as_secs_f64());
+            }
+            s.last_line = Instant::now();
         }
+        if self.quiet {
+            return;
+        }
+        print_line(&self.bar, line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eta_is_the_mean_launch_times_the_launches_left_capped_by_the_minutes() {
+        assert_eq!(eta_s(&[], 10, 600.0), None);
+        assert_eq!(eta_s(&[30.0, 50.0], 5, 1000.0), Some(200.0));
+        // The minutes budget ends the tune first.
+        assert_eq!(eta_s(&[30.0, 50.0], 5, 120.0), Some(120.0));
+        assert_eq!(eta_s(&[30.0], 5, -3.0), Some(0.0));
+    }
+
+    #[test]
+    fn a_launch_line_names_the_launch_the_phase_the_time_and_the_flags() {
+        let l = launch_line(5, 20, TrialRole::Search, 192.0, Some(540.0), "-c 4096");
+        assert_eq!(
+            l,
+            "launch 5/20 · search · 3m12s elapsed · ETA 9m00s · -c 4096"
+        );
+        let first = launch_line(1, 20, TrialRole::Baseline, 0.4, None, "-c 4096");
+        assert_eq!(
+            first,
+            "launch 1/20 · baseline · 0s elapsed · ETA - · -c 4096"
+        );
+        assert_eq!(duration_text(3725.0), "1h02m");
     }
 }

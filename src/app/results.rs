@@ -1,7 +1,7 @@
 //! Commands that work on a finished run or on profiles: `report`, `script`, `profile ...`
 //! and `plan`.
 
-use crate::profile::{self, Profile, PROFILES_DIR};
+use crate::profile::{self, Profile};
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
 
@@ -49,9 +49,9 @@ pub fn profile_export(run_dir: &Path, out: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `qtune profile import FILE`: validate and copy into `profiles/`.
+/// `qtune profile import FILE`: validate and copy into `<data dir>/profiles/`.
 pub fn profile_import(file: &Path) -> Result<()> {
-    let (dest, new) = profile::import_into(file, Path::new(PROFILES_DIR))?;
+    let (dest, new) = profile::import_into(file, &crate::util::profiles_dir())?;
     if new {
         println!("imported profile into {}", dest.display());
     } else {
@@ -62,18 +62,19 @@ pub fn profile_import(file: &Path) -> Result<()> {
 
 /// `qtune profile list`.
 pub fn profile_list() -> Result<()> {
-    let entries = profile::load_dir(Path::new(PROFILES_DIR));
-    if entries.is_empty() {
-        println!("no profiles in ./{PROFILES_DIR} (add one with 'qtune profile import FILE')");
-        return Ok(());
-    }
+    let dir = crate::util::profiles_dir();
+    let entries = profile::load_all(&dir);
+    eprintln!(
+        "profiles in {} (add one with 'qtune profile import FILE'), then the built-in ones:",
+        dir.display()
+    );
     print!("{}", profile::list_text(&entries));
     Ok(())
 }
 
 /// `qtune profile show NAME|FILE`.
 pub fn profile_show(name: &str) -> Result<()> {
-    let (path, p) = profile::find_profile(name, Path::new(PROFILES_DIR))?;
+    let (path, p) = profile::find_profile(name, &crate::util::profiles_dir())?;
     println!("# {}", path.display());
     print!("{}", profile::show_text(&p));
     Ok(())
@@ -84,25 +85,34 @@ pub fn plan(
     model: &Path,
     profile_path: Option<&Path>,
     use_profiles: bool,
-    ctx: u32,
+    ctx: Option<u32>,
     headroom_mib: u64,
     json: bool,
 ) -> Result<()> {
     let layout = crate::model::load(model)?;
     // Host read bandwidth is an input of the speed prediction (about two seconds).
     let hw = crate::hardware::probe(true);
-    let dir = Path::new(PROFILES_DIR);
+    let dir = crate::util::profiles_dir();
     let chosen: Option<Profile> = match profile_path {
-        Some(p) => Some(profile::find_profile(&p.to_string_lossy(), dir)?.1),
+        Some(p) => Some(profile::find_profile(&p.to_string_lossy(), &dir)?.1),
         None if !use_profiles => None,
         None => {
-            let all: Vec<Profile> = profile::load_dir(dir)
+            let all: Vec<Profile> = profile::load_all(&dir)
                 .into_iter()
                 .filter_map(|(_, r)| r.ok())
                 .collect();
             profile::plan::best_profile(&layout, &hw, headroom_mib, &all).cloned()
         }
     };
+    // One context rule: --ctx, else the profile's (a profile keeps its context), else what
+    // `qtune tune` would use here; never 0 nor past the model's trained context.
+    let ctx = match (ctx, chosen.as_ref()) {
+        (Some(c), _) => super::preflight::check_ctx(c, true, &layout)?.0,
+        (None, Some(p)) => super::preflight::check_ctx(p.space.ctx, false, &layout)?.0,
+        (None, None) => super::preflight::default_ctx(&hw, &layout),
+    };
+    super::preflight::check_headroom(&hw, headroom_mib)?;
+    super::preflight::check_fits(&layout, &hw, ctx, headroom_mib)?;
     let plan = profile::plan(&layout, &hw, chosen.as_ref(), ctx, headroom_mib);
     eprint!("{}", profile::plan::plan_text(&plan, model));
     if !plan.fits {

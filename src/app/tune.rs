@@ -3,6 +3,7 @@
 //! clock), run the search, write the finished run and its report, and print the outcome.
 
 use crate::clock::{Clock, ManualClock};
+use crate::config::LaunchConfig;
 use crate::run::{RunInputs, TuneResult};
 use crate::search::Resume;
 use crate::space::SearchSpace;
@@ -32,6 +33,12 @@ pub struct TuneOptions {
     pub host: String,
     pub port: u16,
     pub json: bool,
+    /// No banner, progress or summary on stderr: errors, warnings and the command only.
+    pub quiet: bool,
+    /// Print the launches the tune would make and exit without launching.
+    pub dry_run: bool,
+    /// Tune a dense (non-MoE) model anyway.
+    pub allow_dense: bool,
     /// Run against a replayed landscape instead of llama-server (hidden; for tests).
     pub replay: Option<ReplayOptions>,
 }
@@ -66,7 +73,7 @@ impl ReplayOptions {
     }
 }
 
-/// `reports/<date>-<model>-<host>/`.
+/// `<data dir>/runs/<date>-<model>-<host>/` ([`crate::util::runs_dir`]).
 fn default_run_dir(model: &Path, tag: Option<&str>) -> PathBuf {
     let stem = model
         .file_stem()
@@ -85,7 +92,7 @@ fn default_run_dir(model: &Path, tag: Option<&str>) -> PathBuf {
             .collect()
     };
     let date = chrono::Local::now().format("%Y%m%d-%H%M%S");
-    PathBuf::from("reports").join(format!(
+    crate::util::runs_dir().join(format!(
         "{date}-{}{}-{}",
         tag.map(|t| format!("{t}-")).unwrap_or_default(),
         clean(&stem),
@@ -93,15 +100,20 @@ fn default_run_dir(model: &Path, tag: Option<&str>) -> PathBuf {
     ))
 }
 
-/// Load a search space: a built-in name or a YAML file; apply command-line overrides.
-fn space_for(opts: &TuneOptions, has_gpu: bool, moe: bool) -> Result<SearchSpace> {
-    let name = opts.space.clone().unwrap_or_else(|| {
-        if has_gpu && moe {
-            "default".into()
-        } else {
-            "cpu-only".into()
+/// Load a search space: a built-in name or a YAML file; apply command-line overrides. With no
+/// `--space`, the one [`super::preflight::default_space`] names, and why when it is `cpu-only`.
+fn space_for(
+    opts: &TuneOptions,
+    hw: &crate::hardware::HardwareProfile,
+    layout: &crate::model::ModelLayout,
+) -> Result<(SearchSpace, Option<String>)> {
+    let (name, note) = match &opts.space {
+        Some(n) => (n.clone(), None),
+        None => {
+            let (n, note) = super::preflight::default_space(hw, layout);
+            (n.to_string(), note)
         }
-    });
+    };
     let mut space = crate::space::load(&name)?;
     if let Some(c) = opts.ctx {
         space.fixed.ctx = c;
@@ -120,7 +132,7 @@ fn space_for(opts: &TuneOptions, has_gpu: bool, moe: bool) -> Result<SearchSpace
     for note in space.workload.resolve(space.fixed.ctx)? {
         eprintln!("qtune: {note}");
     }
-    Ok(space)
+    Ok((space, note))
 }
 
 /// A path the "last stdout line is the command" contract cannot carry is refused up front.
@@ -218,41 +230,22 @@ fn verify_resume(
     Ok(())
 }
 
-/// The run directory (locked for this process), its inputs and the model: read back and
-/// verified for `--resume`, else measured and written.
-fn prepare(
-    opts: &TuneOptions,
-) -> Result<(
-    PathBuf,
-    RunInputs,
-    crate::model::ModelLayout,
-    crate::run::RunLock,
-)> {
-    if let Some(dir) = &opts.resume {
-        if !crate::run::holds_a_tune(dir) {
-            anyhow::bail!(
-                "cannot resume: {} is not a qtune run directory (it has no {})",
-                dir.display(),
-                crate::run::RUN_FILE
-            );
-        }
-        let lock = crate::run::lock(dir)?;
-        let inputs = crate::run::read_inputs(dir).context("cannot resume")?;
-        if let Some(m) = opts.model.as_ref() {
-            if absolute(m)? != inputs.model_path && *m != inputs.model_path {
-                anyhow::bail!(
-                    "cannot resume: {} was a tune of {}, not {}",
-                    dir.display(),
-                    inputs.model_path.display(),
-                    m.display()
-                );
-            }
-        }
-        let layout = crate::model::load(&inputs.model_path)
-            .with_context(|| format!("cannot resume {}", dir.display()))?;
-        verify_resume(opts, dir, &inputs, &layout)?;
-        return Ok((dir.clone(), inputs, layout, lock));
-    }
+/// What a fresh tune starts from, checked before anything is written or launched.
+struct Checked {
+    model: PathBuf,
+    server_path: PathBuf,
+    server_version: String,
+    layout: crate::model::ModelLayout,
+    hardware: crate::hardware::HardwareProfile,
+    space: SearchSpace,
+    /// Said in the banner: why the space is cpu-only, a context lowered to the trained one.
+    notes: Vec<String>,
+}
+
+/// Resolve the model, server, box and space of a fresh tune and apply the guard rails
+/// ([`super::preflight`]): a dense model, a context past the trained one, a headroom bigger
+/// than the card, a model that cannot fit in VRAM + RAM are refused here, before any launch.
+fn preflight(opts: &TuneOptions) -> Result<Checked> {
     let model = opts
         .model
         .clone()
@@ -281,11 +274,78 @@ fn prepare(
         },
         None => crate::hardware::probe(true),
     };
-    let mut space = space_for(opts, hardware.has_gpu(), layout.is_moe())?;
+    let (mut space, space_note) = space_for(opts, &hardware, &layout)?;
+    super::preflight::check_moe(&model, &layout, opts.allow_dense)?;
+    let mut notes: Vec<String> = space_note.into_iter().collect();
+    let (ctx, ctx_note) =
+        super::preflight::check_ctx(space.fixed.ctx, opts.ctx.is_some(), &layout)?;
+    space.fixed.ctx = ctx;
+    notes.extend(ctx_note);
+    super::preflight::check_headroom(&hardware, opts.headroom_mib)?;
+    super::preflight::check_fits(&layout, &hardware, ctx, opts.headroom_mib)?;
     for w in crate::space::host_warnings(&space, hardware.host.logical_cores, layout.n_blocks) {
         eprintln!("qtune: warning: {w}");
     }
+    Ok(Checked {
+        model,
+        server_path,
+        server_version,
+        layout,
+        hardware,
+        space,
+        notes,
+    })
+}
+
+/// The run directory (locked for this process), its inputs and the model: read back and
+/// verified for `--resume`, else measured and written.
+/// Also returns the notes the banner says (why the space is cpu-only, ...).
+fn prepare(
+    opts: &TuneOptions,
+) -> Result<(
+    PathBuf,
+    RunInputs,
+    crate::model::ModelLayout,
+    crate::run::RunLock,
+    Vec<String>,
+)> {
+    if let Some(dir) = &opts.resume {
+        if !crate::run::holds_a_tune(dir) {
+            anyhow::bail!(
+                "cannot resume: {} is not a qtune run directory (it has no {})",
+                dir.display(),
+                crate::run::RUN_FILE
+            );
+        }
+        let lock = crate::run::lock(dir)?;
+        let inputs = crate::run::read_inputs(dir).context("cannot resume")?;
+        if let Some(m) = opts.model.as_ref() {
+            if absolute(m)? != inputs.model_path && *m != inputs.model_path {
+                anyhow::bail!(
+                    "cannot resume: {} was a tune of {}, not {}",
+                    dir.display(),
+                    inputs.model_path.display(),
+                    m.display()
+                );
+            }
+        }
+        let layout = crate::model::load(&inputs.model_path)
+            .with_context(|| format!("cannot resume {}", dir.display()))?;
+        verify_resume(opts, dir, &inputs, &layout)?;
+        return Ok((dir.clone(), inputs, layout, lock, Vec::new()));
+    }
+    let checked = preflight(opts)?;
+    let Checked {
+        model,
+        server_path,
+        server_version,
+        layout,
+        hardware,
+        space,
+        notes,
+    } = checked;
     // The quality floor: KV types below it leave the space before the first trial.
+    let mut space = space;
     let quality =
         crate::quality::floor::apply(&mut space, &model, Some(&server_path), &mut |line| {
             eprintln!("qtune: {line}")
@@ -331,7 +391,7 @@ fn prepare(
         model_bytes: Some(layout.file_bytes),
     };
     crate::run::write_inputs(&run_dir, &inputs)?;
-    Ok((run_dir, inputs, layout, lock))
+    Ok((run_dir, inputs, layout, lock, notes))
 }
 
 /// The trial runner and clock of this tune: the real server and clock, or a replay.
@@ -439,11 +499,26 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
     if opts.resume.is_none() {
         host_check(&opts.host)?;
     }
-    let (run_dir, inputs, layout, _lock) = prepare(opts)?;
+    let (run_dir, inputs, layout, _lock, notes) = prepare(opts)?;
     if let Some(report) = Journal::repair(&run_dir)? {
         eprintln!("qtune: {report}");
     }
     let resume = crate::search::resume_point(&run_dir)?;
+    if !opts.quiet {
+        let baselines = banner_baselines(&inputs, &layout);
+        let space_note = notes.join("; ");
+        for line in super::preflight::banner(
+            &inputs.model_path,
+            &layout,
+            &inputs.space,
+            (!space_note.is_empty()).then_some(space_note.as_str()),
+            &inputs.hardware,
+            &run_dir,
+            &baselines,
+        ) {
+            eprintln!("{line}");
+        }
+    }
     if !resume.done.is_empty() {
         eprintln!(
             "qtune: resuming {}: {} trials already done",
@@ -452,7 +527,15 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
         );
     }
     let (runner, clock) = runner_and_clock(opts, &run_dir, &inputs, &layout, &resume, started)?;
-    let progress = Arc::new(super::progress::Progress::new());
+    let progress = Arc::new(super::progress::Progress::new(
+        super::progress::Budget {
+            launches: inputs.space.budget.trials,
+            minutes: inputs.space.budget.minutes,
+            launches_done: resume.done.len() as u32,
+            elapsed_s: resume.elapsed_s,
+        },
+        opts.quiet,
+    ));
     let outcome = crate::search::tune(
         &run_dir,
         &inputs,
@@ -484,8 +567,93 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
 
 /// `qtune tune`.
 pub fn tune(opts: TuneOptions) -> Result<()> {
+    if opts.dry_run {
+        return dry_run(&opts);
+    }
     let (result, run_dir) = run_tune(&opts)?;
-    print_outcome(&result, &run_dir, opts.json)
+    print_outcome(&result, &run_dir, opts.json, opts.quiet)
+}
+
+/// The distinct baseline configs the tune launches first ([`crate::search::first_launches`]),
+/// for the banner.
+fn banner_baselines(inputs: &RunInputs, layout: &crate::model::ModelLayout) -> Vec<LaunchConfig> {
+    let ctx = crate::search::context(inputs, layout, crate::clock::system());
+    let mut out: Vec<LaunchConfig> = Vec::new();
+    for l in crate::search::first_launches(&ctx)
+        .into_iter()
+        .filter(|l| l.role == crate::trial::TrialRole::Baseline)
+    {
+        if !out.contains(&l.config) {
+            out.push(l.config);
+        }
+    }
+    out
+}
+
+/// `qtune tune --dry-run`: the checks, the banner and the launches the tune would start with;
+/// nothing is written or launched.
+fn dry_run(opts: &TuneOptions) -> Result<()> {
+    let c = preflight(opts)?;
+    let run_dir = opts
+        .out
+        .clone()
+        .unwrap_or_else(|| default_run_dir(&c.model, None));
+    let free = c.hardware.free_vram_mib();
+    let inputs = RunInputs {
+        model_path: c.model.clone(),
+        server_bytes: None,
+        server_path: c.server_path.clone(),
+        server_version: c.server_version.clone(),
+        space: c.space.clone(),
+        headroom_mib: opts.headroom_mib,
+        vram_budget_mib: crate::run::box_vram_budget_mib(&c.hardware, opts.headroom_mib),
+        gpu_budgets: crate::run::gpu_budgets(&c.hardware, opts.headroom_mib),
+        hardware: c.hardware.clone(),
+        free_vram_at_start_mib: free,
+        started_at: chrono::Local::now().to_rfc3339(),
+        host: opts.host.clone(),
+        port: opts.port,
+        start: match &opts.from_profile {
+            Some(p) => Some(crate::profile::load_profile(p)?.winner.config.base()),
+            None => None,
+        },
+        quality: None,
+        model_fingerprint: Some(c.layout.fingerprint.clone()),
+        model_bytes: Some(c.layout.file_bytes),
+    };
+    let note = c.notes.join("; ");
+    let ctx = crate::search::context(&inputs, &c.layout, crate::clock::system());
+    let first = crate::search::first_launches(&ctx);
+    let baselines = banner_baselines(&inputs, &c.layout);
+    let banner = super::preflight::banner(
+        &c.model,
+        &c.layout,
+        &c.space,
+        (!note.is_empty()).then_some(note.as_str()),
+        &c.hardware,
+        &run_dir,
+        &baselines,
+    );
+    for line in banner.iter().filter(|_| !opts.quiet) {
+        match line.strip_prefix("  run directory: ") {
+            Some(dir) => eprintln!("  run directory: {dir} (not created: a dry run)"),
+            None => eprintln!("{line}"),
+        }
+    }
+    println!(
+        "# qtune tune --dry-run: nothing launched. The tune would start with these launches, then search from what they measure, within {} launches and {} minutes:",
+        c.space.budget.trials, c.space.budget.minutes
+    );
+    for (i, l) in first.iter().enumerate() {
+        println!(
+            "{:>2}. {:<8} {}  # {}",
+            i + 1,
+            crate::search::progress::role_word(l.role),
+            super::preflight::flags(&l.config),
+            l.why
+        );
+    }
+    Ok(())
 }
 
 /// A `--host` must be a host name or address; one other machines reach gets a warning
@@ -510,7 +678,7 @@ pub fn port_taken_warning(host: &str, port: u16) -> Option<String> {
 }
 
 /// The summary table on stderr, then the winning command alone as the last line on stdout.
-fn print_outcome(result: &TuneResult, run_dir: &Path, json: bool) -> Result<()> {
+fn print_outcome(result: &TuneResult, run_dir: &Path, json: bool, quiet: bool) -> Result<()> {
     if json {
         if let Some(w) = port_taken_warning(&result.host, result.port) {
             eprintln!("qtune: warning: {w}");
@@ -518,8 +686,11 @@ fn print_outcome(result: &TuneResult, run_dir: &Path, json: bool) -> Result<()> 
         println!("{}", serde_json::to_string_pretty(result)?);
         return Ok(());
     }
-    eprintln!("{}", crate::report::summary::table(result));
-    eprintln!("report: {}", run_dir.join("report.md").display());
+    if !quiet {
+        eprintln!("{}", crate::report::summary::table(result));
+        eprintln!("report: {}", run_dir.join("report.md").display());
+        eprintln!("run directory: {}", run_dir.display());
+    }
     if result.winner.is_some() {
         if let Some(w) = port_taken_warning(&result.host, result.port) {
             eprintln!("qtune: warning: {w}");
@@ -568,6 +739,9 @@ pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>) -> Result<()> {
         host: crate::run::DEFAULT_HOST.into(),
         port: crate::run::DEFAULT_PORT,
         json: false,
+        quiet: false,
+        dry_run: false,
+        allow_dense: false,
         replay: None,
         workload: None,
     };

@@ -48,24 +48,27 @@ pub(crate) fn sanitize_name(s: &str) -> String {
     }
 }
 
-/// The default profile name: model, quantization, GPU (or CPU) and the VRAM it had.
+/// The default profile name, a slug to type: model, quantization, GPU (or CPU) and the VRAM it
+/// had, e.g. `qwen3.5-35b-a3b-q4_k_m-h200-16gib` or `qwen3-30b-a3b-q4_k_m-cpu-16t`.
 pub fn default_name(r: &TuneResult) -> String {
     let model = r.model.name.clone().unwrap_or_else(|| r.model.arch.clone());
-    let ft = r
-        .model
-        .file_type
-        .as_deref()
-        .map(|f| format!(" {f}"))
-        .unwrap_or_default();
+    let ft = r.model.file_type.as_deref().unwrap_or_default();
     let target = match r.hardware.gpus.first() {
-        Some(g) => format!(
-            "{} ({} GiB free)",
-            g.name,
-            (r.free_vram_at_start_mib as f64 / 1024.0).round()
-        ),
-        None => format!("CPU {} cores", r.hardware.host.logical_cores),
+        Some(g) => {
+            let card: Vec<&str> = g
+                .name
+                .split_whitespace()
+                .filter(|w| !["nvidia", "geforce"].contains(&w.to_lowercase().as_str()))
+                .collect();
+            format!(
+                "{} {}gib",
+                card.join(" "),
+                (r.free_vram_at_start_mib as f64 / 1024.0).round()
+            )
+        }
+        None => format!("cpu {}t", r.hardware.host.logical_cores),
     };
-    sanitize_name(&format!("{model}{ft} on {target}"))
+    sanitize_name(&slug(&format!("{model} {ft} {target}")))
 }
 
 /// Build a profile from a tune's result. Fails when the tune has no winner.

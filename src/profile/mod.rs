@@ -21,8 +21,6 @@ use std::path::{Path, PathBuf};
 pub const SCHEMA_VERSION: u32 = 1;
 /// Largest profile file accepted.
 pub const MAX_PROFILE_BYTES: u64 = 1024 * 1024;
-/// Where `import` puts profiles and `list` / `plan` look, relative to the current directory.
-pub const PROFILES_DIR: &str = "profiles";
 
 const MAX_FRONT: usize = 1024;
 const MAX_GPUS: usize = 64;

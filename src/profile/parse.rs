@@ -73,6 +73,43 @@ pub fn to_yaml(p: &Profile) -> Result<String> {
     ))
 }
 
+/// A profile's slug, the name to type: lowercase, anything but `[a-z0-9._]` as '-', runs of
+/// '-' folded, parenthesised asides dropped ("Qwen3.5-35B-A3B (qtune synthetic, random
+/// weights) Q4_K_M" -> "qwen3.5-35b-a3b-q4_k_m").
+pub fn slug(name: &str) -> String {
+    let mut depth = 0u32;
+    let mut kept = String::new();
+    for c in name.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => kept.push(c),
+            _ => {}
+        }
+    }
+    if kept.trim().is_empty() {
+        kept = name.to_string();
+    }
+    let mut out = String::new();
+    for c in kept.chars().flat_map(char::to_lowercase) {
+        let c = if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+            c
+        } else {
+            '-'
+        };
+        if c == '-' && (out.is_empty() || out.ends_with('-')) {
+            continue;
+        }
+        out.push(c);
+    }
+    let t = out.trim_matches(|c| c == '-' || c == '.').to_string();
+    if t.is_empty() {
+        "profile".to_string()
+    } else {
+        t
+    }
+}
+
 /// File name for a profile in `profiles/`: its name with anything but `[A-Za-z0-9._+-]` as '-'.
 pub fn file_stem(name: &str) -> String {
     let s: String = name

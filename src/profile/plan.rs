@@ -451,12 +451,6 @@ fn from_profile(
         }
         s
     });
-    if p.space.ctx != ctx {
-        reasons.push(format!(
-            "the profile was tuned at ctx {}; planned for ctx {ctx} (KV cache re-predicted)",
-            p.space.ctx
-        ));
-    }
     // The profile's choices; the placement is the plan's own (none yet).
     LaunchConfig {
         parallel: w.parallel,
@@ -907,6 +901,14 @@ pub fn plan(
         mut warnings,
     } = placed;
     reasons.extend(place_reasons);
+    if let Some(p) = profile.filter(|p| p.space.ctx != ctx) {
+        warnings.push(format!(
+            "the profile was tuned at ctx {}; this plan is for ctx {ctx}: the KV cache and \
+             placement are re-predicted, its measured speeds were at ctx {} (drop --ctx to \
+             plan at the profile's context)",
+            p.space.ctx, p.space.ctx
+        ));
+    }
 
     let pred = if cards.len() >= 2 {
         let free: Vec<f64> = cards.iter().map(|g| g.free_mib as f64).collect();
@@ -927,7 +929,18 @@ pub fn plan(
         ));
     }
 
+    let spread = profile.map_or(0.0, profile_spread_pct);
     let confidence = match (profile, matched) {
+        (Some(p), Some(ModelMatch::Fingerprint))
+            if same_gpus(p, hw) && same_budget(p, budget) && spread > NOISY_SPREAD_PCT =>
+        {
+            reasons.push(format!(
+                "same model, same card and a VRAM budget within 10 %, but the profile's \
+                 measurements spread by {spread:.0} % (more than {NOISY_SPREAD_PCT:.0} %): \
+                 its winner was not told apart from its neighbours"
+            ));
+            Confidence::Medium
+        }
         (Some(p), Some(ModelMatch::Fingerprint)) if same_gpus(p, hw) && same_budget(p, budget) => {
             reasons.push("same model, same card and a VRAM budget within 10 %".to_string());
             Confidence::High
@@ -986,6 +999,19 @@ pub fn plan(
             .collect(),
         compared,
     }
+}
+
+/// A profile whose winner's measurements spread by more than this (max - min over the
+/// median, percent, the larger of tg and pp) cannot give a plan high confidence.
+pub const NOISY_SPREAD_PCT: f64 = 25.0;
+
+/// The larger spread of the profile winner's generation and prompt measurements, percent.
+fn profile_spread_pct(p: &Profile) -> f64 {
+    let w = &p.winner;
+    [w.tg.spread_pct, w.pp.spread_pct]
+        .into_iter()
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max)
 }
 
 fn p_ncmoe(profile: Option<&Profile>) -> Option<u32> {
@@ -1199,6 +1225,37 @@ mod tests {
                 > plan_fit_target_mib(5632.0)
         );
         assert_eq!(plan.from_profile.as_deref(), Some(p.name.as_str()));
+    }
+
+    #[test]
+    fn a_noisy_profile_never_gives_high_confidence_and_another_ctx_is_a_warning() {
+        let l = layout(8);
+        let mut p = profile_for(&l);
+        // The newcomer's case: the profile's winner measured with a 77 % spread.
+        p.winner.tg.spread_pct = 77.0;
+        let noisy = plan(&l, &hw(Some(("Test GPU 6G", 6144))), Some(&p), 8192, 512);
+        assert_eq!(noisy.confidence, Confidence::Medium, "{:?}", noisy.reasons);
+        assert!(
+            noisy.reasons.iter().any(|r| r.contains("spread by 77 %")),
+            "{:?}",
+            noisy.reasons
+        );
+        assert!(
+            !plan_text(&noisy, Path::new("m.gguf")).contains("confidence: high"),
+            "{}",
+            plan_text(&noisy, Path::new("m.gguf"))
+        );
+        // The profile keeps its context: planning at another one says so, as a warning.
+        p.winner.tg.spread_pct = 4.0;
+        assert_eq!(p.space.ctx, 8192);
+        let same = plan(&l, &hw(Some(("Test GPU 6G", 6144))), Some(&p), 8192, 512);
+        assert!(same.warnings.iter().all(|w| !w.contains("tuned at ctx")));
+        let other = plan(&l, &hw(Some(("Test GPU 6G", 6144))), Some(&p), 32768, 512);
+        let text = plan_text(&other, Path::new("m.gguf"));
+        assert!(
+            text.contains("warning: the profile was tuned at ctx 8192; this plan is for ctx 32768"),
+            "{text}"
+        );
     }
 
     #[test]

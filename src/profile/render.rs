@@ -16,7 +16,15 @@ pub fn list_text(entries: &[(PathBuf, Result<Profile>)]) -> String {
         .iter()
         .map(|(path, r)| match r {
             Ok(p) => [
-                p.name.clone(),
+                format!(
+                    "{}{}",
+                    slug_of_path(path),
+                    if path.to_string_lossy().starts_with(BUILT_IN_PREFIX) {
+                        " (built-in)"
+                    } else {
+                        ""
+                    }
+                ),
                 model_label(&p.model),
                 p.hardware.gpu_label(),
                 format!("{:.1} t/s", p.winner.tg.median),

@@ -1,5 +1,6 @@
-//! The profile store: `profiles/` in the current directory. Import never replaces a
-//! different profile; lookups go by path, file stem or name.
+//! The profile store: `<data dir>/profiles/` ([`crate::util::profiles_dir`]), then the
+//! profiles shipped with qtune (the repository's `profiles/`, compiled in). Import never
+//! replaces a different profile; lookups go by path, slug (file stem) or name.
 
 use super::*;
 
@@ -62,7 +63,64 @@ pub fn load_dir(dir: &Path) -> Vec<(PathBuf, Result<Profile>)> {
         .collect()
 }
 
-/// Find a profile by file path, by file stem in `profiles_dir`, or by its `name`.
+/// The profiles shipped with qtune: measured on the GPU machine, compiled in so an installed
+/// qtune has them from any directory. Each is (slug, YAML).
+pub const BUILT_IN: &[(&str, &str)] = &[
+    (
+        "qwen3-30b-a3b-q4_k_m-h200-16gib",
+        include_str!("../../profiles/qwen3-30b-a3b-q4_k_m-h200-16gib.yaml"),
+    ),
+    (
+        "qwen3.5-35b-a3b-q4_k_m-h200-16gib",
+        include_str!("../../profiles/qwen3.5-35b-a3b-q4_k_m-h200-16gib.yaml"),
+    ),
+    (
+        "qwen3.5-35b-a3b-q4_k_m-h200-24gib",
+        include_str!("../../profiles/qwen3.5-35b-a3b-q4_k_m-h200-24gib.yaml"),
+    ),
+];
+
+/// How a built-in profile is shown where a path would be: `built-in:<slug>`.
+pub const BUILT_IN_PREFIX: &str = "built-in:";
+
+/// The built-in profiles, parsed, as `(built-in:<slug>, profile)`.
+pub fn built_in() -> Vec<(PathBuf, Result<Profile>)> {
+    BUILT_IN
+        .iter()
+        .map(|(slug, yaml)| {
+            let shown = format!("{BUILT_IN_PREFIX}{slug}");
+            let r = parse_profile(yaml, &shown);
+            (PathBuf::from(shown), r)
+        })
+        .collect()
+}
+
+/// The user's profiles in `profiles_dir`, then the built-in ones whose slug the user has not
+/// taken: what `profile list` shows and `plan` chooses from.
+pub fn load_all(profiles_dir: &Path) -> Vec<(PathBuf, Result<Profile>)> {
+    let mut all = load_dir(profiles_dir);
+    let taken: Vec<String> = all.iter().map(|(p, _)| slug_of_path(p)).collect();
+    all.extend(
+        built_in()
+            .into_iter()
+            .filter(|(p, _)| !taken.contains(&slug_of_path(p))),
+    );
+    all
+}
+
+/// The name `profile show` takes for a stored profile: its file stem (or built-in slug).
+pub fn slug_of_path(path: &Path) -> String {
+    let s = path.to_string_lossy();
+    if let Some(slug) = s.strip_prefix(BUILT_IN_PREFIX) {
+        return slug.to_string();
+    }
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Find a profile by file path, by slug (file stem) in `profiles_dir` or among the built-in
+/// profiles, or by its `name` (or the name's slug).
 pub fn find_profile(name: &str, profiles_dir: &Path) -> Result<(PathBuf, Profile)> {
     let as_path = Path::new(name);
     if as_path.exists() {
@@ -77,15 +135,25 @@ pub fn find_profile(name: &str, profiles_dir: &Path) -> Result<(PathBuf, Profile
             return Ok((cand, p));
         }
     }
-    for (path, r) in load_dir(profiles_dir) {
+    let wanted = slug(name);
+    let all = load_all(profiles_dir);
+    for (path, r) in &all {
+        if slug_of_path(path) == name || slug_of_path(path) == wanted {
+            return Ok((
+                path.clone(),
+                r.as_ref().map_err(|e| anyhow!("{e:#}"))?.clone(),
+            ));
+        }
+    }
+    for (path, r) in all {
         if let Ok(p) = r {
-            if p.name == name {
+            if p.name == name || slug(&p.name) == wanted {
                 return Ok((path, p));
             }
         }
     }
     bail!(
-        "no profile '{}' (not a file, not in ./{}; see 'qtune profile list')",
+        "no profile '{}' (not a file, not in {} nor built in; see 'qtune profile list')",
         one_line(name),
         profiles_dir.display()
     )

@@ -239,11 +239,15 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
     time_split(m, r);
     model_pick(m, r);
 
-    // Plots.
-    if !plots.is_empty() {
+    // Plots, and the ones left out for lack of data (plots::left_out).
+    let left_out = super::plots::left_out(r);
+    if !plots.is_empty() || !left_out.is_empty() {
         let _ = writeln!(m, "## Plots\n");
         for (stem, title) in plots {
             let _ = writeln!(m, "![{title}]({stem}.png)\n\n{title}: [SVG]({stem}.svg)\n");
+        }
+        for why in left_out {
+            let _ = writeln!(m, "{why}\n");
         }
     }
 

@@ -34,7 +34,7 @@ impl Output for MarkdownReport {
     fn render(&self, r: &TuneResult) -> Result<Vec<OutFile>> {
         Ok(vec![OutFile {
             name: "report.md".into(),
-            bytes: markdown::render(r, &plots::PLOTS).into_bytes(),
+            bytes: markdown::render(r, &plots::available(r)).into_bytes(),
             executable: false,
         }])
     }
@@ -99,6 +99,17 @@ pub fn write_all(run_dir: &Path, result: &TuneResult) -> anyhow::Result<()> {
     }
     for f in files {
         write_file(&run_dir.join(&f.name), &f.bytes, f.executable)?;
+    }
+    // A plot left out for lack of data must not linger from an earlier rendering.
+    let kept = plots::available(result);
+    for (stem, _) in plots::PLOTS.iter().filter(|p| !kept.contains(p)) {
+        for ext in ["svg", "png"] {
+            let stale = run_dir.join(format!("{stem}.{ext}"));
+            if stale.is_file() {
+                std::fs::remove_file(&stale)
+                    .with_context(|| format!("cannot remove {}", stale.display()))?;
+            }
+        }
     }
     Ok(())
 }

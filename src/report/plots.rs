@@ -5,8 +5,15 @@
 //! - `plot-tg-pp`: generation vs prompt tok/s, Pareto front (both higher).
 //! - `plot-ncmoe`: tok/s and peak VRAM across `--n-cpu-moe`, with the budget.
 //!
-//! Over 600 lines on purpose: one job (the three plots share one data extraction, one style
-//! and one SVG/PNG backend setup); splitting by plot would duplicate that setup.
+//! Each plot: the title and the model above, the axes zoomed to the data (and the budget),
+//! the legend in a column right of the plot area (never over a point), the recommended config
+//! and every baseline marked and labelled with their llama.cpp flags, and a caption under the
+//! plot saying why a point on the Pareto front is not the recommended one. A plot with no
+//! data (on the CPU: no VRAM, no `--n-cpu-moe`) is left out ([`available`]) and the report
+//! says why ([`left_out`]).
+//!
+//! Over 600 lines on purpose: one job (the three plots share one data extraction, one style,
+//! one legend and one SVG/PNG backend setup); splitting by plot would duplicate that setup.
 
 use crate::run::pareto::{self, Goal};
 use crate::run::TuneResult;
@@ -36,17 +43,25 @@ pub const PLOTS: [(&str, &str); 3] = [
     ("plot-ncmoe", "Speed and peak VRAM across --n-cpu-moe"),
 ];
 
-const W: u32 = 1000;
+const W: u32 = 1200;
 /// Axis text for `--n-cpu-moe` (plotters' glyph layout merges the two leading hyphens).
 const NCMOE_DESC: &str = "n-cpu-moe: blocks whose routed experts stay on the CPU";
-const H: u32 = 600;
-const H_NCMOE: u32 = 760;
+const H: u32 = 640;
+const H_NCMOE: u32 = 820;
+/// The legend column, right of the plot area.
+const LEGEND_W: u32 = 330;
+/// The title and subtitle band.
+const TITLE_H: u32 = 64;
+/// Characters per line of the legend (13 px) and of the caption (14 px).
+const LEGEND_CHARS: usize = 40;
+const CAPTION_CHARS: usize = 150;
 
 const C_POINT: RGBColor = RGBColor(31, 119, 180);
 const C_PP: RGBColor = RGBColor(255, 127, 14);
 const C_FRONT: RGBColor = RGBColor(44, 160, 44);
 const C_WINNER: RGBColor = RGBColor(230, 171, 2);
 const C_BASE: RGBColor = RGBColor(90, 90, 90);
+const C_BASE2: RGBColor = RGBColor(23, 190, 207);
 const C_FAIL: RGBColor = RGBColor(214, 39, 40);
 const C_BUDGET: RGBColor = RGBColor(170, 0, 0);
 const C_MODEL: RGBColor = RGBColor(148, 103, 189);
@@ -75,6 +90,10 @@ pub struct Point {
     pub pp: f64,
     pub vram: Option<f64>,
     pub ncmoe: Option<u32>,
+    /// The trial ran the recommended config.
+    pub recommended: bool,
+    /// The trial was a baseline launch.
+    pub baseline: bool,
 }
 
 /// A failed trial (anything but ok and skipped).
@@ -86,13 +105,15 @@ pub struct Failed {
     pub ncmoe: Option<u32>,
 }
 
-/// The winner or the baseline, as confirmed.
+/// The recommended config or a baseline, at its measured values, with its flags.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Marker {
     pub tg: f64,
     pub pp: f64,
     pub vram: Option<f64>,
     pub ncmoe: Option<u32>,
+    /// The llama.cpp flags (no server, model, host, port).
+    pub flags: String,
 }
 
 /// What the plots draw, extracted from a [`TuneResult`].
@@ -102,7 +123,9 @@ pub struct PlotData {
     pub points: Vec<Point>,
     pub failed: Vec<Failed>,
     pub winner: Option<Marker>,
-    pub baseline: Option<Marker>,
+    /// Every baseline config (the server's default, and `--fit on --fit-target` where the tune
+    /// launched it), in launch order, at the median of its ok trials.
+    pub baselines: Vec<Marker>,
     pub budget: Option<f64>,
     pub has_gpu: bool,
     /// The speed model's generation for the winner's config at each --n-cpu-moe (empty when
@@ -110,8 +133,26 @@ pub struct PlotData {
     pub modelled: Vec<(u32, f64, f64)>,
 }
 
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+fn flags(c: &crate::config::LaunchConfig) -> String {
+    crate::config::shell_line(&c.server_args())
+}
+
 impl PlotData {
     pub fn from_result(r: &TuneResult) -> PlotData {
+        let winner_config = r.winner.as_ref().map(|w| &w.config);
         let points = r
             .trials
             .iter()
@@ -123,6 +164,8 @@ impl PlotData {
                     pp: t.prompt_tps()?,
                     vram: t.peak_vram_total_mib().map(|v| v as f64),
                     ncmoe: t.config.n_cpu_moe,
+                    recommended: winner_config == Some(&t.config),
+                    baseline: t.role == TrialRole::Baseline,
                 })
             })
             .collect();
@@ -142,15 +185,52 @@ impl PlotData {
             pp: w.prompt_tps.median,
             vram: w.peak_vram_mib.map(|v| v as f64),
             ncmoe: w.config.n_cpu_moe,
+            flags: flags(&w.config),
         });
-        let baseline = r.baseline().and_then(|b| {
-            Some(Marker {
-                tg: b.gen.as_ref()?.median,
-                pp: b.prompt.as_ref()?.median,
-                vram: b.peak_vram_mib.map(|v| v as f64),
-                ncmoe: b.config.n_cpu_moe,
+        let mut configs: Vec<&crate::config::LaunchConfig> = Vec::new();
+        for t in r.trials.iter().filter(|t| t.role == TrialRole::Baseline) {
+            if !configs.contains(&&t.config) {
+                configs.push(&t.config);
+            }
+        }
+        // As the summary pools a baseline: its confirmation rounds when it had some, else its
+        // baseline launches; every sample of those. The recommended config is drawn once: a
+        // baseline kept as the recommendation is not drawn again as a baseline.
+        let baselines = configs
+            .into_iter()
+            .filter(|c| winner_config != Some(*c))
+            .filter_map(|c| {
+                let of = |role: TrialRole| -> Vec<&crate::trial::TrialOutcome> {
+                    r.trials
+                        .iter()
+                        .filter(|t| t.role == role && &t.config == c && t.kind.is_ok())
+                        .collect()
+                };
+                let mut ok = of(TrialRole::Confirm);
+                if ok.is_empty() {
+                    ok = of(TrialRole::Baseline);
+                }
+                let pooled = |f: fn(&crate::trial::Metrics) -> &crate::trial::Stat| {
+                    median(
+                        ok.iter()
+                            .filter_map(|t| t.metrics.as_ref())
+                            .flat_map(|m| f(m).samples.clone())
+                            .collect(),
+                    )
+                };
+                Some(Marker {
+                    tg: pooled(|m| &m.gen_tps)?,
+                    pp: pooled(|m| &m.prompt_tps)?,
+                    vram: median(
+                        ok.iter()
+                            .filter_map(|t| t.peak_vram_total_mib().map(|v| v as f64))
+                            .collect(),
+                    ),
+                    ncmoe: c.n_cpu_moe,
+                    flags: flags(c),
+                })
             })
-        });
+            .collect();
         let modelled = r
             .winner
             .as_ref()
@@ -183,43 +263,50 @@ impl PlotData {
             points,
             failed,
             winner,
-            baseline,
+            baselines,
             budget: r.vram_budget_mib.map(|v| v as f64),
             has_gpu: r.hardware.has_gpu(),
         }
     }
 
-    fn max_tg(&self) -> f64 {
+    fn markers(&self) -> impl Iterator<Item = &Marker> {
+        self.winner.iter().chain(self.baselines.iter())
+    }
+
+    fn tgs(&self) -> Vec<f64> {
         self.points
             .iter()
             .map(|p| p.tg)
-            .chain(self.winner.iter().map(|m| m.tg))
-            .chain(self.baseline.iter().map(|m| m.tg))
-            .fold(0.0, f64::max)
+            .chain(self.markers().map(|m| m.tg))
+            .collect()
     }
 
-    fn max_pp(&self) -> f64 {
+    fn pps(&self) -> Vec<f64> {
         self.points
             .iter()
             .map(|p| p.pp)
-            .chain(self.winner.iter().map(|m| m.pp))
-            .chain(self.baseline.iter().map(|m| m.pp))
-            .fold(0.0, f64::max)
+            .chain(self.markers().map(|m| m.pp))
+            .collect()
     }
 
-    fn max_vram(&self) -> Option<f64> {
+    /// Every VRAM value drawn: points, failures, markers and the budget.
+    fn vrams(&self) -> Vec<f64> {
         self.points
             .iter()
             .filter_map(|p| p.vram)
             .chain(self.failed.iter().filter_map(|f| f.vram))
-            .chain(self.winner.iter().filter_map(|m| m.vram))
-            .chain(self.baseline.iter().filter_map(|m| m.vram))
+            .chain(self.markers().filter_map(|m| m.vram))
             .chain(self.budget)
-            .reduce(f64::max)
+            .collect()
     }
 
     fn has_vram(&self) -> bool {
         self.points.iter().any(|p| p.vram.is_some())
+    }
+
+    fn has_ncmoe(&self) -> bool {
+        self.points.iter().any(|p| p.ncmoe.is_some())
+            || self.failed.iter().any(|f| f.ncmoe.is_some())
     }
 
     /// A short legend text for the failures, e.g. `failed: 3 (oom-load, spill)`.
@@ -232,21 +319,63 @@ impl PlotData {
         }
         format!("failed: {} ({})", self.failed.len(), kinds.join(", "))
     }
+
+    /// Why the plot `stem` has nothing to show, or None when it has.
+    fn empty_because(&self, stem: &str) -> Option<String> {
+        match stem {
+            "plot-vram" if !self.has_vram() => Some(if self.has_gpu {
+                "VRAM was not measured in this run".into()
+            } else {
+                "no GPU, so no VRAM was measured".into()
+            }),
+            "plot-tg-pp" if self.points.is_empty() => Some("no trial completed".into()),
+            "plot-ncmoe" if !self.has_ncmoe() => Some(if self.has_gpu {
+                "this run did not vary --n-cpu-moe (a dense model, or a space without it)".into()
+            } else {
+                "no GPU, so --n-cpu-moe was not varied".into()
+            }),
+            _ => None,
+        }
+    }
 }
 
-/// Render every plot of a result, SVG and PNG.
+/// The plots a result has data for (stem, title), in report order.
+pub fn available(r: &TuneResult) -> Vec<(&'static str, &'static str)> {
+    let d = PlotData::from_result(r);
+    PLOTS
+        .iter()
+        .copied()
+        .filter(|(stem, _)| d.empty_because(stem).is_none())
+        .collect()
+}
+
+/// One line per plot left out for lack of data, saying why (for the report).
+pub fn left_out(r: &TuneResult) -> Vec<String> {
+    let d = PlotData::from_result(r);
+    PLOTS
+        .iter()
+        .filter_map(|(stem, title)| {
+            d.empty_because(stem)
+                .map(|why| format!("{title} ({stem}) is left out: {why}."))
+        })
+        .collect()
+}
+
+/// Render every plot of a result that has data ([`available`]), SVG and PNG.
 pub fn render_all(r: &TuneResult) -> Result<Vec<RenderedPlot>> {
     ensure_font()?;
     let d = PlotData::from_result(r);
     let mut out = Vec::new();
     for (stem, title) in PLOTS {
+        if d.empty_because(stem).is_some() {
+            continue;
+        }
         let h = if stem == "plot-ncmoe" { H_NCMOE } else { H };
-        let draw = |stem: &str| match stem {
+        let which = match stem {
             "plot-vram" => Plot::Vram,
             "plot-tg-pp" => Plot::TgPp,
             _ => Plot::NCpuMoe,
         };
-        let which = draw(stem);
         let svg = render_svg(which, &d, title, W, h)
             .map_err(|e| anyhow!("cannot draw {stem}.svg: {e:#}"))?;
         let png = render_png(which, &d, title, W, h)
@@ -296,6 +425,334 @@ fn render_png(which: Plot, d: &PlotData, title: &str, w: u32, h: u32) -> Result<
     Ok(png)
 }
 
+/// A legend entry's symbol.
+#[derive(Clone, Copy)]
+enum Sym {
+    Line,
+    Dashed,
+    Dot,
+    Square,
+    Diamond,
+    Triangle,
+    Cross,
+}
+
+/// One legend entry: its symbol, colour and text (wrapped in the legend column).
+struct Item {
+    sym: Sym,
+    color: RGBColor,
+    text: String,
+}
+
+fn item(sym: Sym, color: RGBColor, text: impl Into<String>) -> Item {
+    Item {
+        sym,
+        color,
+        text: text.into(),
+    }
+}
+
+/// The markers of the recommended config and of each baseline: (symbol, colour, legend text).
+fn marker_styles(d: &PlotData) -> (Option<Item>, Vec<Item>) {
+    let rec = d.winner.as_ref().map(|w| {
+        let kept = d.points.iter().any(|p| p.recommended && p.baseline);
+        item(
+            Sym::Triangle,
+            C_WINNER,
+            if kept {
+                format!(
+                    "recommended (the baseline, kept):\n{}",
+                    flag_words(&w.flags)
+                )
+            } else {
+                format!("recommended:\n{}", flag_words(&w.flags))
+            },
+        )
+    });
+    let bases = d
+        .baselines
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            let (sym, color) = if i == 0 {
+                (Sym::Square, C_BASE)
+            } else {
+                (Sym::Diamond, C_BASE2)
+            };
+            item(sym, color, format!("baseline:\n{}", flag_words(&b.flags)))
+        })
+        .collect();
+    (rec, bases)
+}
+
+/// A no-break space: keeps a flag and its value on one line of a wrapped legend.
+const NBSP: char = '\u{a0}';
+
+/// Flags for a legend: each flag bound to its value (`-c 2048` is one word when wrapping).
+fn flag_words(flags: &str) -> String {
+    let mut out = String::new();
+    for w in flags.split(' ') {
+        if !out.is_empty() {
+            out.push(if w.starts_with('-') { ' ' } else { NBSP });
+        }
+        out.push_str(w);
+    }
+    out
+}
+
+/// Words of `text` in lines of at most `width` characters (a longer word gets its own line);
+/// a '\n' starts a new line.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for para in text.split('\n') {
+        let mut cur = String::new();
+        // A word longer than a line (an -ot regex) is cut into pieces of a line each.
+        let words = para.split(' ').filter(|w| !w.is_empty()).flat_map(|w| {
+            let chars: Vec<char> = w.chars().collect();
+            chars
+                .chunks(width.max(1))
+                .map(|c| c.iter().collect::<String>())
+                .collect::<Vec<_>>()
+        });
+        for word in words {
+            if !cur.is_empty() && cur.chars().count() + 1 + word.chars().count() > width {
+                lines.push(std::mem::take(&mut cur));
+            }
+            if !cur.is_empty() {
+                cur.push(' ');
+            }
+            cur.push_str(&word);
+        }
+        if !cur.is_empty() {
+            lines.push(cur);
+        }
+    }
+    lines.into_iter().map(|l| l.replace(NBSP, " ")).collect()
+}
+
+/// Draw a symbol centred at `(x, y)` (pixels of `area`).
+fn draw_sym<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    sym: Sym,
+    color: RGBColor,
+    (x, y): (i32, i32),
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    match sym {
+        Sym::Line => area.draw(&PathElement::new(
+            vec![(x - 10, y), (x + 10, y)],
+            color.stroke_width(3),
+        ))?,
+        Sym::Dashed => {
+            area.draw(&PathElement::new(
+                vec![(x - 11, y), (x - 3, y)],
+                color.stroke_width(2),
+            ))?;
+            area.draw(&PathElement::new(
+                vec![(x + 3, y), (x + 11, y)],
+                color.stroke_width(2),
+            ))?
+        }
+        Sym::Dot => area.draw(&Circle::new((x, y), 5, color.filled()))?,
+        Sym::Square => {
+            area.draw(&Rectangle::new(
+                [(x - 7, y - 7), (x + 7, y + 7)],
+                color.filled(),
+            ))?;
+            area.draw(&Rectangle::new(
+                [(x - 7, y - 7), (x + 7, y + 7)],
+                BLACK.stroke_width(1),
+            ))?
+        }
+        Sym::Diamond => {
+            let pts = vec![(x, y - 9), (x + 9, y), (x, y + 9), (x - 9, y)];
+            area.draw(&Polygon::new(pts.clone(), color.filled()))?;
+            let mut ring = pts;
+            ring.push((x, y - 9));
+            area.draw(&PathElement::new(ring, BLACK.stroke_width(1)))?
+        }
+        Sym::Triangle => {
+            area.draw(&TriangleMarker::new((x, y), 14, BLACK.filled()))?;
+            area.draw(&TriangleMarker::new((x, y), 11, color.filled()))?
+        }
+        Sym::Cross => area.draw(&Cross::new((x, y), 6, color.stroke_width(3)))?,
+    }
+    Ok(())
+}
+
+/// The legend, top to bottom in its column, each text wrapped.
+fn draw_legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, items: &[Item]) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let mut y = 16;
+    for it in items {
+        draw_sym(area, it.sym, it.color, (22, y + 8))?;
+        for (i, line) in wrap(&it.text, LEGEND_CHARS).iter().enumerate() {
+            area.draw(&Text::new(
+                line.clone(),
+                (44, y + i as i32 * 17),
+                font(13.0).color(&RGBColor(40, 40, 40)),
+            ))?;
+        }
+        y += 17 * wrap(&it.text, LEGEND_CHARS).len().max(1) as i32 + 10;
+    }
+    Ok(())
+}
+
+/// The canvas cut into the title band, the plot area, the legend column and the caption band
+/// (one line of caption text per entry of `caption`).
+struct Areas<DB: DrawingBackend> {
+    plot: DrawingArea<DB, Shift>,
+    legend: DrawingArea<DB, Shift>,
+    caption: DrawingArea<DB, Shift>,
+}
+
+fn areas<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    model: &str,
+    caption_lines: usize,
+) -> Result<Areas<DB>>
+where
+    DB::ErrorType: 'static,
+{
+    let (w, h) = root.dim_in_pixel();
+    let (top, rest) = root.split_vertically(TITLE_H);
+    top.draw(&Text::new(
+        title.to_string(),
+        (18, 10),
+        font(24.0).color(&BLACK),
+    ))?;
+    top.draw(&Text::new(
+        model.to_string(),
+        (18, 40),
+        font(15.0).color(&RGBColor(90, 90, 90)),
+    ))?;
+    let caption_h = if caption_lines == 0 {
+        0
+    } else {
+        caption_lines as u32 * 19 + 14
+    };
+    let (main, caption) = rest.split_vertically(h - TITLE_H - caption_h);
+    let (plot, legend) = main.split_horizontally(w - LEGEND_W);
+    Ok(Areas {
+        plot,
+        legend,
+        caption,
+    })
+}
+
+fn draw_caption<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, lines: &[String]) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    for (i, l) in lines.iter().enumerate() {
+        area.draw(&Text::new(
+            l.clone(),
+            (18, 4 + i as i32 * 19),
+            font(14.0).color(&RGBColor(60, 60, 60)),
+        ))?;
+    }
+    Ok(())
+}
+
+/// The axis range of `values`, zoomed to them: their span plus a margin on each side (never
+/// below 0 when every value is at or above 0); a single value gets ±5 %.
+fn zoomed(values: &[f64]) -> std::ops::Range<f64> {
+    let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    if finite.is_empty() {
+        return 0.0..1.0;
+    }
+    let lo = finite.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let span = hi - lo;
+    let pad = if span > hi.abs() * 1e-3 {
+        span * 0.08
+    } else {
+        (hi.abs() * 0.05).max(1.0)
+    };
+    let start = if lo >= 0.0 {
+        (lo - pad).max(0.0)
+    } else {
+        lo - pad
+    };
+    start..(hi + pad)
+}
+
+/// The x axis of a front, for [`front_caption`]: what being better on it is called ("uses
+/// less VRAM"), its unit, the value of a point and of a marker, and which way is better.
+struct FrontAxis {
+    better: &'static str,
+    unit: &'static str,
+    point: fn(&Point) -> Option<f64>,
+    marker: fn(&Marker) -> Option<f64>,
+    goal: Goal,
+}
+
+/// Why each point on the Pareto front other than the recommended config is not recommended,
+/// one sentence each, from the numbers of the plot's two axes.
+fn front_caption(front: &[&Point], winner: Option<&Marker>, x: FrontAxis) -> Vec<String> {
+    let FrontAxis {
+        better: x_better,
+        unit: x_unit,
+        point: px,
+        marker: mx,
+        goal: gx,
+    } = x;
+    let Some(w) = winner else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    // The recommended config's own launch, when the race's pooled value (the marker) differs.
+    for p in front.iter().filter(|p| p.recommended) {
+        if (p.tg - w.tg).abs() > 0.02 * w.tg.abs() {
+            out.push(format!(
+                "#{} is the recommended config's own launch ({:.1} tok/s generation); its marker is at the value the race's rounds measured ({:.1}).",
+                p.id, p.tg, w.tg
+            ));
+        }
+    }
+    for p in front.iter().filter(|p| !p.recommended) {
+        let mut said: Vec<String> = Vec::new();
+        if let (Some(a), Some(b)) = (px(p), mx(w)) {
+            let better = match gx {
+                Goal::Min => a < b,
+                Goal::Max => a > b,
+            };
+            if better {
+                said.push(format!(
+                    "{x_better} ({} vs {} {x_unit})",
+                    crate::util::fmt_thousands(a),
+                    crate::util::fmt_thousands(b)
+                ));
+            }
+        }
+        if p.tg < w.tg {
+            said.push(format!(
+                "but slower generation ({:.1} vs {:.1} tok/s)",
+                p.tg, w.tg
+            ));
+        } else {
+            said.push(format!(
+                "and {:.1} tok/s generation in its own launch, not proven faster than the recommended {:.1} by the race's paired rounds",
+                p.tg, w.tg
+            ));
+        }
+        out.push(format!(
+            "#{}{} is on the Pareto front but not recommended: {}.",
+            p.id,
+            if p.baseline { " (a baseline)" } else { "" },
+            said.join(" ")
+        ));
+    }
+    out.into_iter()
+        .flat_map(|s| wrap(&s, CAPTION_CHARS))
+        .collect()
+}
+
 fn draw<DB: DrawingBackend>(
     which: Plot,
     root: &DrawingArea<DB, Shift>,
@@ -306,40 +763,15 @@ where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE)?;
-    // Keep the caption inside the 1000 px canvas at 24 px (about 75 characters).
-    let mut caption = format!("{title} — {}", d.model);
-    if caption.chars().count() > 75 {
-        caption = caption.chars().take(74).collect::<String>() + "…";
-    }
     match which {
-        Plot::Vram => draw_vram(root, d, &caption),
-        Plot::TgPp => draw_tg_pp(root, d, &caption),
-        Plot::NCpuMoe => draw_ncmoe(root, d, &caption),
+        Plot::Vram => draw_vram(root, d, title),
+        Plot::TgPp => draw_tg_pp(root, d, title),
+        Plot::NCpuMoe => draw_ncmoe(root, d, title),
     }
 }
 
 fn font(size: f64) -> TextStyle<'static> {
     (FAMILY, size).into_font().into()
-}
-
-/// A big grey note in the middle of an area ("no GPU: VRAM not measured").
-fn note<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, lines: &[&str]) -> Result<()>
-where
-    DB::ErrorType: 'static,
-{
-    let (w, h) = area.dim_in_pixel();
-    let style =
-        font(22.0)
-            .color(&RGBColor(110, 110, 110))
-            .pos(plotters::style::text_anchor::Pos::new(
-                plotters::style::text_anchor::HPos::Center,
-                plotters::style::text_anchor::VPos::Center,
-            ));
-    for (i, l) in lines.iter().enumerate() {
-        let y = h as i32 / 2 + (i as i32 - lines.len() as i32 / 2) * 32;
-        area.draw(&Text::new(l.to_string(), (w as i32 / 2, y), style.clone()))?;
-    }
-    Ok(())
 }
 
 /// A trial's id next to its point (up and right, clear of the marker).
@@ -363,258 +795,250 @@ fn int_tick(v: &f64) -> String {
     }
 }
 
-/// The legend square for a series.
-fn legend_dot(color: RGBColor) -> impl Fn((i32, i32)) -> Circle<(i32, i32), i32> {
-    move |(x, y)| Circle::new((x + 10, y), 5, color.filled())
-}
+type Chart<'a, DB> = ChartContext<
+    'a,
+    DB,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
 
-fn draw_vram<DB: DrawingBackend>(
-    root: &DrawingArea<DB, Shift>,
-    d: &PlotData,
-    caption: &str,
-) -> Result<()>
-where
-    DB::ErrorType: 'static,
-{
-    let has_vram = d.has_vram();
-    let x_max = d.max_vram().filter(|_| has_vram).unwrap_or(1000.0) * 1.1;
-    let y_max = (d.max_tg() * 1.15).max(1.0);
-    let mut chart = ChartBuilder::on(root)
-        .caption(caption, font(24.0))
-        .margin(18)
-        .x_label_area_size(50)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0f64..x_max, 0f64..y_max)?;
-    chart
-        .configure_mesh()
-        .x_desc("peak VRAM (MiB)")
-        .y_desc("generation (tok/s)")
-        .axis_desc_style(font(18.0))
-        .label_style(font(14.0))
-        .x_label_formatter(&|v| format!("{v:.0}"))
-        .y_label_formatter(&|v| format!("{v:.0}"))
-        .light_line_style(RGBColor(235, 235, 235))
-        .draw()?;
-    if !has_vram {
-        let lines: &[&str] = if d.has_gpu {
-            &["VRAM was not measured in this run"]
-        } else {
-            &[
-                "no GPU: VRAM not measured",
-                "(see plot-tg-pp for the speeds)",
-            ]
-        };
-        return note(&chart.plotting_area().strip_coord_spec(), lines);
-    }
-    let pts: Vec<&Point> = d.points.iter().filter(|p| p.vram.is_some()).collect();
-    let xy: Vec<(f64, f64)> = pts.iter().map(|p| (p.vram.unwrap_or(0.0), p.tg)).collect();
-    draw_front_and_points(
-        &mut chart,
-        &xy,
-        (Goal::Min, Goal::Max),
-        "Pareto front (fastest for its VRAM)",
-    )?;
-    chart.draw_series(
-        pts.iter()
-            .map(|p| id_label!(p.id, (p.vram.unwrap_or(0.0), p.tg))),
-    )?;
-    if let Some(b) = d.budget {
-        chart
-            .draw_series(DashedLineSeries::new(
-                vec![(b, 0.0), (b, y_max)],
-                10,
-                6,
-                C_BUDGET.stroke_width(2),
-            ))?
-            .label(format!("VRAM budget ({})", crate::util::fmt_mib(b)))
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], C_BUDGET.stroke_width(2)));
-    }
-    if !d.failed.is_empty() {
-        let at = |f: &Failed| f.vram.or(d.budget).unwrap_or(0.0);
-        chart
-            .draw_series(
-                d.failed
-                    .iter()
-                    .map(|f| Cross::new((at(f), 0.0), 8, C_FAIL.stroke_width(3))),
-            )?
-            .label(d.failed_label())
-            .legend(|(x, y)| Cross::new((x + 10, y), 6, C_FAIL.stroke_width(3)));
-    }
-    draw_highlights(&mut chart, d, |m| m.vram.map(|v| (v, m.tg)))?;
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font(font(15.0))
-        .background_style(WHITE.mix(0.9))
-        .border_style(RGBColor(160, 160, 160))
-        .draw()?;
-    Ok(())
-}
-
-/// The Pareto front (a staircase, its points ringed) drawn under every ok trial's point.
-fn draw_front_and_points<DB: DrawingBackend>(
-    chart: &mut ChartContext<
-        '_,
-        DB,
-        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
-    >,
+/// The Pareto front (a staircase, its points ringed) under every ok trial's point; returns the
+/// front's points.
+fn draw_front_and_points<'p, DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    pts: &[&'p Point],
     xy: &[(f64, f64)],
     (gx, gy): (Goal, Goal),
-    front_label: &str,
-) -> Result<()>
+) -> Result<Vec<&'p Point>>
 where
     DB::ErrorType: 'static,
 {
-    let front: Vec<(f64, f64)> = pareto::front(xy, gx, gy)
-        .into_iter()
-        .map(|i| xy[i])
-        .collect();
-    chart
-        .draw_series(LineSeries::new(
-            pareto::staircase(&front, gx, gy),
-            C_FRONT.stroke_width(3),
-        ))?
-        .label(front_label)
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], C_FRONT.stroke_width(3)));
+    let idx = pareto::front(xy, gx, gy);
+    let front: Vec<(f64, f64)> = idx.iter().map(|&i| xy[i]).collect();
+    chart.draw_series(LineSeries::new(
+        pareto::staircase(&front, gx, gy),
+        C_FRONT.stroke_width(3),
+    ))?;
     chart.draw_series(
         front
             .iter()
             .map(|&c| Circle::new(c, 9, C_FRONT.stroke_width(3))),
     )?;
-    chart
-        .draw_series(xy.iter().map(|&c| Circle::new(c, 5, C_POINT.filled())))?
-        .label("trial (ok)")
-        .legend(legend_dot(C_POINT));
-    Ok(())
+    chart.draw_series(xy.iter().map(|&c| Circle::new(c, 5, C_POINT.filled())))?;
+    Ok(idx.into_iter().map(|i| pts[i]).collect())
 }
 
-/// Winner (gold triangle) and baseline (grey square) at their confirmed values.
-fn draw_highlights<DB: DrawingBackend>(
-    chart: &mut ChartContext<
-        '_,
-        DB,
-        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
-    >,
+/// The recommended config and each baseline at their measured values, labelled in the legend.
+fn draw_markers<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
     d: &PlotData,
     at: impl Fn(&Marker) -> Option<(f64, f64)>,
+    legend: &mut Vec<Item>,
 ) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
-    if let Some(c) = d.baseline.as_ref().and_then(&at) {
-        chart
-            .draw_series(std::iter::once(
-                EmptyElement::at(c)
-                    + Rectangle::new([(-7, -7), (7, 7)], C_BASE.filled())
-                    + Rectangle::new([(-7, -7), (7, 7)], BLACK.stroke_width(1)),
-            ))?
-            .label("baseline (server defaults, confirmed)")
-            .legend(|(x, y)| Rectangle::new([(x + 4, y - 6), (x + 16, y + 6)], C_BASE.filled()));
+    let (rec, bases) = marker_styles(d);
+    for (b, it) in d.baselines.iter().zip(bases) {
+        if let Some(c) = at(b) {
+            let area = chart.plotting_area();
+            let (px, py) = area.map_coordinate(&c);
+            draw_sym(
+                &area.strip_coord_spec(),
+                it.sym,
+                it.color,
+                (px - area.get_base_pixel().0, py - area.get_base_pixel().1),
+            )?;
+            legend.push(it);
+        }
     }
-    if let Some(c) = d.winner.as_ref().and_then(&at) {
-        chart
-            .draw_series(std::iter::once(
-                EmptyElement::at(c)
-                    + TriangleMarker::new((0, 0), 15, BLACK.filled())
-                    + TriangleMarker::new((0, 0), 12, C_WINNER.filled()),
-            ))?
-            .label("winner (confirmed)")
-            .legend(|(x, y)| TriangleMarker::new((x + 10, y), 9, C_WINNER.filled()));
+    if let (Some(w), Some(it)) = (d.winner.as_ref(), rec) {
+        if let Some(c) = at(w) {
+            let area = chart.plotting_area();
+            let (px, py) = area.map_coordinate(&c);
+            draw_sym(
+                &area.strip_coord_spec(),
+                it.sym,
+                it.color,
+                (px - area.get_base_pixel().0, py - area.get_base_pixel().1),
+            )?;
+            legend.push(it);
+        }
     }
+    Ok(())
+}
+
+fn mesh<DB: DrawingBackend>(chart: &mut Chart<'_, DB>, x: &str, y: &str) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_mesh()
+        .x_desc(x)
+        .y_desc(y)
+        .axis_desc_style(font(17.0))
+        .label_style(font(14.0))
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()?;
+    Ok(())
+}
+
+fn draw_vram<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    d: &PlotData,
+    title: &str,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let pts: Vec<&Point> = d.points.iter().filter(|p| p.vram.is_some()).collect();
+    let xy: Vec<(f64, f64)> = pts.iter().map(|p| (p.vram.unwrap_or(0.0), p.tg)).collect();
+    let front_idx = pareto::front(&xy, Goal::Min, Goal::Max);
+    let front_pts: Vec<&Point> = front_idx.iter().map(|&i| pts[i]).collect();
+    let caption = front_caption(
+        &front_pts,
+        d.winner.as_ref(),
+        FrontAxis {
+            better: "uses less VRAM",
+            unit: "MiB",
+            point: |p| p.vram,
+            marker: |m| m.vram,
+            goal: Goal::Min,
+        },
+    );
+    let a = areas(root, title, &d.model, caption.len())?;
+    let x = zoomed(&d.vrams());
+    let y = zoomed(&d.tgs());
+    let y_floor = y.start;
+    let mut chart = ChartBuilder::on(&a.plot)
+        .margin(16)
+        .x_label_area_size(50)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x.clone(), y.clone())?;
+    mesh(&mut chart, "peak VRAM (MiB)", "generation (tok/s)")?;
+    let mut legend = vec![
+        item(Sym::Line, C_FRONT, "Pareto front (fastest for its VRAM)"),
+        item(Sym::Dot, C_POINT, "trial (ok), #id"),
+    ];
+    draw_front_and_points(&mut chart, &pts, &xy, (Goal::Min, Goal::Max))?;
+    chart.draw_series(
+        pts.iter()
+            .map(|p| id_label!(p.id, (p.vram.unwrap_or(0.0), p.tg))),
+    )?;
+    if let Some(b) = d.budget {
+        chart.draw_series(DashedLineSeries::new(
+            vec![(b, y.start), (b, y.end)],
+            10,
+            6,
+            C_BUDGET.stroke_width(2),
+        ))?;
+        legend.push(item(
+            Sym::Dashed,
+            C_BUDGET,
+            format!("VRAM budget ({})", crate::util::fmt_mib(b)),
+        ));
+    }
+    if !d.failed.is_empty() {
+        let at = |f: &Failed| f.vram.or(d.budget).unwrap_or(x.start);
+        chart.draw_series(
+            d.failed
+                .iter()
+                .map(|f| Cross::new((at(f), y_floor), 8, C_FAIL.stroke_width(3))),
+        )?;
+        legend.push(item(
+            Sym::Cross,
+            C_FAIL,
+            format!("{} (at the bottom: no speed)", d.failed_label()),
+        ));
+    }
+    draw_markers(&mut chart, d, |m| m.vram.map(|v| (v, m.tg)), &mut legend)?;
+    draw_legend(&a.legend, &legend)?;
+    draw_caption(&a.caption, &caption)?;
     Ok(())
 }
 
 fn draw_tg_pp<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     d: &PlotData,
-    caption: &str,
+    title: &str,
 ) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
-    let x_max = (d.max_pp() * 1.15).max(1.0);
-    let y_max = (d.max_tg() * 1.15).max(1.0);
-    let mut chart = ChartBuilder::on(root)
-        .caption(caption, font(24.0))
-        .margin(18)
+    let pts: Vec<&Point> = d.points.iter().collect();
+    let xy: Vec<(f64, f64)> = pts.iter().map(|p| (p.pp, p.tg)).collect();
+    let front_idx = pareto::front(&xy, Goal::Max, Goal::Max);
+    let front_pts: Vec<&Point> = front_idx.iter().map(|&i| pts[i]).collect();
+    let mut caption = front_caption(
+        &front_pts,
+        d.winner.as_ref(),
+        FrontAxis {
+            better: "faster prompt",
+            unit: "tok/s",
+            point: |p| Some(p.pp),
+            marker: |m| Some(m.pp),
+            goal: Goal::Max,
+        },
+    );
+    if !d.failed.is_empty() {
+        caption.push(format!("{} not shown (no speeds).", d.failed_label()));
+    }
+    let a = areas(root, title, &d.model, caption.len())?;
+    let x = zoomed(&d.pps());
+    let y = zoomed(&d.tgs());
+    let mut chart = ChartBuilder::on(&a.plot)
+        .margin(16)
         .x_label_area_size(50)
         .y_label_area_size(70)
-        .build_cartesian_2d(0f64..x_max, 0f64..y_max)?;
-    chart
-        .configure_mesh()
-        .x_desc("prompt processing (tok/s)")
-        .y_desc("generation (tok/s)")
-        .axis_desc_style(font(18.0))
-        .label_style(font(14.0))
-        .x_label_formatter(&|v| format!("{v:.0}"))
-        .y_label_formatter(&|v| format!("{v:.0}"))
-        .light_line_style(RGBColor(235, 235, 235))
-        .draw()?;
-    if d.points.is_empty() {
-        return note(
-            &chart.plotting_area().strip_coord_spec(),
-            &["no trial completed: nothing measured"],
-        );
-    }
-    let xy: Vec<(f64, f64)> = d.points.iter().map(|p| (p.pp, p.tg)).collect();
-    draw_front_and_points(
+        .build_cartesian_2d(x, y)?;
+    mesh(
         &mut chart,
-        &xy,
-        (Goal::Max, Goal::Max),
-        "Pareto front (faster at both)",
+        "prompt processing (tok/s)",
+        "generation (tok/s)",
     )?;
+    let mut legend = vec![
+        item(Sym::Line, C_FRONT, "Pareto front (faster at both)"),
+        item(Sym::Dot, C_POINT, "trial (ok), #id"),
+    ];
+    draw_front_and_points(&mut chart, &pts, &xy, (Goal::Max, Goal::Max))?;
     chart.draw_series(d.points.iter().map(|p| id_label!(p.id, (p.pp, p.tg))))?;
-    draw_highlights(&mut chart, d, |m| Some((m.pp, m.tg)))?;
-    if !d.failed.is_empty() {
-        let style = font(14.0).color(&C_FAIL);
-        let (_, h) = chart.plotting_area().dim_in_pixel();
-        chart.plotting_area().strip_coord_spec().draw(&Text::new(
-            format!("{} not shown (no speeds)", d.failed_label()),
-            (10, h as i32 - 24),
-            style,
-        ))?;
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .label_font(font(15.0))
-        .background_style(WHITE.mix(0.9))
-        .border_style(RGBColor(160, 160, 160))
-        .draw()?;
+    draw_markers(&mut chart, d, |m| Some((m.pp, m.tg)), &mut legend)?;
+    draw_legend(&a.legend, &legend)?;
+    draw_caption(&a.caption, &caption)?;
     Ok(())
 }
 
 fn draw_ncmoe<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     d: &PlotData,
-    caption: &str,
+    title: &str,
 ) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
-    let titled = root.margin(14, 0, 0, 0).titled(caption, font(24.0))?;
+    let a = areas(root, title, &d.model, 0)?;
     let pts: Vec<&Point> = d.points.iter().filter(|p| p.ncmoe.is_some()).collect();
     let fails: Vec<&Failed> = d.failed.iter().filter(|f| f.ncmoe.is_some()).collect();
-    if pts.is_empty() && fails.is_empty() {
-        return note(
-            &titled,
-            &[
-                "this run did not vary n-cpu-moe",
-                "(a dense model or a CPU-only search space):",
-                "see plot-tg-pp for the speeds",
-            ],
-        );
-    }
-    let (top, bottom) = titled.split_vertically(titled.dim_in_pixel().1 / 2 + 10);
-    let n_max = pts
+    let (top, bottom) = a.plot.split_vertically(a.plot.dim_in_pixel().1 / 2 + 10);
+    let ns: Vec<u32> = pts
         .iter()
         .filter_map(|p| p.ncmoe)
         .chain(fails.iter().filter_map(|f| f.ncmoe))
-        .max()
-        .unwrap_or(1) as f64;
-    let x_range = -0.5f64..(n_max + 1.5);
-    let tg_max = (d.max_tg() * 1.15).max(1.0);
-    let pp_max = (d.max_pp() * 1.15).max(1.0);
+        .collect();
+    let n_min = ns.iter().copied().min().unwrap_or(0) as f64;
+    let n_max = ns.iter().copied().max().unwrap_or(1) as f64;
+    let x_range = (n_min - 0.5)..(n_max + 0.5);
+    let mut tgs = d.tgs();
+    tgs.extend(
+        d.modelled
+            .iter()
+            .filter(|(n, _, _)| (*n as f64) >= n_min && (*n as f64) <= n_max)
+            .map(|&(_, v, _)| v),
+    );
+    let tg = zoomed(&tgs);
+    let pp = zoomed(&d.pps());
+    let mut legend: Vec<Item> = Vec::new();
 
     // Top panel: speeds.
     let mut chart = ChartBuilder::on(&top)
@@ -622,8 +1046,8 @@ where
         .x_label_area_size(40)
         .y_label_area_size(70)
         .right_y_label_area_size(70)
-        .build_cartesian_2d(x_range.clone(), 0f64..tg_max)?
-        .set_secondary_coord(x_range.clone(), 0f64..pp_max);
+        .build_cartesian_2d(x_range.clone(), tg.clone())?
+        .set_secondary_coord(x_range.clone(), pp.clone());
     chart
         .configure_mesh()
         .x_desc(NCMOE_DESC)
@@ -641,7 +1065,7 @@ where
         .label_style(font(14.0))
         .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()?;
-    // Best generation speed per n_cpu_moe, as a line; every trial as a point.
+    // Best speed per n_cpu_moe, as a line; every trial as a point.
     let best = |key: fn(&Point) -> f64| -> Vec<(f64, f64)> {
         let mut m: std::collections::BTreeMap<u32, f64> = Default::default();
         for p in &pts {
@@ -651,10 +1075,8 @@ where
         }
         m.into_iter().map(|(n, v)| (n as f64, v)).collect()
     };
-    chart
-        .draw_series(LineSeries::new(best(|p| p.tg), C_POINT.stroke_width(2)))?
-        .label("generation, best per value")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], C_POINT.stroke_width(2)));
+    chart.draw_series(LineSeries::new(best(|p| p.tg), C_POINT.stroke_width(2)))?;
+    legend.push(item(Sym::Line, C_POINT, "generation, best per value"));
     chart.draw_series(
         pts.iter()
             .map(|p| Circle::new((p.ncmoe.unwrap_or(0) as f64, p.tg), 4, C_POINT.filled())),
@@ -663,80 +1085,79 @@ where
     let modelled: Vec<(f64, f64)> = d
         .modelled
         .iter()
-        .filter(|(n, _, _)| *n as f64 <= n_max + 1.0)
-        .map(|&(n, tg, _)| (n as f64, tg.min(tg_max)))
+        .filter(|(n, _, _)| (*n as f64) >= n_min && (*n as f64) <= n_max)
+        .map(|&(n, v, _)| (n as f64, v))
         .collect();
     if !modelled.is_empty() {
-        chart
-            .draw_series(DashedLineSeries::new(
-                modelled,
-                5,
-                4,
-                C_MODEL.stroke_width(2),
-            ))?
-            .label("generation, speed model (winner's other flags)")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], C_MODEL.stroke_width(2)));
+        chart.draw_series(DashedLineSeries::new(
+            modelled,
+            5,
+            4,
+            C_MODEL.stroke_width(2),
+        ))?;
+        legend.push(item(
+            Sym::Dashed,
+            C_MODEL,
+            "generation, speed model (the recommended config's other flags)",
+        ));
     }
-    chart
-        .draw_secondary_series(LineSeries::new(best(|p| p.pp), C_PP.stroke_width(2)))?
-        .label("prompt, best per value (right axis)")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], C_PP.stroke_width(2)));
+    chart.draw_secondary_series(LineSeries::new(best(|p| p.pp), C_PP.stroke_width(2)))?;
+    legend.push(item(Sym::Line, C_PP, "prompt, best per value (right axis)"));
     chart.draw_secondary_series(pts.iter().map(|p| {
         EmptyElement::at((p.ncmoe.unwrap_or(0) as f64, p.pp))
             + Rectangle::new([(-4, -4), (4, 4)], C_PP.filled())
     }))?;
-    if let Some(b) = &d.baseline {
-        chart
-            .draw_series(DashedLineSeries::new(
-                vec![(-0.5, b.tg), (n_max + 1.5, b.tg)],
-                8,
-                6,
-                C_BASE.stroke_width(2),
-            ))?
-            .label(format!("baseline generation ({:.1} tok/s)", b.tg))
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], C_BASE.stroke_width(2)));
+    let (rec, bases) = marker_styles(d);
+    for (b, it) in d.baselines.iter().zip(bases) {
+        chart.draw_series(DashedLineSeries::new(
+            vec![(x_range.start, b.tg), (x_range.end, b.tg)],
+            8,
+            6,
+            it.color.stroke_width(2),
+        ))?;
+        legend.push(item(
+            Sym::Dashed,
+            it.color,
+            format!("{} ({:.1} tok/s generation)", it.text, b.tg),
+        ));
     }
-    if let Some(w) = &d.winner {
+    if let (Some(w), Some(it)) = (&d.winner, rec) {
         if let Some(n) = w.ncmoe {
-            chart
-                .draw_series(std::iter::once(
-                    EmptyElement::at((n as f64, w.tg))
-                        + TriangleMarker::new((0, 0), 15, BLACK.filled())
-                        + TriangleMarker::new((0, 0), 12, C_WINNER.filled()),
-                ))?
-                .label("winner (confirmed)")
-                .legend(|(x, y)| TriangleMarker::new((x + 10, y), 9, C_WINNER.filled()));
+            chart.draw_series(std::iter::once(
+                EmptyElement::at((n as f64, w.tg))
+                    + TriangleMarker::new((0, 0), 15, BLACK.filled())
+                    + TriangleMarker::new((0, 0), 12, C_WINNER.filled()),
+            ))?;
+            legend.push(it);
         }
     }
     if !fails.is_empty() {
-        chart
-            .draw_series(fails.iter().map(|f| {
-                Cross::new(
-                    (f.ncmoe.unwrap_or(0) as f64, 0.0),
-                    8,
-                    C_FAIL.stroke_width(3),
-                )
-            }))?
-            .label(d.failed_label())
-            .legend(|(x, y)| Cross::new((x + 10, y), 6, C_FAIL.stroke_width(3)));
+        chart.draw_series(fails.iter().map(|f| {
+            Cross::new(
+                (f.ncmoe.unwrap_or(0) as f64, tg.start),
+                8,
+                C_FAIL.stroke_width(3),
+            )
+        }))?;
+        legend.push(item(
+            Sym::Cross,
+            C_FAIL,
+            format!(
+                "{} (top: at the bottom; below: at its peak VRAM, or at the budget if unknown)",
+                d.failed_label()
+            ),
+        ));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font(font(14.0))
-        .background_style(WHITE.mix(0.9))
-        .border_style(RGBColor(160, 160, 160))
-        .draw()?;
 
     // Bottom panel: peak VRAM.
     let has_vram = pts.iter().any(|p| p.vram.is_some());
-    let v_max = d.max_vram().filter(|_| has_vram).unwrap_or(1000.0) * 1.12;
+    let v = zoomed(&d.vrams());
     let mut chart = ChartBuilder::on(&bottom)
         .margin(12)
         .x_label_area_size(45)
         .y_label_area_size(70)
         .right_y_label_area_size(70)
-        .build_cartesian_2d(x_range, 0f64..v_max)?;
+        .build_cartesian_2d(x_range.clone(), v.clone())?;
     chart
         .configure_mesh()
         .x_desc(NCMOE_DESC)
@@ -747,16 +1168,8 @@ where
         .y_label_formatter(&|v| format!("{v:.0}"))
         .light_line_style(RGBColor(235, 235, 235))
         .draw()?;
-    if !has_vram {
-        let msg = if d.has_gpu {
-            "VRAM was not measured in this run"
-        } else {
-            "no GPU: VRAM not measured"
-        };
-        return note(&chart.plotting_area().strip_coord_spec(), &[msg]);
-    }
-    chart
-        .draw_series(LineSeries::new(
+    if has_vram {
+        chart.draw_series(LineSeries::new(
             {
                 let mut m: std::collections::BTreeMap<u32, f64> = Default::default();
                 for p in &pts {
@@ -769,56 +1182,54 @@ where
                     .map(|(n, v)| (n as f64, v))
                     .collect::<Vec<_>>()
             },
-            C_POINT.stroke_width(2),
-        ))?
-        .label("peak VRAM (ok trials)")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], C_POINT.stroke_width(2)));
-    chart.draw_series(
-        pts.iter()
-            .filter_map(|p| Some(Circle::new((p.ncmoe? as f64, p.vram?), 4, C_POINT.filled()))),
-    )?;
-    if let Some(b) = d.budget {
+            RGBColor(31, 119, 180).mix(0.6).stroke_width(2),
+        ))?;
+        legend.push(item(Sym::Dot, C_POINT, "below: peak VRAM of the ok trials"));
         chart
-            .draw_series(DashedLineSeries::new(
-                vec![(-0.5, b), (n_max + 1.5, b)],
-                10,
-                6,
-                C_BUDGET.stroke_width(2),
-            ))?
-            .label(format!("VRAM budget ({})", crate::util::fmt_mib(b)))
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], C_BUDGET.stroke_width(2)));
+            .draw_series(pts.iter().filter_map(|p| {
+                Some(Circle::new((p.ncmoe? as f64, p.vram?), 4, C_POINT.filled()))
+            }))?;
+    }
+    if let Some(b) = d.budget {
+        chart.draw_series(DashedLineSeries::new(
+            vec![(x_range.start, b), (x_range.end, b)],
+            10,
+            6,
+            C_BUDGET.stroke_width(2),
+        ))?;
+        legend.push(item(
+            Sym::Dashed,
+            C_BUDGET,
+            format!("VRAM budget ({})", crate::util::fmt_mib(b)),
+        ));
     }
     if !fails.is_empty() {
-        let at = |f: &Failed| f.vram.or(d.budget).unwrap_or(0.0);
-        chart
-            .draw_series(fails.iter().map(|f| {
-                Cross::new(
-                    (f.ncmoe.unwrap_or(0) as f64, at(f)),
-                    8,
-                    C_FAIL.stroke_width(3),
-                )
-            }))?
-            .label("failed (at its peak, or at the budget if unknown)")
-            .legend(|(x, y)| Cross::new((x + 10, y), 6, C_FAIL.stroke_width(3)));
+        let at = |f: &Failed| f.vram.or(d.budget).unwrap_or(v.start);
+        chart.draw_series(fails.iter().map(|f| {
+            Cross::new(
+                (f.ncmoe.unwrap_or(0) as f64, at(f)),
+                8,
+                C_FAIL.stroke_width(3),
+            )
+        }))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font(font(14.0))
-        .background_style(WHITE.mix(0.9))
-        .border_style(RGBColor(160, 160, 160))
-        .draw()?;
+    draw_legend(&a.legend, &legend)?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::LaunchConfig;
     use crate::run::sample;
     use std::path::Path;
 
-    fn check(plots: &[RenderedPlot]) {
-        assert_eq!(plots.len(), 3);
+    fn check(plots: &[RenderedPlot], stems: &[&str]) {
+        assert_eq!(
+            plots.iter().map(|p| p.stem).collect::<Vec<_>>(),
+            stems,
+            "the plots with data"
+        );
         for p in plots {
             let img = image::load_from_memory_with_format(&p.png, image::ImageFormat::Png)
                 .unwrap_or_else(|e| panic!("{}.png does not decode: {e}", p.stem));
@@ -832,22 +1243,62 @@ mod tests {
                 "{}.png has only {inked} inked pixels",
                 p.stem
             );
-            assert!(
-                p.png.len() > 10_000,
-                "{}.png is {} bytes",
-                p.stem,
-                p.png.len()
-            );
             assert!(p.svg.starts_with("<svg"), "{}", p.stem);
+            // The whole title, never cut with an ellipsis.
             assert!(p.svg.contains(&p.title), "{} lacks its title", p.stem);
+            assert!(!p.svg.contains('…'), "{}: a cut title", p.stem);
         }
     }
 
+    /// The x of every SVG `<text>` element whose content starts with `needle`.
+    fn text_x(svg: &str, needle: &str) -> Vec<f64> {
+        svg.split("<text")
+            .skip(1)
+            .filter(|t| {
+                t.split_once('>')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with(needle))
+            })
+            .filter_map(|t| {
+                let x = t.split("x=\"").nth(1)?.split('"').next()?;
+                x.parse().ok()
+            })
+            .collect()
+    }
+
+    /// The labels of the x axis's ticks: numbers drawn under the plot area.
+    fn numbers_drawn(svg: &str) -> Vec<f64> {
+        svg.split("<text")
+            .skip(1)
+            .filter_map(|t| {
+                let (_, rest) = t.split_once('>')?;
+                rest.split('<').next()?.trim().parse().ok()
+            })
+            .collect()
+    }
+
     #[test]
-    fn gpu_plots_decode_and_carry_axis_labels_budget_and_failures() {
-        let r = sample::gpu_result(Path::new("/s"), Path::new("/m.gguf"));
+    fn gpu_plots_mark_the_recommended_config_and_both_baselines_with_their_flags() {
+        let mut r = sample::gpu_result(Path::new("/s"), Path::new("/m.gguf"));
+        // The second baseline of issue 30: --fit on --fit-target 512, role Baseline.
+        let fit = LaunchConfig::baseline(8192).with_fit_placement(512);
+        let mut b2 = r
+            .trials
+            .iter()
+            .find(|t| t.role == TrialRole::Baseline)
+            .unwrap()
+            .clone();
+        b2.id = 99;
+        b2.config = fit;
+        r.trials.push(b2);
         let plots = render_all(&r).unwrap();
-        check(&plots);
+        if let Some(dir) = std::env::var_os("QTUNE_REPORT_PREVIEW") {
+            let dir = std::path::PathBuf::from(dir).join("two-baselines");
+            std::fs::create_dir_all(&dir).unwrap();
+            for p in &plots {
+                std::fs::write(dir.join(format!("{}.png", p.stem)), &p.png).unwrap();
+            }
+        }
+        check(&plots, &["plot-vram", "plot-tg-pp", "plot-ncmoe"]);
         let svg = |stem: &str| &plots.iter().find(|p| p.stem == stem).unwrap().svg;
         let vram = svg("plot-vram");
         for needle in [
@@ -855,13 +1306,18 @@ mod tests {
             "generation (tok/s)",
             "Pareto front",
             "VRAM budget (15,360 MiB)",
-            "failed: 4 (oom-load, spill, oom-runtime, bad-flag)",
-            "winner (confirmed)",
-            "baseline (server defaults, confirmed)",
+            "failed: 4 (oom-load, spill, oom-runtime,",
+            "recommended:",
+            "-c 8192 -np 1 -ngl 999",
+            "--n-cpu-moe 11",
+            "baseline:",
+            "--fit on --fit-target 512",
+            "is on the Pareto front but not recommended: uses less VRAM",
             "#12",
         ] {
             assert!(vram.contains(needle), "plot-vram.svg lacks {needle:?}");
         }
+        assert_eq!(vram.matches("baseline:").count(), 2, "two baselines");
         assert!(svg("plot-tg-pp").contains("prompt processing (tok/s)"));
         let nc = svg("plot-ncmoe");
         for needle in [
@@ -869,31 +1325,98 @@ mod tests {
             "prompt (tok/s)",
             "peak VRAM (MiB)",
             "VRAM budget",
+            "recommended:",
         ] {
             assert!(nc.contains(needle), "plot-ncmoe.svg lacks {needle:?}");
+        }
+        // The legend is right of the plot area, never over a point.
+        for p in &plots {
+            for x in text_x(&p.svg, "Pareto front")
+                .into_iter()
+                .chain(text_x(&p.svg, "recommended:"))
+            {
+                assert!(
+                    x >= f64::from(W - LEGEND_W),
+                    "{}: legend text at x {x}",
+                    p.stem
+                );
+            }
         }
     }
 
     #[test]
-    fn cpu_plots_say_no_gpu_and_do_not_panic() {
-        let r = sample::cpu_result(Path::new("/s"), Path::new("/m.gguf"));
+    fn axes_are_zoomed_to_the_data() {
+        assert_eq!(zoomed(&[]), 0.0..1.0);
+        let r = zoomed(&[15_300.0, 15_800.0]);
+        assert!(r.start > 15_000.0 && r.start < 15_300.0, "{r:?}");
+        assert!(r.end > 15_800.0 && r.end < 16_000.0, "{r:?}");
+        let one = zoomed(&[40.0]);
+        assert!(one.start > 35.0 && one.end < 45.0, "{one:?}");
+        // Data near 0 stays at or above 0.
+        assert_eq!(zoomed(&[1.0, 100.0]).start, 0.0);
+        // A VRAM plot whose points sit at 15.3-15.8k MiB does not start at 0.
+        let mut r = sample::gpu_result(Path::new("/s"), Path::new("/m.gguf"));
+        r.trials
+            .retain(|t| !t.kind.is_ok() || t.peak_vram_total_mib().is_some_and(|v| v >= 14_000));
         let plots = render_all(&r).unwrap();
-        check(&plots);
-        assert!(plots[0].svg.contains("no GPU: VRAM not measured"));
-        assert!(plots[0].svg.contains("peak VRAM (MiB)"));
-        assert!(plots[2].svg.contains("did not vary n-cpu-moe"));
+        let vram = &plots.iter().find(|p| p.stem == "plot-vram").unwrap().svg;
+        let lowest = numbers_drawn(vram)
+            .into_iter()
+            .filter(|v| *v >= 1000.0)
+            .fold(f64::INFINITY, f64::min);
+        assert!(lowest >= 13_000.0, "the VRAM axis starts at {lowest}");
     }
 
     #[test]
-    fn nothing_measured_still_renders() {
+    fn on_the_cpu_plots_without_data_are_left_out_and_said_so() {
+        let r = sample::cpu_result(Path::new("/s"), Path::new("/m.gguf"));
+        let plots = render_all(&r).unwrap();
+        check(&plots, &["plot-tg-pp"]);
+        assert_eq!(available(&r), vec![PLOTS[1]]);
+        let why = left_out(&r);
+        assert_eq!(why.len(), 2, "{why:?}");
+        assert!(
+            why[0].contains("plot-vram") && why[0].contains("no GPU"),
+            "{why:?}"
+        );
+        assert!(why[1].contains("plot-ncmoe"), "{why:?}");
+    }
+
+    #[test]
+    fn nothing_measured_renders_no_plot() {
         let mut r = sample::gpu_result(Path::new("/s"), Path::new("/m.gguf"));
         r.trials.retain(|t| !t.kind.is_ok());
         r.confirmation.clear();
         r.winner = None;
         let plots = render_all(&r).unwrap();
-        assert_eq!(plots.len(), 3);
-        assert!(plots[1].svg.contains("no trial completed"));
-        // GPU with failures only: plot a has no measured VRAM.
-        assert!(plots[0].svg.contains("VRAM was not measured"));
+        // Failures at known --n-cpu-moe are still worth their plot; nothing else is.
+        check(&plots, &["plot-ncmoe"]);
+        assert!(left_out(&r)
+            .iter()
+            .any(|l| l.contains("no trial completed")));
+    }
+
+    #[test]
+    fn a_word_longer_than_a_line_is_cut() {
+        let text = "-ot 'blk\\.(3[6-9]|4[0-7])\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU'";
+        let lines = wrap(text, 20);
+        assert!(lines.iter().all(|l| l.chars().count() <= 20), "{lines:?}");
+        assert_eq!(lines.concat().replace(' ', ""), text.replace(' ', ""));
+    }
+
+    #[test]
+    fn legend_text_wraps_keeping_each_flag_with_its_value() {
+        let flags = "-c 32768 -np 1 -ngl 999 --n-cpu-moe 11 -t 8 -b 2048 -ub 512 --fit off";
+        let lines = wrap(&format!("recommended:\n{}", flag_words(flags)), 24);
+        assert_eq!(lines[0], "recommended:");
+        assert_eq!(lines[1..].join(" "), flags);
+        for pair in lines[1..].windows(2) {
+            // A line never ends with a flag whose value starts the next line.
+            let last = pair[0].rsplit(' ').next().unwrap();
+            assert!(
+                !last.starts_with('-') || pair[1].starts_with('-'),
+                "{lines:?}"
+            );
+        }
     }
 }

@@ -22,6 +22,7 @@ pub mod strategy;
 pub mod verdict;
 
 pub use progress::Watch;
+pub use strategy::{first_launches, PlannedLaunch};
 
 /// Where a run directory stands before the search starts: what its journal holds.
 #[derive(Debug, Clone, Default)]

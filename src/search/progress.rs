@@ -16,12 +16,10 @@ pub trait Watch {
     fn finished(&self, line: &str);
 }
 
-/// One finished trial as one line for people.
-pub fn line(outcome: &TrialOutcome, search_trials: u32, budget_trials: u32) -> String {
-    let counter = match outcome.role {
-        TrialRole::Search => format!("search {search_trials:>2}/{budget_trials}"),
-        r => role_word(r).to_string(),
-    };
+/// One finished trial as one line for people. The launch count and ETA are on the line the
+/// app prints as each launch starts; this one says how it went.
+pub fn line(outcome: &TrialOutcome, _search_trials: u32, _budget_trials: u32) -> String {
+    let counter = role_word(outcome.role);
     let speeds = match &outcome.metrics {
         Some(m) => format!(
             "tg {:>7.1} t/s ±{:<4.1}%  pp {:>8.1} t/s",
@@ -36,9 +34,8 @@ pub fn line(outcome: &TrialOutcome, search_trials: u32, budget_trials: u32) -> S
         .map(|v| format!("  VRAM {}", crate::util::fmt_mib(v as f64)))
         .unwrap_or_default();
     format!(
-        "[{counter:>12}] #{:<3} {:<44} {:<15} {speeds}{vram}  ({:.0} s)",
+        "  {counter:>8} #{:<3} {:<15} {speeds}{vram}  ({:.0} s)",
         outcome.id,
-        outcome.config.label(),
         outcome.kind.as_str(),
         outcome.duration_s
     )

@@ -40,6 +40,9 @@ pub use crate::config::Base;
 
 pub use super::context::SearchContext;
 
+mod dry_run;
+pub use dry_run::{first_launches, PlannedLaunch};
+
 /// The argmin problem: runs trials (or replays journaled ones after a resume).
 pub struct TuneProblem {
     pub ctx: SearchContext,

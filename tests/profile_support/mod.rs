@@ -120,11 +120,12 @@ pub fn write_run_dir(dir: &Path) {
     .unwrap();
 }
 
-/// Run the real qtune in `cwd`.
+/// Run the real qtune in `cwd`, with `cwd` as its data directory (profiles in `cwd/profiles`).
 pub fn qtune(cwd: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_qtune"))
         .args(args)
         .current_dir(cwd)
+        .env("QTUNE_DATA_DIR", cwd)
         .env("QTUNE_NO_GPU", "1")
         .output()
         .expect("run qtune")
