@@ -262,7 +262,7 @@ fn ot_rules_match_exactly_on_the_tiny_fixtures() {
     }
 }
 
-/// `--fit`'s own choice on the GPU machine (committed baseline logs of reports/gpu-h200-*: fit
+/// `--fit`'s own choice on the GPU machine (the H200 runs' baseline logs, docs/evidence/gpu-h200-*: fit
 /// target 1024 MiB under the free VRAM, ctx 32768, server defaults otherwise): the last 18
 /// (Qwen3-30B) and 14 (Qwen3.5-35B) blocks' experts plus `down` of the block before them, which
 /// fit measured at 14,734 and 14,598 MiB. The prediction puts fit's choice within the budget

@@ -1,4 +1,4 @@
-//! The speed model replayed against the committed GPU runs (reports/gpu-h*/**/journal.jsonl):
+//! The speed model replayed against the committed GPU runs (docs/evidence/gpu-h*/**/journal.jsonl):
 //! H100 and H200, synthetic Qwen3.5-35B-A3B and Qwen3-30B-A3B (Q4_K_M), 16 and 24 GiB cards.
 //!
 //! Trials are grouped by (GPU, card, shape, config); a group's measurement is the median of its
@@ -16,6 +16,9 @@ use qtune::model::synth::SynthFtype;
 use qtune::model::ModelLayout;
 use std::collections::BTreeMap;
 use std::path::Path;
+
+mod support;
+use support::evidence;
 
 fn layout_of(shape: &str) -> ModelLayout {
     qtune::model::synth::shape_layout(shape, SynthFtype::Q4KM).unwrap()
@@ -42,17 +45,6 @@ fn median(mut v: Vec<f64>) -> f64 {
         v[n / 2]
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-fn journals(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            journals(&p, out);
-        } else if p.file_name().is_some_and(|n| n == "journal.jsonl") {
-            out.push(p);
-        }
     }
 }
 
@@ -165,7 +157,7 @@ struct RunBox {
 }
 
 fn run_box(dir: &Path) -> Option<RunBox> {
-    let card = std::fs::read_to_string(dir.join("card.txt")).ok()?;
+    let card = evidence::try_read(dir.join("card.txt"))?;
     if card.contains("GPU 1") {
         return None;
     }
@@ -177,9 +169,8 @@ fn run_box(dir: &Path) -> Option<RunBox> {
         return None;
     };
     let meta: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("run.json"))
-            .or_else(|_| std::fs::read_to_string(dir.join("compare.json")))
-            .ok()?,
+        &evidence::try_read(dir.join("run.json"))
+            .or_else(|| evidence::try_read(dir.join("compare.json")))?,
     )
     .ok()?;
     let model = meta["model_path"].as_str()?;
@@ -201,8 +192,7 @@ fn run_box(dir: &Path) -> Option<RunBox> {
 /// Configs older builds wrote with fields since renamed (`fit_target`) are `--fit` placements,
 /// left out anyway.
 fn measured(journal: &Path, kinds: &[&str]) -> Vec<(LaunchConfig, f64, f64)> {
-    std::fs::read_to_string(journal)
-        .unwrap()
+    evidence::read(journal)
         .lines()
         .filter_map(|line| {
             let j = serde_json::from_str::<serde_json::Value>(line).ok()?;
@@ -223,11 +213,8 @@ fn groups() -> Vec<Group> {
 }
 
 fn groups_where(keep: impl Fn(&Path) -> bool) -> Vec<Group> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports");
-    let mut files = Vec::new();
-    journals(&root, &mut files);
+    let mut files = evidence::journals("");
     files.retain(|f| keep(f));
-    files.sort();
     type Key = (String, u32, String, String);
     type Acc = (Group, Vec<f64>, Vec<f64>, Vec<f64>);
     let mut by: BTreeMap<Key, Acc> = BTreeMap::new();
@@ -243,8 +230,8 @@ fn groups_where(keep: impl Fn(&Path) -> bool) -> Vec<Group> {
             continue;
         };
         let meta: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(dir.join("run.json"))
-                .or_else(|_| std::fs::read_to_string(dir.join("compare.json")))
+            &evidence::try_read(dir.join("run.json"))
+                .or_else(|| evidence::try_read(dir.join("compare.json")))
                 .unwrap(),
         )
         .unwrap();
@@ -1053,13 +1040,11 @@ fn run_10s_plans_against_the_tuned_winners() {
 /// first launched by #12, and on 16 GiB the plan from the 24 GiB profile within 10 % in tg.
 /// A committed JSON file (a plan, a tune's results).
 fn read_json(p: std::path::PathBuf) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap()
+    evidence::json(p)
 }
 
 fn plans_against_the_tuned_winners(run: &str, cases: &[(&str, bool, bool)]) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("reports")
-        .join(run);
+    let root = evidence::path(run);
     // The plans are named after the gpu-proof case: `proofNN-GG-tune-plan.json` or
     // `proofNN-GG-plan.json`.
     let plan_file = |dir: &Path, suffix: &str| -> Option<std::path::PathBuf> {
@@ -1265,10 +1250,7 @@ fn default_cfg(ctx: u32) -> LaunchConfig {
 /// constants were fitted on the placed configs only: these launches were never in the fit.
 #[test]
 fn the_server_default_is_predicted_from_the_placement_its_fit_is_expected_to_choose() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("reports");
-    let mut files = Vec::new();
-    journals(&root, &mut files);
-    files.sort();
+    let files = evidence::journals("");
     type Acc = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, u32);
     let mut by: BTreeMap<(String, u32, String), Acc> = BTreeMap::new();
     for f in files {
@@ -1282,7 +1264,7 @@ fn the_server_default_is_predicted_from_the_placement_its_fit_is_expected_to_cho
         else {
             continue;
         };
-        let Ok(meta) = std::fs::read_to_string(dir.join("run.json")) else {
+        let Some(meta) = evidence::try_read(dir.join("run.json")) else {
             continue; // a compare: no hardware record of the free VRAM
         };
         let meta: serde_json::Value = serde_json::from_str(&meta).unwrap();
@@ -1627,10 +1609,7 @@ fn the_plans_line_for_each_tuned_winner_meets_both_goals_in_runs_11_to_13() {
     let mut n = 0;
     for run in ["gpu-h100-run11", "gpu-h100-run12", "gpu-h100-run13"] {
         for case in ["proof30-24", "proof35-24", "proof30-16", "proof35-16"] {
-            let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("reports")
-                .join(run)
-                .join(case);
+            let dir = evidence::path(run).join(case);
             let w = read_json(dir.join("results.json"))["winner"].clone();
             let cfg: LaunchConfig = serde_json::from_value(w["config"].clone()).unwrap();
             let plan = read_json(dir.join(format!("{case}-tune-plan.json")));

@@ -17,7 +17,7 @@
 //!   computes its experts. A real model's micro-batch uses all its experts; a synthetic one's
 //!   (random routers) only a fitted share, per architecture.
 //!
-//! The constants are fitted to the committed GPU runs (reports/gpu-h*/journal.jsonl); the fit
+//! The constants are fitted to the committed GPU runs (docs/evidence/, see its manifest.json); the fit
 //! and the replay that checks held-out trials are `tests/speed_replay.rs`
 //! (`cargo test --test speed_replay -- --nocapture` prints predicted vs measured per config and
 //! the fitted constants). Intervals are the model's error on those runs, which includes the

@@ -799,16 +799,13 @@ mod tests {
 
     #[test]
     fn run_5s_undecided_16_gib_races_recommend_their_pinned_placed_candidate() {
-        // The three 16 GiB tunes of run 5 on the GPU machine (reports/gpu-h100-run5/) kept the
+        // The three 16 GiB tunes of run 5 on the GPU machine (docs/evidence/gpu-h100-run5/) kept the
         // default: generation undecided at paired σ 5.8-7.6 %, prompt proven 1.5-1.7x faster
         // at the lower end. Replayed, each now heads with its raced candidate.
         for case in ["proof30-16", "proof35-16", "proof35-16-second"] {
-            let path = format!(
-                "{}/reports/gpu-h100-run5/{case}/results.json",
-                env!("CARGO_MANIFEST_DIR")
-            );
+            let path = format!("gpu-h100-run5/{case}/results.json");
             let results: serde_json::Value =
-                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+                serde_json::from_str(&crate::util::read_evidence(&path)).unwrap();
             let r: crate::run::RaceReport =
                 serde_json::from_value(results["race"].clone()).unwrap();
             assert_eq!(r.outcome.winner, None, "{case}");
@@ -839,9 +836,9 @@ mod tests {
             "gpu-h100-run6/proof35-16",
             "gpu-h100-run7/proof35-16",
         ] {
-            let path = format!("{}/reports/{case}/results.json", env!("CARGO_MANIFEST_DIR"));
+            let path = format!("{case}/results.json");
             let results: serde_json::Value =
-                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+                serde_json::from_str(&crate::util::read_evidence(&path)).unwrap();
             // The tune kept the default: its winner is no raced candidate.
             let kept: LaunchConfig =
                 serde_json::from_value(results["winner"]["config"].clone()).unwrap();
