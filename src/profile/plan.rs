@@ -504,7 +504,7 @@ fn place(
     let mut fits = true;
     match budget {
         Some(_) if layout.is_moe() && cards.len() >= 2 => {
-            // Two GPUs or more (issue 15): the split is predicted again for these cards,
+            // Two GPUs or more: the split is predicted again for these cards,
             // whatever box the profile came from, by the rule the tune splits with
             // (`SearchContext::config`): for each count of CPU blocks the `-ts` split that
             // leaves the fullest card the most room; the fewest blocks for which that room is

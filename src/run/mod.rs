@@ -103,7 +103,7 @@ pub struct TuneResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quality: Option<crate::quality::floor::QualityGate>,
     /// The config the speed model rated best on this box, launched right after the baseline
-    /// (issue 14; None: no GPU the model knows, several GPUs, or a tune before it existed).
+    /// (None: no GPU the model knows, several GPUs, or a tune written before qtune made one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_pick: Option<crate::config::LaunchConfig>,
 }
@@ -417,7 +417,7 @@ pub struct RaceReport {
     pub outcome: crate::stats::race::RaceOutcome,
 }
 
-/// One named pick of a tune (issue 12): a config with its paired gains against the baseline.
+/// One named pick of a tune: a config with its paired gains against the baseline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NamedPick {
     /// `fastest generation`, `best prompt speed, generation tied`, `the default`.

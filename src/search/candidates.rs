@@ -1,4 +1,4 @@
-//! Expert placements that fill the card (issue 13): for each placement style of the space, the
+//! Expert placements that fill the card: for each placement style of the space, the
 //! most routed-expert bytes on the GPU whose predicted VRAM fits the budget.
 //!
 //! How full the card is mattered more than which blocks sit on the CPU (first-3, last-3 and
@@ -17,8 +17,9 @@ use crate::model::memory::{
 use crate::model::ModelLayout;
 use crate::space::{NCpuMoe, PlacementStyle, SearchSpace};
 
-/// How far `--fit` overshot its own target on the GPU machine (issue 13, H100, 16 GiB free):
-/// `--fit-target 512` peaked 100-110 MiB over free-minus-512 in three models/runs
+/// How far `--fit` overshot its own target on the GPU machine (H100, 16 GiB free,
+/// docs/evidence/gpu-h100-proof13): `--fit-target 512` peaked 100-110 MiB over free-minus-512
+/// in three models/runs
 /// (15,878 / 15,884 / 15,888 MiB against 15,778). The `fit` candidate asks for this much more
 /// headroom than the tune's, so that fit's placement stays within the tune's budget.
 pub const FIT_OVERSHOOT_MIB: u32 = 160;
@@ -176,7 +177,7 @@ pub const SERVER_FIT_TARGET_MIB: f64 = 1024.0;
 /// places by itself on one GPU with `free_mib` free, as explicit flags: its fit puts the last
 /// blocks' experts on the CPU and splits the boundary block per projection (the `last-split`
 /// style), filled to the free VRAM less fit's 1 GiB target and the CUDA context; its other
-/// choices (mmap, f16 KV, the ubatch) stay. A stand-in for the speed model (issue 14): a tune
+/// choices (mmap, f16 KV, the ubatch) stay. A stand-in for the speed model: a tune
 /// keeps the default when nothing is proven faster, and a plan says what the default gives next
 /// to what it proposes. None for a dense model, a config that places itself otherwise (a fit
 /// target, a split), or when nothing fits.
@@ -204,15 +205,12 @@ pub fn server_default_stand_in(
 
 /// The upper end of a stand-in's predicted prompt speed, as a multiple of the prediction. Its
 /// placement is inferred (fit's, not known before the launch) and its CPU experts are
-/// memory-mapped, which the fitted runs saw least: over the committed single-GPU runs before run
-/// 5 (7 groups, `tests/speed_replay.rs`) the default's prompt speed measured 0.98 to 1.46 times
-/// the prediction, while generation stayed within ±7.2 %, and this end was 1.5x. Run 10's refit
-/// raised the synthetic Qwen3-30B-A3B's touch at its last blocks (its pinned `-ot` placements
-/// measured slower in prompt than a touch of ~0 there said), which lowered the 30B default's
-/// prediction on 16 GiB, whose last blocks' experts are on the CPU, memory-mapped: its launches
-/// there (runs 4-10) measured 1.62x the new prediction on the H100 and 1.74x on the H200 (3
-/// launches). Pinned and memory-mapped copies of the deep blocks do not agree on one touch;
-/// this end says so rather than hiding it.
+/// memory-mapped, which the fitted runs saw least. The synthetic Qwen3-30B-A3B's fitted touch at
+/// its last blocks is set by its pinned `-ot` placements; its default on 16 GiB, whose last
+/// blocks' experts are on the CPU memory-mapped, measured 1.62x that prediction in prompt on
+/// the H100 and 1.74x on the H200 (3 launches), while generation stays within the stated
+/// error (`tests/speed_replay.rs`, the server default's replay). Pinned and memory-mapped
+/// copies of the deep blocks do not agree on one touch; this end says so rather than hiding it.
 pub const SERVER_DEFAULT_PP_HIGH: f64 = 1.8;
 
 /// The speed model's prediction for a config that places itself (`server`, one GPU with
@@ -240,7 +238,7 @@ pub fn stand_in_placement(stand_in: &LaunchConfig) -> String {
     }
 }
 
-/// The variants of `best` on a box with two GPUs or more (issue 15): `best`'s layer split moved
+/// The variants of `best` on a box with two GPUs or more: `best`'s layer split moved
 /// by each of the space's `split_shift_pct` (GPU 0's share, percentage points), its CPU
 /// experts refilled so every card fits its own budget; with a `*-split` style, `best` filled
 /// further by one boundary block split per projection; and, with the `fit` style, `--fit`'s

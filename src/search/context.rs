@@ -22,7 +22,7 @@ pub struct SearchContext {
     /// Start here instead of the space's first values (from a profile).
     pub start: Option<Base>,
     /// Host RAM available before the tune, MiB (`None`: not checked). A config whose predicted
-    /// resident host memory is over it is never launched (issue 13: pinned experts).
+    /// resident host memory is over it is never launched (pinned experts live in host RAM).
     pub ram_available_mib: Option<f64>,
     /// `--fit-target` of the `fit` placement candidate, MiB (the tune's VRAM headroom).
     pub fit_target_mib: u32,
@@ -75,9 +75,10 @@ impl SearchContext {
             flash_attn: v.flash_attn.first().copied().unwrap_or(FlashAttn::Auto),
         };
         // One card that holds every expert with f16 KV (the server's default): start there.
-        // A quantized KV then frees VRAM nothing needs and costs generation (issue 13's 24 GiB
-        // runs: q8_0 screened 3-6 % below the f16 default on both shapes, after 8 of 20
-        // launches had gone to q8_0 at four ubatch sizes before f16 was tried once).
+        // A quantized KV then frees VRAM nothing needs and costs generation (on 24 GiB cards
+        // q8_0 screened 3-6 % below the f16 default on both shapes, after 8 of 20 launches had
+        // gone to q8_0 at four ubatch sizes before f16 was tried once:
+        // docs/evidence/gpu-h100-proof13).
         const F16: [KvType; 2] = [KvType::F16; 2];
         if self.gpu_moe && !self.multi_gpu() && first.kv != F16 && v.kv_types.contains(&F16) {
             let f16 = Base {
@@ -320,7 +321,7 @@ pub fn baseline_of(space: &SearchSpace) -> LaunchConfig {
 /// a trial's peak VRAM (NVML) and the sum of its reported GPU buffers, MiB. 0 before any trial
 /// with both (a CPU-only box, or a replay without them).
 ///
-/// Measured on the GPU machine (H100, CUDA 13.0, issue 13): about 715-760 MiB in every trial,
+/// Measured on the GPU machine (H100, CUDA 13.0, docs/evidence/gpu-h100-proof13): about 715-760 MiB in every trial,
 /// whatever the placement, so the memory prediction alone (which itemizes only the buffers)
 /// proposed placements 700 MiB over the card; the search's boundary step corrected for it one
 /// launch at a time, the filled placements did not. Trials that ran out of memory are left out:

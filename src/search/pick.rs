@@ -1,12 +1,12 @@
-//! The speed model's pick (issue 14): the config the tune launches first and races when its
+//! The speed model's pick: the config the tune launches first and races when its
 //! single launch cannot be told apart from the screening's leader.
 //!
 //! The screening ranks configs by one launch each (two when close), and one launch on the GPU
-//! machine moves by 5-15 %. Run 6's 16 GiB tunes screened another micro-batch first on such a
-//! difference, raced it, and kept the default; the config `qtune plan` had proposed for those
+//! machine moves by 5-15 %. Screening on such a difference, 16 GiB tunes raced another
+//! micro-batch first and kept the default, while the config `qtune plan` had proposed for those
 //! cards (the same speed model, the same space's batch/KV pairs and placement styles) was never
-//! launched, and a later re-measurement put it ahead of `--fit` on both axes (30B: generation
-//! +10.2 % [+5.2, +15.5], prompt +47.6 % [+37.2, +58.7]). So the pick is launched right after
+//! launched; re-measured later it was ahead of `--fit` on both axes (30B: generation +10.2 %
+//! [+5.2, +15.5], prompt +47.6 % [+37.2, +58.7]; docs/evidence/gpu-h100-run6). So the pick is launched right after
 //! the baseline, and where the measurements cannot separate it from the leader, the model's
 //! ranking decides which one the race takes first.
 

@@ -90,7 +90,7 @@ impl TuneProblem {
         if let Some(e) = interrupted() {
             return Err(e);
         }
-        // issue 13 (launch feasibility, host RAM): a config predicted to push the box into
+        // Launch feasibility (host RAM): a config predicted to push the box into
         // swap is never launched; it is recorded as skipped, with the reason.
         if let Some(why) = crate::model::memory::launch_refusal(
             &self.ctx.layout,
@@ -156,7 +156,7 @@ pub struct QtuneSearch {
     /// Every variant planned (measured or pending).
     #[serde(default)]
     pub variant_configs: Vec<LaunchConfig>,
-    /// The config the speed model rates best ([`super::pick::model_pick`], issue 14): launched
+    /// The config the speed model rates best ([`super::pick::model_pick`]): launched
     /// first in the exploration, a race candidate like a variant, and raced first when its
     /// measurement is within the box's launch noise of the screening's leader.
     #[serde(default)]
@@ -237,7 +237,7 @@ impl QtuneSearch {
             + usize::from(v.no_op_offload_max_ubatch.is_some())) as u32
     }
 
-    /// The variants of the incumbent's best config (issue 13): its other load modes, the
+    /// The variants of the incumbent's best config: its other load modes, the
     /// space's placement styles filled to the budget ([`super::candidates::propose`], `fit`
     /// included: `--fit on --fit-target <headroom>` with the incumbent's other choices), and
     /// `--no-op-offload` at a small ubatch. Configs predicted to swap the host are left out.
@@ -265,7 +265,7 @@ impl QtuneSearch {
             });
         }
         if ctx.multi_gpu() {
-            // Two GPUs or more (issue 15): other layer splits, refilled per card, and fit's.
+            // Two GPUs or more: other layer splits, refilled per card, and fit's.
             out.extend(super::candidates::propose_cards(ctx, &best, &self.history));
         }
         if let (true, Some(budget)) = (ctx.gpu_moe && !ctx.multi_gpu(), ctx.budget_mib) {
@@ -299,7 +299,7 @@ impl QtuneSearch {
             }
             new
         });
-        // The likely winner first (issue 14): if the budget runs out before every variant is
+        // The likely winner first: if the budget runs out before every variant is
         // measured, the ones the speed model rates lower are the ones left out.
         if let Some(sb) = &ctx.speed {
             let order = crate::model::speed::order_by_predicted(
@@ -448,7 +448,7 @@ impl QtuneSearch {
         crate::stats::race::RaceSettings {
             budget_launches: ctx.space.budget.trials.saturating_sub(before_race),
             noise_launches: 0,
-            // The practical band of issue 12 (±3 %): a tie is an interval inside it, and a
+            // The practical band (±3 %): a tie is an interval inside it, and a
             // config without a proven gain is recommended only at or above its lower edge. The
             // space's `tie_pct` ranks single launches of the search, not paired rounds.
             band: crate::stats::Band::default(),
@@ -838,7 +838,7 @@ impl QtuneSearch {
                         continue;
                     }
                     if !self.pick_chosen {
-                        // The speed model's pick first (issue 14): the config `qtune plan`
+                        // The speed model's pick first: the config `qtune plan`
                         // would propose here, measured before the screening ranks anything.
                         self.pick_chosen = true;
                         self.model_pick = super::pick::model_pick(ctx, self.unitemized_mib());
