@@ -685,7 +685,7 @@ fn time_split(m: &mut String, r: &TuneResult) {
 }
 
 /// "The speed model's pick": the config the tune launched right after the baseline as the
-/// model's best for this card (issue 14), its predicted speeds against what its launches
+/// model's best for this card, its predicted speeds against what its launches
 /// measured (the median of their medians), and what became of it.
 fn model_pick(m: &mut String, r: &TuneResult) {
     let Some(pick) = &r.model_pick else { return };

@@ -30,7 +30,7 @@ fn grouped(history: &[TrialOutcome], role: TrialRole) -> Vec<(LaunchConfig, Vec<
 /// box: its interval wider than the band), the candidate still heads when its generation
 /// estimate is inside the band (at most 3 % behind the baseline's: what the race calls a tie)
 /// and its prompt speed is proven faster by at least this much (the lower end of its 95 %
-/// interval): issue 13's prompt goal on a tight card (1.1x). Equal configs almost never pass
+/// interval): the prompt gain worth having on a tight card (1.1x). Equal configs almost never pass
 /// it: their prompt interval holds 1.
 pub const UNDECIDED_PROMPT_GAIN_PCT: f64 = 10.0;
 
@@ -209,7 +209,7 @@ fn headline(
     }
     // Without a proven gain a config heads only where its generation is shown not to cost
     // more than the race's practical band: the lower end of its 95 % interval against the
-    // baseline is at least −3 % (issue 13's "generation must not pay for it", its 0.97 line; an
+    // baseline is at least −3 % ("generation must not pay for it": the 0.97 line; an
     // interval of ±19 % proves nothing either way and leaves the baseline). The band is the
     // race's, not the space's `tie_pct`, which ranks single launches (a 5 % tie there let a
     // 24 GiB tune recommend a config at −4.1 % [lower end] in generation).
@@ -275,15 +275,14 @@ fn headline(
             // (neither "not slower" nor "slower" shown), where the race's estimate has the
             // candidate inside the band (a tie by the race's own measure) and prompt processing
             // is proven faster by a margin worth having: the estimate decides, and the warning
-            // says generation is undecided and how far its interval reaches. Seen in all three
-            // of run 5's 16 GiB tunes on the GPU machine (paired σ 5.8-7.6 %, 4 rounds): pinned,
-            // placed experts at generation +0.8 % [−11.6, +15.0], +3.5 % [−6.8, +14.9] and
-            // +5.3 % [−4.6, +16.1], prompt +102 %, +90 % and +69 % (lower ends +72 %, +63 %,
-            // +52 %), where keeping the default left the user half the prompt speed. Runs 6 and
-            // 7 then raced such configs to estimates just behind (−1.2 % to −2.6 %, prompt
-            // +18 % to +95 %) and kept the default; where those configs were raced again or
-            // re-measured (run 7's 24 GiB tunes, its 30B 16 GiB compare, run 6's planned
-            // compares), generation was tied or ahead. Waiting for the rounds to settle is no
+            // says generation is undecided and how far its interval reaches. On the GPU
+            // machine's 16 GiB tunes (paired σ 5.8-7.6 %, 4 rounds) pinned, placed experts read
+            // generation +0.8 % [−11.6, +15.0], +3.5 % [−6.8, +14.9] and +5.3 % [−4.6, +16.1],
+            // prompt +102 %, +90 % and +69 % (lower ends +72 %, +63 %, +52 %), where keeping the
+            // default left the user half the prompt speed; other tunes raced such configs to
+            // estimates just behind (−1.2 % to −2.6 %, prompt +18 % to +95 %), and where those
+            // configs were raced again or re-measured, generation was tied or ahead
+            // (docs/evidence/gpu-h100-run5..7; the tests below replay them). Waiting for the rounds to settle is no
             // option: at σ 6 % a −1.8 % estimate needs ~100 rounds to show "not slower".
             // "Too noisy" is the interval's width: wider than the band, the rounds could not
             // have shown a tie whatever the estimate (an estimate behind with a narrower
@@ -304,7 +303,7 @@ fn headline(
                 })
                 .max_by(|a, b| a.1.prompt.mean_log.total_cmp(&b.1.prompt.mean_log));
             if let Some((i, v)) = undecided {
-                // Run 9's 35B 16 GiB tune read "within the 3 % band" for an estimate of +6.0 %:
+                // "Within the 3 % band" alone would read the same for an estimate of +6.0 %:
                 // say which side of the baseline the estimate is on.
                 let estimate = if v.gen.mean_log >= 0.0 {
                     "ahead of the baseline's".to_string()
@@ -368,7 +367,7 @@ fn is_prompt_heavy(obj: &crate::space::Objective) -> bool {
 
 /// Under an objective that weighs prompt speed (`metric: prompt`, or `blend` with a prompt
 /// weight), a winner slower in generation than the baseline is allowed: say that the objective
-/// chose it and show the price (issue 12). None under the generation-first objective, or when
+/// chose it and show the price. None under the generation-first objective, or when
 /// the winner is not slower in generation.
 pub fn objective_price(
     obj: &crate::space::Objective,
