@@ -6,10 +6,14 @@
 //! also leaves out the named runs (by id) and prints how the refit predicts them.
 //! tests/speed_replay.rs checks that `FITTED` is this refit, to 5 %.
 
+#[path = "../tests/support/evidence.rs"]
+pub mod evidence;
 #[path = "../tests/support/replay.rs"]
 mod replay;
-#[path = "../tests/support/mod.rs"]
-mod support;
+/// What tests/support/replay.rs reaches as `crate::support`.
+mod support {
+    pub use super::evidence;
+}
 
 use replay::*;
 

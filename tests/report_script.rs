@@ -4,35 +4,14 @@
 //! server. Faults the real server cannot produce (a GPU taken by another process) use a fake
 //! `nvidia-smi`.
 
-mod servers;
+mod support;
+use support::{free_port, servers};
 
 use std::io::Read;
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
-
-fn real_server() -> PathBuf {
-    if let Some(p) = std::env::var_os("QTUNE_LLAMA_SERVER").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let p = qtune::server::cached_server(false);
-    assert!(
-        p.is_file(),
-        "no llama-server at {} (set QTUNE_LLAMA_SERVER or run `qtune server build`)",
-        p.display()
-    );
-    p
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A directory whose name needs every kind of shell quoting.
 fn hostile_dir(root: &Path) -> PathBuf {
@@ -154,11 +133,13 @@ fn sigint_to_the_script_stops_the_server_too() {
 }
 
 fn serve_request_and_stop(signal: i32, want_code: i32) {
+    let (Some(server), Some(smollm2)) = (support::real_server(), support::smollm2()) else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
-    let server = real_server();
     let model_dir = hostile_dir(tmp.path());
     let model = model_dir.join("SmolLM2 135M.gguf");
-    std::fs::copy(qtune::fixtures::smollm2().unwrap(), &model).unwrap();
+    std::fs::copy(smollm2, &model).unwrap();
     let port = free_port();
     let result = qtune::run::sample::cpu_result(&server, &model);
     let script = write_script(tmp.path(), &result, port);
@@ -244,12 +225,15 @@ fn serve_request_and_stop(signal: i32, want_code: i32) {
 
 #[test]
 fn missing_model_or_server_exits_nonzero_with_a_clear_message() {
+    let Some(server) = support::real_server() else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let model = hostile_dir(tmp.path()).join("gone.gguf");
     let home = tmp.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
 
-    let result = qtune::run::sample::cpu_result(&real_server(), &model);
+    let result = qtune::run::sample::cpu_result(&server, &model);
     let script = write_script(tmp.path(), &result, free_port());
     let mut run = Script::start(&script, &home, "/usr/bin:/bin");
     let st = run.wait_timeout(Duration::from_secs(20)).expect("exits");
@@ -275,6 +259,9 @@ fn missing_model_or_server_exits_nonzero_with_a_clear_message() {
 
 #[test]
 fn gpu_script_refuses_when_another_process_took_the_vram() {
+    let Some(server) = support::real_server() else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let model = hostile_dir(tmp.path()).join("m.gguf");
     std::fs::write(&model, b"placeholder: the script stops before loading it").unwrap();
@@ -288,7 +275,7 @@ fn gpu_script_refuses_when_another_process_took_the_vram() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).unwrap();
 
-    let result = qtune::run::sample::gpu_result(&real_server(), &model);
+    let result = qtune::run::sample::gpu_result(&server, &model);
     let script = write_script(tmp.path(), &result, free_port());
     let path_env = format!("{}:/usr/bin:/bin", bin.display());
     let mut run = Script::start(&script, &home, &path_env);

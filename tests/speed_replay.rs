@@ -35,6 +35,9 @@ fn there_are_enough_groups_of_both_shapes_and_cards() {
 /// precision, 5 %). `cargo run --example refit` prints the refit.
 #[test]
 fn fitted_is_the_refit_of_the_runs_in_its_fit() {
+    if !support::vocab() {
+        return;
+    }
     let k = fit(&prepare(&manifest().fit_groups()));
     let field = |k: &SpeedConstants, name: &str| -> f64 {
         let v = serde_json::to_value(k).unwrap();
@@ -75,6 +78,9 @@ fn fitted_is_the_refit_of_the_runs_in_its_fit() {
 /// 85 % of the held-out groups, and no group is off by more than twice that.
 #[test]
 fn held_out_configs_are_predicted_within_the_stated_error() {
+    if !support::vocab() {
+        return;
+    }
     let ps = prepare(&manifest().fit_groups());
     let (mut etg, mut epp) = (Vec::new(), Vec::new());
     for fold in 0..3 {
@@ -329,6 +335,9 @@ fn check_plans(run: &str, cases: &[PlanGoal]) -> Vec<String> {
 /// model or a changed file shows here; each failure is named, all of them at once.
 #[test]
 fn every_run_reads_as_the_manifest_says() {
+    if !support::vocab() {
+        return;
+    }
     let m = manifest();
     let mut failed = Vec::new();
     let mut checked = 0;
@@ -378,6 +387,9 @@ fn every_run_reads_as_the_manifest_says() {
 /// before the run.
 #[test]
 fn the_plans_line_for_each_tuned_winner_meets_both_goals() {
+    if !support::vocab() {
+        return;
+    }
     let m = manifest();
     let runs: Vec<&Run> = m
         .runs
@@ -458,41 +470,13 @@ fn the_plans_line_for_each_tuned_winner_meets_both_goals() {
     assert!(n >= 12, "{n} cases");
 }
 
+/// The GPU machine (H100, PCIe 5 x16, a 16-core Xeon) with `free_mib` free.
 fn gpu_machine(name: &str, free_mib: u64) -> qtune::hardware::HardwareProfile {
-    use qtune::hardware::{GpuInfo, HardwareProfile, HostInfo, PcieLink};
-    HardwareProfile {
-        gpus: vec![GpuInfo {
-            index: 0,
-            name: name.into(),
-            uuid: "GPU-0".into(),
-            vram_total_mib: 81_559,
-            vram_free_mib: free_mib,
-            vram_used_mib: 81_559 - free_mib,
-            pcie: PcieLink {
-                gen_current: Some(5),
-                gen_max: Some(5),
-                width_current: Some(16),
-                width_max: Some(16),
-            },
-            compute_capability: Some((9, 0)),
-            processes: Vec::new(),
-            mem_bandwidth_gbs: None,
-        }],
-        no_gpu_reason: None,
-        driver_version: None,
-        cuda_version: None,
-        host: HostInfo {
-            cpu_model: "Intel(R) Xeon(R) Processor".into(),
-            physical_cores: Some(16),
-            logical_cores: 16,
-            ram_total_mib: 128_887,
-            ram_available_mib: 120_000,
-            os: "test".into(),
-            mem_bandwidth_gbs: Some(100.0),
-            mem_bandwidth_by_threads: Vec::new(),
-        },
-        fingerprint: "0123456789abcdef".into(),
-    }
+    support::hardware::FakeBox::new()
+        .host("Intel(R) Xeon(R) Processor", 16, 16, 128_887, 120_000)
+        .host_bandwidth(100.0)
+        .gpu(name, 81_559, free_mib)
+        .build()
 }
 
 /// What `qtune plan` predicts on the GPU machine (H100, 16 and 24 GiB free, both shapes), next
@@ -501,6 +485,9 @@ fn gpu_machine(name: &str, free_mib: u64) -> qtune::hardware::HardwareProfile {
 
 #[test]
 fn plan_on_the_gpu_machine_predicts_near_committed_runs() {
+    if !support::vocab() {
+        return;
+    }
     let gs = manifest().fit_groups();
     for shape in ["qwen3.5-35b-a3b", "qwen3-30b-a3b"] {
         let l = layout_of_cached(shape);
@@ -547,6 +534,9 @@ fn plan_on_the_gpu_machine_predicts_near_committed_runs() {
 /// The model-alone errors printed beside it are in-sample (FITTED saw these groups).
 #[test]
 fn another_boxs_measured_winner_scaled_by_the_model() {
+    if !support::vocab() {
+        return;
+    }
     let ps = prepare(&manifest().fit_groups());
     let boxes: std::collections::BTreeSet<(String, u32, String)> = ps
         .iter()
@@ -606,6 +596,9 @@ fn default_cfg(ctx: u32) -> LaunchConfig {
 /// constants were fitted on the placed configs only: these launches were never in the fit.
 #[test]
 fn the_server_default_is_predicted_from_the_placement_its_fit_is_expected_to_choose() {
+    if !support::vocab() {
+        return;
+    }
     let files = evidence::journals("");
     type Acc = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, u32);
     let mut by: BTreeMap<(String, u32, String), Acc> = BTreeMap::new();
@@ -710,6 +703,9 @@ fn the_server_default_is_predicted_from_the_placement_its_fit_is_expected_to_cho
 /// median error), and leave generation as it was.
 #[test]
 fn the_split_prefill_block_cost_predicts_the_pre_registered_runs_no_worse() {
+    if !support::vocab() {
+        return;
+    }
     // Each run's groups on their own (a config measured on two leases is two groups).
     let m = manifest();
     let (single, split) = (
@@ -774,6 +770,9 @@ fn the_split_prefill_block_cost_predicts_the_pre_registered_runs_no_worse() {
 /// ~0 at the last block) closer in prompt speed.
 #[test]
 fn refitting_with_each_pre_registered_run_held_out_predicts_it_no_worse() {
+    if !support::vocab() {
+        return;
+    }
     let m = manifest();
     let out_of_fit = m.ids("planned-with-fitted");
     let runs: Vec<(String, SpeedConstants)> = m

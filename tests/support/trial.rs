@@ -1,30 +1,12 @@
-//! Shared helpers of the trial tests.
+//! Helpers of the trial tests (trial_real, trial_faults, trial_interrupt).
 #![allow(dead_code)]
 
 use qtune::config::LaunchConfig;
 use qtune::space::Workload;
 use std::path::{Path, PathBuf};
 
-/// The real CPU llama-server: `$QTUNE_LLAMA_SERVER`, else the pinned CPU build in the cache.
-pub fn real_server() -> PathBuf {
-    if let Some(p) = std::env::var_os("QTUNE_LLAMA_SERVER").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let p = qtune::server::cached_server(false);
-    assert!(
-        p.is_file(),
-        "no llama-server at {} (set QTUNE_LLAMA_SERVER or run `qtune server build`)",
-        p.display()
-    );
-    p
-}
-
 pub fn fake_server() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-llama-server")
-}
-
-pub fn smollm2() -> PathBuf {
-    qtune::fixtures::smollm2().expect("SmolLM2 fixture")
 }
 
 /// A tiny workload: 2 cores, keep it short.

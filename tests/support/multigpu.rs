@@ -1,5 +1,5 @@
 //! Shared by the two-GPU replay tests (multigpu_replay, multigpu_resplit): a whole tune on a
-//! replayed box, and the checks issue 15 asks of every two-GPU tune.
+//! replayed box, and the checks every two-GPU tune must pass.
 #![allow(dead_code)]
 
 use qtune::model::ModelLayout;
@@ -45,7 +45,7 @@ pub fn launches(trials: &[TrialOutcome]) -> usize {
         .count()
 }
 
-/// Every launch counts: at most the space's budget and issue 15's 25.
+/// Every launch counts: at most the space's budget and 25.
 pub fn assert_launch_budget(trials: &[TrialOutcome], space: &SearchSpace) {
     let n = launches(trials);
     assert!(n <= space.budget.trials as usize && n <= 25, "{n} launches");

@@ -1,4 +1,4 @@
-//! Shared by the profile tests (included with `#[path]`): a hand-made tune result, written as
+//! Shared by the profile tests: a hand-made tune result, written as
 //! `results.json`, and a runner for the real binary. Hand-made values are fine here: these tests
 //! are about the data format, not about measurements.
 #![allow(dead_code)]

@@ -1,5 +1,5 @@
 //! The real llama-servers a test started, found by a path that only its servers carry in their
-//! argv (a model symlinked into the test's temporary directory). Included with `mod servers;`.
+//! argv (a model symlinked into the test's temporary directory).
 #![allow(dead_code)]
 
 use std::time::{Duration, Instant};

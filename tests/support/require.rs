@@ -1,7 +1,7 @@
 //! One rule for tests that need something outside the repo (the real llama-server, a model
 //! fixture): under `scripts/test.sh` (which sets `QTUNE_REQUIRE_SERVER=1`) or in CI (`CI` set),
 //! a missing requirement fails the test; elsewhere (a quick `cargo test` on a new checkout) the
-//! test says SKIP and why, and passes. Included with `mod require;` by each test that needs it.
+//! test says SKIP and why, and passes.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -51,4 +51,20 @@ pub fn server() -> Result<PathBuf, String> {
             p.display()
         ))
     }
+}
+
+/// The tokenizer files the synthetic models are written with (`ggml-vocab-*.gguf` of the pinned
+/// llama.cpp source, which `qtune server build` fetches; or `$QTUNE_VOCAB_DIR`).
+pub fn vocab() -> Result<PathBuf, String> {
+    let dir = qtune::model::synth::default_vocab_dir();
+    for v in ["qwen35", "qwen2"] {
+        let f = dir.join(format!("ggml-vocab-{v}.gguf"));
+        if !f.is_file() {
+            return Err(format!(
+                "no tokenizer file {} (run `qtune server build`, or set QTUNE_VOCAB_DIR)",
+                f.display()
+            ));
+        }
+    }
+    Ok(dir)
 }
