@@ -4,7 +4,8 @@
 
 use qtune::config::{KvType, LaunchConfig};
 use qtune::model::{BlockBytes, ModelLayout};
-use qtune::search::strategy::{run_search, SearchContext};
+use qtune::search::run_search;
+use qtune::search::strategy::SearchContext;
 use qtune::trial::replay::{ReplayAnswer, ReplayRunner};
 use qtune::trial::{OutcomeKind, TrialRole};
 

@@ -25,16 +25,14 @@ use super::objective::{better, is_tie, Speeds};
 use crate::config::LaunchConfig;
 use crate::trial::{OutcomeKind, TrialOutcome, TrialRole, TrialRunner};
 use argmin::core::{
-    Error as ArgminError, IterState, Problem, Solver, State, TerminationReason, TerminationStatus,
-    KV,
+    Error as ArgminError, Problem, Solver, State, TerminationReason, TerminationStatus, KV,
 };
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-/// The argmin state: the parameter is a launch config, the cost is minus the objective.
-pub type TuneState = IterState<LaunchConfig, (), (), (), (), f64>;
+pub use super::TuneState;
 
 pub use crate::config::Base;
 
@@ -1004,37 +1002,4 @@ impl Solver<TuneProblem, TuneState> for QtuneSearch {
             TerminationStatus::NotTerminated
         }
     }
-}
-
-/// Run the whole search (baseline, exploration, confirmation) through argmin's executor.
-/// `replay` holds journaled outcomes of an earlier session; `run_dir` enables checkpointing.
-pub fn run_search(
-    ctx: SearchContext,
-    runner: Box<dyn TrialRunner>,
-    replay: Vec<TrialOutcome>,
-    run_dir: Option<&std::path::Path>,
-) -> anyhow::Result<QtuneSearch> {
-    run_search_with(ctx, runner, replay, run_dir, None)
-}
-
-pub(super) fn run_search_with(
-    ctx: SearchContext,
-    runner: Box<dyn TrialRunner>,
-    replay: Vec<TrialOutcome>,
-    run_dir: Option<&std::path::Path>,
-    progress: Option<Arc<dyn super::progress::Watch>>,
-) -> anyhow::Result<QtuneSearch> {
-    use argmin::core::observers::ObserverMode;
-    use argmin::core::Executor;
-    let clock = ctx.clock.clone();
-    let problem = TuneProblem::new(ctx, runner, replay, progress.clone());
-    let mut exec = Executor::new(problem, QtuneSearch::new());
-    if let Some(dir) = run_dir {
-        exec = exec.checkpointing(super::checkpoint::RunDirCheckpoint::new(dir, clock));
-    }
-    if let Some(p) = progress {
-        exec = exec.add_observer(super::progress::Observer(p), ObserverMode::Always);
-    }
-    let res = exec.run()?;
-    Ok(res.solver().clone())
 }
