@@ -342,6 +342,14 @@ pub fn lock(dir: &Path) -> Result<RunLock> {
     Err(e).with_context(|| format!("cannot lock run directory {}", dir.display()))
 }
 
+/// What a user gets without qtune, in this space's context and slots.
+pub fn baseline_of(space: &SearchSpace) -> LaunchConfig {
+    LaunchConfig {
+        parallel: space.fixed.parallel,
+        ..LaunchConfig::baseline(space.fixed.ctx)
+    }
+}
+
 /// A run directory already holds a tune.
 pub fn holds_a_tune(dir: &Path) -> bool {
     dir.join(RUN_FILE).exists()
@@ -447,7 +455,7 @@ impl TuneResult {
         let Some(race) = &self.race else {
             return Vec::new();
         };
-        let baseline = crate::search::context::baseline_of(&self.space);
+        let baseline = baseline_of(&self.space);
         let mut picks = Vec::new();
         let verdicts = race.verdicts();
         if let Some(w) = &self.winner {

@@ -226,7 +226,7 @@ impl SearchContext {
     }
 
     pub fn baseline(&self) -> LaunchConfig {
-        baseline_of(&self.space)
+        crate::run::baseline_of(&self.space)
     }
 
     /// Two GPUs or more and a MoE model: the layers are split over the cards (`-ts`) and the
@@ -305,14 +305,6 @@ impl SearchContext {
             let budget = self.gpus.get(i).map_or(0.0, |g| g.budget_mib as f64);
             d.total_mib + extra_mib.get(i).copied().unwrap_or(0.0) <= budget
         })
-    }
-}
-
-/// What a user gets without qtune, in this space's context and slots.
-pub fn baseline_of(space: &SearchSpace) -> LaunchConfig {
-    LaunchConfig {
-        parallel: space.fixed.parallel,
-        ..LaunchConfig::baseline(space.fixed.ctx)
     }
 }
 
