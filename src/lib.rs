@@ -16,6 +16,7 @@ pub mod config;
 pub mod fixtures;
 pub mod hardware;
 pub mod model;
+pub mod placement;
 pub mod profile;
 pub mod quality;
 pub mod report;

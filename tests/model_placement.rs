@@ -211,7 +211,7 @@ fn candidates_fill_a_16_gib_card_with_qwen3_30b_a3b() {
     if !support::vocab() {
         return;
     }
-    use qtune::search::candidates::{propose, Limits};
+    use qtune::placement::{propose, Limits};
     use qtune::space::PlacementStyle as S;
     let (l, g) = header_of("qwen3-30b-a3b");
     let mut space = qtune::space::load("default").unwrap();
@@ -286,7 +286,7 @@ fn last_split_candidate_fills_at_least_as_much_as_fits_choice_on_the_gpu_machine
     if !support::vocab() {
         return;
     }
-    use qtune::search::candidates::{propose, Limits};
+    use qtune::placement::{propose, Limits};
     use qtune::space::PlacementStyle as S;
     for (shape, budget, fit_whole, fit_partial, fit_measured) in [
         ("qwen3-30b-a3b", 14_743.0, 18, 29, 14_734.0),

@@ -323,7 +323,7 @@ fn the_fit_candidate_wins_where_it_is_best_within_twenty_launches() {
         };
         assert!(tried(&|c| c.is_fit_placement()
             && c.fit_target_mib
-                == [512 + qtune::search::candidates::FIT_OVERSHOOT_MIB]));
+                == [512 + qtune::placement::FIT_OVERSHOOT_MIB]));
         assert!(tried(
             &|c| c.load_mode == qtune::config::LoadMode::Auto && c.n_cpu_moe.is_some()
         ));

@@ -10,7 +10,7 @@
 use qtune::config::LaunchConfig;
 use qtune::model::memory::{HostCaps, CPU_COMPUTE};
 use qtune::model::synth::SynthFtype;
-use qtune::search::candidates::{propose_with, Limits, FIT_OVERSHOOT_MIB};
+use qtune::placement::{propose_with, Limits, FIT_OVERSHOOT_MIB};
 use qtune::search::context::unitemized_vram_mib;
 use qtune::space::PlacementStyle;
 use qtune::trial::TrialOutcome;

@@ -652,14 +652,9 @@ fn the_server_default_is_predicted_from_the_placement_its_fit_is_expected_to_cho
             host_bw_share_by_threads: Vec::new(),
             sources: Vec::new(),
         };
-        let (stand_in, p) = qtune::search::candidates::predict_server_default(
-            &layout,
-            &default_cfg(ctx),
-            free,
-            &sb,
-            2048,
-        )
-        .expect("a placement and a prediction");
+        let (stand_in, p) =
+            qtune::placement::predict_server_default(&layout, &default_cfg(ctx), free, &sb, 2048)
+                .expect("a placement and a prediction");
         assert!(
             (p.tg.low..=p.tg.high).contains(&tg),
             "{shape} {card_gib}G: tg {tg:.0} outside {}",

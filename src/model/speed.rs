@@ -650,60 +650,6 @@ fn cpu_prefill_ms(ub: u32, active_bytes: f64, sb: &SpeedBox, threads: u32) -> f6
     flops / rate * 1e3
 }
 
-/// The space's objective applied to a prediction (higher is better), the way the search ranks
-/// measured speeds: generation, prompt, generation at depth (the model predicts at the
-/// workload's depth, so: generation), or the blend relative to `reference` (e.g. the
-/// baseline's prediction).
-pub fn predicted_objective(
-    p: &SpeedPrediction,
-    obj: &crate::space::Objective,
-    reference: Option<&SpeedPrediction>,
-) -> f64 {
-    use crate::space::Metric;
-    match obj.metric {
-        Metric::Gen | Metric::GenAtDepth => p.tg.tps,
-        Metric::Prompt => p.pp.tps,
-        Metric::Blend => {
-            let (g, pp) = reference.map_or((1.0, 1.0), |r| (r.tg.tps, r.pp.tps));
-            obj.gen_weight * p.tg.tps / g.max(1e-9) + obj.prompt_weight * p.pp.tps / pp.max(1e-9)
-        }
-    }
-}
-
-/// Indices of `configs` from the highest predicted objective to the lowest, so a search can
-/// launch the likely winner first. Configs the model cannot predict (`--fit` placement, an
-/// unknown GPU) keep their relative order after the predicted ones. Stable: equal predictions
-/// keep the caller's order.
-pub fn order_by_predicted(
-    layout: &ModelLayout,
-    sb: &SpeedBox,
-    has_gpu: bool,
-    prompt_tokens: u32,
-    obj: &crate::space::Objective,
-    configs: &[LaunchConfig],
-) -> Vec<usize> {
-    let preds: Vec<Option<SpeedPrediction>> = configs
-        .iter()
-        .map(|c| predict(layout, c, sb, has_gpu, prompt_tokens, &FITTED))
-        .collect();
-    let reference = preds.iter().flatten().next().cloned();
-    let score: Vec<Option<f64>> = preds
-        .iter()
-        .map(|p| {
-            p.as_ref()
-                .map(|p| predicted_objective(p, obj, reference.as_ref()))
-        })
-        .collect();
-    let mut idx: Vec<usize> = (0..configs.len()).collect();
-    idx.sort_by(|&a, &b| match (score[a], score[b]) {
-        (Some(x), Some(y)) => y.partial_cmp(&x).unwrap_or(std::cmp::Ordering::Equal),
-        (Some(_), None) => std::cmp::Ordering::Less,
-        (None, Some(_)) => std::cmp::Ordering::Greater,
-        (None, None) => std::cmp::Ordering::Equal,
-    });
-    idx
-}
-
 /// Predicted speeds within this many percent of the best candidate's are a tie, which the
 /// other speed breaks (generation first, prompt among the tied, as the tune's objective). Used
 /// by `qtune plan` (`PLAN_TIE_PCT`) and by the tune's first pick ([`pick`]).
@@ -794,11 +740,11 @@ pub fn pick(items: &[Option<PickInput>], tie_pct: f64) -> Option<Pick> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config::LaunchConfig;
 
-    fn layout() -> ModelLayout {
+    pub(crate) fn layout() -> ModelLayout {
         ModelLayout {
             n_experts_used: 8,
             output_bytes: 200 << 20,
@@ -806,7 +752,7 @@ mod tests {
         }
     }
 
-    fn gpu_box() -> SpeedBox {
+    pub(crate) fn gpu_box() -> SpeedBox {
         SpeedBox {
             gpu_bw_gbs: Some(1000.0),
             pcie_gbs: Some(pcie_gbs(4, 16)),
@@ -817,7 +763,7 @@ mod tests {
         }
     }
 
-    fn placed(n: u32) -> LaunchConfig {
+    pub(crate) fn placed(n: u32) -> LaunchConfig {
         LaunchConfig::baseline(8192).with_experts_on_cpu(n)
     }
 
@@ -986,40 +932,6 @@ mod tests {
         assert!(cpu.tg.tps > 0.0 && cpu.tg.tps.is_finite());
         assert!(cpu.pp.tps > 0.0 && cpu.pp.tps.is_finite());
         assert_eq!(cpu.decode.gpu_ms, 0.0);
-    }
-
-    #[test]
-    fn candidates_are_ordered_by_predicted_objective_unpredictable_last() {
-        use crate::space::{Metric, Objective};
-        let l = layout();
-        let sb = gpu_box();
-        let mut small_ub = placed(6);
-        small_ub.batch = Some(2048);
-        small_ub.ubatch = Some(512);
-        let mut big_ub = small_ub.clone();
-        big_ub.ubatch = Some(2048);
-        let configs = vec![
-            LaunchConfig::baseline(8192), // --fit: not predictable
-            placed(20),
-            small_ub,
-            big_ub,
-        ];
-        let gen = Objective {
-            metric: Metric::Gen,
-            gen_weight: 1.0,
-            prompt_weight: 0.0,
-            tie_pct: 3.0,
-        };
-        let order = order_by_predicted(&l, &sb, true, 2048, &gen, &configs);
-        // Fewer CPU blocks first; the two ubatch sizes generate alike (stable order); fit last.
-        assert_eq!(order, vec![2, 3, 1, 0]);
-        let prompt = Objective {
-            metric: Metric::Prompt,
-            ..gen
-        };
-        let order = order_by_predicted(&l, &sb, true, 2048, &prompt, &configs);
-        assert_eq!(order[0], 3, "the bigger micro-batch prefills faster");
-        assert_eq!(order[3], 0);
     }
 
     #[test]

@@ -153,7 +153,7 @@ pub struct Plan {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub compared: Vec<PlanCandidate>,
     /// One GPU: what `llama-server` gives with no flags, predicted from the placement its own
-    /// fit is expected to choose ([`crate::search::candidates::server_default_stand_in`]): the
+    /// fit is expected to choose ([`crate::placement::server_default_stand_in`]): the
     /// tune's reference, and what it keeps when nothing is proven faster.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_default: Option<DefaultSpeed>,
@@ -173,7 +173,7 @@ fn server_default_speed(
     hw: &HardwareProfile,
     ctx: u32,
 ) -> Option<DefaultSpeed> {
-    use crate::search::candidates::{predict_server_default, stand_in_placement};
+    use crate::placement::{predict_server_default, stand_in_placement};
     let [gpu] = hw.gpus.as_slice() else {
         return None;
     };
@@ -636,7 +636,7 @@ fn choice_label(c: &LaunchConfig) -> String {
 }
 
 /// The space's placement styles (`fit` left out) for `template`, filled to the plan's budget
-/// by the tune's own filling ([`crate::search::candidates::propose`]): one GPU and a MoE model
+/// by the tune's own filling ([`crate::placement::propose`]): one GPU and a MoE model
 /// only; a placement predicted to swap the host is left out.
 fn styled_placements(
     layout: &ModelLayout,
@@ -653,12 +653,12 @@ fn styled_placements(
         return Vec::new();
     }
     let target = plan_fit_target_mib(b as f64);
-    let limits = crate::search::candidates::Limits {
+    let limits = crate::placement::Limits {
         vram_budget_mib: target,
         ram_available_mib: Some(hw.host.ram_available_mib as f64),
         fit_target_mib: 0,
     };
-    crate::search::candidates::propose(layout, template, space, &limits)
+    crate::placement::propose(layout, template, space, &limits)
         .into_iter()
         .filter(|c| c.refused.is_none() && c.style != crate::space::PlacementStyle::Fit)
         .map(|mut c| {

@@ -220,9 +220,9 @@ impl SearchContext {
     }
 
     /// `--fit-target` of fit's candidate on each card, MiB: the tune's headroom plus fit's
-    /// measured overshoot ([`super::candidates::FIT_OVERSHOOT_MIB`]).
+    /// measured overshoot ([`crate::placement::FIT_OVERSHOOT_MIB`]).
     pub fn fit_candidate_target_mib(&self) -> u32 {
-        self.fit_target_mib + super::candidates::FIT_OVERSHOOT_MIB
+        self.fit_target_mib + crate::placement::FIT_OVERSHOOT_MIB
     }
 
     pub fn baseline(&self) -> LaunchConfig {

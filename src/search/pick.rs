@@ -10,11 +10,13 @@
 //! the baseline, and where the measurements cannot separate it from the leader, the model's
 //! ranking decides which one the race takes first.
 
-use super::candidates::{propose, Limits};
 use super::context::SearchContext;
 use super::objective::Speeds;
 use crate::config::{Base, KvType, LaunchConfig};
-use crate::model::speed::{self, PickInput, FITTED, PICK_TIE_PCT};
+use crate::model::speed::{self, PickInput, SpeedBox, SpeedPrediction, FITTED, PICK_TIE_PCT};
+use crate::model::ModelLayout;
+use crate::placement::{propose, Limits};
+use crate::space::{Metric, Objective};
 
 /// The config the speed model rates best on this box, by the tune's objective
 /// ([`speed::pick`], the rule `qtune plan` chooses by): every batch/ubatch × KV pair of the
@@ -95,7 +97,7 @@ pub fn model_pick(ctx: &SearchContext, unitemized_mib: f64) -> Option<LaunchConf
         .zip(&configs)
         .map(|(p, c)| {
             p.as_ref().map(|p| PickInput {
-                primary: speed::predicted_objective(p, &ctx.space.objective, reference.as_ref()),
+                primary: predicted_objective(p, &ctx.space.objective, reference.as_ref()),
                 secondary: if prompt_first { p.tg.tps } else { p.pp.tps },
                 plain: c.cpu_experts.is_none(),
             })
@@ -159,6 +161,59 @@ pub fn pick_first(
     Some(note)
 }
 
+/// The space's objective applied to a prediction (higher is better), the way the search ranks
+/// measured speeds: generation, prompt, generation at depth (the model predicts at the
+/// workload's depth, so: generation), or the blend relative to `reference` (e.g. the
+/// baseline's prediction).
+pub fn predicted_objective(
+    p: &SpeedPrediction,
+    obj: &Objective,
+    reference: Option<&SpeedPrediction>,
+) -> f64 {
+    match obj.metric {
+        Metric::Gen | Metric::GenAtDepth => p.tg.tps,
+        Metric::Prompt => p.pp.tps,
+        Metric::Blend => {
+            let (g, pp) = reference.map_or((1.0, 1.0), |r| (r.tg.tps, r.pp.tps));
+            obj.gen_weight * p.tg.tps / g.max(1e-9) + obj.prompt_weight * p.pp.tps / pp.max(1e-9)
+        }
+    }
+}
+
+/// Indices of `configs` from the highest predicted objective to the lowest, so a search can
+/// launch the likely winner first. Configs the model cannot predict (`--fit` placement, an
+/// unknown GPU) keep their relative order after the predicted ones. Stable: equal predictions
+/// keep the caller's order.
+pub fn order_by_predicted(
+    layout: &ModelLayout,
+    sb: &SpeedBox,
+    has_gpu: bool,
+    prompt_tokens: u32,
+    obj: &Objective,
+    configs: &[LaunchConfig],
+) -> Vec<usize> {
+    let preds: Vec<Option<SpeedPrediction>> = configs
+        .iter()
+        .map(|c| speed::predict(layout, c, sb, has_gpu, prompt_tokens, &FITTED))
+        .collect();
+    let reference = preds.iter().flatten().next().cloned();
+    let score: Vec<Option<f64>> = preds
+        .iter()
+        .map(|p| {
+            p.as_ref()
+                .map(|p| predicted_objective(p, obj, reference.as_ref()))
+        })
+        .collect();
+    let mut idx: Vec<usize> = (0..configs.len()).collect();
+    idx.sort_by(|&a, &b| match (score[a], score[b]) {
+        (Some(x), Some(y)) => y.partial_cmp(&x).unwrap_or(std::cmp::Ordering::Equal),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => std::cmp::Ordering::Equal,
+    });
+    idx
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,5 +232,39 @@ mod tests {
         // Two launches 10 % apart, pooled with the prior's 4 degrees of freedom.
         let two = launch_sigma(&[40.0, 36.0], &s);
         assert!((noise_band_pct(two, 5.0) - 10.1).abs() < 0.1, "{two}");
+    }
+
+    #[test]
+    fn candidates_are_ordered_by_predicted_objective_unpredictable_last() {
+        use crate::model::speed::tests::{gpu_box, layout, placed};
+        let l = layout();
+        let sb = gpu_box();
+        let mut small_ub = placed(6);
+        small_ub.batch = Some(2048);
+        small_ub.ubatch = Some(512);
+        let mut big_ub = small_ub.clone();
+        big_ub.ubatch = Some(2048);
+        let configs = vec![
+            LaunchConfig::baseline(8192), // --fit: not predictable
+            placed(20),
+            small_ub,
+            big_ub,
+        ];
+        let gen = Objective {
+            metric: Metric::Gen,
+            gen_weight: 1.0,
+            prompt_weight: 0.0,
+            tie_pct: 3.0,
+        };
+        let order = order_by_predicted(&l, &sb, true, 2048, &gen, &configs);
+        // Fewer CPU blocks first; the two ubatch sizes generate alike (stable order); fit last.
+        assert_eq!(order, vec![2, 3, 1, 0]);
+        let prompt = Objective {
+            metric: Metric::Prompt,
+            ..gen
+        };
+        let order = order_by_predicted(&l, &sb, true, 2048, &prompt, &configs);
+        assert_eq!(order[0], 3, "the bigger micro-batch prefills faster");
+        assert_eq!(order[3], 0);
     }
 }

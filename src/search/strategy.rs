@@ -236,7 +236,7 @@ impl QtuneSearch {
     }
 
     /// The variants of the incumbent's best config: its other load modes, the
-    /// space's placement styles filled to the budget ([`super::candidates::propose`], `fit`
+    /// space's placement styles filled to the budget ([`crate::placement::propose`], `fit`
     /// included: `--fit on --fit-target <headroom>` with the incumbent's other choices), and
     /// `--no-op-offload` at a small ubatch. Configs predicted to swap the host are left out.
     fn build_variants(&self, ctx: &SearchContext) -> VecDeque<LaunchConfig> {
@@ -267,12 +267,12 @@ impl QtuneSearch {
             out.extend(super::candidates::propose_cards(ctx, &best, &self.history));
         }
         if let (true, Some(budget)) = (ctx.gpu_moe && !ctx.multi_gpu(), ctx.budget_mib) {
-            let limits = super::candidates::Limits {
+            let limits = crate::placement::Limits {
                 vram_budget_mib: budget - self.unitemized_mib(),
                 ram_available_mib: ctx.ram_available_mib,
                 fit_target_mib: ctx.fit_candidate_target_mib(),
             };
-            for c in super::candidates::propose(&ctx.layout, &best, &ctx.space, &limits) {
+            for c in crate::placement::propose(&ctx.layout, &best, &ctx.space, &limits) {
                 if c.refused.is_none() {
                     out.push(c.config);
                 }
@@ -300,7 +300,7 @@ impl QtuneSearch {
         // The likely winner first: if the budget runs out before every variant is
         // measured, the ones the speed model rates lower are the ones left out.
         if let Some(sb) = &ctx.speed {
-            let order = crate::model::speed::order_by_predicted(
+            let order = super::pick::order_by_predicted(
                 &ctx.layout,
                 sb,
                 ctx.has_gpu,
