@@ -17,6 +17,7 @@ pub mod fixtures;
 pub mod hardware;
 pub mod model;
 pub mod placement;
+pub mod plan;
 pub mod profile;
 pub mod quality;
 pub mod report;

@@ -20,7 +20,7 @@ use qtune::hardware::HardwareProfile;
 
 mod support;
 use qtune::model::ModelLayout;
-use qtune::profile::plan::{plan, PLAN_TIE_PCT};
+use qtune::plan::{plan, PLAN_TIE_PCT};
 
 fn read(case: &str, file: &str) -> serde_json::Value {
     support::evidence::json(format!("gpu-h100-proof14/{case}/{file}"))
@@ -203,7 +203,7 @@ fn check_two_gpus(file: &str) {
     assert_eq!(p.cards.len(), 2);
     for (g, used) in &p.cards {
         assert!(
-            *used <= qtune::profile::plan_fit_target_mib(g.budget_mib as f64),
+            *used <= qtune::plan::plan_fit_target_mib(g.budget_mib as f64),
             "{file}: {g:?} {used}"
         );
     }

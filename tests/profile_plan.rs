@@ -10,7 +10,8 @@ use support::require;
 use qtune::config::{KvType, LaunchConfig};
 use qtune::hardware::HardwareProfile;
 use qtune::model::ModelLayout;
-use qtune::profile::{from_tune, plan, plan_fit_target_mib, to_yaml, Confidence, Profile};
+use qtune::plan::{plan, plan_fit_target_mib, Confidence};
+use qtune::profile::{from_tune, to_yaml, Profile};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -493,7 +493,7 @@ fn plan_on_the_gpu_machine_predicts_near_committed_runs() {
         let l = layout_of_cached(shape);
         for gib in [16u64, 24] {
             let hw = gpu_machine("NVIDIA H100 80GB HBM3", gib * 1024);
-            let plan = qtune::profile::plan(&l, &hw, None, 32768, 512);
+            let plan = qtune::plan::plan(&l, &hw, None, 32768, 512);
             let sp = plan.speed.as_ref().expect("a speed prediction");
             let p = &sp.prediction;
             println!(

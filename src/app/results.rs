@@ -93,11 +93,11 @@ pub fn plan(
                 .into_iter()
                 .filter_map(|(_, r)| r.ok())
                 .collect();
-            profile::plan::best_profile(&layout, &hw, headroom_mib, &all).cloned()
+            crate::plan::best_profile(&layout, &hw, headroom_mib, &all).cloned()
         }
     };
-    let plan = profile::plan(&layout, &hw, chosen.as_ref(), ctx, headroom_mib);
-    eprint!("{}", profile::plan::plan_text(&plan, model));
+    let plan = crate::plan::plan(&layout, &hw, chosen.as_ref(), ctx, headroom_mib);
+    eprint!("{}", crate::plan::plan_text(&plan, model));
     if !plan.fits {
         bail!(
             "no placement fits this GPU's budget of {}: free VRAM, lower --ctx or use a smaller quantization",
@@ -118,7 +118,7 @@ pub fn plan(
         #[derive(serde::Serialize)]
         struct PlanJson<'a> {
             #[serde(flatten)]
-            plan: &'a profile::Plan,
+            plan: &'a crate::plan::Plan,
             command: &'a [String],
             note: &'static str,
         }
