@@ -5,7 +5,7 @@
 //! `config` holds [`config::LaunchConfig`], the vocabulary every stage shares; `run` holds the
 //! finished run (the one reader and writer of a run directory's results); `clock` is the time a
 //! tune reads; `stats` holds paired comparisons and racing (the launch is the unit of evidence);
-//! `compare` re-measures launch commands in interleaved rounds; `server` finds, checks and builds `llama-server`. `app` has one function per
+//! `compare` re-measures launch commands in interleaved rounds; `server_binary` finds, checks and builds the `llama-server` binary. `app` has one function per
 //! subcommand: it wires the stages and prints. `cli` only parses and calls `app`.
 
 pub mod app;
@@ -23,7 +23,10 @@ pub mod quality;
 pub mod report;
 pub mod run;
 pub mod search;
-pub mod server;
+pub mod server_binary;
+/// The old name of [`server_binary`], until `compare.rs` moves to the new path.
+#[doc(hidden)]
+pub use server_binary as server;
 pub mod space;
 pub mod stats;
 pub mod trial;

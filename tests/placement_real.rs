@@ -9,7 +9,7 @@ use qtune::config::{BlockSet, CpuExperts, ExpertProj, LaunchConfig, LoadMode, Pa
 use qtune::model::gguf;
 use qtune::model::layout::{classify, TensorClass};
 use qtune::trial::journal::Journal;
-use qtune::trial::server::LlamaServerRunner;
+use qtune::trial::llama_runner::LlamaServerRunner;
 use qtune::trial::{OutcomeKind, TrialRole, TrialRunner};
 use std::collections::BTreeSet;
 

@@ -5,7 +5,7 @@
 mod support;
 
 use qtune::trial::journal::Journal;
-use qtune::trial::server::LlamaServerRunner;
+use qtune::trial::llama_runner::LlamaServerRunner;
 use qtune::trial::{OutcomeKind, TrialOutcome, TrialRole, TrialRunner};
 use std::time::{Duration, Instant};
 use support::trial::*;

@@ -9,7 +9,7 @@
 mod support;
 
 use qtune::trial::journal::{Journal, FILE_NAME};
-use qtune::trial::server::LlamaServerRunner;
+use qtune::trial::llama_runner::LlamaServerRunner;
 use qtune::trial::{OutcomeKind, TrialOutcome, TrialRole, TrialRunner};
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;

@@ -6,7 +6,7 @@ use support::require;
 
 use qtune::config::LaunchConfig;
 use qtune::trial::journal::Journal;
-use qtune::trial::server::LlamaServerRunner;
+use qtune::trial::llama_runner::LlamaServerRunner;
 use qtune::trial::{OutcomeKind, TrialOutcome, TrialRole, TrialRunner};
 use std::path::Path;
 use std::time::Duration;

@@ -266,7 +266,7 @@ pub fn run(
     race.outcome()
 }
 
-/// Drive a race with a trial runner (the real [`crate::trial::server::LlamaServerRunner`] or a
+/// Drive a race with a trial runner (the real [`crate::trial::llama_runner::LlamaServerRunner`] or a
 /// replay): the probe's launches run the reference as [`TrialRole::Baseline`], the rounds run as
 /// [`TrialRole::Confirm`]. A launch that does not end `ok` (a failure, or `spill` over the VRAM
 /// budget) counts as failed: that candidate leaves the race and never wins. `probe`: launches

@@ -42,7 +42,7 @@ pub fn server() -> Result<PathBuf, String> {
             Err(format!("QTUNE_LLAMA_SERVER={} is not a file", p.display()))
         };
     }
-    let p = qtune::server::cached_server(false);
+    let p = qtune::server_binary::cached_server(false);
     if p.is_file() {
         Ok(p)
     } else {
