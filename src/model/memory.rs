@@ -1,5 +1,7 @@
 //! Memory prediction: where llama.cpp puts weights, KV cache, recurrent state and compute
 //! buffers for a [`LaunchConfig`], and how big each is.
+//! (One file over 800 lines: one prediction whose buffers depend on each other; 400 of them are
+//! its unit tests against llama.cpp's own numbers.)
 //!
 //! Placement (llama.cpp `llama_model::load_tensors`): block `il` is on the GPU when
 //! `il >= n_blocks + 1 - ngl` (`-ngl` counts the output layer too; no `-ngl` with a GPU means

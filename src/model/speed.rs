@@ -1,5 +1,6 @@
 //! Speed prediction: generation (tg) and prompt (pp) tok/s for a [`LaunchConfig`] on a box,
 //! next to the memory prediction, from the bytes each token moves.
+//! (One file over 800 lines: one model and its fitted constants, with its unit tests.)
 //!
 //! - **Decode, one token.** The GPU reads its resident weights used per token (attention,
 //!   shared experts, router and the top-k of n routed experts of its blocks, the output matrix)
