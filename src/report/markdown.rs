@@ -1,4 +1,5 @@
 //! `report.md`: the tune told for people, meant to read well on GitHub.
+//! (One file over 800 lines: one document's sections in reading order, with their tests.)
 
 use crate::config::{shell_line, LaunchConfig};
 use crate::run::TuneResult;

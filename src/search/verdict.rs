@@ -1,5 +1,6 @@
 //! The verdict: the interleaved confirmation pooled per config, the winner and its gain over the
 //! baseline. A config that failed or went over the VRAM budget in any trial never wins.
+//! (One file over 800 lines: one decision; half of it is its tests, replays of GPU races.)
 
 use super::objective::{better, gain_pct, Speeds};
 use super::strategy::SearchContext;
