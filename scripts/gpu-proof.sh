@@ -27,7 +27,7 @@
 #                 (proofNN-GG-tune: the plans and the tune only)
 #   again30-16, again30-24
 #                 qtune compare: plain default vs --fit-target 512 vs run 4's committed winner
-#                 (reports/gpu-h100-run4/proof30-NN/results.json), on another lease (issue 12)
+#                 (docs/evidence/gpu-h100-run4/proof30-NN/results.json), on another lease (issue 12)
 #   run7-30-16    qtune compare: A, B and run 7's 30B 16 GiB recommendation (issue 14)
 #   trade30-16    qtune compare: A, B, run 4's 30B 16 GiB winner (ub 512) and run 5's raced
 #                 candidate (ub 2048, one block more on the CPU)
@@ -45,7 +45,7 @@
 #   resume-proofNN-GG  resume a proof tune cut off by a lease's end (.gpu/resume/proofNN-GG)
 #   planned30-16, planned35-16
 #                 qtune compare: A, B and the config run 6's plan proposed for the 16 GiB card
-#                 (reports/gpu-h100-run6/proofNN-16/*-tune-plan.json)
+#                 (docs/evidence/gpu-h100-run6/proofNN-16/*-tune-plan.json)
 #   tensor35-24-16, tensor30-16-12
 #                 issue 15's two cases: -sm tensor (tensor parallelism) vs the plain default vs
 #                 --fit-target 512,512 in qtune compare ($ROUNDS rounds)
@@ -260,8 +260,9 @@ compare_case() { # dir card-note fit-target command...: qtune compare of the pla
 }
 
 argv_of() { # file.json model key...: the argv under those keys as a shell line, the model path made this machine's
-  python3 -c "import json,shlex,sys
-a=json.load(open(sys.argv[1]))
+  python3 -c "import gzip,json,os,shlex,sys
+p=sys.argv[1]
+a=json.load(gzip.open(p+'.gz','rt') if not os.path.exists(p) and os.path.exists(p+'.gz') else open(p))
 for k in sys.argv[3:]: a=a[k]
 a[a.index('-m')+1]=sys.argv[2];print(shlex.join(a))" "$@"
 }
@@ -308,9 +309,9 @@ for c in "$@"; do
     oomrt30-16) oomrt_case q30-16g ;;
     firstreq35)
       # Run 3's trial 22 again: --n-cpu-moe 11 with ubatch 2048 loads on 16 GiB, then the first
-      # request needs more than is left. Seeds the run directory from the committed report.
+      # request needs more than is left. Seeds the run directory from the committed evidence.
       m=$(model qwen3.5-35b-a3b); run="$W/runs/q35-16g-firstreq"
-      mkdir -p "$run" && cp reports/gpu-h200-qwen3.5-35b-a3b-16gib/run.json reports/gpu-h200-qwen3.5-35b-a3b-16gib/results.json "$run/"
+      mkdir -p "$run" && cp docs/evidence/gpu-h200-qwen3.5-35b-a3b-16gib/run.json "$run/" && gunzip -c docs/evidence/gpu-h200-qwen3.5-35b-a3b-16gib/results.json.gz > "$run/results.json"
       ballast 16; "$Q" sweep "$run" --from 11 --to 11; "$Q" sweep "$run" --from 11 --to 11; unballast
       pack q35-16g-firstreq "$run" ;;
     confirm35-16)
@@ -351,10 +352,10 @@ for c in "$@"; do
       unballast; pack "$c" "$W/runs/$c" ;;
     again30-16 | again30-24)
       # Issue 12: the README's headline recommendation (run 4's, committed under
-      # reports/gpu-h100-run4/) re-measured unchanged on another lease of the machine, against the
+      # docs/evidence/gpu-h100-run4/) re-measured unchanged on another lease of the machine, against the
       # same two baselines, ${ROUNDS:-6} interleaved rounds.
       k=${c#again}; gib=${k#*-}; m=$(model qwen3-30b-a3b); ballast "$gib"
-      winner=$(winner_of "reports/gpu-h100-run4/proof$k/results.json" "$m")
+      winner=$(winner_of "docs/evidence/gpu-h100-run4/proof$k/results.json" "$m")
       say "$c: re-measuring run 4's recommendation (${ROUNDS:-6} rounds): $winner"
       compare_case "$W/runs/$c-compare" "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" 512 \
         "$winner"
@@ -364,7 +365,7 @@ for c in "$@"; do
       # launched third and raced) re-measured on another lease against the same two baselines,
       # ${ROUNDS:-6} interleaved rounds.
       m=$(model qwen3-30b-a3b); ballast 16
-      winner=$(winner_of reports/gpu-h100-run7/proof30-16/results.json "$m")
+      winner=$(winner_of docs/evidence/gpu-h100-run7/proof30-16/results.json "$m")
       say "$c: re-measuring run 7's recommendation (${ROUNDS:-6} rounds): $winner"
       compare_case "$W/runs/$c-compare" "emulated card: 16 GiB free of ${GPU_NAME}, $(date -u +%F)" 512 \
         "$winner"
@@ -375,7 +376,7 @@ for c in "$@"; do
       # 35-47 + 34's gate and down) and the two baselines, in one interleaved compare: what
       # generation the ubatch's prompt gain costs on that card.
       m=$(model qwen3-30b-a3b); ballast 16
-      run4=$(winner_of reports/gpu-h100-run4/proof30-16/results.json "$m")
+      run4=$(winner_of docs/evidence/gpu-h100-run4/proof30-16/results.json "$m")
       run5="llama-server -m $m -c 32768 -np 1 -ngl 999 -ot 'blk\.(3[5-9]|4[0-7])\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU' -ot 'blk\.34\.ffn_(gate|down)_(ch|)exps=CPU' -t 16 -b 2048 -ub 2048 -ctk q8_0 -ctv q8_0 -fa on --fit off --load-mode none"
       say "$c: A, B, run 4's winner, run 5's candidate (${ROUNDS:-6} rounds)"
       compare_case "$W/runs/$c-compare" "emulated card: 16 GiB free of ${GPU_NAME}, $(date -u +%F)" 512 \
@@ -539,7 +540,7 @@ PY
       k=${c#planned}
       case "$k" in 35-*) shape=qwen3.5-35b-a3b ;; *) shape=qwen3-30b-a3b ;; esac
       m=$(model "$shape"); ballast 16
-      planned=$(argv_of "reports/gpu-h100-run6/proof$k/proof$k-tune-plan.json" "$m" command)
+      planned=$(argv_of "docs/evidence/gpu-h100-run6/proof$k/proof$k-tune-plan.json" "$m" command)
       say "$c: A, B and run 6's planned config (${ROUNDS:-6} rounds): $planned"
       compare_case "$W/runs/$c-compare" "emulated card: 16 GiB free of ${GPU_NAME}, $(date -u +%F)" 512 "$planned"
       unballast; pack "$c-compare" "$W/runs/$c-compare" ;;

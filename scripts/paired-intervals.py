@@ -6,10 +6,10 @@ per-round ratio of medians, in logs, Student-t 95 % interval over the rounds.
 usage: scripts/paired-intervals.py RUN_DIR [RUN_DIR ...]
 """
 import json, statistics, sys
-from paired import interval, log_ratios, pairs, pct, rounds
+from paired import interval, load, log_ratios, pairs, pct, rounds
 
 for case in sys.argv[1:]:
-    d = json.load(open(f'{case}/compare.json'))
+    d = load(f'{case}/compare.json')
     R = rounds(case)
     print(case, 'peak', d['peak_vram_mib'])
     n = len(d['peak_vram_mib'])

@@ -2,7 +2,17 @@
 per-round ratios of one command against another, in logs, and Student-t 95 % intervals over
 the rounds. (Imported by paired-intervals.py, proof12.py, proof13.py and remeasured.py, which
 find it beside themselves.)"""
-import json, math, statistics
+import gzip, json, math, os, statistics
+
+
+def load(path):
+    """A JSON file of a run directory, or its gzipped copy (docs/evidence/ stores journals,
+    results.json and compare.json as FILE.gz)."""
+    if not os.path.exists(path) and os.path.exists(path + '.gz'):
+        with gzip.open(path + '.gz', 'rt') as f:
+            return json.load(f)
+    with open(path) as f:
+        return json.load(f)
 
 # Student-t 97.5 % quantiles by degrees of freedom.
 T = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
@@ -11,7 +21,7 @@ T = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2
 
 def rounds(compare_dir):
     """The rounds of a compare run, each as {command index: launch}."""
-    d = json.load(open(f'{compare_dir}/compare.json'))
+    d = load(f'{compare_dir}/compare.json')
     return [{l['command']: l for l in r['launches']} for r in d['rounds']]
 
 

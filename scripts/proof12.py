@@ -12,11 +12,11 @@ C vs A then shows the box's noise between identical commands.
 usage: scripts/proof12.py TUNE_DIR COMPARE_DIR [C_INDEX]
 """
 import json, statistics, sys
-from paired import log_ratios, pct, rounds
+from paired import load, log_ratios, pct, rounds
 
 tune, comp = sys.argv[1], sys.argv[2]
 ci_ = int(sys.argv[3]) if len(sys.argv) > 3 else 2
-res = json.load(open(f'{tune}/results.json'))
+res = load(f'{tune}/results.json')
 R = rounds(comp)
 
 

@@ -10,7 +10,7 @@ the per-round ratios.
 usage: scripts/proof13.py TUNE_DIR COMPARE_DIR [--whole-model-fits]
 """
 import json, math, statistics, sys
-from paired import interval, log_ratios, rounds
+from paired import interval, load, log_ratios, rounds
 
 
 def ci(logs):
@@ -20,8 +20,8 @@ def ci(logs):
 
 tune, comp = sys.argv[1], sys.argv[2]
 whole = '--whole-model-fits' in sys.argv
-res = json.load(open(f'{tune}/results.json'))
-d = json.load(open(f'{comp}/compare.json'))
+res = load(f'{tune}/results.json')
+d = load(f'{comp}/compare.json')
 R = rounds(comp)
 budget = res['vram_budget_mib']
 launches = sum(1 for t in res['trials'] if t['kind'] != 'skipped')

@@ -253,9 +253,12 @@ fn parse_all(commands: &[String]) -> Result<Vec<Parsed>> {
 
 /// The server binary: `--server`, else the commands' own binary when it is a path, else the
 /// usual search (QTUNE_LLAMA_SERVER, PATH, qtune's cache).
-fn server_for(explicit: Option<&Path>, parsed: &[Parsed]) -> Result<crate::server::ServerBinary> {
+fn server_for(
+    explicit: Option<&Path>,
+    parsed: &[Parsed],
+) -> Result<crate::server_binary::ServerBinary> {
     if explicit.is_some() {
-        return crate::server::resolve(explicit);
+        return crate::server_binary::resolve(explicit);
     }
     let first = &parsed[0].server;
     if let Some(p) = parsed.iter().find(|p| &p.server != first) {
@@ -265,9 +268,9 @@ fn server_for(explicit: Option<&Path>, parsed: &[Parsed]) -> Result<crate::serve
         );
     }
     if first.contains('/') {
-        crate::server::resolve(Some(Path::new(first)))
+        crate::server_binary::resolve(Some(Path::new(first)))
     } else {
-        crate::server::resolve(None)
+        crate::server_binary::resolve(None)
     }
 }
 
@@ -607,7 +610,7 @@ pub fn compare(
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let journal = crate::trial::journal::Journal::open(&dir)?;
-    let mut runner = crate::trial::server::LlamaServerRunner::new(
+    let mut runner = crate::trial::llama_runner::LlamaServerRunner::new(
         &server.path,
         &model,
         meta.len(),

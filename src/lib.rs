@@ -6,7 +6,7 @@
 //! `config` holds [`config::LaunchConfig`], the vocabulary every stage shares; `run` holds the
 //! finished run (the one reader and writer of a run directory's results); `clock` is the time a
 //! tune reads; `stats` holds paired comparisons and racing (the launch is the unit of evidence);
-//! `compare` re-measures launch commands in interleaved rounds; `server` finds, checks and builds `llama-server`. `app` has one function per
+//! `compare` re-measures launch commands in interleaved rounds; `server_binary` finds, checks and builds the `llama-server` binary. `app` has one function per
 //! subcommand: it wires the stages and prints. `cli` only parses and calls `app`.
 
 pub mod app;
@@ -18,12 +18,14 @@ pub mod escape;
 pub mod fixtures;
 pub mod hardware;
 pub mod model;
+pub mod placement;
+pub mod plan;
 pub mod profile;
 pub mod quality;
 pub mod report;
 pub mod run;
 pub mod search;
-pub mod server;
+pub mod server_binary;
 pub mod space;
 pub mod stats;
 pub mod trial;

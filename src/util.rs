@@ -490,3 +490,23 @@ pub enum Format {
     Json,
     Yaml,
 }
+
+/// The text of a GPU evidence file under `docs/evidence/` (`rel` names it without `.gz`; the
+/// large ones are stored gzipped). For unit tests that replay committed runs.
+#[cfg(test)]
+pub(crate) fn read_evidence(rel: &str) -> String {
+    use std::io::Read;
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs/evidence")
+        .join(rel);
+    if let Ok(s) = std::fs::read_to_string(&p) {
+        return s;
+    }
+    let gz = format!("{}.gz", p.display());
+    let bytes = std::fs::read(&gz).unwrap_or_else(|e| panic!("{gz}: {e}"));
+    let mut s = String::new();
+    flate2::read::GzDecoder::new(&bytes[..])
+        .read_to_string(&mut s)
+        .unwrap_or_else(|e| panic!("{gz}: {e}"));
+    s
+}

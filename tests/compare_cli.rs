@@ -1,8 +1,9 @@
 //! `qtune compare` end to end: the real binary, the real CPU llama-server, SmolLM2, a tiny
 //! workload and 2 rounds. Asserts what it prints and writes, never a measured speed.
 
-mod require;
-mod servers;
+mod support;
+use support::require;
+use support::servers;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

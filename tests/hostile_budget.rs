@@ -3,7 +3,8 @@
 //! included) is refused ends at once instead of proposing it thousands of times.
 
 use qtune::model::{BlockBytes, ModelLayout};
-use qtune::search::strategy::{run_search, SearchContext};
+use qtune::search::run_search;
+use qtune::search::strategy::SearchContext;
 use qtune::trial::replay::{ReplayAnswer, ReplayRunner};
 use qtune::trial::{OutcomeKind, TrialOutcome};
 use std::time::{Duration, Instant};

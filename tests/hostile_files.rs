@@ -4,7 +4,8 @@
 //! `quality --text`, fails within seconds with one line, instead of blocking forever or
 //! growing to gigabytes.
 
-mod require;
+mod support;
+use support::require;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -3,16 +3,16 @@
 //! never a winner, never "better" in `qtune compare`. The scripted fake server
 //! (tests/fixtures/fake-llama-server) plays the server.
 
-mod trial_common;
+mod support;
 
 use qtune::trial::classify::SpeedCeiling;
 use qtune::trial::journal::Journal;
-use qtune::trial::server::LlamaServerRunner;
+use qtune::trial::llama_runner::LlamaServerRunner;
 use qtune::trial::{OutcomeKind, TrialOutcome, TrialRole, TrialRunner};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
-use trial_common::*;
+use support::trial::*;
 
 fn trial(env: &[(&str, &str)], ceiling: Option<SpeedCeiling>) -> TrialOutcome {
     let dir = tempfile::tempdir().unwrap();

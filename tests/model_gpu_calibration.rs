@@ -1,5 +1,5 @@
 //! The memory prediction replayed against what the CUDA llama-server reported on the GPU
-//! machine (reports/gpu-calibration/*.json, written by `qtune calibrate`): per-device totals
+//! machine (docs/evidence/gpu-calibration/*.json, written by `qtune calibrate`): per-device totals
 //! within 3 % or 64 MiB, whichever is larger. Under-predicting is the dangerous side (a config
 //! predicted to fit would not), so it is held to that everywhere; over-prediction has a
 //! per-model allowance (64 MiB for both calibrated models). The layouts come from header-only copies of
@@ -8,6 +8,8 @@
 use qtune::app::measure::CalibrationRow;
 use qtune::model::synth::SynthFtype;
 
+mod support;
+
 /// The layout of a synthetic shape, read from a header-only (sparse) copy.
 fn layout_of(shape: &str) -> qtune::model::ModelLayout {
     qtune::model::synth::shape_layout(shape, SynthFtype::Q4KM).unwrap()
@@ -15,14 +17,8 @@ fn layout_of(shape: &str) -> qtune::model::ModelLayout {
 
 fn check(shape: &str, file: &str, over_allowance_mib: f64) {
     let layout = layout_of(shape);
-    let rows: Vec<CalibrationRow> = serde_json::from_str(
-        &std::fs::read_to_string(format!(
-            "{}/reports/gpu-calibration/{file}",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap(),
-    )
-    .unwrap();
+    let rows: Vec<CalibrationRow> =
+        serde_json::from_str(&support::evidence::read(format!("gpu-calibration/{file}"))).unwrap();
     assert!(rows.len() >= 4, "{file}: {} rows", rows.len());
     let mut worst: f64 = 0.0;
     for r in &rows {
@@ -53,6 +49,9 @@ fn check(shape: &str, file: &str, over_allowance_mib: f64) {
 
 #[test]
 fn qwen35_35b_a3b_on_the_gpu_machine() {
+    if !support::vocab() {
+        return;
+    }
     check("qwen3.5-35b-a3b", "qwen3.5-35b-a3b-q4_k_m.json", 64.0);
 }
 
@@ -61,6 +60,9 @@ fn qwen35_35b_a3b_on_the_gpu_machine() {
 /// 150 MiB (Qwen3-30B's host total at ubatch 3072 is 143 MiB, 4.9 %, high).
 #[test]
 fn held_out_configs_on_the_gpu_machine() {
+    if !support::vocab() {
+        return;
+    }
     check(
         "qwen3.5-35b-a3b",
         "heldout-qwen3.5-35b-a3b-q4_k_m.json",
@@ -71,6 +73,9 @@ fn held_out_configs_on_the_gpu_machine() {
 
 #[test]
 fn qwen3_30b_a3b_on_the_gpu_machine() {
+    if !support::vocab() {
+        return;
+    }
     check("qwen3-30b-a3b", "qwen3-30b-a3b-q4_k_m.json", 64.0);
 }
 
@@ -80,11 +85,7 @@ fn replay_tune_trials(shape: &str, dirs: &[&str]) -> (usize, f64, f64) {
     let layout = layout_of(shape);
     let (mut n, mut worst_under, mut worst_over) = (0, 0.0f64, 0.0f64);
     for d in dirs {
-        let text = std::fs::read_to_string(format!(
-            "{}/reports/{d}/results.json",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap();
+        let text = support::evidence::read(format!("{d}/results.json"));
         let r: qtune::run::TuneResult = serde_json::from_str(&text).unwrap();
         // Only trials that loaded completely: a failed load reports part of its buffers.
         let loaded = |t: &&qtune::trial::TrialOutcome| {
@@ -131,6 +132,9 @@ fn replay_tune_trials(shape: &str, dirs: &[&str]) -> (usize, f64, f64) {
 
 #[test]
 fn every_gpu_tune_trial_is_predicted_without_dangerous_error() {
+    if !support::vocab() {
+        return;
+    }
     for (shape, dirs) in [
         (
             "qwen3.5-35b-a3b",

@@ -1,6 +1,9 @@
 //! Memory prediction against the real CPU llama-server's own report (`-lv 4` buffer lines):
 //! SmolLM2 (dense) and the tiny synthetic MoE shapes, two contexts, two KV types.
 
+mod support;
+use support::{free_port, health_ok, require};
+
 use qtune::config::{KvType, LaunchConfig};
 use qtune::model::{self, memory};
 use qtune::trial::logparse;
@@ -8,8 +11,6 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-mod require;
 
 /// A server in its own process group, killed (group) on drop.
 struct Server {
@@ -24,29 +25,6 @@ impl Drop for Server {
         }
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn health_ok(port: u16) -> bool {
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
-    let mut buf = String::new();
-    let _ = s.read_to_string(&mut buf);
-    buf.starts_with("HTTP/1.1 200")
 }
 
 /// POST /completion with n_predict 16; returns timings.predicted_n.
@@ -119,7 +97,10 @@ fn predictions_match_the_cpu_servers_report() {
     let Some(bin) = require::or_skip(require::server(), "the real llama-server") else {
         return;
     };
-    let mut models = vec![qtune::fixtures::smollm2().expect("SmolLM2 fixture")];
+    let Some(smollm2) = support::smollm2() else {
+        return;
+    };
+    let mut models = vec![smollm2];
     for s in ["tiny-qwen35moe", "tiny-qwen3moe"] {
         models.push(qtune::fixtures::tiny_moe(s).expect("tiny synthetic fixture"));
     }

@@ -7,17 +7,17 @@
 //! both cards' shares, and report, launch script and profile name each card. A one-GPU box
 //! of the same size keeps the single-GPU path (`--n-cpu-moe`, no split, no per-card budgets).
 
-mod multigpu_support;
+mod support;
 
-use multigpu_support::{assert_launch_budget, assert_ok_trials_within_each_card, replay_tune};
 use qtune::config::{KvType, LaunchConfig};
 use qtune::hardware::HardwareProfile;
 use qtune::model::{BlockBytes, ModelLayout};
+use qtune::placement::FIT_OVERSHOOT_MIB;
 use qtune::run::{RunInputs, TuneResult};
-use qtune::search::candidates::FIT_OVERSHOOT_MIB;
 use qtune::trial::replay::{ReplayAnswer, ReplayRunner};
 use qtune::trial::{OutcomeKind, TrialRole};
 use std::path::{Path, PathBuf};
+use support::multigpu::{assert_launch_budget, assert_ok_trials_within_each_card, replay_tune};
 
 const MIB: u64 = 1 << 20;
 const HEADROOM: u64 = 512;

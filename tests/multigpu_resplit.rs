@@ -14,15 +14,15 @@
 //! CPU experts): the per-layer weights are predicted to the byte, the error is in the compute
 //! buffers and the CUDA context.
 
-mod multigpu_support;
+mod support;
 
-use multigpu_support::{assert_launch_budget, assert_ok_trials_within_each_card, replay_tune};
 use qtune::config::LaunchConfig;
 use qtune::run::{RunInputs, TuneResult};
 use qtune::search::strategy::{QtuneSearch, SearchContext, TuneProblem};
 use qtune::trial::replay::{ReplayAnswer, ReplayRunner};
 use qtune::trial::{OutcomeKind, TrialOutcome, TrialRole};
 use std::path::Path;
+use support::multigpu::{assert_launch_budget, assert_ok_trials_within_each_card, replay_tune};
 
 const FIXTURE: &str = "tests/fixtures/gpu-x2/multi35-24-16-results.json";
 

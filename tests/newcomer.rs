@@ -3,7 +3,8 @@
 //! the start banner and progress, `--quiet`, `--dry-run`, the guard rails that refuse a tune
 //! before any launch, and one convention for the model argument and the context.
 
-mod require;
+mod support;
+use support::require;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

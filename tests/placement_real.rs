@@ -2,16 +2,17 @@
 //! `--load-mode none` and `--no-op-offload` are accepted, the server serves, and llama.cpp's own
 //! regex engine sends exactly the intended expert tensors to the CPU (read from its `-v` log).
 
-mod require;
+mod support;
+use support::{free_port, health_ok, require};
 
 use qtune::config::{BlockSet, CpuExperts, ExpertProj, LaunchConfig, LoadMode, PartialBlock};
 use qtune::model::gguf;
 use qtune::model::layout::{classify, TensorClass};
 use qtune::trial::journal::Journal;
-use qtune::trial::server::LlamaServerRunner;
+use qtune::trial::llama_runner::LlamaServerRunner;
 use qtune::trial::{OutcomeKind, TrialRole, TrialRunner};
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -83,29 +84,6 @@ impl Drop for Server {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn health_ok(port: u16) -> bool {
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    if s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
-    let mut r = String::new();
-    let _ = s.read_to_string(&mut r);
-    r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200")
 }
 
 #[test]

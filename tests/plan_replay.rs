@@ -1,5 +1,5 @@
 //! `qtune plan --no-profile` replayed, after the fact, on the four single-GPU tunes of issue 14
-//! (reports/gpu-h100-proof14/: H100 with ballast, 16 and 24 GiB free, Qwen3-30B-A3B and
+//! (docs/evidence/gpu-h100-proof14/: H100 with ballast, 16 and 24 GiB free, Qwen3-30B-A3B and
 //! Qwen3.5-35B-A3B synthetic Q4_K_M). Each run's results.json carries the probed box
 //! (`hardware`, with the measured host and GPU bandwidths) and the model's layout (`model`), so
 //! the plan runs on exactly its inputs without the GGUF. The plans written before those tunes
@@ -17,15 +17,13 @@
 //! config's launches where the tune made some.
 
 use qtune::hardware::HardwareProfile;
+
+mod support;
 use qtune::model::ModelLayout;
-use qtune::profile::plan::{plan, PLAN_TIE_PCT};
+use qtune::plan::{plan, PLAN_TIE_PCT};
 
 fn read(case: &str, file: &str) -> serde_json::Value {
-    let path = format!(
-        "{}/reports/gpu-h100-proof14/{case}/{file}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    support::evidence::json(format!("gpu-h100-proof14/{case}/{file}"))
 }
 
 fn check(case: &str, plan_file: &str) {
@@ -133,26 +131,22 @@ fn check(case: &str, plan_file: &str) {
     println!("  measured:    tg {mtg:.1} pp {mpp:.0} {}", wc.label());
     println!("  argv: {}", qtune::config::shell_line(&argv));
     // The plan's own config as the tune measured it, if it launched it (medians of its trials).
-    let journal = format!(
-        "{}/reports/gpu-h100-proof14/{case}/journal.jsonl",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let own: Vec<(f64, f64)> = std::fs::read_to_string(&journal)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|j| j["kind"] == "ok")
-        .filter(|j| {
-            serde_json::from_value::<qtune::config::LaunchConfig>(j["config"].clone())
-                .is_ok_and(|c| c == p.config)
-        })
-        .filter_map(|j| {
-            Some((
-                j["metrics"]["gen_tps"]["median"].as_f64()?,
-                j["metrics"]["prompt_tps"]["median"].as_f64()?,
-            ))
-        })
-        .collect();
+    let own: Vec<(f64, f64)> =
+        support::evidence::read(format!("gpu-h100-proof14/{case}/journal.jsonl"))
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|j| j["kind"] == "ok")
+            .filter(|j| {
+                serde_json::from_value::<qtune::config::LaunchConfig>(j["config"].clone())
+                    .is_ok_and(|c| c == p.config)
+            })
+            .filter_map(|j| {
+                Some((
+                    j["metrics"]["gen_tps"]["median"].as_f64()?,
+                    j["metrics"]["prompt_tps"]["median"].as_f64()?,
+                ))
+            })
+            .collect();
     for (g, q) in &own {
         println!(
             "  the plan's config as launched: tg {g:.1} pp {q:.0} (plan {:+.1} % / {:+.1} %)",
@@ -209,7 +203,7 @@ fn check_two_gpus(file: &str) {
     assert_eq!(p.cards.len(), 2);
     for (g, used) in &p.cards {
         assert!(
-            *used <= qtune::profile::plan_fit_target_mib(g.budget_mib as f64),
+            *used <= qtune::plan::plan_fit_target_mib(g.budget_mib as f64),
             "{file}: {g:?} {used}"
         );
     }

@@ -1,12 +1,11 @@
 //! Profiles are data from strangers. Every hostile or broken profile is refused through the real
 //! binary with one clear line, a non-zero exit, and nothing written to `profiles/`.
 
-mod profile_support;
-use profile_support as support;
+mod support;
 
 use serde_yaml::Value;
 use std::path::Path;
-use support::{qtune, stderr, stdout, tune_result};
+use support::profile::{qtune, stderr, stdout, tune_result};
 
 /// A valid profile as a YAML value, to break in one place.
 fn valid() -> Value {

@@ -1,10 +1,9 @@
 //! Export a run's result, import it elsewhere, list and show it: through the real binary.
 
-mod profile_support;
-use profile_support as support;
+mod support;
 
 use qtune::profile::{load_profile, Profile};
-use support::{qtune, stderr, stdout, write_run_dir};
+use support::profile::{qtune, stderr, stdout, write_run_dir};
 
 #[test]
 fn export_import_list_show_round_trip() {
@@ -123,7 +122,7 @@ fn list_with_no_profiles_of_ones_own_says_how_to_add_one_and_shows_the_built_in_
 #[test]
 fn export_of_a_run_without_winner_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut v = support::tune_result_json();
+    let mut v = support::profile::tune_result_json();
     v["winner"] = serde_json::Value::Null;
     std::fs::write(tmp.path().join("results.json"), v.to_string()).unwrap();
     let o = qtune(tmp.path(), &["profile", "export", ".", "--out", "p.yaml"]);

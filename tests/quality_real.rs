@@ -3,7 +3,8 @@
 //! removes a KV type, and bad input is refused with one line. Small on purpose (ctx 256,
 //! 2 chunks: 254 scored tokens a run) so it runs in about a minute on 2 cores.
 
-mod require;
+mod support;
+use support::require;
 
 use qtune::config::KvType;
 use qtune::quality::{self, Origin, QualityOptions};

@@ -7,28 +7,14 @@
 //! Without the real server (or python3 with openai) a plain `cargo test` says SKIP;
 //! scripts/test.sh (QTUNE_REQUIRE_SERVER=1) fails instead.
 
-mod require;
-mod servers;
+mod support;
+use support::{free_port, real_server, require, servers};
 
 use std::io::Read;
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
-
-/// The real CPU llama-server, or None after SKIP (a failure under scripts/test.sh).
-fn real_server() -> Option<PathBuf> {
-    require::or_skip(require::server(), "the real llama-server")
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A directory whose name needs every kind of shell quoting.
 fn hostile_dir(root: &Path) -> PathBuf {
@@ -155,11 +141,13 @@ fn sigint_to_the_script_stops_the_server_too() {
 }
 
 fn serve_request_and_stop(signal: i32, want_code: i32) {
+    let (Some(server), Some(smollm2)) = (support::real_server(), support::smollm2()) else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
-    let Some(server) = real_server() else { return };
     let model_dir = hostile_dir(tmp.path());
     let model = model_dir.join("SmolLM2 135M.gguf");
-    std::fs::copy(qtune::fixtures::smollm2().unwrap(), &model).unwrap();
+    std::fs::copy(smollm2, &model).unwrap();
     let port = free_port();
     let result = qtune::run::sample::cpu_result(&server, &model);
     let script = write_script(tmp.path(), &result, port);
@@ -247,12 +235,14 @@ fn serve_request_and_stop(signal: i32, want_code: i32) {
 
 #[test]
 fn missing_model_or_server_exits_nonzero_with_a_clear_message() {
+    let Some(server) = support::real_server() else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let model = hostile_dir(tmp.path()).join("gone.gguf");
     let home = tmp.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
 
-    let Some(server) = real_server() else { return };
     let result = qtune::run::sample::cpu_result(&server, &model);
     let script = write_script(tmp.path(), &result, free_port());
     let mut run = Script::start(&script, &home, "/usr/bin:/bin");
@@ -279,6 +269,9 @@ fn missing_model_or_server_exits_nonzero_with_a_clear_message() {
 
 #[test]
 fn gpu_script_refuses_when_another_process_took_the_vram() {
+    let Some(server) = support::real_server() else {
+        return;
+    };
     let tmp = tempfile::tempdir().unwrap();
     let model = hostile_dir(tmp.path()).join("m.gguf");
     std::fs::write(&model, b"placeholder: the script stops before loading it").unwrap();
@@ -292,7 +285,6 @@ fn gpu_script_refuses_when_another_process_took_the_vram() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).unwrap();
 
-    let Some(server) = real_server() else { return };
     let result = qtune::run::sample::gpu_result(&server, &model);
     let script = write_script(tmp.path(), &result, free_port());
     let path_env = format!("{}:/usr/bin:/bin", bin.display());

@@ -4,7 +4,8 @@
 //! switch (no llama-server); the real CPU server is used where it is what shows the failure,
 //! the fake one only for a server that never answers.
 
-mod require;
+mod support;
+use support::require;
 
 use qtune::trial::TrialOutcome;
 use std::path::{Path, PathBuf};
@@ -93,6 +94,9 @@ fn unique(ids: impl Iterator<Item = u32>) {
 // 1. A torn journal tail is cut (and reported), ids continue after the highest recorded id.
 #[test]
 fn a_torn_journal_tail_is_cut_and_ids_never_repeat() {
+    if !support::vocab() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     interrupted_run(&tiny(), &run, "6");
@@ -114,6 +118,9 @@ fn a_torn_journal_tail_is_cut_and_ids_never_repeat() {
 // lock dies with its holder.
 #[test]
 fn a_run_directory_in_use_is_refused_and_released_when_its_tune_dies() {
+    if !support::vocab() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     let model = tiny();
@@ -158,6 +165,9 @@ fn a_run_directory_in_use_is_refused_and_released_when_its_tune_dies() {
 // 3. Resume verifies the model and the space.
 #[test]
 fn resume_refuses_a_changed_model_or_space() {
+    if !support::vocab() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let model = tmp.path().join("model.gguf");
     std::fs::copy(tiny(), &model).unwrap();
@@ -212,6 +222,9 @@ fn resume_refuses_a_changed_server() {
 // 4. User files are bounded regular files: /dev/zero and a named pipe fail at once.
 #[test]
 fn a_device_or_a_pipe_as_space_or_model_fails_fast_with_one_line() {
+    if !support::vocab() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let fifo = tmp.path().join("space.yaml");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
@@ -247,6 +260,9 @@ fn a_device_or_a_pipe_as_space_or_model_fails_fast_with_one_line() {
 // 6. A relative model path is stored absolute: resume and launch.sh work from elsewhere.
 #[test]
 fn a_relative_model_path_is_stored_absolute() {
+    if !support::vocab() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     std::fs::copy(tiny(), tmp.path().join("m.gguf")).unwrap();
     let o = replay(&["--replay-interrupt-after", "3", "--space", "quick"])
@@ -280,6 +296,9 @@ fn a_relative_model_path_is_stored_absolute() {
 // 7. A line break in the model path is refused up front.
 #[test]
 fn a_model_path_with_a_line_break_is_refused() {
+    if !support::vocab() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let model = tmp.path().join("a\nb.gguf");
     std::fs::copy(tiny(), &model).unwrap();
@@ -297,6 +316,9 @@ fn a_model_path_with_a_line_break_is_refused() {
 // 8. Out-of-range values are errors with their line, never dropped silently.
 #[test]
 fn an_out_of_range_thread_count_is_an_error_with_its_line() {
+    if !support::vocab() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let space = tmp.path().join("s.yaml");
     let quick = std::fs::read_to_string(
@@ -350,6 +372,9 @@ fn an_out_of_range_thread_count_is_an_error_with_its_line() {
 // 9. --systemd --out x.service writes x.service (the unit) and x.sh (the script).
 #[test]
 fn a_systemd_unit_named_on_the_command_line_is_not_doubled() {
+    if !support::vocab() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let run = tmp.path().join("run");
     let o = replay(&[
@@ -387,6 +412,9 @@ fn a_systemd_unit_named_on_the_command_line_is_not_doubled() {
 // 9. The printed command's port is checked.
 #[test]
 fn a_taken_port_in_the_printed_command_is_warned_about() {
+    if !support::vocab() {
+        return;
+    }
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port().to_string();
     let tmp = tempfile::tempdir().unwrap();
@@ -414,6 +442,9 @@ fn a_taken_port_in_the_printed_command_is_warned_about() {
 // 9. A server that never answers completions cannot overrun the minutes budget.
 #[test]
 fn a_server_that_never_answers_cannot_overrun_the_minutes_budget() {
+    if !support::vocab() {
+        return;
+    }
     let fake = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-llama-server");
     let tmp = tempfile::tempdir().unwrap();
     let t0 = Instant::now();

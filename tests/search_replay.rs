@@ -4,7 +4,8 @@
 
 use qtune::config::{KvType, LaunchConfig};
 use qtune::model::{BlockBytes, ModelLayout};
-use qtune::search::strategy::{run_search, SearchContext};
+use qtune::search::run_search;
+use qtune::search::strategy::SearchContext;
 use qtune::trial::replay::{ReplayAnswer, ReplayRunner};
 use qtune::trial::{OutcomeKind, TrialRole};
 
@@ -331,7 +332,7 @@ fn the_fit_candidate_wins_where_it_is_best_within_twenty_launches() {
         };
         assert!(tried(&|c| c.is_fit_placement()
             && c.fit_target_mib
-                == [512 + qtune::search::candidates::FIT_OVERSHOOT_MIB]));
+                == [512 + qtune::placement::FIT_OVERSHOOT_MIB]));
         assert!(tried(
             &|c| c.load_mode == qtune::config::LoadMode::Auto && c.n_cpu_moe.is_some()
         ));

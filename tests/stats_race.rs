@@ -423,7 +423,7 @@ fn a_race_replayed_from_its_records_goes_on_identically() {
 
 #[test]
 fn a_race_rebuilt_from_its_records_reports_the_look_after_its_last_round() {
-    // Run 8's 35B 24 GiB tune on the GPU machine (reports/gpu-h100-run8/proof35-24): the
+    // Run 8's 35B 24 GiB tune on the GPU machine (docs/evidence/gpu-h100-run8/proof35-24): the
     // baseline's two launches as the probe, then 3 ABBA rounds of the reference and one
     // candidate, a budget of 9 race launches. The tune rebuilds the race from its journal; the
     // look after round 3 (the candidate slower in generation: dropped, the reference stays) is

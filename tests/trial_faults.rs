@@ -2,13 +2,13 @@
 //! (tests/fixtures/fake-llama-server): each is classified right, with evidence, and leaves
 //! no process behind (the fake also starts a grandchild in its group, which must die too).
 
-mod trial_common;
+mod support;
 
 use qtune::trial::journal::Journal;
-use qtune::trial::server::LlamaServerRunner;
+use qtune::trial::llama_runner::LlamaServerRunner;
 use qtune::trial::{OutcomeKind, TrialOutcome, TrialRole, TrialRunner};
 use std::time::{Duration, Instant};
-use trial_common::*;
+use support::trial::*;
 
 struct Run {
     outcome: TrialOutcome,

@@ -1,21 +1,21 @@
 //! The real CPU llama-server (pinned build) measuring real models through `LlamaServerRunner`:
 //! the happy path, the real server's own bad-flag rejections, and no server left behind.
 
-mod require;
-mod trial_common;
+mod support;
+use support::require;
 
 use qtune::config::LaunchConfig;
 use qtune::trial::journal::Journal;
-use qtune::trial::server::LlamaServerRunner;
+use qtune::trial::llama_runner::LlamaServerRunner;
 use qtune::trial::{OutcomeKind, TrialOutcome, TrialRole, TrialRunner};
 use std::path::Path;
 use std::time::Duration;
-use trial_common::*;
+use support::trial::*;
 
-fn runner(model: &Path, run_dir: &Path) -> LlamaServerRunner {
+fn runner(server: &Path, model: &Path, run_dir: &Path) -> LlamaServerRunner {
     let bytes = std::fs::metadata(model).unwrap().len();
     LlamaServerRunner::new(
-        &real_server(),
+        server,
         model,
         bytes,
         tiny_workload(),
@@ -58,8 +58,11 @@ fn assert_measured_ok(o: &TrialOutcome) {
 
 #[test]
 fn smollm2_trial_is_measured_journaled_and_leaves_no_server() {
+    let (Some(server), Some(model)) = (support::real_server(), support::smollm2()) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
-    let mut r = runner(&smollm2(), dir.path());
+    let mut r = runner(&server, &model, dir.path());
     let o = r.run(&cpu_config(), TrialRole::Baseline);
     let pid = r.last_server_pid().expect("a server was started");
     assert!(!alive(pid), "llama-server {pid} outlived the trial");
@@ -100,11 +103,13 @@ fn smollm2_trial_is_measured_journaled_and_leaves_no_server() {
 
 #[test]
 fn context_depth_is_measured_separately() {
+    let (Some(server), Some(model)) = (support::real_server(), support::smollm2()) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
-    let model = smollm2();
     let bytes = std::fs::metadata(&model).unwrap().len();
     let mut r = LlamaServerRunner::new(
-        &real_server(),
+        &server,
         &model,
         bytes,
         qtune::space::Workload {
@@ -128,10 +133,12 @@ fn context_depth_is_measured_separately() {
 
 #[test]
 fn real_server_rejections_are_bad_flags() {
+    let (Some(server), Some(model)) = (support::real_server(), support::smollm2()) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
-    let model = smollm2();
     // A value the real server rejects: -np 0.
-    let mut r = runner(&model, dir.path());
+    let mut r = runner(&server, &model, dir.path());
     let o = r.run(
         &LaunchConfig {
             parallel: 0,
@@ -155,7 +162,7 @@ fn real_server_rejections_are_bad_flags() {
     assert!(!alive(r.last_server_pid().unwrap()));
 
     // A flag this build does not know.
-    let mut r = runner(&model, &dir.path().join("b"))
+    let mut r = runner(&server, &model, &dir.path().join("b"))
         .with_extra_args(vec!["--n-cpu-moe-typo".into(), "3".into()]);
     let o = r.run(&cpu_config(), TrialRole::Search);
     assert_eq!(
@@ -175,8 +182,11 @@ fn real_server_rejections_are_bad_flags() {
 
 #[test]
 fn a_context_too_small_for_the_workload_is_refused_without_launching() {
+    let (Some(server), Some(model)) = (support::real_server(), support::smollm2()) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
-    let mut r = runner(&smollm2(), dir.path());
+    let mut r = runner(&server, &model, dir.path());
     let o = r.run(&LaunchConfig::baseline(16), TrialRole::Search);
     assert_eq!(o.kind, OutcomeKind::BadFlag);
     assert!(o.message.contains("-c 16"), "{}", o.message);
@@ -186,9 +196,12 @@ fn a_context_too_small_for_the_workload_is_refused_without_launching() {
 
 #[test]
 fn missing_model_is_a_crash_with_the_servers_words() {
+    let Some(server) = support::real_server() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let mut r = LlamaServerRunner::new(
-        &real_server(),
+        &server,
         &dir.path().join("nope.gguf"),
         0,
         tiny_workload(),
@@ -210,6 +223,9 @@ fn missing_model_is_a_crash_with_the_servers_words() {
 
 #[test]
 fn tiny_moe_trial() {
+    let Some(server) = support::real_server() else {
+        return;
+    };
     let Some(model) = require::or_skip(
         qtune::fixtures::tiny_moe("tiny-qwen35moe").map_err(|e| format!("{e:#}")),
         "the tiny MoE fixture",
@@ -217,7 +233,7 @@ fn tiny_moe_trial() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let mut r = runner(&model, dir.path());
+    let mut r = runner(&server, &model, dir.path());
     let o = r.run(&cpu_config(), TrialRole::Search);
     assert!(!alive(r.last_server_pid().unwrap()));
     assert_measured_ok(&o);

@@ -2,7 +2,8 @@
 //! Each test gets its own directory and its own symlink to the model, so the servers it starts
 //! can be found by that path (and must be gone when qtune is).
 
-mod servers;
+mod support;
+use support::servers;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -14,8 +15,12 @@ fn qtune() -> Command {
     c
 }
 
-fn fixture(f: fn() -> anyhow::Result<PathBuf>) -> PathBuf {
-    f().expect("test model (run scripts/test.sh, which prepares them)")
+/// The model `f` prepares, and the real llama-server qtune will find (`QTUNE_LLAMA_SERVER`,
+/// else the pinned build in qtune's cache): the model, or None after saying SKIP (a failure
+/// under scripts/test.sh or CI).
+fn fixture(f: fn() -> anyhow::Result<PathBuf>) -> Option<PathBuf> {
+    support::real_server()?;
+    support::require::or_skip(f(), "the test model (`qtune fixtures` prepares it)")
 }
 
 /// The model under a unique path (a symlink inside `dir`): servers of this test carry it in argv.
@@ -111,25 +116,26 @@ fn tune_and_check(model: PathBuf, extra: &[&str]) {
 
 #[test]
 fn tune_tiny_moe_on_cpu() {
-    tune_and_check(fixture(|| qtune::fixtures::tiny_moe("tiny-qwen35moe")), &[]);
+    if let Some(m) = fixture(|| qtune::fixtures::tiny_moe("tiny-qwen35moe")) {
+        tune_and_check(m, &[]);
+    }
 }
 
 #[test]
 fn tune_smollm2_dense_on_cpu() {
     // qtune is for MoE models: a dense one is tuned only when asked for (--allow-dense).
-    tune_and_check(
-        fixture(qtune::fixtures::smollm2),
-        &["--json", "--allow-dense"],
-    );
+    if let Some(m) = fixture(qtune::fixtures::smollm2) {
+        tune_and_check(m, &["--json", "--allow-dense"]);
+    }
 }
 
 #[test]
 fn sigkill_then_resume_does_not_repeat_finished_trials() {
+    let Some(tiny) = fixture(|| qtune::fixtures::tiny_moe("tiny-qwen3moe")) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
-    let m = model_in(
-        dir.path(),
-        &fixture(|| qtune::fixtures::tiny_moe("tiny-qwen3moe")),
-    );
+    let m = model_in(dir.path(), &tiny);
     let run = dir.path().join("run");
     let mut child = qtune()
         .args(["tune", "--allow-dense", "--model"])
@@ -183,8 +189,11 @@ fn sigkill_then_resume_does_not_repeat_finished_trials() {
 
 #[test]
 fn sigint_stops_the_tune_cleanly_and_keeps_the_journal() {
+    let Some(smollm2) = fixture(qtune::fixtures::smollm2) else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
-    let m = model_in(dir.path(), &fixture(qtune::fixtures::smollm2));
+    let m = model_in(dir.path(), &smollm2);
     let run = dir.path().join("run");
     let mut child = qtune()
         .args(["tune", "--allow-dense", "--model"])
@@ -243,7 +252,9 @@ fn bad_inputs_give_one_line_and_no_run() {
     std::fs::write(&not_gguf, b"definitely not a model").unwrap();
     let bad_space = dir.path().join("s.yaml");
     std::fs::write(&bad_space, "name: x\nvary: {threads: [0]}\n").unwrap();
-    let m = fixture(qtune::fixtures::smollm2);
+    let Some(m) = fixture(qtune::fixtures::smollm2) else {
+        return;
+    };
     let cases: Vec<(Vec<std::ffi::OsString>, &str)> = vec![
         (vec!["--model".into(), not_gguf.clone().into()], "GGUF"),
         (

@@ -4,6 +4,8 @@
 //! 16 GiB GPU box). Resume, interruption, verdict, results.json, report, profile and launch
 //! script are checked in milliseconds; the real-server tests in tune_cli.rs stay.
 
+mod support;
+
 use qtune::run::TuneResult;
 use qtune::trial::{OutcomeKind, TrialOutcome, TrialRole};
 use std::path::{Path, PathBuf};
@@ -68,6 +70,9 @@ fn path_of(r: &TuneResult) -> Vec<(TrialRole, String)> {
 
 #[test]
 fn a_replayed_tune_runs_end_to_end_and_writes_every_artifact() {
+    if !support::vocab() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("run");
     let t0 = std::time::Instant::now();
@@ -121,6 +126,9 @@ fn a_replayed_tune_runs_end_to_end_and_writes_every_artifact() {
 
 #[test]
 fn the_same_replay_takes_the_same_path_and_noise_is_seeded() {
+    if !support::vocab() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     assert!(tune(&a, &[]).status.success());
@@ -149,6 +157,9 @@ fn the_same_replay_takes_the_same_path_and_noise_is_seeded() {
 
 #[test]
 fn an_interrupt_says_what_was_kept_and_the_resume_finishes_the_same_tune() {
+    if !support::vocab() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let full = tmp.path().join("full");
     assert!(tune(&full, &[]).status.success());
@@ -193,6 +204,9 @@ fn an_interrupt_says_what_was_kept_and_the_resume_finishes_the_same_tune() {
 
 #[test]
 fn resume_of_a_journal_without_checkpoint_replays_it() {
+    if !support::vocab() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let full = tmp.path().join("full");
     assert!(tune(&full, &[]).status.success());
@@ -310,6 +324,9 @@ fn regenerate_replay_fixture() {
 /// the middle of the race resumes along the same path to the same verdict, with seeded noise.
 #[test]
 fn the_race_reports_intervals_holds_the_budget_and_resumes_identically() {
+    if !support::vocab() {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let noisy = ["--replay-noise", "3", "--replay-seed", "11"];
     let full = tmp.path().join("full");

@@ -6,7 +6,8 @@
 use qtune::config::LaunchConfig;
 use qtune::model::{BlockBytes, ModelLayout};
 use qtune::run::{RaceReport, VerdictStatus, Winner};
-use qtune::search::strategy::{run_search, SearchContext};
+use qtune::search::run_search;
+use qtune::search::strategy::SearchContext;
 use qtune::trial::replay::{ReplayAnswer, ReplayRunner};
 use qtune::trial::TrialRole;
 

@@ -103,28 +103,28 @@ pub fn synth(out: &Path, shape: &str, ftype: &str) -> Result<()> {
 
 /// `qtune server path`.
 pub fn server_path(explicit: Option<PathBuf>) -> Result<()> {
-    let s = crate::server::resolve(explicit.as_deref())?;
+    let s = crate::server_binary::resolve(explicit.as_deref())?;
     println!("{}", s.path.display());
     Ok(())
 }
 
 /// `qtune server check`.
 pub fn server_check(explicit: Option<PathBuf>) -> Result<()> {
-    let s = crate::server::resolve(explicit.as_deref())?;
+    let s = crate::server_binary::resolve(explicit.as_deref())?;
     println!(
         "{} (from {}): {}; has {}",
         s.path.display(),
         s.source.describe(),
         s.version,
-        crate::server::REQUIRED_FLAGS.join(" ")
+        crate::server_binary::REQUIRED_FLAGS.join(" ")
     );
     Ok(())
 }
 
 /// `qtune server build [--cuda]`.
 pub fn server_build(cuda: bool) -> Result<()> {
-    let path = crate::server::build(cuda, &say)?;
-    let s = crate::server::check(&path, crate::server::Source::Cache)?;
+    let path = crate::server_binary::build(cuda, &say)?;
+    let s = crate::server_binary::check(&path, crate::server_binary::Source::Cache)?;
     println!("{}", s.path.display());
     Ok(())
 }

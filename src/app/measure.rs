@@ -4,7 +4,7 @@
 
 use crate::config::{KvType, LaunchConfig};
 use crate::run::{RunInputs, TuneResult};
-use crate::trial::server::LlamaServerRunner;
+use crate::trial::llama_runner::LlamaServerRunner;
 use crate::trial::{TrialRole, TrialRunner};
 use crate::util::fmt_mib;
 use anyhow::{Context, Result};
@@ -133,7 +133,7 @@ pub fn calibrate(
     out: &Path,
 ) -> Result<()> {
     crate::trial::cleanup::install_handlers();
-    let server = crate::server::resolve(server)?;
+    let server = crate::server_binary::resolve(server)?;
     let ubatches: Vec<Option<u32>> = if ubatches.is_empty() {
         vec![None]
     } else {

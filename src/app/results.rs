@@ -101,7 +101,7 @@ pub fn plan(
                 .into_iter()
                 .filter_map(|(_, r)| r.ok())
                 .collect();
-            profile::plan::best_profile(&layout, &hw, headroom_mib, &all).cloned()
+            crate::plan::best_profile(&layout, &hw, headroom_mib, &all).cloned()
         }
     };
     // One context rule: --ctx, else the profile's (a profile keeps its context), else what
@@ -113,8 +113,8 @@ pub fn plan(
     };
     super::preflight::check_headroom(&hw, headroom_mib)?;
     super::preflight::check_fits(&layout, &hw, ctx, headroom_mib)?;
-    let plan = profile::plan(&layout, &hw, chosen.as_ref(), ctx, headroom_mib);
-    eprint!("{}", profile::plan::plan_text(&plan, model));
+    let plan = crate::plan::plan(&layout, &hw, chosen.as_ref(), ctx, headroom_mib);
+    eprint!("{}", crate::plan::plan_text(&plan, model));
     if !plan.fits {
         bail!(
             "no placement fits this GPU's budget of {}: free VRAM, lower --ctx or use a smaller quantization",
@@ -122,7 +122,7 @@ pub fn plan(
                 .map_or("-".into(), |b| crate::util::fmt_mib(b as f64))
         );
     }
-    let server = crate::server::locate(None)
+    let server = crate::server_binary::locate(None)
         .map(|(p, _)| p)
         .unwrap_or_else(|| PathBuf::from("llama-server"));
     let argv = plan.config.command(
@@ -135,7 +135,7 @@ pub fn plan(
         #[derive(serde::Serialize)]
         struct PlanJson<'a> {
             #[serde(flatten)]
-            plan: &'a profile::Plan,
+            plan: &'a crate::plan::Plan,
             command: &'a [String],
             note: &'static str,
         }

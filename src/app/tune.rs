@@ -208,8 +208,9 @@ fn verify_resume(
                 );
             }
         }
-        let server = crate::server::check(&inputs.server_path, crate::server::Source::Flag)
-            .with_context(|| format!("cannot resume {shown}"))?;
+        let server =
+            crate::server_binary::check(&inputs.server_path, crate::server_binary::Source::Flag)
+                .with_context(|| format!("cannot resume {shown}"))?;
         if server.version != inputs.server_version {
             anyhow::bail!(
                 "cannot resume {shown}: the server {} changed since the tune started (version {:?}, now {:?}): restore it, or start a new tune",
@@ -260,7 +261,7 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
             format!("replay of {}", r.journal.display()),
         ),
         None => {
-            let s = crate::server::resolve(opts.server.as_deref())?;
+            let s = crate::server_binary::resolve(opts.server.as_deref())?;
             (absolute(&s.path)?, s.version)
         }
     };
@@ -425,9 +426,10 @@ fn runner_and_clock(
         }
         return Ok((Box::new(runner), Arc::new(clock)));
     }
-    let server = crate::server::check(&inputs.server_path, crate::server::Source::Flag)?;
+    let server =
+        crate::server_binary::check(&inputs.server_path, crate::server_binary::Source::Flag)?;
     let hw = &inputs.hardware;
-    let runner = crate::trial::server::LlamaServerRunner::new(
+    let runner = crate::trial::llama_runner::LlamaServerRunner::new(
         &server.path,
         &inputs.model_path,
         layout.file_bytes,
@@ -456,7 +458,7 @@ fn runner_and_clock(
 fn speed_ceiling(
     layout: &crate::model::ModelLayout,
     hw: &crate::hardware::HardwareProfile,
-) -> crate::trial::server::SpeedCeilingFn {
+) -> crate::trial::llama_runner::SpeedCeilingFn {
     use crate::model::speed;
     use crate::trial::classify::SpeedCeiling;
     if speed::is_synthetic(layout) {
@@ -711,10 +713,10 @@ fn print_outcome(result: &TuneResult, run_dir: &Path, json: bool, quiet: bool) -
 /// `qtune demo`: obtain a server (building it if needed), synthesize the tiny MoE model and
 /// run a small tune end to end.
 pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>) -> Result<()> {
-    if server.is_none() && crate::server::locate(None).is_none() {
+    if server.is_none() && crate::server_binary::locate(None).is_none() {
         eprintln!("qtune: no llama-server found; building the pinned llama.cpp (one time, ~10 minutes on 2 cores)");
     }
-    let server = crate::server::resolve_or_build(server.as_deref(), &super::info::say)?;
+    let server = crate::server_binary::resolve_or_build(server.as_deref(), &super::info::say)?;
     eprintln!(
         "qtune demo: llama-server {} ({})",
         server.path.display(),

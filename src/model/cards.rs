@@ -1,4 +1,4 @@
-//! Two GPUs or more (issue 15): how the layers are split over the cards (`-ts` by each card's
+//! Two GPUs or more: how the layers are split over the cards (`-ts` by each card's
 //! budget) and whose experts go to the CPU so that each card is filled to its own budget.
 //! Pure functions of the model, the config and the cards; the search and `qtune plan` share
 //! them.
@@ -176,7 +176,7 @@ pub fn balanced_split(
 
 /// VRAM each card holds beyond the buffers llama.cpp itemizes (the CUDA context, cuBLAS
 /// handles and workspaces): 715-760 MiB measured per launch on the GPU machine (H100, CUDA 13.0,
-/// issue 13). On several cards every card holds its own, so each card's buffers must fit its
+/// docs/evidence/gpu-h100-proof13). On several cards every card holds its own, so each card's buffers must fit its
 /// budget minus this (the single-GPU plan keeps the same figure out of its one budget).
 pub const CARD_CONTEXT_MIB: f64 = 760.0;
 

@@ -1,5 +1,7 @@
 //! Memory prediction: where llama.cpp puts weights, KV cache, recurrent state and compute
 //! buffers for a [`LaunchConfig`], and how big each is.
+//! (One file over 800 lines: one prediction whose buffers depend on each other; 400 of them are
+//! its unit tests against llama.cpp's own numbers.)
 //!
 //! Placement (llama.cpp `llama_model::load_tensors`): block `il` is on the GPU when
 //! `il >= n_blocks + 1 - ngl` (`-ngl` counts the output layer too; no `-ngl` with a GPU means
@@ -391,7 +393,7 @@ fn predict_parts(
         };
         // The CUDA compute buffer, fitted to what llama-server reported on the GPU machine for
         // Qwen3.5-35B-A3B and Qwen3-30B-A3B at ubatch 512, 2048 and 4096 and contexts 8k-64k
-        // (reports/gpu-calibration/ and every trial of reports/gpu-h200-*): per micro-batch
+        // (docs/evidence/gpu-calibration/ and every trial of docs/evidence/gpu-h200-*): per micro-batch
         // token, the attention mask plus about 27 * n_embd floats of activations.
         let per_token = attn_bytes / t + 216.0 * 1024.0 * layout.n_embd as f64 / 2048.0;
         let normal_gpu = t * per_token / MIB + 12.0 + dequant;

@@ -1,5 +1,6 @@
 //! Speed prediction: generation (tg) and prompt (pp) tok/s for a [`LaunchConfig`] on a box,
 //! next to the memory prediction, from the bytes each token moves.
+//! (One file over 800 lines: one model and its fitted constants, with its unit tests.)
 //!
 //! - **Decode, one token.** The GPU reads its resident weights used per token (attention,
 //!   shared experts, router and the top-k of n routed experts of its blocks, the output matrix)
@@ -17,11 +18,12 @@
 //!   computes its experts. A real model's micro-batch uses all its experts; a synthetic one's
 //!   (random routers) only a fitted share, per architecture.
 //!
-//! The constants are fitted to the committed GPU runs (reports/gpu-h*/journal.jsonl); the fit
-//! and the replay that checks held-out trials are `tests/speed_replay.rs`
-//! (`cargo test --test speed_replay -- --nocapture` prints predicted vs measured per config and
-//! the fitted constants). Intervals are the model's error on those runs, which includes the
-//! +-15 % launch-to-launch noise of the shared GPU machine.
+//! The constants are fitted by least squares on relative error to the GPU evidence in
+//! docs/evidence/ (its manifest.json names the runs); `cargo run --example refit` refits and
+//! prints them, and `tests/speed_replay.rs` checks them against held-out runs and trials
+//! (`cargo test --test speed_replay -- --nocapture` prints predicted vs measured per config).
+//! Intervals are the model's error on those runs, which includes the +-15 % launch-to-launch
+//! noise of the shared GPU machine. docs/how-it-works.md describes the model and its fit.
 
 use super::ModelLayout;
 use crate::config::LaunchConfig;
@@ -85,19 +87,20 @@ pub struct SpeedConstants {
     pub pp_rel_err: f64,
 }
 
-/// Fitted on every committed single-GPU run (108 config groups, a config measured on several
-/// leases pooled: H100 and H200, Qwen3.5-35B-A3B and Qwen3-30B-A3B synthetic Q4_K_M, 16 and
-/// 24 GiB cards, 8 and 16 threads, mmap and pinned, `--n-cpu-moe` and `last-split`
-/// placements), issue 14's pre-registered runs 4-10 included since run 10 (each was held out
-/// until then; held out one at a time, the refit predicts them no worse:
-/// `refitting_with_each_pre_registered_run_held_out_*`). `cargo test --test speed_replay
-/// fit_constants -- --nocapture` refits and prints them.
+/// The model's constants, fitted by least squares on relative error to every single-GPU run
+/// in docs/evidence/ except those planned with these constants (108 config groups, a config
+/// measured on several leases pooled: H100 and H200, Qwen3.5-35B-A3B and Qwen3-30B-A3B
+/// synthetic Q4_K_M, 16 and 24 GiB cards, 8 and 16 threads, mmap and pinned, `--n-cpu-moe` and
+/// `last-split` placements). The thread exponent, the page-cache copy rate and the synthetic
+/// models' touch powers are chosen by grid search around the least-squares fit; the pinned
+/// copy rate is measured, not fitted. `cargo run --example refit` refits and prints them;
+/// `tests/speed_replay.rs` checks that they are that refit, and that a refit without a run
+/// predicts it within the stated error.
 ///
 /// - host: CPU expert reads run at 0.88x what `qtune hw` measured plus 0.17 ms per CPU block;
-///   linear in threads. Only one host (16-core Xeon, leased: runs 6, 9 and 10's leases ran its
-///   CPU experts 12-19 % slower than runs 4, 5, 7 and 8's at the same measured bandwidth, and
-///   the fraction is their average) is in the data: on other CPUs this part is the least
-///   certain.
+///   linear in threads. Only one host (a leased 16-core Xeon) is in the data, and its leases
+///   ran the CPU experts 12-19 % apart at the same measured bandwidth (the fraction is their
+///   average): on other CPUs this part is the least certain.
 /// - GPU-side overhead per token: 0.077 ms per attention block, 0.117 ms per recurrent block
 ///   (Qwen3.5's gated delta net): both GPUs decode the all-GPU Qwen3.5-35B-A3B (30 recurrent +
 ///   10 attention blocks) at ~190-220 tok/s although their bandwidths differ by 40 %, and the
@@ -105,20 +108,19 @@ pub struct SpeedConstants {
 /// - a quantized KV cache costs 5.5 ms per GB attended over on top of its read (q8_0 KV
 ///   decodes the all-GPU Qwen3-30B-A3B at ~205 tok/s, f16 at ~240).
 /// - prefill: a fixed 0.27 ms per attention block and micro-batch, 0.62 ms per recurrent block
-///   (split since run 8, as decode's overhead is), and 0.7 us per token per recurrent block on
-///   top of the per-byte compute (4.0e-5 s per token per GB of active weights).
+///   (one cost for both put the attention-only Qwen3-30B-A3B's `-ub 512` prompt ~20 % low),
+///   and 0.7 us per token per recurrent block on top of the per-byte compute (4.0e-5 s per
+///   token per GB of active weights).
 /// - pinned copies reach 47 GB/s, 75 % of the PCIe 5 x16 nominal rate (measured on the box,
 ///   not fitted: it anchors the copy terms); copies from the page cache 17 % (11 GB/s).
 /// - the synthetic models route each micro-batch to few experts, how few depending on the
 ///   block's depth: a micro-batch copies 65 % of the synthetic Qwen3-30B-A3B's first block's
-///   CPU expert bytes, falling linearly to 9 % at the last (before the refit after run 10: ~0,
-///   which put its `-ot` placements, the last blocks' experts on the CPU, 17 % too fast in
-///   prompt); the Qwen3.5-35B-A3B copies 7 % at the first block rising to 29 % at the last
-///   along depth^8 (the power by grid search over 1-8, at its edge): flat over its first
-///   blocks, steep over its last.
+///   CPU expert bytes, falling linearly to 9 % at the last; the Qwen3.5-35B-A3B copies 7 % at
+///   the first block rising to 29 % at the last along depth^8 (the power by grid search over
+///   1-8, at its edge): flat over its first blocks, steep over its last.
 /// - errors: the 90th percentile of the held-out relative errors (three folds: tg 10.6 %, pp
-///   14.6 %; stated as before, 13 % and 23 %); they include the +-15 % launch-to-launch noise
-///   of the shared machine.
+///   14.6 %), stated as 13 % and 23 %; they include the +-15 % launch-to-launch noise of the
+///   shared machine.
 pub const FITTED: SpeedConstants = SpeedConstants {
     host_bw_fraction: 0.881,
     thread_exponent: 1.0,
@@ -649,66 +651,6 @@ fn cpu_prefill_ms(ub: u32, active_bytes: f64, sb: &SpeedBox, threads: u32) -> f6
     flops / rate * 1e3
 }
 
-/// The space's objective applied to a prediction (higher is better), the way the search ranks
-/// measured speeds: generation, prompt, generation at depth (the model predicts at the
-/// workload's depth, so: generation), or the blend relative to `reference` (e.g. the
-/// baseline's prediction).
-pub fn predicted_objective(
-    p: &SpeedPrediction,
-    obj: &crate::space::Objective,
-    reference: Option<&SpeedPrediction>,
-    request_tokens: (f64, f64),
-) -> f64 {
-    use crate::space::Metric;
-    match obj.metric {
-        Metric::Request => {
-            let (new, gen) = request_tokens;
-            1.0 / (new / p.pp.tps.max(1e-9) + gen / p.tg.tps.max(1e-9)).max(1e-12)
-        }
-        Metric::Gen | Metric::GenAtDepth => p.tg.tps,
-        Metric::Prompt => p.pp.tps,
-        Metric::Blend => {
-            let (g, pp) = reference.map_or((1.0, 1.0), |r| (r.tg.tps, r.pp.tps));
-            obj.gen_weight * p.tg.tps / g.max(1e-9) + obj.prompt_weight * p.pp.tps / pp.max(1e-9)
-        }
-    }
-}
-
-/// Indices of `configs` from the highest predicted objective to the lowest, so a search can
-/// launch the likely winner first. Configs the model cannot predict (`--fit` placement, an
-/// unknown GPU) keep their relative order after the predicted ones. Stable: equal predictions
-/// keep the caller's order.
-pub fn order_by_predicted(
-    layout: &ModelLayout,
-    sb: &SpeedBox,
-    has_gpu: bool,
-    prompt_tokens: u32,
-    obj: &crate::space::Objective,
-    request_tokens: (f64, f64),
-    configs: &[LaunchConfig],
-) -> Vec<usize> {
-    let preds: Vec<Option<SpeedPrediction>> = configs
-        .iter()
-        .map(|c| predict(layout, c, sb, has_gpu, prompt_tokens, &FITTED))
-        .collect();
-    let reference = preds.iter().flatten().next().cloned();
-    let score: Vec<Option<f64>> = preds
-        .iter()
-        .map(|p| {
-            p.as_ref()
-                .map(|p| predicted_objective(p, obj, reference.as_ref(), request_tokens))
-        })
-        .collect();
-    let mut idx: Vec<usize> = (0..configs.len()).collect();
-    idx.sort_by(|&a, &b| match (score[a], score[b]) {
-        (Some(x), Some(y)) => y.partial_cmp(&x).unwrap_or(std::cmp::Ordering::Equal),
-        (Some(_), None) => std::cmp::Ordering::Less,
-        (None, Some(_)) => std::cmp::Ordering::Greater,
-        (None, None) => std::cmp::Ordering::Equal,
-    });
-    idx
-}
-
 /// Predicted speeds within this many percent of the best candidate's are a tie, which the
 /// other speed breaks (generation first, prompt among the tied, as the tune's objective). Used
 /// by `qtune plan` (`PLAN_TIE_PCT`) and by the tune's first pick ([`pick`]).
@@ -799,11 +741,11 @@ pub fn pick(items: &[Option<PickInput>], tie_pct: f64) -> Option<Pick> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config::LaunchConfig;
 
-    fn layout() -> ModelLayout {
+    pub(crate) fn layout() -> ModelLayout {
         ModelLayout {
             n_experts_used: 8,
             output_bytes: 200 << 20,
@@ -811,7 +753,7 @@ mod tests {
         }
     }
 
-    fn gpu_box() -> SpeedBox {
+    pub(crate) fn gpu_box() -> SpeedBox {
         SpeedBox {
             gpu_bw_gbs: Some(1000.0),
             pcie_gbs: Some(pcie_gbs(4, 16)),
@@ -822,7 +764,7 @@ mod tests {
         }
     }
 
-    fn placed(n: u32) -> LaunchConfig {
+    pub(crate) fn placed(n: u32) -> LaunchConfig {
         LaunchConfig::baseline(8192).with_experts_on_cpu(n)
     }
 
@@ -991,41 +933,6 @@ mod tests {
         assert!(cpu.tg.tps > 0.0 && cpu.tg.tps.is_finite());
         assert!(cpu.pp.tps > 0.0 && cpu.pp.tps.is_finite());
         assert_eq!(cpu.decode.gpu_ms, 0.0);
-    }
-
-    #[test]
-    fn candidates_are_ordered_by_predicted_objective_unpredictable_last() {
-        use crate::space::{Metric, Objective};
-        let l = layout();
-        let sb = gpu_box();
-        let mut small_ub = placed(6);
-        small_ub.batch = Some(2048);
-        small_ub.ubatch = Some(512);
-        let mut big_ub = small_ub.clone();
-        big_ub.ubatch = Some(2048);
-        let configs = vec![
-            LaunchConfig::baseline(8192), // --fit: not predictable
-            placed(20),
-            small_ub,
-            big_ub,
-        ];
-        let gen = Objective {
-            metric: Metric::Gen,
-            gen_weight: 1.0,
-            prompt_weight: 0.0,
-            tie_pct: 3.0,
-            second_baseline: true,
-        };
-        let order = order_by_predicted(&l, &sb, true, 2048, &gen, (2048.0, 128.0), &configs);
-        // Fewer CPU blocks first; the two ubatch sizes generate alike (stable order); fit last.
-        assert_eq!(order, vec![2, 3, 1, 0]);
-        let prompt = Objective {
-            metric: Metric::Prompt,
-            ..gen
-        };
-        let order = order_by_predicted(&l, &sb, true, 2048, &prompt, (2048.0, 128.0), &configs);
-        assert_eq!(order[0], 3, "the bigger micro-batch prefills faster");
-        assert_eq!(order[3], 0);
     }
 
     #[test]

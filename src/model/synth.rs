@@ -341,7 +341,7 @@ pub fn default_vocab_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("QTUNE_VOCAB_DIR") {
         return PathBuf::from(d);
     }
-    crate::server::llama_cpp_source_dir().join("models")
+    crate::server_binary::llama_cpp_source_dir().join("models")
 }
 
 fn metadata(

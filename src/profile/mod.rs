@@ -6,8 +6,7 @@
 //! a profile is ever copied onto a command line as text.
 
 use crate::config::LaunchConfig;
-use crate::hardware::{HardwareProfile, HostInfo};
-use crate::model::ModelLayout;
+
 use crate::run::TuneResult;
 use crate::space::Workload;
 use crate::trial::{OutcomeKind, Stat};
@@ -30,7 +29,6 @@ const MAX_VRAM_MIB: u64 = 1024 * 1024;
 
 mod convert;
 mod parse;
-pub mod plan;
 mod render;
 mod schema;
 mod store;
@@ -38,7 +36,6 @@ mod validation;
 
 pub use convert::*;
 pub use parse::*;
-pub use plan::{plan, plan_fit_target_mib, Confidence, Plan};
 pub use render::*;
 pub use schema::*;
 pub use store::*;

@@ -116,7 +116,7 @@ pub(crate) fn check_config(key: &str, c: &LaunchConfig) -> Result<()> {
             }
         }
     }
-    // issue 13: expert placement, fit target, and flags the server would refuse together.
+    // Expert placement, fit target, and flags the server would refuse together.
     if let Some(e) = &c.cpu_experts {
         e.check(1024)
             .map_err(|m| anyhow::anyhow!("{key}.cpu_experts: {m}"))?;

@@ -1,4 +1,5 @@
 //! `report.md`: the tune told for people, meant to read well on GitHub.
+//! (One file over 800 lines: one document's sections in reading order, with their tests.)
 
 use crate::config::{shell_line, LaunchConfig};
 use crate::run::TuneResult;
@@ -690,7 +691,7 @@ fn time_split(m: &mut String, r: &TuneResult) {
 }
 
 /// "The speed model's pick": the config the tune launched right after the baseline as the
-/// model's best for this card (issue 14), its predicted speeds against what its launches
+/// model's best for this card, its predicted speeds against what its launches
 /// measured (the median of their medians), and what became of it.
 fn model_pick(m: &mut String, r: &TuneResult) {
     let Some(pick) = &r.model_pick else { return };

@@ -1,5 +1,6 @@
 //! The report's plots, each rendered as SVG and PNG with plotters and the embedded DejaVu Sans
 //! (no system fonts: nothing links fontconfig or freetype).
+//! (One file over 800 lines: four plots sharing one drawing setup, with their tests.)
 //!
 //! - `plot-vram`: generation tok/s vs peak VRAM, Pareto front (fastest for its VRAM), budget.
 //! - `plot-tg-pp`: generation vs prompt tok/s, Pareto front (both higher).

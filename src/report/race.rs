@@ -1,5 +1,5 @@
 //! The race against the baseline in words: each raced config's paired gains with their
-//! intervals, the named picks, and the noise the race measured (issue 12).
+//! intervals, the named picks, and the noise the race measured.
 
 use crate::run::TuneResult;
 use crate::stats::race::ArmStatus;

@@ -440,7 +440,7 @@ pub fn systemd_unit(r: &TuneResult, script: &Path, unit: &Path) -> String {
 /// The official llama.cpp server image at qtune's pinned llama.cpp build: CUDA 12 when the
 /// winner uses a GPU, else the CPU image.
 pub fn server_image(gpu: bool) -> String {
-    let tag = crate::server::BUILD_TAG;
+    let tag = crate::server_binary::BUILD_TAG;
     if gpu {
         format!("ghcr.io/ggml-org/llama.cpp:server-cuda12-{tag}")
     } else {
@@ -482,7 +482,7 @@ pub fn compose_file(r: &TuneResult, host: &str, port: u16) -> Result<String> {
         ver = one_line(&r.qtune_version),
         model = one_line(&super::markdown::model_title(r)),
         label = one_line(&w.config.label()),
-        tag = crate::server::BUILD_TAG,
+        tag = crate::server_binary::BUILD_TAG,
         url_host = if is_loopback(host) || host_ip == "0.0.0.0" || host_ip == "::" {
             "127.0.0.1".to_string()
         } else {

@@ -153,7 +153,7 @@ pub struct TuneResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quality: Option<crate::quality::floor::QualityGate>,
     /// The config the speed model rated best on this box, launched right after the baseline
-    /// (issue 14; None: no GPU the model knows, several GPUs, or a tune before it existed).
+    /// (None: no GPU the model knows, several GPUs, or a tune written before qtune made one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_pick: Option<crate::config::LaunchConfig>,
     /// The best command for each workload measured (the objective's first, then the other
@@ -410,6 +410,14 @@ pub fn lock(dir: &Path) -> Result<RunLock> {
     Err(e).with_context(|| format!("cannot lock run directory {}", dir.display()))
 }
 
+/// What a user gets without qtune, in this space's context and slots.
+pub fn baseline_of(space: &SearchSpace) -> LaunchConfig {
+    LaunchConfig {
+        parallel: space.fixed.parallel,
+        ..LaunchConfig::baseline(space.fixed.ctx)
+    }
+}
+
 /// A run directory already holds a tune.
 pub fn holds_a_tune(dir: &Path) -> bool {
     dir.join(RUN_FILE).exists()
@@ -507,7 +515,7 @@ pub struct RaceReport {
     pub outcome: crate::stats::race::RaceOutcome,
 }
 
-/// One named pick of a tune (issue 12): a config with its paired gains against the baseline.
+/// One named pick of a tune: a config with its paired gains against the baseline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NamedPick {
     /// `fastest generation`, `best prompt speed, generation tied`, `the default`.
@@ -553,7 +561,7 @@ impl TuneResult {
     /// failed or went past the VRAM budget (the baselines count whatever their peak: they are
     /// what the user would type), and the better baseline's time.
     pub fn workload_picks(&self) -> Vec<WorkloadPick> {
-        let default_cfg = crate::search::context::baseline_of(&self.space);
+        let default_cfg = baseline_of(&self.space);
         let budget = self.vram_budget_mib;
         let mut configs: Vec<&LaunchConfig> = Vec::new();
         for t in &self.trials {
@@ -626,7 +634,7 @@ impl TuneResult {
         let Some(race) = &self.race else {
             return Vec::new();
         };
-        let baseline = crate::search::context::baseline_of(&self.space);
+        let baseline = baseline_of(&self.space);
         let mut picks = Vec::new();
         let verdicts = race.verdicts();
         if let Some(w) = &self.winner {

@@ -6,7 +6,8 @@
 //! whose infinite costs for failed trials are not worth carrying. This one writes JSON through
 //! the atomic writer and keeps only the solver, whose history decides everything.
 
-use super::strategy::{QtuneSearch, TuneState};
+use super::strategy::QtuneSearch;
+use super::TuneState;
 use crate::clock::Clock;
 use argmin::core::checkpointing::{Checkpoint, CheckpointingFrequency};
 use argmin::core::Error as ArgminError;

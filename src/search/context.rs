@@ -22,7 +22,7 @@ pub struct SearchContext {
     /// Start here instead of the space's first values (from a profile).
     pub start: Option<Base>,
     /// Host RAM available before the tune, MiB (`None`: not checked). A config whose predicted
-    /// resident host memory is over it is never launched (issue 13: pinned experts).
+    /// resident host memory is over it is never launched (pinned experts live in host RAM).
     pub ram_available_mib: Option<f64>,
     /// `--fit-target` of the `fit` placement candidate, MiB (the tune's VRAM headroom).
     pub fit_target_mib: u32,
@@ -86,9 +86,10 @@ impl SearchContext {
             flash_attn: v.flash_attn.first().copied().unwrap_or(FlashAttn::Auto),
         };
         // One card that holds every expert with f16 KV (the server's default): start there.
-        // A quantized KV then frees VRAM nothing needs and costs generation (issue 13's 24 GiB
-        // runs: q8_0 screened 3-6 % below the f16 default on both shapes, after 8 of 20
-        // launches had gone to q8_0 at four ubatch sizes before f16 was tried once).
+        // A quantized KV then frees VRAM nothing needs and costs generation (on 24 GiB cards
+        // q8_0 screened 3-6 % below the f16 default on both shapes, after 8 of 20 launches had
+        // gone to q8_0 at four ubatch sizes before f16 was tried once:
+        // docs/evidence/gpu-h100-proof13).
         const F16: [KvType; 2] = [KvType::F16; 2];
         if self.gpu_moe && !self.multi_gpu() && first.kv != F16 && v.kv_types.contains(&F16) {
             let f16 = Base {
@@ -230,13 +231,13 @@ impl SearchContext {
     }
 
     /// `--fit-target` of fit's candidate on each card, MiB: the tune's headroom plus fit's
-    /// measured overshoot ([`super::candidates::FIT_OVERSHOOT_MIB`]).
+    /// measured overshoot ([`crate::placement::FIT_OVERSHOOT_MIB`]).
     pub fn fit_candidate_target_mib(&self) -> u32 {
-        self.fit_target_mib + super::candidates::FIT_OVERSHOOT_MIB
+        self.fit_target_mib + crate::placement::FIT_OVERSHOOT_MIB
     }
 
     pub fn baseline(&self) -> LaunchConfig {
-        baseline_of(&self.space)
+        crate::run::baseline_of(&self.space)
     }
 
     /// The second baseline: what a user who asks for this headroom can type without qtune,
@@ -333,20 +334,12 @@ impl SearchContext {
     }
 }
 
-/// What a user gets without qtune, in this space's context and slots.
-pub fn baseline_of(space: &SearchSpace) -> LaunchConfig {
-    LaunchConfig {
-        parallel: space.fixed.parallel,
-        ..LaunchConfig::baseline(space.fixed.ctx)
-    }
-}
-
 /// GPU memory a launch uses beyond the buffers the server itemizes in its log (the CUDA context,
 /// cuBLAS handles and workspaces), learned from this tune's own trials: the largest gap between
 /// a trial's peak VRAM (NVML) and the sum of its reported GPU buffers, MiB. 0 before any trial
 /// with both (a CPU-only box, or a replay without them).
 ///
-/// Measured on the GPU machine (H100, CUDA 13.0, issue 13): about 715-760 MiB in every trial,
+/// Measured on the GPU machine (H100, CUDA 13.0, docs/evidence/gpu-h100-proof13): about 715-760 MiB in every trial,
 /// whatever the placement, so the memory prediction alone (which itemizes only the buffers)
 /// proposed placements 700 MiB over the card; the search's boundary step corrected for it one
 /// launch at a time, the filled placements did not. Trials that ran out of memory are left out:

@@ -24,6 +24,9 @@ pub mod verdict;
 pub use progress::Watch;
 pub use strategy::{first_launches, PlannedLaunch};
 
+/// The argmin state: the parameter is a launch config, the cost is minus the objective.
+pub type TuneState = argmin::core::IterState<crate::config::LaunchConfig, (), (), (), (), f64>;
+
 /// Where a run directory stands before the search starts: what its journal holds.
 #[derive(Debug, Clone, Default)]
 pub struct Resume {
@@ -98,21 +101,20 @@ pub fn tune(
 ) -> anyhow::Result<TuneResult> {
     let ctx = context(inputs, &layout, clock.clone());
     let journal_path = run_dir.join(crate::trial::journal::FILE_NAME);
-    let solver =
-        strategy::run_search_with(ctx.clone(), runner, resume.replay, Some(run_dir), watch)
-            .map_err(|e| {
-                if e.downcast_ref::<crate::trial::cleanup::Interrupted>()
-                    .is_some()
-                {
-                    return e;
-                }
-                // Failed mid-tune: the journal keeps every finished trial.
-                e.context(format!(
-                    "the search stopped (finished trials are in {}; continue with --resume {})",
-                    journal_path.display(),
-                    run_dir.display()
-                ))
-            })?;
+    let solver = run_search_with(ctx.clone(), runner, resume.replay, Some(run_dir), watch)
+        .map_err(|e| {
+            if e.downcast_ref::<crate::trial::cleanup::Interrupted>()
+                .is_some()
+            {
+                return e;
+            }
+            // Failed mid-tune: the journal keeps every finished trial.
+            e.context(format!(
+                "the search stopped (finished trials are in {}; continue with --resume {})",
+                journal_path.display(),
+                run_dir.display()
+            ))
+        })?;
     let history = solver.history.clone();
     let mut warnings = solver.warnings.clone();
     let command = |c: &crate::config::LaunchConfig| {
@@ -202,4 +204,37 @@ pub fn request_timeout(w: &crate::space::Workload) -> std::time::Duration {
         + u64::from(w.context_depth.unwrap_or(0));
     let tokens = tokens.max(crate::trial::workload::needed_ctx(w));
     std::time::Duration::from_secs(120 + tokens / 10)
+}
+
+/// Run the whole search (baseline, exploration, confirmation) through argmin's executor.
+/// `replay` holds journaled outcomes of an earlier session; `run_dir` enables checkpointing.
+pub fn run_search(
+    ctx: strategy::SearchContext,
+    runner: Box<dyn TrialRunner>,
+    replay: Vec<TrialOutcome>,
+    run_dir: Option<&std::path::Path>,
+) -> anyhow::Result<strategy::QtuneSearch> {
+    run_search_with(ctx, runner, replay, run_dir, None)
+}
+
+fn run_search_with(
+    ctx: strategy::SearchContext,
+    runner: Box<dyn TrialRunner>,
+    replay: Vec<TrialOutcome>,
+    run_dir: Option<&std::path::Path>,
+    progress: Option<Arc<dyn Watch>>,
+) -> anyhow::Result<strategy::QtuneSearch> {
+    use argmin::core::observers::ObserverMode;
+    use argmin::core::Executor;
+    let clock = ctx.clock.clone();
+    let problem = strategy::TuneProblem::new(ctx, runner, replay, progress.clone());
+    let mut exec = Executor::new(problem, strategy::QtuneSearch::new());
+    if let Some(dir) = run_dir {
+        exec = exec.checkpointing(checkpoint::RunDirCheckpoint::new(dir, clock));
+    }
+    if let Some(p) = progress {
+        exec = exec.add_observer(progress::Observer(p), ObserverMode::Always);
+    }
+    let res = exec.run()?;
+    Ok(res.solver().clone())
 }

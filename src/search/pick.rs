@@ -1,20 +1,22 @@
-//! The speed model's pick (issue 14): the config the tune launches first and races when its
+//! The speed model's pick: the config the tune launches first and races when its
 //! single launch cannot be told apart from the screening's leader.
 //!
 //! The screening ranks configs by one launch each (two when close), and one launch on the GPU
-//! machine moves by 5-15 %. Run 6's 16 GiB tunes screened another micro-batch first on such a
-//! difference, raced it, and kept the default; the config `qtune plan` had proposed for those
+//! machine moves by 5-15 %. Screening on such a difference, 16 GiB tunes raced another
+//! micro-batch first and kept the default, while the config `qtune plan` had proposed for those
 //! cards (the same speed model, the same space's batch/KV pairs and placement styles) was never
-//! launched, and a later re-measurement put it ahead of `--fit` on both axes (30B: generation
-//! +10.2 % [+5.2, +15.5], prompt +47.6 % [+37.2, +58.7]). So the pick is launched right after
+//! launched; re-measured later it was ahead of `--fit` on both axes (30B: generation +10.2 %
+//! [+5.2, +15.5], prompt +47.6 % [+37.2, +58.7]; docs/evidence/gpu-h100-run6). So the pick is launched right after
 //! the baseline, and where the measurements cannot separate it from the leader, the model's
 //! ranking decides which one the race takes first.
 
-use super::candidates::{propose, Limits};
 use super::context::SearchContext;
 use super::objective::Speeds;
 use crate::config::{Base, KvType, LaunchConfig};
-use crate::model::speed::{self, PickInput, FITTED, PICK_TIE_PCT};
+use crate::model::speed::{self, PickInput, SpeedBox, SpeedPrediction, FITTED, PICK_TIE_PCT};
+use crate::model::ModelLayout;
+use crate::placement::{propose, Limits};
+use crate::space::{Metric, Objective};
 
 /// The config the speed model rates best on this box, by the tune's objective
 /// ([`speed::pick`], the rule `qtune plan` chooses by): every batch/ubatch × KV pair of the
@@ -95,7 +97,7 @@ pub fn model_pick(ctx: &SearchContext, unitemized_mib: f64) -> Option<LaunchConf
         .zip(&configs)
         .map(|(p, c)| {
             p.as_ref().map(|p| PickInput {
-                primary: speed::predicted_objective(
+                primary: predicted_objective(
                     p,
                     &ctx.space.objective,
                     reference.as_ref(),
@@ -164,6 +166,67 @@ pub fn pick_first(
     Some(note)
 }
 
+/// The space's objective applied to a prediction (higher is better), the way the search ranks
+/// measured speeds: generation, prompt, generation at depth (the model predicts at the
+/// workload's depth, so: generation), or the blend relative to `reference` (e.g. the
+/// baseline's prediction).
+pub fn predicted_objective(
+    p: &SpeedPrediction,
+    obj: &Objective,
+    reference: Option<&SpeedPrediction>,
+    request_tokens: (f64, f64),
+) -> f64 {
+    match obj.metric {
+        // Requests per second: new prompt tokens at the predicted prompt speed plus generated
+        // tokens at the predicted generation speed, per request (`request_tokens`).
+        Metric::Request => {
+            let (new, gen) = request_tokens;
+            1.0 / (new / p.pp.tps.max(1e-9) + gen / p.tg.tps.max(1e-9)).max(1e-12)
+        }
+        Metric::Gen | Metric::GenAtDepth => p.tg.tps,
+        Metric::Prompt => p.pp.tps,
+        Metric::Blend => {
+            let (g, pp) = reference.map_or((1.0, 1.0), |r| (r.tg.tps, r.pp.tps));
+            obj.gen_weight * p.tg.tps / g.max(1e-9) + obj.prompt_weight * p.pp.tps / pp.max(1e-9)
+        }
+    }
+}
+
+/// Indices of `configs` from the highest predicted objective to the lowest, so a search can
+/// launch the likely winner first. Configs the model cannot predict (`--fit` placement, an
+/// unknown GPU) keep their relative order after the predicted ones. Stable: equal predictions
+/// keep the caller's order.
+pub fn order_by_predicted(
+    layout: &ModelLayout,
+    sb: &SpeedBox,
+    has_gpu: bool,
+    prompt_tokens: u32,
+    obj: &Objective,
+    request_tokens: (f64, f64),
+    configs: &[LaunchConfig],
+) -> Vec<usize> {
+    let preds: Vec<Option<SpeedPrediction>> = configs
+        .iter()
+        .map(|c| speed::predict(layout, c, sb, has_gpu, prompt_tokens, &FITTED))
+        .collect();
+    let reference = preds.iter().flatten().next().cloned();
+    let score: Vec<Option<f64>> = preds
+        .iter()
+        .map(|p| {
+            p.as_ref()
+                .map(|p| predicted_objective(p, obj, reference.as_ref(), request_tokens))
+        })
+        .collect();
+    let mut idx: Vec<usize> = (0..configs.len()).collect();
+    idx.sort_by(|&a, &b| match (score[a], score[b]) {
+        (Some(x), Some(y)) => y.partial_cmp(&x).unwrap_or(std::cmp::Ordering::Equal),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => std::cmp::Ordering::Equal,
+    });
+    idx
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,5 +245,40 @@ mod tests {
         // Two launches 10 % apart, pooled with the prior's 4 degrees of freedom.
         let two = launch_sigma(&[40.0, 36.0], &s);
         assert!((noise_band_pct(two, 5.0) - 10.1).abs() < 0.1, "{two}");
+    }
+
+    #[test]
+    fn candidates_are_ordered_by_predicted_objective_unpredictable_last() {
+        use crate::model::speed::tests::{gpu_box, layout, placed};
+        let l = layout();
+        let sb = gpu_box();
+        let mut small_ub = placed(6);
+        small_ub.batch = Some(2048);
+        small_ub.ubatch = Some(512);
+        let mut big_ub = small_ub.clone();
+        big_ub.ubatch = Some(2048);
+        let configs = vec![
+            LaunchConfig::baseline(8192), // --fit: not predictable
+            placed(20),
+            small_ub,
+            big_ub,
+        ];
+        let gen = Objective {
+            metric: Metric::Gen,
+            gen_weight: 1.0,
+            prompt_weight: 0.0,
+            tie_pct: 3.0,
+            second_baseline: true,
+        };
+        let order = order_by_predicted(&l, &sb, true, 2048, &gen, (2048.0, 128.0), &configs);
+        // Fewer CPU blocks first; the two ubatch sizes generate alike (stable order); fit last.
+        assert_eq!(order, vec![2, 3, 1, 0]);
+        let prompt = Objective {
+            metric: Metric::Prompt,
+            ..gen
+        };
+        let order = order_by_predicted(&l, &sb, true, 2048, &prompt, (2048.0, 128.0), &configs);
+        assert_eq!(order[0], 3, "the bigger micro-batch prefills faster");
+        assert_eq!(order[3], 0);
     }
 }

@@ -1,7 +1,7 @@
 //! What the search tells whoever watches it: a trial is starting, a trial finished (as one
 //! line). The search never prints; the app layer implements [`Watch`] (a spinner on stderr).
 
-use super::strategy::TuneState;
+use super::TuneState;
 use crate::config::LaunchConfig;
 use crate::trial::{TrialOutcome, TrialRole};
 use argmin::core::observers::Observe;

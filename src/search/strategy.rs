@@ -25,16 +25,14 @@ use super::objective::{better, is_tie, Speeds};
 use crate::config::LaunchConfig;
 use crate::trial::{OutcomeKind, TrialOutcome, TrialRole, TrialRunner};
 use argmin::core::{
-    Error as ArgminError, IterState, Problem, Solver, State, TerminationReason, TerminationStatus,
-    KV,
+    Error as ArgminError, Problem, Solver, State, TerminationReason, TerminationStatus, KV,
 };
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-/// The argmin state: the parameter is a launch config, the cost is minus the objective.
-pub type TuneState = IterState<LaunchConfig, (), (), (), (), f64>;
+pub use super::TuneState;
 
 pub use crate::config::Base;
 
@@ -94,11 +92,11 @@ impl TuneProblem {
             return Err(e);
         }
         // A model deleted, replaced or truncated mid-tune stops the tune before a launch is
-        // charged to it (issue 33).
+        // charged to it.
         if let Err(why) = self.runner.borrow().check_inputs() {
             return Err(ArgminError::msg(why));
         }
-        // issue 13 (launch feasibility, host RAM): a config predicted to push the box into
+        // Launch feasibility (host RAM): a config predicted to push the box into
         // swap is never launched; it is recorded as skipped, with the reason.
         if let Some(why) = crate::model::memory::launch_refusal(
             &self.ctx.layout,
@@ -164,7 +162,7 @@ pub struct QtuneSearch {
     /// Every variant planned (measured or pending).
     #[serde(default)]
     pub variant_configs: Vec<LaunchConfig>,
-    /// The config the speed model rates best ([`super::pick::model_pick`], issue 14): launched
+    /// The config the speed model rates best ([`super::pick::model_pick`]): launched
     /// first in the exploration, a race candidate like a variant, and raced first when its
     /// measurement is within the box's launch noise of the screening's leader.
     #[serde(default)]
@@ -245,8 +243,8 @@ impl QtuneSearch {
             + usize::from(v.no_op_offload_max_ubatch.is_some())) as u32
     }
 
-    /// The variants of the incumbent's best config (issue 13): its other load modes, the
-    /// space's placement styles filled to the budget ([`super::candidates::propose`], `fit`
+    /// The variants of the incumbent's best config: its other load modes, the
+    /// space's placement styles filled to the budget ([`crate::placement::propose`], `fit`
     /// included: `--fit on --fit-target <headroom>` with the incumbent's other choices), and
     /// `--no-op-offload` at a small ubatch. Configs predicted to swap the host are left out.
     fn build_variants(&self, ctx: &SearchContext) -> VecDeque<LaunchConfig> {
@@ -273,16 +271,16 @@ impl QtuneSearch {
             });
         }
         if ctx.multi_gpu() {
-            // Two GPUs or more (issue 15): other layer splits, refilled per card, and fit's.
+            // Two GPUs or more: other layer splits, refilled per card, and fit's.
             out.extend(super::candidates::propose_cards(ctx, &best, &self.history));
         }
         if let (true, Some(budget)) = (ctx.gpu_moe && !ctx.multi_gpu(), ctx.budget_mib) {
-            let limits = super::candidates::Limits {
+            let limits = crate::placement::Limits {
                 vram_budget_mib: budget - self.unitemized_mib(),
                 ram_available_mib: ctx.ram_available_mib,
                 fit_target_mib: ctx.fit_candidate_target_mib(),
             };
-            for c in super::candidates::propose(&ctx.layout, &best, &ctx.space, &limits) {
+            for c in crate::placement::propose(&ctx.layout, &best, &ctx.space, &limits) {
                 if c.refused.is_none() {
                     out.push(c.config);
                 }
@@ -307,10 +305,10 @@ impl QtuneSearch {
             }
             new
         });
-        // The likely winner first (issue 14): if the budget runs out before every variant is
+        // The likely winner first: if the budget runs out before every variant is
         // measured, the ones the speed model rates lower are the ones left out.
         if let Some(sb) = &ctx.speed {
-            let order = crate::model::speed::order_by_predicted(
+            let order = super::pick::order_by_predicted(
                 &ctx.layout,
                 sb,
                 ctx.has_gpu,
@@ -455,7 +453,7 @@ impl QtuneSearch {
         crate::stats::race::RaceSettings {
             budget_launches: ctx.space.budget.trials.saturating_sub(before_race),
             noise_launches: 0,
-            // The practical band of issue 12 (±3 %): a tie is an interval inside it, and a
+            // The practical band (±3 %): a tie is an interval inside it, and a
             // config without a proven gain is recommended only at or above its lower edge. The
             // space's `tie_pct` ranks single launches of the search, not paired rounds.
             band: crate::stats::Band::default(),
@@ -888,7 +886,7 @@ impl QtuneSearch {
                         continue;
                     }
                     if !self.pick_chosen {
-                        // The speed model's pick first (issue 14): the config `qtune plan`
+                        // The speed model's pick first: the config `qtune plan`
                         // would propose here, measured before the screening ranks anything.
                         self.pick_chosen = true;
                         self.model_pick = super::pick::model_pick(ctx, self.unitemized_mib());
@@ -1071,37 +1069,4 @@ impl Solver<TuneProblem, TuneState> for QtuneSearch {
             TerminationStatus::NotTerminated
         }
     }
-}
-
-/// Run the whole search (baseline, exploration, confirmation) through argmin's executor.
-/// `replay` holds journaled outcomes of an earlier session; `run_dir` enables checkpointing.
-pub fn run_search(
-    ctx: SearchContext,
-    runner: Box<dyn TrialRunner>,
-    replay: Vec<TrialOutcome>,
-    run_dir: Option<&std::path::Path>,
-) -> anyhow::Result<QtuneSearch> {
-    run_search_with(ctx, runner, replay, run_dir, None)
-}
-
-pub(super) fn run_search_with(
-    ctx: SearchContext,
-    runner: Box<dyn TrialRunner>,
-    replay: Vec<TrialOutcome>,
-    run_dir: Option<&std::path::Path>,
-    progress: Option<Arc<dyn super::progress::Watch>>,
-) -> anyhow::Result<QtuneSearch> {
-    use argmin::core::observers::ObserverMode;
-    use argmin::core::Executor;
-    let clock = ctx.clock.clone();
-    let problem = TuneProblem::new(ctx, runner, replay, progress.clone());
-    let mut exec = Executor::new(problem, QtuneSearch::new());
-    if let Some(dir) = run_dir {
-        exec = exec.checkpointing(super::checkpoint::RunDirCheckpoint::new(dir, clock));
-    }
-    if let Some(p) = progress {
-        exec = exec.add_observer(super::progress::Observer(p), ObserverMode::Always);
-    }
-    let res = exec.run()?;
-    Ok(res.solver().clone())
 }

@@ -1,5 +1,6 @@
 //! The verdict: the interleaved confirmation pooled per config, the winner and its gain over the
 //! baseline. A config that failed or went over the VRAM budget in any trial never wins.
+//! (One file over 800 lines: one decision; half of it is its tests, replays of GPU races.)
 
 use super::objective::{better, gain_pct, Speeds};
 use super::strategy::SearchContext;
@@ -30,7 +31,7 @@ fn grouped(history: &[TrialOutcome], role: TrialRole) -> Vec<(LaunchConfig, Vec<
 /// box: its interval wider than the band), the candidate still heads when its generation
 /// estimate is inside the band (at most 3 % behind the baseline's: what the race calls a tie)
 /// and its prompt speed is proven faster by at least this much (the lower end of its 95 %
-/// interval): issue 13's prompt goal on a tight card (1.1x). Equal configs almost never pass
+/// interval): the prompt gain worth having on a tight card (1.1x). Equal configs almost never pass
 /// it: their prompt interval holds 1.
 pub const UNDECIDED_PROMPT_GAIN_PCT: f64 = 10.0;
 
@@ -350,7 +351,7 @@ fn headline(
     }
     // Without a proven gain a config heads only where its generation is shown not to cost
     // more than the race's practical band: the lower end of its 95 % interval against the
-    // baseline is at least −3 % (issue 13's "generation must not pay for it", its 0.97 line; an
+    // baseline is at least −3 % ("generation must not pay for it": the 0.97 line; an
     // interval of ±19 % proves nothing either way and leaves the baseline). The band is the
     // race's, not the space's `tie_pct`, which ranks single launches (a 5 % tie there let a
     // 24 GiB tune recommend a config at −4.1 % [lower end] in generation).
@@ -416,15 +417,14 @@ fn headline(
             // (neither "not slower" nor "slower" shown), where the race's estimate has the
             // candidate inside the band (a tie by the race's own measure) and prompt processing
             // is proven faster by a margin worth having: the estimate decides, and the warning
-            // says generation is undecided and how far its interval reaches. Seen in all three
-            // of run 5's 16 GiB tunes on the GPU machine (paired σ 5.8-7.6 %, 4 rounds): pinned,
-            // placed experts at generation +0.8 % [−11.6, +15.0], +3.5 % [−6.8, +14.9] and
-            // +5.3 % [−4.6, +16.1], prompt +102 %, +90 % and +69 % (lower ends +72 %, +63 %,
-            // +52 %), where keeping the default left the user half the prompt speed. Runs 6 and
-            // 7 then raced such configs to estimates just behind (−1.2 % to −2.6 %, prompt
-            // +18 % to +95 %) and kept the default; where those configs were raced again or
-            // re-measured (run 7's 24 GiB tunes, its 30B 16 GiB compare, run 6's planned
-            // compares), generation was tied or ahead. Waiting for the rounds to settle is no
+            // says generation is undecided and how far its interval reaches. On the GPU
+            // machine's 16 GiB tunes (paired σ 5.8-7.6 %, 4 rounds) pinned, placed experts read
+            // generation +0.8 % [−11.6, +15.0], +3.5 % [−6.8, +14.9] and +5.3 % [−4.6, +16.1],
+            // prompt +102 %, +90 % and +69 % (lower ends +72 %, +63 %, +52 %), where keeping the
+            // default left the user half the prompt speed; other tunes raced such configs to
+            // estimates just behind (−1.2 % to −2.6 %, prompt +18 % to +95 %), and where those
+            // configs were raced again or re-measured, generation was tied or ahead
+            // (docs/evidence/gpu-h100-run5..7; the tests below replay them). Waiting for the rounds to settle is no
             // option: at σ 6 % a −1.8 % estimate needs ~100 rounds to show "not slower".
             // "Too noisy" is the interval's width: wider than the band, the rounds could not
             // have shown a tie whatever the estimate (an estimate behind with a narrower
@@ -445,7 +445,7 @@ fn headline(
                 })
                 .max_by(|a, b| a.1.prompt.mean_log.total_cmp(&b.1.prompt.mean_log));
             if let Some((i, v)) = undecided {
-                // Run 9's 35B 16 GiB tune read "within the 3 % band" for an estimate of +6.0 %:
+                // "Within the 3 % band" alone would read the same for an estimate of +6.0 %:
                 // say which side of the baseline the estimate is on.
                 let estimate = if v.gen.mean_log >= 0.0 {
                     "ahead of the baseline's".to_string()
@@ -509,7 +509,7 @@ fn is_prompt_heavy(obj: &crate::space::Objective) -> bool {
 
 /// Under an objective that weighs prompt speed (`metric: prompt`, or `blend` with a prompt
 /// weight), a winner slower in generation than the baseline is allowed: say that the objective
-/// chose it and show the price (issue 12). None under the generation-first objective, or when
+/// chose it and show the price. None under the generation-first objective, or when
 /// the winner is not slower in generation.
 pub fn objective_price(
     obj: &crate::space::Objective,
@@ -943,16 +943,13 @@ mod tests {
 
     #[test]
     fn run_5s_undecided_16_gib_races_recommend_their_pinned_placed_candidate() {
-        // The three 16 GiB tunes of run 5 on the GPU machine (reports/gpu-h100-run5/) kept the
+        // The three 16 GiB tunes of run 5 on the GPU machine (docs/evidence/gpu-h100-run5/) kept the
         // default: generation undecided at paired σ 5.8-7.6 %, prompt proven 1.5-1.7x faster
         // at the lower end. Replayed, each now heads with its raced candidate.
         for case in ["proof30-16", "proof35-16", "proof35-16-second"] {
-            let path = format!(
-                "{}/reports/gpu-h100-run5/{case}/results.json",
-                env!("CARGO_MANIFEST_DIR")
-            );
+            let path = format!("gpu-h100-run5/{case}/results.json");
             let results: serde_json::Value =
-                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+                serde_json::from_str(&crate::util::read_evidence(&path)).unwrap();
             let r: crate::run::RaceReport =
                 serde_json::from_value(results["race"].clone()).unwrap();
             assert_eq!(r.outcome.winner, None, "{case}");
@@ -983,9 +980,9 @@ mod tests {
             "gpu-h100-run6/proof35-16",
             "gpu-h100-run7/proof35-16",
         ] {
-            let path = format!("{}/reports/{case}/results.json", env!("CARGO_MANIFEST_DIR"));
+            let path = format!("{case}/results.json");
             let results: serde_json::Value =
-                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+                serde_json::from_str(&crate::util::read_evidence(&path)).unwrap();
             // The tune kept the default: its winner is no raced candidate.
             let kept: LaunchConfig =
                 serde_json::from_value(results["winner"]["config"].clone()).unwrap();

@@ -99,10 +99,10 @@ pub struct RaceSettings {
     pub by_request: bool,
 }
 
-/// The GPU machine's paired σ over the committed races was 1-6.5 %, mostly 2-4 % (issue 13's
-/// runs 1-4): about 2 % per launch. Two back-to-back probe launches there read 0.7-0.8 %
-/// (run 4), and the race, sized from that one degree of freedom, gave two candidates 3
-/// rounds each: too few to prove either within ±3 %.
+/// The GPU machine's paired σ over the committed races was 1-6.5 %, mostly 2-4 %
+/// (docs/evidence/): about 2 % per launch. Two back-to-back probe launches there once read
+/// 0.7-0.8 %, and a race sized from that one degree of freedom gave two candidates 3 rounds
+/// each: too few to prove either within ±3 %.
 fn default_prior_launch_sigma_pct() -> f64 {
     2.0
 }
@@ -132,7 +132,7 @@ impl Default for RaceSettings {
 /// σ of one launch's `ln` generation speed for sizing: the sample σ of `logs` (launches of one
 /// config) pooled with the prior ([`RaceSettings::prior_launch_sigma_pct`]), as a variance
 /// weighted by degrees of freedom. One or two degrees of freedom can read the box at a fraction
-/// of its noise (run 4 on the GPU machine). The prior alone with fewer than 2 launches.
+/// of its noise (as two probe launches on the GPU machine did). The prior alone with fewer than 2 launches.
 pub fn pooled_launch_sigma(logs: &[f64], s: &RaceSettings) -> f64 {
     let prior = (1.0 + s.prior_launch_sigma_pct / 100.0).ln();
     if logs.len() < 2 {
@@ -287,7 +287,7 @@ pub fn run(
     race.outcome()
 }
 
-/// Drive a race with a trial runner (the real [`crate::trial::server::LlamaServerRunner`] or a
+/// Drive a race with a trial runner (the real [`crate::trial::llama_runner::LlamaServerRunner`] or a
 /// replay): the probe's launches run the reference as [`TrialRole::Baseline`], the rounds run as
 /// [`TrialRole::Confirm`]. A launch that does not end `ok` (a failure, or `spill` over the VRAM
 /// budget) counts as failed: that candidate leaves the race and never wins. `probe`: launches
@@ -583,8 +583,8 @@ impl Race {
     }
 
     // The race's own outcome only: where no candidate beat the reference, the verdict may still
-    // recommend one (tied in generation and faster in prompt) and says so; run 9's 30B 16 GiB
-    // tune printed "the reference stays" above a candidate it recommended.
+    // recommend one (tied in generation and faster in prompt) and says so, so these lines must
+    // not say "the reference stays" above a candidate the verdict recommends.
     fn budget_spent(&self) -> String {
         format!(
             "the budget of {} launches is spent before any candidate beat the reference beyond the noise",
@@ -927,8 +927,8 @@ impl Race {
     /// What the race decided so far. The look due after the last complete round (drops, claims)
     /// is taken when the next launch is asked for; a race rebuilt from a journal, or one the
     /// tune's clock stopped, may not have asked: that look is taken here, on a copy, so the
-    /// outcome says what the rounds decided (run 8's 35B 24 GiB tune reported its candidate
-    /// "racing" and "the race is not over" after the round that showed it slower).
+    /// outcome says what the rounds decided (not a candidate "racing" and "the race is not
+    /// over" after the round that showed it slower).
     pub fn outcome(&self) -> RaceOutcome {
         let unlooked = self.finished.is_none()
             && self.pending.is_none()

@@ -873,7 +873,8 @@ ggml/src/ggml-cuda/ggml-cuda.cu:101: CUDA error
 
     #[test]
     fn cuda_abort_with_a_full_gpu_is_oom_and_with_room_is_not() {
-        // From the GPU machine (run 3): the first request aborted with VRAM full.
+        // From the GPU machine (docs/evidence/gpu-h200-qwen3.5-35b-a3b-16gib-first-request-oom):
+        // the first request aborted with VRAM full.
         let log = "0.02.906.971 I slot   operator(): id  0 | task 0 | cached n_tokens = 0\n/tmp/src/llama.cpp/ggml/src/ggml-cuda/ggml-cuda.cu:109: CUDA error\n";
         let v = full_gpu_abort(log, true, 16_288, Some(16_291)).unwrap();
         assert_eq!(v.kind, OutcomeKind::OomRuntime);
@@ -941,6 +942,8 @@ ggml/src/ggml-cuda/ggml-cuda.cu:101: CUDA error
             prompt_tps: Stat::from_samples(&[p]).unwrap(),
             ttft_ms: Stat::from_samples(&[10.0]).unwrap(),
             gen_tps_at_depth: None,
+            shapes: Vec::new(),
+            request_s: None,
         };
         let c = SpeedCeiling::ABSOLUTE;
         assert!(implausible_speed(&m(50.0, 1000.0), &c).is_none());

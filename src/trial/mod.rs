@@ -1,14 +1,14 @@
 //! Trials: one launch of `llama-server` with one [`LaunchConfig`], measured, classified and
-//! journaled. The [`TrialRunner`] trait has the real runner ([`server::LlamaServerRunner`]) and
+//! journaled. The [`TrialRunner`] trait has the real runner ([`llama_runner::LlamaServerRunner`]) and
 //! replay / fault-injecting runners for testing the search's logic.
 
 pub mod classify;
 pub mod cleanup;
 pub mod journal;
+pub mod llama_runner;
 pub mod logparse;
 pub mod process;
 pub mod replay;
-pub mod server;
 pub mod workload;
 
 use crate::config::LaunchConfig;

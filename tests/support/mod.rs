@@ -1,0 +1,66 @@
+//! Helpers shared by the integration tests: each test that needs them says `mod support;` and
+//! uses the parts it needs.
+//!
+//! - [`require`]: one rule for what a test needs from outside the repository (the real
+//!   llama-server, a model fixture): SKIP on a plain `cargo test`, a failure under
+//!   `QTUNE_REQUIRE_SERVER=1` (scripts/test.sh) or CI. [`real_server`] and [`smollm2`] apply it.
+//! - [`servers`]: the real llama-servers a test started, found by their argv.
+//! - [`evidence`]: the GPU evidence under docs/evidence/.
+//! - [`hardware`]: hand-made hardware profiles.
+//! - [`trial`], [`multigpu`], [`profile`]: helpers of the trial, two-GPU and profile tests.
+#![allow(dead_code)]
+
+pub mod evidence;
+pub mod hardware;
+pub mod multigpu;
+pub mod profile;
+pub mod require;
+pub mod servers;
+pub mod trial;
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The real CPU llama-server (`$QTUNE_LLAMA_SERVER`, else the pinned build in qtune's cache),
+/// or None after saying SKIP (a failure under scripts/test.sh or CI).
+pub fn real_server() -> Option<PathBuf> {
+    require::or_skip(require::server(), "the real CPU llama-server")
+}
+
+/// The SmolLM2-135M model fixture (`qtune fixtures` prepares it), or None after saying SKIP
+/// (a failure under scripts/test.sh or CI).
+pub fn smollm2() -> Option<PathBuf> {
+    require::or_skip(qtune::fixtures::smollm2(), "the SmolLM2-135M fixture")
+}
+
+/// True when the synthetic models' tokenizer files are there; else false after saying SKIP (a
+/// failure under scripts/test.sh or CI). Every synthetic model and shape layout needs them.
+pub fn vocab() -> bool {
+    require::or_skip(require::vocab(), "the synthetic models' tokenizer files").is_some()
+}
+
+/// A free loopback port (bind port 0, read it, release it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// True when a server on `port` of 127.0.0.1 answers `GET /health` with 200.
+pub fn health_ok(port: u16) -> bool {
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut r = String::new();
+    let _ = s.read_to_string(&mut r);
+    r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200")
+}
