@@ -24,6 +24,9 @@ fn main() -> ExitCode {
                 true,
                 format_args!("qtune: error: {}\n", qtune::util::error_line(&e)),
             );
+            if let Some(h) = e.downcast_ref::<qtune::util::ResumeHint>() {
+                qtune::util::print_to(true, format_args!("  {}\n", h.command));
+            }
             ExitCode::from(qtune::trial::cleanup::exit_code_for(&e))
         }
     }

@@ -214,6 +214,21 @@ pub fn check_yaml_shape(text: &str, max_depth: usize) -> std::result::Result<(),
     Ok(())
 }
 
+/// An error's context that carries a command to continue with: the error line says what
+/// happened, and the command is printed on a line of its own after it (never glued to the
+/// cause, as in "...--resume DIR: interrupted by signal 15").
+#[derive(Debug)]
+pub struct ResumeHint {
+    pub message: String,
+    pub command: String,
+}
+
+impl std::fmt::Display for ResumeHint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 static STDERR_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 

@@ -459,11 +459,13 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
         Err(e) => {
             if e.downcast_ref::<Interrupted>().is_some() {
                 let kept = Journal::read(&run_dir).map(|j| j.len()).unwrap_or(0);
-                return Err(e.context(format!(
-                    "interrupted: {kept} finished trials kept in {}; continue with: {}",
-                    run_dir.join(crate::trial::journal::FILE_NAME).display(),
-                    resume_command(opts, &run_dir)
-                )));
+                return Err(e.context(crate::util::ResumeHint {
+                    message: format!(
+                        "interrupted: {kept} finished trials kept in {} (continue with the command below)",
+                        run_dir.join(crate::trial::journal::FILE_NAME).display(),
+                    ),
+                    command: resume_command(opts, &run_dir),
+                }));
             }
             return Err(e);
         }

@@ -856,10 +856,13 @@ impl Race {
                     .expect("a winner has paired rounds");
                 format!("{} beats the reference: {}", arm_name(w), describe(&v))
             }
-            None => self
-                .finished
-                .clone()
-                .unwrap_or_else(|| "the race is not over".into()),
+            None => self.finished.clone().unwrap_or_else(|| {
+                if self.rounds.is_empty() {
+                    "no race ran (no round was measured)".into()
+                } else {
+                    "the race is not over".into()
+                }
+            }),
         };
         RaceOutcome {
             winner: winner.map(|w| w - 1),
