@@ -415,12 +415,13 @@ pub fn parse(text: &str, origin: &str) -> Result<SearchSpace, SpaceError> {
             message,
         }
     })?;
+    // A value quoted in the parser's message may hold a line break: one line, always.
     let space: SearchSpace = serde_yaml::from_str(text).map_err(|e| SpaceError::Invalid {
         path: origin.to_string(),
-        message: match e.location() {
+        message: crate::escape::one_line(&match e.location() {
             Some(l) => format!("line {}: {}", l.line(), strip_location(&e.to_string())),
             None => e.to_string(),
-        },
+        }),
     })?;
     validate(&space).map_err(|(key, message)| SpaceError::Invalid {
         path: origin.to_string(),
