@@ -582,9 +582,19 @@ pub fn compare(
     if workload.prompt_tokens == 0 || workload.gen_tokens == 0 || workload.repetitions == 0 {
         bail!("--prompt-tokens, --gen-tokens and --repetitions must be at least 1");
     }
+    if let Some(msg) = crate::space::workload_range_error(
+        workload.prompt_tokens,
+        workload.gen_tokens,
+        workload.repetitions,
+        workload.context_depth,
+    ) {
+        bail!("--{}", msg.replacen('_', "-", 1));
+    }
     for p in &parsed {
-        if workload.prompt_tokens + workload.gen_tokens + workload.context_depth.unwrap_or(0)
-            > p.config.ctx
+        if u64::from(workload.prompt_tokens)
+            + u64::from(workload.gen_tokens)
+            + u64::from(workload.context_depth.unwrap_or(0))
+            > u64::from(p.config.ctx)
         {
             bail!(
                 "the workload ({} prompt + {} generated tokens) does not fit -c {} of `{}`",

@@ -9,6 +9,26 @@
 //! `compare` re-measures launch commands in interleaved rounds; `server_binary` finds, checks and builds the `llama-server` binary. `app` has one function per
 //! subcommand: it wires the stages and prints. `cli` only parses and calls `app`.
 
+// Closed pipes (issue 33: `qtune plan --json | head`, `qtune tune ... 2>&1 | head`): std's
+// print macros panic when stdout or stderr is gone, which ended a tune mid-way. Every module
+// below prints through these instead (textual scope shadows the prelude's): a closed stream
+// is remembered and further output to it dropped, and the command goes on to its normal end
+// (a tune finishes and cleans up its servers). Defined before the modules that use them.
+macro_rules! println {
+    () => { $crate::util::print_to(false, format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::util::print_to(false, format_args!("{}\n", format_args!($($arg)*))) };
+}
+macro_rules! print {
+    ($($arg:tt)*) => { $crate::util::print_to(false, format_args!($($arg)*)) };
+}
+macro_rules! eprintln {
+    () => { $crate::util::print_to(true, format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::util::print_to(true, format_args!("{}\n", format_args!($($arg)*))) };
+}
+macro_rules! eprint {
+    ($($arg:tt)*) => { $crate::util::print_to(true, format_args!($($arg)*)) };
+}
+
 pub mod app;
 pub mod cli;
 pub mod clock;

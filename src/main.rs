@@ -19,8 +19,14 @@ fn main() -> ExitCode {
     match qtune::cli::dispatch(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // One line: the error and its causes, joined.
-            eprintln!("qtune: error: {}", qtune::util::error_line(&e));
+            // One line: the error and its causes, joined (never a panic on a closed stderr).
+            qtune::util::print_to(
+                true,
+                format_args!("qtune: error: {}\n", qtune::util::error_line(&e)),
+            );
+            if let Some(h) = e.downcast_ref::<qtune::util::ResumeHint>() {
+                qtune::util::print_to(true, format_args!("  {}\n", h.command));
+            }
             ExitCode::from(qtune::trial::cleanup::exit_code_for(&e))
         }
     }

@@ -467,6 +467,37 @@ pub fn load(name_or_path: &str) -> Result<SearchSpace, SpaceError> {
     parse(&text, name_or_path)
 }
 
+/// The largest prompt, generation and context depth a workload may ask for, in tokens, and
+/// the most repetitions: checked in their own type before any sum (issue 33: a
+/// `prompt_tokens` of 4294967295 wrapped past the context check).
+pub const MAX_WORKLOAD_TOKENS: u32 = 1 << 20;
+pub const MAX_REPETITIONS: u32 = 10_000;
+
+/// Why a workload's numbers are out of range (None: in range). Shared by spaces and
+/// `qtune compare`'s flags.
+pub fn workload_range_error(
+    prompt_tokens: u32,
+    gen_tokens: u32,
+    repetitions: u32,
+    context_depth: Option<u32>,
+) -> Option<String> {
+    for (name, v, max) in [
+        ("prompt_tokens", prompt_tokens, MAX_WORKLOAD_TOKENS),
+        ("gen_tokens", gen_tokens, MAX_WORKLOAD_TOKENS),
+        ("repetitions", repetitions, MAX_REPETITIONS),
+        (
+            "context_depth",
+            context_depth.unwrap_or(0),
+            MAX_WORKLOAD_TOKENS,
+        ),
+    ] {
+        if v > max {
+            return Some(format!("{name} {v} is outside 1..={max}"));
+        }
+    }
+    None
+}
+
 /// Parse and validate YAML text; errors carry the line number.
 pub fn parse(text: &str, origin: &str) -> Result<SearchSpace, SpaceError> {
     crate::util::check_yaml_shape(text, crate::util::MAX_YAML_DEPTH).map_err(|message| {
@@ -475,12 +506,13 @@ pub fn parse(text: &str, origin: &str) -> Result<SearchSpace, SpaceError> {
             message,
         }
     })?;
+    // A value quoted in the parser's message may hold a line break: one line, always.
     let space: SearchSpace = serde_yaml::from_str(text).map_err(|e| SpaceError::Invalid {
         path: origin.to_string(),
-        message: match e.location() {
+        message: crate::escape::one_line(&match e.location() {
             Some(l) => format!("line {}: {}", l.line(), strip_location(&e.to_string())),
             None => e.to_string(),
-        },
+        }),
     })?;
     validate(&space).map_err(|(key, message)| SpaceError::Invalid {
         path: origin.to_string(),
@@ -639,7 +671,19 @@ pub fn validate(s: &SearchSpace) -> Result<(), (&'static str, String)> {
             "prompt_tokens, gen_tokens and repetitions must be at least 1".into(),
         ));
     }
-    if w.prompt_tokens + w.gen_tokens + w.context_depth.unwrap_or(0) > s.fixed.ctx {
+    if let Some(msg) = workload_range_error(
+        w.prompt_tokens,
+        w.gen_tokens,
+        w.repetitions,
+        w.context_depth,
+    ) {
+        return Err(("workload", msg));
+    }
+    if u64::from(w.prompt_tokens)
+        + u64::from(w.gen_tokens)
+        + u64::from(w.context_depth.unwrap_or(0))
+        > u64::from(s.fixed.ctx)
+    {
         return Err((
             "workload",
             format!(

@@ -214,6 +214,54 @@ pub fn check_yaml_shape(text: &str, max_depth: usize) -> std::result::Result<(),
     Ok(())
 }
 
+/// An error's context that carries a command to continue with: the error line says what
+/// happened, and the command is printed on a line of its own after it (never glued to the
+/// cause, as in "...--resume DIR: interrupted by signal 15").
+#[derive(Debug)]
+pub struct ResumeHint {
+    pub message: String,
+    pub command: String,
+}
+
+impl std::fmt::Display for ResumeHint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static STDERR_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Write to stdout (or stderr) without ever panicking: once a write fails (a closed pipe, as
+/// in `qtune plan --json | head`), later output to that stream is dropped. What the crate's
+/// `println!`/`eprintln!` call (see lib.rs).
+pub fn print_to(stderr: bool, args: std::fmt::Arguments<'_>) {
+    use std::sync::atomic::Ordering;
+    let closed = if stderr {
+        &STDERR_CLOSED
+    } else {
+        &STDOUT_CLOSED
+    };
+    if closed.load(Ordering::Relaxed) {
+        return;
+    }
+    let r = if stderr {
+        let mut e = std::io::stderr().lock();
+        e.write_fmt(args).and_then(|_| e.flush())
+    } else {
+        let mut o = std::io::stdout().lock();
+        o.write_fmt(args).and_then(|_| o.flush())
+    };
+    if r.is_err() {
+        closed.store(true, Ordering::Relaxed);
+    }
+}
+
+/// True once a write to stdout failed (its reader went away).
+pub fn stdout_closed() -> bool {
+    STDOUT_CLOSED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// An error and its causes on one line, each cause once: a cause whose text the line already
 /// holds (e.g. an OS error that a wrapper also prints, "... (os error 13) at path ...: ...
 /// (os error 13)") is left out.

@@ -236,11 +236,10 @@ fn sigint_stops_the_tune_cleanly_and_keeps_the_journal() {
         err.contains(&format!("interrupted: {kept} finished trials kept")),
         "{err}"
     );
-    assert!(
-        err.contains(&format!(
-            "continue with: qtune tune --resume {}",
-            run.display()
-        )),
+    // The command on a line of its own, after the error line (issue 33).
+    assert_eq!(
+        err.trim_end().lines().last().map(str::trim),
+        Some(format!("qtune tune --resume {}", run.display()).as_str()),
         "{err}"
     );
 }

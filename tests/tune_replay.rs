@@ -172,12 +172,21 @@ fn an_interrupt_says_what_was_kept_and_the_resume_finishes_the_same_tune() {
         stderr.contains("interrupted: 4 finished trials kept"),
         "{stderr}"
     );
+    // The command on a line of its own, after the error line (issue 33).
     let resume = format!(
-        "continue with: qtune tune --replay {} --resume {}",
+        "qtune tune --replay {} --resume {}",
         journal().display(),
         out.display()
     );
-    assert!(stderr.contains(&resume), "{stderr}");
+    assert!(
+        stderr.contains("(continue with the command below)"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr.trim_end().lines().last().map(str::trim),
+        Some(resume.as_str()),
+        "{stderr}"
+    );
     let kept: Vec<TrialOutcome> = qtune::trial::journal::Journal::read(&out).unwrap();
     assert_eq!(kept.len(), 4);
     assert!(!out.join("results.json").exists());

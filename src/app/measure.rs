@@ -272,7 +272,10 @@ pub fn depth(dir: &Path, depths: &[u32]) -> Result<()> {
     let mut rows = Vec::new();
     eprintln!("{:>8} {:>14}  outcome", "depth", "tg t/s");
     for &d in depths {
-        if d + inputs.space.workload.gen_tokens + 8 > winner.ctx {
+        if d.saturating_add(inputs.space.workload.gen_tokens)
+            .saturating_add(8)
+            > winner.ctx
+        {
             anyhow::bail!(
                 "depth {d} + {} generated tokens does not fit the winner's context {}",
                 inputs.space.workload.gen_tokens,

@@ -89,6 +89,11 @@ pub fn plan(
     headroom_mib: u64,
     json: bool,
 ) -> Result<()> {
+    if let Some(ctx) = ctx.filter(|c| !(256..=1 << 20).contains(c)) {
+        bail!(
+            "--ctx {ctx} is outside 256..=1048576 (the context the server would be started with)"
+        );
+    }
     let layout = crate::model::load(model)?;
     // Host read bandwidth is an input of the speed prediction (about two seconds).
     let hw = crate::hardware::probe(true);

@@ -453,15 +453,16 @@ fn runner_and_clock(
 }
 
 /// The fastest believable speeds of each config: 10x the speed model's bound where it has
-/// one for this box and config, else the absolute bound. Synthetic models (a few MiB, they
-/// run from the CPU's caches, past any bandwidth roofline) get the absolute bound too.
+/// one for this box and config, else the absolute bound. Models under 4 GiB (synthetic ones,
+/// SmolLM2: they run largely from the CPU's caches, past any bandwidth roofline; SmolLM2
+/// decodes at 15x its roofline on the CPU box) get the absolute bound too.
 fn speed_ceiling(
     layout: &crate::model::ModelLayout,
     hw: &crate::hardware::HardwareProfile,
 ) -> crate::trial::llama_runner::SpeedCeilingFn {
     use crate::model::speed;
     use crate::trial::classify::SpeedCeiling;
-    if speed::is_synthetic(layout) {
+    if speed::is_synthetic(layout) || layout.file_bytes < 4 << 30 {
         return Box::new(|_| SpeedCeiling::ABSOLUTE);
     }
     let layout = layout.clone();
@@ -553,11 +554,13 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
         Err(e) => {
             if e.downcast_ref::<Interrupted>().is_some() {
                 let kept = Journal::read(&run_dir).map(|j| j.len()).unwrap_or(0);
-                return Err(e.context(format!(
-                    "interrupted: {kept} finished trials kept in {}; continue with: {}",
-                    run_dir.join(crate::trial::journal::FILE_NAME).display(),
-                    resume_command(opts, &run_dir)
-                )));
+                return Err(e.context(crate::util::ResumeHint {
+                    message: format!(
+                        "interrupted: {kept} finished trials kept in {} (continue with the command below)",
+                        run_dir.join(crate::trial::journal::FILE_NAME).display(),
+                    ),
+                    command: resume_command(opts, &run_dir),
+                }));
             }
             return Err(e);
         }

@@ -138,7 +138,7 @@ impl GgmlType {
         if ne0 % self.block_size() != 0 {
             return None;
         }
-        Some(ne0 / self.block_size() * self.type_size())
+        (ne0 / self.block_size()).checked_mul(self.type_size())
     }
 
     /// Bytes of a tensor of shape `dims` (ne0 first); `None` when ne0 does not fit the blocks

@@ -198,6 +198,18 @@ impl GgufFile {
     }
 }
 
+/// Text from a model file made fit for a one-line message: control characters (line breaks,
+/// terminal escapes) as spaces, at most `max` characters.
+pub fn shown(text: &str, max: usize) -> String {
+    let line = crate::escape::one_line(text);
+    if line.chars().count() <= max {
+        line
+    } else {
+        let cut: String = line.chars().take(max).collect();
+        format!("{cut}...")
+    }
+}
+
 /// Reads the header of a GGUF file and checks the file is long enough for every tensor.
 pub fn read(path: &Path) -> Result<GgufFile, GgufError> {
     let meta = match std::fs::metadata(path) {
@@ -259,14 +271,14 @@ impl<R: Read> Reader<R> {
     fn truncated(&self, what: impl Into<String>) -> GgufError {
         GgufError::Truncated {
             path: self.path.clone(),
-            what: what.into(),
+            what: shown(&what.into(), 300),
         }
     }
 
     fn corrupt(&self, what: impl Into<String>) -> GgufError {
         GgufError::Corrupt {
             path: self.path.clone(),
-            what: what.into(),
+            what: shown(&what.into(), 300),
         }
     }
 
@@ -423,7 +435,7 @@ impl<R: Read> Reader<R> {
             let ggml_type =
                 GgmlType::from_id(type_id).ok_or_else(|| GgufError::UnknownTensorType {
                     path: self.path.clone(),
-                    tensor: name.clone(),
+                    tensor: shown(&name, 120),
                     type_id,
                 })?;
             let n_bytes = ggml_type.tensor_bytes(&dims).ok_or_else(|| {

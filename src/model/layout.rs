@@ -125,7 +125,8 @@ pub fn from_gguf(g: &GgufFile) -> Result<ModelLayout> {
         .to_string();
     if !SUPPORTED_ARCHS.contains(&arch.as_str()) {
         bail!(
-            "unsupported architecture '{arch}' (qtune supports: {})",
+            "unsupported architecture '{}' (qtune supports: {})",
+            super::gguf::shown(&arch, 60),
             SUPPORTED_ARCHS.join(", ")
         );
     }

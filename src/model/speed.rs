@@ -514,7 +514,7 @@ pub fn predict(
     if has_gpu && (sb.gpu_bw_gbs.is_none() || cfg.is_auto_placement()) {
         return None;
     }
-    let depth = prompt_tokens + 64;
+    let depth = prompt_tokens.saturating_add(64);
     let tb = token_bytes(layout, cfg, has_gpu, depth);
     let threads = cfg.threads.unwrap_or(sb.physical_cores).max(1);
     let thread_share = sb.thread_share(threads, k);

@@ -36,11 +36,21 @@ pub fn exposed_host_warning(host: &str) -> Option<String> {
     })
 }
 
-/// The model id clients see (`llama-server --alias`): a slug of the model's name
-/// ("Qwen3 30B-A3B Instruct" -> "qwen3-30b-a3b-instruct"), never the file path.
+/// The model id clients see (`llama-server --alias`): a slug of the model's name without
+/// its parenthesised notes ("Qwen3 30B-A3B Instruct (2507)" -> "qwen3-30b-a3b-instruct"),
+/// never the file path.
 pub fn model_alias(r: &TuneResult) -> String {
     let mut slug = String::new();
+    let mut depth = 0usize;
     for c in super::markdown::model_title(r).chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if depth > 0 || c == ')' {
+            continue;
+        }
         if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
             slug.push(c.to_ascii_lowercase());
         } else if !slug.is_empty() && !slug.ends_with('-') {
@@ -603,11 +613,11 @@ mod tests {
         let (srv, model) = weird();
         let mut r = crate::run::sample::cpu_result(&srv, &model);
         r.model.name = Some("Qwen3 30B-A3B  Instruct (2507)".into());
-        assert_eq!(model_alias(&r), "qwen3-30b-a3b-instruct-2507");
+        assert_eq!(model_alias(&r), "qwen3-30b-a3b-instruct");
         r.model.name = Some("Qwen3.5-35B-A3B".into());
         assert_eq!(model_alias(&r), "qwen3.5-35b-a3b");
-        r.model.name = Some("$(touch x)\n".into());
-        assert_eq!(model_alias(&r), "touch-x");
+        r.model.name = Some("`touch x`; $HOME\n".into());
+        assert_eq!(model_alias(&r), "touch-x-home");
         r.model.name = Some("!!!".into());
         assert_eq!(model_alias(&r), "model");
     }

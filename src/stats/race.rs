@@ -995,10 +995,13 @@ impl Race {
                     describe(&v)
                 )
             }
-            None => self
-                .finished
-                .clone()
-                .unwrap_or_else(|| "the race is not over".into()),
+            None => self.finished.clone().unwrap_or_else(|| {
+                if self.rounds.is_empty() {
+                    "no race ran (no round was measured)".into()
+                } else {
+                    "the race is not over".into()
+                }
+            }),
         };
         RaceOutcome {
             winner: winner.map(|w| w - self.baselines),
