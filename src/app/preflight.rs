@@ -167,6 +167,18 @@ pub fn check_fits(
 /// The workload in a few words.
 pub fn workload_text(space: &SearchSpace) -> String {
     let w = &space.workload;
+    if let Some(mix) = w.objective_mix() {
+        let others: Vec<&str> = w.mixes[1..].iter().map(|m| m.name.as_str()).collect();
+        return format!(
+            "{}: time per request is the objective{}",
+            mix.describe(),
+            if others.is_empty() {
+                String::new()
+            } else {
+                format!(" ({} measured too)", others.join(", "))
+            }
+        );
+    }
     format!(
         "{} prompt + {} generated tokens, {} requests per launch{}",
         w.prompt_tokens,

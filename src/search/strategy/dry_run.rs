@@ -30,6 +30,15 @@ pub fn first_launches(ctx: &SearchContext) -> Vec<PlannedLaunch> {
             },
         });
     }
+    if let Some(second) = ctx.second_baseline() {
+        out.push(PlannedLaunch {
+            role: TrialRole::SecondBaseline,
+            config: second,
+            why: "the best command you could type without qtune (--fit-target <headroom>): \
+                  the better of the two baselines is the reference"
+                .to_string(),
+        });
+    }
     if let Some(pick) = super::super::pick::model_pick(ctx, 0.0) {
         out.push(PlannedLaunch {
             role: TrialRole::Search,
