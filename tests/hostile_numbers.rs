@@ -52,7 +52,7 @@ fn workload_numbers_past_their_range_are_refused() {
             "gen_tokens 4294967295 is outside",
         ),
         (
-            "repetitions: 3",
+            "repetitions: 2",
             "repetitions: 4294967295",
             "repetitions 4294967295 is outside",
         ),
