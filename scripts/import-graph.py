@@ -30,12 +30,13 @@ import os, re, sys
 from collections import defaultdict
 
 SRC = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), '..', 'src')
-LAYERS = [['util', 'clock', 'config'], ['hardware'], ['server_binary', 'server'], ['model'], ['space'],
+LAYERS = [['util', 'clock', 'config', 'escape'], ['hardware'], ['server_binary', 'server'], ['model'], ['workloads', 'space'],
           ['trial'], ['stats'], ['fixtures', 'quality'], ['run'], ['placement'], ['search'],
           ['report', 'profile'], ['plan'], ['compare'], ['app'], ['cli']]
 RANK = {m: i for i, layer in enumerate(LAYERS) for m in layer}
 # Within one layer, these uses are allowed (one direction only).
 SAME_LAYER_OK = {('server', 'server_binary'), ('quality', 'fixtures'), ('util', 'config'), ('config', 'util'),
+                 ('config', 'escape'), ('space', 'workloads'), ('workloads', 'util'),
                  ('clock', 'util')}
 
 

@@ -558,14 +558,14 @@ fn run_build_with_progress(dir: &Path, cmake: &Path, say: &dyn Fn(&str)) -> Resu
 fn build_progress_line(n: u64, total: u64, elapsed_s: f64) -> String {
     let left = if n > 0 {
         let s = elapsed_s / n as f64 * total.saturating_sub(n) as f64;
-        format!(", about {} left", crate::app::progress::duration_text(s))
+        format!(", about {} left", crate::util::duration_text(s))
     } else {
         String::new()
     };
     format!(
         "qtune: building llama.cpp {n}/{total} ({:.0} %), {} so far{left}",
         100.0 * n as f64 / total.max(1) as f64,
-        crate::app::progress::duration_text(elapsed_s)
+        crate::util::duration_text(elapsed_s)
     )
 }
 

@@ -1,5 +1,7 @@
 //! Search spaces (`search-spaces/*.yaml`): which flags vary, what stays fixed, the workload
 //! each trial runs and the objective that ranks trials.
+//! (Over 800 lines with its tests: one schema, whose every key is validated where it is
+//! defined, with its range and the line it came from.)
 
 use serde::{Deserialize, Serialize};
 

@@ -374,6 +374,18 @@ pub fn fmt_mib(mib: f64) -> String {
 
 pub const MIB: u64 = 1024 * 1024;
 
+/// `95 s` -> `1m35s`; `3725 s` -> `1h02m`.
+pub fn duration_text(s: f64) -> String {
+    let s = s.max(0.0).round() as u64;
+    if s < 60 {
+        format!("{s}s")
+    } else if s < 3600 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

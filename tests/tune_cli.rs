@@ -59,8 +59,19 @@ fn tune_and_check(model: PathBuf, extra: &[&str]) {
     assert!(out.status.success(), "tune failed: {stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     if extra.contains(&"--json") {
-        let j: serde_json::Value = serde_json::from_str(&stdout).expect("--json prints JSON");
-        assert_eq!(j, results(&run), "--json prints results.json");
+        let mut j: serde_json::Value = serde_json::from_str(&stdout).expect("--json prints JSON");
+        let o = j.as_object_mut().expect("a JSON object");
+        assert!(o
+            .remove("schema_version")
+            .is_some_and(|v| v.as_u64() == Some(2)));
+        let verdict = o.remove("verdict").expect("a verdict object");
+        assert!(verdict["recommended"]["flags"].is_string(), "{verdict}");
+        assert!(verdict["status"].is_string(), "{verdict}");
+        assert_eq!(
+            j,
+            results(&run),
+            "--json prints results.json, then the verdict"
+        );
     }
     let last = if extra.contains(&"--json") {
         results(&run)["winner"]["command"]

@@ -62,17 +62,7 @@ pub fn eta_s(durations: &[f64], launches_left: u32, minutes_left_s: f64) -> Opti
     Some((mean * f64::from(launches_left)).min(minutes_left_s.max(0.0)))
 }
 
-/// `95 s` -> `1m35s`; `3725 s` -> `1h02m`.
-pub fn duration_text(s: f64) -> String {
-    let s = s.max(0.0).round() as u64;
-    if s < 60 {
-        format!("{s}s")
-    } else if s < 3600 {
-        format!("{}m{:02}s", s / 60, s % 60)
-    } else {
-        format!("{}h{:02}m", s / 3600, (s % 3600) / 60)
-    }
-}
+pub use crate::util::duration_text;
 
 /// The line printed as launch `launch` of `budget` starts.
 pub fn launch_line(

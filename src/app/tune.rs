@@ -688,7 +688,10 @@ fn print_outcome(result: &TuneResult, run_dir: &Path, json: bool, quiet: bool) -
         if let Some(w) = port_taken_warning(&result.host, result.port) {
             eprintln!("qtune: warning: {w}");
         }
-        println!("{}", serde_json::to_string_pretty(result)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&crate::report::summary::tune_json(result))?
+        );
         return Ok(());
     }
     if !quiet {

@@ -13,17 +13,9 @@ pub use crate::run::{DEFAULT_HOST, DEFAULT_PORT};
 /// Free VRAM below this share of the total at start means another process held the rest.
 const EMULATED_FREE_SHARE: f64 = 0.60;
 
-/// The model's file name without `.gguf`.
-pub fn model_stem(r: &TuneResult) -> String {
-    r.model_path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| r.model.arch.clone())
-}
-
 /// How the report names the model: its GGUF name, else its file name.
 pub fn model_title(r: &TuneResult) -> String {
-    r.model.name.clone().unwrap_or_else(|| model_stem(r))
+    r.model.name.clone().unwrap_or_else(|| super::model_stem(r))
 }
 
 fn date(ts: &str) -> String {

@@ -183,6 +183,14 @@ pub fn write_script(
     Ok(written)
 }
 
+/// The model's file name without `.gguf`.
+pub fn model_stem(r: &crate::run::TuneResult) -> String {
+    r.model_path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| r.model.arch.clone())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

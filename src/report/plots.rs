@@ -256,11 +256,7 @@ impl PlotData {
             .unwrap_or_default();
         PlotData {
             modelled,
-            model: r
-                .model
-                .name
-                .clone()
-                .unwrap_or_else(|| super::markdown::model_stem(r)),
+            model: r.model.name.clone().unwrap_or_else(|| super::model_stem(r)),
             points,
             failed,
             winner,

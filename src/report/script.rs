@@ -1,5 +1,7 @@
 //! `launch.sh`: a bash script that starts the winner the way it was measured, and optionally a
 //! systemd unit that runs it.
+//! (Over 800 lines with its tests: one script template, its argument handling and the unit and
+//! compose exports share every escaped value; the tests run the rendered script for real.)
 //!
 //! The server's flags come from
 //! [`LaunchConfig::server_args`](crate::config::LaunchConfig::server_args); the host, port,

@@ -225,3 +225,101 @@ pub fn verdict_lines(r: &TuneResult) -> Vec<String> {
     }
     out
 }
+
+/// The version of `qtune tune --json`'s layout: the run's `results.json` fields plus
+/// `schema_version` and `verdict`.
+pub const JSON_SCHEMA_VERSION: u32 = 2;
+
+fn comparison_json(c: &crate::stats::Comparison) -> serde_json::Value {
+    serde_json::json!({
+        "gain_pct": c.gain_pct(),
+        "interval_pct": c.interval_pct().map(|(lo, hi)| [lo, hi]),
+        "ratio": c.ratio(),
+        "rounds": c.rounds,
+        "confidence": c.confidence,
+    })
+}
+
+/// The one verdict as data: what is recommended (llama.cpp flags and the whole command), how
+/// sure (`proven`, `likely`, `kept`, `unraced`), the reference and each metric against it with
+/// its interval in percent, and the best command for each built-in workload.
+pub fn verdict_json(r: &TuneResult) -> serde_json::Value {
+    let Some(w) = &r.winner else {
+        return serde_json::Value::Null;
+    };
+    let reference = |rf: &crate::run::Reference| {
+        serde_json::json!({
+            "name": rf.name,
+            "flags": flags(&rf.config),
+            "time_per_request_s": rf.request_s,
+            "peak_vram_mib": rf.peak_vram_mib,
+            "over_budget": rf.over_budget,
+        })
+    };
+    serde_json::json!({
+        "workload": r.space.workload.name(),
+        "recommended": {
+            "flags": flags(&w.config),
+            "command": w.command,
+        },
+        "status": w.status,
+        "reference": w.reference.as_ref().map(|rf| {
+            let mut v = reference(rf);
+            v["other"] = rf.other.as_deref().map_or(serde_json::Value::Null, reference);
+            v
+        }),
+        "time_per_request_s": w.request_s,
+        "vs_reference": {
+            "time_per_request": w.request_vs_baseline.as_ref().map(comparison_json),
+            "generation": w.gen_vs_baseline.as_ref().map(comparison_json),
+            "prompt": w.prompt_vs_baseline.as_ref().map(comparison_json),
+        },
+        "workloads": r.workload_picks().iter().map(|p| serde_json::json!({
+            "workload": p.workload,
+            "flags": flags(&p.config),
+            "time_per_request_s": p.request_s,
+            "launches": p.launches,
+            "better_baseline": p.reference_name,
+            "better_baseline_time_per_request_s": p.reference_request_s,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// `qtune tune --json`: the run's result with `schema_version` and `verdict` first.
+pub fn tune_json(r: &TuneResult) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    out.insert("schema_version".into(), JSON_SCHEMA_VERSION.into());
+    out.insert("verdict".into(), verdict_json(r));
+    if let Ok(serde_json::Value::Object(m)) = serde_json::to_value(r) {
+        out.extend(m);
+    }
+    serde_json::Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_json_verdict_names_the_recommendation_its_status_and_the_reference() {
+        let r = crate::run::sample::gpu_result(
+            std::path::Path::new("/opt/llama-server"),
+            std::path::Path::new("/m/model.gguf"),
+        );
+        let v = tune_json(&r);
+        assert_eq!(v["schema_version"], JSON_SCHEMA_VERSION);
+        let verdict = &v["verdict"];
+        assert!(
+            verdict["recommended"]["flags"].as_str().is_some(),
+            "{verdict}"
+        );
+        assert!(verdict["recommended"]["command"].is_array());
+        assert!(v["trials"].is_array(), "the run's own fields follow");
+        // No impossible numbers: every percentage present is finite.
+        for m in ["time_per_request", "generation", "prompt"] {
+            if let Some(g) = verdict["vs_reference"][m]["gain_pct"].as_f64() {
+                assert!(g.is_finite() && g > -100.0, "{m}: {g}");
+            }
+        }
+    }
+}
