@@ -20,7 +20,8 @@
 #   plan35        qtune plan on 16 GiB starting from the 24 GiB profile, then the plan launched
 #   work35-16, work35-24, work30-16, work30-24
 #                 the workload objective: tune for $WORKLOAD (chat), then qtune compare
-#                 --workload of A, B and each built-in workload's pick ($ROUNDS rounds)
+#                 --workload of A, B and each built-in workload's pick ($ROUNDS rounds;
+#                 PICKS_FOR=long-doc,...: only those workloads' picks)
 #   proof35-16, proof35-24, proof30-16, proof30-24
 #                 issue 13's proof: plan (predicted speeds written first), tune (default space),
 #                 then qtune compare of the winner vs the default vs --fit-target 512
@@ -425,8 +426,10 @@ r = json.load(open(sys.argv[1]))
 base = [t["config"] for t in r["trials"] if t["role"] in ("baseline", "second-baseline")]
 model = r["model_path"]
 seen = []
+import os
+only = [w for w in os.environ.get("PICKS_FOR", "").split(",") if w]
 for p in r.get("workload_picks", []):
-    if p["config"] in base or not p.get("command"):
+    if p["config"] in base or not p.get("command") or (only and p["workload"] not in only):
         continue
     # The model as it is on this machine, not where the tune ran.
     argv = [sys.argv[2] if a == model else a for a in p["command"]]
