@@ -158,13 +158,15 @@ fn a_tune_starts_with_a_banner_and_counts_its_launches_and_quiet_silences_both()
         "qtune: tuning ",
         "(qwen35moe, ",
         "  space: quick",
-        "  workload: 256 prompt + 64 generated tokens",
+        "  workload: chat (2000 held + 150 new → 400 generated): time per request is the objective",
         "  ctx: 32768",
         "  budget: at most 16 launches and 8 minutes",
         "  baseline (what you get without qtune): -c 32768 -np 1",
         "  run directory: ",
         "launch 1/16 · baseline · ",
-        "launch 3/16 · search · ",
+        "launch 3/16 · baseline (fit-target) · ",
+        "  second baseline (what you get without qtune): -c 32768 -np 1 --fit on --fit-target 512",
+        "launch 4/16 · search · ",
         " ETA ",
     ] {
         assert!(err.contains(needle), "missing {needle:?}:\n{err}");
@@ -339,7 +341,7 @@ fn one_model_argument_and_one_context_rule_across_commands() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(last_stdout_line(&o).contains(" -c 4096 "), "{}", text(&o));
     for (ctx, needle) in [
-        ("0", "--ctx 0: the context must hold"),
+        ("0", "--ctx 0 is outside 256..=1048576"),
         ("65536", "past the model's trained context of 32768 tokens"),
     ] {
         let o = run(&["plan", "--model", m, "--ctx", ctx]);

@@ -365,7 +365,7 @@ fn the_race_reports_intervals_holds_the_budget_and_resumes_identically() {
     assert!(hi >= 0.0, "{g}");
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(
-        stderr.contains("paired vs baseline: generation "),
+        stderr.contains("recommended for chat: ") && stderr.contains("\n  status: "),
         "{stderr}"
     );
     assert!(stderr.contains("(95 %, "), "{stderr}");

@@ -246,11 +246,19 @@ pub fn banner(
         "  budget: at most {} launches and {} minutes",
         space.budget.trials, space.budget.minutes
     ));
-    for b in baselines {
+    for (i, b) in baselines.iter().enumerate() {
         out.push(format!(
-            "  baseline (what you get without qtune): {}",
+            "  {} (what you get without qtune): {}",
+            if i == 0 {
+                "baseline"
+            } else {
+                "second baseline"
+            },
             flags(b)
         ));
+    }
+    if baselines.len() > 1 {
+        out.push("  reference: the better of the baselines on the objective".to_string());
     }
     out.push(format!("  run directory: {}", run_dir.display()));
     out

@@ -584,10 +584,12 @@ pub fn tune(opts: TuneOptions) -> Result<()> {
 fn banner_baselines(inputs: &RunInputs, layout: &crate::model::ModelLayout) -> Vec<LaunchConfig> {
     let ctx = crate::search::context(inputs, layout, crate::clock::system());
     let mut out: Vec<LaunchConfig> = Vec::new();
-    for l in crate::search::first_launches(&ctx)
-        .into_iter()
-        .filter(|l| l.role == crate::trial::TrialRole::Baseline)
-    {
+    for l in crate::search::first_launches(&ctx).into_iter().filter(|l| {
+        matches!(
+            l.role,
+            crate::trial::TrialRole::Baseline | crate::trial::TrialRole::SecondBaseline
+        )
+    }) {
         if !out.contains(&l.config) {
             out.push(l.config);
         }
