@@ -112,9 +112,6 @@ pub fn per_request(c: &crate::stats::Comparison) -> String {
     let word = if ratio >= 1.0 { "faster" } else { "slower" };
     let shown = if ratio >= 1.0 { ratio } else { 1.0 / ratio };
     let interval = match (c.lo_log, c.hi_log) {
-        (Some(lo), Some(hi)) if hi - lo > 10f64.ln() => {
-            " (no usable interval: the rounds disagree by more than 10x)".to_string()
-        }
         (Some(lo), Some(hi)) => format!(" [{:.2}, {:.2}] as a ratio", lo.exp(), hi.exp()),
         _ => " (no interval)".into(),
     };
