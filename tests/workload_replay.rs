@@ -3,44 +3,19 @@
 //! workload where the measured landscape says it should, and a pick slower than the reference
 //! beyond its interval is never the headline.
 
+mod support;
+
 use qtune::config::LaunchConfig;
-use qtune::model::{BlockBytes, ModelLayout};
+use qtune::model::ModelLayout;
 use qtune::run::{RaceReport, VerdictStatus, Winner};
 use qtune::search::run_search;
 use qtune::search::strategy::SearchContext;
 use qtune::trial::replay::{ReplayAnswer, ReplayRunner};
 use qtune::trial::TrialRole;
 
-const MIB: u64 = 1 << 20;
-
+/// A qwen3.5-35b-a3b-like layout: 40 blocks, ~420 MiB of routed experts each.
 fn layout() -> ModelLayout {
-    let blocks: Vec<BlockBytes> = (0..40)
-        .map(|_| BlockBytes {
-            routed_experts: 420 * MIB,
-            shared_experts: 4 * MIB,
-            rest: 30 * MIB,
-        })
-        .collect();
-    let tensor_bytes = blocks.iter().map(|b| b.total()).sum::<u64>() + 2 * 300 * MIB;
-    ModelLayout {
-        arch: "qwen35moe".into(),
-        file_bytes: tensor_bytes + 10 * MIB,
-        n_head: 16,
-        n_head_kv: 2,
-        head_dim_k: 256,
-        head_dim_v: 256,
-        n_vocab: 248_320,
-        ctx_train: 262_144,
-        kv_blocks: (0..40).map(|i| (i + 1) % 4 == 0).collect(),
-        recurrent_state_bytes: (0..40)
-            .map(|i| if (i + 1) % 4 == 0 { 0 } else { 1 << 20 })
-            .collect(),
-        blocks,
-        token_embd_bytes: 300 * MIB,
-        output_bytes: 300 * MIB,
-        tensor_bytes,
-        ..ModelLayout::uniform(40, 256, 0, 0)
-    }
+    support::layouts::qwen35_like()
 }
 
 /// The default space tuned for `workload`, on a 16 GiB-like card.

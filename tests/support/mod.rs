@@ -12,6 +12,7 @@
 
 pub mod evidence;
 pub mod hardware;
+pub mod layouts;
 pub mod multigpu;
 pub mod profile;
 pub mod require;
