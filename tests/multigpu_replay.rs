@@ -11,7 +11,7 @@ mod support;
 
 use qtune::config::{KvType, LaunchConfig};
 use qtune::hardware::HardwareProfile;
-use qtune::model::{BlockBytes, ModelLayout};
+use qtune::model::ModelLayout;
 use qtune::placement::FIT_OVERSHOOT_MIB;
 use qtune::run::{RunInputs, TuneResult};
 use qtune::trial::replay::{ReplayAnswer, ReplayRunner};
@@ -19,7 +19,6 @@ use qtune::trial::{OutcomeKind, TrialRole};
 use std::path::{Path, PathBuf};
 use support::multigpu::{assert_launch_budget, assert_ok_trials_within_each_card, replay_tune};
 
-const MIB: u64 = 1 << 20;
 const HEADROOM: u64 = 512;
 /// What every card really uses beyond its predicted buffers (the CUDA context, as measured on
 /// the GPU machine), and what GPU 1 uses beyond that (a prediction error the search must learn).
@@ -29,33 +28,7 @@ const GPU1_ERROR_MIB: f64 = 400.0;
 /// A Q8_0 Qwen3.5-35B-A3B-like layout, a little heavier: 40 blocks, 1,000 MiB of routed
 /// experts each (about 40 GiB in all: more than two cards of 24 + 16 GiB hold).
 fn layout() -> ModelLayout {
-    let blocks: Vec<BlockBytes> = (0..40)
-        .map(|_| BlockBytes {
-            routed_experts: 1000 * MIB,
-            shared_experts: 8 * MIB,
-            rest: 40 * MIB,
-        })
-        .collect();
-    let tensor_bytes = blocks.iter().map(|b| b.total()).sum::<u64>() + 2 * 500 * MIB;
-    ModelLayout {
-        arch: "qwen35moe".into(),
-        file_bytes: tensor_bytes + 10 * MIB,
-        n_head: 16,
-        n_head_kv: 2,
-        head_dim_k: 256,
-        head_dim_v: 256,
-        n_vocab: 248_320,
-        ctx_train: 262_144,
-        kv_blocks: (0..40).map(|i| (i + 1) % 4 == 0).collect(),
-        recurrent_state_bytes: (0..40)
-            .map(|i| if (i + 1) % 4 == 0 { 0 } else { 1 << 20 })
-            .collect(),
-        blocks,
-        token_embd_bytes: 500 * MIB,
-        output_bytes: 500 * MIB,
-        tensor_bytes,
-        ..ModelLayout::uniform(40, 256, 0, 0)
-    }
+    support::layouts::qwen35_like_sized(1000, 8, 40, 500)
 }
 
 /// The sample GPU box with these cards' free VRAM (MiB), in device order.

@@ -6,14 +6,20 @@ const MIB: u64 = 1 << 20;
 
 /// A qwen3.5-35b-a3b-like layout: 40 blocks, ~420 MiB of routed experts each.
 pub fn qwen35_like() -> ModelLayout {
+    qwen35_like_sized(420, 4, 30, 300)
+}
+
+/// A qwen3.5-35b-a3b-like layout of 40 blocks, each with these routed experts, shared experts
+/// and other tensors (MiB), and an embedding and output of `embd` MiB each.
+pub fn qwen35_like_sized(routed: u64, shared: u64, rest: u64, embd: u64) -> ModelLayout {
     let blocks: Vec<BlockBytes> = (0..40)
         .map(|_| BlockBytes {
-            routed_experts: 420 * MIB,
-            shared_experts: 4 * MIB,
-            rest: 30 * MIB,
+            routed_experts: routed * MIB,
+            shared_experts: shared * MIB,
+            rest: rest * MIB,
         })
         .collect();
-    let tensor_bytes = blocks.iter().map(|b| b.total()).sum::<u64>() + 2 * 300 * MIB;
+    let tensor_bytes = blocks.iter().map(|b| b.total()).sum::<u64>() + 2 * embd * MIB;
     ModelLayout {
         arch: "qwen35moe".into(),
         file_bytes: tensor_bytes + 10 * MIB,
@@ -28,8 +34,8 @@ pub fn qwen35_like() -> ModelLayout {
             .map(|i| if (i + 1) % 4 == 0 { 0 } else { 1 << 20 })
             .collect(),
         blocks,
-        token_embd_bytes: 300 * MIB,
-        output_bytes: 300 * MIB,
+        token_embd_bytes: embd * MIB,
+        output_bytes: embd * MIB,
         tensor_bytes,
         ..ModelLayout::uniform(40, 256, 0, 0)
     }
