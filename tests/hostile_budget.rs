@@ -4,34 +4,14 @@
 
 mod support;
 
-use qtune::model::ModelLayout;
 use qtune::search::run_search;
 use qtune::search::strategy::SearchContext;
 use qtune::trial::replay::{ReplayAnswer, ReplayRunner};
 use qtune::trial::{OutcomeKind, TrialOutcome};
 use std::time::{Duration, Instant};
 
-/// A qwen3.5-35b-a3b-like layout: 40 blocks, ~420 MiB of routed experts each.
-fn layout() -> ModelLayout {
-    support::layouts::qwen35_like()
-}
-
 fn context(budget_mib: f64) -> SearchContext {
-    SearchContext {
-        space: qtune::space::load("default").unwrap(),
-        layout: layout(),
-        gpu_moe: true,
-        has_gpu: true,
-        budget_mib: Some(budget_mib),
-        physical_cores: 16,
-        logical_cores: 32,
-        start: None,
-        clock: qtune::clock::system(),
-        ram_available_mib: None,
-        fit_target_mib: 512,
-        gpus: Vec::new(),
-        speed: None,
-    }
+    support::layouts::one_gpu_context(qtune::space::load("default").unwrap(), budget_mib)
 }
 
 fn no_config_skipped_twice(history: &[TrialOutcome]) {

@@ -5,16 +5,10 @@
 mod support;
 
 use qtune::config::{KvType, LaunchConfig};
-use qtune::model::ModelLayout;
 use qtune::search::run_search;
 use qtune::search::strategy::SearchContext;
 use qtune::trial::replay::{ReplayAnswer, ReplayRunner};
 use qtune::trial::{OutcomeKind, TrialRole};
-
-/// A qwen3.5-35b-a3b-like layout: 40 blocks, ~420 MiB of routed experts each.
-fn layout() -> ModelLayout {
-    support::layouts::qwen35_like()
-}
 
 /// The default space under the generation-first objective with the default as the only
 /// baseline: the search logic these tests pin down (the workload objective and the second
@@ -26,21 +20,10 @@ fn generation_first(mut space: qtune::space::SearchSpace) -> qtune::space::Searc
 }
 
 fn context(budget_mib: f64) -> SearchContext {
-    SearchContext {
-        space: generation_first(qtune::space::load("default").unwrap()),
-        layout: layout(),
-        gpu_moe: true,
-        has_gpu: true,
-        budget_mib: Some(budget_mib),
-        physical_cores: 16,
-        logical_cores: 32,
-        start: None,
-        clock: qtune::clock::system(),
-        ram_available_mib: None,
-        fit_target_mib: 512,
-        gpus: Vec::new(),
-        speed: None,
-    }
+    support::layouts::one_gpu_context(
+        generation_first(qtune::space::load("default").unwrap()),
+        budget_mib,
+    )
 }
 
 /// The replayed box: the true boundary is the prediction's plus `offset`; fewer CPU experts are

@@ -6,17 +6,11 @@
 mod support;
 
 use qtune::config::LaunchConfig;
-use qtune::model::ModelLayout;
 use qtune::run::{RaceReport, VerdictStatus, Winner};
 use qtune::search::run_search;
 use qtune::search::strategy::SearchContext;
 use qtune::trial::replay::{ReplayAnswer, ReplayRunner};
 use qtune::trial::TrialRole;
-
-/// A qwen3.5-35b-a3b-like layout: 40 blocks, ~420 MiB of routed experts each.
-fn layout() -> ModelLayout {
-    support::layouts::qwen35_like()
-}
 
 /// The default space tuned for `workload`, on a 16 GiB-like card.
 fn context(workload: &str) -> SearchContext {
@@ -24,21 +18,7 @@ fn context(workload: &str) -> SearchContext {
     space.workload.mix = Some(workload.into());
     space.objective.metric = qtune::space::Metric::Request;
     space.workload.resolve(space.fixed.ctx).unwrap();
-    SearchContext {
-        space,
-        layout: layout(),
-        gpu_moe: true,
-        has_gpu: true,
-        budget_mib: Some(15_800.0),
-        physical_cores: 16,
-        logical_cores: 32,
-        start: None,
-        clock: qtune::clock::system(),
-        ram_available_mib: None,
-        fit_target_mib: 512,
-        gpus: Vec::new(),
-        speed: None,
-    }
+    support::layouts::one_gpu_context(space, 15_800.0)
 }
 
 /// Speeds of a replayed box: (generation, prompt) tok/s for a config.

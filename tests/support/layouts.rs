@@ -40,3 +40,26 @@ pub fn qwen35_like_sized(routed: u64, shared: u64, rest: u64, embd: u64) -> Mode
         ..ModelLayout::uniform(40, 256, 0, 0)
     }
 }
+
+/// The search's context for [`qwen35_like`] on one GPU with `budget_mib` of VRAM budget, a
+/// 16-core host and `space`: what the replay tests tune against.
+pub fn one_gpu_context(
+    space: qtune::space::SearchSpace,
+    budget_mib: f64,
+) -> qtune::search::strategy::SearchContext {
+    qtune::search::strategy::SearchContext {
+        space,
+        layout: qwen35_like(),
+        gpu_moe: true,
+        has_gpu: true,
+        budget_mib: Some(budget_mib),
+        physical_cores: 16,
+        logical_cores: 32,
+        start: None,
+        clock: qtune::clock::system(),
+        ram_available_mib: None,
+        fit_target_mib: 512,
+        gpus: Vec::new(),
+        speed: None,
+    }
+}
