@@ -13,7 +13,8 @@ pub struct Workload {
     pub prompt_tokens: u32,
     /// Tokens generated per measured request (`ignore_eos`).
     pub gen_tokens: u32,
-    /// Measured requests per trial (after the warm-up).
+    /// Measured requests per trial (after the warm-up); with a mix, each of its requests is
+    /// measured this many times too, and counts with its mean time.
     pub repetitions: u32,
     /// Send one unmeasured warm-up request first.
     #[serde(default = "default_true")]

@@ -185,14 +185,22 @@ impl Mix {
         )
     }
 
-    /// Weighted mean time per request (seconds) from the measured shapes; None when one of
-    /// the mix's shapes was not measured or a measurement is unusable.
+    /// Weighted mean time per request (seconds) from the measured shapes (a shape measured
+    /// several times counts with its mean time); None when one of the mix's shapes was not
+    /// measured or a measurement is unusable.
     pub fn request_s(&self, measured: &[ShapeTiming]) -> Option<f64> {
         let mut sum = 0.0;
         let mut weights = 0.0;
         for s in &self.shapes {
-            let t = measured.iter().find(|m| m.shape.same_request(s))?;
-            let r = t.request_s()?;
+            let times = measured
+                .iter()
+                .filter(|m| m.shape.same_request(s))
+                .map(ShapeTiming::request_s)
+                .collect::<Option<Vec<f64>>>()?;
+            if times.is_empty() {
+                return None;
+            }
+            let r = times.iter().sum::<f64>() / times.len() as f64;
             sum += s.weight * r;
             weights += s.weight;
         }
@@ -253,7 +261,7 @@ impl ShapeTiming {
     }
 }
 
-/// The distinct requests of several mixes (each measured once per launch).
+/// The distinct requests of several mixes (each measured once per launch and repetition).
 pub fn distinct_shapes<'a>(mixes: impl IntoIterator<Item = &'a Mix>) -> Vec<Shape> {
     let mut out: Vec<Shape> = Vec::new();
     for m in mixes {

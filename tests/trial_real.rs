@@ -132,6 +132,85 @@ fn context_depth_is_measured_separately() {
 }
 
 #[test]
+fn a_mix_is_measured_whole_with_held_tokens_from_the_cache_and_no_prompt_read_twice() {
+    let (Some(server), Some(model)) = (support::real_server(), support::smollm2()) else {
+        return;
+    };
+    let shape = |name: &str, held, new, gen| qtune::workloads::Shape {
+        name: name.into(),
+        held,
+        new,
+        gen,
+        weight: 1.0,
+    };
+    let mix = |name: &str, s: qtune::workloads::Shape| qtune::workloads::Mix {
+        name: name.into(),
+        description: String::new(),
+        shapes: vec![s],
+    };
+    // As the built-ins are, in small: a chat turn, an agent turn deep in what a document left
+    // in the cache, the document read fresh.
+    let mixes = vec![
+        mix("chat", shape("turn", 64, 16, 12)),
+        mix("agent", shape("deep", 300, 40, 10)),
+        mix("doc", shape("read", 0, 300, 6)),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::metadata(&model).unwrap().len();
+    let mut r = LlamaServerRunner::new(
+        &server,
+        &model,
+        bytes,
+        qtune::space::Workload {
+            mix: Some("chat".into()),
+            mixes: mixes.clone(),
+            repetitions: 2,
+            ..tiny_workload()
+        },
+        dir.path(),
+        Journal::open(dir.path()).unwrap(),
+        None,
+        Duration::from_secs(120),
+    )
+    .unwrap();
+    let o = r.run(&cpu_config(), TrialRole::Search);
+    assert_eq!(o.kind, OutcomeKind::Ok, "{} {:?}", o.message, o.evidence);
+    let m = o.metrics.unwrap();
+    let names: Vec<&str> = m.shapes.iter().map(|t| t.shape.name.as_str()).collect();
+    // The fresh document first (it fills the cache), then the most held; twice.
+    assert_eq!(names, ["read", "deep", "turn", "read", "deep", "turn"]);
+    for t in &m.shapes {
+        // Every generated token was measured, not a sample.
+        assert_eq!(t.gen_measured, t.shape.gen, "{t:?}");
+        if t.shape.held == 0 {
+            // A fresh read reuses nothing (a token or two may match by chance).
+            assert!(t.cache_n <= 2, "{t:?}");
+            assert!(t.prompt_n + t.cache_n == t.shape.new, "{t:?}");
+        } else {
+            // The held tokens came from the cache, and only the new ones were read.
+            assert_eq!(t.cache_n, t.shape.held, "{t:?}");
+            assert_eq!(t.prompt_n, t.shape.new, "{t:?}");
+        }
+        assert!(t.request_s().is_some_and(|s| s > 0.0), "{t:?}");
+    }
+    // The objective is the chat turn's mean time over its two requests.
+    let turn: Vec<f64> = m
+        .shapes
+        .iter()
+        .filter(|t| t.shape.name == "turn")
+        .filter_map(|t| t.request_s())
+        .collect();
+    let mean = (turn[0] + turn[1]) / 2.0;
+    assert!((m.request_s.unwrap() - mean).abs() < 1e-9, "{m:?}");
+    assert!(
+        o.warnings.iter().all(|w| !w.contains("reused")),
+        "{:?}",
+        o.warnings
+    );
+    assert!(!alive(r.last_server_pid().unwrap()));
+}
+
+#[test]
 fn real_server_rejections_are_bad_flags() {
     let (Some(server), Some(model)) = (support::real_server(), support::smollm2()) else {
         return;

@@ -1,8 +1,9 @@
 //! The measured workload of one trial, over llama-server's HTTP API: an optional warm-up, then
 //! `repetitions` `/completion` requests with a prompt of exactly `prompt_tokens` token ids
 //! (sent as an array of ids, so no tokenizer round trip can change its length), `n_predict =
-//! gen_tokens` with `ignore_eos`, no prompt cache, greedy sampling. Speeds come from the
-//! server's own `timings`.
+//! gen_tokens` with `ignore_eos`, no prompt cache, greedy sampling; then, `repetitions` times,
+//! every request of the workload's mixes, whole, with the prompt cache as a user's server
+//! uses it ([`Session::measure_shape`]). Speeds come from the server's own `timings`.
 
 use super::classify::{ExitInfo, Failure};
 use super::{Metrics, Stat};
@@ -81,14 +82,26 @@ pub fn needed_ctx(w: &Workload) -> u64 {
     (longest + w.gen_tokens as u64).max(shapes)
 }
 
-/// Tokens generated to measure a shape's generation speed at its depth: the speed is flat over
-/// a few hundred tokens, so the shape's time is its measured speed times its `gen`.
-pub const SHAPE_GEN_SAMPLE: u32 = 64;
+/// The most tokens generated to measure one request of a shape: a request is measured whole
+/// (its time to first token and every generated token) up to this, and a longer answer is
+/// timed at the speed measured over its first `SHAPE_GEN_MAX` tokens. Whole requests, not
+/// short samples: on the GPU machine a 64-token sample moved by 6-8 % between requests of one
+/// launch, which no number of rounds makes small (docs/how-it-works.md, "Noise").
+pub const SHAPE_GEN_MAX: u32 = 1024;
 
 /// The longest a request waits once the tune's minutes budget has run out (or is about to):
 /// long enough for any answering server, short enough that a hung one cannot overrun the
 /// budget by more.
 pub const AFTER_DEADLINE_WAIT: Duration = Duration::from_secs(30);
+
+/// The order a launch measures the shapes in: fresh contexts first, longest first (each reads
+/// the round's token stream and leaves it in the cache), then the held shapes, most held first
+/// (each finds its held tokens there). Nothing is read twice to fill the cache.
+pub fn measuring_order(shapes: &[crate::workloads::Shape]) -> Vec<crate::workloads::Shape> {
+    let mut order = shapes.to_vec();
+    order.sort_by_key(|s| (s.held > 0, std::cmp::Reverse((s.held, s.new))));
+    order
+}
 
 /// The HTTP side of a trial, bound to one server.
 pub struct Session<'a> {
@@ -216,26 +229,43 @@ impl Session<'_> {
         Ok(t)
     }
 
-    /// One request of `shape`, measured as a user meets it: the held tokens are put in the
-    /// prompt cache first (unmeasured, as the earlier turns of a conversation did), then the
-    /// held tokens plus the new ones are sent with the cache on, and the server's own timings
-    /// give the time to first token and the generation speed at that depth. `k` makes the
-    /// tokens differ from every other request's, so nothing else can be reused.
+    /// One request of `shape`, measured as a user meets it: the held tokens come from the
+    /// server's prompt cache (as the earlier turns of a conversation left them), the new ones
+    /// are read, and the answer is generated; the server's own timings give the time to first
+    /// token and the generation speed at that depth.
+    ///
+    /// The held tokens are the first `held` of `stream`; a fresh context (no held tokens)
+    /// reads the first `new` of `stream`, and so leaves them in the cache for the held shapes
+    /// measured after it. `cached` is how many of `stream`'s first tokens the cache holds:
+    /// held tokens beyond it are put in the cache first (unmeasured). New tokens of a held
+    /// shape come from `own`, which differs from every other request's, so nothing else can
+    /// be reused.
     pub async fn measure_shape(
         &mut self,
         base: &[u32],
         shape: &crate::workloads::Shape,
-        k: usize,
+        stream: usize,
+        own: usize,
+        cached: &mut u32,
     ) -> Result<crate::workloads::ShapeTiming, Failure> {
-        let offset = offset_for(k, base.len()) + 7;
-        let held = prompt_ids(base, shape.held as usize, offset);
-        if shape.held > 0 {
-            self.complete_cached(&held, 1, true).await?;
-        }
-        let mut ids = held;
-        ids.extend(prompt_ids(base, shape.new as usize, offset + 3));
-        let n = shape.gen.min(SHAPE_GEN_SAMPLE);
-        let t = self.complete_cached(&ids, n, shape.held > 0).await?;
+        let ids = if shape.held == 0 {
+            prompt_ids(base, shape.new as usize, stream)
+        } else {
+            let held = prompt_ids(base, shape.held as usize, stream);
+            if *cached < shape.held {
+                self.complete_cached(&held, 1, true).await?;
+            }
+            let mut ids = held;
+            ids.extend(prompt_ids(base, shape.new as usize, own));
+            ids
+        };
+        let n = shape.gen.min(SHAPE_GEN_MAX);
+        let t = self.complete_cached(&ids, n, true).await?;
+        *cached = if shape.held == 0 {
+            shape.new
+        } else {
+            shape.held
+        };
         let clamp = |x: i64| u32::try_from(x.max(0)).unwrap_or(u32::MAX);
         Ok(crate::workloads::ShapeTiming {
             shape: shape.clone(),
@@ -283,18 +313,26 @@ impl Session<'_> {
             _ => None,
         };
         let mut shapes = Vec::new();
-        for (i, shape) in crate::workloads::distinct_shapes(&w.mixes)
-            .iter()
-            .enumerate()
-        {
-            let t = self.measure_shape(&base, shape, reps + 2 + i).await?;
-            if shape.held > 0 && u64::from(t.cache_n) + 16 < u64::from(shape.held) {
-                warnings.push(format!(
-                    "the server reused {} of the {} held tokens of '{}' from its prompt cache and read the rest again (as it would for you)",
-                    t.cache_n, shape.held, shape.name
-                ));
+        let order = measuring_order(&crate::workloads::distinct_shapes(&w.mixes));
+        for r in 0..reps {
+            // One token stream per round of the shapes: the fresh documents read it, and the
+            // held shapes after them find their held tokens in the cache, as a conversation
+            // about a document would.
+            let stream = offset_for(reps + 2 + r * (order.len() + 1), base.len()) + 7;
+            let mut cached = 0;
+            for (i, shape) in order.iter().enumerate() {
+                let own = offset_for(reps + 3 + r * (order.len() + 1) + i, base.len()) + 3;
+                let t = self
+                    .measure_shape(&base, shape, stream, own, &mut cached)
+                    .await?;
+                if shape.held > 0 && u64::from(t.cache_n) + 16 < u64::from(shape.held) {
+                    warnings.push(format!(
+                        "the server reused {} of the {} held tokens of '{}' from its prompt cache and read the rest again (as it would for you)",
+                        t.cache_n, shape.held, shape.name
+                    ));
+                }
+                shapes.push(t);
             }
-            shapes.push(t);
         }
         let stat = |v: &[f64]| Stat::from_samples(v).expect("at least one repetition");
         let (gen_tps, prompt_tps) = (stat(&gen), stat(&pp));
