@@ -156,3 +156,87 @@ fn a_pick_slower_than_the_reference_is_never_the_headline() {
         );
     }
 }
+
+/// The tune's result as `qtune tune` writes it, around a replayed search.
+fn result_of(
+    ctx: &SearchContext,
+    winner: Winner,
+    history: Vec<qtune::trial::TrialOutcome>,
+) -> qtune::run::TuneResult {
+    let mut r = qtune::run::sample::gpu_result(
+        std::path::Path::new("/srv/llama-server"),
+        std::path::Path::new("/m/model.gguf"),
+    );
+    r.space = ctx.space.clone();
+    r.trials = history;
+    r.winner = Some(winner);
+    r.vram_budget_mib = Some(15_800);
+    r
+}
+
+#[test]
+fn one_tune_names_a_command_for_every_workload_and_luck_is_not_a_lead() {
+    use qtune::run::PickBasis;
+    // On a box as noisy as the lent GPU machine (8 % between launches), tuned for chat.
+    let ctx = context("chat");
+    let (w, history) = tune(&ctx, trade, 8.0);
+    let chat_pick = w.config.clone();
+    let r = result_of(&ctx, w, history);
+    let picks = r.workload_picks();
+    let names: Vec<&str> = picks.iter().map(|p| p.workload.as_str()).collect();
+    assert_eq!(names, ["chat", "agent", "long-doc"]);
+    // The tune's own workload: the verdict, not a median of its own.
+    assert_eq!(picks[0].basis, Some(PickBasis::Verdict));
+    assert_eq!(picks[0].config, chat_pick);
+    // An agent turn is generation at depth: no config here is more than 1 % faster than
+    // fit-target, so one that was lucky in a launch or two must not lead: the better baseline
+    // is the pick.
+    assert_eq!(picks[1].basis, Some(PickBasis::Kept), "{:?}", picks[1]);
+    assert!(
+        is_fit_baseline(&picks[1].config) || is_default(&picks[1].config),
+        "{}",
+        picks[1].config.label()
+    );
+    // A long document is mostly prompt: the tuned configs read it 1.2x as fast, beyond the
+    // noise of the launches the race gave them.
+    assert_eq!(picks[2].basis, Some(PickBasis::Lead), "{:?}", picks[2]);
+    assert!(!is_fit_baseline(&picks[2].config) && !is_default(&picks[2].config));
+    assert!(picks[2].request_s < picks[2].reference_request_s.unwrap());
+}
+
+#[test]
+fn a_lead_must_pass_the_noise_and_the_fastest_of_many_equals_is_not_one() {
+    use qtune::run::PickBasis;
+    fn agent_pick(speeds: Box_, noise: f64) -> qtune::run::WorkloadPick {
+        let ctx = context("chat");
+        let (w, history) = tune(&ctx, speeds, noise);
+        result_of(&ctx, w, history).workload_picks()[1].clone()
+    }
+    // Every tuned config generates 5 % faster than fit-target at the same prompt speed.
+    fn faster(c: &LaunchConfig) -> (f64, f64) {
+        if is_default(c) {
+            (90.0, 1500.0)
+        } else if is_fit_baseline(c) {
+            (100.0, 1500.0)
+        } else {
+            (105.0, 1500.0)
+        }
+    }
+    // Every tuned config is exactly as fast as fit-target.
+    fn equal(c: &LaunchConfig) -> (f64, f64) {
+        if is_default(c) {
+            (90.0, 1500.0)
+        } else {
+            (100.0, 1500.0)
+        }
+    }
+    assert_eq!(agent_pick(faster, 0.2).basis, Some(PickBasis::Lead));
+    for seed_noise in [6.0, 8.0, 12.0] {
+        let p = agent_pick(equal, seed_noise);
+        assert_eq!(
+            p.basis,
+            Some(PickBasis::Kept),
+            "noise {seed_noise} %: {p:?}"
+        );
+    }
+}

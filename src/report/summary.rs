@@ -204,17 +204,21 @@ pub fn verdict_lines(r: &TuneResult) -> Vec<String> {
     out.push(format!("  status: {status}"));
     let picks = r.workload_picks();
     if picks.len() > 1 {
-        out.push(
-            "best command for each built-in workload (medians of single launches, not raced):"
-                .into(),
-        );
+        out.push("best command for each built-in workload (median time per request):".into());
         for p in &picks {
             let reference = match (p.reference_request_s, &p.reference_name) {
-                (Some(t), Some(n)) => format!(" (better baseline: {n}, {t:.2} s)"),
+                (Some(t), Some(n)) if p.basis != Some(crate::run::PickBasis::Kept) => {
+                    format!("; better baseline: {n}, {t:.2} s")
+                }
                 _ => String::new(),
             };
+            let basis = p
+                .basis
+                .map_or("the fastest median; no baseline was measured", |b| {
+                    b.describe()
+                });
             out.push(format!(
-                "  {}: {} · {:.2} s per request over {} launch{}{reference}",
+                "  {}: {} · {:.2} s over {} launch{}{reference} ({basis})",
                 p.workload,
                 flags(&p.config),
                 p.request_s,
@@ -281,6 +285,7 @@ pub fn verdict_json(r: &TuneResult) -> serde_json::Value {
             "launches": p.launches,
             "better_baseline": p.reference_name,
             "better_baseline_time_per_request_s": p.reference_request_s,
+            "basis": p.basis,
         })).collect::<Vec<_>>(),
     })
 }

@@ -115,6 +115,22 @@ pub enum VerdictStatus {
     Unraced,
 }
 
+/// σ of the values around their own group's mean, pooled over the groups with more than one
+/// value; [`PICK_PRIOR_SIGMA`] when fewer than two degrees of freedom are behind it.
+fn pooled_sigma<'a>(groups: impl Iterator<Item = &'a [f64]>) -> f64 {
+    let (mut ss, mut df) = (0.0, 0usize);
+    for g in groups.filter(|g| g.len() > 1) {
+        let mean = g.iter().sum::<f64>() / g.len() as f64;
+        ss += g.iter().map(|x| (x - mean).powi(2)).sum::<f64>();
+        df += g.len() - 1;
+    }
+    if df < 2 {
+        PICK_PRIOR_SIGMA
+    } else {
+        (ss / df as f64).sqrt()
+    }
+}
+
 /// Everything a tune produced: written as `results.json` in the run directory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TuneResult {
@@ -537,8 +553,8 @@ impl RaceReport {
     }
 }
 
-/// The best command for one workload, from the trials already measured (single launches,
-/// medians): what the summary says for the built-in workloads the tune did not optimize.
+/// The best command for one workload, from the trials already measured: what the summary says
+/// for every built-in workload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkloadPick {
     pub workload: String,
@@ -553,13 +569,54 @@ pub struct WorkloadPick {
     /// The launch command (filled in by the tune).
     #[serde(default)]
     pub command: Vec<String>,
+    /// Why this config: the raced verdict, a lead larger than the noise, or the better
+    /// baseline kept (absent in files written before: a plain median).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub basis: Option<PickBasis>,
 }
+
+/// Why a workload's pick is the one named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PickBasis {
+    /// The tune's own workload: the raced verdict.
+    Verdict,
+    /// Faster than the better baseline beyond the noise of the launches behind both medians
+    /// (one-sided 95 % over every config that could lead; not raced: re-measure with
+    /// `qtune compare --workload`).
+    Lead,
+    /// Nothing led the better baseline by more than the noise: the baseline is the pick.
+    Kept,
+}
+
+impl PickBasis {
+    /// For people, after the pick.
+    pub fn describe(self) -> &'static str {
+        match self {
+            PickBasis::Verdict => "the raced verdict",
+            PickBasis::Lead => "faster than the better baseline beyond the noise; not raced",
+            PickBasis::Kept => "the better baseline: nothing beat it beyond the noise",
+        }
+    }
+}
+
+/// σ of `ln(time per request)` between launches of one config when nothing says better (10 %:
+/// what single launches on the lent GPU machine moved by).
+const PICK_PRIOR_SIGMA: f64 = 0.10;
 
 impl TuneResult {
     /// For each workload measured in every trial (the objective's first, then the other
-    /// built-ins), the config with the shortest median time per request among those that never
-    /// failed or went past the VRAM budget (the baselines count whatever their peak: they are
-    /// what the user would type), and the better baseline's time.
+    /// built-ins): the command to run.
+    /// - For the tune's own workload, the verdict's config.
+    /// - For the others, the better baseline (the faster median of the default and
+    ///   fit-target, whatever their peak: they are what the user would type), unless a config
+    ///   that never failed nor passed the VRAM budget has a median time per request shorter
+    ///   than that baseline's beyond the noise: by more than z standard errors of the two
+    ///   medians' log ratio, z one-sided 95 % over every config that could lead (Bonferroni).
+    ///   The σ is the spread between launches of one config on that workload, pooled over
+    ///   every config launched more than once (or 10 % when fewer than three launches repeat).
+    ///   A single fast launch of a config is no evidence: on a noisy box, the fastest of twenty
+    ///   single launches is fast by luck.
     pub fn workload_picks(&self) -> Vec<WorkloadPick> {
         let default_cfg = baseline_of(&self.space);
         let budget = self.vram_budget_mib;
@@ -576,10 +633,11 @@ impl TuneResult {
                     .iter()
                     .any(|t| &t.config == c && t.role == crate::trial::TrialRole::SecondBaseline)
         };
+        let objective = self.space.workload.objective_mix().map(|m| m.name.clone());
         let mut out = Vec::new();
         for mix in &self.space.workload.mixes {
-            let mut best: Option<(LaunchConfig, f64, usize)> = None;
-            let mut best_ref: Option<(String, f64)> = None;
+            // (config, ln times, baseline?)
+            let mut measured: Vec<(&LaunchConfig, Vec<f64>, bool)> = Vec::new();
             for &c in &configs {
                 let trials: Vec<&TrialOutcome> =
                     self.trials.iter().filter(|t| &t.config == c).collect();
@@ -596,33 +654,74 @@ impl TuneResult {
                 let times: Vec<f64> = trials
                     .iter()
                     .filter_map(|t| t.metrics.as_ref()?.request_s_of(mix))
+                    .filter(|t| t.is_finite() && *t > 0.0)
+                    .map(f64::ln)
                     .collect();
-                let Some(st) = crate::trial::Stat::from_samples(&times) else {
-                    continue;
-                };
-                if best.as_ref().is_none_or(|b| st.median < b.1) {
-                    best = Some((c.clone(), st.median, times.len()));
-                }
-                if baseline && best_ref.as_ref().is_none_or(|b| st.median < b.1) {
-                    let name = if *c == default_cfg {
-                        "default"
-                    } else {
-                        "fit-target"
-                    };
-                    best_ref = Some((name.to_string(), st.median));
+                if !times.is_empty() {
+                    measured.push((c, times, baseline));
                 }
             }
-            if let Some((config, request_s, launches)) = best {
-                out.push(WorkloadPick {
+            let median = |v: &[f64]| {
+                crate::trial::Stat::from_samples(v)
+                    .map(|s| s.median)
+                    .unwrap_or(f64::NAN)
+            };
+            let sigma = pooled_sigma(measured.iter().map(|m| m.1.as_slice()));
+            let reference = measured
+                .iter()
+                .filter(|m| m.2)
+                .min_by(|a, b| median(&a.1).total_cmp(&median(&b.1)));
+            let pick_of =
+                |c: &LaunchConfig, times: &[f64], basis: Option<PickBasis>| WorkloadPick {
                     workload: mix.name.clone(),
-                    config,
-                    request_s,
-                    reference_request_s: best_ref.as_ref().map(|r| r.1),
-                    reference_name: best_ref.map(|r| r.0),
-                    launches,
+                    config: c.clone(),
+                    request_s: median(times).exp(),
+                    reference_request_s: reference.map(|r| median(&r.1).exp()),
+                    reference_name: reference.map(|r| {
+                        if *r.0 == default_cfg {
+                            "default".to_string()
+                        } else {
+                            "fit-target".to_string()
+                        }
+                    }),
+                    launches: times.len(),
                     command: Vec::new(),
-                });
+                    basis,
+                };
+            if objective.as_deref() == Some(mix.name.as_str()) {
+                if let Some(w) = &self.winner {
+                    if let Some(m) = measured.iter().find(|m| *m.0 == w.config) {
+                        out.push(pick_of(m.0, &m.1, Some(PickBasis::Verdict)));
+                        continue;
+                    }
+                }
             }
+            let Some(reference) = reference else {
+                // No baseline measured: the fastest median, as a ranking.
+                if let Some(m) = measured
+                    .iter()
+                    .min_by(|a, b| median(&a.1).total_cmp(&median(&b.1)))
+                {
+                    out.push(pick_of(m.0, &m.1, None));
+                }
+                continue;
+            };
+            // One-sided 95 % over all the configs that could lead (Bonferroni): the fastest of
+            // many equal configs is not a lead.
+            let contenders = measured.iter().filter(|m| !m.2).count().max(1);
+            let z = crate::stats::z_quantile(1.0 - 0.05 / contenders as f64);
+            let lead = |m: &(&LaunchConfig, Vec<f64>, bool)| {
+                let se = sigma * (1.0 / m.1.len() as f64 + 1.0 / reference.1.len() as f64).sqrt();
+                median(&reference.1) - median(&m.1) - z * se
+            };
+            let leader = measured
+                .iter()
+                .filter(|m| !m.2 && lead(m) > 0.0)
+                .max_by(|a, b| lead(a).total_cmp(&lead(b)));
+            out.push(match leader {
+                Some(m) => pick_of(m.0, &m.1, Some(PickBasis::Lead)),
+                None => pick_of(reference.0, &reference.1, Some(PickBasis::Kept)),
+            });
         }
         out
     }
