@@ -401,8 +401,8 @@ for c in "$@"; do
       # The workload objective: tune for $WORKLOAD (default chat: time per request against
       # the better of the default and --fit-target 512; every built-in workload is measured in
       # each launch), then qtune compare --workload: the default (A), --fit-target 512 (B) and
-      # up to $MAX_PICKS (2) built-in workloads' picks that are not a baseline, ${ROUNDS:-6}
-      # ABBA rounds, every workload measured in each launch. (TUNE_ONLY=1: the tune alone;
+      # up to $MAX_PICKS (2) built-in workloads' picks that are not a baseline, ${ROUNDS:-8}
+      # ABBA rounds of $REPS (1) requests of every workload in each launch. (TUNE_ONLY=1: the tune alone;
       # CASE-compare: the re-measurement alone, of the tune whose results.json is in FROM=DIR.)
       base=${c%-compare}; k=${base#work}; gib=${k#*-}
       case "$k" in 35-*) shape=qwen3.5-35b-a3b ;; *) shape=qwen3-30b-a3b ;; esac
@@ -436,15 +436,30 @@ for p in r.get("workload_picks", []):
     line = " ".join(shlex.quote(a) for a in argv)
     if line not in seen:
         seen.append(line)
-for line in seen[: int(sys.argv[3])]:
+seen = seen[: int(sys.argv[3])]
+# ALSO=$'cmd\ncmd': commands of earlier leases (MODEL stands for the model's path), so their rows
+# can be pooled over leases; one this tune picked too is not measured twice.
+def flags(line):
+    a = shlex.split(line)[1:]
+    for opt in ("--host", "--port"):
+        if opt in a:
+            i = a.index(opt)
+            del a[i:i + 2]
+    return a
+for extra in os.environ.get("ALSO", "").split("\n"):
+    extra = extra.strip().replace("MODEL", sys.argv[2])
+    if extra and all(flags(extra) != flags(l) for l in seen):
+        seen.append(extra)
+for line in seen:
     print(line)
 PY
 )
-        say "$c: re-measuring ${#picks[@]} pick(s) against A and B (${ROUNDS:-6} rounds)"
+        say "$c: re-measuring ${#picks[@]} pick(s) against A and B (${ROUNDS:-8} rounds)"
         printf '  %s\n' "${picks[@]}"
         "$Q" compare --server "$QTUNE_LLAMA_SERVER" "llama-server -m $m -c 32768 -np 1" \
           "llama-server -m $m -c 32768 -np 1 --fit-target 512" "${picks[@]}" \
-          --rounds "${ROUNDS:-6}" --workload "${WORKLOAD:-chat}" --out "$W/runs/$base-compare"
+          --rounds "${ROUNDS:-8}" --repetitions "${REPS:-1}" --workload "${WORKLOAD:-chat}" \
+          --out "$W/runs/$base-compare"
         echo "$card" > "$W/runs/$base-compare/card.txt"
         pack "$base-compare" "$W/runs/$base-compare"
       fi
