@@ -131,11 +131,26 @@ fn context_depth_is_measured_separately() {
     assert!(!alive(r.last_server_pid().unwrap()));
 }
 
+/// A plain-attention model (SmolLM2) and one with recurrent layers (the tiny Qwen3.5 MoE: its
+/// linear-attention state can only be resumed where a prompt ended).
 #[test]
-fn a_mix_is_measured_whole_with_held_tokens_from_the_cache_and_no_prompt_read_twice() {
-    let (Some(server), Some(model)) = (support::real_server(), support::smollm2()) else {
+fn a_mix_is_measured_whole_with_held_tokens_from_the_cache_on_both_kinds_of_model() {
+    let Some(server) = support::real_server() else {
         return;
     };
+    let Some(smollm) = support::smollm2() else {
+        return;
+    };
+    if !support::vocab() {
+        return;
+    }
+    let hybrid = qtune::fixtures::tiny_moe("tiny-qwen35moe").unwrap();
+    for model in [smollm, hybrid] {
+        measure_a_mix(&server, &model);
+    }
+}
+
+fn measure_a_mix(server: &Path, model: &Path) {
     let shape = |name: &str, held, new, gen| qtune::workloads::Shape {
         name: name.into(),
         held,
@@ -148,18 +163,18 @@ fn a_mix_is_measured_whole_with_held_tokens_from_the_cache_and_no_prompt_read_tw
         description: String::new(),
         shapes: vec![s],
     };
-    // As the built-ins are, in small: a chat turn, an agent turn deep in what a document left
-    // in the cache, the document read fresh.
+    // As the built-ins are, in small: a chat turn, an agent turn as deep as the document read
+    // fresh just before it.
     let mixes = vec![
         mix("chat", shape("turn", 64, 16, 12)),
         mix("agent", shape("deep", 300, 40, 10)),
         mix("doc", shape("read", 0, 300, 6)),
     ];
     let dir = tempfile::tempdir().unwrap();
-    let bytes = std::fs::metadata(&model).unwrap().len();
+    let bytes = std::fs::metadata(model).unwrap().len();
     let mut r = LlamaServerRunner::new(
-        &server,
-        &model,
+        server,
+        model,
         bytes,
         qtune::space::Workload {
             mix: Some("chat".into()),
@@ -174,7 +189,14 @@ fn a_mix_is_measured_whole_with_held_tokens_from_the_cache_and_no_prompt_read_tw
     )
     .unwrap();
     let o = r.run(&cpu_config(), TrialRole::Search);
-    assert_eq!(o.kind, OutcomeKind::Ok, "{} {:?}", o.message, o.evidence);
+    let model = model.display();
+    assert_eq!(
+        o.kind,
+        OutcomeKind::Ok,
+        "{model}: {} {:?}",
+        o.message,
+        o.evidence
+    );
     let m = o.metrics.unwrap();
     let names: Vec<&str> = m.shapes.iter().map(|t| t.shape.name.as_str()).collect();
     // The fresh document first (it fills the cache), then the most held; twice.
@@ -184,12 +206,17 @@ fn a_mix_is_measured_whole_with_held_tokens_from_the_cache_and_no_prompt_read_tw
         assert_eq!(t.gen_measured, t.shape.gen, "{t:?}");
         if t.shape.held == 0 {
             // A fresh read reuses nothing (a token or two may match by chance).
-            assert!(t.cache_n <= 2, "{t:?}");
-            assert!(t.prompt_n + t.cache_n == t.shape.new, "{t:?}");
+            assert!(t.cache_n <= 2, "{model}: {t:?}");
+            assert!(t.prompt_n + t.cache_n == t.shape.new, "{model}: {t:?}");
         } else {
-            // The held tokens came from the cache, and only the new ones were read.
-            assert_eq!(t.cache_n, t.shape.held, "{t:?}");
-            assert_eq!(t.prompt_n, t.shape.new, "{t:?}");
+            // The held tokens came from the cache (a resumable state may sit a few tokens
+            // short of the prompt's end), and only the new ones were read.
+            assert!(t.cache_n + 16 >= t.shape.held, "{model}: {t:?}");
+            assert_eq!(
+                t.prompt_n + t.cache_n,
+                t.shape.held + t.shape.new,
+                "{model}: {t:?}"
+            );
         }
         assert!(t.request_s().is_some_and(|s| s > 0.0), "{t:?}");
     }

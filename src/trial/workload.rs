@@ -96,7 +96,8 @@ pub const AFTER_DEADLINE_WAIT: Duration = Duration::from_secs(30);
 
 /// The order a launch measures the shapes in: fresh contexts first, longest first (each reads
 /// the round's token stream and leaves it in the cache), then the held shapes, most held first
-/// (each finds its held tokens there). Nothing is read twice to fill the cache.
+/// (the first finds its held tokens there when a document of exactly that length was read:
+/// agent after long-doc; the others fill the cache first).
 pub fn measuring_order(shapes: &[crate::workloads::Shape]) -> Vec<crate::workloads::Shape> {
     let mut order = shapes.to_vec();
     order.sort_by_key(|s| (s.held > 0, std::cmp::Reverse((s.held, s.new))));
@@ -235,11 +236,14 @@ impl Session<'_> {
     /// token and the generation speed at that depth.
     ///
     /// The held tokens are the first `held` of `stream`; a fresh context (no held tokens)
-    /// reads the first `new` of `stream`, and so leaves them in the cache for the held shapes
-    /// measured after it. `cached` is how many of `stream`'s first tokens the cache holds:
-    /// held tokens beyond it are put in the cache first (unmeasured). New tokens of a held
-    /// shape come from `own`, which differs from every other request's, so nothing else can
-    /// be reused.
+    /// reads the first `new` of `stream`, and so leaves them in the cache for a held shape
+    /// measured right after it. `cached` is the length of the last request's prompt when that
+    /// prompt was `stream`'s first tokens (else 0). A held shape whose held tokens are not
+    /// exactly that prompt has them put in the cache first (one unmeasured request): a model
+    /// with recurrent layers (Qwen3.5's linear attention) can only resume from the state
+    /// saved at the end of a prompt, not from any prefix of what it holds, as a conversation's
+    /// next turn always does. New tokens of a held shape come from `own`, which differs from
+    /// every other request's, so nothing else can be reused.
     pub async fn measure_shape(
         &mut self,
         base: &[u32],
@@ -252,7 +256,7 @@ impl Session<'_> {
             prompt_ids(base, shape.new as usize, stream)
         } else {
             let held = prompt_ids(base, shape.held as usize, stream);
-            if *cached < shape.held {
+            if *cached != shape.held {
                 self.complete_cached(&held, 1, true).await?;
             }
             let mut ids = held;
@@ -261,11 +265,7 @@ impl Session<'_> {
         };
         let n = shape.gen.min(SHAPE_GEN_MAX);
         let t = self.complete_cached(&ids, n, true).await?;
-        *cached = if shape.held == 0 {
-            shape.new
-        } else {
-            shape.held
-        };
+        *cached = if shape.held == 0 { shape.new } else { 0 };
         let clamp = |x: i64| u32::try_from(x.max(0)).unwrap_or(u32::MAX);
         Ok(crate::workloads::ShapeTiming {
             shape: shape.clone(),
