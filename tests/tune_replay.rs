@@ -369,10 +369,14 @@ fn the_race_reports_intervals_holds_the_budget_and_resumes_identically() {
         "{stderr}"
     );
     assert!(stderr.contains("(95 %, "), "{stderr}");
-    assert!(stderr.contains("fastest generation: "), "{stderr}");
-    assert!(stderr.contains("the default: "), "{stderr}");
+    // The race in the objective's terms: per request against the better baseline.
+    assert!(
+        stderr.contains("race against the reference (default, the better baseline)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("× faster per request ["), "{stderr}");
     let md = std::fs::read_to_string(full.join("report.md")).unwrap();
-    assert!(md.contains("## Race against the baseline"), "{md}");
+    assert!(md.contains("## Race against the reference"), "{md}");
     let json = std::fs::read_to_string(full.join("results.json")).unwrap();
     assert!(json.contains("\"gen_vs_baseline\""), "{json}");
 

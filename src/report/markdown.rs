@@ -3,6 +3,7 @@
 
 use crate::config::{shell_line, LaunchConfig};
 use crate::run::TuneResult;
+use crate::space::Metric;
 use crate::trial::{OutcomeKind, Stat, TrialOutcome, TrialRole};
 use crate::util::fmt_mib;
 use std::fmt::Write as _;
@@ -109,7 +110,223 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
     let title = model_title(r);
     let _ = writeln!(m, "# qtune report: {} — {}\n", title, date(&r.started_at));
 
-    // The answer first.
+    // The answer first: in the tune's objective.
+    if r.space.objective.metric == Metric::Request {
+        workload_first(m, r);
+    } else {
+        generation_first(m, r);
+    }
+
+    time_split(m, r);
+    model_pick(m, r);
+
+    // Plots, and the ones left out for lack of data (plots::left_out).
+    let left_out = super::plots::left_out(r);
+    if !plots.is_empty() || !left_out.is_empty() {
+        let _ = writeln!(m, "## Plots\n");
+        for (stem, title) in plots {
+            let _ = writeln!(m, "![{title}]({stem}.png)\n\n{title}: [SVG]({stem}.svg)\n");
+        }
+        for why in left_out {
+            let _ = writeln!(m, "{why}\n");
+        }
+    }
+
+    hardware(m, r);
+    model(m, r);
+    search(m, r);
+    if let Some(g) = &r.quality {
+        m.push_str(&crate::quality::floor::markdown(g));
+    }
+    confirmation(m, r);
+    trials(m, r);
+
+    let _ = writeln!(m, "## Warnings\n");
+    let per_trial = r.trials.iter().flat_map(|t| {
+        t.warnings
+            .iter()
+            .map(move |w| format!("trial {}: {w}", t.id))
+    });
+    let all: Vec<String> = r.warnings.iter().cloned().chain(per_trial).collect();
+    if all.is_empty() {
+        let _ = writeln!(m, "None.\n");
+    } else {
+        for w in &all {
+            let _ = writeln!(m, "- {}", w.replace('\n', " "));
+        }
+        let _ = writeln!(m);
+    }
+
+    let _ = writeln!(m, "## Files\n");
+    let _ = writeln!(
+        m,
+        "- [`results.json`](results.json): everything above, machine-readable (`qtune report DIR` re-renders this file)"
+    );
+    let _ = writeln!(
+        m,
+        "- [`journal.jsonl`](journal.jsonl): one line per trial, written as each ended (`--resume` reads it)"
+    );
+    let _ = writeln!(m, "- [`logs/`](logs/): each trial's llama-server log");
+    if r.winner.is_some() {
+        let _ = writeln!(m, "- [`launch.sh`](launch.sh): starts the winner");
+    }
+    let _ = writeln!(
+        m,
+        "\n<sub>qtune {} · {} · started {} · finished {}</sub>",
+        r.qtune_version,
+        cell(&r.server_version),
+        r.started_at,
+        r.finished_at
+    );
+    md
+}
+
+/// No configuration finished: said once, whatever the objective.
+fn no_winner(m: &mut String) {
+    let _ = writeln!(
+        m,
+        "**No winner:** no configuration completed the workload within the budget. \
+         The trials table below says why each one failed.\n"
+    );
+}
+
+/// The race in the words of [`super::race::lines`]: a line of its own is a paragraph, an
+/// indented one a list item, a deeper one a nested item.
+fn race_section(m: &mut String, r: &TuneResult, title: &str) {
+    let race = super::race::lines(r);
+    if race.is_empty() {
+        return;
+    }
+    let _ = writeln!(m, "## {title}\n");
+    for l in race {
+        let t = l.trim_start();
+        if l.starts_with("    ") {
+            let _ = writeln!(m, "  - {t}");
+        } else if l.starts_with("  ") {
+            let _ = writeln!(m, "- {t}");
+        } else {
+            let _ = writeln!(m, "\n{t}\n");
+        }
+    }
+    let _ = writeln!(m);
+}
+
+/// The top of a tune whose objective is a workload's time per request: the verdict as the
+/// terminal states it ([`super::summary::verdict`]), the best command for each workload, the
+/// launch command, both baselines' commands, then the race against the reference.
+fn workload_first(m: &mut String, r: &TuneResult) {
+    match (super::summary::verdict(r), &r.winner) {
+        (Some(v), Some(w)) => {
+            let _ = writeln!(m, "**Recommended for {}:** `{}`\n", v.workload, v.flags);
+            for f in &v.facts {
+                let _ = writeln!(m, "- {f}");
+            }
+            let _ = writeln!(m);
+            workload_picks(m, r);
+            let _ = writeln!(m, "### Launch the recommendation\n");
+            let _ = writeln!(m, "```sh\n{}\n```\n", shell_line(&w.command));
+            let _ = writeln!(
+                m,
+                "Or run [`launch.sh`](launch.sh): it checks the model, the server binary and free VRAM \
+                 first, waits for `/health`, and stops the server on Ctrl-C.\n"
+            );
+        }
+        _ => no_winner(m),
+    }
+    baselines(m, r);
+    race_section(m, r, "Race against the reference");
+}
+
+/// "Best command for each workload": one row per [`TuneResult::workload_picks`] entry.
+fn workload_picks(m: &mut String, r: &TuneResult) {
+    let picks = r.workload_picks();
+    if picks.is_empty() {
+        return;
+    }
+    let _ = writeln!(m, "## Best command for each workload\n");
+    let _ = writeln!(
+        m,
+        "| workload | flags | time per request (s) | better baseline | its time (s) | ratio | launches | basis |"
+    );
+    let _ = writeln!(m, "|---|---|---:|---|---:|---:|---:|---|");
+    for p in &picks {
+        let workload = r
+            .space
+            .workload
+            .mixes
+            .iter()
+            .find(|x| x.name == p.workload)
+            .map_or_else(|| p.workload.clone(), |x| x.describe());
+        let _ = writeln!(
+            m,
+            "| {} | {} | {:.2} | {} | {} | {} | {} | {} |",
+            cell(&workload),
+            cell(&format!("`{}`", super::summary::flags(&p.config))),
+            p.request_s,
+            p.reference_name.as_deref().unwrap_or("–"),
+            p.reference_request_s
+                .map_or("–".to_string(), |t| format!("{t:.2}")),
+            p.ratio().map_or("–".to_string(), |x| format!("{x:.2}×")),
+            p.launches,
+            cell(p.why())
+        );
+    }
+    let _ = writeln!(
+        m,
+        "\nTimes: the median time per request over the config's launches. Ratio: the better \
+         baseline's time over the pick's (above 1, the pick is faster). Only the tune's own \
+         workload was raced; re-measure another with `qtune compare --workload NAME`.\n"
+    );
+}
+
+/// Both baselines' commands (the bare default and `--fit on --fit-target`), with their time
+/// per request on the objective and their peak VRAM; the default alone where the result names
+/// no reference (a tune without a winner).
+fn baselines(m: &mut String, r: &TuneResult) {
+    let Some(rf) = r.winner.as_ref().and_then(|w| w.reference.as_ref()) else {
+        let bcfg = r
+            .baseline()
+            .map(|b| b.config)
+            .unwrap_or_else(|| LaunchConfig::baseline(r.space.fixed.ctx));
+        let _ = writeln!(m, "### The baseline (what you get without qtune)\n");
+        let _ = writeln!(
+            m,
+            "```sh\n{}\n```\n",
+            shell_line(&bcfg.command(&r.server_path, &r.model_path, &r.host, r.port))
+        );
+        return;
+    };
+    let mut both: Vec<(&crate::run::Reference, bool)> = vec![(rf, true)];
+    both.extend(rf.other.as_deref().map(|o| (o, false)));
+    both.sort_by_key(|(b, _)| b.name != "default");
+    let _ = writeln!(m, "### The baselines (what you get without qtune)\n");
+    let workload = r.space.workload.name();
+    for (b, is_reference) in both {
+        let time = b.request_s.map_or("not measured".to_string(), |t| {
+            format!("{t:.2} s per request on {workload}")
+        });
+        let over = match (b.over_budget, r.vram_budget_mib) {
+            (true, Some(budget)) => {
+                format!(", **over the VRAM budget** of {}", fmt_mib(budget as f64))
+            }
+            (true, None) => ", **over the VRAM budget**".to_string(),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            m,
+            "**{}**{}: {time}, peak VRAM {}{over}\n",
+            b.name,
+            if is_reference { " (the reference)" } else { "" },
+            vram(b.peak_vram_mib)
+        );
+        let _ = writeln!(m, "```sh\n{}\n```\n", shell_line(&b.command));
+    }
+}
+
+/// The top of a result whose objective is not the workload's time per request (older tunes,
+/// `--objective gen` and the like): the winner's generation and prompt speed against the
+/// default, in tok/s.
+fn generation_first(m: &mut String, r: &TuneResult) {
     let base = baseline_view(r);
     match &r.winner {
         Some(w) => {
@@ -126,13 +343,7 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
                     .unwrap_or_default()
             );
         }
-        None => {
-            let _ = writeln!(
-                m,
-                "**No winner:** no configuration completed the workload within the budget. \
-                 The trials table below says why each one failed.\n"
-            );
-        }
+        None => no_winner(m),
     }
 
     if let Some(w) = r.winner.as_ref().filter(|w| w.gen_vs_baseline.is_some()) {
@@ -142,19 +353,7 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
             super::race::gains(w.gen_vs_baseline.as_ref(), w.prompt_vs_baseline.as_ref())
         );
     }
-    let race = super::race::lines(r);
-    if !race.is_empty() {
-        let _ = writeln!(m, "## Race against the baseline\n");
-        for l in race {
-            let t = l.trim_start();
-            if l.starts_with("  ") {
-                let _ = writeln!(m, "- {t}");
-            } else {
-                let _ = writeln!(m, "\n{t}\n");
-            }
-        }
-        let _ = writeln!(m);
-    }
+    race_section(m, r, "Race against the baseline");
 
     let _ = writeln!(m, "## Winner vs baseline\n");
     if let Some(w) = &r.winner {
@@ -228,69 +427,6 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
         "```sh\n{}\n```\n",
         shell_line(&bcfg.command(&r.server_path, &r.model_path, &r.host, r.port))
     );
-
-    time_split(m, r);
-    model_pick(m, r);
-
-    // Plots, and the ones left out for lack of data (plots::left_out).
-    let left_out = super::plots::left_out(r);
-    if !plots.is_empty() || !left_out.is_empty() {
-        let _ = writeln!(m, "## Plots\n");
-        for (stem, title) in plots {
-            let _ = writeln!(m, "![{title}]({stem}.png)\n\n{title}: [SVG]({stem}.svg)\n");
-        }
-        for why in left_out {
-            let _ = writeln!(m, "{why}\n");
-        }
-    }
-
-    hardware(m, r);
-    model(m, r);
-    search(m, r);
-    if let Some(g) = &r.quality {
-        m.push_str(&crate::quality::floor::markdown(g));
-    }
-    confirmation(m, r);
-    trials(m, r);
-
-    let _ = writeln!(m, "## Warnings\n");
-    let per_trial = r.trials.iter().flat_map(|t| {
-        t.warnings
-            .iter()
-            .map(move |w| format!("trial {}: {w}", t.id))
-    });
-    let all: Vec<String> = r.warnings.iter().cloned().chain(per_trial).collect();
-    if all.is_empty() {
-        let _ = writeln!(m, "None.\n");
-    } else {
-        for w in &all {
-            let _ = writeln!(m, "- {}", w.replace('\n', " "));
-        }
-        let _ = writeln!(m);
-    }
-
-    let _ = writeln!(m, "## Files\n");
-    let _ = writeln!(
-        m,
-        "- [`results.json`](results.json): everything above, machine-readable (`qtune report DIR` re-renders this file)"
-    );
-    let _ = writeln!(
-        m,
-        "- [`journal.jsonl`](journal.jsonl): one line per trial, written as each ended (`--resume` reads it)"
-    );
-    let _ = writeln!(m, "- [`logs/`](logs/): each trial's llama-server log");
-    if r.winner.is_some() {
-        let _ = writeln!(m, "- [`launch.sh`](launch.sh): starts the winner");
-    }
-    let _ = writeln!(
-        m,
-        "\n<sub>qtune {} · {} · started {} · finished {}</sub>",
-        r.qtune_version,
-        cell(&r.server_version),
-        r.started_at,
-        r.finished_at
-    );
-    md
 }
 
 fn hardware(m: &mut String, r: &TuneResult) {

@@ -66,6 +66,12 @@ const C_BASE2: RGBColor = RGBColor(23, 190, 207);
 const C_FAIL: RGBColor = RGBColor(214, 39, 40);
 const C_BUDGET: RGBColor = RGBColor(170, 0, 0);
 const C_MODEL: RGBColor = RGBColor(148, 103, 189);
+const C_PICK: RGBColor = RGBColor(204, 51, 153);
+/// A workload pick's label: its text size and line height (px), and its distance right of the
+/// marker's centre.
+const PICK_FONT: f64 = 13.0;
+const PICK_LINE: i32 = 16;
+const PICK_GAP: i32 = 19;
 
 /// Register the embedded font with plotters (once per process).
 fn ensure_font() -> Result<()> {
@@ -117,6 +123,15 @@ pub struct Marker {
     pub flags: String,
 }
 
+/// One config that is the best command for one workload or more, where it measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pick {
+    pub at: Marker,
+    /// `workload: config` for each workload it is the pick of (`chat: fit-target`,
+    /// `long-doc: ncmoe=13 b=2048/2048`).
+    pub labels: Vec<String>,
+}
+
 /// What the plots draw, extracted from a [`TuneResult`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlotData {
@@ -127,6 +142,9 @@ pub struct PlotData {
     /// Every baseline config (the server's default, and `--fit on --fit-target` where the tune
     /// launched it), in launch order, at the median of its ok trials.
     pub baselines: Vec<Marker>,
+    /// Each workload's best command ([`TuneResult::workload_picks`]), one per config: picks
+    /// of the same config share it, with a label each.
+    pub picks: Vec<Pick>,
     pub budget: Option<f64>,
     pub has_gpu: bool,
     /// The speed model's generation for the winner's config at each --n-cpu-moe (empty when
@@ -149,6 +167,70 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
 
 fn flags(c: &crate::config::LaunchConfig) -> String {
     crate::config::shell_line(&c.server_args())
+}
+
+/// A config at the median of every sample of its confirmation rounds when it had some, else
+/// of its other launches (as the summary pools a baseline). A baseline's launch over the VRAM
+/// budget counts: it is what the user would get. None when nothing measured it.
+fn measured(r: &TuneResult, c: &crate::config::LaunchConfig) -> Option<Marker> {
+    let baseline = r.baseline_name(c).is_some();
+    let counts = |t: &crate::trial::TrialOutcome| {
+        t.kind.is_ok() || (baseline && t.kind == OutcomeKind::Spill)
+    };
+    let of = |confirm: bool| -> Vec<&crate::trial::TrialOutcome> {
+        r.trials
+            .iter()
+            .filter(|t| &t.config == c && counts(t) && (t.role == TrialRole::Confirm) == confirm)
+            .collect()
+    };
+    let mut ok = of(true);
+    if ok.is_empty() {
+        ok = of(false);
+    }
+    let pooled = |f: fn(&crate::trial::Metrics) -> &crate::trial::Stat| {
+        median(
+            ok.iter()
+                .filter_map(|t| t.metrics.as_ref())
+                .flat_map(|m| f(m).samples.clone())
+                .collect(),
+        )
+    };
+    Some(Marker {
+        tg: pooled(|m| &m.gen_tps)?,
+        pp: pooled(|m| &m.prompt_tps)?,
+        vram: median(
+            ok.iter()
+                .filter_map(|t| t.peak_vram_total_mib().map(|v| v as f64))
+                .collect(),
+        ),
+        ncmoe: c.n_cpu_moe,
+        flags: flags(c),
+    })
+}
+
+/// A config in a few words, for a label on the plot: the baseline's name (`default`,
+/// `fit-target`), else the words of its label that set it apart from the other configs qtune
+/// launched (those every one of them shares say nothing), else its whole label.
+fn short_name(r: &TuneResult, c: &crate::config::LaunchConfig) -> String {
+    if let Some(name) = r.baseline_name(c) {
+        return name.to_string();
+    }
+    let label = c.label();
+    let mut launched: Vec<String> = Vec::new();
+    for t in r.trials.iter().filter(|t| t.kind != OutcomeKind::Skipped) {
+        if r.baseline_name(&t.config).is_none() && !launched.contains(&t.config.label()) {
+            launched.push(t.config.label());
+        }
+    }
+    let own: Vec<&str> = label
+        .split(' ')
+        .filter(|w| !launched.iter().all(|l| l.split(' ').any(|x| x == *w)))
+        .collect();
+    if own.is_empty() {
+        label
+    } else {
+        own.join(" ")
+    }
 }
 
 impl PlotData {
@@ -189,47 +271,39 @@ impl PlotData {
             flags: flags(&w.config),
         });
         let mut configs: Vec<&crate::config::LaunchConfig> = Vec::new();
-        for t in r.trials.iter().filter(|t| t.role == TrialRole::Baseline) {
+        for t in r
+            .trials
+            .iter()
+            .filter(|t| matches!(t.role, TrialRole::Baseline | TrialRole::SecondBaseline))
+        {
             if !configs.contains(&&t.config) {
                 configs.push(&t.config);
             }
         }
-        // As the summary pools a baseline: its confirmation rounds when it had some, else its
-        // baseline launches; every sample of those. The recommended config is drawn once: a
-        // baseline kept as the recommendation is not drawn again as a baseline.
+        // The recommended config is drawn once: a baseline kept as the recommendation is not
+        // drawn again as a baseline.
         let baselines = configs
             .into_iter()
             .filter(|c| winner_config != Some(*c))
-            .filter_map(|c| {
-                let of = |role: TrialRole| -> Vec<&crate::trial::TrialOutcome> {
-                    r.trials
-                        .iter()
-                        .filter(|t| t.role == role && &t.config == c && t.kind.is_ok())
-                        .collect()
+            .filter_map(|c| measured(r, c))
+            .collect();
+        let mut picks: Vec<(&crate::config::LaunchConfig, Vec<String>)> = Vec::new();
+        let workload_picks = r.workload_picks();
+        for p in &workload_picks {
+            let label = format!("{}: {}", p.workload, short_name(r, &p.config));
+            match picks.iter_mut().find(|(c, _)| *c == &p.config) {
+                Some((_, labels)) => labels.push(label),
+                None => picks.push((&p.config, vec![label])),
+            }
+        }
+        let picks = picks
+            .into_iter()
+            .filter_map(|(c, labels)| {
+                let at = match &winner {
+                    Some(w) if winner_config == Some(c) => w.clone(),
+                    _ => measured(r, c)?,
                 };
-                let mut ok = of(TrialRole::Confirm);
-                if ok.is_empty() {
-                    ok = of(TrialRole::Baseline);
-                }
-                let pooled = |f: fn(&crate::trial::Metrics) -> &crate::trial::Stat| {
-                    median(
-                        ok.iter()
-                            .filter_map(|t| t.metrics.as_ref())
-                            .flat_map(|m| f(m).samples.clone())
-                            .collect(),
-                    )
-                };
-                Some(Marker {
-                    tg: pooled(|m| &m.gen_tps)?,
-                    pp: pooled(|m| &m.prompt_tps)?,
-                    vram: median(
-                        ok.iter()
-                            .filter_map(|t| t.peak_vram_total_mib().map(|v| v as f64))
-                            .collect(),
-                    ),
-                    ncmoe: c.n_cpu_moe,
-                    flags: flags(c),
-                })
+                Some(Pick { at, labels })
             })
             .collect();
         let modelled = r
@@ -261,13 +335,17 @@ impl PlotData {
             failed,
             winner,
             baselines,
+            picks,
             budget: r.vram_budget_mib.map(|v| v as f64),
             has_gpu: r.hardware.has_gpu(),
         }
     }
 
     fn markers(&self) -> impl Iterator<Item = &Marker> {
-        self.winner.iter().chain(self.baselines.iter())
+        self.winner
+            .iter()
+            .chain(self.baselines.iter())
+            .chain(self.picks.iter().map(|p| &p.at))
     }
 
     fn tgs(&self) -> Vec<f64> {
@@ -432,6 +510,7 @@ enum Sym {
     Diamond,
     Triangle,
     Cross,
+    Ring,
 }
 
 /// One legend entry: its symbol, colour and text (wrapped in the legend column).
@@ -476,7 +555,13 @@ fn marker_styles(d: &PlotData) -> (Option<Item>, Vec<Item>) {
             } else {
                 (Sym::Diamond, C_BASE2)
             };
-            item(sym, color, format!("baseline:\n{}", flag_words(&b.flags)))
+            let over = matches!((b.vram, d.budget), (Some(v), Some(budget)) if v > budget);
+            let what = if over {
+                "baseline, its peak over the VRAM budget:"
+            } else {
+                "baseline:"
+            };
+            item(sym, color, format!("{what}\n{}", flag_words(&b.flags)))
         })
         .collect();
     (rec, bases)
@@ -575,6 +660,7 @@ where
             area.draw(&TriangleMarker::new((x, y), 11, color.filled()))?
         }
         Sym::Cross => area.draw(&Cross::new((x, y), 6, color.stroke_width(3)))?,
+        Sym::Ring => area.draw(&Circle::new((x, y), 13, color.stroke_width(3)))?,
     }
     Ok(())
 }
@@ -1001,8 +1087,103 @@ where
     draw_front_and_points(&mut chart, &pts, &xy, (Goal::Max, Goal::Max))?;
     chart.draw_series(d.points.iter().map(|p| id_label!(p.id, (p.pp, p.tg))))?;
     draw_markers(&mut chart, d, |m| Some((m.pp, m.tg)), &mut legend)?;
+    draw_picks(&mut chart, d, &mut legend)?;
     draw_legend(&a.legend, &legend)?;
     draw_caption(&a.caption, &caption)?;
+    Ok(())
+}
+
+/// Each workload's pick ringed at its generation and prompt speed, with its labels stacked
+/// beside the ring on a pale backing: below right of it where that is free, else above right,
+/// below left, above left (free: inside the plot area, clear of every trial's `#id` and of the
+/// labels already drawn), else below right moved down past what it would cover.
+fn draw_picks<DB: DrawingBackend>(
+    chart: &mut Chart<'_, DB>,
+    d: &PlotData,
+    legend: &mut Vec<Item>,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
+    if d.picks.is_empty() {
+        return Ok(());
+    }
+    let area = chart.plotting_area();
+    let (base_x, base_y) = area.get_base_pixel();
+    let (w, h) = area.dim_in_pixel();
+    let (w, h) = (w as i32, h as i32);
+    let canvas = area.strip_coord_spec();
+    let at = |pp: f64, tg: f64| {
+        let (px, py) = area.map_coordinate(&(pp, tg));
+        (px - base_x, py - base_y)
+    };
+    let text_w = |text: &str, size: f64| -> Result<i32> {
+        let (tw, _) = canvas.estimate_text_size(text, &font(size))?;
+        Ok(tw as i32)
+    };
+    // Pixel boxes (left, top, right, bottom) already taken: each trial's point and #id (see
+    // id_label!), the recommended config's and the baselines' markers, the picks' rings.
+    let mut taken: Vec<(i32, i32, i32, i32)> = Vec::new();
+    for p in &d.points {
+        let (x, y) = at(p.pp, p.tg);
+        let id = text_w(&format!("#{}", p.id), 12.0)?;
+        taken.push((x - 6, y - 6, x + 6, y + 6));
+        taken.push((x + 7, y - 17, x + 7 + id, y - 3));
+    }
+    for m in d.winner.iter().chain(&d.baselines) {
+        let (x, y) = at(m.pp, m.tg);
+        taken.push((x - 9, y - 9, x + 9, y + 9));
+    }
+    for p in &d.picks {
+        let (x, y) = at(p.at.pp, p.at.tg);
+        taken.push((x - 15, y - 15, x + 15, y + 15));
+    }
+    let overlaps = |a: &(i32, i32, i32, i32), b: &(i32, i32, i32, i32)| {
+        a.0 < b.2 && b.0 < a.2 && a.1 < b.3 && b.1 < a.3
+    };
+    for p in &d.picks {
+        let (x, y) = at(p.at.pp, p.at.tg);
+        draw_sym(&canvas, Sym::Ring, C_PICK, (x, y))?;
+        let mut bw = 0;
+        for l in &p.labels {
+            bw = bw.max(text_w(l, PICK_FONT)?);
+        }
+        let bh = PICK_LINE * p.labels.len() as i32;
+        let right = (x + PICK_GAP, x + PICK_GAP + bw);
+        let left = (x - PICK_GAP - bw, x - PICK_GAP);
+        let below = (y + 2, y + 2 + bh);
+        let above = (y - 2 - bh, y - 2);
+        let boxes = [(right, below), (right, above), (left, below), (left, above)]
+            .map(|((l, r), (t, b))| (l, t, r, b));
+        let free = |b: &(i32, i32, i32, i32)| {
+            b.0 >= 0 && b.2 <= w && b.1 >= 0 && b.3 <= h && !taken.iter().any(|t| overlaps(b, t))
+        };
+        let mut b = boxes.iter().copied().find(|b| free(b)).unwrap_or(boxes[0]);
+        while let Some(t) = taken.iter().find(|t| overlaps(&b, t)) {
+            b = (b.0, t.3 + 2, b.2, t.3 + 2 + bh);
+        }
+        taken.push(b);
+        canvas.draw(&Rectangle::new(
+            [(b.0 - 2, b.1), (b.2 + 2, b.3)],
+            WHITE.mix(0.85).filled(),
+        ))?;
+        let style = font(PICK_FONT)
+            .color(&C_PICK)
+            .pos(Pos::new(HPos::Left, VPos::Top));
+        for (i, l) in p.labels.iter().enumerate() {
+            canvas.draw(&Text::new(
+                l.clone(),
+                (b.0, b.1 + i as i32 * PICK_LINE),
+                style.clone(),
+            ))?;
+        }
+    }
+    legend.push(item(
+        Sym::Ring,
+        C_PICK,
+        "best command for a workload (workload: config; flags in report.md)",
+    ));
     Ok(())
 }
 
@@ -1339,6 +1520,47 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_tg_pp_plot_labels_each_workloads_pick_inside_the_plot_area() {
+        // A committed GPU tune for chat: the default kept for chat and agent (one marker, two
+        // labels), another config for long-doc.
+        let gz = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("docs/evidence/gpu-h100-workload1/work35-16/results.json.gz");
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut flate2::read::GzDecoder::new(std::fs::File::open(&gz).unwrap()),
+            &mut text,
+        )
+        .unwrap();
+        let r: TuneResult = serde_json::from_str(&text).unwrap();
+        let plots = render_all(&r).unwrap();
+        let svg = &plots.iter().find(|p| p.stem == "plot-tg-pp").unwrap().svg;
+        for (label, at) in [
+            ("chat: default", 1),
+            ("agent: default", 1),
+            ("long-doc: ncmoe=13", 1),
+        ] {
+            let xs = text_x(svg, label);
+            assert_eq!(xs.len(), at, "{label:?} drawn {} times", xs.len());
+            assert!(
+                xs[0] > 0.0 && xs[0] + 150.0 < f64::from(W - LEGEND_W),
+                "{label:?} at x {} is outside the plot area",
+                xs[0]
+            );
+        }
+        assert_eq!(
+            text_x(svg, "chat: default"),
+            text_x(svg, "agent: default"),
+            "one config, one marker: its labels stacked"
+        );
+        assert!(
+            svg.contains("best command for a workload"),
+            "its legend entry"
+        );
+        // Both baselines are marked, the one over the budget said so.
+        assert!(svg.contains("baseline, its peak over the VRAM budget:"));
     }
 
     #[test]

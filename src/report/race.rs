@@ -1,5 +1,6 @@
-//! The race against the baseline in words: each raced config's paired gains with their
-//! intervals, the named picks, and the noise the race measured.
+//! The race against the reference in words: each raced config's paired comparison with its
+//! interval (per request for a workload objective; generation and prompt otherwise, or as
+//! secondary lines), the named picks of a generation objective, and the noise the race measured.
 
 use crate::run::TuneResult;
 use crate::stats::race::ArmStatus;
@@ -30,37 +31,82 @@ fn status(s: &ArmStatus) -> String {
     }
 }
 
+/// The baseline every candidate raced against, by name (`default`, `fit-target`), when the
+/// result says (files written before there were two baselines do not).
+fn reference_name(r: &TuneResult) -> Option<&str> {
+    r.winner
+        .as_ref()?
+        .reference
+        .as_ref()
+        .map(|rf| rf.name.as_str())
+}
+
 /// Lines describing the race (empty when none ran): what it spent and decided, each raced
-/// config against the baseline, and the named picks.
+/// config against the reference, and (for a generation objective) the named picks. With the
+/// workload's time per request as the objective, each config's line states it per request,
+/// generation and prompt follow as a secondary line, and the two baselines' own comparison
+/// says which became the reference.
 pub fn lines(r: &TuneResult) -> Vec<String> {
     let Some(race) = &r.race else {
         return Vec::new();
     };
+    let per_request = r.space.objective.metric == crate::space::Metric::Request;
     let o = &race.outcome;
     let mut out = Vec::new();
     let noise = o
         .pair_sigma_pct
         .map(|s| format!(", paired noise σ {s:.1} %"))
         .unwrap_or_default();
+    let against = match (per_request, reference_name(r)) {
+        (true, Some(n)) => format!("the reference ({n}, the better baseline)"),
+        (true, None) => "the reference".to_string(),
+        (false, _) => "the baseline".to_string(),
+    };
     out.push(format!(
-        "race against the baseline: {} launches, {} paired ABBA rounds{noise}; {}",
+        "race against {against}: {} launches, {} paired ABBA rounds{noise}; {}",
         o.launches,
         o.rounds.len(),
         o.reason
     ));
+    if per_request {
+        if let Some(c) = o.second_vs_first.as_ref().and_then(|v| v.request.as_ref()) {
+            out.push(format!(
+                "  fit-target against default: {}",
+                super::summary::per_request(c)
+            ));
+        }
+    }
     for c in &o.candidates {
         let Some(cfg) = race.candidates.get(c.index) else {
             continue;
         };
         let v = c.vs_reference.as_ref();
-        out.push(format!(
-            "  {}: {} ({})",
-            cfg.label(),
-            gains(v.map(|v| &v.gen), v.map(|v| &v.prompt)),
-            status(&c.status)
-        ));
+        match v.and_then(|v| v.request.as_ref()).filter(|_| per_request) {
+            Some(req) => {
+                out.push(format!(
+                    "  {}: {} ({})",
+                    cfg.label(),
+                    super::summary::per_request(req),
+                    status(&c.status)
+                ));
+                out.push(format!(
+                    "    {}",
+                    gains(v.map(|v| &v.gen), v.map(|v| &v.prompt))
+                ));
+            }
+            None => out.push(format!(
+                "  {}: {} ({})",
+                cfg.label(),
+                gains(v.map(|v| &v.gen), v.map(|v| &v.prompt)),
+                status(&c.status)
+            )),
+        }
     }
-    let picks = r.named_picks();
+    let picks = if per_request {
+        Vec::new()
+    } else {
+        r.named_picks()
+    };
     if !picks.is_empty() {
         out.push("picks:".to_string());
         for p in picks {

@@ -151,19 +151,28 @@ fn reference_phrase(rf: &crate::run::Reference) -> String {
     s
 }
 
-/// The one verdict: what is recommended in llama.cpp's flags, one number per metric against
-/// the reference with its interval, and how sure it is; then the best command for the other
-/// built-in workloads from the trials already measured.
-pub fn verdict_lines(r: &TuneResult) -> Vec<String> {
-    let mut out = Vec::new();
-    let Some(w) = &r.winner else {
-        return out;
-    };
-    let workload = r.space.workload.name();
-    out.push(String::new());
-    out.push(format!("recommended for {workload}: {}", flags(&w.config)));
+/// The one verdict, worded once: the terminal prints it as lines ([`verdict_lines`]), report.md
+/// as a list.
+pub struct Verdict {
+    /// The tune's workload, by name.
+    pub workload: String,
+    /// The recommended config in llama.cpp's flags.
+    pub flags: String,
+    /// One fact each: the workload's requests, the reference, time per request against it with
+    /// its interval, generation and prompt, and how sure it is.
+    pub facts: Vec<String>,
+}
+
+/// What is recommended in llama.cpp's flags, one number per metric against the reference with
+/// its interval, and how sure it is (None without a winner).
+pub fn verdict(r: &TuneResult) -> Option<Verdict> {
+    let w = r.winner.as_ref()?;
+    let mut facts = Vec::new();
+    if let Some(m) = r.space.workload.objective_mix() {
+        facts.push(format!("workload: {}", m.describe()));
+    }
     if let Some(rf) = &w.reference {
-        out.push(format!("  reference: {}", reference_phrase(rf)));
+        facts.push(format!("reference: {}", reference_phrase(rf)));
     }
     let vs = match (
         &w.request_vs_baseline,
@@ -171,20 +180,24 @@ pub fn verdict_lines(r: &TuneResult) -> Vec<String> {
         w.reference.as_ref().and_then(|r| r.request_s),
     ) {
         (Some(c), Some(a), Some(b)) => Some(format!(
-            "  time per request: {a:.2} s against {b:.2} s, {}",
+            "time per request: {a:.2} s against {b:.2} s, {}",
             per_request(c)
         )),
-        (None, Some(a), _) => Some(format!("  time per request: {a:.2} s")),
+        (None, Some(a), _) => Some(format!("time per request: {a:.2} s")),
         _ => None,
     };
-    if let Some(v) = vs {
-        out.push(v);
-    }
+    facts.extend(vs);
     match (&w.gen_vs_baseline, &w.prompt_vs_baseline) {
-        (Some(g), Some(p)) => out.push(format!("  generation {g} · prompt {p}")),
-        _ => out.push(format!(
-            "  generation {:.1} tok/s · prompt {:.1} tok/s (medians; not raced)",
-            w.gen_tps.median, w.prompt_tps.median
+        (Some(g), Some(p)) => facts.push(format!("generation {g} · prompt {p}")),
+        _ => facts.push(format!(
+            "generation {:.1} tok/s · prompt {:.1} tok/s (medians; {})",
+            w.gen_tps.median,
+            w.prompt_tps.median,
+            if w.status == Some(crate::run::VerdictStatus::Kept) {
+                "the reference itself"
+            } else {
+                "not raced"
+            }
         )),
     }
     let status = match w.status {
@@ -201,7 +214,24 @@ pub fn verdict_lines(r: &TuneResult) -> Vec<String> {
             "single launches only (no race): a ranking, not a proof".to_string()
         }
     };
-    out.push(format!("  status: {status}"));
+    facts.push(format!("status: {status}"));
+    Some(Verdict {
+        workload: r.space.workload.name(),
+        flags: flags(&w.config),
+        facts,
+    })
+}
+
+/// The verdict as the terminal prints it; then the best command for the other built-in
+/// workloads from the trials already measured.
+pub fn verdict_lines(r: &TuneResult) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(v) = verdict(r) else {
+        return out;
+    };
+    out.push(String::new());
+    out.push(format!("recommended for {}: {}", v.workload, v.flags));
+    out.extend(v.facts.iter().map(|f| format!("  {f}")));
     let picks = r.workload_picks();
     if picks.len() > 1 {
         out.push("best command for each built-in workload (median time per request):".into());
@@ -212,18 +242,14 @@ pub fn verdict_lines(r: &TuneResult) -> Vec<String> {
                 }
                 _ => String::new(),
             };
-            let basis = p
-                .basis
-                .map_or("the fastest median; no baseline was measured", |b| {
-                    b.describe()
-                });
             out.push(format!(
-                "  {}: {} · {:.2} s over {} launch{}{reference} ({basis})",
+                "  {}: {} · {:.2} s over {} launch{}{reference} ({})",
                 p.workload,
                 flags(&p.config),
                 p.request_s,
                 p.launches,
-                if p.launches == 1 { "" } else { "es" }
+                if p.launches == 1 { "" } else { "es" },
+                p.why()
             ));
         }
     }

@@ -589,6 +589,24 @@ pub enum PickBasis {
     Kept,
 }
 
+impl WorkloadPick {
+    /// Why this config, for people ([`PickBasis::describe`]; files written before there was a
+    /// basis ranked by the plain median).
+    pub fn why(&self) -> &'static str {
+        self.basis
+            .map_or("the fastest median; no baseline was measured", |b| {
+                b.describe()
+            })
+    }
+
+    /// The better baseline's time per request over the pick's: above 1, the pick is faster.
+    pub fn ratio(&self) -> Option<f64> {
+        self.reference_request_s
+            .filter(|_| self.request_s > 0.0)
+            .map(|b| b / self.request_s)
+    }
+}
+
 impl PickBasis {
     /// For people, after the pick.
     pub fn describe(self) -> &'static str {
@@ -618,7 +636,6 @@ impl TuneResult {
     ///   A single fast launch of a config is no evidence: on a noisy box, the fastest of twenty
     ///   single launches is fast by luck.
     pub fn workload_picks(&self) -> Vec<WorkloadPick> {
-        let default_cfg = baseline_of(&self.space);
         let budget = self.vram_budget_mib;
         let mut configs: Vec<&LaunchConfig> = Vec::new();
         for t in &self.trials {
@@ -626,13 +643,7 @@ impl TuneResult {
                 configs.push(&t.config);
             }
         }
-        let is_baseline = |c: &LaunchConfig| {
-            *c == default_cfg
-                || self
-                    .trials
-                    .iter()
-                    .any(|t| &t.config == c && t.role == crate::trial::TrialRole::SecondBaseline)
-        };
+        let is_baseline = |c: &LaunchConfig| self.baseline_name(c).is_some();
         let objective = self.space.workload.objective_mix().map(|m| m.name.clone());
         let mut out = Vec::new();
         for mix in &self.space.workload.mixes {
@@ -677,13 +688,9 @@ impl TuneResult {
                     config: c.clone(),
                     request_s: median(times).exp(),
                     reference_request_s: reference.map(|r| median(&r.1).exp()),
-                    reference_name: reference.map(|r| {
-                        if *r.0 == default_cfg {
-                            "default".to_string()
-                        } else {
-                            "fit-target".to_string()
-                        }
-                    }),
+                    reference_name: reference
+                        .and_then(|r| self.baseline_name(r.0))
+                        .map(str::to_string),
                     launches: times.len(),
                     command: Vec::new(),
                     basis,
@@ -724,6 +731,23 @@ impl TuneResult {
             });
         }
         out
+    }
+
+    /// The baseline `c` is, as the verdict names it: `default` (what the user gets without
+    /// placement flags) or `fit-target` (the second baseline the tune launched); None for any
+    /// config qtune chose.
+    pub fn baseline_name(&self, c: &LaunchConfig) -> Option<&'static str> {
+        if *c == baseline_of(&self.space) {
+            Some("default")
+        } else if self
+            .trials
+            .iter()
+            .any(|t| &t.config == c && t.role == TrialRole::SecondBaseline)
+        {
+            Some("fit-target")
+        } else {
+            None
+        }
     }
 
     /// The Pareto front's named picks: fastest generation (the winner), best prompt speed
