@@ -578,6 +578,7 @@ pub fn compare(
     }
     if let Some(r) = opts.repetitions {
         workload.repetitions = r;
+        workload.shape_repetitions = r;
     }
     if workload.prompt_tokens == 0 || workload.gen_tokens == 0 || workload.repetitions == 0 {
         bail!("--prompt-tokens, --gen-tokens and --repetitions must be at least 1");

@@ -13,9 +13,12 @@ pub struct Workload {
     pub prompt_tokens: u32,
     /// Tokens generated per measured request (`ignore_eos`).
     pub gen_tokens: u32,
-    /// Measured requests per trial (after the warm-up); with a mix, each of its requests is
-    /// measured this many times too, and counts with its mean time.
+    /// Measured requests per trial (after the warm-up).
     pub repetitions: u32,
+    /// How many times each request of the mixes is measured per launch (a shape counts with
+    /// its mean time): 1 in a tune, `qtune compare --repetitions N` asks for more.
+    #[serde(default = "one_u32", skip_serializing_if = "is_one")]
+    pub shape_repetitions: u32,
     /// Send one unmeasured warm-up request first.
     #[serde(default = "default_true")]
     pub warmup: bool,
@@ -32,6 +35,14 @@ pub struct Workload {
     /// [`Workload::resolve`] when a tune starts and kept in the run directory.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mixes: Vec<crate::workloads::Mix>,
+}
+
+fn one_u32() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 impl Workload {
@@ -111,6 +122,7 @@ impl Default for Workload {
             prompt_tokens: 512,
             gen_tokens: 128,
             repetitions: 3,
+            shape_repetitions: 1,
             warmup: true,
             context_depth: None,
             mix: None,
@@ -681,6 +693,12 @@ pub fn validate(s: &SearchSpace) -> Result<(), (&'static str, String)> {
         w.context_depth,
     ) {
         return Err(("workload", msg));
+    }
+    if w.shape_repetitions == 0 || w.shape_repetitions > MAX_REPETITIONS {
+        return Err((
+            "workload",
+            format!("shape_repetitions must be between 1 and {MAX_REPETITIONS}"),
+        ));
     }
     if u64::from(w.prompt_tokens)
         + u64::from(w.gen_tokens)

@@ -42,6 +42,7 @@ fn short_trial_runner(
             prompt_tokens: 32,
             gen_tokens: 8,
             repetitions: 1,
+            shape_repetitions: 1,
             warmup: false,
             context_depth: None,
             mix: None,

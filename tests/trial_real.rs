@@ -179,7 +179,7 @@ fn measure_a_mix(server: &Path, model: &Path) {
         qtune::space::Workload {
             mix: Some("chat".into()),
             mixes: mixes.clone(),
-            repetitions: 2,
+            shape_repetitions: 2,
             ..tiny_workload()
         },
         dir.path(),

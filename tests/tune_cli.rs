@@ -65,7 +65,18 @@ fn tune_and_check(model: PathBuf, extra: &[&str]) {
             .remove("schema_version")
             .is_some_and(|v| v.as_u64() == Some(2)));
         let verdict = o.remove("verdict").expect("a verdict object");
-        assert!(verdict["recommended"]["flags"].is_string(), "{verdict}");
+        let kinds: Vec<String> = results(&run)["trials"]
+            .as_array()
+            .map(|ts| {
+                ts.iter()
+                    .map(|t| format!("{} {}", t["kind"], t["message"]))
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(
+            verdict["recommended"]["flags"].is_string(),
+            "{verdict}\ntrials: {kinds:?}\nstderr: {stderr}"
+        );
         assert!(verdict["status"].is_string(), "{verdict}");
         assert_eq!(
             j,
@@ -222,8 +233,12 @@ fn sigint_stops_the_tune_cleanly_and_keeps_the_journal() {
         || servers::servers_mentioning(&m.display().to_string()).is_empty()
     {
         if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
             panic!(
-                "the tune ended ({status}) before it could be interrupted with a server up; {} trials journaled",
+                "the tune ended ({status}) before it could be interrupted with a server up; {} trials journaled; stderr:\n{err}",
                 journal_lines(&run).len()
             );
         }

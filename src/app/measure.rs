@@ -145,6 +145,7 @@ pub fn calibrate(
         prompt_tokens: 16,
         gen_tokens: 4,
         repetitions: 1,
+        shape_repetitions: 1,
         warmup: false,
         context_depth: None,
         mix: None,

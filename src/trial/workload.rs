@@ -314,7 +314,7 @@ impl Session<'_> {
         };
         let mut shapes = Vec::new();
         let order = measuring_order(&crate::workloads::distinct_shapes(&w.mixes));
-        for r in 0..reps {
+        for r in 0..w.shape_repetitions.max(1) as usize {
             // One token stream per round of the shapes: the fresh documents read it, and the
             // held shapes after them find their held tokens in the cache, as a conversation
             // about a document would.

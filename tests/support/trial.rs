@@ -15,6 +15,7 @@ pub fn tiny_workload() -> Workload {
         prompt_tokens: 32,
         gen_tokens: 8,
         repetitions: 2,
+        shape_repetitions: 1,
         warmup: true,
         context_depth: None,
         mix: None,
