@@ -7,7 +7,18 @@ use support::servers;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// One real tune at a time: two llama-servers each spinning as many threads as the 2-core CI
+/// box has cores slow both by an order of magnitude (llama.cpp's threads wait for each other
+/// while descheduled), and a tune's whole-request measurements then ran past its minutes
+/// budget (a 305-token answer took over 112 s).
+static ONE_TUNE: Mutex<()> = Mutex::new(());
+
+fn one_tune() -> MutexGuard<'static, ()> {
+    ONE_TUNE.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn qtune() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_qtune"));
@@ -138,6 +149,7 @@ fn tune_and_check(model: PathBuf, extra: &[&str]) {
 
 #[test]
 fn tune_tiny_moe_on_cpu() {
+    let _one = one_tune();
     if let Some(m) = fixture(|| qtune::fixtures::tiny_moe("tiny-qwen35moe")) {
         tune_and_check(m, &[]);
     }
@@ -145,6 +157,7 @@ fn tune_tiny_moe_on_cpu() {
 
 #[test]
 fn tune_smollm2_dense_on_cpu() {
+    let _one = one_tune();
     // qtune is for MoE models: a dense one is tuned only when asked for (--allow-dense).
     if let Some(m) = fixture(qtune::fixtures::smollm2) {
         tune_and_check(m, &["--json", "--allow-dense"]);
@@ -153,6 +166,7 @@ fn tune_smollm2_dense_on_cpu() {
 
 #[test]
 fn sigkill_then_resume_does_not_repeat_finished_trials() {
+    let _one = one_tune();
     let Some(tiny) = fixture(|| qtune::fixtures::tiny_moe("tiny-qwen3moe")) else {
         return;
     };
@@ -211,6 +225,7 @@ fn sigkill_then_resume_does_not_repeat_finished_trials() {
 
 #[test]
 fn sigint_stops_the_tune_cleanly_and_keeps_the_journal() {
+    let _one = one_tune();
     let Some(smollm2) = fixture(qtune::fixtures::smollm2) else {
         return;
     };
