@@ -5,10 +5,11 @@
 //! growing to gigabytes.
 
 mod support;
+use support::output_text as text;
 use support::require;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn fixture_journal() -> PathBuf {
@@ -25,15 +26,6 @@ fn qtune() -> Command {
         .env("QTUNE_LLAMA_SERVER", "/nonexistent/llama-server")
         .stdin(Stdio::null());
     c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Run `c`, killing it after 10 s: it must have ended by itself, with a non-zero status and

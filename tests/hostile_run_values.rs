@@ -4,6 +4,9 @@
 //! but hostile (`$(...)`, backticks, quotes in paths and names) are quoted, and the generated
 //! `launch.sh`, run with a stub server, runs nothing else. The unit gains no line.
 
+mod support;
+use support::output_text as text;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -21,15 +24,6 @@ fn qtune() -> Command {
     c.env_remove("QTUNE_LOG")
         .env("QTUNE_LLAMA_SERVER", "/nonexistent/llama-server");
     c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn one_line_failure(o: &Output) -> String {

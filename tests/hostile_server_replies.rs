@@ -4,13 +4,14 @@
 //! (tests/fixtures/fake-llama-server) plays the server.
 
 mod support;
+use support::output_text as text;
 
 use qtune::trial::classify::SpeedCeiling;
 use qtune::trial::journal::Journal;
 use qtune::trial::llama_runner::LlamaServerRunner;
 use qtune::trial::{OutcomeKind, TrialOutcome, TrialRole, TrialRunner};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 use support::trial::*;
 
@@ -105,15 +106,6 @@ fn qtune() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_qtune"));
     c.env_remove("QTUNE_LOG");
     c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// No line gives the bogus number as a gain, a speed in a table or a verdict: it appears

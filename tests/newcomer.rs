@@ -4,6 +4,7 @@
 //! before any launch, and one convention for the model argument and the context.
 
 mod support;
+use support::output_text as text;
 use support::require;
 
 use std::path::{Path, PathBuf};
@@ -41,15 +42,6 @@ fn replay_args(journal_dir: &Path, extra: &[&str]) -> Vec<String> {
     ];
     a.extend(extra.iter().map(|s| s.to_string()));
     a
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn stderr(o: &Output) -> String {

@@ -5,6 +5,7 @@
 //! the fake one only for a server that never answers.
 
 mod support;
+use support::output_text as text;
 use support::require;
 
 use qtune::trial::TrialOutcome;
@@ -34,15 +35,6 @@ fn replay(args: &[&str]) -> Command {
         .arg(fixture_journal())
         .args(args);
     c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Bad input: a non-zero exit and exactly one line on stderr.

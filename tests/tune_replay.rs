@@ -5,6 +5,7 @@
 //! script are checked in milliseconds; the real-server tests in tune_cli.rs stay.
 
 mod support;
+use support::output_text as text;
 
 use qtune::run::TuneResult;
 use qtune::trial::{OutcomeKind, TrialOutcome, TrialRole};
@@ -46,15 +47,6 @@ fn tune(out: &Path, extra: &[&str]) -> Output {
     ];
     args.extend_from_slice(extra);
     qtune(&args)
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn result(dir: &Path) -> TuneResult {

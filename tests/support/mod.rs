@@ -65,3 +65,13 @@ pub fn health_ok(port: u16) -> bool {
     let _ = s.read_to_string(&mut r);
     r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200")
 }
+
+/// A finished command's status, stdout and stderr, for an assertion's message.
+pub fn output_text(o: &std::process::Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
