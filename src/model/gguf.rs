@@ -464,13 +464,23 @@ impl<R: Read> Reader<R> {
         };
         let need = tensors
             .iter()
-            .map(|t| data_offset + t.offset + t.n_bytes)
+            // Saturating: a hostile header's offsets must not wrap past the file's end.
+            .map(|t| {
+                data_offset
+                    .saturating_add(t.offset)
+                    .saturating_add(t.n_bytes)
+            })
             .max()
             .unwrap_or(data_offset);
         if need > self.len {
             let t = tensors
                 .iter()
-                .find(|t| data_offset + t.offset + t.n_bytes > self.len)
+                .find(|t| {
+                    data_offset
+                        .saturating_add(t.offset)
+                        .saturating_add(t.n_bytes)
+                        > self.len
+                })
                 .map(|t| t.name.clone())
                 .unwrap_or_default();
             return Err(self.truncated(format!(
