@@ -102,3 +102,33 @@ fn absurd_header_counts_fail_fast_with_one_line() {
     }
     eprintln!("{n} cases");
 }
+
+/// A tensor whose data offset is near 2^64: offset + size must not wrap past the file's end
+/// (the proptest fuzz found it as a panic, "attempt to add with overflow").
+#[test]
+fn a_tensor_offset_near_the_top_of_u64_fails_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = tiny();
+    let g = gguf::read(&src).unwrap();
+    let mut bytes = std::fs::read(&src).unwrap();
+    // The first tensor's info: its name (u64 length + bytes), n_dims (u32), the dims (u64 each),
+    // the type (u32), then the offset (u64).
+    let t = &g.tensors[0];
+    let mut key = (t.name.len() as u64).to_le_bytes().to_vec();
+    key.extend_from_slice(t.name.as_bytes());
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key.as_slice())
+        .expect("the first tensor's name in the header");
+    let offset_at = at + key.len() + 4 + 8 * t.dims.len() + 4;
+    // Aligned, as an offset must be, so only the sum can catch it.
+    let huge = u64::MAX / g.alignment * g.alignment;
+    bytes[offset_at..offset_at + 8].copy_from_slice(&huge.to_le_bytes());
+    let m = dir.path().join("offset.gguf");
+    std::fs::write(&m, &bytes).unwrap();
+    let e = gguf::read(&m).unwrap_err().to_string();
+    assert!(e.contains(&t.name), "{e}");
+    for args in [&["inspect"][..], &["plan", "--model"]] {
+        fails_fast(args, &m);
+    }
+}
