@@ -13,12 +13,21 @@ use std::time::Duration;
 use support::trial::*;
 
 fn runner(server: &Path, model: &Path, run_dir: &Path) -> LlamaServerRunner {
+    runner_with(server, model, run_dir, tiny_workload())
+}
+
+fn runner_with(
+    server: &Path,
+    model: &Path,
+    run_dir: &Path,
+    workload: qtune::space::Workload,
+) -> LlamaServerRunner {
     let bytes = std::fs::metadata(model).unwrap().len();
     LlamaServerRunner::new(
         server,
         model,
         bytes,
-        tiny_workload(),
+        workload,
         run_dir,
         Journal::open(run_dir).unwrap(),
         None,
@@ -107,23 +116,17 @@ fn context_depth_is_measured_separately() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let bytes = std::fs::metadata(&model).unwrap().len();
-    let mut r = LlamaServerRunner::new(
+    let mut r = runner_with(
         &server,
         &model,
-        bytes,
+        dir.path(),
         qtune::space::Workload {
             context_depth: Some(200),
             warmup: false,
             repetitions: 1,
             ..tiny_workload()
         },
-        dir.path(),
-        Journal::open(dir.path()).unwrap(),
-        None,
-        Duration::from_secs(120),
-    )
-    .unwrap();
+    );
     let o = r.run(&cpu_config(), TrialRole::Search);
     assert_eq!(o.kind, OutcomeKind::Ok, "{} {:?}", o.message, o.evidence);
     let d = o.metrics.unwrap().gen_tps_at_depth.expect("depth measured");
@@ -171,23 +174,17 @@ fn measure_a_mix(server: &Path, model: &Path) {
         mix("doc", shape("read", 0, 300, 6)),
     ];
     let dir = tempfile::tempdir().unwrap();
-    let bytes = std::fs::metadata(model).unwrap().len();
-    let mut r = LlamaServerRunner::new(
+    let mut r = runner_with(
         server,
         model,
-        bytes,
+        dir.path(),
         qtune::space::Workload {
             mix: Some("chat".into()),
             mixes: mixes.clone(),
             shape_repetitions: 2,
             ..tiny_workload()
         },
-        dir.path(),
-        Journal::open(dir.path()).unwrap(),
-        None,
-        Duration::from_secs(120),
-    )
-    .unwrap();
+    );
     let o = r.run(&cpu_config(), TrialRole::Search);
     let model = model.display();
     assert_eq!(
