@@ -921,21 +921,13 @@ where
     DB::ErrorType: 'static,
 {
     let (rec, bases) = marker_styles(d);
-    for (b, it) in d.baselines.iter().zip(bases) {
-        if let Some(c) = at(b) {
-            let area = chart.plotting_area();
-            let (px, py) = area.map_coordinate(&c);
-            draw_sym(
-                &area.strip_coord_spec(),
-                it.sym,
-                it.color,
-                (px - area.get_base_pixel().0, py - area.get_base_pixel().1),
-            )?;
-            legend.push(it);
-        }
-    }
-    if let (Some(w), Some(it)) = (d.winner.as_ref(), rec) {
-        if let Some(c) = at(w) {
+    let marked = d
+        .baselines
+        .iter()
+        .zip(bases)
+        .chain(d.winner.as_ref().zip(rec));
+    for (m, it) in marked {
+        if let Some(c) = at(m) {
             let area = chart.plotting_area();
             let (px, py) = area.map_coordinate(&c);
             draw_sym(
