@@ -28,26 +28,6 @@ def t95(df):
     return table.get(df, 1.96)
 
 
-def paired(rounds, c, r, mix):
-    """Ratio of requests per second (time of r over time of c) over the rounds, with its 95 % interval."""
-    def t(rd, k):
-        for l in rd["launches"]:
-            if l["command"] == k and l.get("gen_tps") is not None:
-                return request_s(l.get("shapes", []), mix)
-        return None
-    d = []
-    for rd in rounds:
-        a, b = t(rd, c), t(rd, r)
-        if a and b:
-            d.append(math.log(b / a))
-    if len(d) < 2:
-        return None
-    m = sum(d) / len(d)
-    sd = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1))
-    h = t95(len(d) - 1) * sd / math.sqrt(len(d))
-    return math.exp(m), math.exp(m - h), math.exp(m + h), len(d)
-
-
 def request_s(shapes, mix):
     tot, w = 0.0, 0.0
     for s in mix["shapes"]:
