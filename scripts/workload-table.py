@@ -57,8 +57,7 @@ def pair_of(w, c, r):
 
 
 def same(a, b):
-    keys = ("n_cpu_moe", "cpu_experts", "ubatch", "batch", "cache_type_k", "threads", "fit", "fit_target_mib", "load_mode")
-    return all(a.get(k) == b.get(k) for k in keys)
+    return config_key(a) == config_key(b)
 
 
 def config_key(cfg):
