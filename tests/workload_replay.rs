@@ -1,7 +1,8 @@
 //! The workload objective on replayed landscapes (no server): the reference is the better of
 //! the two baselines (the default and `--fit-target <headroom>`), the pick follows the
 //! workload where the measured landscape says it should, and a pick slower than the reference
-//! beyond its interval is never the headline.
+//! beyond its interval is never the headline. While the two baselines are not told apart, the
+//! one that keeps more of the model on the GPU is the reference.
 
 mod support;
 
@@ -239,4 +240,67 @@ fn a_lead_must_pass_the_noise_and_the_fastest_of_many_equals_is_not_one() {
             "noise {seed_noise} %: {p:?}"
         );
     }
+}
+
+#[test]
+fn while_the_baselines_are_not_told_apart_the_one_fuller_on_the_gpu_is_kept() {
+    use qtune::run::PickBasis;
+    // The agent pick of a chat tune whose baselines reported `default_mib` and `fit_mib` of
+    // model weights on the card.
+    fn agent_pick(
+        speeds: Box_,
+        noise: f64,
+        default_mib: f64,
+        fit_mib: f64,
+    ) -> qtune::run::WorkloadPick {
+        let ctx = context("chat");
+        let (w, mut history) = tune(&ctx, speeds, noise);
+        for t in &mut history {
+            let on_card = if is_fit_baseline(&t.config) {
+                fit_mib
+            } else if is_default(&t.config) {
+                default_mib
+            } else {
+                continue;
+            };
+            let mut r = qtune::trial::ReportedMemory::default();
+            r.model_mib.insert("CUDA0".into(), on_card);
+            r.model_mib.insert("CPU_Mapped".into(), 20_128.0);
+            t.reported = Some(r);
+        }
+        result_of(&ctx, w, history).workload_picks()[1].clone()
+    }
+    // The default 1 % faster than fit-target, tuned configs slower: within 8 % noise.
+    fn close(c: &LaunchConfig) -> (f64, f64) {
+        if is_default(c) {
+            (101.0, 1500.0)
+        } else if is_fit_baseline(c) {
+            (100.0, 1500.0)
+        } else {
+            (90.0, 1500.0)
+        }
+    }
+    // The default 30 % faster.
+    fn far(c: &LaunchConfig) -> (f64, f64) {
+        if is_default(c) {
+            (130.0, 1500.0)
+        } else if is_fit_baseline(c) {
+            (100.0, 1500.0)
+        } else {
+            (90.0, 1500.0)
+        }
+    }
+    // fit-target kept 572 MiB more of the model on the card (the 35B at 16 GiB): kept.
+    let p = agent_pick(close, 8.0, 13_569.0, 14_141.0);
+    assert_eq!(p.basis, Some(PickBasis::Kept), "{p:?}");
+    assert!(is_fit_baseline(&p.config), "{}", p.config.label());
+    assert_eq!(p.reference_name.as_deref(), Some("fit-target"));
+    // Both loaded the same buffers (a card the model fits): one configuration, the default
+    // named.
+    let p = agent_pick(close, 8.0, 19_858.0, 19_858.0);
+    assert!(is_default(&p.config), "{}", p.config.label());
+    // The default faster beyond the noise: the default, fuller fit-target or not.
+    let p = agent_pick(far, 0.5, 13_569.0, 14_141.0);
+    assert!(is_default(&p.config), "{}", p.config.label());
+    assert_eq!(p.reference_name.as_deref(), Some("default"));
 }

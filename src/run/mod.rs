@@ -626,8 +626,10 @@ impl TuneResult {
     /// For each workload measured in every trial (the objective's first, then the other
     /// built-ins): the command to run.
     /// - For the tune's own workload, the verdict's config.
-    /// - For the others, the better baseline (the faster median of the default and
-    ///   fit-target, whatever their peak: they are what the user would type), unless a config
+    /// - For the others, the better baseline (whatever their peak: they are what the user
+    ///   would type): the one that keeps more of the model on the GPU (fit-target where it
+    ///   fills the card further; the default where both loaded the same buffers), unless the
+    ///   other's median is shorter beyond the noise (one-sided 95 %); unless a config
     ///   that never failed nor passed the VRAM budget has a median time per request shorter
     ///   than that baseline's beyond the noise: by more than z standard errors of the two
     ///   medians' log ratio, z one-sided 95 % over every config that could lead (Bonferroni).
@@ -644,6 +646,13 @@ impl TuneResult {
             }
         }
         let is_baseline = |c: &LaunchConfig| self.baseline_name(c).is_some();
+        let fuller_second = self
+            .trials
+            .iter()
+            .find(|t| t.role == TrialRole::SecondBaseline)
+            .is_some_and(|s| {
+                crate::trial::keeps_more_on_gpu(&self.trials, &s.config, &baseline_of(&self.space))
+            });
         let objective = self.space.workload.objective_mix().map(|m| m.name.clone());
         let mut out = Vec::new();
         for mix in &self.space.workload.mixes {
@@ -678,10 +687,40 @@ impl TuneResult {
                     .unwrap_or(f64::NAN)
             };
             let sigma = pooled_sigma(measured.iter().map(|m| m.1.as_slice()));
-            let reference = measured
+            // Shorter than `b` beyond the noise: by more than z standard errors of the two
+            // medians' log ratio.
+            let beats = |a: &(&LaunchConfig, Vec<f64>, bool),
+                         b: &(&LaunchConfig, Vec<f64>, bool),
+                         z: f64| {
+                let se = sigma * (1.0 / a.1.len() as f64 + 1.0 / b.1.len() as f64).sqrt();
+                median(&b.1) - median(&a.1) - z * se
+            };
+            // The better baseline: the one that keeps more of the model on the GPU (or the
+            // default, where both loaded the same), unless the other is faster beyond the noise.
+            let tied_to = measured
                 .iter()
                 .filter(|m| m.2)
-                .min_by(|a, b| median(&a.1).total_cmp(&median(&b.1)));
+                .find(|m| (self.baseline_name(m.0) == Some("fit-target")) == fuller_second)
+                .or_else(|| measured.iter().find(|m| m.2));
+            let z_one = crate::stats::z_quantile(0.95);
+            let reference = tied_to.map(|t| {
+                measured
+                    .iter()
+                    .filter(|m| m.2 && m.0 != t.0 && beats(m, t, z_one) > 0.0)
+                    .max_by(|a, b| beats(a, t, z_one).total_cmp(&beats(b, t, z_one)))
+                    .unwrap_or(t)
+            });
+            // The tune's own workload: the reference its verdict names (the race's, paired).
+            let is_objective = objective.as_deref() == Some(mix.name.as_str());
+            let verdicts_reference = self
+                .winner
+                .as_ref()
+                .and_then(|w| w.reference.as_ref())
+                .and_then(|r| measured.iter().find(|m| m.2 && *m.0 == r.config));
+            let reference = match verdicts_reference {
+                Some(r) if is_objective => Some(r),
+                _ => reference,
+            };
             let pick_of =
                 |c: &LaunchConfig, times: &[f64], basis: Option<PickBasis>| WorkloadPick {
                     workload: mix.name.clone(),
@@ -695,7 +734,7 @@ impl TuneResult {
                     command: Vec::new(),
                     basis,
                 };
-            if objective.as_deref() == Some(mix.name.as_str()) {
+            if is_objective {
                 if let Some(w) = &self.winner {
                     if let Some(m) = measured.iter().find(|m| *m.0 == w.config) {
                         out.push(pick_of(m.0, &m.1, Some(PickBasis::Verdict)));
@@ -717,10 +756,7 @@ impl TuneResult {
             // many equal configs is not a lead.
             let contenders = measured.iter().filter(|m| !m.2).count().max(1);
             let z = crate::stats::z_quantile(1.0 - 0.05 / contenders as f64);
-            let lead = |m: &(&LaunchConfig, Vec<f64>, bool)| {
-                let se = sigma * (1.0 / m.1.len() as f64 + 1.0 / reference.1.len() as f64).sqrt();
-                median(&reference.1) - median(&m.1) - z * se
-            };
+            let lead = |m: &(&LaunchConfig, Vec<f64>, bool)| beats(m, reference, z);
             let leader = measured
                 .iter()
                 .filter(|m| !m.2 && lead(m) > 0.0)

@@ -506,6 +506,14 @@ impl QtuneSearch {
         if !probe.is_empty() {
             race = race.with_probe(probe);
         }
+        // While the two baselines are not told apart, the reference is the one that keeps more
+        // of the model on the GPU (fit-target, where it fills the card further).
+        let baselines = self.race_baselines(ctx);
+        if let [first, second] = baselines.as_slice() {
+            if crate::trial::keeps_more_on_gpu(&self.history, second, first) {
+                race = race.with_tie_to(1);
+            }
+        }
         for o in self.history.iter().filter(|o| o.role == TrialRole::Confirm) {
             match race.next_launch() {
                 // A baseline is what the user would type: measured even past the budget.

@@ -143,6 +143,16 @@ pub fn gpu_total_mib(r: &ReportedMemory) -> f64 {
     total(r, |d| !is_host_device(d))
 }
 
+/// Model weights the server put on GPU devices, MiB (KV, recurrent state and compute buffers
+/// left out: how much of the model runs on the card).
+pub fn gpu_model_mib(r: &ReportedMemory) -> f64 {
+    r.model_mib
+        .iter()
+        .filter(|(d, _)| !is_host_device(d))
+        .map(|(_, v)| v)
+        .sum()
+}
+
 /// Sum over host buffers of everything reported, MiB.
 pub fn host_total_mib(r: &ReportedMemory) -> f64 {
     total(r, is_host_device)

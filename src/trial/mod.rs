@@ -243,6 +243,29 @@ impl TrialOutcome {
     }
 }
 
+/// Whether `second` put more of the model's weights on the GPUs than `first`, each as its first
+/// launch among `trials` that reported its buffers said; false when either never reported
+/// (no GPU, or no launch yet). The two baselines differ only in `--fit-target`: where one keeps
+/// more experts on the card, it is the one expected to be faster, and where both loaded the
+/// same buffers they are one configuration.
+pub fn keeps_more_on_gpu(
+    trials: &[TrialOutcome],
+    second: &LaunchConfig,
+    first: &LaunchConfig,
+) -> bool {
+    let weights = |c: &LaunchConfig| {
+        trials
+            .iter()
+            .filter(|t| &t.config == c)
+            .find_map(|t| t.reported.as_ref())
+            .map(logparse::gpu_model_mib)
+    };
+    match (weights(second), weights(first)) {
+        (Some(s), Some(f)) => s > f,
+        _ => false,
+    }
+}
+
 /// Runs one config and says what happened. Never panics on server misbehaviour: every
 /// failure is an outcome. Implementations must leave no server process behind.
 pub trait TrialRunner {
