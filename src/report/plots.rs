@@ -1514,27 +1514,12 @@ mod tests {
         }
     }
 
-    /// A tune's results.json committed under docs/evidence (gzipped).
-    fn committed_result(run: &str) -> TuneResult {
-        let gz = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("docs/evidence")
-            .join(run)
-            .join("results.json.gz");
-        let mut text = String::new();
-        std::io::Read::read_to_string(
-            &mut flate2::read::GzDecoder::new(std::fs::File::open(&gz).unwrap()),
-            &mut text,
-        )
-        .unwrap();
-        serde_json::from_str(&text).unwrap()
-    }
-
     #[test]
     fn the_tg_pp_plot_labels_each_workloads_pick_inside_the_plot_area() {
         // A committed GPU tune for chat: the default kept for chat by its race, fit-target (it
         // keeps more of the model on the card, and the default was not faster beyond the noise)
         // for agent, another config for long-doc.
-        let r = committed_result("gpu-h100-workload1/work35-16");
+        let r = crate::run::sample::committed("gpu-h100-workload1/work35-16");
         let plots = render_all(&r).unwrap();
         let svg = &plots.iter().find(|p| p.stem == "plot-tg-pp").unwrap().svg;
         for (label, at) in [
@@ -1552,7 +1537,7 @@ mod tests {
         }
         // The 30B's tune on the same card: fit-target for chat (its race) and agent, one
         // config under one marker, its labels stacked.
-        let r30 = committed_result("gpu-h100-workload1/work30-16");
+        let r30 = crate::run::sample::committed("gpu-h100-workload1/work30-16");
         let plots30 = render_all(&r30).unwrap();
         let svg30 = &plots30.iter().find(|p| p.stem == "plot-tg-pp").unwrap().svg;
         let (chat, agent) = (

@@ -126,7 +126,7 @@ pub fn per_request(c: &crate::stats::Comparison) -> String {
     )
 }
 
-fn reference_phrase(rf: &crate::run::Reference) -> String {
+fn reference_phrase(rf: &crate::run::Reference, trials: &[crate::trial::TrialOutcome]) -> String {
     let what = match rf.name.as_str() {
         "default" => "the bare default".to_string(),
         _ => format!("`{}`", flags(&rf.config)),
@@ -137,9 +137,16 @@ fn reference_phrase(rf: &crate::run::Reference) -> String {
             "default" => "the bare default".to_string(),
             _ => format!("`{}`", flags(&o.config)),
         };
-        s.push_str(&format!(", the better of it and {other}"));
-        if let (Some(a), Some(b)) = (rf.request_s, o.request_s) {
-            s.push_str(&format!(" ({a:.2} s vs {b:.2} s per request)"));
+        if crate::trial::loaded_alike(trials, &rf.config, &o.config) {
+            // `--fit-target` changes nothing where the model fits with room to spare.
+            s.push_str(&format!(
+                ", the same configuration as {other} on this card (both loaded the same buffers)"
+            ));
+        } else {
+            s.push_str(&format!(", the better of it and {other}"));
+            if let (Some(a), Some(b)) = (rf.request_s, o.request_s) {
+                s.push_str(&format!(" ({a:.2} s vs {b:.2} s per request)"));
+            }
         }
     }
     if rf.over_budget {
@@ -172,7 +179,7 @@ pub fn verdict(r: &TuneResult) -> Option<Verdict> {
         facts.push(format!("workload: {}", m.describe()));
     }
     if let Some(rf) = &w.reference {
-        facts.push(format!("reference: {}", reference_phrase(rf)));
+        facts.push(format!("reference: {}", reference_phrase(rf, &r.trials)));
     }
     let vs = match (
         &w.request_vs_baseline,
@@ -352,5 +359,34 @@ mod tests {
                 assert!(g.is_finite() && g > -100.0, "{m}: {g}");
             }
         }
+    }
+
+    #[test]
+    fn two_baselines_that_loaded_the_same_buffers_are_called_one_configuration() {
+        // The 30B on a 24 GiB card: the model fits, --fit-target 512 changes nothing.
+        let fits = verdict(&crate::run::sample::committed(
+            "gpu-h100-workload4/work30-24",
+        ))
+        .unwrap();
+        let line = fits
+            .facts
+            .iter()
+            .find(|f| f.starts_with("reference:"))
+            .unwrap();
+        assert!(
+            line.contains("the same configuration as") && line.contains("loaded the same buffers"),
+            "{line}"
+        );
+        // The 35B on 16 GiB: fit-target put more experts on the card.
+        let partial = verdict(&crate::run::sample::committed(
+            "gpu-h100-workload3/work35-16",
+        ))
+        .unwrap();
+        let line = partial
+            .facts
+            .iter()
+            .find(|f| f.starts_with("reference:"))
+            .unwrap();
+        assert!(line.contains("the better of it and"), "{line}");
     }
 }

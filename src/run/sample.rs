@@ -1,6 +1,7 @@
 //! Hand-made [`TuneResult`]s for tests of the report, plots and launch script: a GPU tune of a
 //! 48-block MoE on an emulated 16 GiB card (with every kind of failure), and a CPU-only tune of
 //! a dense model. The numbers are invented; they only have to look like a real landscape.
+//! [`committed`] reads a real one: a GPU tune committed under docs/evidence.
 
 use crate::config::{KvType, LaunchConfig};
 use crate::hardware::{GpuInfo, HardwareProfile, HostInfo, PcieLink};
@@ -501,4 +502,22 @@ pub fn cpu_result(server: &Path, model: &Path) -> TuneResult {
         model_pick: None,
         workload_picks: Vec::new(),
     }
+}
+
+/// A GPU tune's results.json committed under docs/evidence (gzipped), e.g.
+/// `committed("gpu-h100-workload4/work30-24")`. Panics when it is missing or does not read: for
+/// the library's unit tests (flate2 is a dev-dependency).
+#[cfg(test)]
+pub fn committed(run: &str) -> TuneResult {
+    let gz = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs/evidence")
+        .join(run)
+        .join("results.json.gz");
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut flate2::read::GzDecoder::new(std::fs::File::open(&gz).unwrap()),
+        &mut text,
+    )
+    .unwrap();
+    serde_json::from_str(&text).unwrap()
 }

@@ -266,6 +266,20 @@ pub fn keeps_more_on_gpu(
     }
 }
 
+/// Whether `a` and `b` loaded the same buffers (model, KV, recurrent state and compute, on every
+/// device), each as its first launch among `trials` that reported them said: one configuration
+/// on this box, whatever their flags (`--fit-target` where the model fits with room to spare).
+/// False when either never reported.
+pub fn loaded_alike(trials: &[TrialOutcome], a: &LaunchConfig, b: &LaunchConfig) -> bool {
+    let reported = |c: &LaunchConfig| {
+        trials
+            .iter()
+            .filter(|t| &t.config == c)
+            .find_map(|t| t.reported.as_ref())
+    };
+    matches!((reported(a), reported(b)), (Some(x), Some(y)) if x == y)
+}
+
 /// Runs one config and says what happened. Never panics on server misbehaviour: every
 /// failure is an outcome. Implementations must leave no server process behind.
 pub trait TrialRunner {
