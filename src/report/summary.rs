@@ -363,30 +363,21 @@ mod tests {
 
     #[test]
     fn two_baselines_that_loaded_the_same_buffers_are_called_one_configuration() {
+        let reference_line = |run: &str| {
+            let v = verdict(&crate::run::sample::committed(run)).unwrap();
+            v.facts
+                .into_iter()
+                .find(|f| f.starts_with("reference:"))
+                .unwrap()
+        };
         // The 30B on a 24 GiB card: the model fits, --fit-target 512 changes nothing.
-        let fits = verdict(&crate::run::sample::committed(
-            "gpu-h100-workload4/work30-24",
-        ))
-        .unwrap();
-        let line = fits
-            .facts
-            .iter()
-            .find(|f| f.starts_with("reference:"))
-            .unwrap();
+        let line = reference_line("gpu-h100-workload4/work30-24");
         assert!(
             line.contains("the same configuration as") && line.contains("loaded the same buffers"),
             "{line}"
         );
         // The 35B on 16 GiB: fit-target put more experts on the card.
-        let partial = verdict(&crate::run::sample::committed(
-            "gpu-h100-workload3/work35-16",
-        ))
-        .unwrap();
-        let line = partial
-            .facts
-            .iter()
-            .find(|f| f.starts_with("reference:"))
-            .unwrap();
+        let line = reference_line("gpu-h100-workload3/work35-16");
         assert!(line.contains("the better of it and"), "{line}");
     }
 }
