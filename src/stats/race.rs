@@ -1183,8 +1183,8 @@ mod tests {
             race = race.with_tie_to(t);
         }
         while let Some(l) = race.next_launch() {
-            let (round, slot) = (l.round.map_or(0, |r| r as u64 + 1), 0);
-            let s = bx.measure(l.arm, round, slot);
+            // The probe is round 0 of the box's drift, the race's rounds 1, 2, ...
+            let s = bx.measure(l.arm, l.round.map_or(0, |r| r as u64 + 1), 0);
             race.record(l, Some(s));
         }
         race.outcome().reference_arm
