@@ -253,17 +253,8 @@ pub fn keeps_more_on_gpu(
     second: &LaunchConfig,
     first: &LaunchConfig,
 ) -> bool {
-    let weights = |c: &LaunchConfig| {
-        trials
-            .iter()
-            .filter(|t| &t.config == c)
-            .find_map(|t| t.reported.as_ref())
-            .map(logparse::gpu_model_mib)
-    };
-    match (weights(second), weights(first)) {
-        (Some(s), Some(f)) => s > f,
-        _ => false,
-    }
+    let weights = |c| first_reported(trials, c).map(logparse::gpu_model_mib);
+    matches!((weights(second), weights(first)), (Some(s), Some(f)) if s > f)
 }
 
 /// Whether `a` and `b` loaded the same buffers (model, KV, recurrent state and compute, on every
@@ -271,13 +262,18 @@ pub fn keeps_more_on_gpu(
 /// on this box, whatever their flags (`--fit-target` where the model fits with room to spare).
 /// False when either never reported.
 pub fn loaded_alike(trials: &[TrialOutcome], a: &LaunchConfig, b: &LaunchConfig) -> bool {
-    let reported = |c: &LaunchConfig| {
-        trials
-            .iter()
-            .filter(|t| &t.config == c)
-            .find_map(|t| t.reported.as_ref())
-    };
-    matches!((reported(a), reported(b)), (Some(x), Some(y)) if x == y)
+    matches!(
+        (first_reported(trials, a), first_reported(trials, b)),
+        (Some(x), Some(y)) if x == y
+    )
+}
+
+/// The buffers the first launch of `c` among `trials` that reported them said it loaded.
+fn first_reported<'a>(trials: &'a [TrialOutcome], c: &LaunchConfig) -> Option<&'a ReportedMemory> {
+    trials
+        .iter()
+        .filter(|t| &t.config == c)
+        .find_map(|t| t.reported.as_ref())
 }
 
 /// Runs one config and says what happened. Never panics on server misbehaviour: every
