@@ -31,7 +31,43 @@ fn tune(
     speeds: Box_,
     noise_pct: f64,
 ) -> (Winner, Vec<qtune::trial::TrialOutcome>) {
-    let runner = ReplayRunner::from_fn(move |c| {
+    let (w, history, _) = tune_reporting(ctx, speeds, noise_pct, None);
+    (w, history)
+}
+
+/// [`tune`] on a box whose server reports the model weights it put on the card:
+/// `(default, fit-target)` MiB for the two baselines, 1,000 MiB less than the default for every
+/// tuned config (None: no buffers reported). Also returns the race.
+fn tune_reporting(
+    ctx: &SearchContext,
+    speeds: Box_,
+    noise_pct: f64,
+    on_card_mib: Option<(f64, f64)>,
+) -> (Winner, Vec<qtune::trial::TrialOutcome>, Option<RaceReport>) {
+    struct Reporting {
+        replay: ReplayRunner,
+        on_card_mib: Option<(f64, f64)>,
+    }
+    impl qtune::trial::TrialRunner for Reporting {
+        fn run(&mut self, c: &LaunchConfig, role: TrialRole) -> qtune::trial::TrialOutcome {
+            let mut o = self.replay.run(c, role);
+            if let Some((default_mib, fit_mib)) = self.on_card_mib {
+                let on_card = if is_fit_baseline(c) {
+                    fit_mib
+                } else if is_default(c) {
+                    default_mib
+                } else {
+                    default_mib - 1_000.0
+                };
+                let mut r = qtune::trial::ReportedMemory::default();
+                r.model_mib.insert("CUDA0".into(), on_card);
+                r.model_mib.insert("CPU_Mapped".into(), 34_000.0 - on_card);
+                o.reported = Some(r);
+            }
+            o
+        }
+    }
+    let replay = ReplayRunner::from_fn(move |c| {
         let (g, p) = speeds(c);
         ReplayAnswer::Ok {
             gen_tps: g,
@@ -41,6 +77,10 @@ fn tune(
     })
     .with_workload(ctx.space.workload.clone())
     .with_noise(noise_pct, 7);
+    let runner = Reporting {
+        replay,
+        on_card_mib,
+    };
     let search = run_search(ctx.clone(), Box::new(runner), Vec::new(), None).unwrap();
     let race = search.race_outcome(ctx).map(|outcome| RaceReport {
         candidates: search.race_candidates.clone(),
@@ -56,7 +96,7 @@ fn tune(
         &mut warnings,
         race.as_ref(),
     );
-    (winner.expect("a recommendation"), search.history)
+    (winner.expect("a recommendation"), search.history, race)
 }
 
 fn is_default(c: &LaunchConfig) -> bool {
@@ -303,4 +343,72 @@ fn while_the_baselines_are_not_told_apart_the_one_fuller_on_the_gpu_is_kept() {
     let p = agent_pick(far, 0.5, 13_569.0, 14_141.0);
     assert!(is_default(&p.config), "{}", p.config.label());
     assert_eq!(p.reference_name.as_deref(), Some("default"));
+}
+
+#[test]
+fn a_fit_target_that_loaded_the_same_buffers_is_not_raced_again() {
+    // The model fits the card: fit-target is the default over again, its one launch lucky
+    // (launches on the GPU machine varied by 8 %).
+    fn same(c: &LaunchConfig) -> (f64, f64) {
+        if is_default(c) {
+            (100.0, 1500.0)
+        } else if is_fit_baseline(c) {
+            (100.0, 1650.0)
+        } else if c.ubatch.unwrap_or(512) >= 2048 {
+            (92.0, 4500.0)
+        } else {
+            (96.0, 1800.0)
+        }
+    }
+    let ctx = context("long-doc");
+    let (w, history, race) = tune_reporting(&ctx, same, 0.5, Some((19_858.0, 19_858.0)));
+    assert!(
+        history
+            .iter()
+            .any(|o| o.role == TrialRole::SecondBaseline && is_fit_baseline(&o.config)),
+        "--fit-target <headroom> is still launched once"
+    );
+    let confirm = |pick: fn(&LaunchConfig) -> bool| {
+        history
+            .iter()
+            .filter(|o| o.role == TrialRole::Confirm && pick(&o.config))
+            .count()
+    };
+    assert_eq!(confirm(is_fit_baseline), 0, "fit-target raced again");
+    assert!(confirm(is_default) >= 3, "the default races every round");
+    let race = race.expect("a race").outcome;
+    assert_eq!((race.baselines, race.reference_arm), (1, 0));
+    // The race still decides against the default, and the verdict names it: -ub 2048 reads
+    // long documents faster.
+    let r = w.reference.as_ref().expect("a reference");
+    assert_eq!(r.name, "default", "the interval is against the default");
+    assert!(matches!(
+        w.status,
+        Some(VerdictStatus::Proven | VerdictStatus::Likely)
+    ));
+    let c = w.request_vs_baseline.as_ref().expect("raced per request");
+    assert!(c.ratio() > 1.0, "faster per request than the default");
+    // The summary and the JSON name the default, fit-target as the same configuration.
+    let r = result_of(&ctx, w, history);
+    let facts = qtune::report::summary::verdict(&r)
+        .expect("a verdict")
+        .facts;
+    assert!(
+        facts
+            .iter()
+            .any(|f| f.starts_with("reference: the bare default")
+                && f.contains("the same configuration as")),
+        "{facts:?}"
+    );
+    let json = qtune::report::summary::verdict_json(&r);
+    assert_eq!(json["reference"]["name"], "default");
+    assert_eq!(json["reference"]["other"]["name"], "fit-target");
+    assert!(json["vs_reference"]["time_per_request"].is_object());
+
+    // fit-target kept 572 MiB more of the model on the card: it races beside the default.
+    let (_, history, race) = tune_reporting(&ctx, trade, 0.5, Some((13_569.0, 14_141.0)));
+    assert!(history
+        .iter()
+        .any(|o| o.role == TrialRole::Confirm && is_fit_baseline(&o.config)));
+    assert_eq!(race.expect("a race").outcome.baselines, 2);
 }

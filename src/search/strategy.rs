@@ -468,17 +468,38 @@ impl QtuneSearch {
     }
 
     /// The baselines the race launches every round: the default, and the second baseline when
-    /// the tune measured it ([`SearchContext::second_baseline`]).
+    /// the tune measured it ([`SearchContext::second_baseline`]) and it is not the default over
+    /// again. Where the model fits the card with room to spare, `--fit-target` changes nothing:
+    /// both launches loaded the same buffers ([`crate::trial::loaded_alike`]), so on this card
+    /// it is the same configuration as the default, and racing it again every round would
+    /// measure nothing new at the cost of one launch a round. The default alone is then the
+    /// reference (the rule's choice where both loaded the same). This is judged on the launches
+    /// before the race, so the race keeps its arms while it runs; a history whose race already
+    /// launched the second baseline (a tune by an older qtune, resumed or reported) keeps it,
+    /// so that its rounds are rebuilt as they ran.
     pub fn race_baselines(&self, ctx: &SearchContext) -> Vec<LaunchConfig> {
-        let mut out = vec![ctx.baseline()];
-        if let Some(b) = ctx.second_baseline() {
-            if self
-                .history
-                .iter()
-                .any(|o| o.role == TrialRole::SecondBaseline)
-            {
-                out.push(b);
-            }
+        let default = ctx.baseline();
+        let mut out = vec![default.clone()];
+        let Some(second) = ctx.second_baseline() else {
+            return out;
+        };
+        if !self
+            .history
+            .iter()
+            .any(|o| o.role == TrialRole::SecondBaseline)
+        {
+            return out;
+        }
+        let race_start = self
+            .history
+            .iter()
+            .position(|o| o.role == TrialRole::Confirm)
+            .unwrap_or(self.history.len());
+        let raced = self.history[race_start..]
+            .iter()
+            .any(|o| o.role == TrialRole::Confirm && o.config == second);
+        if raced || !crate::trial::loaded_alike(&self.history[..race_start], &default, &second) {
+            out.push(second);
         }
         out
     }

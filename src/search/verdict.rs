@@ -108,8 +108,10 @@ pub fn decide(
     let second_speeds = second_cfg
         .as_ref()
         .and_then(|b| Speeds::pooled_measured(reference_trials(history, b)));
+    // The race's reference where it ran: with one baseline raced while the tune measured two,
+    // the default (fit-target loaded the same buffers: not raced again).
     let second_is_reference = match (race, &second_speeds, &default_speeds) {
-        (Some(r), _, _) if r.outcome.baselines >= 2 => r.outcome.reference_arm == 1,
+        (Some(r), _, _) if r.outcome.baselines >= 1 => r.outcome.reference_arm == 1,
         (_, Some(b), Some(a)) => better(b, a, obj, Some(a)),
         (_, Some(_), None) => true,
         _ => false,
