@@ -158,12 +158,14 @@ fn the_pick_follows_the_workload() {
         "long-doc picks a large micro-batch, got {}",
         doc.config.label()
     );
-    assert!(matches!(
-        doc.status,
-        Some(VerdictStatus::Proven | VerdictStatus::Likely)
-    ));
+    // Per request, only a gain the race proved heads (a tie it could not prove keeps the
+    // reference: verdict's `request_headline`).
+    assert_eq!(doc.status, Some(VerdictStatus::Proven));
     let c = doc.request_vs_baseline.as_ref().expect("raced per request");
-    assert!(c.ratio() > 1.0, "faster per request than the reference");
+    assert!(
+        c.lo_log.is_some_and(|lo| lo > 0.0),
+        "faster beyond the noise: {c}"
+    );
 }
 
 #[test]

@@ -107,7 +107,8 @@ pub struct Reference {
 pub enum VerdictStatus {
     /// Faster than the reference beyond its interval.
     Proven,
-    /// Faster by its estimate and not measurably slower; not proven.
+    /// Faster by its estimate and not measurably slower; not proven. Only under a
+    /// generation-first objective: per request, an unproven pick keeps the reference.
     Likely,
     /// The reference is recommended: nothing beat it.
     Kept,
