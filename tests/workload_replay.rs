@@ -159,7 +159,7 @@ fn the_pick_follows_the_workload() {
         doc.config.label()
     );
     // Per request, only a gain the race proved heads (a tie it could not prove keeps the
-    // reference: verdict's `request_headline`).
+    // reference: verdict's `reference_stays_per_request`).
     assert_eq!(doc.status, Some(VerdictStatus::Proven));
     let c = doc.request_vs_baseline.as_ref().expect("raced per request");
     assert!(

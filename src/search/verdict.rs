@@ -275,11 +275,8 @@ pub fn decide(
 /// was at or above −3 %. The 35B tune on a 24 GiB card of docs/evidence/gpu-h100-workload8
 /// named one so from three rounds that read +1.4 % [+0.2, +2.7]; re-measured over 23 rounds
 /// on three leases it answered chat turns 0.99x [0.97, 1.01] as fast as the default.)
-/// The warning names the best estimate and how to measure it further.
-fn request_headline(
-    r: &crate::run::RaceReport,
-    warnings: &mut Vec<String>,
-) -> Option<LaunchConfig> {
+/// This says so, with the race's best estimate and how to measure it further.
+fn reference_stays_per_request(r: &crate::run::RaceReport) -> String {
     let best = raced(r)
         .filter_map(|(i, v)| Some((i, v.request.as_ref()?)))
         .filter(|(_, c)| c.mean_log > 0.0)
@@ -291,11 +288,10 @@ fn request_headline(
         ),
         None => String::new(),
     };
-    warnings.push(format!(
+    format!(
         "nothing was shown faster per request than the reference beyond the noise and the ±{} % band: the reference stays{estimate}",
         crate::stats::Band::default().pct
-    ));
-    None
+    )
 }
 
 /// The trials that measured a baseline: its confirmation rounds when the race ran it, else its
@@ -349,7 +345,8 @@ fn headline(
         return r.candidates.get(i).cloned();
     }
     if obj.metric == crate::space::Metric::Request {
-        return request_headline(r, warnings);
+        warnings.push(reference_stays_per_request(r));
+        return None;
     }
     // Without a proven gain a config heads only where its generation is shown not to cost
     // more than the race's practical band: the lower end of its 95 % interval against the
