@@ -47,6 +47,9 @@
 #   planned30-16, planned35-16
 #                 qtune compare: A, B and the config run 6's plan proposed for the 16 GiB card
 #                 (docs/evidence/gpu-h100-run6/proofNN-16/*-tune-plan.json)
+#   levers35-16   issue 42's cost side on an emulated 16 GiB card: the speculative verify batch of
+#                 k = 1..8 tokens at depth 2k and 24k, and 4 streams at 24k depth with -np 1/2/4
+#                 (scripts/levers-cost.py; ROUNDS, SLOT_ROUNDS, NPS)
 #   tensor35-24-16, tensor30-16-12
 #                 issue 15's two cases: -sm tensor (tensor parallelism) vs the plain default vs
 #                 --fit-target 512,512 in qtune compare ($ROUNDS rounds)
@@ -578,6 +581,43 @@ PY
       compare_case "$W/runs/$c-compare" "$card" 512,512 "$tp"
       grep -h -i -E "nccl|tensor|out of memory" "$W/runs/$c-compare"/logs/*.log 2>/dev/null | sort | uniq -c | head -8
       unballast; pack "$c-compare" "$W/runs/$c-compare" ;;
+    levers*)
+      # Issue 42's cost side: the speculative verify batch and parallel slots, with experts on
+      # the CPU as --fit-target 512 places them (levers35-16: the 35B on an emulated 16 GiB
+      # card). llama-server started by hand; scripts/levers-cost.py reads its timings.
+      k=${c#levers}; gib=${k#*-}
+      case "$k" in 35-*) shape=qwen3.5-35b-a3b ;; *) shape=qwen3-30b-a3b ;; esac
+      m=$(model "$shape"); dir="$W/runs/$c"; mkdir -p "$dir"; ballast "$gib"
+      echo "emulated card: ${gib} GiB free of ${GPU_NAME}, $(date -u +%F)" > "$dir/card.txt"
+      serve() { # log-name, then llama-server flags: start on port 18080, wait for /health
+        local name=$1; shift
+        "$QTUNE_LLAMA_SERVER" -m "$m" --host 127.0.0.1 --port 18080 -lv 4 "$@" > "$dir/$name.log" 2>&1 &
+        SERVER_PID=$!
+        for _ in $(seq 1 600); do
+          python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:18080/health', timeout=2)" 2>/dev/null && break
+          kill -0 "$SERVER_PID" 2>/dev/null || { echo "server $name died"; tail -5 "$dir/$name.log"; return 1; }
+          sleep 0.5
+        done
+        echo "$*" > "$dir/$name.flags"
+        nvidia-smi --query-gpu=memory.used,memory.free --format=csv,noheader >> "$dir/$name.flags"
+      }
+      unserve() { kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null; sleep 2; }
+      say "$c: verify batch, -c 32768 -np 1 --fit on --fit-target 512"
+      if serve verify -c 32768 -np 1 --fit on --fit-target 512; then
+        python3 -u scripts/levers-cost.py verify --port 18080 --depths 2048,24000 \
+          --ks 1,2,3,4,5,6,8 --rounds "${ROUNDS:-6}" --out "$dir/verify.json" --note "$c $GPU_NAME"
+        unserve
+      fi
+      for np in ${NPS:-1 2 4}; do
+        say "$c: 4 streams at 24k depth, -np $np -kvu -c 131072 --fit-target 512"
+        if serve "slots-np$np" -c 131072 -np "$np" -kvu --fit on --fit-target 512; then
+          python3 -u scripts/levers-cost.py slots --port 18080 --streams 4 --depth 24000 \
+            --new 64 --gen 128 --rounds "${SLOT_ROUNDS:-4}" --out "$dir/slots-np$np.json" --note "$c np=$np $GPU_NAME"
+          unserve
+        fi
+      done
+      grep -h -E "CPU_Mapped|CUDA0 model buffer|offloaded|n_cpu_moe|fit" "$dir"/*.log 2>/dev/null | sort | uniq -c | head -12
+      unballast; pack "$c" "$dir" ;;
     resume-proof*)
       # A proof tune cut off when a lease ended, resumed on a new lease from its run directory
       # (carried in .gpu/resume/proofNN-GG: journal, checkpoint, run.json; its model is
