@@ -22,7 +22,7 @@ fi
 cargo build --quiet
 # The server and models come from the same code paths users run (qtune server build, synth).
 ./target/debug/qtune server build
-./target/debug/qtune fixtures >/dev/null
+./target/debug/qtune synth --test-models >/dev/null
 QTUNE_LLAMA_SERVER="$(./target/debug/qtune server path)"
 export QTUNE_LLAMA_SERVER
 export QTUNE_REQUIRE_SERVER=1

