@@ -43,11 +43,7 @@ fn tiny_shapes_round_trip_through_the_reader() {
             } else {
                 assert!(l.kv_blocks.iter().all(|&b| b));
             }
-            let expect_ft = match ftype {
-                synth::SynthFtype::Q4KM => "Q4_K_M",
-                synth::SynthFtype::Q8_0 => "Q8_0",
-            };
-            assert_eq!(l.file_type.as_deref(), Some(expect_ft));
+            assert_eq!(l.file_type.as_deref(), Some(ftype.name().as_str()));
             // No temp file left behind.
             let left: Vec<_> = std::fs::read_dir(dir.path())
                 .unwrap()
