@@ -423,7 +423,7 @@ pub struct PlanArgs {
     pub ram_gib: Option<u64>,
     /// With --box: the host's memory read bandwidth, GB/s (`qtune hw` measures it), instead of
     /// the box's.
-    #[arg(long, requires = "box_spec")]
+    #[arg(long, requires = "box_spec", allow_negative_numbers = true)]
     pub host_bw_gbs: Option<f64>,
     /// Start from this profile (else the best match in profiles/).
     #[arg(long)]
