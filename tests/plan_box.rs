@@ -112,7 +112,10 @@ fn the_json_has_each_quants_predictions_and_the_command_to_start_with() {
         }
         // 16 GiB holds part of a 20 GB model: some experts on the CPU, some on the GPU.
         let experts = q["experts"].as_str().unwrap();
-        assert!(experts.contains("of 40 blocks' on the CPU"), "{experts}");
+        assert!(
+            experts.contains("of 40 blocks' experts on the CPU"),
+            "{experts}"
+        );
         let names: Vec<&str> = q["per_workload"]
             .as_array()
             .unwrap()

@@ -60,6 +60,8 @@ pub struct QuantPlan {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quality: Option<KnownQuality>,
     pub command: Vec<String>,
+    /// Why there is no speed prediction, or what it rests on.
+    pub speed_note: String,
     /// Its weights are largely of types the speed model was never fitted on
     /// ([`speed::unfitted_types`]): its speeds count bytes only.
     pub extrapolated: bool,
@@ -173,6 +175,7 @@ fn plan_one(
         ));
     }
     QuantPlan {
+        speed_note: p.speed_note.clone(),
         extrapolated: unfitted.is_some(),
         quant: m.quant.clone(),
         recipe: m.recipe.clone(),
@@ -218,7 +221,7 @@ pub fn experts_text(layout: &ModelLayout, cfg: &LaunchConfig, has_gpu: bool) -> 
         {
             "all on the CPU".into()
         }
-        n => format!("{n} of {nb} blocks' on the CPU ({})", cpu_rule(cfg)),
+        n => format!("{n} of {nb} blocks' experts on the CPU ({})", cpu_rule(cfg)),
     }
 }
 
@@ -313,10 +316,19 @@ fn recommend_among(
         .filter_map(|(i, q)| time(q).map(|t| (i, t)))
         .min_by(|a, b| a.1.total_cmp(&b.1))
     else {
+        if let Some(i) = quants.iter().position(|q| q.fits && eligible(q)) {
+            return (
+                Some(i),
+                format!(
+                    "{}: the first listed that fits; no time per request to compare ({})",
+                    quants[i].quant, quants[i].speed_note
+                ),
+            );
+        }
         return (
             None,
             if quants.iter().any(|q| q.fits) {
-                "no speed prediction for this box (its GPU's memory bandwidth is unknown)".into()
+                "no speed prediction for this box".into()
             } else {
                 "none fits this box's VRAM, even with every expert on the CPU: a smaller quantization, a lower --ctx or a larger card".into()
             },
