@@ -126,3 +126,39 @@ fn full_shapes_read_back_and_weights_add_up() {
         }
     }
 }
+
+#[test]
+/// Q4_K_L and MXFP4_MOE follow their recipes (issue 46): the tensor types `qtune plan --quant`
+/// lays out a model not downloaded from.
+fn each_quantization_follows_its_recipe() {
+    let shape = synth::shape_by_name("qwen3.5-35b-a3b").unwrap();
+    let ty = |f: synth::SynthFtype, name: &str| {
+        synth::tensor_specs(&shape, f)
+            .into_iter()
+            .find(|t| t.name == name)
+            .unwrap()
+            .ggml_type
+    };
+    use qtune::model::ggml_type::GgmlType as T;
+    let q4km = synth::SynthFtype::Q4KM;
+    assert_eq!(ty(q4km, "output.weight"), T::Q6_K);
+    assert_eq!(ty(q4km, "token_embd.weight"), T::Q4_K);
+    assert_eq!(ty(q4km, "blk.0.ffn_down_exps.weight"), T::Q6_K);
+    // Q4_K_L: Q4_K_M with Q8_0 embedding and output.
+    let q4kl = synth::SynthFtype::Q4KL;
+    assert_eq!(ty(q4kl, "output.weight"), T::Q8_0);
+    assert_eq!(ty(q4kl, "token_embd.weight"), T::Q8_0);
+    assert_eq!(ty(q4kl, "blk.5.ffn_up_exps.weight"), T::Q4_K);
+    assert_eq!(ty(q4kl, "blk.0.ffn_down_exps.weight"), T::Q6_K);
+    // MXFP4_MOE: routed experts MXFP4, every other matrix Q8_0, norms F32.
+    let mx = synth::SynthFtype::Mxfp4Moe;
+    for t in ["ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"] {
+        assert_eq!(ty(mx, &format!("blk.0.{t}.weight")), T::MXFP4);
+    }
+    for t in ["ffn_up_shexp", "attn_qkv", "ssm_out"] {
+        assert_eq!(ty(mx, &format!("blk.0.{t}.weight")), T::Q8_0, "{t}");
+    }
+    assert_eq!(ty(mx, "output.weight"), T::Q8_0);
+    assert_eq!(ty(mx, "blk.0.attn_norm.weight"), T::F32);
+    assert_eq!(mx.file_type(), 38);
+}

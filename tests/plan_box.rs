@@ -334,3 +334,94 @@ fn the_seed_table_in_docs_results_is_what_the_code_predicts_now() {
         qtune::model::synth::SynthFtype::parse(&row.quant).unwrap();
     }
 }
+
+/// POST `body` to `path` of the server on `port`; the raw HTTP response.
+fn post(port: u16, path: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(120)))
+        .unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut r = String::new();
+    let _ = s.read_to_string(&mut r);
+    r
+}
+
+#[test]
+fn the_new_quant_recipes_are_files_the_real_server_loads_and_runs() {
+    let Some(server) = support::real_server() else {
+        return;
+    };
+    if !support::vocab() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // (--ftype, the file type the server names, a tensor type the recipe must hold)
+    for (ftype, file_type, has_type) in [
+        ("q4_k_l", "Q4_K - Medium", "type q8_0"),
+        ("mxfp4_moe", "MXFP4 MoE", "type mxfp4"),
+    ] {
+        let model = dir.path().join(format!("tiny-{ftype}.gguf"));
+        let m = model.display().to_string();
+        let o = qtune(&["synth", &m, "--shape", "tiny-qwen35moe", "--ftype", ftype]);
+        assert!(o.status.success(), "{}", support::output_text(&o));
+        let port = support::free_port();
+        let log_path = dir.path().join(format!("{ftype}.log"));
+        let log = std::fs::File::create(&log_path).unwrap();
+        let mut child = Command::new(&server)
+            .args([
+                "-m",
+                &m,
+                "-c",
+                "512",
+                "-np",
+                "1",
+                "-t",
+                "2",
+                "-lv",
+                "4",
+                "--host",
+                "127.0.0.1",
+            ])
+            .args(["--port", &port.to_string()])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+        let mut up = false;
+        while std::time::Instant::now() < deadline {
+            if support::health_ok(port) {
+                up = true;
+                break;
+            }
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        let reply = if up {
+            post(port, "/completion", r#"{"prompt":"Hello","n_predict":4}"#)
+        } else {
+            String::new()
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        assert!(up, "{ftype}: the server did not come up:\n{text}");
+        assert!(
+            reply.starts_with("HTTP/1.1 200") && reply.contains("\"content\""),
+            "{ftype}: {reply}"
+        );
+        assert!(
+            text.contains(file_type),
+            "{ftype}: file type {file_type}:\n{text}"
+        );
+        assert!(text.contains(has_type), "{ftype}: {has_type}:\n{text}");
+    }
+}
