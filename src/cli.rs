@@ -426,7 +426,7 @@ pub struct PlanArgs {
     #[arg(long, requires = "box_spec", allow_negative_numbers = true)]
     pub host_bw_gbs: Option<f64>,
     /// Start from this profile (else the best match in profiles/).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["box_spec", "shape"])]
     pub profile: Option<PathBuf>,
     /// Use no profile: the memory and speed models alone.
     #[arg(long, conflicts_with = "profile")]

@@ -84,6 +84,7 @@ fn models(o: &BoxPlanOptions) -> Result<Vec<PlanModel>> {
                 .clone()
                 .unwrap_or_else(|| "the file".into()),
             recipe: format!("the tensor types of {}", path.display()),
+            recipe_exact: true,
             shape: None,
             path: path.clone(),
             layout,
@@ -108,6 +109,7 @@ fn models(o: &BoxPlanOptions) -> Result<Vec<PlanModel>> {
         out.push(PlanModel {
             quant: ftype.name(),
             recipe: ftype.recipe().to_string(),
+            recipe_exact: ftype.recipe_exact(),
             shape: Some(shape.clone()),
             path: PathBuf::from(format!("{model}-{}.gguf", ftype.name())),
             layout,

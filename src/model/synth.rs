@@ -227,6 +227,10 @@ impl SynthFtype {
     pub fn recipe(self) -> &'static str {
         FTYPES.iter().find(|f| f.1 == self).map_or("", |f| f.2)
     }
+    /// Is the per-tensor recipe exactly known? (Q4_K_L's is only as its maker's cards name it.)
+    pub fn recipe_exact(self) -> bool {
+        self != SynthFtype::Q4KL
+    }
     /// `general.file_type` (llama_ftype). Q4_K_L is not a llama.cpp type: its files say Q4_K_M.
     pub fn file_type(self) -> u32 {
         match self {

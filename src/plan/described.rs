@@ -16,6 +16,8 @@ pub struct PlanModel {
     pub quant: String,
     /// Where its tensor types come from ("llama.cpp's Q4_K_M mix ...", or "the file's header").
     pub recipe: String,
+    /// False when the recipe is only approximately known (the real file may be larger).
+    pub recipe_exact: bool,
     /// The shape it is a quantization of, for the known quality ("qwen3.5-35b-a3b").
     pub shape: Option<String>,
     /// The path a launch command names.
@@ -37,6 +39,9 @@ pub struct WorkloadTime {
 pub struct QuantPlan {
     pub quant: String,
     pub recipe: String,
+    /// False when the recipe is only approximately known: the real file may be larger than laid
+    /// out, and on a card it nearly fills, slower.
+    pub recipe_exact: bool,
     pub file_bytes: u64,
     /// False when even every expert on the CPU does not fit the box's VRAM budget.
     pub fits: bool,
@@ -174,7 +179,15 @@ fn plan_one(
             types.join(", ")
         ));
     }
+    if !m.recipe_exact {
+        warnings.push(
+            "its per-tensor recipe is only approximately known: the real file may be larger than \
+             laid out here, and on a card it nearly fills, slower (on a tie it is not preferred)"
+                .to_string(),
+        );
+    }
     QuantPlan {
+        recipe_exact: m.recipe_exact,
         speed_note: p.speed_note.clone(),
         extrapolated: unfitted.is_some(),
         quant: m.quant.clone(),
@@ -342,26 +355,69 @@ fn recommend_among(
         .map(|(i, _)| i)
         .collect();
     let kld = |i: usize| quants[i].quality.as_ref().and_then(|k| k.mean_kld);
-    let pick = tied
+    // On a tie, the quants whose recipe is exactly known over those laid out approximately,
+    // then the lowest known KLD, then the fastest.
+    let exact: Vec<usize> = tied
+        .iter()
+        .copied()
+        .filter(|&i| quants[i].recipe_exact)
+        .collect();
+    let pool = if exact.is_empty() {
+        tied.clone()
+    } else {
+        exact
+    };
+    let fastest_in_pool = if pool.contains(&best_i) {
+        best_i
+    } else {
+        pool[0]
+    };
+    let pick = pool
         .iter()
         .copied()
         .filter(|&i| kld(i).is_some())
         .min_by(|&a, &b| kld(a).unwrap().total_cmp(&kld(b).unwrap()))
-        .filter(|_| tied.len() > 1)
-        .unwrap_or(best_i);
+        .filter(|_| pool.len() > 1)
+        .unwrap_or(fastest_in_pool);
     let q = &quants[pick];
-    let why = if tied.len() > 1 && pick != best_i {
+    let why = if pick != best_i {
+        let reason = if !quants[best_i].recipe_exact && q.recipe_exact {
+            format!(
+                "its recipe is exactly known ({}'s is approximate)",
+                quants[best_i].quant
+            )
+        } else {
+            "has the lower known KLD".to_string()
+        };
         format!(
-            "{} is within {PLAN_TIE_PCT:.0} % of the fastest predicted time per request ({}) and has the lower known KLD",
+            "{} is within {PLAN_TIE_PCT:.0} % of the fastest predicted time per request ({}) and {reason}",
             q.quant, quants[best_i].quant
         )
     } else if tied.len() > 1 {
-        format!(
-            "{}: the shortest predicted time per request; {} more within {PLAN_TIE_PCT:.0} % (a tie the prediction cannot break{})",
-            q.quant,
-            tied.len() - 1,
-            if kld(pick).is_some() { "; its known KLD is the lowest of them" } else { "" }
-        )
+        let approximate: Vec<&str> = tied
+            .iter()
+            .filter(|&&i| !pool.contains(&i))
+            .map(|&i| quants[i].quant.as_str())
+            .collect();
+        let others = pool.len() - 1;
+        let mut text = format!("{}: the shortest predicted time per request", q.quant);
+        if others > 0 {
+            text.push_str(&format!(
+                "; {others} more within {PLAN_TIE_PCT:.0} % (a tie the prediction cannot break{})",
+                if kld(pick).is_some() {
+                    "; its known KLD is the lowest of them"
+                } else {
+                    ""
+                }
+            ));
+        }
+        if !approximate.is_empty() {
+            text.push_str(&format!(
+                "; {} within {PLAN_TIE_PCT:.0} % too, but laid out from an approximate recipe",
+                approximate.join(", ")
+            ));
+        }
+        text
     } else {
         format!("{}: the shortest predicted time per request", q.quant)
     };
@@ -458,4 +514,93 @@ pub fn box_plan_text(p: &BoxPlan) -> String {
         }
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(name: &str, secs: f64, kld: Option<f64>, exact: bool, extrapolated: bool) -> QuantPlan {
+        QuantPlan {
+            quant: name.into(),
+            recipe: String::new(),
+            recipe_exact: exact,
+            file_bytes: 0,
+            fits: secs.is_finite(),
+            experts: String::new(),
+            config: String::new(),
+            predicted_vram_mib: 0.0,
+            predicted_host_mib: 0.0,
+            generation: None,
+            prompt: None,
+            server_default_generation: None,
+            per_workload: if secs.is_finite() {
+                vec![WorkloadTime {
+                    workload: "chat".into(),
+                    request_s: secs,
+                    low_s: secs * 0.9,
+                    high_s: secs * 1.1,
+                }]
+            } else {
+                Vec::new()
+            },
+            quality: kld.map(|k| KnownQuality {
+                mean_kld: Some(k),
+                same_top1_pct: None,
+                perplexity: None,
+                perplexity_q8_0: None,
+                source: "test",
+                source_short: "test",
+            }),
+            speed_note: String::new(),
+            extrapolated,
+            command: vec![name.to_string()],
+            warnings: Vec::new(),
+        }
+    }
+
+    fn pick(qs: &[QuantPlan]) -> Option<String> {
+        recommend(qs, 0).0.map(|i| qs[i].quant.clone())
+    }
+
+    #[test]
+    fn the_recommendation_follows_its_rules() {
+        let inf = f64::INFINITY;
+        // Fastest wins outside the tie band.
+        let qs = [
+            q("A", 5.0, Some(0.05), true, false),
+            q("B", 6.0, Some(0.01), true, false),
+        ];
+        assert_eq!(pick(&qs).as_deref(), Some("A"));
+        // Within 3 %: the lower known KLD.
+        let qs = [
+            q("A", 5.0, Some(0.05), true, false),
+            q("B", 5.1, Some(0.01), true, false),
+        ];
+        assert_eq!(pick(&qs).as_deref(), Some("B"));
+        assert!(recommend(&qs, 0).1.contains("lower known KLD"));
+        // Within 3 %: an exact recipe over an approximate one, whatever its KLD.
+        let qs = [
+            q("A", 5.1, Some(0.05), true, false),
+            q("L", 5.0, Some(0.01), false, false),
+        ];
+        assert_eq!(pick(&qs).as_deref(), Some("A"));
+        assert!(recommend(&qs, 0).1.contains("approximate"));
+        // An extrapolated quant is not chosen while a measured-type one fits...
+        let qs = [
+            q("M", 5.0, None, true, false),
+            q("X", 3.0, None, true, true),
+        ];
+        assert_eq!(pick(&qs).as_deref(), Some("M"));
+        assert!(recommend(&qs, 0).1.contains("X predicted faster"));
+        // ... but is when nothing else fits; nothing fits: no recommendation.
+        let qs = [
+            q("M", inf, None, true, false),
+            q("X", 3.0, None, true, true),
+        ];
+        assert_eq!(pick(&qs).as_deref(), Some("X"));
+        let qs = [q("M", inf, None, true, false)];
+        assert_eq!(pick(&qs), None);
+        assert!(recommend(&qs, 0).1.contains("none fits"));
+    }
 }
