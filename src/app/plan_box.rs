@@ -99,7 +99,7 @@ fn models(o: &BoxPlanOptions) -> Result<Vec<PlanModel>> {
     }
     let mut out: Vec<PlanModel> = Vec::new();
     for q in &o.quants {
-        let ftype = SynthFtype::parse(q)?;
+        let ftype = SynthFtype::parse_flag(q, "--quant")?;
         if out.iter().any(|m| m.quant == ftype.name()) {
             continue;
         }

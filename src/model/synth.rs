@@ -205,11 +205,15 @@ pub const FTYPES: [(&str, SynthFtype, &str); 4] = [
 
 impl SynthFtype {
     pub fn parse(s: &str) -> Result<SynthFtype> {
+        Self::parse_flag(s, "quantization")
+    }
+    /// [`Self::parse`], its error naming the flag the user gave (`--ftype`, `--quant`).
+    pub fn parse_flag(s: &str, flag: &str) -> Result<SynthFtype> {
         let low = s.trim().to_ascii_lowercase();
         match FTYPES.iter().find(|(n, _, _)| *n == low) {
             Some(&(_, f, _)) => Ok(f),
             None => bail!(
-                "unknown quantization '{}' (known: {}; others, Unsloth's UD-* among them, have no \
+                "unknown {flag} '{}' (known: {}; others, Unsloth's UD-* among them, have no \
                  published per-tensor recipe)",
                 super::gguf::shown(s, 40),
                 FTYPES.iter().map(|f| f.0).collect::<Vec<_>>().join(", ")
