@@ -58,7 +58,8 @@ pub enum Command {
     /// Export, import, list and show shareable profiles.
     #[command(subcommand)]
     Profile(ProfileCommand),
-    /// Propose a config for this box without trials, from the memory prediction and profiles.
+    /// Propose a config for this box without trials, from the memory prediction and profiles;
+    /// or, with --box and --shape/--quant, for a box and models you do not have yet.
     Plan(PlanArgs),
     /// Measure a run's winner at every --n-cpu-moe in a range (brute force, for comparison).
     Sweep(SweepArgs),
@@ -413,10 +414,38 @@ pub enum ProfileCommand {
 
 #[derive(Debug, Clone, Args)]
 pub struct PlanArgs {
-    #[arg(long, short = 'm')]
-    pub model: PathBuf,
-    /// Start from this profile (else the best match in profiles/).
+    /// The model file (or, with --box, --shape and --quant instead).
+    #[arg(long, short = 'm', required_unless_present_any = ["shape", "list_boxes"])]
+    pub model: Option<PathBuf>,
+    /// Plan for a box described rather than this one: a built-in name (--list-boxes) or a
+    /// YAML file of the form `qtune hw --yaml` writes.
+    #[arg(long = "box", value_name = "NAME|FILE")]
+    pub box_spec: Option<String>,
+    /// List the built-in boxes and exit.
+    #[arg(long, conflicts_with_all = ["model", "shape"])]
+    pub list_boxes: bool,
+    /// Plan a model that is not downloaded: its shape (as `qtune synth --shape`), with --quant.
+    #[arg(long, conflicts_with = "model", requires = "quant")]
+    pub shape: Option<String>,
+    /// Quantizations of --shape to plan, comma-separated (q4_k_m, q4_k_l, mxfp4_moe, q8_0).
+    #[arg(long, value_delimiter = ',', requires = "shape")]
+    pub quant: Vec<String>,
+    /// The workload the recommendation is for (chat, agent, long-doc or a YAML file); every
+    /// built-in's time per request is shown. Only with --box or --shape.
     #[arg(long)]
+    pub workload: Option<String>,
+    /// With --box: the host's physical cores instead of the box's.
+    #[arg(long, requires = "box_spec")]
+    pub cores: Option<u32>,
+    /// With --box: the host's RAM, GiB, instead of the box's.
+    #[arg(long, requires = "box_spec")]
+    pub ram_gib: Option<u64>,
+    /// With --box: the host's memory read bandwidth, GB/s (`qtune hw` measures it), instead of
+    /// the box's.
+    #[arg(long, requires = "box_spec", allow_negative_numbers = true)]
+    pub host_bw_gbs: Option<f64>,
+    /// Start from this profile (else the best match in profiles/).
+    #[arg(long, conflicts_with_all = ["box_spec", "shape"])]
     pub profile: Option<PathBuf>,
     /// Use no profile: the memory and speed models alone.
     #[arg(long, conflicts_with = "profile")]
@@ -493,8 +522,31 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Profile(ProfileCommand::Import { file }) => app::results::profile_import(&file),
         Command::Profile(ProfileCommand::List) => app::results::profile_list(),
         Command::Profile(ProfileCommand::Show { name }) => app::results::profile_show(&name),
+        Command::Plan(p) if p.list_boxes => {
+            print!("{}", crate::plan::boxes::catalog_text());
+            Ok(())
+        }
+        Command::Plan(p) if p.box_spec.is_some() || p.shape.is_some() => {
+            app::plan_box::plan_box(app::plan_box::BoxPlanOptions {
+                box_spec: p.box_spec,
+                model: p.model,
+                shape: p.shape,
+                quants: p.quant,
+                workload: p.workload,
+                cores: p.cores,
+                ram_gib: p.ram_gib,
+                host_bw_gbs: p.host_bw_gbs,
+                ctx: p.ctx,
+                headroom_mib: p.target_vram_headroom,
+                json: p.json,
+            })
+        }
+        Command::Plan(p) if p.workload.is_some() => {
+            anyhow::bail!("--workload plans with --box or --shape; a plan for a model on this box takes its profile's workload")
+        }
         Command::Plan(p) => app::results::plan(
-            &p.model,
+            &p.model
+                .ok_or_else(|| anyhow::anyhow!("give --model M.gguf, or --shape NAME --quant Q"))?,
             p.profile.as_deref(),
             !p.no_profile,
             p.ctx,

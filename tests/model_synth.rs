@@ -43,11 +43,7 @@ fn tiny_shapes_round_trip_through_the_reader() {
             } else {
                 assert!(l.kv_blocks.iter().all(|&b| b));
             }
-            let expect_ft = match ftype {
-                synth::SynthFtype::Q4KM => "Q4_K_M",
-                synth::SynthFtype::Q8_0 => "Q8_0",
-            };
-            assert_eq!(l.file_type.as_deref(), Some(expect_ft));
+            assert_eq!(l.file_type.as_deref(), Some(ftype.name().as_str()));
             // No temp file left behind.
             let left: Vec<_> = std::fs::read_dir(dir.path())
                 .unwrap()
@@ -129,4 +125,40 @@ fn full_shapes_read_back_and_weights_add_up() {
             assert_eq!(l.recurrent_state_bytes[3], 0);
         }
     }
+}
+
+#[test]
+/// Q4_K_L and MXFP4_MOE follow their recipes (issue 46): the tensor types `qtune plan --quant`
+/// lays out a model not downloaded from.
+fn each_quantization_follows_its_recipe() {
+    let shape = synth::shape_by_name("qwen3.5-35b-a3b").unwrap();
+    let ty = |f: synth::SynthFtype, name: &str| {
+        synth::tensor_specs(&shape, f)
+            .into_iter()
+            .find(|t| t.name == name)
+            .unwrap()
+            .ggml_type
+    };
+    use qtune::model::ggml_type::GgmlType as T;
+    let q4km = synth::SynthFtype::Q4KM;
+    assert_eq!(ty(q4km, "output.weight"), T::Q6_K);
+    assert_eq!(ty(q4km, "token_embd.weight"), T::Q4_K);
+    assert_eq!(ty(q4km, "blk.0.ffn_down_exps.weight"), T::Q6_K);
+    // Q4_K_L: Q4_K_M with Q8_0 embedding and output.
+    let q4kl = synth::SynthFtype::Q4KL;
+    assert_eq!(ty(q4kl, "output.weight"), T::Q8_0);
+    assert_eq!(ty(q4kl, "token_embd.weight"), T::Q8_0);
+    assert_eq!(ty(q4kl, "blk.5.ffn_up_exps.weight"), T::Q4_K);
+    assert_eq!(ty(q4kl, "blk.0.ffn_down_exps.weight"), T::Q6_K);
+    // MXFP4_MOE: routed experts MXFP4, every other matrix Q8_0, norms F32.
+    let mx = synth::SynthFtype::Mxfp4Moe;
+    for t in ["ffn_up_exps", "ffn_gate_exps", "ffn_down_exps"] {
+        assert_eq!(ty(mx, &format!("blk.0.{t}.weight")), T::MXFP4);
+    }
+    for t in ["ffn_up_shexp", "attn_qkv", "ssm_out"] {
+        assert_eq!(ty(mx, &format!("blk.0.{t}.weight")), T::Q8_0, "{t}");
+    }
+    assert_eq!(ty(mx, "output.weight"), T::Q8_0);
+    assert_eq!(ty(mx, "blk.0.attn_norm.weight"), T::F32);
+    assert_eq!(mx.file_type(), 38);
 }

@@ -54,7 +54,7 @@ pub fn inspect(
 pub fn synth(out: &Path, shape: &str, ftype: &str) -> Result<()> {
     use crate::model::synth;
     let shape = synth::shape_by_name(shape)?;
-    let ftype = synth::SynthFtype::parse(ftype)?;
+    let ftype = synth::SynthFtype::parse_flag(ftype, "--ftype")?;
     let t0 = std::time::Instant::now();
     // A progress line on stderr: bytes written of the total, rate and what is left.
     let bar = indicatif::ProgressBar::new(0);

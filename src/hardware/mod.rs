@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use std::fmt::Write as _;
 
 /// PCIe link of one GPU.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PcieLink {
     pub gen_current: Option<u32>,
     pub gen_max: Option<u32>,
@@ -28,17 +28,27 @@ pub struct GpuProcess {
     pub used_mib: Option<u64>,
 }
 
+/// One GPU. The fields a box described rather than probed may leave out (`qtune plan --box
+/// FILE`: a file of the form `qtune hw --yaml` writes) default to nothing: index, uuid, free
+/// and used VRAM, link, compute capability and processes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuInfo {
+    #[serde(default)]
     pub index: u32,
     pub name: String,
+    #[serde(default)]
     pub uuid: String,
     pub vram_total_mib: u64,
+    #[serde(default)]
     pub vram_free_mib: u64,
+    #[serde(default)]
     pub vram_used_mib: u64,
+    #[serde(default)]
     pub pcie: PcieLink,
     /// e.g. (9, 0) for Hopper.
+    #[serde(default)]
     pub compute_capability: Option<(i32, i32)>,
+    #[serde(default)]
     pub processes: Vec<GpuProcess>,
     /// Peak memory bandwidth, GB/s: NVML's maximum memory clock x bus width x 2 (double data
     /// rate). None when NVML does not say (profiles written before this field, too).
@@ -46,15 +56,22 @@ pub struct GpuInfo {
     pub mem_bandwidth_gbs: Option<f64>,
 }
 
+/// The host. A described box may leave out available RAM (then its total), the OS, the
+/// physical cores and the bandwidth (then assumed).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HostInfo {
+    #[serde(default)]
     pub cpu_model: String,
+    #[serde(default)]
     pub physical_cores: Option<u32>,
     pub logical_cores: u32,
     pub ram_total_mib: u64,
+    #[serde(default)]
     pub ram_available_mib: u64,
+    #[serde(default)]
     pub os: String,
     /// Measured multi-threaded host memory read bandwidth (GB/s), when measured.
+    #[serde(default)]
     pub mem_bandwidth_gbs: Option<f64>,
     /// The same at fewer threads (`qtune hw` only), ascending: how the CPU experts' read rate
     /// scales with `-t`.
@@ -118,13 +135,18 @@ pub fn cuda_device_env(gpus: &[GpuBudget]) -> Vec<(String, String)> {
 /// Everything qtune knows about the box before it launches anything.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HardwareProfile {
+    #[serde(default)]
     pub gpus: Vec<GpuInfo>,
     /// Why there is no GPU (no driver, NVML error), when `gpus` is empty.
+    #[serde(default)]
     pub no_gpu_reason: Option<String>,
+    #[serde(default)]
     pub driver_version: Option<String>,
+    #[serde(default)]
     pub cuda_version: Option<String>,
     pub host: HostInfo,
     /// Stable short hash of what does not change between runs (GPU names and totals, CPU, RAM).
+    #[serde(default)]
     pub fingerprint: String,
 }
 

@@ -140,6 +140,28 @@ pub const FITTED: SpeedConstants = SpeedConstants {
     pp_rel_err: 0.23,
 };
 
+/// The weight types of the runs [`FITTED`] was fitted on (synthetic Q4_K_M mixes: Q4_K and Q6_K
+/// matrices, F32 norms, routers and state). A model whose weights are largely other types is
+/// predicted from its bytes alone: no run measured how fast their kernels read them.
+pub const FITTED_WEIGHT_TYPES: [&str; 3] = ["Q4_K", "Q6_K", "F32"];
+
+/// A model whose weights are at least this share in types outside [`FITTED_WEIGHT_TYPES`] is
+/// an extrapolation of the speed model.
+pub const UNFITTED_SHARE: f64 = 0.10;
+
+/// The weight types of `layout` outside [`FITTED_WEIGHT_TYPES`] and their share of its bytes,
+/// when that share is at least [`UNFITTED_SHARE`].
+pub fn unfitted_types(layout: &ModelLayout) -> Option<(Vec<String>, f64)> {
+    let total: u64 = layout.bytes_by_type.values().sum();
+    let other: Vec<(&String, &u64)> = layout
+        .bytes_by_type
+        .iter()
+        .filter(|(t, _)| !FITTED_WEIGHT_TYPES.contains(&t.as_str()))
+        .collect();
+    let share = other.iter().map(|(_, &b)| b).sum::<u64>() as f64 / total.max(1) as f64;
+    (share >= UNFITTED_SHARE).then(|| (other.iter().map(|(t, _)| (*t).clone()).collect(), share))
+}
+
 /// What the speed model needs to know about a box.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpeedBox {
@@ -189,7 +211,8 @@ impl SpeedBox {
 pub const DEFAULT_HOST_BW_GBS: f64 = 60.0;
 
 /// GPU memory bandwidth (GB/s) of common cards by name, for boxes whose NVML does not say.
-const GPU_BW_TABLE: [(&str, f64); 22] = [
+/// First match wins: a longer name before its prefix ("RTX 4070 Ti SUPER" before "RTX 4070 Ti").
+const GPU_BW_TABLE: [(&str, f64); 26] = [
     ("H200", 4800.0),
     ("H100 80GB HBM3", 3350.0),
     ("H100 NVL", 3900.0),
@@ -205,8 +228,12 @@ const GPU_BW_TABLE: [(&str, f64); 22] = [
     ("RTX 5080", 960.0),
     ("RTX 4090", 1008.0),
     ("RTX 4080", 717.0),
+    ("RTX 4070 Ti SUPER", 672.0),
     ("RTX 4070 Ti", 504.0),
     ("RTX 4060 Ti", 288.0),
+    ("RTX 5060 Ti", 448.0),
+    ("RTX 3060 Ti", 448.0),
+    ("RTX 3060", 360.0),
     ("RTX 3090 Ti", 1008.0),
     ("RTX 3090", 936.0),
     ("RTX 3080", 760.0),

@@ -167,27 +167,79 @@ pub fn shape_by_name(name: &str) -> Result<Shape> {
     })
 }
 
-/// Which tensor type mix to write.
+/// Which tensor type mix to write: a quantization whose per-tensor recipe is known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SynthFtype {
     /// llama.cpp's Q4_K_M mix (Q4_K, Q6_K in "more bits" blocks for ffn_down / attn_v, Q6_K output).
     Q4KM,
+    /// bartowski's Q4_K_L: the Q4_K_M mix with the token embedding and output matrices in Q8_0
+    /// (`--token-embedding-type q8_0 --output-tensor-type q8_0`, as his model cards say).
+    Q4KL,
+    /// llama.cpp's MXFP4_MOE: routed experts (3-D tensors) in MXFP4, every other matrix Q8_0
+    /// (`llama_tensor_get_type` in llama-quant.cpp).
+    Mxfp4Moe,
     /// Every matrix Q8_0.
     Q8_0,
 }
 
+/// The quantizations [`SynthFtype::parse`] knows, lower case, with where their recipe comes from.
+pub const FTYPES: [(&str, SynthFtype, &str); 4] = [
+    (
+        "q4_k_m",
+        SynthFtype::Q4KM,
+        "llama.cpp's Q4_K_M mix: Q4_K, Q6_K for ffn_down and attn_v in its more-bits blocks, Q6_K output",
+    ),
+    (
+        "q4_k_l",
+        SynthFtype::Q4KL,
+        "bartowski's Q4_K_L as his model cards name it: the Q4_K_M mix with Q8_0 token embedding \
+         and output (approximate: his files may hold more Q5_K/Q6_K tensors than that)",
+    ),
+    (
+        "mxfp4_moe",
+        SynthFtype::Mxfp4Moe,
+        "llama.cpp's MXFP4_MOE: routed experts MXFP4, every other matrix Q8_0",
+    ),
+    ("q8_0", SynthFtype::Q8_0, "every matrix Q8_0"),
+];
+
 impl SynthFtype {
     pub fn parse(s: &str) -> Result<SynthFtype> {
-        match s.to_ascii_lowercase().as_str() {
-            "q4_k_m" => Ok(SynthFtype::Q4KM),
-            "q8_0" => Ok(SynthFtype::Q8_0),
-            _ => bail!("unknown --ftype '{s}' (expected q4_k_m or q8_0)"),
+        Self::parse_flag(s, "quantization")
+    }
+    /// [`Self::parse`], its error naming the flag the user gave (`--ftype`, `--quant`).
+    pub fn parse_flag(s: &str, flag: &str) -> Result<SynthFtype> {
+        let low = s.trim().to_ascii_lowercase();
+        match FTYPES.iter().find(|(n, _, _)| *n == low) {
+            Some(&(_, f, _)) => Ok(f),
+            None => bail!(
+                "unknown {flag} '{}' (known: {}; others, Unsloth's UD-* among them, have no \
+                 published per-tensor recipe)",
+                super::gguf::shown(s, 40),
+                FTYPES.iter().map(|f| f.0).collect::<Vec<_>>().join(", ")
+            ),
         }
     }
-    /// `general.file_type` (llama_ftype).
+    /// The name users write, upper case: "Q4_K_M".
+    pub fn name(self) -> String {
+        FTYPES
+            .iter()
+            .find(|f| f.1 == self)
+            .map_or_else(String::new, |f| f.0.to_ascii_uppercase())
+    }
+    /// Where the per-tensor recipe comes from, one line.
+    pub fn recipe(self) -> &'static str {
+        FTYPES.iter().find(|f| f.1 == self).map_or("", |f| f.2)
+    }
+    /// Is the per-tensor recipe exactly known? (Q4_K_L's is only as its maker's cards name it.)
+    pub fn recipe_exact(self) -> bool {
+        self != SynthFtype::Q4KL
+    }
+    /// `general.file_type` (llama_ftype). Q4_K_L is not a llama.cpp type: its files say Q4_K_M.
     pub fn file_type(self) -> u32 {
         match self {
-            SynthFtype::Q4KM => 15,
+            SynthFtype::Q4KM | SynthFtype::Q4KL => 15,
+            SynthFtype::Mxfp4Moe => 38,
             SynthFtype::Q8_0 => 7,
         }
     }
@@ -226,8 +278,13 @@ fn plan(s: &Shape, ftype: SynthFtype) -> Vec<PlannedTensor> {
     let n = s.n_blocks;
     let mut out = Vec::new();
     let q = |base: GgmlType| match ftype {
-        SynthFtype::Q4KM => base,
-        SynthFtype::Q8_0 => GgmlType::Q8_0,
+        SynthFtype::Q4KM | SynthFtype::Q4KL => base,
+        SynthFtype::Q8_0 | SynthFtype::Mxfp4Moe => GgmlType::Q8_0,
+    };
+    // Routed experts: MXFP4 in the MXFP4_MOE mix, else as the other matrices.
+    let qx = |base: GgmlType| match ftype {
+        SynthFtype::Mxfp4Moe => GgmlType::MXFP4,
+        _ => q(base),
     };
     let mut push = |name: String, dims: Vec<u64>, ty: GgmlType| {
         let fill = if name.ends_with("ssm_a") {
@@ -246,14 +303,18 @@ fn plan(s: &Shape, ftype: SynthFtype) -> Vec<PlannedTensor> {
             fill,
         });
     };
-    push("token_embd.weight".into(), vec![e, v], q(GgmlType::Q4_K));
+    let embd_ty = match ftype {
+        SynthFtype::Q4KM => GgmlType::Q4_K,
+        _ => GgmlType::Q8_0,
+    };
+    push("token_embd.weight".into(), vec![e, v], embd_ty);
     push("output_norm.weight".into(), vec![e], GgmlType::F32);
     push(
         "output.weight".into(),
         vec![e, v],
         match ftype {
             SynthFtype::Q4KM => GgmlType::Q6_K,
-            SynthFtype::Q8_0 => GgmlType::Q8_0,
+            _ => GgmlType::Q8_0,
         },
     );
     let hd = s.head_dim as u64;
@@ -319,9 +380,13 @@ fn plan(s: &Shape, ftype: SynthFtype) -> Vec<PlannedTensor> {
         }
         let f = s.expert_ff as u64;
         push(b("ffn_gate_inp.weight"), vec![e, x], GgmlType::F32);
-        push(b("ffn_gate_exps.weight"), vec![e, f, x], q(GgmlType::Q4_K));
-        push(b("ffn_up_exps.weight"), vec![e, f, x], q(GgmlType::Q4_K));
-        push(b("ffn_down_exps.weight"), vec![f, e, x], down_ty);
+        push(b("ffn_gate_exps.weight"), vec![e, f, x], qx(GgmlType::Q4_K));
+        push(b("ffn_up_exps.weight"), vec![e, f, x], qx(GgmlType::Q4_K));
+        let down_exps_ty = match ftype {
+            SynthFtype::Mxfp4Moe => GgmlType::MXFP4,
+            _ => down_ty,
+        };
+        push(b("ffn_down_exps.weight"), vec![f, e, x], down_exps_ty);
         if let Some(sf) = s.shared_ff {
             let sf = sf as u64;
             push(b("ffn_gate_inp_shexp.weight"), vec![e], GgmlType::F32);
@@ -344,11 +409,21 @@ pub fn default_vocab_dir() -> PathBuf {
     crate::server_binary::llama_cpp_source_dir().join("models")
 }
 
+/// The header's key-value pairs. Without a vocabulary folder (`None`: a layout for planning,
+/// which no server loads) there is no tokenizer, and `<arch>.vocab_size` says its size.
 fn metadata(
     shape: &Shape,
     ftype: SynthFtype,
-    vocab_dir: &Path,
+    vocab_dir: Option<&Path>,
 ) -> Result<Vec<(String, GgufValue)>> {
+    let Some(vocab_dir) = vocab_dir else {
+        let mut md = hparams(shape, ftype);
+        md.push((
+            format!("{}.vocab_size", shape.arch),
+            GgufValue::U32(shape.n_vocab),
+        ));
+        return Ok(md);
+    };
     let vpath = vocab_dir.join(format!("ggml-vocab-{}.gguf", shape.vocab));
     if !vpath.is_file() {
         bail!(
@@ -358,6 +433,43 @@ fn metadata(
     }
     let vocab =
         gguf::read(&vpath).with_context(|| format!("cannot read tokenizer {}", vpath.display()))?;
+    let mut md = hparams(shape, ftype);
+    // Tokenizer: every tokenizer.* key, tokens and types padded to the real vocabulary.
+    for (key, val) in &vocab.metadata {
+        if !key.starts_with("tokenizer.") {
+            continue;
+        }
+        let val = match (key.as_str(), val) {
+            ("tokenizer.ggml.tokens", GgufValue::Array(et, items)) => {
+                let mut items = items.clone();
+                let have = items.len();
+                for i in have..shape.n_vocab as usize {
+                    items.push(GgufValue::String(format!("<|qtune_unused_{i}|>")));
+                }
+                items.truncate(shape.n_vocab as usize);
+                GgufValue::Array(*et, items)
+            }
+            ("tokenizer.ggml.token_type", GgufValue::Array(et, items)) => {
+                let mut items = items.clone();
+                let pad = match *et {
+                    vtype::U32 => GgufValue::U32(5),
+                    _ => GgufValue::I32(5),
+                };
+                items.resize(shape.n_vocab as usize, pad);
+                GgufValue::Array(*et, items)
+            }
+            _ => val.clone(),
+        };
+        md.push((key.clone(), val));
+    }
+    if !md.iter().any(|(k, _)| k == "tokenizer.ggml.tokens") {
+        bail!("{} holds no tokenizer.ggml.tokens", vpath.display());
+    }
+    Ok(md)
+}
+
+/// The general and architecture keys of a shape's header (no tokenizer).
+fn hparams(shape: &Shape, ftype: SynthFtype) -> Vec<(String, GgufValue)> {
     let a = shape.arch;
     let k = |s: &str| format!("{a}.{s}");
     let u32v = GgufValue::U32;
@@ -409,38 +521,7 @@ fn metadata(
             u32v(d.full_attention_interval),
         ));
     }
-    // Tokenizer: every tokenizer.* key, tokens and types padded to the real vocabulary.
-    for (key, val) in &vocab.metadata {
-        if !key.starts_with("tokenizer.") {
-            continue;
-        }
-        let val = match (key.as_str(), val) {
-            ("tokenizer.ggml.tokens", GgufValue::Array(et, items)) => {
-                let mut items = items.clone();
-                let have = items.len();
-                for i in have..shape.n_vocab as usize {
-                    items.push(GgufValue::String(format!("<|qtune_unused_{i}|>")));
-                }
-                items.truncate(shape.n_vocab as usize);
-                GgufValue::Array(*et, items)
-            }
-            ("tokenizer.ggml.token_type", GgufValue::Array(et, items)) => {
-                let mut items = items.clone();
-                let pad = match *et {
-                    vtype::U32 => GgufValue::U32(5),
-                    _ => GgufValue::I32(5),
-                };
-                items.resize(shape.n_vocab as usize, pad);
-                GgufValue::Array(*et, items)
-            }
-            _ => val.clone(),
-        };
-        md.push((key.clone(), val));
-    }
-    if !md.iter().any(|(k, _)| k == "tokenizer.ggml.tokens") {
-        bail!("{} holds no tokenizer.ggml.tokens", vpath.display());
-    }
-    Ok(md)
+    md
 }
 
 /// Small deterministic PRNG (splitmix64).
@@ -517,7 +598,7 @@ pub fn write_synthetic_reporting(
     vocab_dir: &Path,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<u64> {
-    let md = metadata(shape, ftype, vocab_dir)?;
+    let md = metadata(shape, ftype, Some(vocab_dir))?;
     let planned = plan(shape, ftype);
     let specs: Vec<TensorSpec> = planned.iter().map(|p| p.spec.clone()).collect();
     if path.is_dir() {
@@ -584,6 +665,10 @@ fn root_cause(e: &anyhow::Error) -> String {
 
 /// Size of the file [`write_synthetic`] would write, without writing it.
 pub fn synthetic_file_size(shape: &Shape, ftype: SynthFtype, vocab_dir: &Path) -> Result<u64> {
+    file_size(shape, ftype, Some(vocab_dir))
+}
+
+fn file_size(shape: &Shape, ftype: SynthFtype, vocab_dir: Option<&Path>) -> Result<u64> {
     let md = metadata(shape, ftype, vocab_dir)?;
     let specs = tensor_specs(shape, ftype);
     let (header, offsets) = gguf::encode_header(&md, &specs, gguf::DEFAULT_ALIGNMENT)?;
@@ -603,6 +688,25 @@ pub fn shape_layout(name: &str, ftype: SynthFtype) -> Result<super::ModelLayout>
     super::load(&path)
 }
 
+/// The layout of the real model of shape `name` quantized as `ftype`, for planning a model that
+/// is not downloaded: its tensors and types as [`shape_layout`]'s, without a tokenizer (no
+/// llama.cpp tree needed; the file size is short of the tokenizer's few MB) and named as the
+/// real model, not as a synthetic one (a real model's prefill routes over all its experts).
+pub fn planned_layout(name: &str, ftype: SynthFtype) -> Result<super::ModelLayout> {
+    let shape = shape_by_name(name)?;
+    let dir = tempfile::tempdir().context("cannot create a temporary folder")?;
+    let path = dir.path().join("shape.gguf");
+    write_sparse(&path, &shape, ftype, None)?;
+    let mut layout = super::load(&path)?;
+    let model = shape
+        .model_name
+        .split(" (")
+        .next()
+        .unwrap_or(shape.model_name);
+    layout.name = Some(format!("{model} {} (planned from its shape)", ftype.name()));
+    Ok(layout)
+}
+
 /// Writes only the header of the synthetic file and extends it (sparse, no data written) to
 /// the full size: a file [`crate::model::load`] reads like the real one, in milliseconds and
 /// without disk space. For tests and quick inspection of full shapes; not loadable by a server.
@@ -612,10 +716,19 @@ pub fn write_sparse_header(
     ftype: SynthFtype,
     vocab_dir: &Path,
 ) -> Result<u64> {
+    write_sparse(path, shape, ftype, Some(vocab_dir))
+}
+
+fn write_sparse(
+    path: &Path,
+    shape: &Shape,
+    ftype: SynthFtype,
+    vocab_dir: Option<&Path>,
+) -> Result<u64> {
     let md = metadata(shape, ftype, vocab_dir)?;
     let specs = tensor_specs(shape, ftype);
     let (header, _) = gguf::encode_header(&md, &specs, gguf::DEFAULT_ALIGNMENT)?;
-    let total = synthetic_file_size(shape, ftype, vocab_dir)?;
+    let total = file_size(shape, ftype, vocab_dir)?;
     let res = (|| -> std::io::Result<()> {
         let mut f = std::fs::File::create(path)?;
         std::io::Write::write_all(&mut f, &header)?;
@@ -645,7 +758,15 @@ mod tests {
     fn unknown_shape_and_ftype_are_errors() {
         let e = shape_by_name("qwen9").unwrap_err().to_string();
         assert!(e.contains("tiny-qwen35moe"), "{e}");
-        assert!(SynthFtype::parse("q2_k").is_err());
+        let e = SynthFtype::parse("ud-q4_k_xl").unwrap_err().to_string();
+        assert!(
+            !e.contains('\n') && e.contains("q4_k_m, q4_k_l, mxfp4_moe, q8_0"),
+            "{e}"
+        );
+        assert_eq!(
+            SynthFtype::parse("MXFP4_MOE").unwrap(),
+            SynthFtype::Mxfp4Moe
+        );
         for s in SHAPES {
             assert_eq!(shape_by_name(s).unwrap().name, s);
         }

@@ -10,12 +10,16 @@ use crate::model::ModelLayout;
 use crate::profile::*;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+pub mod boxes;
 mod choose;
+pub mod described;
+pub mod known_quality;
 mod matching;
 mod predict;
 mod render;
+pub mod seeds;
 
 use choose::*;
 pub use choose::{PlanCandidate, PLAN_TIE_PCT};

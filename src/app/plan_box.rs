@@ -1,0 +1,119 @@
+//! `qtune plan --box NAME|FILE --shape NAME --quant A,B`: plan a box described rather than
+//! probed, for models that need not be on disk ([`crate::plan::described`]).
+
+use crate::model::synth::{self, SynthFtype};
+use crate::plan::described::{box_plan_text, plan_box as plan, PlanModel};
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+
+/// What `qtune plan --box` was asked.
+#[derive(Debug, Clone)]
+pub struct BoxPlanOptions {
+    /// A catalog name or a box file; None: this box, probed.
+    pub box_spec: Option<String>,
+    /// A model on disk instead of --shape/--quant.
+    pub model: Option<PathBuf>,
+    pub shape: Option<String>,
+    pub quants: Vec<String>,
+    pub workload: Option<String>,
+    pub cores: Option<u32>,
+    pub ram_gib: Option<u64>,
+    pub host_bw_gbs: Option<f64>,
+    pub ctx: Option<u32>,
+    pub headroom_mib: u64,
+    pub json: bool,
+}
+
+/// The context a box plan uses without --ctx: what a tune uses on a GPU box.
+pub const BOX_PLAN_CTX: u32 = 32_768;
+
+pub fn plan_box(o: BoxPlanOptions) -> Result<()> {
+    if let Some(ctx) = o.ctx.filter(|c| !(256..=1 << 20).contains(c)) {
+        bail!(
+            "--ctx {ctx} is outside 256..=1048576 (the context the server would be started with)"
+        );
+    }
+    let models = models(&o)?;
+    let (name, hw) = match &o.box_spec {
+        Some(spec) => {
+            let hw = crate::plan::boxes::load_box(spec)?;
+            let hw = if o.cores.is_some() || o.ram_gib.is_some() || o.host_bw_gbs.is_some() {
+                crate::plan::boxes::with_host(hw, o.cores, o.ram_gib, o.host_bw_gbs)?
+            } else {
+                hw
+            };
+            (spec.clone(), hw)
+        }
+        None => ("this box".to_string(), crate::hardware::probe(true)),
+    };
+    let mut workloads = crate::workloads::builtins();
+    let main = match o.workload.as_deref() {
+        None => workloads
+            .iter()
+            .position(|w| w.name == crate::workloads::DEFAULT)
+            .unwrap_or(0),
+        Some(w) => match workloads.iter().position(|b| b.name == w) {
+            Some(i) => i,
+            None => {
+                workloads.push(crate::workloads::load(w).map_err(|e| anyhow::anyhow!("{e}"))?);
+                workloads.len() - 1
+            }
+        },
+    };
+    let ctx = o.ctx.unwrap_or(BOX_PLAN_CTX);
+    let p = plan(&name, &hw, &models, ctx, o.headroom_mib, &workloads, main);
+    if o.json {
+        println!("{}", serde_json::to_string_pretty(&p)?);
+        return Ok(());
+    }
+    eprint!("{}", box_plan_text(&p));
+    if p.command.is_empty() {
+        bail!("{}", p.why);
+    }
+    println!("{}", crate::config::shell_line(&p.command));
+    Ok(())
+}
+
+/// The models to plan: each --quant of --shape, or the --model file.
+fn models(o: &BoxPlanOptions) -> Result<Vec<PlanModel>> {
+    if let Some(path) = &o.model {
+        let layout = crate::model::load(path)?;
+        return Ok(vec![PlanModel {
+            quant: layout
+                .file_type
+                .clone()
+                .unwrap_or_else(|| "the file".into()),
+            recipe: format!("the tensor types of {}", path.display()),
+            recipe_exact: true,
+            shape: None,
+            path: path.clone(),
+            layout,
+        }]);
+    }
+    let Some(shape) = &o.shape else {
+        bail!("give --shape NAME --quant Q (or --model M.gguf)");
+    };
+    let shape_def = synth::shape_by_name(shape)?;
+    if o.quants.is_empty() {
+        bail!("give --quant with --shape, e.g. --quant q4_k_m,mxfp4_moe");
+    }
+    let mut out: Vec<PlanModel> = Vec::new();
+    for q in &o.quants {
+        let ftype = SynthFtype::parse_flag(q, "--quant")?;
+        if out.iter().any(|m| m.quant == ftype.name()) {
+            continue;
+        }
+        let layout = synth::planned_layout(shape, ftype)
+            .with_context(|| format!("cannot lay out {shape} as {}", ftype.name()))?;
+        let model = shape_def.model_name.split(" (").next().unwrap_or(shape);
+        out.push(PlanModel {
+            quant: ftype.name(),
+            recipe: ftype.recipe().to_string(),
+            recipe_exact: ftype.recipe_exact(),
+            shape: Some(shape.clone()),
+            path: PathBuf::from(format!("{model}-{}.gguf", ftype.name())),
+            layout,
+        });
+    }
+    Ok(out)
+}
