@@ -46,6 +46,37 @@ pub struct ServerBinary {
     pub source: Source,
     /// First line of `--version`, e.g. "version: 0.6.0-dev (build 0, commit unknown)".
     pub version: String,
+    /// The devices `--list-devices` names (e.g. "CUDA0: NVIDIA H100 80GB HBM3 (81079 MiB,
+    /// 80577 MiB free)"): empty for a CPU-only build, None where the server cannot list them.
+    pub devices: Option<Vec<String>>,
+}
+
+impl ServerBinary {
+    /// Its backend in words: the devices it lists, or "CPU only".
+    pub fn backend(&self) -> String {
+        match &self.devices {
+            None => "devices unknown (no --list-devices)".into(),
+            Some(d) if d.is_empty() => "CPU only (a build without a GPU backend)".into(),
+            Some(d) => d.join("; "),
+        }
+    }
+}
+
+/// The devices of `llama-server --list-devices` output: the lines under "Available devices:",
+/// "(none)" read as none. None when the header is missing.
+pub fn parse_devices(out: &str) -> Option<Vec<String>> {
+    let mut lines = out
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("Available devices"));
+    lines.next()?;
+    Some(
+        lines
+            .map(str::trim)
+            .take_while(|l| !l.is_empty())
+            .filter(|l| *l != "(none)")
+            .map(crate::escape::one_line)
+            .collect(),
+    )
 }
 
 /// `~/.cache/qtune/llama.cpp`.
@@ -180,10 +211,23 @@ pub fn check(path: &Path, source: Source) -> Result<ServerBinary> {
                 .to_string()
         })
         .unwrap_or_else(|_| "version: unknown".to_string());
+    // Only a server whose help names the flag is asked (anything else might start serving).
+    let devices = help_has_flag(&help, "--list-devices")
+        .then(|| {
+            run_captured(
+                Command::new(path).arg("--list-devices"),
+                Duration::from_secs(60),
+            )
+            .ok()
+            .filter(|(ok, _)| *ok)
+            .and_then(|(_, out)| parse_devices(&out))
+        })
+        .flatten();
     Ok(ServerBinary {
         path: path.to_path_buf(),
         source,
         version,
+        devices,
     })
 }
 

@@ -118,6 +118,11 @@ pub fn server_check(explicit: Option<PathBuf>) -> Result<()> {
         s.version,
         crate::server_binary::REQUIRED_FLAGS.join(" ")
     );
+    println!("devices: {}", s.backend());
+    let hw = crate::hardware::probe(false);
+    if let Err(e) = super::preflight::check_server_backend(&hw, &s) {
+        eprintln!("warning: {e:#}");
+    }
     Ok(())
 }
 

@@ -263,3 +263,25 @@ pub fn banner(
     out.push(format!("  run directory: {}", run_dir.display()));
     out
 }
+
+/// A box with a GPU is tuned with a server that can use it: a llama-server that lists no GPU
+/// device (a CPU-only build found first on PATH or in the cache) would tune the CPU alone
+/// without a word. Refused with the command that builds one. A server that cannot list its
+/// devices passes.
+pub fn check_server_backend(
+    hw: &HardwareProfile,
+    server: &crate::server_binary::ServerBinary,
+) -> Result<()> {
+    let Some(gpu) = hw.gpus.first() else {
+        return Ok(());
+    };
+    if server.devices.as_ref().is_some_and(|d| d.is_empty()) {
+        bail!(
+            "this box has a GPU ({}) but {} lists no GPU device (a CPU-only build): build one with \
+             'qtune server build --cuda' and pass it with --server, or set QTUNE_NO_GPU=1 to tune on the CPU alone",
+            crate::escape::one_line(&gpu.name),
+            server.path.display()
+        );
+    }
+    Ok(())
+}

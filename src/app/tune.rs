@@ -253,16 +253,17 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
         .context("--model is required (or --resume DIR to continue a tune)")?;
     check_printable("model", &model)?;
     let model = absolute(&model)?;
-    let (server_path, server_version) = match &opts.replay {
+    let (server_path, server_version, server) = match &opts.replay {
         Some(r) => (
             opts.server
                 .clone()
                 .unwrap_or_else(|| PathBuf::from("llama-server")),
             format!("replay of {}", r.journal.display()),
+            None,
         ),
         None => {
             let s = crate::server_binary::resolve(opts.server.as_deref())?;
-            (absolute(&s.path)?, s.version)
+            (absolute(&s.path)?, s.version.clone(), Some(s))
         }
     };
     check_printable("llama-server", &server_path)?;
@@ -275,6 +276,9 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
         },
         None => crate::hardware::probe(true),
     };
+    if let Some(server) = &server {
+        super::preflight::check_server_backend(&hardware, server)?;
+    }
     let (mut space, space_note) = space_for(opts, &hardware, &layout)?;
     super::preflight::check_moe(&model, &layout, opts.allow_dense)?;
     let mut notes: Vec<String> = space_note.into_iter().collect();

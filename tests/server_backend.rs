@@ -1,0 +1,69 @@
+//! Issue 43: on a box with a GPU, a llama-server that lists no GPU device (a CPU-only build
+//! found first) is refused with the command that builds one, and `server check` names the
+//! backend and devices. The real CPU server; the GPU is a hand-made profile (the only fake).
+
+mod support;
+use support::hardware::FakeBox;
+use support::output_text as text;
+
+#[test]
+fn a_cpu_only_server_is_refused_where_the_box_has_a_gpu() {
+    let Some(path) = support::real_server() else {
+        return;
+    };
+    let server =
+        qtune::server_binary::check(&path, qtune::server_binary::Source::Flag).expect("checks");
+    assert_eq!(
+        server.devices.as_deref(),
+        Some(&[][..]),
+        "the pinned CPU build lists no device: {:?}",
+        server.devices
+    );
+
+    let gpu_box = FakeBox::new()
+        .gpu("NVIDIA GeForce RTX 4090", 24_564, 23_000)
+        .build();
+    let e = qtune::app::preflight::check_server_backend(&gpu_box, &server)
+        .expect_err("a CPU-only server on a GPU box is refused");
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("NVIDIA GeForce RTX 4090")
+            && msg.contains("lists no GPU device")
+            && msg.contains("qtune server build --cuda"),
+        "{msg}"
+    );
+    assert!(!msg.contains('\n'), "one line: {msg}");
+
+    // Without a GPU, or with a server that cannot list its devices, nothing is refused.
+    qtune::app::preflight::check_server_backend(&FakeBox::new().build(), &server).unwrap();
+    let mut unknown = server.clone();
+    unknown.devices = None;
+    qtune::app::preflight::check_server_backend(&gpu_box, &unknown).unwrap();
+
+    // `server check` says which backend it has.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_qtune"))
+        .args(["server", "check", "--server"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("devices: CPU only"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn devices_are_read_from_list_devices() {
+    let cuda = "ggml_cuda_init: found 1 CUDA devices:\n  Device 0: NVIDIA H100 80GB HBM3, compute capability 9.0\nAvailable devices:\n  CUDA0: NVIDIA H100 80GB HBM3 (81079 MiB, 80577 MiB free)\n";
+    assert_eq!(
+        qtune::server_binary::parse_devices(cuda).unwrap(),
+        vec!["CUDA0: NVIDIA H100 80GB HBM3 (81079 MiB, 80577 MiB free)".to_string()]
+    );
+    assert_eq!(
+        qtune::server_binary::parse_devices("Available devices:\n  (none)\n").unwrap(),
+        Vec::<String>::new()
+    );
+    assert!(qtune::server_binary::parse_devices("error: unknown argument").is_none());
+}
