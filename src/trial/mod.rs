@@ -7,6 +7,7 @@ pub mod cleanup;
 pub mod journal;
 pub mod llama_runner;
 pub mod logparse;
+pub mod plausible;
 pub mod process;
 pub mod replay;
 pub mod workload;
