@@ -78,6 +78,8 @@ impl Draft {
 /// thread that calls `run()` (PDEATHSIG), so keep that thread alive for the tune.
 /// The speed ceiling of one config (see [`classify::SpeedCeiling`]).
 pub type SpeedCeilingFn = Box<dyn Fn(&LaunchConfig) -> classify::SpeedCeiling + Send + Sync>;
+/// The predicted speeds of one config, when the speed model has them (see [`workload::Pace`]).
+pub type PaceFn = Box<dyn Fn(&LaunchConfig) -> Option<workload::Pace> + Send + Sync>;
 
 pub struct LlamaServerRunner {
     server: PathBuf,
@@ -101,6 +103,11 @@ pub struct LlamaServerRunner {
     free_vram_at_start_mib: Option<u64>,
     /// The fastest believable speeds of a config (default: the absolute bound).
     speed_ceiling: SpeedCeilingFn,
+    /// The slowest speeds measured so far: each request's timeout follows them.
+    pace: Option<workload::Pace>,
+    /// The speed model's pessimistic speeds of a config, for the timeouts of the trials
+    /// before any measurement.
+    predicted_pace: PaceFn,
     /// The model file's size and modification time when the runner was made.
     model_stamp: Option<(u64, std::time::SystemTime)>,
     rt: tokio::runtime::Runtime,
@@ -149,6 +156,8 @@ impl LlamaServerRunner {
             last_pid: None,
             free_vram_at_start_mib: None,
             speed_ceiling: Box::new(|_| classify::SpeedCeiling::ABSOLUTE),
+            pace: None,
+            predicted_pace: Box::new(|_| None),
             model_stamp: model_stamp(model),
             rt,
             client,
@@ -198,6 +207,14 @@ impl LlamaServerRunner {
     /// reports more is [`OutcomeKind::Implausible`]. Default: [`classify::SpeedCeiling::ABSOLUTE`].
     pub fn with_speed_ceiling(mut self, f: SpeedCeilingFn) -> Self {
         self.speed_ceiling = f;
+        self
+    }
+
+    /// The speed model's pessimistic speeds of each config: until a trial has measured any,
+    /// a request's timeout follows them ([`workload::Pace`]). Default: none (the fixed
+    /// request timeout until the first measurement).
+    pub fn with_predicted_pace(mut self, f: PaceFn) -> Self {
+        self.predicted_pace = f;
         self
     }
 
@@ -277,7 +294,8 @@ impl LlamaServerRunner {
         let free_now: Option<u64> = free_cards.as_ref().map(|v| v.iter().sum());
         let sampler = crate::hardware::VramSampler::start(Duration::from_millis(100));
 
-        let mut draft = self.launch_and_measure(config, &log_path);
+        let pace = self.pace.or_else(|| (self.predicted_pace)(config));
+        let mut draft = self.launch_and_measure(config, &log_path, pace);
         if let Some(w) = vram_drift_warning(self.free_vram_at_start_mib, free_now) {
             draft.warnings.push(w);
         }
@@ -330,10 +348,19 @@ impl LlamaServerRunner {
                 draft.metrics = None;
             }
         }
+        // Believable speeds set the pace of the next trials' timeouts (the slowest so far).
+        if let Some(p) = draft.metrics.as_ref().and_then(workload::Pace::of) {
+            self.pace = Some(self.pace.map_or(p, |q| q.slower(p)));
+        }
         draft
     }
 
-    fn launch_and_measure(&mut self, config: &LaunchConfig, log_path: &Path) -> Draft {
+    fn launch_and_measure(
+        &mut self,
+        config: &LaunchConfig,
+        log_path: &Path,
+        pace: Option<workload::Pace>,
+    ) -> Draft {
         for attempt in 1..=PORT_ATTEMPTS {
             let port = match free_port() {
                 Ok(p) => p,
@@ -352,7 +379,7 @@ impl LlamaServerRunner {
             self.last_pid = Some(proc.pid());
             let base_url = format!("http://127.0.0.1:{port}");
             match self.wait_healthy(&mut proc, &base_url) {
-                Ok(()) => return self.measure(proc, &base_url, log_path),
+                Ok(()) => return self.measure(proc, &base_url, log_path, pace),
                 Err(failure) => {
                     let exit = match failure {
                         Failure::LoadTimeout { .. } => {
@@ -437,7 +464,13 @@ impl LlamaServerRunner {
         })
     }
 
-    fn measure(&mut self, mut proc: ServerProcess, base_url: &str, log_path: &Path) -> Draft {
+    fn measure(
+        &mut self,
+        mut proc: ServerProcess,
+        base_url: &str,
+        log_path: &Path,
+        pace: Option<workload::Pace>,
+    ) -> Draft {
         // Everything the server logs from here on belongs to the measure phase.
         let healthy_at = std::fs::metadata(log_path).map(|m| m.len()).unwrap_or(0) as usize;
         let request_timeout = self.request_timeout;
@@ -449,6 +482,7 @@ impl LlamaServerRunner {
                 client,
                 base_url: base_url.to_string(),
                 request_timeout,
+                pace,
                 deadline: self.deadline,
                 exited: &mut exited,
             };
