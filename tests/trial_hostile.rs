@@ -109,3 +109,51 @@ fn a_huge_reply_is_a_classified_failure() {
     let o = r.run(&cpu_config(), TrialRole::Search);
     assert_eq!(o.kind, OutcomeKind::Ok, "{}", o.message);
 }
+
+/// A fake whose first `launches` launches lose their port in `mode` (all of them with None).
+fn port_race(mode: &str, launches: Option<u32>) -> TrialOutcome {
+    let dir = tempfile::tempdir().unwrap();
+    let counter = dir.path().join("launches");
+    let n = launches.map(|n| n.to_string());
+    let mut env = vec![("FAKE_MODE", mode)];
+    let counter_s = counter.display().to_string();
+    if let Some(n) = &n {
+        env.push(("FAKE_COUNTER", &counter_s));
+        env.push(("FAKE_FAULT_LAUNCHES", n));
+    }
+    let mut r = runner(&dir, &env, Duration::from_secs(60));
+    let o = r.run(&cpu_config(), TrialRole::Search);
+    let logs: Vec<String> = std::fs::read_dir(dir.path().join("run/logs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(logs, ["trial-1.log"], "one log per trial");
+    o
+}
+
+/// Issue 48: a lost port race (another program takes the port and even answers /health)
+/// read "died while serving a request"; it is a port conflict, tried again on another port.
+#[test]
+fn a_lost_port_race_is_retried_and_named() {
+    for mode in ["port-taken", "port-stolen"] {
+        // Lost once: the next port works, and the trial measures.
+        let o = port_race(mode, Some(1));
+        assert_eq!(o.kind, OutcomeKind::Ok, "{mode}: {}", o.message);
+        // Lost every time: a port conflict, in its own words.
+        let o = port_race(mode, None);
+        assert_eq!(o.kind.as_str(), "port-conflict", "{mode}: {}", o.message);
+        assert!(
+            o.message.contains("another program took it first"),
+            "{mode}: {}",
+            o.message
+        );
+        assert!(!o.message.contains("died"), "{mode}: {}", o.message);
+        assert!(
+            o.evidence
+                .iter()
+                .any(|l| l.contains("couldn't bind HTTP server socket")),
+            "{mode}: {:?}",
+            o.evidence
+        );
+    }
+}

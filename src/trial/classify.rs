@@ -148,6 +148,22 @@ pub fn is_oom_line(line: &str) -> bool {
     OOM.iter().any(|p| l.contains(p)) && !OOM_BENIGN.iter().any(|p| l.contains(p))
 }
 
+/// The server's line when its port is taken (tools/server/server-http.cpp).
+pub const BIND_FAILED: &str = "couldn't bind HTTP server socket";
+
+/// A port-conflict verdict when the server exited after saying it could not listen on its
+/// port: another program took it first (when that program answers `/health`, the trial even
+/// looked healthy and then "died while serving a request").
+fn port_conflict(log: &str, exit: Option<ExitInfo>) -> Option<Verdict> {
+    exit?;
+    let line = log.lines().find(|l| l.contains(BIND_FAILED))?;
+    Some(Verdict {
+        kind: OutcomeKind::PortConflict,
+        message: "llama-server could not listen on the port qtune gave it: another program took it first (a lost race for a free port), so this is no measurement of the config; if it repeats, something on this box is grabbing free ports".into(),
+        evidence: vec![line.trim().to_string()],
+    })
+}
+
 /// The header line the runner writes at the top of each trial log (the command).
 pub const LOG_HEADER: &str = "# qtune: ";
 
@@ -289,6 +305,10 @@ pub fn classify(obs: &Observation<'_>) -> Verdict {
             };
         }
         _ => {}
+    }
+
+    if let Some(v) = port_conflict(log, exit) {
+        return v;
     }
 
     match obs.phase {

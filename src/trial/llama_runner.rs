@@ -24,8 +24,6 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 pub const PAST_BUDGET_WALL: Duration = Duration::from_secs(15);
 /// Attempts when the chosen port is taken between the check and the launch.
 const PORT_ATTEMPTS: usize = 4;
-/// The server's line when its port is taken (tools/server/server-http.cpp).
-const BIND_FAILED: &str = "couldn't bind HTTP server socket";
 
 pub use super::process::{free_port, ServerProcess};
 
@@ -379,7 +377,17 @@ impl LlamaServerRunner {
             self.last_pid = Some(proc.pid());
             let base_url = format!("http://127.0.0.1:{port}");
             match self.wait_healthy(&mut proc, &base_url) {
-                Ok(()) => return self.measure(proc, &base_url, log_path, pace),
+                Ok(()) => {
+                    // Another program on the port may have answered /health in the server's
+                    // place: the server then exits with the bind failure mid-measurement.
+                    let d = self.measure(proc, &base_url, log_path, pace);
+                    if d.kind == OutcomeKind::PortConflict && attempt < PORT_ATTEMPTS {
+                        tracing::debug!("port {port} was taken by another program; retrying");
+                        forget_attempt(log_path);
+                        continue;
+                    }
+                    return d;
+                }
                 Err(failure) => {
                     let exit = match failure {
                         Failure::LoadTimeout { .. } => {
@@ -389,8 +397,12 @@ impl LlamaServerRunner {
                         _ => Some(proc.stop(STOP_GRACE)),
                     };
                     let log = std::fs::read_to_string(log_path).unwrap_or_default();
-                    if exit.is_some() && log.contains(BIND_FAILED) && attempt < PORT_ATTEMPTS {
+                    if exit.is_some()
+                        && log.contains(classify::BIND_FAILED)
+                        && attempt < PORT_ATTEMPTS
+                    {
                         tracing::debug!("port {port} was taken; retrying on another");
+                        forget_attempt(log_path);
                         continue;
                     }
                     return Draft::classified(&Observation {
@@ -537,6 +549,14 @@ impl LlamaServerRunner {
                 })
             }
         }
+    }
+}
+
+/// Remove the log of a launch that lost its port (qtune's own header and the server's bind
+/// failure), so the next attempt writes the trial's log afresh under the same name.
+fn forget_attempt(log_path: &Path) {
+    if let Err(e) = std::fs::remove_file(log_path) {
+        tracing::debug!("cannot remove {}: {e}", log_path.display());
     }
 }
 
