@@ -157,3 +157,43 @@ fn a_lost_port_race_is_retried_and_named() {
         );
     }
 }
+
+/// Issue 48: a server that daemonizes a helper (fork, setsid, fork: out of its process group)
+/// left it running, unnoticed. It is killed when the trial ends, and named in one warning.
+#[test]
+fn what_a_daemonizing_server_leaves_is_killed_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("daemon.pid");
+    let pidfile_s = pidfile.display().to_string();
+    let mut r = runner(
+        &dir,
+        &[("FAKE_DAEMON", &pidfile_s)],
+        Duration::from_secs(60),
+    );
+    let o = r.run(&cpu_config(), TrialRole::Search);
+    let pid: u32 = std::fs::read_to_string(&pidfile)
+        .expect("the fake daemonized its helper")
+        .trim()
+        .parse()
+        .unwrap();
+    let t0 = Instant::now();
+    while alive(pid) && t0.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = alive(pid);
+    if left {
+        // Leave nothing behind whatever the outcome.
+        unsafe {
+            libc::kill(pid as i32, libc::SIGKILL);
+        }
+    }
+    assert!(!left, "the daemonized helper {pid} outlived the trial");
+    assert_eq!(o.kind, OutcomeKind::Ok, "{}", o.message);
+    let named: Vec<&String> = o
+        .warnings
+        .iter()
+        .filter(|w| w.contains("daemonize") && w.contains(&pid.to_string()))
+        .collect();
+    assert_eq!(named.len(), 1, "{:?}", o.warnings);
+    assert_eq!(named[0].lines().count(), 1);
+}

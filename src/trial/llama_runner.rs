@@ -396,6 +396,7 @@ impl LlamaServerRunner {
                         }
                         _ => Some(proc.stop(STOP_GRACE)),
                     };
+                    let orphans = orphan_warning(&proc);
                     let log = std::fs::read_to_string(log_path).unwrap_or_default();
                     if exit.is_some()
                         && log.contains(classify::BIND_FAILED)
@@ -405,13 +406,15 @@ impl LlamaServerRunner {
                         forget_attempt(log_path);
                         continue;
                     }
-                    return Draft::classified(&Observation {
+                    let mut d = Draft::classified(&Observation {
                         phase: Phase::Load,
                         exit,
                         log: &log,
                         healthy_at: None,
                         failure,
                     });
+                    d.warnings.extend(orphans);
+                    return d;
                 }
             }
         }
@@ -518,13 +521,15 @@ impl LlamaServerRunner {
             Ok(m) => {
                 let exit = proc.stop(STOP_GRACE);
                 tracing::debug!("server stopped after the trial: {exit}");
+                let mut warnings = m.warnings;
+                warnings.extend(orphan_warning(&proc));
                 Draft {
                     phase: None,
                     kind: OutcomeKind::Ok,
                     metrics: Some(m.metrics),
                     message: "ok".to_string(),
                     evidence: Vec::new(),
-                    warnings: m.warnings,
+                    warnings,
                     peak_vram_mib: Vec::new(),
                     reported: None,
                     log: None,
@@ -540,16 +545,33 @@ impl LlamaServerRunner {
                 };
                 proc.stop(STOP_GRACE);
                 let log = std::fs::read_to_string(log_path).unwrap_or_default();
-                Draft::classified(&Observation {
+                let mut d = Draft::classified(&Observation {
                     phase: Phase::Measure,
                     exit,
                     log: &log,
                     healthy_at: Some(healthy_at.min(log.len())),
                     failure,
-                })
+                });
+                d.warnings.extend(orphan_warning(&proc));
+                d
             }
         }
     }
+}
+
+/// One line naming the processes a server left running outside its group (it daemonized),
+/// which qtune killed when the server ended.
+fn orphan_warning(proc: &ServerProcess) -> Option<String> {
+    let pids = proc.orphans();
+    if pids.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
+    Some(format!(
+        "the server left {} process(es) running outside its process group (pid {}; does it daemonize?): qtune killed them when the trial ended",
+        pids.len(),
+        list.join(", ")
+    ))
 }
 
 /// Remove the log of a launch that lost its port (qtune's own header and the server's bind
