@@ -644,6 +644,14 @@ pub fn compare(
         None,
         request_timeout(&workload),
     )?;
+    // The same ceiling on believable speeds as a tune's, and the same predicted pace of its
+    // timeouts, where the model's header can be read (else the absolute bound).
+    if let Ok(layout) = crate::model::load(&model) {
+        let hw = crate::hardware::probe(true);
+        runner = runner
+            .with_speed_ceiling(crate::trial::plausible::ceiling_for(&layout, &hw))
+            .with_predicted_pace(crate::trial::plausible::pace_for(&layout, &hw));
+    }
     let commands: Vec<ComparedCommand> = parsed
         .iter()
         .enumerate()

@@ -6,9 +6,9 @@
 mod support;
 use support::output_text as text;
 
-use qtune::trial::classify::SpeedCeiling;
 use qtune::trial::journal::Journal;
 use qtune::trial::llama_runner::LlamaServerRunner;
+use qtune::trial::plausible::SpeedCeiling;
 use qtune::trial::{OutcomeKind, TrialOutcome, TrialRole, TrialRunner};
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,7 +3,6 @@
 //! the pinned llama.cpp build (messages grepped from ggml-cuda.cu, ggml-backend.cpp,
 //! ggml-alloc.c, llama-model.cpp, llama-context.cpp, llama-kv-cache.cpp and common/arg.cpp).
 
-pub use super::plausible::{implausible_speed, SpeedCeiling};
 use super::OutcomeKind;
 use std::fmt;
 

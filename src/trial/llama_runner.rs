@@ -4,6 +4,7 @@
 
 use super::classify::{self, Failure, Observation, Phase, Verdict};
 use super::journal::Journal;
+use super::plausible;
 use super::workload::{self, Measured, Session};
 use super::{Metrics, OutcomeKind, ReportedMemory, TrialOutcome, TrialRole, TrialRunner};
 use crate::config::{shell_line, LaunchConfig};
@@ -74,10 +75,7 @@ impl Draft {
 /// The real trial runner. Sync: it owns a small tokio runtime and blocks on it, so call
 /// `run()` from an ordinary thread (not from inside another runtime). Servers die with the
 /// thread that calls `run()` (PDEATHSIG), so keep that thread alive for the tune.
-/// The speed ceiling of one config (see [`classify::SpeedCeiling`]).
-pub type SpeedCeilingFn = Box<dyn Fn(&LaunchConfig) -> classify::SpeedCeiling + Send + Sync>;
-/// The predicted speeds of one config, when the speed model has them (see [`workload::Pace`]).
-pub type PaceFn = Box<dyn Fn(&LaunchConfig) -> Option<workload::Pace> + Send + Sync>;
+pub use super::plausible::{PaceFn, SpeedCeilingFn};
 
 pub struct LlamaServerRunner {
     server: PathBuf,
@@ -153,7 +151,7 @@ impl LlamaServerRunner {
             next_id: 1,
             last_pid: None,
             free_vram_at_start_mib: None,
-            speed_ceiling: Box::new(|_| classify::SpeedCeiling::ABSOLUTE),
+            speed_ceiling: Box::new(|_| plausible::SpeedCeiling::ABSOLUTE),
             pace: None,
             predicted_pace: Box::new(|_| None),
             model_stamp: model_stamp(model),
@@ -202,7 +200,7 @@ impl LlamaServerRunner {
     }
 
     /// The fastest believable speeds of each config (e.g. from the speed model); a trial that
-    /// reports more is [`OutcomeKind::Implausible`]. Default: [`classify::SpeedCeiling::ABSOLUTE`].
+    /// reports more is [`OutcomeKind::Implausible`]. Default: [`plausible::SpeedCeiling::ABSOLUTE`].
     pub fn with_speed_ceiling(mut self, f: SpeedCeilingFn) -> Self {
         self.speed_ceiling = f;
         self
@@ -339,7 +337,7 @@ impl LlamaServerRunner {
         // Speeds that cannot be real make the trial implausible (even a spill's: its numbers
         // are shown). The numbers stay in the evidence, never in the metrics.
         if let Some(m) = &draft.metrics {
-            if let Some(v) = classify::implausible_speed(m, &(self.speed_ceiling)(config)) {
+            if let Some(v) = plausible::implausible_speed(m, &(self.speed_ceiling)(config)) {
                 draft.kind = v.kind;
                 draft.message = v.message;
                 draft.evidence = v.evidence;

@@ -7,6 +7,13 @@
 
 use super::classify::Verdict;
 use super::OutcomeKind;
+use crate::config::LaunchConfig;
+
+/// The speed ceiling of one config (see [`SpeedCeiling`]).
+pub type SpeedCeilingFn = Box<dyn Fn(&LaunchConfig) -> SpeedCeiling + Send + Sync>;
+/// The predicted speeds of one config, when the speed model has them (see
+/// [`super::workload::Pace`]).
+pub type PaceFn = Box<dyn Fn(&LaunchConfig) -> Option<super::workload::Pace> + Send + Sync>;
 
 /// The fastest speeds a trial may report before it is called [`OutcomeKind::Implausible`]:
 /// tokens per second, generation and prompt processing.
@@ -57,6 +64,49 @@ impl Default for SpeedCeiling {
     }
 }
 
+/// The fastest believable speeds of each config: 10x the speed model's bound where it has
+/// one for this box and config, else the absolute bound. Models under 4 GiB (synthetic ones,
+/// SmolLM2: they run largely from the CPU's caches, past any bandwidth roofline; SmolLM2
+/// decodes at 15x its roofline on the CPU box) get the absolute bound too.
+pub fn ceiling_for(
+    layout: &crate::model::ModelLayout,
+    hw: &crate::hardware::HardwareProfile,
+) -> SpeedCeilingFn {
+    use crate::model::speed;
+    if speed::is_synthetic(layout) || layout.file_bytes < 4 << 30 {
+        return Box::new(|_| SpeedCeiling::ABSOLUTE);
+    }
+    let layout = layout.clone();
+    let sb = speed::SpeedBox::from_hardware(hw);
+    let has_gpu = hw.has_gpu();
+    Box::new(move |cfg| {
+        speed::predict(&layout, cfg, &sb, has_gpu, 512, &speed::FITTED)
+            .map(|p| SpeedCeiling::from_prediction(p.tg_bound_tps, p.pp.tps))
+            .unwrap_or(SpeedCeiling::ABSOLUTE)
+    })
+}
+
+/// The speed model's pessimistic speeds of each config (the low end of its intervals), which
+/// the timeouts follow until a trial has measured any; none for the models [`ceiling_for`]
+/// gives the absolute bound (the model is not trusted there).
+pub fn pace_for(
+    layout: &crate::model::ModelLayout,
+    hw: &crate::hardware::HardwareProfile,
+) -> PaceFn {
+    use super::workload::Pace;
+    use crate::model::speed;
+    if speed::is_synthetic(layout) || layout.file_bytes < 4 << 30 {
+        return Box::new(|_| None);
+    }
+    let layout = layout.clone();
+    let sb = speed::SpeedBox::from_hardware(hw);
+    let has_gpu = hw.has_gpu();
+    Box::new(move |cfg| {
+        speed::predict(&layout, cfg, &sb, has_gpu, 512, &speed::FITTED)
+            .and_then(|p| Pace::new(p.tg.low, p.pp.low))
+    })
+}
+
 /// An [`OutcomeKind::Implausible`] verdict when any reading of a trial's speeds is not a
 /// finite positive number, or is past `ceiling`; `None` for a believable measurement. Every
 /// sample is checked, not only the median, and every request of the workload's mixes (its
@@ -76,8 +126,13 @@ pub fn implausible_speed(m: &super::Metrics, ceiling: &SpeedCeiling) -> Option<V
     if let Some(d) = &m.gen_tps_at_depth {
         check("generation at depth", d, ceiling.gen_tps);
     }
-    if m.ttft_ms.samples.iter().any(|v| !v.is_finite() || *v < 0.0) {
-        bad.push("a time to first token is negative or not a finite number".into());
+    // The depth-0 requests read their whole prompt (no cache): no time at all is no reading.
+    if m.ttft_ms
+        .samples
+        .iter()
+        .any(|v| !v.is_finite() || *v <= 0.0)
+    {
+        bad.push("a time to first token is zero, negative or not a finite number".into());
     }
     for t in &m.shapes {
         if let Some(why) = shape_problem(t, ceiling) {
@@ -186,6 +241,9 @@ mod tests {
             assert_eq!(v.kind, OutcomeKind::Implausible, "{g} {p}");
             assert_eq!(v.message.lines().count(), 1);
         }
+        let mut zero_ttft = m(50.0, 1000.0);
+        zero_ttft.ttft_ms = Stat::from_samples(&[0.0]).unwrap();
+        assert!(implausible_speed(&zero_ttft, &c).is_some());
         let tight = SpeedCeiling::from_prediction(3.0, 100.0);
         assert!(implausible_speed(&m(31.0, 10.0), &tight).is_some());
         assert!(implausible_speed(&m(29.0, 10.0), &tight).is_none());
