@@ -377,7 +377,17 @@ pub fn summarize(
 }
 
 pub fn fmt_opt(v: Option<f64>) -> String {
-    v.map_or("-".into(), |v| format!("{v:.1}"))
+    v.map_or("-".into(), |v| shown(v, 1))
+}
+
+/// A measured quantity (tok/s, seconds) with `decimals`, or `implausible` for one that cannot
+/// be a measurement (not finite, not positive, or a billion and more): never 300 digits.
+fn shown(v: f64, decimals: usize) -> String {
+    if v.is_finite() && v > 0.0 && v < 1e9 {
+        format!("{v:.decimals$}")
+    } else {
+        "implausible".to_string()
+    }
 }
 
 /// The comparison for people: commands, per-round speeds, paired ratios, peak VRAM.
@@ -434,10 +444,10 @@ pub fn render_text(r: &CompareResult) -> String {
         match &a.verdict {
             Some(v) => {
                 let ratios = |r: &[f64], m: Option<f64>| {
-                    let each: Vec<String> = r.iter().map(|x| format!("{x:.2}")).collect();
+                    let each: Vec<String> = r.iter().map(|&x| crate::stats::fmt_ratio(x)).collect();
                     format!(
                         "median ratio {} (rounds: {})",
-                        m.map_or("-".into(), |m| format!("{m:.2}")),
+                        m.map_or("-".into(), crate::stats::fmt_ratio),
                         each.join(", ")
                     )
                 };
@@ -486,7 +496,10 @@ pub fn render_text(r: &CompareResult) -> String {
                 format!(
                     "{} {}",
                     command_name(c),
-                    t.map_or("-".into(), |t| format!("{t:.2} s"))
+                    t.map_or("-".into(), |t| match shown(t, 2) {
+                        s if s.starts_with(|c: char| c.is_ascii_digit()) => format!("{s} s"),
+                        s => s,
+                    })
                 )
             })
             .collect();
@@ -631,6 +644,14 @@ pub fn compare(
         None,
         request_timeout(&workload),
     )?;
+    // The same ceiling on believable speeds as a tune's, and the same predicted pace of its
+    // timeouts, where the model's header can be read (else the absolute bound).
+    if let Ok(layout) = crate::model::load(&model) {
+        let hw = crate::hardware::probe(true);
+        runner = runner
+            .with_speed_ceiling(crate::trial::plausible::ceiling_for(&layout, &hw))
+            .with_predicted_pace(crate::trial::plausible::pace_for(&layout, &hw));
+    }
     let commands: Vec<ComparedCommand> = parsed
         .iter()
         .enumerate()

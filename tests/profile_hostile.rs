@@ -183,6 +183,51 @@ fn absurd_numbers_are_refused_by_key() {
     );
 }
 
+/// Issue 48: a host bandwidth or a speed of 0 (or negative, or not finite) made `plan` print
+/// "tg inf tok/s, confidence: high"; it is refused in one line by import and by plan.
+#[test]
+fn non_positive_hardware_numbers_are_refused_by_import_and_plan() {
+    for (case, b) in [
+        ("zero", 0.0),
+        ("negative", -5.0),
+        ("infinite", f64::INFINITY),
+    ] {
+        mutated(
+            &format!("{case} bandwidth"),
+            |v| v["hardware"]["mem_bandwidth_gbs"] = Value::from(b),
+            &["hardware.mem_bandwidth_gbs"],
+        );
+    }
+    mutated(
+        "zero speed",
+        |v| v["winner"]["tg"]["median"] = Value::from(0.0),
+        &["winner.tg.median = 0"],
+    );
+    let cwd = tempfile::tempdir().unwrap();
+    let mut v = valid();
+    v["hardware"]["mem_bandwidth_gbs"] = Value::from(0.0);
+    write(cwd.path(), "p.yaml", &yaml(&v));
+    let model = qtune::fixtures::tiny_moe("tiny-qwen35moe").expect("the tiny MoE model");
+    let o = qtune(
+        cwd.path(),
+        &[
+            "plan",
+            "--model",
+            model.to_str().unwrap(),
+            "--profile",
+            "p.yaml",
+        ],
+    );
+    let err = stderr(&o);
+    assert!(!o.status.success(), "accepted:\n{}{err}", stdout(&o));
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("qtune: error: ") && err.contains("hardware.mem_bandwidth_gbs = 0"),
+        "{err}"
+    );
+    assert!(!stdout(&o).contains("inf"), "{}", stdout(&o));
+}
+
 #[test]
 fn broken_files_are_refused() {
     refused(

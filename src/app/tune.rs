@@ -452,31 +452,9 @@ fn runner_and_clock(
         inputs.space.budget.minutes,
         resume.elapsed_s,
     ))
-    .with_speed_ceiling(speed_ceiling(layout, hw));
+    .with_speed_ceiling(crate::trial::plausible::ceiling_for(layout, hw))
+    .with_predicted_pace(crate::trial::plausible::pace_for(layout, hw));
     Ok((Box::new(runner), crate::clock::system()))
-}
-
-/// The fastest believable speeds of each config: 10x the speed model's bound where it has
-/// one for this box and config, else the absolute bound. Models under 4 GiB (synthetic ones,
-/// SmolLM2: they run largely from the CPU's caches, past any bandwidth roofline; SmolLM2
-/// decodes at 15x its roofline on the CPU box) get the absolute bound too.
-fn speed_ceiling(
-    layout: &crate::model::ModelLayout,
-    hw: &crate::hardware::HardwareProfile,
-) -> crate::trial::llama_runner::SpeedCeilingFn {
-    use crate::model::speed;
-    use crate::trial::classify::SpeedCeiling;
-    if speed::is_synthetic(layout) || layout.file_bytes < 4 << 30 {
-        return Box::new(|_| SpeedCeiling::ABSOLUTE);
-    }
-    let layout = layout.clone();
-    let sb = speed::SpeedBox::from_hardware(hw);
-    let has_gpu = hw.has_gpu();
-    Box::new(move |cfg| {
-        speed::predict(&layout, cfg, &sb, has_gpu, 512, &speed::FITTED)
-            .map(|p| SpeedCeiling::from_prediction(p.tg_bound_tps, p.pp.tps))
-            .unwrap_or(SpeedCeiling::ABSOLUTE)
-    })
 }
 
 /// When the minutes budget ends, counted from when this session `started` (the probing and

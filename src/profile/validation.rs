@@ -86,9 +86,11 @@ pub(crate) fn check_range<T: PartialOrd + std::fmt::Display + Copy>(
     Ok(())
 }
 
+/// A measured speed: finite, positive (a speed of 0 makes every prediction from it infinite),
+/// at most a billion tokens per second.
 pub(crate) fn check_speed(key: &str, v: f64) -> Result<()> {
-    if !v.is_finite() || !(0.0..=1e9).contains(&v) {
-        bail!("{key} = {v} is not a sane speed (finite, 0..=1e9)");
+    if !v.is_finite() || v <= 0.0 || v > 1e9 {
+        bail!("{key} = {v} is not a sane speed (finite, above 0, at most 1e9)");
     }
     Ok(())
 }
@@ -190,8 +192,11 @@ pub fn validate(p: &Profile) -> Result<()> {
     check_range("hardware.logical_cores", h.logical_cores, 1, 65536)?;
     check_range("hardware.ram_total_mib", h.ram_total_mib, 0, 1 << 30)?;
     if let Some(b) = h.mem_bandwidth_gbs {
-        if !b.is_finite() || !(0.0..=100_000.0).contains(&b) {
-            bail!("hardware.mem_bandwidth_gbs = {b} is not a sane bandwidth (0..=100000 GB/s)");
+        // Zero would make the speed model's host-memory time infinite ("tg inf tok/s").
+        if !b.is_finite() || b <= 0.0 || b > 100_000.0 {
+            bail!(
+                "hardware.mem_bandwidth_gbs = {b} is not a sane bandwidth (above 0, at most 100000 GB/s): fix it or delete the key"
+            );
         }
     }
 

@@ -108,6 +108,9 @@ pub fn flags(c: &crate::config::LaunchConfig) -> String {
 /// `1.15× faster per request [1.06, 1.24] (95 %, 4 rounds)` from a requests-per-second
 /// comparison (ratio of times per request).
 pub fn per_request(c: &crate::stats::Comparison) -> String {
+    if !c.is_plausible() {
+        return format!("{c}");
+    }
     let ratio = c.ratio();
     let word = if ratio >= 1.0 { "faster" } else { "slower" };
     let shown = if ratio >= 1.0 { ratio } else { 1.0 / ratio };

@@ -244,6 +244,34 @@ impl Comparison {
     }
 }
 
+/// Past this factor either way, a ratio between two launches of one model is no measurement
+/// (a broken server's timings): it is never printed as a number.
+pub const ABSURD_RATIO: f64 = 1000.0;
+
+/// A finite ratio within [`ABSURD_RATIO`] either way.
+pub fn plausible_ratio(x: f64) -> bool {
+    x.is_finite() && (1.0 / ABSURD_RATIO..=ABSURD_RATIO).contains(&x)
+}
+
+/// A ratio for people: `1.04`, or `implausible` where [`plausible_ratio`] says it is none.
+pub fn fmt_ratio(x: f64) -> String {
+    if plausible_ratio(x) {
+        format!("{x:.2}")
+    } else {
+        "implausible".to_string()
+    }
+}
+
+impl Comparison {
+    /// Its mean ratio and interval ends are all [`plausible_ratio`]s.
+    pub fn is_plausible(&self) -> bool {
+        [Some(self.mean_log), self.lo_log, self.hi_log]
+            .into_iter()
+            .flatten()
+            .all(|l| plausible_ratio(l.exp()))
+    }
+}
+
 impl fmt::Display for Comparison {
     /// `+4.1 % [−1.2, +9.6] (95 %, 6 rounds)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -253,6 +281,12 @@ impl fmt::Display for Comparison {
         } else {
             format!("{} rounds", self.rounds)
         };
+        if !self.is_plausible() {
+            return write!(
+                f,
+                "an implausible ratio, past {ABSURD_RATIO}x either way ({rounds}): a broken measurement"
+            );
+        }
         match self.interval_pct() {
             Some((lo, hi)) => write!(
                 f,
@@ -527,6 +561,22 @@ pub fn z_quantile(p: f64) -> f64 {
 mod tests {
 
     use super::*;
+
+    #[test]
+    fn absurd_ratios_are_never_printed_as_numbers() {
+        assert_eq!(fmt_ratio(1.04), "1.04");
+        for x in [f64::NAN, f64::INFINITY, 0.0, -1.0, 1e300, 1e-300, 1001.0] {
+            assert_eq!(fmt_ratio(x), "implausible", "{x}");
+        }
+        let c = Comparison::from_pairs(&[(1e300, 1.0), (1e299, 1.0)], 0.95).unwrap();
+        let shown = c.to_string();
+        assert!(shown.contains("implausible"), "{shown}");
+        assert!(shown.len() < 120, "{shown}");
+        let per = crate::report::summary::per_request(&c);
+        assert!(per.contains("implausible") && per.len() < 120, "{per}");
+        let fine = Comparison::from_pairs(&[(1.05, 1.0), (1.03, 1.0)], 0.95).unwrap();
+        assert!(fine.is_plausible() && fine.to_string().starts_with("+4"));
+    }
 
     #[test]
     fn t_quantiles_match_the_tables() {

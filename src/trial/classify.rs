@@ -147,6 +147,22 @@ pub fn is_oom_line(line: &str) -> bool {
     OOM.iter().any(|p| l.contains(p)) && !OOM_BENIGN.iter().any(|p| l.contains(p))
 }
 
+/// The server's line when its port is taken (tools/server/server-http.cpp).
+pub const BIND_FAILED: &str = "couldn't bind HTTP server socket";
+
+/// A port-conflict verdict when the server exited after saying it could not listen on its
+/// port: another program took it first (when that program answers `/health`, the trial even
+/// looked healthy and then "died while serving a request").
+fn port_conflict(log: &str, exit: Option<ExitInfo>) -> Option<Verdict> {
+    exit?;
+    let line = log.lines().find(|l| l.contains(BIND_FAILED))?;
+    Some(Verdict {
+        kind: OutcomeKind::PortConflict,
+        message: "llama-server could not listen on the port qtune gave it: another program took it first (a lost race for a free port), so this is no measurement of the config; if it repeats, something on this box is grabbing free ports".into(),
+        evidence: vec![line.trim().to_string()],
+    })
+}
+
 /// The header line the runner writes at the top of each trial log (the command).
 pub const LOG_HEADER: &str = "# qtune: ";
 
@@ -290,6 +306,10 @@ pub fn classify(obs: &Observation<'_>) -> Verdict {
         _ => {}
     }
 
+    if let Some(v) = port_conflict(log, exit) {
+        return v;
+    }
+
     match obs.phase {
         Phase::Load => {
             if let Some(ev) = find_bad_flag(log) {
@@ -389,106 +409,6 @@ pub fn classify_spill(peak_mib: u64, budget_mib: Option<u64>) -> Option<Verdict>
             "peak VRAM used by this trial: {peak_mib} MiB; budget (free VRAM at start minus headroom): {budget} MiB"
         )],
     })
-}
-
-/// The fastest speeds a trial may report before it is called [`OutcomeKind::Implausible`]:
-/// tokens per second, generation and prompt processing.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SpeedCeiling {
-    pub gen_tps: f64,
-    pub prompt_tps: f64,
-    /// Where the numbers come from, for the message.
-    pub source: &'static str,
-}
-
-impl SpeedCeiling {
-    /// Where no prediction exists: far above any single-box llama.cpp speed (a 135M model on
-    /// an H200 decodes a few thousand tokens per second, and prefills a few hundred thousand).
-    pub const ABSOLUTE: SpeedCeiling = SpeedCeiling {
-        gen_tps: 50_000.0,
-        prompt_tps: 5_000_000.0,
-        source: "the absolute bound",
-    };
-
-    /// How far past the speed model's bound a reading may go: the bound is a roofline
-    /// (bytes over bandwidth), so a real server stays under it; 10x leaves room for caches
-    /// and for a model that is wrong about this box.
-    pub const MARGIN: f64 = 10.0;
-
-    /// [`Self::MARGIN`] times the speed model's generation bound and prompt prediction,
-    /// never above [`Self::ABSOLUTE`]; the absolute bound for a value that is not a positive
-    /// number.
-    pub fn from_prediction(tg_bound_tps: f64, pp_tps: f64) -> SpeedCeiling {
-        let scaled = |v: f64, abs: f64| {
-            if v.is_finite() && v > 0.0 {
-                (v * Self::MARGIN).min(abs)
-            } else {
-                abs
-            }
-        };
-        SpeedCeiling {
-            gen_tps: scaled(tg_bound_tps, Self::ABSOLUTE.gen_tps),
-            prompt_tps: scaled(pp_tps, Self::ABSOLUTE.prompt_tps),
-            source: "10x the speed model's bound",
-        }
-    }
-}
-
-impl Default for SpeedCeiling {
-    fn default() -> Self {
-        Self::ABSOLUTE
-    }
-}
-
-/// An [`OutcomeKind::Implausible`] verdict when any reading of a trial's speeds is not a
-/// finite positive number, or is past `ceiling`; `None` for a believable measurement. Every
-/// sample is checked, not only the median: one bogus reading taints the trial.
-pub fn implausible_speed(m: &super::Metrics, ceiling: &SpeedCeiling) -> Option<Verdict> {
-    let mut bad: Vec<String> = Vec::new();
-    let mut check = |name: &str, stat: &super::Stat, max: f64| {
-        for &v in &stat.samples {
-            let why = if !v.is_finite() {
-                "not a finite number".to_string()
-            } else if v <= 0.0 {
-                "not positive".to_string()
-            } else if v > max {
-                format!(
-                    "past the ceiling of {} tok/s ({})",
-                    fmt_speed(max),
-                    ceiling.source
-                )
-            } else {
-                continue;
-            };
-            bad.push(format!("{name} {} tok/s, {why}", fmt_speed(v)));
-            break;
-        }
-    };
-    check("generation", &m.gen_tps, ceiling.gen_tps);
-    check("prompt processing", &m.prompt_tps, ceiling.prompt_tps);
-    if let Some(d) = &m.gen_tps_at_depth {
-        check("generation at depth", d, ceiling.gen_tps);
-    }
-    if m.ttft_ms.samples.iter().any(|v| !v.is_finite() || *v < 0.0) {
-        bad.push("a time to first token is negative or not a finite number".into());
-    }
-    let first = bad.first()?.clone();
-    Some(Verdict {
-        kind: OutcomeKind::Implausible,
-        message: format!(
-            "the server reported a speed that cannot be real: {first}; a broken measurement, never ranked"
-        ),
-        evidence: bad,
-    })
-}
-
-/// A speed for a message: plain below a million, else in scientific notation.
-fn fmt_speed(v: f64) -> String {
-    if v.is_finite() && v.abs() < 1e6 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:e}")
-    }
 }
 
 /// A spill verdict when any card's peak VRAM in a trial went over that card's own budget (both
@@ -932,36 +852,5 @@ ggml/src/ggml-cuda/ggml-cuda.cu:101: CUDA error
             "{}",
             v.message
         );
-    }
-
-    #[test]
-    fn implausible_speeds() {
-        use super::super::{Metrics, Stat};
-        let m = |g: f64, p: f64| Metrics {
-            gen_tps: Stat::from_samples(&[g]).unwrap(),
-            prompt_tps: Stat::from_samples(&[p]).unwrap(),
-            ttft_ms: Stat::from_samples(&[10.0]).unwrap(),
-            gen_tps_at_depth: None,
-            shapes: Vec::new(),
-            request_s: None,
-        };
-        let c = SpeedCeiling::ABSOLUTE;
-        assert!(implausible_speed(&m(50.0, 1000.0), &c).is_none());
-        for (g, p) in [
-            (f64::NAN, 1.0),
-            (f64::INFINITY, 1.0),
-            (0.0, 1.0),
-            (-1.0, 1.0),
-            (1e300, 1.0),
-            (1.0, -0.0),
-            (1.0, 1e7),
-        ] {
-            let v = implausible_speed(&m(g, p), &c).unwrap();
-            assert_eq!(v.kind, OutcomeKind::Implausible, "{g} {p}");
-            assert_eq!(v.message.lines().count(), 1);
-        }
-        let tight = SpeedCeiling::from_prediction(3.0, 100.0);
-        assert!(implausible_speed(&m(31.0, 10.0), &tight).is_some());
-        assert!(implausible_speed(&m(29.0, 10.0), &tight).is_none());
     }
 }

@@ -4,6 +4,7 @@
 
 use super::classify::{self, Failure, Observation, Phase, Verdict};
 use super::journal::Journal;
+use super::plausible;
 use super::workload::{self, Measured, Session};
 use super::{Metrics, OutcomeKind, ReportedMemory, TrialOutcome, TrialRole, TrialRunner};
 use crate::config::{shell_line, LaunchConfig};
@@ -24,8 +25,6 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 pub const PAST_BUDGET_WALL: Duration = Duration::from_secs(15);
 /// Attempts when the chosen port is taken between the check and the launch.
 const PORT_ATTEMPTS: usize = 4;
-/// The server's line when its port is taken (tools/server/server-http.cpp).
-const BIND_FAILED: &str = "couldn't bind HTTP server socket";
 
 pub use super::process::{free_port, ServerProcess};
 
@@ -76,8 +75,7 @@ impl Draft {
 /// The real trial runner. Sync: it owns a small tokio runtime and blocks on it, so call
 /// `run()` from an ordinary thread (not from inside another runtime). Servers die with the
 /// thread that calls `run()` (PDEATHSIG), so keep that thread alive for the tune.
-/// The speed ceiling of one config (see [`classify::SpeedCeiling`]).
-pub type SpeedCeilingFn = Box<dyn Fn(&LaunchConfig) -> classify::SpeedCeiling + Send + Sync>;
+pub use super::plausible::{PaceFn, SpeedCeilingFn};
 
 pub struct LlamaServerRunner {
     server: PathBuf,
@@ -101,6 +99,11 @@ pub struct LlamaServerRunner {
     free_vram_at_start_mib: Option<u64>,
     /// The fastest believable speeds of a config (default: the absolute bound).
     speed_ceiling: SpeedCeilingFn,
+    /// The slowest speeds measured so far: each request's timeout follows them.
+    pace: Option<workload::Pace>,
+    /// The speed model's pessimistic speeds of a config, for the timeouts of the trials
+    /// before any measurement.
+    predicted_pace: PaceFn,
     /// The model file's size and modification time when the runner was made.
     model_stamp: Option<(u64, std::time::SystemTime)>,
     rt: tokio::runtime::Runtime,
@@ -148,7 +151,9 @@ impl LlamaServerRunner {
             next_id: 1,
             last_pid: None,
             free_vram_at_start_mib: None,
-            speed_ceiling: Box::new(|_| classify::SpeedCeiling::ABSOLUTE),
+            speed_ceiling: Box::new(|_| plausible::SpeedCeiling::ABSOLUTE),
+            pace: None,
+            predicted_pace: Box::new(|_| None),
             model_stamp: model_stamp(model),
             rt,
             client,
@@ -195,9 +200,17 @@ impl LlamaServerRunner {
     }
 
     /// The fastest believable speeds of each config (e.g. from the speed model); a trial that
-    /// reports more is [`OutcomeKind::Implausible`]. Default: [`classify::SpeedCeiling::ABSOLUTE`].
+    /// reports more is [`OutcomeKind::Implausible`]. Default: [`plausible::SpeedCeiling::ABSOLUTE`].
     pub fn with_speed_ceiling(mut self, f: SpeedCeilingFn) -> Self {
         self.speed_ceiling = f;
+        self
+    }
+
+    /// The speed model's pessimistic speeds of each config: until a trial has measured any,
+    /// a request's timeout follows them ([`workload::Pace`]). Default: none (the fixed
+    /// request timeout until the first measurement).
+    pub fn with_predicted_pace(mut self, f: PaceFn) -> Self {
+        self.predicted_pace = f;
         self
     }
 
@@ -277,7 +290,8 @@ impl LlamaServerRunner {
         let free_now: Option<u64> = free_cards.as_ref().map(|v| v.iter().sum());
         let sampler = crate::hardware::VramSampler::start(Duration::from_millis(100));
 
-        let mut draft = self.launch_and_measure(config, &log_path);
+        let pace = self.pace.or_else(|| (self.predicted_pace)(config));
+        let mut draft = self.launch_and_measure(config, &log_path, pace);
         if let Some(w) = vram_drift_warning(self.free_vram_at_start_mib, free_now) {
             draft.warnings.push(w);
         }
@@ -323,17 +337,26 @@ impl LlamaServerRunner {
         // Speeds that cannot be real make the trial implausible (even a spill's: its numbers
         // are shown). The numbers stay in the evidence, never in the metrics.
         if let Some(m) = &draft.metrics {
-            if let Some(v) = classify::implausible_speed(m, &(self.speed_ceiling)(config)) {
+            if let Some(v) = plausible::implausible_speed(m, &(self.speed_ceiling)(config)) {
                 draft.kind = v.kind;
                 draft.message = v.message;
                 draft.evidence = v.evidence;
                 draft.metrics = None;
             }
         }
+        // Believable speeds set the pace of the next trials' timeouts (the slowest so far).
+        if let Some(p) = draft.metrics.as_ref().and_then(workload::Pace::of) {
+            self.pace = Some(self.pace.map_or(p, |q| q.slower(p)));
+        }
         draft
     }
 
-    fn launch_and_measure(&mut self, config: &LaunchConfig, log_path: &Path) -> Draft {
+    fn launch_and_measure(
+        &mut self,
+        config: &LaunchConfig,
+        log_path: &Path,
+        pace: Option<workload::Pace>,
+    ) -> Draft {
         for attempt in 1..=PORT_ATTEMPTS {
             let port = match free_port() {
                 Ok(p) => p,
@@ -352,7 +375,17 @@ impl LlamaServerRunner {
             self.last_pid = Some(proc.pid());
             let base_url = format!("http://127.0.0.1:{port}");
             match self.wait_healthy(&mut proc, &base_url) {
-                Ok(()) => return self.measure(proc, &base_url, log_path),
+                Ok(()) => {
+                    // Another program on the port may have answered /health in the server's
+                    // place: the server then exits with the bind failure mid-measurement.
+                    let d = self.measure(proc, &base_url, log_path, pace);
+                    if d.kind == OutcomeKind::PortConflict && attempt < PORT_ATTEMPTS {
+                        tracing::debug!("port {port} was taken by another program; retrying");
+                        forget_attempt(log_path);
+                        continue;
+                    }
+                    return d;
+                }
                 Err(failure) => {
                     let exit = match failure {
                         Failure::LoadTimeout { .. } => {
@@ -361,18 +394,25 @@ impl LlamaServerRunner {
                         }
                         _ => Some(proc.stop(STOP_GRACE)),
                     };
+                    let orphans = orphan_warning(&proc);
                     let log = std::fs::read_to_string(log_path).unwrap_or_default();
-                    if exit.is_some() && log.contains(BIND_FAILED) && attempt < PORT_ATTEMPTS {
+                    if exit.is_some()
+                        && log.contains(classify::BIND_FAILED)
+                        && attempt < PORT_ATTEMPTS
+                    {
                         tracing::debug!("port {port} was taken; retrying on another");
+                        forget_attempt(log_path);
                         continue;
                     }
-                    return Draft::classified(&Observation {
+                    let mut d = Draft::classified(&Observation {
                         phase: Phase::Load,
                         exit,
                         log: &log,
                         healthy_at: None,
                         failure,
                     });
+                    d.warnings.extend(orphans);
+                    return d;
                 }
             }
         }
@@ -437,7 +477,13 @@ impl LlamaServerRunner {
         })
     }
 
-    fn measure(&mut self, mut proc: ServerProcess, base_url: &str, log_path: &Path) -> Draft {
+    fn measure(
+        &mut self,
+        mut proc: ServerProcess,
+        base_url: &str,
+        log_path: &Path,
+        pace: Option<workload::Pace>,
+    ) -> Draft {
         // Everything the server logs from here on belongs to the measure phase.
         let healthy_at = std::fs::metadata(log_path).map(|m| m.len()).unwrap_or(0) as usize;
         let request_timeout = self.request_timeout;
@@ -449,6 +495,7 @@ impl LlamaServerRunner {
                 client,
                 base_url: base_url.to_string(),
                 request_timeout,
+                pace,
                 deadline: self.deadline,
                 exited: &mut exited,
             };
@@ -472,13 +519,15 @@ impl LlamaServerRunner {
             Ok(m) => {
                 let exit = proc.stop(STOP_GRACE);
                 tracing::debug!("server stopped after the trial: {exit}");
+                let mut warnings = m.warnings;
+                warnings.extend(orphan_warning(&proc));
                 Draft {
                     phase: None,
                     kind: OutcomeKind::Ok,
                     metrics: Some(m.metrics),
                     message: "ok".to_string(),
                     evidence: Vec::new(),
-                    warnings: m.warnings,
+                    warnings,
                     peak_vram_mib: Vec::new(),
                     reported: None,
                     log: None,
@@ -494,15 +543,40 @@ impl LlamaServerRunner {
                 };
                 proc.stop(STOP_GRACE);
                 let log = std::fs::read_to_string(log_path).unwrap_or_default();
-                Draft::classified(&Observation {
+                let mut d = Draft::classified(&Observation {
                     phase: Phase::Measure,
                     exit,
                     log: &log,
                     healthy_at: Some(healthy_at.min(log.len())),
                     failure,
-                })
+                });
+                d.warnings.extend(orphan_warning(&proc));
+                d
             }
         }
+    }
+}
+
+/// One line naming the processes a server left running outside its group (it daemonized),
+/// which qtune killed when the server ended.
+fn orphan_warning(proc: &ServerProcess) -> Option<String> {
+    let pids = proc.orphans();
+    if pids.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = pids.iter().map(|p| p.to_string()).collect();
+    Some(format!(
+        "the server left {} process(es) running outside its process group (pid {}; does it daemonize?): qtune killed them when the trial ended",
+        pids.len(),
+        list.join(", ")
+    ))
+}
+
+/// Remove the log of a launch that lost its port (qtune's own header and the server's bind
+/// failure), so the next attempt writes the trial's log afresh under the same name.
+fn forget_attempt(log_path: &Path) {
+    if let Err(e) = std::fs::remove_file(log_path) {
+        tracing::debug!("cannot remove {}: {e}", log_path.display());
     }
 }
 

@@ -7,6 +7,7 @@ pub mod cleanup;
 pub mod journal;
 pub mod llama_runner;
 pub mod logparse;
+pub mod plausible;
 pub mod process;
 pub mod replay;
 pub mod workload;
@@ -37,6 +38,9 @@ pub enum OutcomeKind {
     BadFlag,
     /// Predicted not to fit: never launched.
     Skipped,
+    /// Another program took the trial's port before llama-server could listen on it (a lost
+    /// race for a free port): no measurement of the config, and not its fault.
+    PortConflict,
     /// The server reported speeds that cannot be real (not finite, zero or negative, or far
     /// past what the hardware can do): a broken measurement, never a result.
     Implausible,
@@ -55,6 +59,7 @@ impl OutcomeKind {
             OutcomeKind::BadFlag => "bad-flag",
             OutcomeKind::Skipped => "skipped",
             OutcomeKind::Implausible => "implausible",
+            OutcomeKind::PortConflict => "port-conflict",
         }
     }
 

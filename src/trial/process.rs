@@ -41,11 +41,20 @@ pub fn llama_command(program: impl AsRef<std::ffi::OsStr>, args: &[String]) -> C
     cmd
 }
 
+/// The variable every server qtune starts carries, with a value of its own: the processes a
+/// server leaves outside its group (a daemon's `fork` + `setsid`) inherit it, so they can be
+/// found and ended with it.
+pub const TOKEN_VAR: &str = "QTUNE_SERVER_TOKEN";
+
 /// A running `llama-server` in its own process group. Dropping it ends the group and reaps it.
 pub struct ServerProcess {
     child: Child,
     pgid: i32,
     exit: Option<ExitInfo>,
+    /// The value of [`TOKEN_VAR`] in its environment.
+    token: String,
+    /// Processes it left running outside its group, killed when it ended.
+    orphans: Vec<u32>,
 }
 
 impl ServerProcess {
@@ -58,6 +67,13 @@ impl ServerProcess {
         for (k, v) in env {
             cmd.env(k, v);
         }
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let token = format!(
+            "{}.{}",
+            std::process::id(),
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        );
+        cmd.env(TOKEN_VAR, &token);
         let child = cmd
             .spawn()
             .with_context(|| format!("cannot start {prog}: check the server path"))?;
@@ -67,7 +83,27 @@ impl ServerProcess {
             child,
             pgid,
             exit: None,
+            token,
+            orphans: Vec::new(),
         })
+    }
+
+    /// Processes the server left running outside its process group (a server that
+    /// daemonizes), found by [`TOKEN_VAR`] and killed when it ended.
+    pub fn orphans(&self) -> &[u32] {
+        &self.orphans
+    }
+
+    /// Kill what the server left outside its group; remember the pids.
+    fn sweep(&mut self) {
+        let found = processes_with_token(&self.token);
+        for &pid in &found {
+            // SAFETY: signalling a process that carries this server's token.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGKILL);
+            }
+        }
+        self.orphans.extend(found);
     }
 
     pub fn pid(&self) -> u32 {
@@ -86,6 +122,7 @@ impl ServerProcess {
                         libc::kill(-self.pgid, libc::SIGKILL);
                     }
                     wait_group_gone(self.pgid, Duration::from_secs(2));
+                    self.sweep();
                     super::cleanup::unregister(self.pgid);
                 }
                 Ok(None) => {}
@@ -139,6 +176,7 @@ impl ServerProcess {
             },
         };
         self.exit = Some(e);
+        self.sweep();
         super::cleanup::unregister(self.pgid);
         e
     }
@@ -178,6 +216,32 @@ fn group_has_live_member(pgid: i32) -> bool {
         let pgrp = f.nth(1).and_then(|p| p.parse::<i32>().ok());
         pgrp == Some(pgid) && state != "Z" && state != "X"
     })
+}
+
+/// Live processes (not zombies) other than qtune whose environment holds `TOKEN_VAR=token`
+/// (only those of this user can be read, which are the only ones a server can start).
+fn processes_with_token(token: &str) -> Vec<u32> {
+    let needle = format!("{TOKEN_VAR}={token}");
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes()))
+        })
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().next())
+                .unwrap_or("Z");
+            state != "Z" && state != "X"
+        })
+        .collect()
 }
 
 /// Find a free loopback port (bind port 0, read it, release it).

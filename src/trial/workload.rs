@@ -104,11 +104,111 @@ pub fn measuring_order(shapes: &[crate::workloads::Shape]) -> Vec<crate::workloa
     order
 }
 
+/// The most bytes qtune reads of one reply from the server: a `/completion` of
+/// [`SHAPE_GEN_MAX`] tokens is a few kilobytes, so this is generous; a larger reply is a
+/// failure of the trial, read no further (memory stays bounded whatever the server sends).
+pub const MAX_REPLY_BYTES: usize = 16 << 20;
+
+/// The body of `resp`, read chunk by chunk up to [`MAX_REPLY_BYTES`]; a larger one (declared
+/// or sent) is a [`Failure::BadResponse`].
+async fn bounded_body(mut resp: reqwest::Response, path: &str) -> Result<String, Failure> {
+    let too_large = || {
+        Failure::BadResponse(format!(
+            "its reply to {path} is larger than {} MiB, which no llama-server sends: qtune stopped reading it",
+            MAX_REPLY_BYTES >> 20
+        ))
+    };
+    if resp
+        .content_length()
+        .is_some_and(|n| n > MAX_REPLY_BYTES as u64)
+    {
+        return Err(too_large());
+    }
+    let mut body: Vec<u8> = Vec::new();
+    while let Some(chunk) = resp
+        .chunk()
+        .await
+        .map_err(|e| Failure::Connection(format!("{e:#}")))?
+    {
+        if body.len() + chunk.len() > MAX_REPLY_BYTES {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The speeds a request's timeout follows (tokens per second): the slowest measured so far
+/// in this tune or comparison, else the speed model's pessimistic prediction.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pace {
+    pub gen_tps: f64,
+    pub prompt_tps: f64,
+}
+
+impl Pace {
+    /// How many times the time a request should take it may take: a config ten times slower
+    /// than the slowest one measured is no contender, and a server that stops answering
+    /// mid-request costs this, not the budget.
+    pub const FACTOR: f64 = 10.0;
+    /// The shortest timeout a paced request gets, whatever the speeds say.
+    pub const FLOOR: Duration = Duration::from_secs(30);
+
+    /// A pace from two speeds, when both are finite and positive.
+    pub fn new(gen_tps: f64, prompt_tps: f64) -> Option<Pace> {
+        let ok = |x: f64| x.is_finite() && x > 0.0;
+        (ok(gen_tps) && ok(prompt_tps)).then_some(Pace {
+            gen_tps,
+            prompt_tps,
+        })
+    }
+
+    /// The slowest speeds a trial measured: every sample at depth 0, at depth and of every
+    /// request of the mixes.
+    pub fn of(m: &super::Metrics) -> Option<Pace> {
+        let gen = m
+            .gen_tps
+            .samples
+            .iter()
+            .chain(m.gen_tps_at_depth.iter().flat_map(|s| &s.samples))
+            .copied()
+            .chain(m.shapes.iter().map(|s| s.gen_tps))
+            .fold(f64::INFINITY, f64::min);
+        let prompt = m
+            .prompt_tps
+            .samples
+            .iter()
+            .copied()
+            .chain(m.shapes.iter().filter_map(|s| s.prompt_tps()))
+            .fold(f64::INFINITY, f64::min);
+        Pace::new(gen, prompt)
+    }
+
+    /// The slower of two paces, speed by speed.
+    pub fn slower(self, other: Pace) -> Pace {
+        Pace {
+            gen_tps: self.gen_tps.min(other.gen_tps),
+            prompt_tps: self.prompt_tps.min(other.prompt_tps),
+        }
+    }
+
+    /// The timeout of a request that reads `prompt` tokens and generates `gen` at this pace:
+    /// [`Self::FACTOR`] times the time it should take, at least [`Self::FLOOR`], at most `max`.
+    pub fn timeout(&self, prompt: usize, gen: u32, max: Duration) -> Duration {
+        let expected = prompt as f64 / self.prompt_tps + f64::from(gen) / self.gen_tps;
+        let secs = (expected * Self::FACTOR).clamp(Self::FLOOR.as_secs_f64(), 1.0e7);
+        Duration::from_secs_f64(secs).min(max)
+    }
+}
+
 /// The HTTP side of a trial, bound to one server.
 pub struct Session<'a> {
     pub client: &'a reqwest::Client,
     pub base_url: String,
+    /// The longest any request waits (the whole request, headers and body).
     pub request_timeout: Duration,
+    /// When known, each request's timeout follows it ([`Pace::timeout`]) instead.
+    pub pace: Option<Pace>,
     /// No request waits past this (the end of the tune's minutes budget).
     pub deadline: Option<std::time::Instant>,
     /// Says whether the server process has exited; polled while a request is in flight.
@@ -119,9 +219,9 @@ impl Session<'_> {
     /// Run `fut` while watching the process; a dead server ends the wait at once.
     async fn watched<T>(
         &mut self,
+        mut timeout: Duration,
         fut: impl std::future::Future<Output = Result<T, Failure>>,
     ) -> Result<T, Failure> {
-        let mut timeout = self.request_timeout;
         if let Some(d) = self.deadline {
             let now = std::time::Instant::now();
             timeout = timeout.min(d.saturating_duration_since(now).max(AFTER_DEADLINE_WAIT));
@@ -144,10 +244,25 @@ impl Session<'_> {
         }
     }
 
-    async fn post_json(&mut self, path: &str, body: serde_json::Value) -> Result<String, Failure> {
+    /// The timeout of a request reading `prompt` tokens and generating `gen`: paced when a
+    /// pace is known, else the session's fixed one. It covers the whole request, so a server
+    /// that drips its reply a byte at a time is cut off at the same moment.
+    fn timeout_for(&self, prompt: usize, gen: u32) -> Duration {
+        match self.pace {
+            Some(p) => p.timeout(prompt, gen, self.request_timeout),
+            None => self.request_timeout,
+        }
+    }
+
+    async fn post_json(
+        &mut self,
+        path: &str,
+        body: serde_json::Value,
+        timeout: Duration,
+    ) -> Result<String, Failure> {
         let url = format!("{}{}", self.base_url, path);
         let client = self.client;
-        self.watched(async move {
+        self.watched(timeout, async move {
             let resp = client
                 .post(&url)
                 .json(&body)
@@ -155,10 +270,7 @@ impl Session<'_> {
                 .await
                 .map_err(|e| Failure::Connection(format!("{e:#}")))?;
             let status = resp.status();
-            let text = resp
-                .text()
-                .await
-                .map_err(|e| Failure::Connection(format!("{e:#}")))?;
+            let text = bounded_body(resp, path).await?;
             if !status.is_success() {
                 return Err(Failure::Http {
                     status: status.as_u16(),
@@ -173,7 +285,8 @@ impl Session<'_> {
     /// Token ids of the fixed prompt text, as this model tokenizes it.
     pub async fn base_tokens(&mut self) -> Result<Vec<u32>, Failure> {
         let body = serde_json::json!({ "content": PROMPT_TEXT, "add_special": false });
-        let text = self.post_json("/tokenize", body).await?;
+        let timeout = self.timeout_for(0, 0);
+        let text = self.post_json("/tokenize", body, timeout).await?;
         let r: TokenizeResponse = serde_json::from_str(&text).map_err(|e| {
             Failure::BadResponse(format!("/tokenize returned unreadable JSON: {e}"))
         })?;
@@ -211,7 +324,8 @@ impl Session<'_> {
             "temperature": 0,
             "stream": false,
         });
-        let text = self.post_json("/completion", body).await?;
+        let timeout = self.timeout_for(ids.len(), n_predict);
+        let text = self.post_json("/completion", body, timeout).await?;
         let r: CompletionResponse = serde_json::from_str(&text).map_err(|e| {
             Failure::BadResponse(format!("/completion returned no readable timings: {e}"))
         })?;
@@ -363,6 +477,19 @@ impl Session<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_paced_timeout_follows_the_speed_with_a_floor_and_a_cap() {
+        let max = Duration::from_secs(900);
+        let p = Pace::new(10.0, 100.0).unwrap();
+        // 1000 / 100 + 100 / 10 = 20 s expected: 200 s.
+        assert_eq!(p.timeout(1000, 100, max), Duration::from_secs(200));
+        assert_eq!(p.timeout(10, 1, max), Pace::FLOOR);
+        assert_eq!(p.timeout(100_000, 100, max), max);
+        assert!(Pace::new(0.0, 1.0).is_none() && Pace::new(f64::NAN, 1.0).is_none());
+        let q = p.slower(Pace::new(20.0, 50.0).unwrap());
+        assert_eq!((q.gen_tps, q.prompt_tps), (10.0, 50.0));
+    }
 
     #[test]
     fn prompt_ids_have_exact_length_and_rotate() {

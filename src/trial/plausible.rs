@@ -1,0 +1,300 @@
+//! Whether a trial's numbers can be real: one check over every number the server reported for
+//! it (the short depth-0 samples, the sample at depth, and every request of the workload's
+//! mixes), against the speed model's ceiling ([`SpeedCeiling`]). A trial with one reading that
+//! is not a finite positive number, or is past the ceiling, is [`OutcomeKind::Implausible`]:
+//! classified, its numbers kept only in the evidence, never ranked. `tune` and `compare` both
+//! go through the trial runner, so both get this one check.
+
+use super::classify::Verdict;
+use super::OutcomeKind;
+use crate::config::LaunchConfig;
+
+/// The speed ceiling of one config (see [`SpeedCeiling`]).
+pub type SpeedCeilingFn = Box<dyn Fn(&LaunchConfig) -> SpeedCeiling + Send + Sync>;
+/// The predicted speeds of one config, when the speed model has them (see
+/// [`super::workload::Pace`]).
+pub type PaceFn = Box<dyn Fn(&LaunchConfig) -> Option<super::workload::Pace> + Send + Sync>;
+
+/// The fastest speeds a trial may report before it is called [`OutcomeKind::Implausible`]:
+/// tokens per second, generation and prompt processing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SpeedCeiling {
+    pub gen_tps: f64,
+    pub prompt_tps: f64,
+    /// Where the numbers come from, for the message.
+    pub source: &'static str,
+}
+
+impl SpeedCeiling {
+    /// Where no prediction exists: far above any single-box llama.cpp speed (a 135M model on
+    /// an H200 decodes a few thousand tokens per second, and prefills a few hundred thousand).
+    pub const ABSOLUTE: SpeedCeiling = SpeedCeiling {
+        gen_tps: 50_000.0,
+        prompt_tps: 5_000_000.0,
+        source: "the absolute bound",
+    };
+
+    /// How far past the speed model's bound a reading may go: the bound is a roofline
+    /// (bytes over bandwidth), so a real server stays under it; 10x leaves room for caches
+    /// and for a model that is wrong about this box.
+    pub const MARGIN: f64 = 10.0;
+
+    /// [`Self::MARGIN`] times the speed model's generation bound and prompt prediction,
+    /// never above [`Self::ABSOLUTE`]; the absolute bound for a value that is not a positive
+    /// number.
+    pub fn from_prediction(tg_bound_tps: f64, pp_tps: f64) -> SpeedCeiling {
+        let scaled = |v: f64, abs: f64| {
+            if v.is_finite() && v > 0.0 {
+                (v * Self::MARGIN).min(abs)
+            } else {
+                abs
+            }
+        };
+        SpeedCeiling {
+            gen_tps: scaled(tg_bound_tps, Self::ABSOLUTE.gen_tps),
+            prompt_tps: scaled(pp_tps, Self::ABSOLUTE.prompt_tps),
+            source: "10x the speed model's bound",
+        }
+    }
+}
+
+impl Default for SpeedCeiling {
+    fn default() -> Self {
+        Self::ABSOLUTE
+    }
+}
+
+/// The fastest believable speeds of each config: 10x the speed model's bound where it has
+/// one for this box and config, else the absolute bound. Models under 4 GiB (synthetic ones,
+/// SmolLM2: they run largely from the CPU's caches, past any bandwidth roofline; SmolLM2
+/// decodes at 15x its roofline on the CPU box) get the absolute bound too.
+pub fn ceiling_for(
+    layout: &crate::model::ModelLayout,
+    hw: &crate::hardware::HardwareProfile,
+) -> SpeedCeilingFn {
+    use crate::model::speed;
+    if speed::is_synthetic(layout) || layout.file_bytes < 4 << 30 {
+        return Box::new(|_| SpeedCeiling::ABSOLUTE);
+    }
+    let layout = layout.clone();
+    let sb = speed::SpeedBox::from_hardware(hw);
+    let has_gpu = hw.has_gpu();
+    Box::new(move |cfg| {
+        speed::predict(&layout, cfg, &sb, has_gpu, 512, &speed::FITTED)
+            .map(|p| SpeedCeiling::from_prediction(p.tg_bound_tps, p.pp.tps))
+            .unwrap_or(SpeedCeiling::ABSOLUTE)
+    })
+}
+
+/// The speed model's pessimistic speeds of each config (the low end of its intervals), which
+/// the timeouts follow until a trial has measured any; none for the models [`ceiling_for`]
+/// gives the absolute bound (the model is not trusted there).
+pub fn pace_for(
+    layout: &crate::model::ModelLayout,
+    hw: &crate::hardware::HardwareProfile,
+) -> PaceFn {
+    use super::workload::Pace;
+    use crate::model::speed;
+    if speed::is_synthetic(layout) || layout.file_bytes < 4 << 30 {
+        return Box::new(|_| None);
+    }
+    let layout = layout.clone();
+    let sb = speed::SpeedBox::from_hardware(hw);
+    let has_gpu = hw.has_gpu();
+    Box::new(move |cfg| {
+        speed::predict(&layout, cfg, &sb, has_gpu, 512, &speed::FITTED)
+            .and_then(|p| Pace::new(p.tg.low, p.pp.low))
+    })
+}
+
+/// An [`OutcomeKind::Implausible`] verdict when any reading of a trial's speeds is not a
+/// finite positive number, or is past `ceiling`; `None` for a believable measurement. Every
+/// sample is checked, not only the median, and every request of the workload's mixes (its
+/// time to first token, prompt speed and generation speed): one bogus reading taints the trial.
+pub fn implausible_speed(m: &super::Metrics, ceiling: &SpeedCeiling) -> Option<Verdict> {
+    let mut bad: Vec<String> = Vec::new();
+    let mut check = |name: &str, stat: &super::Stat, max: f64| {
+        for &v in &stat.samples {
+            if let Some(why) = speed_problem(v, max, ceiling.source) {
+                bad.push(format!("{name} {} tok/s, {why}", fmt_speed(v)));
+                break;
+            }
+        }
+    };
+    check("generation", &m.gen_tps, ceiling.gen_tps);
+    check("prompt processing", &m.prompt_tps, ceiling.prompt_tps);
+    if let Some(d) = &m.gen_tps_at_depth {
+        check("generation at depth", d, ceiling.gen_tps);
+    }
+    // The depth-0 requests read their whole prompt (no cache): no time at all is no reading.
+    if m.ttft_ms
+        .samples
+        .iter()
+        .any(|v| !v.is_finite() || *v <= 0.0)
+    {
+        bad.push("a time to first token is zero, negative or not a finite number".into());
+    }
+    for t in &m.shapes {
+        if let Some(why) = shape_problem(t, ceiling) {
+            bad.push(format!("the '{}' request: {why}", t.shape.name));
+        }
+    }
+    if let Some(r) = m.request_s {
+        if !(r.is_finite() && r > 0.0) {
+            bad.push(format!(
+                "time per request {} s, not a finite positive number",
+                fmt_speed(r)
+            ));
+        }
+    }
+    let first = bad.first()?.clone();
+    Some(Verdict {
+        kind: OutcomeKind::Implausible,
+        message: format!(
+            "the server reported a speed that cannot be real: {first}; a broken measurement, never ranked"
+        ),
+        evidence: bad,
+    })
+}
+
+/// Why a speed (tok/s) cannot be real, if it cannot.
+fn speed_problem(v: f64, max: f64, source: &str) -> Option<String> {
+    if !v.is_finite() {
+        Some("not a finite number".to_string())
+    } else if v <= 0.0 {
+        Some("not positive".to_string())
+    } else if v > max {
+        Some(format!(
+            "past the ceiling of {} tok/s ({source})",
+            fmt_speed(max)
+        ))
+    } else {
+        None
+    }
+}
+
+/// Why one measured request of a mix cannot be real, if it cannot: its generation speed, its
+/// time to first token (finite, not negative; positive when it read any token) and the prompt
+/// speed that time implies.
+fn shape_problem(t: &crate::workloads::ShapeTiming, c: &SpeedCeiling) -> Option<String> {
+    if let Some(why) = speed_problem(t.gen_tps, c.gen_tps, c.source) {
+        return Some(format!("generation {} tok/s, {why}", fmt_speed(t.gen_tps)));
+    }
+    let ms = t.prompt_ms;
+    if !ms.is_finite() || ms < 0.0 || (ms == 0.0 && t.prompt_n > 0) {
+        return Some(format!(
+            "time to first token {} ms for {} prompt tokens, not a finite positive time",
+            fmt_speed(ms),
+            t.prompt_n
+        ));
+    }
+    if t.prompt_n > 0 {
+        let tps = f64::from(t.prompt_n) / ms * 1000.0;
+        if let Some(why) = speed_problem(tps, c.prompt_tps, c.source) {
+            return Some(format!(
+                "prompt processing {} tok/s ({} tokens in {} ms), {why}",
+                fmt_speed(tps),
+                t.prompt_n,
+                fmt_speed(ms)
+            ));
+        }
+    }
+    None
+}
+
+/// A speed for a message: plain below a million, else in scientific notation.
+fn fmt_speed(v: f64) -> String {
+    if v.is_finite() && v.abs() < 1e6 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:e}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn implausible_speeds() {
+        use super::super::{Metrics, Stat};
+        let m = |g: f64, p: f64| Metrics {
+            gen_tps: Stat::from_samples(&[g]).unwrap(),
+            prompt_tps: Stat::from_samples(&[p]).unwrap(),
+            ttft_ms: Stat::from_samples(&[10.0]).unwrap(),
+            gen_tps_at_depth: None,
+            shapes: Vec::new(),
+            request_s: None,
+        };
+        let c = SpeedCeiling::ABSOLUTE;
+        assert!(implausible_speed(&m(50.0, 1000.0), &c).is_none());
+        for (g, p) in [
+            (f64::NAN, 1.0),
+            (f64::INFINITY, 1.0),
+            (0.0, 1.0),
+            (-1.0, 1.0),
+            (1e300, 1.0),
+            (1.0, -0.0),
+            (1.0, 1e7),
+        ] {
+            let v = implausible_speed(&m(g, p), &c).unwrap();
+            assert_eq!(v.kind, OutcomeKind::Implausible, "{g} {p}");
+            assert_eq!(v.message.lines().count(), 1);
+        }
+        let mut zero_ttft = m(50.0, 1000.0);
+        zero_ttft.ttft_ms = Stat::from_samples(&[0.0]).unwrap();
+        assert!(implausible_speed(&zero_ttft, &c).is_some());
+        let tight = SpeedCeiling::from_prediction(3.0, 100.0);
+        assert!(implausible_speed(&m(31.0, 10.0), &tight).is_some());
+        assert!(implausible_speed(&m(29.0, 10.0), &tight).is_none());
+    }
+
+    #[test]
+    fn every_request_of_a_mix_is_checked() {
+        use super::super::{Metrics, Stat};
+        use crate::workloads::{Shape, ShapeTiming};
+        let shape = |prompt_ms: f64, gen_tps: f64| ShapeTiming {
+            shape: Shape {
+                name: "chat".into(),
+                held: 0,
+                new: 1000,
+                gen: 100,
+                weight: 1.0,
+            },
+            cache_n: 0,
+            prompt_n: 1000,
+            prompt_ms,
+            gen_tps,
+            gen_measured: 100,
+        };
+        let m = |s: ShapeTiming| Metrics {
+            gen_tps: Stat::from_samples(&[50.0]).unwrap(),
+            prompt_tps: Stat::from_samples(&[1000.0]).unwrap(),
+            ttft_ms: Stat::from_samples(&[10.0]).unwrap(),
+            gen_tps_at_depth: None,
+            request_s: s.request_s(),
+            shapes: vec![s],
+        };
+        let c = SpeedCeiling::ABSOLUTE;
+        assert!(implausible_speed(&m(shape(500.0, 40.0)), &c).is_none());
+        for (ms, g, why) in [
+            (500.0, 1e300, "past the ceiling"),
+            (500.0, 0.0, "not positive"),
+            (500.0, -3.0, "not positive"),
+            (1e-300, 40.0, "past the ceiling"),
+            (0.0, 40.0, "not a finite positive time"),
+            (-1.0, 40.0, "not a finite positive time"),
+            (f64::NAN, 40.0, "not a finite positive time"),
+        ] {
+            let v = implausible_speed(&m(shape(ms, g)), &c).expect("implausible");
+            assert_eq!(v.kind, OutcomeKind::Implausible);
+            assert!(v.message.contains("the 'chat' request"), "{}", v.message);
+            assert!(v.message.contains(why), "{ms} {g}: {}", v.message);
+            assert_eq!(v.message.lines().count(), 1);
+        }
+        // A prompt read wholly from the cache may take no time at all.
+        let mut cached = shape(0.0, 40.0);
+        cached.prompt_n = 0;
+        assert!(implausible_speed(&m(cached), &c).is_none());
+    }
+}
