@@ -19,6 +19,8 @@ if ! python3 -c 'import openai' 2>/dev/null; then
     || { echo "scripts/test.sh: cannot install the openai Python package (pip install openai)" >&2; exit 1; }
 fi
 
+# The stages import one way (hardware -> model -> space -> search -> trial -> report), no circle.
+python3 scripts/import-graph.py src > /dev/null || { python3 scripts/import-graph.py src | tail -5; exit 1; }
 cargo build --quiet
 # The server and models come from the same code paths users run (qtune server build, synth).
 ./target/debug/qtune server build

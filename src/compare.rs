@@ -515,10 +515,9 @@ pub fn render_text(r: &CompareResult) -> String {
                 "  {} against {}: {}{}",
                 command_name(p.command),
                 command_name(p.reference),
-                p.comparison.as_ref().map_or(
-                    "no paired round".into(),
-                    crate::report::summary::per_request
-                ),
+                p.comparison
+                    .as_ref()
+                    .map_or("no paired round".into(), crate::report::race::per_request),
                 p.decision.map_or(String::new(), |d| format!(": {d}"))
             );
         }

@@ -105,30 +105,6 @@ pub fn flags(c: &crate::config::LaunchConfig) -> String {
     }
 }
 
-/// `1.15× faster per request [1.06, 1.24] (95 %, 4 rounds)` from a requests-per-second
-/// comparison (ratio of times per request).
-pub fn per_request(c: &crate::stats::Comparison) -> String {
-    if !c.is_plausible() {
-        return format!("{c}");
-    }
-    let ratio = c.ratio();
-    let word = if ratio >= 1.0 { "faster" } else { "slower" };
-    let shown = if ratio >= 1.0 { ratio } else { 1.0 / ratio };
-    let interval = match (c.lo_log, c.hi_log) {
-        (Some(lo), Some(hi)) => format!(" [{:.2}, {:.2}] as a ratio", lo.exp(), hi.exp()),
-        _ => " (no interval)".into(),
-    };
-    let rounds = if c.rounds == 1 {
-        "1 round".to_string()
-    } else {
-        format!("{} rounds", c.rounds)
-    };
-    format!(
-        "{shown:.2}× {word} per request{interval} ({} %, {rounds})",
-        (c.confidence * 100.0).round()
-    )
-}
-
 fn reference_phrase(rf: &crate::run::Reference, trials: &[crate::trial::TrialOutcome]) -> String {
     let what = match rf.name.as_str() {
         "default" => "the bare default".to_string(),

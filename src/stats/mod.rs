@@ -572,7 +572,7 @@ mod tests {
         let shown = c.to_string();
         assert!(shown.contains("implausible"), "{shown}");
         assert!(shown.len() < 120, "{shown}");
-        let per = crate::report::summary::per_request(&c);
+        let per = crate::report::race::per_request(&c);
         assert!(per.contains("implausible") && per.len() < 120, "{per}");
         let fine = Comparison::from_pairs(&[(1.05, 1.0), (1.03, 1.0)], 0.95).unwrap();
         assert!(fine.is_plausible() && fine.to_string().starts_with("+4"));
