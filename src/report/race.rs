@@ -50,14 +50,14 @@ pub fn lines(r: &TuneResult) -> Vec<String> {
     let Some(race) = &r.race else {
         return Vec::new();
     };
-    let per_request = r.space.objective.metric == crate::space::Metric::Request;
+    let by_request = r.space.objective.metric == crate::space::Metric::Request;
     let o = &race.outcome;
     let mut out = Vec::new();
     let noise = o
         .pair_sigma_pct
         .map(|s| format!(", paired noise σ {s:.1} %"))
         .unwrap_or_default();
-    let against = match (per_request, reference_name(r)) {
+    let against = match (by_request, reference_name(r)) {
         (true, Some(n)) => format!("the reference ({n}, the better baseline)"),
         (true, None) => "the reference".to_string(),
         (false, _) => "the baseline".to_string(),
@@ -68,7 +68,7 @@ pub fn lines(r: &TuneResult) -> Vec<String> {
         o.rounds.len(),
         o.reason
     ));
-    if per_request {
+    if by_request {
         if let Some(c) = o.second_vs_first.as_ref().and_then(|v| v.request.as_ref()) {
             out.push(format!("  fit-target against default: {}", per_request(c)));
         }
@@ -78,7 +78,7 @@ pub fn lines(r: &TuneResult) -> Vec<String> {
             continue;
         };
         let v = c.vs_reference.as_ref();
-        match v.and_then(|v| v.request.as_ref()).filter(|_| per_request) {
+        match v.and_then(|v| v.request.as_ref()).filter(|_| by_request) {
             Some(req) => {
                 out.push(format!(
                     "  {}: {} ({})",
@@ -99,7 +99,7 @@ pub fn lines(r: &TuneResult) -> Vec<String> {
             )),
         }
     }
-    let picks = if per_request {
+    let picks = if by_request {
         Vec::new()
     } else {
         r.named_picks()

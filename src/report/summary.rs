@@ -167,7 +167,7 @@ pub fn verdict(r: &TuneResult) -> Option<Verdict> {
     ) {
         (Some(c), Some(a), Some(b)) => Some(format!(
             "time per request: {a:.2} s against {b:.2} s, {}",
-            per_request(c)
+            super::race::per_request(c)
         )),
         (None, Some(a), _) => Some(format!("time per request: {a:.2} s")),
         _ => None,
