@@ -39,6 +39,7 @@ pub fn script(
 pub fn profile_export(run_dir: &Path, out: &Path) -> Result<()> {
     let (_, r) = crate::run::read_result(run_dir)?;
     let p = profile::from_tune(&r, None)?;
+    crate::util::check_out_file(out)?;
     crate::util::write_atomic(out, profile::to_yaml(&p)?.as_bytes())?;
     println!(
         "exported profile '{}' ({} measured configs) to {}",

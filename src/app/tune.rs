@@ -335,6 +335,14 @@ fn prepare(
         verify_resume(opts, dir, &inputs, &layout)?;
         return Ok((dir.clone(), inputs, layout, lock, Vec::new()));
     }
+    if let Some(out) = &opts.out {
+        // Before the checks and the quality floor (minutes): a folder of the user's fails at
+        // once. One holding a tune is told apart after the lock (it may be in use).
+        crate::run::check_run_files(out)?;
+        if !crate::run::holds_a_tune(out) {
+            crate::run::check_fresh(out, "a new tune")?;
+        }
+    }
     let checked = preflight(opts)?;
     let Checked {
         model,
@@ -361,13 +369,7 @@ fn prepare(
         .clone()
         .unwrap_or_else(|| default_run_dir(&model, None));
     let lock = crate::run::lock(&run_dir)?;
-    if crate::run::holds_a_tune(&run_dir) {
-        anyhow::bail!(
-            "{} already holds a tune: use --resume {} to continue it, or another --out",
-            run_dir.display(),
-            run_dir.display()
-        );
-    }
+    check_new_run_dir(&run_dir)?;
     let inputs = RunInputs {
         model_path: model,
         server_bytes: if opts.replay.is_some() {
@@ -393,6 +395,19 @@ fn prepare(
     };
     crate::run::write_inputs(&run_dir, &inputs)?;
     Ok((run_dir, inputs, layout, lock, notes))
+}
+
+/// A new tune's folder: not one holding a tune already (that one is resumed), and new or
+/// empty ([`crate::run::check_fresh`]).
+fn check_new_run_dir(run_dir: &Path) -> Result<()> {
+    if crate::run::holds_a_tune(run_dir) {
+        anyhow::bail!(
+            "{} already holds a tune: use --resume {} to continue it, or another --out",
+            run_dir.display(),
+            run_dir.display()
+        );
+    }
+    crate::run::check_fresh(run_dir, "a new tune")
 }
 
 /// The trial runner and clock of this tune: the real server and clock, or a replay.
