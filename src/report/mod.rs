@@ -192,7 +192,7 @@ pub fn write_script(
             .with_context(|| format!("cannot resolve {}", dir.display()))?;
         let abs = abs_dir.join(out.file_name().unwrap_or_default());
         let unit_abs = abs_dir.join(unit_path.file_name().unwrap_or_default());
-        Some(script::systemd_unit(result, &abs, &unit_abs))
+        Some(script::systemd_unit(result, &abs, &unit_abs)?)
     } else {
         None
     };
