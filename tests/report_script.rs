@@ -538,3 +538,43 @@ fn which(program: &str) -> Option<PathBuf> {
             .find(|p| p.is_file())
     })
 }
+
+/// Issue 48: `--port 0` gave a launch command and a launch.sh that refuses its own default
+/// ("the port must be a number from 1 to 65535"). `tune` and `script` refuse it in one line.
+#[test]
+fn port_zero_is_refused_in_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = replayed_run(tmp.path());
+    let out = tmp.path().join("launch.sh");
+    let script = Command::new(env!("CARGO_BIN_EXE_qtune"))
+        .args(["script", "--port", "0", "--from"])
+        .arg(&run)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let tune = Command::new(env!("CARGO_BIN_EXE_qtune"))
+        .env("QTUNE_LLAMA_SERVER", "/nonexistent/llama-server")
+        .arg("tune")
+        .arg("--replay")
+        .arg(run.join("journal.jsonl"))
+        .args(["--space", "quick", "--port", "0", "--model"])
+        .arg(qtune::fixtures::tiny_moe("tiny-qwen35moe").expect("the tiny MoE model"))
+        .arg("--out")
+        .arg(tmp.path().join("run0"))
+        .output()
+        .unwrap();
+    for (what, o) in [("script", &script), ("tune", &tune)] {
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{what}: {}",
+            support::output_text(o)
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{what}: {err}");
+        assert!(err.contains("--port 0"), "{what}: {err}");
+    }
+    assert!(!out.exists());
+    assert!(!tmp.path().join("run0").exists());
+}

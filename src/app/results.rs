@@ -22,6 +22,7 @@ pub fn script(
     extras: crate::report::ScriptExtras,
 ) -> Result<()> {
     crate::app::tune::host_check(host)?;
+    crate::app::tune::port_check(port)?;
     let (dir, result) = crate::run::read_result(from)?;
     if result.winner.is_none() {
         bail!(

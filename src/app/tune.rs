@@ -516,6 +516,7 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
     crate::trial::cleanup::install_handlers();
     if opts.resume.is_none() {
         host_check(&opts.host)?;
+        port_check(opts.port)?;
     }
     let (run_dir, inputs, layout, _lock, notes) = prepare(opts)?;
     if let Some(report) = Journal::repair(&run_dir)? {
@@ -588,6 +589,7 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
 /// `qtune tune`.
 pub fn tune(opts: TuneOptions) -> Result<()> {
     if opts.dry_run {
+        port_check(opts.port)?;
         return dry_run(&opts);
     }
     let (result, run_dir) = run_tune(&opts)?;
@@ -684,6 +686,18 @@ pub fn host_check(host: &str) -> Result<()> {
     crate::run::schema::check_host("--host", host)?;
     if let Some(w) = crate::report::script::exposed_host_warning(host) {
         eprintln!("qtune: warning: {w}");
+    }
+    Ok(())
+}
+
+/// The printed command's port: 1 to 65535. Port 0 (a random free port at each start) would
+/// give a command and a launch.sh that cannot say where the server listens, and launch.sh
+/// refuses it.
+pub fn port_check(port: u16) -> Result<()> {
+    if port == 0 {
+        anyhow::bail!(
+            "--port 0 is not a port clients can reach: give the port the launch command and launch.sh should use, from 1 to 65535 (default 8080)"
+        );
     }
     Ok(())
 }
