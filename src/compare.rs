@@ -631,7 +631,10 @@ pub fn compare(
             dir.display()
         );
     }
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    // Locked like a tune's folder: a real folder of this user's, no link in it, and new or
+    // empty (a folder of the user's own is never overwritten).
+    let _lock = crate::run::lock(&dir)?;
+    crate::run::check_fresh(&dir, "a comparison")?;
     let journal = crate::trial::journal::Journal::open(&dir)?;
     let mut runner = crate::trial::llama_runner::LlamaServerRunner::new(
         &server.path,

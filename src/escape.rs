@@ -9,7 +9,8 @@
 //! - [`shell_line`]: an argv as one bash line;
 //! - [`one_line`]: free text for a comment (bash, systemd or YAML): one line, no control
 //!   characters, no trailing backslash (systemd joins such a line with the next);
-//! - [`systemd_word`]: one word of a systemd `ExecStart=` line;
+//! - [`systemd_executable`]: the executable of a systemd `ExecStart=` line (or why systemd
+//!   would refuse it);
 //! - [`systemd_text`]: a free-text systemd value (`Description=`);
 //! - [`yaml_string`]: a YAML scalar (double-quoted, escaped);
 //! - [`compose_string`]: a string in a docker compose file (`$` doubled too).
@@ -54,37 +55,35 @@ pub fn one_line(text: &str) -> String {
     s.trim_end_matches([' ', '\\']).to_string()
 }
 
-/// Quote one word for a systemd `ExecStart=` line: `%` (specifiers) and `$` (variables) are
-/// doubled; a word with anything but plain characters is double-quoted with C escapes
-/// (`\\`, `\"`, `\n`, `\xNN` for other control characters), which systemd unquotes.
-pub fn systemd_word(word: &str) -> String {
-    let escaped = word.replace('%', "%%").replace('$', "$$");
+/// The executable of a systemd `ExecStart=` line (an absolute path). systemd expands `%`
+/// specifiers there (so `%` is doubled) but not `$` variables (a `$` stays as it is: a
+/// doubled one would name another file); a path with a space is double-quoted. systemd
+/// refuses an executable whose name holds a quote (`'` or `"`), a backslash or a control
+/// character ("Executable name contains special characters", checked with
+/// `systemd-analyze verify`, systemd 252): such a path is `Err`, saying why.
+pub fn systemd_executable(path: &str) -> Result<String, String> {
+    if let Some(c) = path
+        .chars()
+        .find(|c| c.is_control() || matches!(c, '\'' | '"' | '\\'))
+    {
+        let what = match c {
+            '\'' | '"' => "a quote",
+            '\\' => "a backslash",
+            _ => "a control character",
+        };
+        return Err(format!(
+            "systemd refuses to run an executable whose path holds {what}"
+        ));
+    }
+    let escaped = path.replace('%', "%%");
     if !escaped.is_empty()
         && escaped
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%$".contains(&b))
     {
-        return escaped;
+        return Ok(escaped);
     }
-    let mut out = String::from("\"");
-    for c in escaped.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c.is_control() || c == '\u{2028}' || c == '\u{2029}' => {
-                let mut buf = [0u8; 4];
-                for b in c.encode_utf8(&mut buf).bytes() {
-                    out.push_str(&format!("\\x{b:02x}"));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    Ok(format!("\"{escaped}\""))
 }
 
 /// A free-text systemd value (`Description=`): one line, `%` doubled (specifiers).
@@ -209,17 +208,19 @@ mod tests {
     }
 
     #[test]
-    fn systemd_words_are_quoted_escaped_and_on_one_line() {
-        assert_eq!(systemd_word("/usr/bin/x"), "/usr/bin/x");
-        assert_eq!(systemd_word("/a b/$x%y"), "\"/a b/$$x%%y\"");
-        assert_eq!(systemd_word("/a\"b"), "\"/a\\\"b\"");
-        assert_eq!(systemd_word("/a\nb"), "\"/a\\nb\"");
-        assert_eq!(systemd_word("/a\u{1b}b"), "\"/a\\x1bb\"");
-        assert_eq!(systemd_word(""), "\"\"");
+    fn systemd_executables_are_quoted_or_refused() {
+        assert_eq!(systemd_executable("/usr/bin/x").unwrap(), "/usr/bin/x");
+        // `$` is not expanded in the executable (a doubled one would stay doubled).
+        assert_eq!(systemd_executable("/a b/$x%y").unwrap(), "\"/a b/$x%%y\"");
+        assert_eq!(systemd_executable("/a$b").unwrap(), "/a$b");
+        for bad in ["/a\"b", "/a'b", "/a\\b", "/a\nb", "/a\u{1b}b"] {
+            let e = systemd_executable(bad).unwrap_err();
+            assert!(e.starts_with("systemd refuses"), "{bad:?}: {e}");
+        }
         for w in HOSTILE {
-            let q = systemd_word(w);
-            assert!(!q.chars().any(|c| c.is_control()), "{w:?} -> {q:?}");
-            assert!(!q.contains('\u{2028}'));
+            if let Ok(q) = systemd_executable(w) {
+                assert!(!q.chars().any(|c| c.is_control()), "{w:?} -> {q:?}");
+            }
         }
         assert_eq!(systemd_text("50% x\ny"), "50%% x y");
     }

@@ -514,7 +514,10 @@ pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
         run_captured(&mut configure, Duration::from_secs(600)).context("cannot run cmake")?;
     if !ok {
         let log = dir.join("qtune-configure.log");
-        let _ = std::fs::write(&log, &out);
+        if let Ok(mut f) = crate::util::create_fresh(&log) {
+            use std::io::Write;
+            let _ = f.write_all(out.as_bytes());
+        }
         bail!(
             "cmake configure failed (log: {}): {}",
             log.display(),
@@ -539,8 +542,7 @@ fn run_build_with_progress(dir: &Path, cmake: &Path, say: &dyn Fn(&str)) -> Resu
         .map(|n| n.get())
         .unwrap_or(2);
     let log_path = dir.join("qtune-build.log");
-    let mut log = std::fs::File::create(&log_path)
-        .with_context(|| format!("cannot write {}", log_path.display()))?;
+    let mut log = crate::util::create_fresh(&log_path)?;
     let mut child = Command::new(cmake)
         .arg("--build")
         .arg(dir)

@@ -7,6 +7,12 @@ use std::path::{Path, PathBuf};
 /// A temporary file next to `path` (same filesystem, so it can be renamed into place), mode
 /// 644 like a plainly created file. Removed on drop unless persisted.
 pub fn temp_file_for(path: &Path) -> Result<tempfile::NamedTempFile> {
+    temp_file_with_mode(path, 0o644)
+}
+
+/// [`temp_file_for`] with the file's mode (e.g. 755 for a script): set on the new file
+/// itself, so nothing is ever `chmod`ed through a path after the rename.
+fn temp_file_with_mode(path: &Path, mode: u32) -> Result<tempfile::NamedTempFile> {
     use std::os::unix::fs::PermissionsExt;
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -26,13 +32,13 @@ pub fn temp_file_for(path: &Path) -> Result<tempfile::NamedTempFile> {
     tempfile::Builder::new()
         .prefix(&format!(".{name}."))
         .suffix(".qtune-tmp")
-        .permissions(std::fs::Permissions::from_mode(0o644))
+        .permissions(std::fs::Permissions::from_mode(mode))
         .tempfile_in(&dir)
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
-fn write_temp(path: &Path, bytes: &[u8]) -> Result<tempfile::NamedTempFile> {
-    let mut tmp = temp_file_for(path)?;
+fn write_temp(path: &Path, bytes: &[u8], mode: u32) -> Result<tempfile::NamedTempFile> {
+    let mut tmp = temp_file_with_mode(path, mode)?;
     tmp.write_all(bytes)
         .and_then(|_| tmp.as_file().sync_all())
         .with_context(|| format!("cannot write {}", path.display()))?;
@@ -110,20 +116,37 @@ pub fn read_bounded_opt(
     }
 }
 
+/// What qtune says of a symbolic link where it was about to write a file or a folder.
+pub const LINK_REFUSED: &str =
+    "is a symbolic link, not a regular file: qtune never writes through a link (remove the link, or use another --out)";
+
+/// The error of an `O_NOFOLLOW` open: a link at `path` reads [`LINK_REFUSED`] instead of
+/// "Too many levels of symbolic links".
+fn nofollow_error(path: &Path, e: std::io::Error) -> std::io::Error {
+    let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+    if e.raw_os_error() == Some(libc::ELOOP) && is_link {
+        std::io::Error::other(LINK_REFUSED)
+    } else {
+        e
+    }
+}
+
 /// Open a file qtune writes into a run directory (a journal to append to, a lock), creating
-/// it when `create`: never blocking (`O_NONBLOCK`: a named pipe put there fails instead of
-/// waiting for a reader) and only a regular file (checked on the open handle).
+/// it when `create`: never through a symbolic link (`O_NOFOLLOW`: a link planted there is
+/// refused with [`LINK_REFUSED`]), never blocking (`O_NONBLOCK`: a named pipe put there fails
+/// instead of waiting for a reader) and only a regular file (checked on the open handle).
 pub fn open_for_write(path: &Path, append: bool, create: bool) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut o = std::fs::OpenOptions::new();
-    o.write(true).custom_flags(libc::O_NONBLOCK);
+    o.write(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW);
     if append {
         o.append(true);
     }
     if create {
         o.create(true);
     }
-    let f = o.open(path)?;
+    let f = o.open(path).map_err(|e| nofollow_error(path, e))?;
     let meta = f.metadata()?;
     if !meta.is_file() {
         return Err(std::io::Error::other(
@@ -131,6 +154,78 @@ pub fn open_for_write(path: &Path, append: bool, create: bool) -> std::io::Resul
         ));
     }
     Ok(f)
+}
+
+/// Create a file afresh (a log): a regular file already at `path` is removed first, and the
+/// new one is created with `O_CREAT | O_EXCL | O_NOFOLLOW`, so nothing is ever written
+/// through a link or into a file someone else holds open. A symbolic link, a folder or a
+/// device at `path` is refused, naming it.
+pub fn create_fresh(path: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            anyhow::bail!("cannot write {}: it {LINK_REFUSED}", path.display())
+        }
+        Ok(m) if m.is_file() => std::fs::remove_file(path)
+            .with_context(|| format!("cannot replace {}", path.display()))?,
+        Ok(_) => anyhow::bail!(
+            "cannot write {}: it is not a regular file (a folder, pipe, device or socket)",
+            path.display()
+        ),
+        Err(_) => {}
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| nofollow_error(path, e))
+        .with_context(|| format!("cannot create {}", path.display()))
+}
+
+/// Make sure `dir` is a real folder qtune may write into (creating it when absent): a
+/// symbolic link there (even one to a folder) is refused, naming it, as is anything that is
+/// not a folder.
+pub fn real_dir(dir: &Path) -> Result<()> {
+    match std::fs::create_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(e).with_context(|| format!("cannot create {}", dir.display()));
+        }
+    }
+    let m = std::fs::symlink_metadata(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    if m.file_type().is_symlink() {
+        anyhow::bail!(
+            "{} is a symbolic link, not a folder: qtune never writes through a link (remove the link, or use another --out)",
+            dir.display()
+        );
+    }
+    if !m.is_dir() {
+        anyhow::bail!("{} is not a folder", dir.display());
+    }
+    Ok(())
+}
+
+/// Check the `--out` of a command that writes one file (`script`, `profile export`): a new
+/// path, or a regular file to replace. A symbolic link (`/dev/stdout` is one), a device, a
+/// named pipe or a folder is refused in one line: replacing it would replace the link or the
+/// device node itself, not write to it.
+pub fn check_out_file(path: &Path) -> Result<()> {
+    let what = match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("cannot write {}", path.display())),
+        Ok(m) if m.file_type().is_symlink() => "a symbolic link",
+        Ok(m) if m.is_dir() => "a folder",
+        Ok(m) if m.is_file() => return Ok(()),
+        Ok(_) => "a device, named pipe or socket",
+    };
+    anyhow::bail!(
+        "--out {} is {what}, not a regular file: qtune writes a new file or replaces a regular one, never a link or a device (give a new path, or the file a link points to)",
+        path.display()
+    )
 }
 
 /// The deepest nesting a space or profile may have (theirs is at most 5 or 6).
@@ -283,7 +378,12 @@ pub fn error_line(e: &anyhow::Error) -> String {
 /// Write `bytes` to `path` atomically: a temporary file in the same directory, fsync, rename
 /// (tempfile's `persist`). A failure (disk full, permission) leaves no half-written file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    write_temp(path, bytes)?
+    write_atomic_mode(path, bytes, 0o644)
+}
+
+/// [`write_atomic`] with the file's mode (e.g. 755 for a script), set before the rename.
+pub fn write_atomic_mode(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    write_temp(path, bytes, mode)?
         .persist(path)
         .map_err(|e| e.error)
         .with_context(|| format!("cannot write {}", path.display()))?;
@@ -293,7 +393,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Like [`write_atomic`], but never replaces an existing file (`persist_noclobber`): fails
 /// with an `AlreadyExists` I/O error in its chain instead.
 pub fn write_new_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    write_temp(path, bytes)?
+    write_temp(path, bytes, 0o644)?
         .persist_noclobber(path)
         .map_err(|e| e.error)
         .with_context(|| format!("cannot write {}", path.display()))?;
@@ -449,6 +549,65 @@ mod tests {
             read_bounded(dir.path(), 1024),
             Err(BoundedReadError::Directory)
         ));
+    }
+
+    #[test]
+    fn writes_never_follow_a_planted_link() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("precious");
+        std::fs::write(&target, "keep me").unwrap();
+        let link = dir.path().join("journal.jsonl");
+        symlink(&target, &link).unwrap();
+        // Appending (a resumed journal), creating (a lock): refused, naming the link.
+        for (append, create) in [(true, false), (true, true), (false, true)] {
+            let e = open_for_write(&link, append, create).unwrap_err();
+            assert!(e.to_string().contains("is a symbolic link"), "{e}");
+        }
+        // A dangling link is not created through either.
+        let dangling = dir.path().join(".qtune.lock");
+        symlink(dir.path().join("made-by-the-link"), &dangling).unwrap();
+        assert!(open_for_write(&dangling, false, true).is_err());
+        assert!(!dir.path().join("made-by-the-link").exists());
+        // A log created afresh: a link is refused, a regular file replaced by a new one.
+        let e = create_fresh(&link).unwrap_err();
+        assert!(format!("{e:#}").contains("is a symbolic link"), "{e:#}");
+        let log = dir.path().join("build.log");
+        std::fs::write(&log, "old").unwrap();
+        use std::io::Write;
+        create_fresh(&log).unwrap().write_all(b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "new");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me");
+        // A folder qtune writes into: a link to a folder is refused, a real one made.
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        symlink(&elsewhere, dir.path().join("logs")).unwrap();
+        let e = real_dir(&dir.path().join("logs")).unwrap_err();
+        assert!(e.to_string().contains("is a symbolic link"), "{e}");
+        real_dir(&dir.path().join("new-logs")).unwrap();
+        real_dir(&dir.path().join("new-logs")).unwrap();
+        assert!(dir.path().join("new-logs").is_dir());
+    }
+
+    #[test]
+    fn a_single_file_out_is_new_or_regular() {
+        let dir = tempfile::tempdir().unwrap();
+        check_out_file(&dir.path().join("new.sh")).unwrap();
+        let file = dir.path().join("old.sh");
+        std::fs::write(&file, "x").unwrap();
+        check_out_file(&file).unwrap();
+        let link = dir.path().join("link.sh");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        for (p, what) in [
+            (link.as_path(), "a symbolic link"),
+            (Path::new("/dev/stdout"), "a symbolic link"),
+            (Path::new("/dev/null"), "a device"),
+            (dir.path(), "a folder"),
+        ] {
+            let e = check_out_file(p).unwrap_err().to_string();
+            assert!(e.contains(what), "{}: {e}", p.display());
+            assert!(e.starts_with("--out "), "{e}");
+        }
     }
 
     #[test]

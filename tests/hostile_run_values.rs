@@ -130,8 +130,20 @@ fn hostile_but_legal_values_are_quoted_and_the_script_runs_nothing_else() {
     let o = qtune().arg("report").arg(&run).output().unwrap();
     assert!(o.status.success(), "{}", text(&o));
     let out = tmp.path().join(format!("out {evil}.sh"));
+    // systemd cannot run a script whose path holds a quote (issue 48): that unit is refused
+    // in one line and nothing is written; the script alone is fine.
     let o = qtune()
         .args(["script", "--systemd", "--from"])
+        .arg(&run)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = one_line_failure(&o);
+    assert!(err.contains("systemd refuses"), "{err}");
+    assert!(!out.exists());
+    let o = qtune()
+        .args(["script", "--from"])
         .arg(&run)
         .arg("--out")
         .arg(&out)
@@ -157,6 +169,18 @@ fn hostile_but_legal_values_are_quoted_and_the_script_runs_nothing_else() {
             text(&o)
         );
     }
+    // The unit of a script at a path systemd can run, hostile to a shell all the same.
+    let out = tmp
+        .path()
+        .join("unit $(touch PWNED) `touch PWNED` ; touch PWNED.sh");
+    let o = qtune()
+        .args(["script", "--systemd", "--from"])
+        .arg(&run)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
     let unit = std::fs::read_to_string(format!("{}.service", out.display())).unwrap();
     let exec: Vec<&str> = unit
         .lines()

@@ -442,3 +442,139 @@ fn launch_sh_port_alias_and_key_reach_the_openai_client() {
     assert_eq!(st.code(), Some(143), "{}", run.log());
     servers::assert_none_left(&model.display().to_string(), "after SIGTERM");
 }
+
+/// A finished replayed tune of the tiny model (no llama-server) in `root/run`.
+fn replayed_run(root: &Path) -> PathBuf {
+    let run = root.join("run");
+    let o = Command::new(env!("CARGO_BIN_EXE_qtune"))
+        .env_remove("QTUNE_LOG")
+        .env("QTUNE_LLAMA_SERVER", "/nonexistent/llama-server")
+        .arg("tune")
+        .arg("--replay")
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/replay-tiny-moe/journal.jsonl"),
+        )
+        .args(["--space", "quick", "--model"])
+        .arg(qtune::fixtures::tiny_moe("tiny-qwen35moe").expect("the tiny MoE model"))
+        .arg("--out")
+        .arg(&run)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", support::output_text(&o));
+    run
+}
+
+/// Issue 48: `qtune script --systemd` into a folder whose path holds `$`, `%` and spaces
+/// writes a unit `systemd-analyze verify` accepts (it finds the script at the path the
+/// unit names: a doubled `$` would name another file); a path with a quote or a backslash,
+/// which systemd refuses as an executable name, is refused in one line and nothing is
+/// written (it used to exit 0 with a unit systemd rejects).
+#[test]
+fn systemd_units_verify_or_are_refused_in_one_line() {
+    let Some(analyze) = require::or_skip(
+        which("systemd-analyze").ok_or("not on PATH"),
+        "systemd-analyze",
+    ) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let run = replayed_run(tmp.path());
+    for name in ["dollar $HOME and $x", "percent 100%n", "plain"] {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        let o = Command::new(env!("CARGO_BIN_EXE_qtune"))
+            .args(["script", "--systemd", "--from"])
+            .arg(&run)
+            .arg("--out")
+            .arg(dir.join("launch.sh"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{name}: {}", support::output_text(&o));
+        let v = Command::new(&analyze)
+            .args(["verify", "--man=no"])
+            .arg("launch.sh.service")
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            v.status.success() && v.stderr.is_empty(),
+            "{name}: systemd-analyze verify: {}\n{}",
+            support::output_text(&v),
+            std::fs::read_to_string(dir.join("launch.sh.service")).unwrap()
+        );
+    }
+    for name in ["it's", "say \"hi\"", "back\\slash"] {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        let o = Command::new(env!("CARGO_BIN_EXE_qtune"))
+            .args(["script", "--systemd", "--from"])
+            .arg(&run)
+            .arg("--out")
+            .arg(dir.join("launch.sh"))
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{name}: {}",
+            support::output_text(&o)
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains("systemd refuses"), "{err}");
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            0,
+            "{name}: a file was written"
+        );
+    }
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(program))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Issue 48: `--port 0` gave a launch command and a launch.sh that refuses its own default
+/// ("the port must be a number from 1 to 65535"). `tune` and `script` refuse it in one line.
+#[test]
+fn port_zero_is_refused_in_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = replayed_run(tmp.path());
+    let out = tmp.path().join("launch.sh");
+    let script = Command::new(env!("CARGO_BIN_EXE_qtune"))
+        .args(["script", "--port", "0", "--from"])
+        .arg(&run)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let tune = Command::new(env!("CARGO_BIN_EXE_qtune"))
+        .env("QTUNE_LLAMA_SERVER", "/nonexistent/llama-server")
+        .arg("tune")
+        .arg("--replay")
+        .arg(run.join("journal.jsonl"))
+        .args(["--space", "quick", "--port", "0", "--model"])
+        .arg(qtune::fixtures::tiny_moe("tiny-qwen35moe").expect("the tiny MoE model"))
+        .arg("--out")
+        .arg(tmp.path().join("run0"))
+        .output()
+        .unwrap();
+    for (what, o) in [("script", &script), ("tune", &tune)] {
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{what}: {}",
+            support::output_text(o)
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "{what}: {err}");
+        assert!(err.contains("--port 0"), "{what}: {err}");
+    }
+    assert!(!out.exists());
+    assert!(!tmp.path().join("run0").exists());
+}

@@ -151,6 +151,8 @@ pub fn calibrate(
         mix: None,
         mixes: Vec::new(),
     };
+    // Its folder is checked like a run's: no link in it, nobody else's.
+    let _lock = crate::run::lock(out)?;
     let journal = crate::trial::journal::Journal::open(out)?;
     let mut runner = LlamaServerRunner::new(
         &server.path,

@@ -22,6 +22,7 @@ pub fn script(
     extras: crate::report::ScriptExtras,
 ) -> Result<()> {
     crate::app::tune::host_check(host)?;
+    crate::app::tune::port_check(port)?;
     let (dir, result) = crate::run::read_result(from)?;
     if result.winner.is_none() {
         bail!(
@@ -39,6 +40,7 @@ pub fn script(
 pub fn profile_export(run_dir: &Path, out: &Path) -> Result<()> {
     let (_, r) = crate::run::read_result(run_dir)?;
     let p = profile::from_tune(&r, None)?;
+    crate::util::check_out_file(out)?;
     crate::util::write_atomic(out, profile::to_yaml(&p)?.as_bytes())?;
     println!(
         "exported profile '{}' ({} measured configs) to {}",

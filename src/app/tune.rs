@@ -339,6 +339,14 @@ fn prepare(
         verify_resume(opts, dir, &inputs, &layout)?;
         return Ok((dir.clone(), inputs, layout, lock, Vec::new()));
     }
+    if let Some(out) = &opts.out {
+        // Before the checks and the quality floor (minutes): a folder of the user's fails at
+        // once. One holding a tune is told apart after the lock (it may be in use).
+        crate::run::check_run_files(out)?;
+        if !crate::run::holds_a_tune(out) {
+            crate::run::check_fresh(out, "a new tune")?;
+        }
+    }
     let checked = preflight(opts)?;
     let Checked {
         model,
@@ -365,13 +373,7 @@ fn prepare(
         .clone()
         .unwrap_or_else(|| default_run_dir(&model, None));
     let lock = crate::run::lock(&run_dir)?;
-    if crate::run::holds_a_tune(&run_dir) {
-        anyhow::bail!(
-            "{} already holds a tune: use --resume {} to continue it, or another --out",
-            run_dir.display(),
-            run_dir.display()
-        );
-    }
+    check_new_run_dir(&run_dir)?;
     let inputs = RunInputs {
         model_path: model,
         server_bytes: if opts.replay.is_some() {
@@ -397,6 +399,19 @@ fn prepare(
     };
     crate::run::write_inputs(&run_dir, &inputs)?;
     Ok((run_dir, inputs, layout, lock, notes))
+}
+
+/// A new tune's folder: not one holding a tune already (that one is resumed), and new or
+/// empty ([`crate::run::check_fresh`]).
+fn check_new_run_dir(run_dir: &Path) -> Result<()> {
+    if crate::run::holds_a_tune(run_dir) {
+        anyhow::bail!(
+            "{} already holds a tune: use --resume {} to continue it, or another --out",
+            run_dir.display(),
+            run_dir.display()
+        );
+    }
+    crate::run::check_fresh(run_dir, "a new tune")
 }
 
 /// The trial runner and clock of this tune: the real server and clock, or a replay.
@@ -483,6 +498,7 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
     crate::trial::cleanup::install_handlers();
     if opts.resume.is_none() {
         host_check(&opts.host)?;
+        port_check(opts.port)?;
     }
     let (run_dir, inputs, layout, _lock, notes) = prepare(opts)?;
     if let Some(report) = Journal::repair(&run_dir)? {
@@ -555,6 +571,7 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
 /// `qtune tune`.
 pub fn tune(opts: TuneOptions) -> Result<()> {
     if opts.dry_run {
+        port_check(opts.port)?;
         return dry_run(&opts);
     }
     let (result, run_dir) = run_tune(&opts)?;
@@ -651,6 +668,18 @@ pub fn host_check(host: &str) -> Result<()> {
     crate::run::schema::check_host("--host", host)?;
     if let Some(w) = crate::report::script::exposed_host_warning(host) {
         eprintln!("qtune: warning: {w}");
+    }
+    Ok(())
+}
+
+/// The printed command's port: 1 to 65535. Port 0 (a random free port at each start) would
+/// give a command and a launch.sh that cannot say where the server listens, and launch.sh
+/// refuses it.
+pub fn port_check(port: u16) -> Result<()> {
+    if port == 0 {
+        anyhow::bail!(
+            "--port 0 is not a port clients can reach: give the port the launch command and launch.sh should use, from 1 to 65535 (default 8080)"
+        );
     }
     Ok(())
 }

@@ -162,8 +162,7 @@ pub fn candidate_args(
 /// Run `program args`, stdout and stderr into `log`; returns (exit ok, the log's text).
 /// Its own process group, killed with qtune (PDEATHSIG) and on Ctrl-C.
 pub fn run_logged(program: &Path, args: &[String], log: &Path) -> Result<(bool, String)> {
-    let file =
-        std::fs::File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
+    let file = crate::util::create_fresh(log)?;
     let mut cmd = crate::trial::process::llama_command(program, args);
     cmd.stdout(file.try_clone()?).stderr(file);
     let mut child = cmd

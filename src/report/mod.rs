@@ -78,15 +78,11 @@ impl Output for LaunchScript {
     }
 }
 
-/// Write one file atomically, mode 755 when executable.
+/// Write one file atomically (a new file renamed into place: a link there is replaced, never
+/// written through), mode 755 when executable.
 fn write_file(path: &Path, bytes: &[u8], executable: bool) -> Result<()> {
-    crate::util::write_atomic(path, bytes)?;
-    if executable {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
-            .with_context(|| format!("cannot make {} executable", path.display()))?;
-    }
-    Ok(())
+    let mode = if executable { 0o755 } else { 0o644 };
+    crate::util::write_atomic_mode(path, bytes, mode)
 }
 
 /// Write (or re-write) the report, plots and launch script for a finished tune. Everything is
@@ -97,6 +93,20 @@ pub fn write_all(run_dir: &Path, result: &TuneResult) -> anyhow::Result<()> {
     for o in outputs {
         files.extend(o.render(result)?);
     }
+    // A link planted where a file goes (report.md -> ~/.bashrc) is refused, naming it; so is
+    // a folder another user could plant one in.
+    crate::run::check_run_folder(run_dir)?;
+    let stale: Vec<String> = plots::PLOTS
+        .iter()
+        .flat_map(|(stem, _)| ["svg", "png"].map(|ext| format!("{stem}.{ext}")))
+        .collect();
+    crate::run::check_not_links(
+        run_dir,
+        files
+            .iter()
+            .map(|f| f.name.as_str())
+            .chain(stale.iter().map(|s| s.as_str())),
+    )?;
     for f in files {
         write_file(&run_dir.join(&f.name), &f.bytes, f.executable)?;
     }
@@ -148,37 +158,58 @@ pub fn write_script(
         out.to_path_buf()
     };
     let out = script_path.as_path();
-    let text = script::launch_script(result, host, port)?;
-    write_file(out, text.as_bytes(), true)?;
-    let mut written = vec![out.to_path_buf()];
-    if systemd {
-        let abs = std::fs::canonicalize(out)
-            .with_context(|| format!("cannot resolve {}", out.display()))?;
-        let unit_path = if unit_named {
-            out.with_extension("service")
-        } else {
-            let mut p = out.as_os_str().to_owned();
-            p.push(".service");
-            PathBuf::from(p)
-        };
-        let unit_abs = abs.with_file_name(unit_path.file_name().unwrap_or_default());
-        write_file(
-            &unit_path,
-            script::systemd_unit(result, &abs, &unit_abs).as_bytes(),
-            false,
-        )?;
-        written.push(unit_path);
-    }
-    if extras.compose {
+    let unit_path = if unit_named {
+        out.with_extension("service")
+    } else {
+        let mut p = out.as_os_str().to_owned();
+        p.push(".service");
+        PathBuf::from(p)
+    };
+    let compose_path = {
         let mut p = out.as_os_str().to_owned();
         p.push(".compose.yaml");
-        let p = PathBuf::from(p);
-        write_file(
-            &p,
-            script::compose_file(result, host, port)?.as_bytes(),
-            false,
-        )?;
-        written.push(p);
+        PathBuf::from(p)
+    };
+    // Every path this writes is a new one or a regular file (never a link, a device or a
+    // folder), checked before anything is written.
+    crate::util::check_out_file(out)?;
+    if systemd {
+        crate::util::check_out_file(&unit_path)?;
+    }
+    if extras.compose {
+        crate::util::check_out_file(&compose_path)?;
+    }
+    // Everything is rendered before the first file is written: a unit systemd would refuse
+    // (a quote in the script's path) leaves nothing behind.
+    let text = script::launch_script(result, host, port)?;
+    let unit = if systemd {
+        let dir = match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let abs_dir = std::fs::canonicalize(dir)
+            .with_context(|| format!("cannot resolve {}", dir.display()))?;
+        let abs = abs_dir.join(out.file_name().unwrap_or_default());
+        let unit_abs = abs_dir.join(unit_path.file_name().unwrap_or_default());
+        Some(script::systemd_unit(result, &abs, &unit_abs)?)
+    } else {
+        None
+    };
+    let compose = if extras.compose {
+        Some(script::compose_file(result, host, port)?)
+    } else {
+        None
+    };
+    write_file(out, text.as_bytes(), true)?;
+    let mut written = vec![out.to_path_buf()];
+    if let Some(unit) = unit {
+        write_file(&unit_path, unit.as_bytes(), false)?;
+        written.push(unit_path);
+    }
+    if let Some(compose) = compose {
+        write_file(&compose_path, compose.as_bytes(), false)?;
+        written.push(compose_path);
     }
     Ok(written)
 }

@@ -9,11 +9,11 @@
 //! tune's host and port as defaults.
 //! Every value from the run (paths, versions, names, the config) reaches the text through
 //! [`crate::escape`] and nothing else: words with [`shell_quote`], comment text with
-//! [`one_line`], unit values with [`systemd_word`] / [`systemd_text`]. A run directory is
+//! [`one_line`], unit values with [`systemd_executable`] / [`systemd_text`]. A run directory is
 //! input (it travels between people): a line break or `$(...)` in it must not run.
 
 use crate::escape::{
-    compose_string, one_line, shell_line, shell_quote, systemd_text, systemd_word,
+    compose_string, one_line, shell_line, shell_quote, systemd_executable, systemd_text,
 };
 use crate::run::TuneResult;
 use anyhow::{bail, Result};
@@ -412,13 +412,21 @@ exit "$rc""#,
 
 /// A systemd unit that runs `script` (an absolute path) and restarts it when it fails.
 /// `unit` is where the unit file itself is written (its install line copies it from there).
-pub fn systemd_unit(r: &TuneResult, script: &Path, unit: &Path) -> String {
+/// A script path systemd would refuse to run (a quote, a backslash or a control character in
+/// it) is an error saying so, instead of a unit systemd rejects.
+pub fn systemd_unit(r: &TuneResult, script: &Path, unit: &Path) -> Result<String> {
+    let exec = systemd_executable(&script.display().to_string()).map_err(|why| {
+        anyhow::anyhow!(
+            "cannot write a systemd unit for {}: {why}; write the script to a path without one (--out)",
+            one_line(&script.display().to_string())
+        )
+    })?;
     let label = r
         .winner
         .as_ref()
         .map(|w| w.config.label())
         .unwrap_or_default();
-    format!(
+    Ok(format!(
         "# systemd unit written by qtune {ver}: runs {script_disp}.\n\
          # Install: sudo cp {unit} /etc/systemd/system/llama-server.service\n\
          #          sudo systemctl daemon-reload && sudo systemctl enable --now llama-server\n\
@@ -445,8 +453,7 @@ pub fn systemd_unit(r: &TuneResult, script: &Path, unit: &Path) -> String {
         unit = one_line(&shell_quote(&unit.display().to_string())),
         model = systemd_text(&super::markdown::model_title(r)),
         label = systemd_text(&label),
-        exec = systemd_word(&script.display().to_string()),
-    )
+    ))
 }
 
 /// The official llama.cpp server image at qtune's pinned llama.cpp build: CUDA 12 when the
@@ -668,11 +675,24 @@ mod tests {
             assert!(err.contains("exited (status 3)"), "{err}");
             assert!(!dir.path().join("PWNED").exists(), "{s}");
 
-            let u = systemd_unit(
+            // A path systemd would refuse to run is refused with a reason, never rendered.
+            let e = systemd_unit(
                 &r,
                 &dir.path().join(format!("run {evil}/launch.sh")),
                 &dir.path().join(format!("run {evil}/launch.sh.service")),
-            );
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("systemd refuses"), "{e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+            // What systemd accepts in its executable reaches it whole and adds no line.
+            let runnable = "x $(touch PWNED)`touch PWNED` %n ${HOME};";
+            let u = systemd_unit(
+                &r,
+                &dir.path().join(format!("run {runnable}/launch.sh")),
+                &dir.path().join(format!("run {runnable}/launch.sh.service")),
+            )
+            .unwrap();
             for line in u.lines() {
                 let known = line.is_empty()
                     || line.starts_with('#')
@@ -849,7 +869,8 @@ mod tests {
             &r,
             Path::new("/srv/my run/launch.sh"),
             Path::new("/srv/my run/llama.service"),
-        );
+        )
+        .unwrap();
         assert!(u.contains("ExecStart=\"/srv/my run/launch.sh\"\n"));
         assert!(
             u.contains("# Install: sudo cp '/srv/my run/llama.service' /etc/systemd/system/"),

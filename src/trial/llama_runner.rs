@@ -133,8 +133,9 @@ impl LlamaServerRunner {
             .no_proxy()
             .build()
             .context("cannot build the HTTP client")?;
-        std::fs::create_dir_all(run_dir.join("logs"))
-            .with_context(|| format!("cannot create {}", run_dir.join("logs").display()))?;
+        std::fs::create_dir_all(run_dir)
+            .with_context(|| format!("cannot create {}", run_dir.display()))?;
+        crate::util::real_dir(&run_dir.join(crate::run::LOGS_DIR))?;
         Ok(LlamaServerRunner {
             server: server.to_path_buf(),
             model: model.to_path_buf(),
@@ -249,21 +250,29 @@ impl LlamaServerRunner {
     /// `logs/trial-<id>.log`, or `trial-<id>.<n>.log` when that exists already (a trial cut
     /// short before it was journaled): a trial log is never overwritten.
     fn log_path(&self, id: u32) -> PathBuf {
-        let logs = self.run_dir.join("logs");
+        let logs = self.run_dir.join(crate::run::LOGS_DIR);
+        // A dangling link takes its name too (`exists` would follow it).
+        let taken = |p: &Path| std::fs::symlink_metadata(p).is_ok();
         let first = logs.join(format!("trial-{id}.log"));
-        if !first.exists() {
+        if !taken(&first) {
             return first;
         }
         (1..)
             .map(|n| logs.join(format!("trial-{id}.{n}.log")))
-            .find(|p| !p.exists())
+            .find(|p| !taken(p))
             .expect("an unused name")
     }
 
+    /// A new trial log: `logs/` checked to be a real folder (never a link planted during the
+    /// run), the file created with `O_EXCL | O_NOFOLLOW` (never through a link, never over
+    /// another log).
     fn open_log(&self, path: &Path, argv: &[String]) -> Result<std::fs::File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        crate::util::real_dir(&self.run_dir.join(crate::run::LOGS_DIR))?;
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)
             .with_context(|| format!("cannot create trial log {}", path.display()))?;
         writeln!(f, "{}{}", classify::LOG_HEADER, shell_line(argv))?;
