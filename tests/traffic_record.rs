@@ -306,3 +306,101 @@ fn a_stop_marks_the_request_in_flight_and_completes_the_trace() {
     );
     assert_eq!(lines(&out).len(), 3);
 }
+
+#[test]
+fn launch_sh_record_puts_the_proxy_on_the_users_port() {
+    use std::os::unix::process::CommandExt;
+    let Some(server) = support::real_server() else {
+        return;
+    };
+    let Some(model) = support::smollm2() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("launch-record-smollm2.gguf");
+    std::os::unix::fs::symlink(&model, &m).unwrap();
+    let run = dir.path().join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    let result = qtune::run::sample::cpu_result(&server, &m);
+    std::fs::write(
+        run.join("results.json"),
+        serde_json::to_string(&result).unwrap(),
+    )
+    .unwrap();
+    let script = dir.path().join("launch.sh");
+    let o = Command::new(env!("CARGO_BIN_EXE_qtune"))
+        .args(["script", "--from"])
+        .arg(&run)
+        .arg("--out")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", output_text(&o));
+
+    let (port, sport) = (free_port(), free_port());
+    let trace = dir.path().join("agent.jsonl");
+    let log = dir.path().join("launch.log");
+    let f = std::fs::File::create(&log).unwrap();
+    let mut cmd = Command::new("bash");
+    cmd.arg(&script)
+        .args(["--port", &port.to_string(), "--record"])
+        .arg(&trace)
+        .env("QTUNE_SERVER_PORT", sport.to_string())
+        .env_remove("QTUNE_BIN")
+        .stdin(Stdio::null())
+        .stdout(f.try_clone().unwrap())
+        .stderr(f)
+        .process_group(0);
+    // SAFETY: only async-signal-safe calls between fork and exec (as in report_script.rs).
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGTERM, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = Reap(cmd.spawn().unwrap());
+    struct Group(i32);
+    impl Drop for Group {
+        fn drop(&mut self) {
+            unsafe { libc::killpg(self.0, libc::SIGKILL) };
+        }
+    }
+    let _group = Group(child.0.id() as i32);
+    let text = || std::fs::read_to_string(&log).unwrap_or_default();
+    wait_until("launch.sh --record", 300, || {
+        assert!(child.0.try_wait().unwrap().is_none(), "{}", text());
+        health_ok(port) && health_ok(sport)
+    });
+    assert!(
+        text().contains("recording what clients send on 127.0.0.1:"),
+        "{}",
+        text()
+    );
+    // One generation request on the user's port.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let body = r#"{"prompt":"def main():","n_predict":4}"#;
+    write!(
+        s,
+        "POST /completion HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    signal(&child.0, libc::SIGTERM);
+    let st = wait_exit(&mut child.0, 60);
+    assert_eq!(st.code(), Some(143), "{}", text());
+    let t = lines(&trace);
+    assert_eq!(t.len(), 3, "{t:?}\n{}", text());
+    assert_eq!(t[1]["outcome"], "ok");
+    assert_eq!(t[1]["n_generated"], 4);
+    assert_eq!(t[2]["type"], "end");
+    assert_eq!(
+        std::fs::metadata(&trace).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    support::servers::assert_none_left("launch-record-smollm2.gguf", "after launch.sh stopped");
+}
