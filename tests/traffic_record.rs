@@ -122,6 +122,20 @@ fn a_recorded_session_matches_what_the_client_and_server_saw() {
     assert!(o.status.success(), "{}", output_text(&o));
     let client: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
 
+    // A body over the proxy's bound is refused at once (413), never read into memory.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", pport)).unwrap();
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+        qtune::traffic::proxy::MAX_BODY + 1
+    )
+    .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 413");
+    drop(s);
+
     signal(&rec.0, libc::SIGINT);
     let st = wait_exit(&mut rec.0, 60);
     let err = std::fs::read_to_string(dir.path().join("record.err")).unwrap();

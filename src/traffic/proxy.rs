@@ -451,16 +451,23 @@ async fn handle(
     req: hyper::Request<Incoming>,
 ) -> std::result::Result<Response<ProxyBody>, std::convert::Infallible> {
     let (parts, body) = req.into_parts();
+    let too_large = || {
+        plain(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("qtune record: the request body is over {MAX_BODY} bytes"),
+        )
+    };
+    // A body declared too large is refused before any of it is read.
+    if body.size_hint().lower() > MAX_BODY as u64 {
+        return Ok(too_large());
+    }
     let body = match Limited::new(body, MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => {
             if e.downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some()
             {
-                return Ok(plain(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    &format!("qtune record: the request body is over {MAX_BODY} bytes"),
-                ));
+                return Ok(too_large());
             }
             return Ok(plain(
                 StatusCode::BAD_REQUEST,
