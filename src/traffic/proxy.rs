@@ -273,11 +273,14 @@ pub async fn upstream_header(client: &reqwest::Client, upstream: &str) -> Result
 }
 
 /// The HTTP client the proxy forwards with: no system proxy (the upstream is local), no
-/// overall timeout (a generation may take minutes).
+/// overall timeout (a generation may take minutes), and idle connections dropped after 2 s:
+/// llama-server closes a keep-alive connection idle for 5 s, and a request sent on one it is
+/// closing fails.
 pub fn client() -> Result<reqwest::Client> {
     reqwest::Client::builder()
         .no_proxy()
         .connect_timeout(Duration::from_secs(10))
+        .pool_idle_timeout(Duration::from_secs(2))
         .pool_max_idle_per_host(64)
         .build()
         .context("cannot set up the HTTP client")
@@ -739,14 +742,22 @@ async fn post_json(
     path: &str,
     body: &serde_json::Value,
 ) -> std::result::Result<serde_json::Value, String> {
-    let mut r = state
-        .client
-        .post(format!("{}{path}", state.upstream))
-        .json(body)
-        .timeout(Duration::from_secs(120))
-        .send()
-        .await
-        .map_err(|e| format!("the server's {path} did not answer: {e}"))?;
+    // Twice at most: these calls change nothing, and one may meet a connection the server is
+    // just closing.
+    let send = || {
+        state
+            .client
+            .post(format!("{}{path}", state.upstream))
+            .json(body)
+            .timeout(Duration::from_secs(120))
+            .send()
+    };
+    let mut r = match send().await {
+        Ok(r) => r,
+        Err(_) => send()
+            .await
+            .map_err(|e| format!("the server's {path} did not answer: {e}"))?,
+    };
     if !r.status().is_success() {
         return Err(format!("the server's {path} answered {}", r.status()));
     }
