@@ -72,6 +72,12 @@ pub enum Command {
     /// Re-measure launch commands against the first in paired, interleaved (ABBA) rounds,
     /// with confidence intervals.
     Compare(CompareArgs),
+    /// Record what clients send to a running llama-server: a proxy in front of it writes each
+    /// generation request (prompt tokens, timing, overlap, the server's timings) to a trace.
+    Record(RecordArgs),
+    /// Read a recorded trace.
+    #[command(subcommand)]
+    Trace(TraceCommand),
     /// Print a shell completion script: `qtune completions bash > ~/.local/share/bash-completion/completions/qtune`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -302,6 +308,33 @@ pub struct CompareArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RecordArgs {
+    /// The running llama-server to forward to, e.g. http://127.0.0.1:8081.
+    #[arg(long)]
+    pub upstream: String,
+    /// The address clients connect to, e.g. 127.0.0.1:8080 (only this address is bound;
+    /// anything but loopback lets other machines in, and qtune warns).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: String,
+    /// The trace to write (JSON Lines, created user-only; never over an existing file).
+    /// Default: ~/.local/share/qtune/traces/<time>.jsonl (QTUNE_DATA_DIR moves it).
+    #[arg(long, value_name = "FILE.jsonl")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TraceCommand {
+    /// Summarise a trace: requests, sessions, prefixes, cached and re-read tokens, overlap.
+    Show {
+        /// The trace (written by 'qtune record').
+        file: PathBuf,
+        /// Print the summary and per-request rows as JSON (never the prompts).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Clone, Args)]
@@ -578,6 +611,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             band_pct: c.band,
             json: c.json,
         }),
+        Command::Record(r) => app::traffic::record(&r.upstream, &r.listen, r.out),
+        Command::Trace(TraceCommand::Show { file, json }) => app::traffic::trace_show(&file, json),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             let mut out = Vec::new();

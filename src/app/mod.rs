@@ -9,6 +9,7 @@ pub mod preflight;
 pub mod progress;
 pub mod quality;
 pub mod results;
+pub mod traffic;
 pub mod tune;
 
 /// How a command prints a structured value.

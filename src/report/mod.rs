@@ -8,6 +8,7 @@ pub mod markdown;
 pub mod plots;
 pub mod race;
 pub mod script;
+mod script_record;
 pub mod summary;
 
 use crate::run::TuneResult;

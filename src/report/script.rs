@@ -12,6 +12,7 @@
 //! [`one_line`], unit values with [`systemd_executable`] / [`systemd_text`]. A run directory is
 //! input (it travels between people): a line break or `$(...)` in it must not run.
 
+use super::script_record as record;
 use crate::escape::{
     compose_string, one_line, shell_line, shell_quote, systemd_executable, systemd_text,
 };
@@ -147,6 +148,9 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
          #   --api-key KEY        clients must send this key (env QTUNE_API_KEY)\n\
          #   --api-key-file FILE  read the key from FILE instead, kept out of ps (env\n\
          #                        QTUNE_API_KEY_FILE)\n\
+         #   --record FILE        record what clients send to FILE.jsonl ('qtune record' on the\n\
+         #                        port, the server on PORT+1 or QTUNE_SERVER_PORT; env\n\
+         #                        QTUNE_RECORD). The trace holds your prompts: keep it private.\n\
          #   anything else        passed on to llama-server after the tuned flags (so it wins);\n\
          #                        `--` passes on everything after it\n\
          # Ctrl-C or SIGTERM stops the server with it. QTUNE_HEALTH_TIMEOUT_S (default 600)\n\
@@ -188,12 +192,14 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
     let _ = writeln!(m, "DEFAULT_HOST={}", shell_quote(host));
     let _ = writeln!(m, "DEFAULT_PORT={port}");
     let _ = writeln!(m, "DEFAULT_ALIAS={}", shell_quote(&alias));
+    let _ = writeln!(m, "{}", record::defaults());
     m.push_str(
         r#"HOST=${QTUNE_HOST:-$DEFAULT_HOST}
 PORT=${QTUNE_PORT:-$DEFAULT_PORT}
 ALIAS=${QTUNE_ALIAS:-$DEFAULT_ALIAS}
 API_KEY=${QTUNE_API_KEY:-}
 API_KEY_FILE=${QTUNE_API_KEY_FILE:-}
+RECORD=${QTUNE_RECORD:-}
 HEALTH_TIMEOUT_S=${QTUNE_HEALTH_TIMEOUT_S:-600}
 "#,
     );
@@ -228,6 +234,8 @@ while (( $# > 0 )); do
     --api-key=*) API_KEY=${1#*=}; shift ;;
     --api-key-file) value "$@"; API_KEY_FILE=$2; shift 2 ;;
     --api-key-file=*) API_KEY_FILE=${1#*=}; shift ;;
+    --record) value "$@"; RECORD=$2; shift 2 ;;
+    --record=*) RECORD=${1#*=}; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra+=("$@"); break ;;
     *) extra+=("$1"); shift ;;
@@ -256,7 +264,7 @@ case $HOST in
     fi
     ;;
 esac
-case $HOST in
+__RECORD_SETUP__case $HOST in
   0.0.0.0) url_host=127.0.0.1 ;;
   ::|'[::]') url_host='[::1]' ;;
   \[*) url_host=$HOST ;;
@@ -332,8 +340,13 @@ fi
     m.push_str(
         r#"
 server_pid=""
+record_pid=""
 stop() {
   trap - INT TERM
+  if [[ -n "$record_pid" ]] && kill -0 "$record_pid" 2>/dev/null; then
+    kill -TERM "$record_pid" 2>/dev/null || true
+    wait "$record_pid" 2>/dev/null || true
+  fi
   if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
     say "stopping llama-server (pid $server_pid)"
     kill -TERM "$server_pid" 2>/dev/null || true
@@ -400,14 +413,14 @@ if command -v curl >/dev/null 2>&1; then
 else
   say "curl not found: not waiting for /health"
 fi
-
+__RECORD_START__
 rc=0
 wait "$server_pid" || rc=$?
 server_pid=""
 exit "$rc""#,
     );
     m.push('\n');
-    Ok(s)
+    Ok(record::splice(s))
 }
 
 /// A systemd unit that runs `script` (an absolute path) and restarts it when it fails.

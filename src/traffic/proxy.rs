@@ -1,0 +1,811 @@
+//! The recording proxy behind `qtune record`: an HTTP/1.1 server (hyper) that forwards every
+//! request to the upstream llama-server unchanged and streams every answer back chunk by chunk
+//! as it comes, and writes one trace line ([`super::trace::Request`]) per generation request.
+//!
+//! What it holds in memory is bounded: a request body of at most [`MAX_BODY`] bytes (else
+//! 413), at most [`MAX_CONNECTIONS`] connections at once (more wait to be accepted), an
+//! answer kept for reading its timings up to [`MAX_KEPT`] bytes (a stream's events are read
+//! as they pass, one event at a time), and at most [`CHANNEL_CHUNKS`] chunks queued towards
+//! a slow client (the upstream waits for it).
+
+use super::answer::{Observed, MAX_KEPT};
+use super::trace::{self, Header, Line, ModelInfo, Outcome, Request, ServerInfo};
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt, Full, Limited};
+use hyper::body::{Body, Frame, Incoming};
+use hyper::{header, HeaderMap, Response, StatusCode};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, Instant};
+
+/// The largest request body forwarded (a 100k-token agent prompt is well under 1 MiB of
+/// JSON; images in base64 are larger).
+pub const MAX_BODY: usize = 64 << 20;
+/// The most client connections served at once.
+pub const MAX_CONNECTIONS: usize = 512;
+/// Chunks queued towards one client before the upstream is made to wait.
+pub const CHANNEL_CHUNKS: usize = 16;
+/// How long a stop waits for requests in flight to finish.
+pub const DRAIN: Duration = Duration::from_secs(10);
+
+/// The paths whose requests generate tokens, and are recorded.
+const GENERATION_PATHS: &[&str] = &[
+    "/v1/chat/completions",
+    "/chat/completions",
+    "/v1/completions",
+    "/completions",
+    "/completion",
+];
+
+/// Headers that belong to one hop (RFC 9110 §7.6.1) and are not forwarded, plus `host` (the
+/// upstream's is set from its URL) and `content-length` (set from the body forwarded).
+const HOP_HEADERS: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+];
+
+type ProxyBody = BoxBody<Bytes, std::io::Error>;
+
+/// What `qtune record` was asked to do.
+#[derive(Debug, Clone)]
+pub struct RecordOptions {
+    /// The upstream llama-server, e.g. `http://127.0.0.1:8081` (no trailing slash).
+    pub upstream: String,
+    pub listen: std::net::SocketAddr,
+    pub out: std::path::PathBuf,
+}
+
+/// What a finished recording did.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordSummary {
+    pub requests: u64,
+    pub interrupted: u64,
+    pub other_requests: u64,
+}
+
+/// A request between its arrival and its trace line.
+struct InFlight {
+    line: Request,
+    overlapped: BTreeSet<u64>,
+    /// Set when its answer ended (later arrivals no longer overlap it).
+    ended: bool,
+}
+
+struct State {
+    upstream: String,
+    client: reqwest::Client,
+    started: Instant,
+    next_id: AtomicU64,
+    other_requests: AtomicU64,
+    inflight: Mutex<BTreeMap<u64, InFlight>>,
+    out: Mutex<TraceWriter>,
+}
+
+impl State {
+    fn now_ms(&self) -> f64 {
+        // Microsecond resolution is plenty, and keeps the trace short.
+        (self.started.elapsed().as_secs_f64() * 1e6).round() / 1000.0
+    }
+}
+
+/// The trace file: one line per write, flushed at once (a stop or crash loses no finished
+/// request).
+struct TraceWriter {
+    file: std::fs::File,
+    path: std::path::PathBuf,
+    requests: u64,
+    interrupted: u64,
+    failed: Option<String>,
+}
+
+impl TraceWriter {
+    fn write(&mut self, line: &Line) {
+        if self.failed.is_some() {
+            return;
+        }
+        let mut text = match serde_json::to_string(line) {
+            Ok(t) => t,
+            Err(e) => {
+                self.failed = Some(e.to_string());
+                return;
+            }
+        };
+        text.push('\n');
+        if let Err(e) = self.file.write_all(text.as_bytes()) {
+            eprintln!(
+                "qtune: error: cannot write the trace {}: {e}; requests are still forwarded",
+                self.path.display()
+            );
+            self.failed = Some(e.to_string());
+            return;
+        }
+        if let Line::Request(r) = line {
+            self.requests += 1;
+            if r.outcome == Outcome::Interrupted {
+                self.interrupted += 1;
+            }
+        }
+    }
+}
+
+/// Create the trace file for writing: user-only (0600), never over an existing file; its
+/// folder is made user-only (0700) when qtune creates it.
+pub fn create_trace_file(path: &std::path::Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .with_context(|| {
+                    format!(
+                        "cannot create the trace's folder {}: choose another --out",
+                        dir.display()
+                    )
+                })?;
+        }
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                anyhow::anyhow!(
+                    "{} already exists: qtune never writes over a trace; give another --out",
+                    path.display()
+                )
+            } else {
+                anyhow::anyhow!("cannot create the trace {}: {e}", path.display())
+            }
+        })
+}
+
+/// Ask the upstream what it serves, for the trace's header. Fails when it does not answer
+/// like a llama-server.
+pub async fn upstream_header(client: &reqwest::Client, upstream: &str) -> Result<Header> {
+    let get = |path: &str| {
+        let url = format!("{upstream}{path}");
+        let c = client.clone();
+        async move {
+            let r = c
+                .get(&url)
+                .timeout(Duration::from_secs(30))
+                .send()
+                .await
+                .and_then(|r| r.error_for_status());
+            match r {
+                Ok(r) => r.json::<serde_json::Value>().await.ok(),
+                Err(_) => None,
+            }
+        }
+    };
+    let props = client
+        .get(format!("{upstream}/props"))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .with_context(|| {
+            format!(
+                "cannot reach the upstream llama-server at {upstream}: start it first \
+                 (e.g. llama-server -m MODEL --port 8081), or give its address with --upstream"
+            )
+        })?;
+    if !props.status().is_success() {
+        anyhow::bail!(
+            "{upstream}/props answered {}: is this a llama-server? (a loading server answers 503: \
+             wait until it is ready)",
+            props.status()
+        );
+    }
+    let props: serde_json::Value = props.json().await.with_context(|| {
+        format!("{upstream}/props did not answer JSON: is this a llama-server?")
+    })?;
+    let models = get("/v1/models").await.unwrap_or_default();
+    let meta = &models["data"][0]["meta"];
+    let sha = |s: &str| {
+        use sha2::Digest;
+        format!("{:x}", sha2::Sha256::digest(s.as_bytes()))
+    };
+    let probe = client
+        .post(format!("{upstream}/tokenize"))
+        .json(&serde_json::json!({"content": trace::TOKENIZER_PROBE, "add_special": true, "parse_special": true}))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .ok();
+    let tokenizer_sha256 = match probe {
+        Some(r) if r.status().is_success() => r
+            .json::<serde_json::Value>()
+            .await
+            .ok()
+            .and_then(|v| v["tokens"].as_array().cloned())
+            .map(|t| {
+                let ids: Vec<String> = t.iter().map(|x| x.to_string()).collect();
+                sha(&ids.join(","))
+            }),
+        _ => None,
+    };
+    Ok(Header {
+        format: trace::FORMAT.into(),
+        version: trace::VERSION,
+        qtune_version: env!("CARGO_PKG_VERSION").into(),
+        started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        upstream: upstream.into(),
+        server: ServerInfo {
+            build_info: props["build_info"].as_str().map(String::from),
+            model_file: props["model_path"].as_str().and_then(|p| {
+                std::path::Path::new(p)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+            }),
+            slots: props["total_slots"].as_u64(),
+            chat_template_sha256: props["chat_template"].as_str().map(sha),
+        },
+        model: ModelInfo {
+            n_vocab: meta["n_vocab"].as_u64(),
+            n_ctx: meta["n_ctx"]
+                .as_u64()
+                .or_else(|| props["default_generation_settings"]["n_ctx"].as_u64()),
+            n_ctx_train: meta["n_ctx_train"].as_u64(),
+            n_params: meta["n_params"].as_u64(),
+            size_bytes: meta["size"].as_u64(),
+        },
+        tokenizer_sha256,
+    })
+}
+
+/// The HTTP client the proxy forwards with: no system proxy (the upstream is local), no
+/// overall timeout (a generation may take minutes), and idle connections dropped after 2 s:
+/// llama-server closes a keep-alive connection idle for 5 s, and a request sent on one it is
+/// closing fails.
+pub fn client() -> Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .no_proxy()
+        .connect_timeout(Duration::from_secs(10))
+        .pool_idle_timeout(Duration::from_secs(2))
+        .pool_max_idle_per_host(64)
+        .build()
+        .context("cannot set up the HTTP client")
+}
+
+/// Run the proxy until `stop` resolves (a first SIGINT/SIGTERM), then finish the requests in
+/// flight (up to [`DRAIN`], or until `stop_now` resolves), mark the rest interrupted, write the
+/// end line and return. `on_ready` is called once the port is bound.
+pub async fn run(
+    opts: &RecordOptions,
+    file: std::fs::File,
+    header: Header,
+    client: reqwest::Client,
+    stop: impl std::future::Future<Output = ()>,
+    stop_now: impl std::future::Future<Output = ()>,
+    on_ready: impl FnOnce(std::net::SocketAddr),
+) -> Result<RecordSummary> {
+    let listener = tokio::net::TcpListener::bind(opts.listen)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {}: is another server using that port? choose another --listen",
+                opts.listen
+            )
+        })?;
+    let mut writer = TraceWriter {
+        file,
+        path: opts.out.clone(),
+        requests: 0,
+        interrupted: 0,
+        failed: None,
+    };
+    writer.write(&Line::Header(Box::new(header)));
+    if let Some(e) = &writer.failed {
+        anyhow::bail!("cannot write the trace {}: {e}", opts.out.display());
+    }
+    let state = Arc::new(State {
+        upstream: opts.upstream.clone(),
+        client,
+        started: Instant::now(),
+        next_id: AtomicU64::new(1),
+        other_requests: AtomicU64::new(0),
+        inflight: Mutex::new(BTreeMap::new()),
+        out: Mutex::new(writer),
+    });
+    on_ready(listener.local_addr().unwrap_or(opts.listen));
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    tokio::pin!(stop);
+    loop {
+        let permit = tokio::select! {
+            _ = &mut stop => break,
+            p = slots.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+        };
+        let accepted = tokio::select! {
+            _ = &mut stop => break,
+            a = listener.accept() => a,
+        };
+        let (stream, _) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of file descriptors and the like: wait and go on.
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let st = state.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| handle(st.clone(), req));
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(60))
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                .await;
+            drop(permit);
+        });
+    }
+    drop(listener);
+    // Finish what is in flight, up to DRAIN or a second signal.
+    let drain = async {
+        let deadline = Instant::now() + DRAIN;
+        while Instant::now() < deadline && !state.inflight.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::select! {
+        _ = drain => {},
+        _ = stop_now => {},
+    }
+    let now = state.now_ms();
+    let left: Vec<InFlight> = std::mem::take(&mut *state.inflight.lock().unwrap())
+        .into_values()
+        .collect();
+    let mut w = state.out.lock().unwrap();
+    for mut f in left {
+        if f.ended {
+            f.line.note = Some("the recorder stopped before the prompt was tokenized".into());
+        } else {
+            f.line.outcome = Outcome::Interrupted;
+            f.line.ended_ms = now;
+            f.line.note = Some("the recorder stopped before the answer ended".into());
+        }
+        f.line.overlapped = f.overlapped.into_iter().collect();
+        w.write(&Line::Request(Box::new(f.line)));
+    }
+    let other = state.other_requests.load(Ordering::Relaxed);
+    let end = trace::End {
+        ended_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        requests: w.requests,
+        interrupted: w.interrupted,
+        other_requests: other,
+    };
+    w.write(&Line::End(end));
+    let _ = w.file.sync_all();
+    if let Some(e) = &w.failed {
+        anyhow::bail!("the trace {} is incomplete: {e}", w.path.display());
+    }
+    Ok(RecordSummary {
+        requests: w.requests,
+        interrupted: w.interrupted,
+        other_requests: other,
+    })
+}
+
+fn plain(status: StatusCode, message: &str) -> Response<ProxyBody> {
+    let body = serde_json::json!({"error": {"code": status.as_u16(), "message": message, "type": "qtune_record_error"}});
+    let mut r = Response::new(
+        Full::new(Bytes::from(body.to_string()))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn forwarded_headers(from: &HeaderMap) -> HeaderMap {
+    // Also drop the headers the `connection` header names as hop-by-hop.
+    let named: Vec<String> = from
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_ascii_lowercase())
+        .collect();
+    let mut out = HeaderMap::new();
+    for (k, v) in from {
+        let name = k.as_str();
+        if HOP_HEADERS.contains(&name) || named.iter().any(|n| n == name) {
+            continue;
+        }
+        out.append(k.clone(), v.clone());
+    }
+    out
+}
+
+/// What a generation request asked for, read from its body.
+struct Asked {
+    endpoint: String,
+    body: serde_json::Value,
+    stream: bool,
+    max_tokens: Option<i64>,
+}
+
+async fn handle(
+    state: Arc<State>,
+    req: hyper::Request<Incoming>,
+) -> std::result::Result<Response<ProxyBody>, std::convert::Infallible> {
+    let (parts, body) = req.into_parts();
+    let too_large = || {
+        plain(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("qtune record: the request body is over {MAX_BODY} bytes"),
+        )
+    };
+    // A body declared too large is refused before any of it is read.
+    if body.size_hint().lower() > MAX_BODY as u64 {
+        return Ok(too_large());
+    }
+    let body = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                return Ok(too_large());
+            }
+            return Ok(plain(
+                StatusCode::BAD_REQUEST,
+                &format!("qtune record: cannot read the request body: {e}"),
+            ));
+        }
+    };
+    let path = parts.uri.path().to_string();
+    let path_q = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| path.clone());
+    let asked = (parts.method == hyper::Method::POST && GENERATION_PATHS.contains(&path.as_str()))
+        .then(|| {
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            Asked {
+                endpoint: path.clone(),
+                stream: v["stream"].as_bool().unwrap_or(false),
+                max_tokens: v["max_tokens"]
+                    .as_i64()
+                    .or_else(|| v["max_completion_tokens"].as_i64())
+                    .or_else(|| v["n_predict"].as_i64()),
+                body: v,
+            }
+        });
+    let id = match &asked {
+        Some(a) => Some(register(&state, a)),
+        None => {
+            state.other_requests.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    };
+    let mut headers = forwarded_headers(&parts.headers);
+    // Answers are read on the way through: ask for them uncompressed.
+    headers.remove(header::ACCEPT_ENCODING);
+    let sent = state
+        .client
+        .request(parts.method.clone(), format!("{}{path_q}", state.upstream))
+        .headers(headers)
+        .body(body)
+        .send()
+        .await;
+    let resp = match sent {
+        Ok(r) => r,
+        Err(e) => {
+            let msg = format!(
+                "qtune record: the upstream {} did not answer: {e}",
+                state.upstream
+            );
+            if let (Some(id), Some(a)) = (id, asked) {
+                let st = state.clone();
+                tokio::spawn(async move {
+                    finish(
+                        &st,
+                        id,
+                        a,
+                        None,
+                        Observed::default(),
+                        Outcome::UpstreamFailed,
+                    )
+                    .await
+                });
+            }
+            return Ok(plain(StatusCode::BAD_GATEWAY, &msg));
+        }
+    };
+    let status = resp.status();
+    let mut out = Response::builder().status(status);
+    if let Some(h) = out.headers_mut() {
+        *h = forwarded_headers(resp.headers());
+        if let Some(len) = resp.headers().get(header::CONTENT_LENGTH) {
+            h.insert(header::CONTENT_LENGTH, len.clone());
+        }
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel(CHANNEL_CHUNKS);
+    let st = state.clone();
+    tokio::spawn(pump(st, resp, tx, id.zip(asked)));
+    let body = ChannelBody { rx }.boxed();
+    Ok(out
+        .body(body)
+        .unwrap_or_else(|_| plain(StatusCode::BAD_GATEWAY, "qtune record: bad upstream header")))
+}
+
+/// Register a generation request as in flight: its id, and the overlaps both ways.
+fn register(state: &State, a: &Asked) -> u64 {
+    let mut map = state.inflight.lock().unwrap();
+    // Under the lock: ids are given in arrival order.
+    let id = state.next_id.fetch_add(1, Ordering::Relaxed);
+    let arrived_ms = state.now_ms();
+    let mut overlapped = BTreeSet::new();
+    for (other, f) in map.iter_mut() {
+        if !f.ended {
+            f.overlapped.insert(id);
+            overlapped.insert(*other);
+        }
+    }
+    map.insert(
+        id,
+        InFlight {
+            line: Request {
+                id,
+                endpoint: a.endpoint.clone(),
+                stream: a.stream,
+                arrived_ms,
+                first_byte_ms: None,
+                ended_ms: arrived_ms,
+                overlapped: Vec::new(),
+                status: None,
+                outcome: Outcome::Interrupted,
+                prompt_tokens: None,
+                n_generated: None,
+                max_tokens: a.max_tokens,
+                timings: None,
+                note: None,
+            },
+            overlapped,
+            ended: false,
+        },
+    );
+    id
+}
+
+/// Copy the upstream's answer to the client chunk by chunk, reading it on the way; then
+/// finish the trace line.
+async fn pump(
+    state: Arc<State>,
+    mut resp: reqwest::Response,
+    tx: tokio::sync::mpsc::Sender<std::io::Result<Bytes>>,
+    rec: Option<(u64, Asked)>,
+) {
+    let stream = rec.as_ref().is_some_and(|(_, a)| a.stream);
+    let mut seen = Observed::default();
+    seen.status = Some(resp.status().as_u16());
+    let ok = resp.status().is_success();
+    let outcome = loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                if rec.is_some() {
+                    if seen.first_byte_ms.is_none() {
+                        seen.first_byte_ms = Some(state.now_ms());
+                    }
+                    seen.feed(stream, &chunk);
+                }
+                if tx.send(Ok(chunk)).await.is_err() {
+                    break Outcome::ClientGone;
+                }
+            }
+            Ok(None) => break if ok { Outcome::Ok } else { Outcome::HttpError },
+            Err(e) => {
+                let _ = tx
+                    .send(Err(std::io::Error::other(format!("upstream: {e}"))))
+                    .await;
+                break Outcome::UpstreamFailed;
+            }
+        }
+    };
+    drop(resp);
+    drop(tx);
+    if let Some((id, asked)) = rec {
+        seen.end(stream);
+        finish(&state, id, asked, seen.status, seen, outcome).await;
+    }
+}
+
+/// Close a request's trace line: its end, what was observed, and its prompt tokens (asked of
+/// the upstream after the answer, so the recording never delays it).
+async fn finish(
+    state: &State,
+    id: u64,
+    asked: Asked,
+    status: Option<u16>,
+    seen: Observed,
+    outcome: Outcome,
+) {
+    {
+        let mut map = state.inflight.lock().unwrap();
+        let Some(f) = map.get_mut(&id) else {
+            return;
+        };
+        f.ended = true;
+        f.line.ended_ms = state.now_ms();
+        f.line.first_byte_ms = seen.first_byte_ms;
+        f.line.status = status;
+        f.line.outcome = outcome;
+        f.line.timings = seen.timings;
+        f.line.n_generated = seen.n_generated;
+        if seen.overflow {
+            f.line.note = Some(format!(
+                "the answer (or one of its events) was over {MAX_KEPT} bytes: its timings were not read"
+            ));
+        }
+    }
+    let tokens = match status {
+        Some(s) if (200..300).contains(&s) => prompt_tokens(state, &asked).await,
+        Some(s) => Err(format!(
+            "the server answered {s}: its prompt was not tokenized"
+        )),
+        None => Err("the upstream did not answer: its prompt was not tokenized".into()),
+    };
+    let mut map = state.inflight.lock().unwrap();
+    let Some(mut f) = map.remove(&id) else {
+        return;
+    };
+    drop(map);
+    match tokens {
+        Ok(t) => f.line.prompt_tokens = Some(t),
+        Err(why) => {
+            f.line.note = Some(match f.line.note.take() {
+                Some(n) => format!("{n}; {why}"),
+                None => why,
+            })
+        }
+    }
+    f.line.overlapped = f.overlapped.into_iter().collect();
+    state
+        .out
+        .lock()
+        .unwrap()
+        .write(&Line::Request(Box::new(f.line)));
+}
+
+/// The prompt as the server tokenized it: a chat request's messages rendered by the server's
+/// own template (`/apply-template`, the same code path as the chat endpoint), then
+/// `/tokenize` with the special tokens the completion endpoints add (`add_special`,
+/// `parse_special`).
+async fn prompt_tokens(state: &State, a: &Asked) -> std::result::Result<Vec<u32>, String> {
+    let chat = a.endpoint.ends_with("chat/completions");
+    let prompt = if chat {
+        let v = post_json(state, "/apply-template", &a.body).await?;
+        v.get("prompt")
+            .cloned()
+            .ok_or("the server's /apply-template answered no prompt")?
+    } else {
+        let p = a
+            .body
+            .get("prompt")
+            .cloned()
+            .ok_or("the request has no prompt")?;
+        let several = p.as_array().is_some_and(|items| {
+            items.iter().any(|i| i.is_array() || i.is_object())
+                || (items.len() > 1 && items.iter().all(|i| i.is_string()))
+        });
+        if several {
+            return Err("several prompts in one request: not recorded".into());
+        }
+        p
+    };
+    let v = post_json(
+        state,
+        "/tokenize",
+        &serde_json::json!({"content": prompt, "add_special": true, "parse_special": true}),
+    )
+    .await?;
+    v["tokens"]
+        .as_array()
+        .ok_or("the server's /tokenize answered no tokens")?
+        .iter()
+        .map(|t| {
+            t.as_u64()
+                .and_then(|t| u32::try_from(t).ok())
+                .ok_or_else(|| "the server's /tokenize answered a bad token id".to_string())
+        })
+        .collect()
+}
+
+async fn post_json(
+    state: &State,
+    path: &str,
+    body: &serde_json::Value,
+) -> std::result::Result<serde_json::Value, String> {
+    // Twice at most: these calls change nothing, and one may meet a connection the server is
+    // just closing.
+    let send = || {
+        state
+            .client
+            .post(format!("{}{path}", state.upstream))
+            .json(body)
+            .timeout(Duration::from_secs(120))
+            .send()
+    };
+    let mut r = match send().await {
+        Ok(r) => r,
+        Err(_) => send()
+            .await
+            .map_err(|e| format!("the server's {path} did not answer: {e}"))?,
+    };
+    if !r.status().is_success() {
+        return Err(format!("the server's {path} answered {}", r.status()));
+    }
+    let mut bytes = Vec::new();
+    while let Some(c) = r
+        .chunk()
+        .await
+        .map_err(|e| format!("the server's {path} broke off: {e}"))?
+    {
+        if bytes.len() + c.len() > 4 * MAX_BODY {
+            return Err(format!("the server's {path} answer is too large"));
+        }
+        bytes.extend_from_slice(&c);
+    }
+    serde_json::from_slice(&bytes).map_err(|e| format!("the server's {path} answer: {e}"))
+}
+
+/// A response body fed chunk by chunk from the pump task: each chunk goes to the client as it
+/// comes (no buffering to the end).
+struct ChannelBody {
+    rx: tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>,
+}
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<std::result::Result<Frame<Bytes>, Self::Error>>> {
+        self.rx.poll_recv(cx).map(|o| o.map(|r| r.map(Frame::data)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_headers_are_not_forwarded() {
+        let mut h = HeaderMap::new();
+        h.insert("connection", "keep-alive, x-hop".parse().unwrap());
+        h.insert("x-hop", "1".parse().unwrap());
+        h.insert("authorization", "Bearer k".parse().unwrap());
+        h.insert("transfer-encoding", "chunked".parse().unwrap());
+        let f = forwarded_headers(&h);
+        assert_eq!(f.len(), 1);
+        assert!(f.contains_key("authorization"));
+    }
+}
