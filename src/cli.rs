@@ -122,7 +122,8 @@ pub struct TuneArgs {
     /// Continue a killed tune from its run directory without repeating finished trials.
     #[arg(long, conflicts_with = "out")]
     pub resume: Option<PathBuf>,
-    /// Start the search from a profile's winner.
+    /// Start the search from a profile's winner: a profile file, or a name as `plan --profile`
+    /// and `profile show` take it (see `qtune profile list`).
     #[arg(long)]
     pub from_profile: Option<PathBuf>,
     /// Host for the printed launch command (trials always use 127.0.0.1).

@@ -405,7 +405,12 @@ pub fn render_text(r: &CompareResult) -> String {
         r.workload.repetitions
     );
     for c in &r.commands {
-        let _ = writeln!(s, "  {}  {}", c.name, c.line);
+        let _ = writeln!(
+            s,
+            "  {}  {}",
+            crate::escape::terminal(&c.name),
+            crate::escape::terminal(&c.line)
+        );
     }
     let _ = writeln!(s);
     let _ = write!(s, "{:>5}  {:<order$}", "round", "order", order = 2 * n);
@@ -574,8 +579,11 @@ pub fn compare(
         );
     }
     let parsed = parse_all(&opts.commands)?;
-    let server = server_for(opts.server.as_deref(), &parsed)?;
     let model = parsed[0].model.clone();
+    // The model is checked as `qtune tune` checks it (missing, a folder, not a GGUF, an
+    // unsupported architecture: the same one-line error), before any server is looked for.
+    crate::model::load(&model)?;
+    let server = server_for(opts.server.as_deref(), &parsed)?;
     let meta = std::fs::metadata(&model)
         .with_context(|| format!("cannot read the model {}", model.display()))?;
     let mut workload = crate::space::load(&opts.space)?.workload;

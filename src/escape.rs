@@ -14,10 +14,42 @@
 //! - [`systemd_text`]: a free-text systemd value (`Description=`);
 //! - [`yaml_string`]: a YAML scalar (double-quoted, escaped);
 //! - [`compose_string`]: a string in a docker compose file (`$` doubled too).
+//!
+//! Text from outside (a model's GGUF metadata, file names, workload names, the free-text
+//! fields of a `results.json`) is data wherever qtune shows it, with two more functions:
+//!
+//! - [`terminal`]: text for a terminal line: every control character (ESC, BEL, CR, LF, C1)
+//!   and every invisible or reordering character (bidi overrides, line separators) is shown
+//!   as an escape (`\x1b`, `\n`, `\u{202e}`), so it can neither move the cursor nor forge
+//!   a line; [`terminal_path`] does the same for a path, [`terminal_lines`] for a block;
+//! - [`markdown`]: text for a paragraph, a heading or a table cell of `report.md`: the
+//!   [`terminal`] escapes, then HTML's `<`, `>` and `&` as entities and Markdown's
+//!   punctuation (`[`, `]`, `` ` ``, `|`, `*`, ...) backslash-escaped, so no tag, link,
+//!   code span or table cell can start; [`markdown_code`] and [`markdown_code_block`] put
+//!   text in code.
+//!
+//! The stored values stay raw (JSON is data): only what is shown is escaped.
+
+/// A character a reader cannot see or that changes how the text around it reads: a control
+/// character (C0, DEL, C1: line breaks, ESC, BEL, NUL...), a Unicode line or paragraph
+/// separator, a bidi mark, embedding, override or isolate, a zero-width character or BOM.
+pub fn is_hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{2069}'
+                | '\u{feff}'
+        )
+}
 
 /// Quote one word for bash: bare when it holds only characters no shell treats specially,
 /// else single-quoted (inside single quotes nothing is special; a `'` is written `'\''`).
-/// A line break inside single quotes is part of the word, never the end of a command.
+/// A word with a [hidden](is_hidden) character (a line break, an escape) is written in
+/// bash's `$'...'` quoting instead, the character as `\n`, `\t` or its UTF-8 bytes
+/// (`\x1b`): the word stays exact and on one line, and shows nothing raw on a terminal.
 pub fn shell_quote(word: &str) -> String {
     let safe = !word.is_empty()
         && word
@@ -25,6 +57,26 @@ pub fn shell_quote(word: &str) -> String {
             .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
     if safe {
         word.to_string()
+    } else if word.chars().any(is_hidden) {
+        let mut out = String::from("$'");
+        for c in word.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\'' => out.push_str("\\'"),
+                '\n' => out.push_str("\\n"),
+                '\t' => out.push_str("\\t"),
+                '\r' => out.push_str("\\r"),
+                c if is_hidden(c) => {
+                    let mut buf = [0u8; 4];
+                    for b in c.encode_utf8(&mut buf).bytes() {
+                        out.push_str(&format!("\\x{b:02x}"));
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('\'');
+        out
     } else {
         format!("'{}'", word.replace('\'', r"'\''"))
     }
@@ -91,6 +143,107 @@ pub fn systemd_text(text: &str) -> String {
     one_line(text).replace('%', "%%")
 }
 
+/// Text from outside made fit for a terminal line: each [hidden](is_hidden) character is
+/// shown as an escape (`\n`, `\r`, `\t`, `\x1b` for other C0 controls and DEL,
+/// `\u{202e}` for the rest), everything else as it is. The result holds no control
+/// character, so it can neither move the cursor, set a title, ring, nor start a line.
+pub fn terminal(text: &str) -> String {
+    if !text.chars().any(is_hidden) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if is_hidden(c) => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Several lines of text made fit for a terminal: each line with the [`terminal`] escapes,
+/// the line breaks between them kept. For a rendered block whose fields are escaped already
+/// (no field can add a line), so nothing else from outside reaches the terminal raw.
+pub fn terminal_lines(text: &str) -> String {
+    if !text.chars().any(|c| c != '\n' && is_hidden(c)) {
+        return text.to_string();
+    }
+    text.split('\n')
+        .map(terminal)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A path made fit for a terminal line ([`terminal`] of its lossy UTF-8 form).
+pub fn terminal_path(path: &std::path::Path) -> String {
+    terminal(&path.to_string_lossy())
+}
+
+/// Text from outside made fit for a paragraph, a heading, a list item or a table cell of a
+/// Markdown file: the [`terminal`] escapes first (no line break can end the line, the row or
+/// the cell), then `&`, `<` and `>` as HTML entities (no tag, comment or autolink can start),
+/// then a backslash before each of `\` `` ` `` `*` `[` `]` `|` `~` `#` (no code span, link,
+/// image, table cell, heading or bold text can start; `_` and `!` stay as they are, so file
+/// names read as they are: an intraword `_` is no emphasis, and `!` without `[` no image).
+/// It reads as the text itself.
+pub fn markdown(text: &str) -> String {
+    let shown = terminal(text);
+    let mut out = String::with_capacity(shown.len() + 8);
+    for c in shown.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\\' | '`' | '*' | '[' | ']' | '|' | '~' | '#' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Text in an inline Markdown code span: the [`terminal`] escapes, `|` as `\|` (a GitHub
+/// table would end the cell there even inside code), between enough backticks that none
+/// inside can close the span. Inside a code span nothing else is live.
+pub fn markdown_code(text: &str) -> String {
+    let shown = terminal(text).replace('|', "\\|");
+    let fence = "`".repeat(longest_run(&shown, '`') + 1);
+    let pad = if shown.starts_with('`') || shown.ends_with('`') || shown.is_empty() {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{shown}{pad}{fence}")
+}
+
+/// Text in a fenced Markdown code block (with a trailing line break): each line with the
+/// [`terminal`] escapes, the fence longer than any run of backticks inside, so no line of
+/// the text can close the block.
+pub fn markdown_code_block(lang: &str, text: &str) -> String {
+    let body: Vec<String> = text.split('\n').map(terminal).collect();
+    let body = body.join("\n");
+    let fence = "`".repeat((longest_run(&body, '`') + 1).max(3));
+    format!("{fence}{}\n{body}\n{fence}\n", terminal(lang))
+}
+
+/// The longest run of `c` in `s`.
+fn longest_run(s: &str, c: char) -> usize {
+    let (mut best, mut cur) = (0, 0);
+    for x in s.chars() {
+        cur = if x == c { cur + 1 } else { 0 };
+        best = best.max(cur);
+    }
+    best
+}
+
 /// A YAML scalar: always double-quoted, with `\\`, `\"` and control characters escaped, so
 /// no value can end the line or start a key.
 pub fn yaml_string(text: &str) -> String {
@@ -121,6 +274,7 @@ pub fn compose_string(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
     use std::process::Command;
 
     /// Hostile words: line breaks, quotes, command substitutions, backticks, globs, NUL-free
@@ -186,12 +340,66 @@ mod tests {
     }
 
     #[test]
+    fn a_word_with_a_hidden_character_is_one_line_of_ansi_c_quoting() {
+        assert_eq!(shell_quote("a\nb"), r"$'a\nb'");
+        assert_eq!(shell_quote("it's\t\\"), r"$'it\'s\t\\'");
+        assert_eq!(shell_quote("\u{1b}]0;T\u{7}"), r"$'\x1b]0;T\x07'");
+        assert_eq!(shell_quote("x\u{202e}y"), r"$'x\xe2\x80\xaey'");
+        for w in HOSTILE {
+            let q = shell_quote(w);
+            assert!(!q.chars().any(is_hidden), "{w:?} -> {q:?}");
+        }
+    }
+
+    #[test]
+    fn terminal_text_shows_every_hidden_character_as_an_escape() {
+        assert_eq!(terminal("Qwen3 30B"), "Qwen3 30B");
+        assert_eq!(
+            terminal("x\u{1b}]0;TITLE\u{7}\u{1b}[2J\nMODEL=/etc/shadow\r"),
+            r"x\x1b]0;TITLE\x07\x1b[2J\nMODEL=/etc/shadow\r"
+        );
+        assert_eq!(
+            terminal("a\tb\u{7f}\u{85}\u{202e}\u{2028}"),
+            r"a\tb\x7f\u{0085}\u{202e}\u{2028}"
+        );
+        assert_eq!(terminal_path(Path::new("/m/a\nb.gguf")), r"/m/a\nb.gguf");
+        for w in HOSTILE {
+            assert!(!terminal(w).chars().any(is_hidden), "{w:?}");
+        }
+    }
+
+    #[test]
+    fn markdown_text_starts_no_tag_link_code_or_cell() {
+        assert_eq!(markdown("Qwen3-30B A3B"), "Qwen3-30B A3B");
+        assert_eq!(
+            markdown("<script>alert(1)</script>"),
+            "&lt;script&gt;alert(1)&lt;/script&gt;"
+        );
+        assert_eq!(
+            markdown("[x](javascript:alert(1)) a|b `c` *d* &amp;"),
+            r"\[x\](javascript:alert(1)) a\|b \`c\` \*d\* &amp;amp;"
+        );
+        assert_eq!(markdown("a\n# b"), r"a\\n\# b");
+        assert_eq!(markdown_code("a`b|c"), "``a`b\\|c``");
+        assert_eq!(markdown_code("`x"), "`` `x ``");
+        assert_eq!(
+            markdown_code_block("sh", "a\n```\n<b>\u{1b}"),
+            "````sh\na\n```\n<b>\\x1b\n````\n"
+        );
+        for w in HOSTILE {
+            let m = markdown(w);
+            assert!(!m.chars().any(is_hidden), "{w:?}");
+            assert!(!m.contains('<') && !m.contains('>'), "{w:?}");
+        }
+    }
+
+    #[test]
     fn shell_quote_leaves_plain_words_bare() {
         assert_eq!(shell_quote("plain/path.gguf"), "plain/path.gguf");
         assert_eq!(shell_quote("my model.gguf"), "'my model.gguf'");
         assert_eq!(shell_quote("it's $HOME`x`"), r"'it'\''s $HOME`x`'");
         assert_eq!(shell_quote("$(x)"), "'$(x)'");
-        assert_eq!(shell_quote("a\nb"), "'a\nb'");
+        assert_eq!(shell_quote("a\nb"), "$'a\\nb'");
         assert_eq!(shell_quote(""), "''");
     }
 

@@ -23,10 +23,14 @@ fn main() -> ExitCode {
     match qtune::cli::dispatch(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // One line: the error and its causes, joined (never a panic on a closed stderr).
+            // One line: the error and its causes, joined (never a panic on a closed stderr),
+            // with any path or name from outside in it escaped for the terminal.
             qtune::util::print_to(
                 true,
-                format_args!("qtune: error: {}\n", qtune::util::error_line(&e)),
+                format_args!(
+                    "qtune: error: {}\n",
+                    qtune::escape::terminal(&qtune::util::error_line(&e))
+                ),
             );
             if let Some(h) = e.downcast_ref::<qtune::util::ResumeHint>() {
                 qtune::util::print_to(true, format_args!("  {}\n", h.command));

@@ -87,6 +87,9 @@ pub fn builtins() -> Vec<Mix> {
         .collect()
 }
 
+/// The longest workload or shape name.
+const MAX_NAME_CHARS: usize = 64;
+
 /// A built-in by name, or a YAML file.
 pub fn load(name_or_path: &str) -> Result<Mix, WorkloadError> {
     if let Some((n, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
@@ -117,6 +120,24 @@ pub fn parse(text: &str, origin: &str) -> Result<Mix, WorkloadError> {
     let mix: Mix = serde_yaml::from_str(text).map_err(|e| invalid(e.to_string()))?;
     if mix.name.trim().is_empty() {
         return Err(invalid("name must not be empty".into()));
+    }
+    // A name is shown on terminals and in reports: one line of visible text.
+    for (what, name) in std::iter::once(("the workload's name", &mix.name))
+        .chain(mix.shapes.iter().map(|s| ("a shape's name", &s.name)))
+    {
+        if let Some(c) = name.chars().find(|&c| crate::escape::is_hidden(c)) {
+            return Err(invalid(format!(
+                "{what} \"{}\" holds the control or invisible character {}: use visible text on one line",
+                crate::escape::terminal(name),
+                crate::escape::terminal(&c.to_string())
+            )));
+        }
+        if name.chars().count() > MAX_NAME_CHARS {
+            return Err(invalid(format!(
+                "{what} is {} characters long, more than {MAX_NAME_CHARS}",
+                name.chars().count()
+            )));
+        }
     }
     if mix.shapes.is_empty() || mix.shapes.len() > MAX_SHAPES {
         return Err(invalid(format!(
@@ -351,9 +372,22 @@ mod tests {
                 "name: x\nshapes:\n  - {name: a, new: 4294967295, gen: 1}\n",
                 "at most",
             ),
+            (
+                "name: \"x\\e]0;T\\a\\nMODEL=/etc/shadow\"\nshapes:\n  - {name: a, new: 1, gen: 1}\n",
+                r#"the workload's name "x\x1b]0;T\x07\nMODEL=/etc/shadow" holds the control or invisible character \x1b"#,
+            ),
+            (
+                "name: x\nshapes:\n  - {name: \"a\\u202eb\", new: 1, gen: 1}\n",
+                r"a shape's name",
+            ),
+            (
+                "name: xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\nshapes:\n  - {name: a, new: 1, gen: 1}\n",
+                "more than 64",
+            ),
         ] {
             let e = parse(text, "w.yaml").unwrap_err().to_string();
             assert!(e.contains(want), "{text}: {e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
         }
         assert!(matches!(load("chatty"), Err(WorkloadError::Unknown(_))));
     }

@@ -11,14 +11,17 @@ pub fn compare(opts: CompareOptions) -> Result<()> {
             command_name(l.command),
             fmt_opt(l.gen_tps),
             fmt_opt(l.prompt_tps),
-            l.outcome
+            crate::escape::terminal(&l.outcome)
         );
     })?;
     if opts.json {
         println!("{}", serde_json::to_string_pretty(&result)?);
     } else {
-        print!("{}", render_text(&result));
-        println!("results: {}", dir.join(RESULT_FILE).display());
+        print!("{}", crate::escape::terminal_lines(&render_text(&result)));
+        println!(
+            "results: {}",
+            crate::escape::terminal_path(&dir.join(RESULT_FILE))
+        );
     }
     if result
         .rounds

@@ -12,7 +12,7 @@ pub fn hw(format: Format, measure_bandwidth: bool) -> Result<()> {
         crate::hardware::measure_thread_scaling(&mut hw);
     }
     let text = match format {
-        Format::Text => crate::hardware::render_text(&hw),
+        Format::Text => crate::escape::terminal_lines(&crate::hardware::render_text(&hw)),
         Format::Json => serde_json::to_string_pretty(&hw)?,
         Format::Yaml => serde_yaml::to_string(&hw)?,
     };
@@ -45,7 +45,10 @@ pub fn inspect(
     match format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Yaml => print!("{}", serde_yaml::to_string(&report)?),
-        Format::Text => print!("{}", crate::model::inspect::render_text(&report)),
+        Format::Text => print!(
+            "{}",
+            crate::escape::terminal_lines(&crate::model::inspect::render_text(&report))
+        ),
     }
     Ok(())
 }
@@ -92,7 +95,7 @@ pub fn synth(out: &Path, shape: &str, ftype: &str) -> Result<()> {
     let n = n?;
     println!(
         "wrote {} ({} bytes, {:.2} GiB, shape {}, {:.1} s)",
-        out.display(),
+        crate::escape::terminal_path(out),
         n,
         n as f64 / (1u64 << 30) as f64,
         shape.name,
@@ -104,7 +107,7 @@ pub fn synth(out: &Path, shape: &str, ftype: &str) -> Result<()> {
 /// `qtune server path`.
 pub fn server_path(explicit: Option<PathBuf>) -> Result<()> {
     let s = crate::server_binary::resolve(explicit.as_deref())?;
-    println!("{}", s.path.display());
+    println!("{}", crate::escape::terminal_path(&s.path));
     Ok(())
 }
 
@@ -113,9 +116,9 @@ pub fn server_check(explicit: Option<PathBuf>) -> Result<()> {
     let s = crate::server_binary::resolve(explicit.as_deref())?;
     println!(
         "{} (from {}): {}; has {}",
-        s.path.display(),
+        crate::escape::terminal_path(&s.path),
         s.source.describe(),
-        s.version,
+        crate::escape::terminal(&s.version),
         crate::server_binary::REQUIRED_FLAGS.join(" ")
     );
     println!("devices: {}", s.backend());

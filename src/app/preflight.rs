@@ -3,6 +3,7 @@
 //! start banner, and `--dry-run`'s list of launches.
 
 use crate::config::LaunchConfig;
+use crate::escape::{terminal, terminal_path};
 use crate::hardware::HardwareProfile;
 use crate::model::ModelLayout;
 use crate::space::SearchSpace;
@@ -209,7 +210,7 @@ pub fn banner(
     let mut out = Vec::new();
     out.push(format!(
         "qtune: tuning {} ({}, {}{})",
-        model.display(),
+        terminal_path(model),
         layout.arch,
         crate::util::fmt_mib(layout.file_bytes as f64 / 1_048_576.0),
         if layout.is_moe() {
@@ -226,7 +227,7 @@ pub fn banner(
     } else {
         hw.gpus
             .iter()
-            .map(|g| format!("{} ({} MiB free)", g.name, g.vram_free_mib))
+            .map(|g| format!("{} ({} MiB free)", terminal(&g.name), g.vram_free_mib))
             .collect::<Vec<_>>()
             .join(" + ")
     };
@@ -237,10 +238,12 @@ pub fn banner(
     ));
     out.push(format!(
         "  space: {}{}",
-        space.name,
-        space_note.map(|n| format!(" ({n})")).unwrap_or_default()
+        terminal(&space.name),
+        space_note
+            .map(|n| format!(" ({})", terminal(n)))
+            .unwrap_or_default()
     ));
-    out.push(format!("  workload: {}", workload_text(space)));
+    out.push(format!("  workload: {}", terminal(&workload_text(space))));
     out.push(format!("  ctx: {}", space.fixed.ctx));
     out.push(format!(
         "  budget: at most {} launches and {} minutes",
@@ -260,7 +263,7 @@ pub fn banner(
     if baselines.len() > 1 {
         out.push("  reference: the better of the baselines on the objective".to_string());
     }
-    out.push(format!("  run directory: {}", run_dir.display()));
+    out.push(format!("  run directory: {}", terminal_path(run_dir)));
     out
 }
 

@@ -204,6 +204,7 @@ impl crate::search::Watch for Progress {
         if self.quiet {
             return;
         }
+        let line = crate::escape::terminal(&line);
         self.bar.set_message(line.clone());
         print_line(&self.bar, &self.bold(&line));
     }
@@ -218,7 +219,8 @@ impl crate::search::Watch for Progress {
         if self.quiet {
             return;
         }
-        print_line(&self.bar, line);
+        // A trial's line may quote its server's log: shown escaped, never raw.
+        print_line(&self.bar, &crate::escape::terminal_lines(line));
     }
 }
 

@@ -1,6 +1,7 @@
 //! Commands that work on a finished run or on profiles: `report`, `script`, `profile ...`
 //! and `plan`.
 
+use crate::escape::{terminal, terminal_lines, terminal_path};
 use crate::profile::{self, Profile};
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
@@ -9,7 +10,7 @@ use std::path::{Path, PathBuf};
 pub fn report(dir: &Path) -> Result<()> {
     let (dir, result) = crate::run::read_result(dir)?;
     crate::report::write_all(&dir, &result)?;
-    println!("{}", dir.join("report.md").display());
+    println!("{}", terminal_path(&dir.join("report.md")));
     Ok(())
 }
 
@@ -31,7 +32,7 @@ pub fn script(
         );
     }
     for path in crate::report::write_script(&result, out, host, port, extras)? {
-        println!("{}", path.display());
+        println!("{}", terminal_path(&path));
     }
     Ok(())
 }
@@ -44,9 +45,9 @@ pub fn profile_export(run_dir: &Path, out: &Path) -> Result<()> {
     crate::util::write_atomic(out, profile::to_yaml(&p)?.as_bytes())?;
     println!(
         "exported profile '{}' ({} measured configs) to {}",
-        p.name,
+        terminal(&p.name),
         p.front.len(),
-        out.display()
+        terminal_path(out)
     );
     Ok(())
 }
@@ -55,9 +56,12 @@ pub fn profile_export(run_dir: &Path, out: &Path) -> Result<()> {
 pub fn profile_import(file: &Path) -> Result<()> {
     let (dest, new) = profile::import_into(file, &crate::util::profiles_dir())?;
     if new {
-        println!("imported profile into {}", dest.display());
+        println!("imported profile into {}", terminal_path(&dest));
     } else {
-        println!("{} is already imported (same content)", dest.display());
+        println!(
+            "{} is already imported (same content)",
+            terminal_path(&dest)
+        );
     }
     Ok(())
 }
@@ -68,17 +72,17 @@ pub fn profile_list() -> Result<()> {
     let entries = profile::load_all(&dir);
     eprintln!(
         "profiles in {} (add one with 'qtune profile import FILE'), then the built-in ones:",
-        dir.display()
+        terminal_path(&dir)
     );
-    print!("{}", profile::list_text(&entries));
+    print!("{}", terminal_lines(&profile::list_text(&entries)));
     Ok(())
 }
 
 /// `qtune profile show NAME|FILE`.
 pub fn profile_show(name: &str) -> Result<()> {
     let (path, p) = profile::find_profile(name, &crate::util::profiles_dir())?;
-    println!("# {}", path.display());
-    print!("{}", profile::show_text(&p));
+    println!("# {}", terminal_path(&path));
+    print!("{}", terminal_lines(&profile::show_text(&p)));
     Ok(())
 }
 
@@ -101,7 +105,7 @@ pub fn plan(
     let hw = crate::hardware::probe(true);
     let dir = crate::util::profiles_dir();
     let chosen: Option<Profile> = match profile_path {
-        Some(p) => Some(profile::find_profile(&p.to_string_lossy(), &dir)?.1),
+        Some(p) => Some(profile::resolve_profile(p)?.1),
         None if !use_profiles => None,
         None => {
             let all: Vec<Profile> = profile::load_all(&dir)
@@ -121,7 +125,7 @@ pub fn plan(
     super::preflight::check_headroom(&hw, headroom_mib)?;
     super::preflight::check_fits(&layout, &hw, ctx, headroom_mib)?;
     let plan = crate::plan::plan(&layout, &hw, chosen.as_ref(), ctx, headroom_mib);
-    eprint!("{}", crate::plan::plan_text(&plan, model));
+    eprint!("{}", terminal_lines(&crate::plan::plan_text(&plan, model)));
     if !plan.fits {
         bail!(
             "no placement fits this GPU's budget of {}: free VRAM, lower --ctx or use a smaller quantization",

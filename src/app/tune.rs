@@ -130,7 +130,7 @@ fn space_for(
     }
     crate::space::validate(&space).map_err(|(_, msg)| anyhow::anyhow!("{msg}"))?;
     for note in space.workload.resolve(space.fixed.ctx)? {
-        eprintln!("qtune: {note}");
+        eprintln!("qtune: {}", crate::escape::terminal_lines(&note));
     }
     Ok((space, note))
 }
@@ -289,7 +289,7 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
     super::preflight::check_headroom(&hardware, opts.headroom_mib)?;
     super::preflight::check_fits(&layout, &hardware, ctx, opts.headroom_mib)?;
     for w in crate::space::host_warnings(&space, hardware.host.logical_cores, layout.n_blocks) {
-        eprintln!("qtune: warning: {w}");
+        eprintln!("qtune: warning: {}", crate::escape::terminal_lines(&w));
     }
     Ok(Checked {
         model,
@@ -361,11 +361,11 @@ fn prepare(
     let mut space = space;
     let quality =
         crate::quality::floor::apply(&mut space, &model, Some(&server_path), &mut |line| {
-            eprintln!("qtune: {line}")
+            eprintln!("qtune: {}", crate::escape::terminal_lines(&line))
         })?;
     let free = hardware.free_vram_mib();
     let start = match &opts.from_profile {
-        Some(p) => Some(crate::profile::load_profile(p)?.winner.config.base()),
+        Some(p) => Some(crate::profile::resolve_profile(p)?.1.winner.config.base()),
         None => None,
     };
     let run_dir = opts
@@ -502,7 +502,7 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
     }
     let (run_dir, inputs, layout, _lock, notes) = prepare(opts)?;
     if let Some(report) = Journal::repair(&run_dir)? {
-        eprintln!("qtune: {report}");
+        eprintln!("qtune: {}", crate::escape::terminal_lines(&report));
     }
     let resume = crate::search::resume_point(&run_dir)?;
     if !opts.quiet {
@@ -523,7 +523,7 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
     if !resume.done.is_empty() {
         eprintln!(
             "qtune: resuming {}: {} trials already done",
-            run_dir.display(),
+            crate::escape::terminal_path(&run_dir),
             resume.done.len()
         );
     }
@@ -620,7 +620,7 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
         host: opts.host.clone(),
         port: opts.port,
         start: match &opts.from_profile {
-            Some(p) => Some(crate::profile::load_profile(p)?.winner.config.base()),
+            Some(p) => Some(crate::profile::resolve_profile(p)?.1.winner.config.base()),
             None => None,
         },
         quality: None,
@@ -667,7 +667,7 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
 pub fn host_check(host: &str) -> Result<()> {
     crate::run::schema::check_host("--host", host)?;
     if let Some(w) = crate::report::script::exposed_host_warning(host) {
-        eprintln!("qtune: warning: {w}");
+        eprintln!("qtune: warning: {}", crate::escape::terminal_lines(&w));
     }
     Ok(())
 }
@@ -699,7 +699,7 @@ pub fn port_taken_warning(host: &str, port: u16) -> Option<String> {
 fn print_outcome(result: &TuneResult, run_dir: &Path, json: bool, quiet: bool) -> Result<()> {
     if json {
         if let Some(w) = port_taken_warning(&result.host, result.port) {
-            eprintln!("qtune: warning: {w}");
+            eprintln!("qtune: warning: {}", crate::escape::terminal_lines(&w));
         }
         println!(
             "{}",
@@ -708,13 +708,19 @@ fn print_outcome(result: &TuneResult, run_dir: &Path, json: bool, quiet: bool) -
         return Ok(());
     }
     if !quiet {
-        eprintln!("{}", crate::report::summary::table(result));
-        eprintln!("report: {}", run_dir.join("report.md").display());
-        eprintln!("run directory: {}", run_dir.display());
+        eprintln!(
+            "{}",
+            crate::escape::terminal_lines(&crate::report::summary::table(result))
+        );
+        eprintln!(
+            "report: {}",
+            crate::escape::terminal_path(&run_dir.join("report.md"))
+        );
+        eprintln!("run directory: {}", crate::escape::terminal_path(run_dir));
     }
     if result.winner.is_some() {
         if let Some(w) = port_taken_warning(&result.host, result.port) {
-            eprintln!("qtune: warning: {w}");
+            eprintln!("qtune: warning: {}", crate::escape::terminal_lines(&w));
         }
     }
     match &result.winner {
@@ -738,8 +744,8 @@ pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>) -> Result<()> {
     let server = crate::server_binary::resolve_or_build(server.as_deref(), &super::info::say)?;
     eprintln!(
         "qtune demo: llama-server {} ({})",
-        server.path.display(),
-        server.version
+        crate::escape::terminal_path(&server.path),
+        crate::escape::terminal(&server.version)
     );
     let model = crate::fixtures::tiny_moe("tiny-qwen35moe")?;
     eprintln!(

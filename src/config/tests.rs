@@ -397,6 +397,22 @@ fn shell_lines_split_like_a_shell() {
     assert!(split_shell_line("a 'b").is_err());
     assert!(split_shell_line("a \"b").is_err());
     assert_eq!(words("  "), Vec::<String>::new());
+    // bash's $'...' quoting, as shell_quote writes a word with a line break or an escape.
+    assert_eq!(
+        words(r"$'a\nb' $'it\'s \\ \x1b[2J\xe2\x80\xae' x$'\t'y"),
+        ["a\nb", "it's \\ \u{1b}[2J\u{202e}", "x\ty"]
+    );
+    assert!(split_shell_line("$'a").is_err());
+    for w in [
+        "a\nb",
+        "\u{1b}]0;T\u{7}",
+        "tab\there",
+        "it's\r",
+        "\u{202e}x",
+        "\u{85}",
+    ] {
+        assert_eq!(words(&shell_quote(w)), [w], "{w:?}");
+    }
 }
 
 #[test]

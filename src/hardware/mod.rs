@@ -175,7 +175,7 @@ impl HardwareProfile {
         let gpus = if self.gpus.is_empty() {
             format!(
                 "no GPU ({})",
-                self.no_gpu_reason.as_deref().unwrap_or("none found")
+                terminal(self.no_gpu_reason.as_deref().unwrap_or("none found"))
             )
         } else {
             self.gpus
@@ -183,7 +183,7 @@ impl HardwareProfile {
                 .map(|g| {
                     format!(
                         "{} ({} total, {} free)",
-                        g.name,
+                        terminal(&g.name),
                         crate::util::fmt_mib(g.vram_total_mib as f64),
                         crate::util::fmt_mib(g.vram_free_mib as f64)
                     )
@@ -193,7 +193,7 @@ impl HardwareProfile {
         };
         format!(
             "{gpus} · {} · {} cores ({} logical) · {} GiB RAM",
-            self.host.cpu_model,
+            terminal(&self.host.cpu_model),
             self.host
                 .physical_cores
                 .map_or("?".to_string(), |c| c.to_string()),
@@ -264,13 +264,15 @@ pub fn pcie_text(p: &PcieLink) -> String {
     )
 }
 
+use crate::escape::terminal;
+
 /// One GPU as a readable block (several lines, no trailing newline).
 pub fn gpu_text(g: &GpuInfo) -> String {
     let mib = |m: u64| crate::util::fmt_mib(m as f64);
     let mut out = format!(
         "GPU {}: {}\n  VRAM: {} total, {} free, {} used\n  PCIe: {}\n  Compute capability: {}",
         g.index,
-        g.name,
+        terminal(&g.name),
         mib(g.vram_total_mib),
         mib(g.vram_free_mib),
         mib(g.vram_used_mib),
@@ -285,7 +287,7 @@ pub fn gpu_text(g: &GpuInfo) -> String {
         );
     }
     if !g.uuid.is_empty() {
-        let _ = write!(out, "\n  UUID: {}", g.uuid);
+        let _ = write!(out, "\n  UUID: {}", terminal(&g.uuid));
     }
     if g.processes.is_empty() {
         out.push_str("\n  Processes holding VRAM: none");
@@ -296,7 +298,7 @@ pub fn gpu_text(g: &GpuInfo) -> String {
                 out,
                 "\n    pid {} {} ({})",
                 p.pid,
-                p.name.as_deref().unwrap_or("?"),
+                terminal(p.name.as_deref().unwrap_or("?")),
                 p.used_mib.map_or("usage unknown".to_string(), mib)
             );
         }
@@ -311,7 +313,7 @@ pub fn render_text(hw: &HardwareProfile) -> String {
         let _ = writeln!(
             out,
             "GPU: none — {}; qtune will tune for CPU only",
-            hw.no_gpu_reason.as_deref().unwrap_or("no GPU found")
+            terminal(hw.no_gpu_reason.as_deref().unwrap_or("no GPU found"))
         );
     } else {
         for g in &hw.gpus {
@@ -320,8 +322,8 @@ pub fn render_text(hw: &HardwareProfile) -> String {
         let _ = writeln!(
             out,
             "Driver: {} · CUDA {}",
-            hw.driver_version.as_deref().unwrap_or("unknown"),
-            hw.cuda_version.as_deref().unwrap_or("unknown")
+            terminal(hw.driver_version.as_deref().unwrap_or("unknown")),
+            terminal(hw.cuda_version.as_deref().unwrap_or("unknown"))
         );
     }
     let h = &hw.host;
@@ -329,7 +331,7 @@ pub fn render_text(hw: &HardwareProfile) -> String {
     let _ = writeln!(
         out,
         "  CPU: {} · {} physical cores, {} logical",
-        h.cpu_model,
+        terminal(&h.cpu_model),
         h.physical_cores.map_or("?".to_string(), |c| c.to_string()),
         h.logical_cores
     );
@@ -339,7 +341,7 @@ pub fn render_text(hw: &HardwareProfile) -> String {
         crate::util::fmt_mib(h.ram_total_mib as f64),
         crate::util::fmt_mib(h.ram_available_mib as f64)
     );
-    let _ = writeln!(out, "  OS: {}", h.os);
+    let _ = writeln!(out, "  OS: {}", terminal(&h.os));
     let _ = writeln!(
         out,
         "  Memory read bandwidth: {}",

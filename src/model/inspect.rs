@@ -3,6 +3,7 @@
 use super::memory::{self, MemoryPrediction};
 use super::ModelLayout;
 use crate::config::{KvType, LaunchConfig};
+use crate::escape::terminal;
 use crate::util::fmt_mib;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -142,17 +143,17 @@ fn mib(bytes: u64) -> String {
     fmt_mib(bytes as f64 / MIB)
 }
 
-/// The human-readable rendering.
+/// The human-readable rendering (text from the file, its name and path, escaped).
 pub fn render_text(r: &InspectReport) -> String {
     let l = &r.layout;
     let mut s = String::new();
     let _ = writeln!(
         s,
         "model     {}{}",
-        r.path,
+        terminal(&r.path),
         l.name
             .as_deref()
-            .map(|n| format!(" ({n})"))
+            .map(|n| format!(" ({})", terminal(n)))
             .unwrap_or_default()
     );
     let _ = writeln!(
@@ -233,7 +234,7 @@ pub fn render_text(r: &InspectReport) -> String {
         r.kv,
         fmt_mib(kv)
     );
-    let _ = writeln!(s, "GPU       {}", r.gpu_summary);
+    let _ = writeln!(s, "GPU       {}", terminal(&r.gpu_summary));
     match r.vram_budget_mib {
         Some(b) => {
             let _ = writeln!(s, "budget    {} of VRAM (free minus headroom)", fmt_mib(b));

@@ -6,18 +6,20 @@ use super::*;
 pub fn plan_text(plan: &Plan, model: &Path) -> String {
     let mib = crate::util::fmt_mib;
     let mut o = String::new();
-    let _ = writeln!(o, "Plan for {}", model.display());
+    let _ = writeln!(o, "Plan for {}", crate::escape::terminal_path(model));
     let _ = writeln!(
         o,
         "  profile: {}",
-        plan.from_profile
-            .as_deref()
-            .unwrap_or("none (built-in defaults)")
+        crate::escape::terminal(
+            plan.from_profile
+                .as_deref()
+                .unwrap_or("none (built-in defaults)")
+        )
     );
     let _ = writeln!(o, "  config: {}", plan.config.label());
     let _ = writeln!(o, "  confidence: {}", plan.confidence.as_str());
     for r in &plan.reasons {
-        let _ = writeln!(o, "    - {r}");
+        let _ = writeln!(o, "    - {}", crate::escape::terminal(r));
     }
     if !plan.compared.is_empty() {
         let _ = writeln!(o, "  compared (predicted, not measured; * the plan's):");
@@ -49,7 +51,7 @@ pub fn plan_text(plan: &Plan, model: &Path) -> String {
             o,
             "    CUDA{} {}: {} of its {} budget",
             g.index,
-            g.name,
+            crate::escape::terminal(&g.name),
             mib(*used),
             mib(g.budget_mib as f64)
         );

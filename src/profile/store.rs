@@ -119,6 +119,13 @@ pub fn slug_of_path(path: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// The profile a `--profile` (`plan`) or `--from-profile` (`tune`) argument names: a file, a
+/// slug or a name, looked up by [`find_profile`] in the user's profiles folder. The one
+/// resolver of both commands, so a name one takes the other takes too.
+pub fn resolve_profile(arg: &Path) -> Result<(PathBuf, Profile)> {
+    find_profile(&arg.to_string_lossy(), &crate::util::profiles_dir())
+}
+
 /// Find a profile by file path, by slug (file stem) in `profiles_dir` or among the built-in
 /// profiles, or by its `name` (or the name's slug).
 pub fn find_profile(name: &str, profiles_dir: &Path) -> Result<(PathBuf, Profile)> {

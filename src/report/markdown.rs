@@ -29,9 +29,47 @@ fn date(ts: &str) -> String {
         .unwrap_or_else(|_| ts.to_string())
 }
 
-/// Escape a table cell: pipes and newlines would break the row.
+/// Escape a table cell of qtune's own Markdown (a config label in backticks): pipes and
+/// newlines would break the row. Text from outside goes through [`text`] or [`code`].
 fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+/// Text from outside (a model's name, a path, a card's name, a trial's message, a warning)
+/// as data: no tag, link, code span, table cell or line of its own ([`crate::escape`]).
+fn text(s: &str) -> String {
+    crate::escape::markdown(s)
+}
+
+/// Text from outside in an inline code span.
+fn code(s: &str) -> String {
+    crate::escape::markdown_code(s)
+}
+
+/// qtune's own sentence with text from outside in it (a fact naming a workload, a warning, a
+/// trial's diagnosis): its backtick spans stay code ([`code`]), the rest is [`text`]. Whatever
+/// the outside text holds, each piece is escaped, so nothing in it is live.
+fn prose(s: &str) -> String {
+    let parts: Vec<&str> = s.split('`').collect();
+    // An unmatched backtick is text: the last piece of an even split is not code.
+    let paired = parts.len() % 2 == 1;
+    let mut out = String::new();
+    for (i, p) in parts.iter().enumerate() {
+        if i % 2 == 1 && (paired || i + 1 < parts.len()) {
+            out.push_str(&code(p));
+        } else {
+            if i % 2 == 1 {
+                out.push_str(&text("`"));
+            }
+            out.push_str(&text(p));
+        }
+    }
+    out
+}
+
+/// A command in a fenced `sh` block (ends with a line break).
+fn command_block(argv: &[String]) -> String {
+    crate::escape::markdown_code_block("sh", &shell_line(argv))
 }
 
 fn tps(s: &Stat) -> String {
@@ -108,7 +146,12 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
     let mut md = String::new();
     let m = &mut md;
     let title = model_title(r);
-    let _ = writeln!(m, "# qtune report: {} — {}\n", title, date(&r.started_at));
+    let _ = writeln!(
+        m,
+        "# qtune report: {} — {}\n",
+        text(&title),
+        text(&date(&r.started_at))
+    );
 
     // The answer first: in the tune's objective.
     if r.space.objective.metric == Metric::Request {
@@ -152,7 +195,7 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
         let _ = writeln!(m, "None.\n");
     } else {
         for w in &all {
-            let _ = writeln!(m, "- {}", w.replace('\n', " "));
+            let _ = writeln!(m, "- {}", prose(w));
         }
         let _ = writeln!(m);
     }
@@ -174,7 +217,7 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
         m,
         "\n<sub>qtune {} · {} · started {} · finished {}</sub>",
         r.qtune_version,
-        cell(&r.server_version),
+        text(&r.server_version),
         r.started_at,
         r.finished_at
     );
@@ -217,14 +260,19 @@ fn race_section(m: &mut String, r: &TuneResult, title: &str) {
 fn workload_first(m: &mut String, r: &TuneResult) {
     match (super::summary::verdict(r), &r.winner) {
         (Some(v), Some(w)) => {
-            let _ = writeln!(m, "**Recommended for {}:** `{}`\n", v.workload, v.flags);
+            let _ = writeln!(
+                m,
+                "**Recommended for {}:** {}\n",
+                text(&v.workload),
+                code(&v.flags)
+            );
             for f in &v.facts {
-                let _ = writeln!(m, "- {f}");
+                let _ = writeln!(m, "- {}", prose(f));
             }
             let _ = writeln!(m);
             workload_picks(m, r);
             let _ = writeln!(m, "### Launch the recommendation\n");
-            let _ = writeln!(m, "```sh\n{}\n```\n", shell_line(&w.command));
+            let _ = writeln!(m, "{}", command_block(&w.command));
             let _ = writeln!(
                 m,
                 "Or run [`launch.sh`](launch.sh): it checks the model, the server binary and free VRAM \
@@ -260,10 +308,10 @@ fn workload_picks(m: &mut String, r: &TuneResult) {
         let _ = writeln!(
             m,
             "| {} | {} | {:.2} | {} | {} | {} | {} | {} |",
-            cell(&workload),
-            cell(&format!("`{}`", super::summary::flags(&p.config))),
+            text(&workload),
+            code(&super::summary::flags(&p.config)),
             p.request_s,
-            p.reference_name.as_deref().unwrap_or("–"),
+            text(p.reference_name.as_deref().unwrap_or("–")),
             p.reference_request_s
                 .map_or("–".to_string(), |t| format!("{t:.2}")),
             p.ratio().map_or("–".to_string(), |x| format!("{x:.2}×")),
@@ -291,8 +339,8 @@ fn baselines(m: &mut String, r: &TuneResult) {
         let _ = writeln!(m, "### The baseline (what you get without qtune)\n");
         let _ = writeln!(
             m,
-            "```sh\n{}\n```\n",
-            shell_line(&bcfg.command(&r.server_path, &r.model_path, &r.host, r.port))
+            "{}",
+            command_block(&bcfg.command(&r.server_path, &r.model_path, &r.host, r.port))
         );
         return;
     };
@@ -300,7 +348,7 @@ fn baselines(m: &mut String, r: &TuneResult) {
     both.extend(rf.other.as_deref().map(|o| (o, false)));
     both.sort_by_key(|(b, _)| b.name != "default");
     let _ = writeln!(m, "### The baselines (what you get without qtune)\n");
-    let workload = r.space.workload.name();
+    let workload = text(&r.space.workload.name());
     for (b, is_reference) in both {
         let time = b.request_s.map_or("not measured".to_string(), |t| {
             format!("{t:.2} s per request on {workload}")
@@ -315,11 +363,11 @@ fn baselines(m: &mut String, r: &TuneResult) {
         let _ = writeln!(
             m,
             "**{}**{}: {time}, peak VRAM {}{over}\n",
-            b.name,
+            text(&b.name),
             if is_reference { " (the reference)" } else { "" },
             vram(b.peak_vram_mib)
         );
-        let _ = writeln!(m, "```sh\n{}\n```\n", shell_line(&b.command));
+        let _ = writeln!(m, "{}", command_block(&b.command));
     }
 }
 
@@ -405,10 +453,10 @@ fn generation_first(m: &mut String, r: &TuneResult) {
                 .map_or("not measured".to_string(), |b| b.source.clone())
         );
         if let Some(f) = base.as_ref().and_then(|b| b.failure.as_ref()) {
-            let _ = writeln!(m, "The baseline failed: {}\n", cell(f));
+            let _ = writeln!(m, "The baseline failed: {}\n", prose(f));
         }
         let _ = writeln!(m, "### Launch the winner\n");
-        let _ = writeln!(m, "```sh\n{}\n```\n", shell_line(&w.command));
+        let _ = writeln!(m, "{}", command_block(&w.command));
         let _ = writeln!(
             m,
             "Or run [`launch.sh`](launch.sh): it checks the model, the server binary and free VRAM \
@@ -424,8 +472,8 @@ fn generation_first(m: &mut String, r: &TuneResult) {
     let _ = writeln!(m, "### The baseline (what you get without qtune)\n");
     let _ = writeln!(
         m,
-        "```sh\n{}\n```\n",
-        shell_line(&bcfg.command(&r.server_path, &r.model_path, &r.host, r.port))
+        "{}",
+        command_block(&bcfg.command(&r.server_path, &r.model_path, &r.host, r.port))
     );
 }
 
@@ -436,7 +484,7 @@ fn hardware(m: &mut String, r: &TuneResult) {
         let _ = writeln!(
             m,
             "- **GPU:** none ({}): a CPU-only tune, VRAM not measured",
-            hw.no_gpu_reason.as_deref().unwrap_or("none found")
+            text(hw.no_gpu_reason.as_deref().unwrap_or("none found"))
         );
     }
     for g in &hw.gpus {
@@ -452,7 +500,7 @@ fn hardware(m: &mut String, r: &TuneResult) {
             m,
             "- **GPU {}:** {} · {} total, {} free at start{link}{cc}",
             g.index,
-            g.name,
+            text(&g.name),
             fmt_mib(g.vram_total_mib as f64),
             fmt_mib(g.vram_free_mib as f64)
         );
@@ -471,9 +519,10 @@ fn hardware(m: &mut String, r: &TuneResult) {
     if let (Some(d), c) = (&hw.driver_version, &hw.cuda_version) {
         let _ = writeln!(
             m,
-            "- **Driver:** {d}{}",
+            "- **Driver:** {}{}",
+            text(d),
             c.as_ref()
-                .map(|c| format!(" (CUDA {c})"))
+                .map(|c| format!(" (CUDA {})", text(c)))
                 .unwrap_or_default()
         );
     }
@@ -496,7 +545,7 @@ fn hardware(m: &mut String, r: &TuneResult) {
                 m,
                 "  - CUDA{}: {} · budget {} (free at start {})",
                 g.index,
-                g.name,
+                text(&g.name),
                 fmt_mib(g.budget_mib as f64),
                 fmt_mib(g.free_mib as f64)
             );
@@ -506,7 +555,7 @@ fn hardware(m: &mut String, r: &TuneResult) {
     let _ = writeln!(
         m,
         "- **CPU:** {} · {} cores ({} logical){}",
-        h.cpu_model,
+        text(&h.cpu_model),
         h.physical_cores.map_or("?".to_string(), |c| c.to_string()),
         h.logical_cores,
         h.mem_bandwidth_gbs
@@ -519,7 +568,7 @@ fn hardware(m: &mut String, r: &TuneResult) {
         h.ram_total_mib as f64 / 1024.0,
         h.ram_available_mib as f64 / 1024.0
     );
-    let _ = writeln!(m, "- **OS:** {}\n", h.os);
+    let _ = writeln!(m, "- **OS:** {}\n", text(&h.os));
 }
 
 fn model(m: &mut String, r: &TuneResult) {
@@ -537,19 +586,19 @@ fn model(m: &mut String, r: &TuneResult) {
     };
     let _ = writeln!(
         m,
-        "| {} | {} | {} | {} | {:.2} GiB | `{}` |\n",
-        cell(&l.arch),
+        "| {} | {} | {} | {} | {:.2} GiB | {} |\n",
+        text(&l.arch),
         l.n_blocks,
         experts,
-        cell(l.file_type.as_deref().unwrap_or("?")),
+        text(l.file_type.as_deref().unwrap_or("?")),
         l.file_bytes as f64 / (1024.0 * 1024.0 * 1024.0),
-        cell(&r.model_path.display().to_string())
+        code(&r.model_path.display().to_string())
     );
     let _ = writeln!(
         m,
-        "Server: `{}` ({})\n",
-        cell(&r.server_path.display().to_string()),
-        cell(&r.server_version)
+        "Server: {} ({})\n",
+        code(&r.server_path.display().to_string()),
+        text(&r.server_version)
     );
 }
 
@@ -558,12 +607,12 @@ fn search(m: &mut String, r: &TuneResult) {
     let _ = writeln!(m, "## Search space and budget\n");
     let _ = writeln!(
         m,
-        "- **Space:** `{}`{}",
-        s.name,
+        "- **Space:** {}{}",
+        code(&s.name),
         if s.description.is_empty() {
             String::new()
         } else {
-            format!(": {}", s.description.replace('\n', " "))
+            format!(": {}", text(&s.description))
         }
     );
     let _ = writeln!(
@@ -590,7 +639,7 @@ fn search(m: &mut String, r: &TuneResult) {
             .unwrap_or_default()
     );
     let vary = serde_json::to_string(&s.vary).unwrap_or_default();
-    let _ = writeln!(m, "- **Varied:** `{}`", cell(&vary));
+    let _ = writeln!(m, "- **Varied:** {}", code(&vary));
     let _ = writeln!(
         m,
         "- **Objective:** {} (ties within {} %)",
@@ -696,7 +745,7 @@ fn trials(m: &mut String, r: &TuneResult) {
             roof,
             vram(t.peak_vram_total_mib()),
             t.duration_s,
-            cell(&note)
+            prose(&note)
         );
     }
     let _ = writeln!(
@@ -896,6 +945,21 @@ fn model_pick(m: &mut String, r: &TuneResult) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// qtune's sentences keep their code spans; text from outside in them is escaped, and an
+    /// unmatched backtick is text.
+    #[test]
+    fn prose_keeps_qtune_code_spans_and_escapes_the_rest() {
+        assert_eq!(
+            prose("reference: the better of it and `-c 4096 --fit on`"),
+            "reference: the better of it and `-c 4096 --fit on`"
+        );
+        assert_eq!(
+            prose("workload: <b>x</b> [a](javascript:b) `c|d` e`f"),
+            r"workload: &lt;b&gt;x&lt;/b&gt; \[a\](javascript:b) `c\|d` e\`f"
+        );
+        assert_eq!(prose("a\nb"), r"a\\nb");
+    }
     use crate::run::sample;
     use std::path::Path;
 

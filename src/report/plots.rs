@@ -330,7 +330,10 @@ impl PlotData {
             .unwrap_or_default();
         PlotData {
             modelled,
-            model: r.model.name.clone().unwrap_or_else(|| super::model_stem(r)),
+            // Drawn text from outside: no control character (an SVG could not hold it).
+            model: crate::escape::terminal(
+                &r.model.name.clone().unwrap_or_else(|| super::model_stem(r)),
+            ),
             points,
             failed,
             winner,

@@ -1,6 +1,7 @@
 //! The one-screen summary printed after a tune.
 
 use super::TuneResult;
+use crate::escape::terminal;
 use crate::trial::TrialRole;
 use crate::util::fmt_mib;
 
@@ -14,7 +15,7 @@ pub fn table(r: &TuneResult) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "\n{} · {} · {}\n",
-        r.model.name.as_deref().unwrap_or(&r.model.arch),
+        terminal(r.model.name.as_deref().unwrap_or(&r.model.arch)),
         r.hardware.summary(),
         match r.vram_budget_mib {
             Some(b) if !r.gpu_budgets.is_empty() => format!(
@@ -85,7 +86,7 @@ pub fn table(r: &TuneResult) -> String {
         out.push('\n');
     }
     for w in &r.warnings {
-        out.push_str(&format!("warning: {w}\n"));
+        out.push_str(&format!("warning: {}\n", terminal(w)));
     }
     out
 }
@@ -216,8 +217,12 @@ pub fn verdict_lines(r: &TuneResult) -> Vec<String> {
         return out;
     };
     out.push(String::new());
-    out.push(format!("recommended for {}: {}", v.workload, v.flags));
-    out.extend(v.facts.iter().map(|f| format!("  {f}")));
+    out.push(format!(
+        "recommended for {}: {}",
+        terminal(&v.workload),
+        v.flags
+    ));
+    out.extend(v.facts.iter().map(|f| format!("  {}", terminal(f))));
     let picks = r.workload_picks();
     if picks.len() > 1 {
         out.push("best command for each built-in workload (median time per request):".into());
@@ -230,7 +235,7 @@ pub fn verdict_lines(r: &TuneResult) -> Vec<String> {
             };
             out.push(format!(
                 "  {}: {} · {:.2} s over {} launch{}{reference} ({})",
-                p.workload,
+                terminal(&p.workload),
                 flags(&p.config),
                 p.request_s,
                 p.launches,

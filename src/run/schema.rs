@@ -7,6 +7,9 @@ use super::{RunInputs, TuneResult};
 use anyhow::{bail, Result};
 use std::path::Path;
 
+/// The longest model name a run may hold: the run file's own bound.
+const MAX_NAME_BYTES: usize = super::MAX_RUN_FILE_BYTES as usize;
+
 /// A version string as qtune writes its own: `MAJOR.MINOR.PATCH` with an optional
 /// pre-release or build suffix of letters, digits, `.`, `-` and `+`; at most 64 characters.
 pub fn check_version(field: &str, v: &str) -> Result<()> {
@@ -57,15 +60,47 @@ pub fn check_one_line(field: &str, v: &str, max: usize) -> Result<()> {
     if let Some(c) = v.chars().find(|c| c.is_control()) {
         bail!("{field} holds the control character {c:?}: one line of text was expected");
     }
+    check_len(field, v, max)
+}
+
+fn check_len(field: &str, v: &str, max: usize) -> Result<()> {
     if v.len() > max {
         bail!("{field} is {} bytes long, more than {max}", v.len());
     }
     Ok(())
 }
 
-/// A path that must stay on one line (see [`check_one_line`]), at most 4096 bytes.
+/// Free text from outside that qtune stores as it found it (a model's `general.name`, a
+/// card's name, a server's version line) and escapes wherever it shows it
+/// ([`crate::escape`]): any character, at most `max` bytes. Only a line break is refused
+/// where `no_line_break` says qtune never stores one (a version is one line of output).
+pub fn check_text(field: &str, v: &str, max: usize, no_line_break: bool) -> Result<()> {
+    if no_line_break && v.contains('\n') {
+        bail!("{field} holds a line break: qtune stores one line there");
+    }
+    check_len(field, v, max)
+}
+
+/// A path or a word of a command as qtune stores it: any character a file name may hold (a
+/// tab, an escape: they are quoted and escaped wherever shown), but no NUL, which no path or
+/// argument can hold, and no line break or carriage return, which `qtune tune` refuses in a
+/// model or server path up front; at most 4096 bytes.
+pub fn check_word(field: &str, v: &str) -> Result<()> {
+    if let Some(c) = v.chars().find(|c| matches!(c, '\n' | '\r' | '\0')) {
+        bail!(
+            "{field} holds {}: no path or argument qtune writes does",
+            match c {
+                '\0' => "a NUL",
+                _ => "a line break",
+            }
+        );
+    }
+    check_len(field, v, 4096)
+}
+
+/// A path: see [`check_word`].
 pub fn check_path(field: &str, p: &Path) -> Result<()> {
-    check_one_line(field, &p.to_string_lossy(), 4096)
+    check_word(field, &p.to_string_lossy())
 }
 
 impl TuneResult {
@@ -74,22 +109,24 @@ impl TuneResult {
         check_version("qtune_version", &self.qtune_version)?;
         check_timestamp("started_at", &self.started_at)?;
         check_timestamp("finished_at", &self.finished_at)?;
-        check_one_line("server_version", &self.server_version, 512)?;
+        check_text("server_version", &self.server_version, 4096, true)?;
         check_path("server_path", &self.server_path)?;
         check_path("model_path", &self.model_path)?;
         check_host("host", &self.host)?;
+        // A model's name is whatever its file says (qtune shows it escaped): any length the
+        // file's size allows, so only the file bound limits it.
         if let Some(n) = &self.model.name {
-            check_one_line("model.name", n, 512)?;
+            check_text("model.name", n, MAX_NAME_BYTES, false)?;
         }
         for g in &self.gpu_budgets {
-            check_one_line("gpu_budgets[].name", &g.name, 256)?;
+            check_text("gpu_budgets[].name", &g.name, 4096, false)?;
         }
         for g in &self.hardware.gpus {
-            check_one_line("hardware.gpus[].name", &g.name, 256)?;
+            check_text("hardware.gpus[].name", &g.name, 4096, false)?;
         }
         if let Some(w) = &self.winner {
             for word in &w.command {
-                check_one_line("winner.command", word, 4096)?;
+                check_word("winner.command", word)?;
             }
         }
         Ok(())
@@ -100,15 +137,15 @@ impl RunInputs {
     /// Check every value a resumed tune takes from `run.json`.
     pub fn check_schema(&self) -> Result<()> {
         check_timestamp("started_at", &self.started_at)?;
-        check_one_line("server_version", &self.server_version, 512)?;
+        check_text("server_version", &self.server_version, 4096, true)?;
         check_path("server_path", &self.server_path)?;
         check_path("model_path", &self.model_path)?;
         check_host("host", &self.host)?;
         for g in &self.gpu_budgets {
-            check_one_line("gpu_budgets[].name", &g.name, 256)?;
+            check_text("gpu_budgets[].name", &g.name, 4096, false)?;
         }
         for g in &self.hardware.gpus {
-            check_one_line("hardware.gpus[].name", &g.name, 256)?;
+            check_text("hardware.gpus[].name", &g.name, 4096, false)?;
         }
         Ok(())
     }
@@ -148,6 +185,33 @@ mod tests {
         }
         assert!(check_one_line("n", "a\rb", 10).is_err());
         assert!(check_one_line("n", "abcdef", 3).is_err());
+    }
+
+    /// What qtune stores from outside (a hostile model name, a tab or an escape in a path) is
+    /// never a reason to refuse its own run; what it never stores (a NUL or a line break in a
+    /// path, a line break in a version line) still is, in one line.
+    #[test]
+    fn text_qtune_stores_passes_and_what_it_never_stores_is_refused() {
+        let evil = "\u{1b}]0;TITLE\u{7}\u{1b}[2J\nMODEL=/etc/shadow <script>x</script>\u{202e}\t";
+        let mut r =
+            crate::run::sample::gpu_result(Path::new("/s/llama-server"), Path::new("/m\tx.gguf"));
+        r.model.name = Some(format!("{evil}{}", "n".repeat(2000)));
+        r.hardware.gpus[0].name = evil.into();
+        r.server_version = "version: 1 (\u{1b}[31mabc\r)".into();
+        if let Some(w) = &mut r.winner {
+            w.command[0] = "/s/llama\tserver \u{1b}x".into();
+        }
+        r.check_schema().unwrap();
+        for bad in ["/m\n.gguf", "/m\r.gguf", "/m\0.gguf"] {
+            let mut b = r.clone();
+            b.model_path = bad.into();
+            let e = b.check_schema().unwrap_err().to_string();
+            assert!(e.starts_with("model_path holds "), "{e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+        let mut b = r.clone();
+        b.server_version = "b1\ntouch PWNED".into();
+        assert!(b.check_schema().is_err());
     }
 
     #[test]
