@@ -30,7 +30,7 @@ import os, re, sys
 from collections import defaultdict
 
 SRC = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), '..', 'src')
-LAYERS = [['util', 'clock', 'config', 'escape'], ['hardware'], ['server_binary', 'server'], ['model'], ['workloads', 'space'],
+LAYERS = [['util', 'clock', 'config', 'escape'], ['hardware'], ['server_binary', 'server'], ['model'], ['workloads', 'space', 'traffic'],
           ['trial'], ['stats'], ['fixtures', 'quality'], ['run'], ['placement'], ['search'],
           ['report', 'profile'], ['plan'], ['compare'], ['app'], ['cli']]
 RANK = {m: i for i, layer in enumerate(LAYERS) for m in layer}

@@ -395,8 +395,8 @@ pub fn read_inputs(dir: &Path) -> Result<RunInputs> {
 }
 
 pub const LOCK_FILE: &str = ".qtune.lock";
-/// The folder of a run's trial logs (`logs/trial-<id>.log`).
-pub const LOGS_DIR: &str = "logs";
+/// The folder of a run's trial logs (`logs/trial-<id>.log`): the trial stage writes them.
+pub use crate::trial::LOGS_DIR;
 
 /// An exclusive OS lock (`flock`) on a run directory, held while a tune, a resume or a
 /// measurement writes into it. The OS releases it when the holder dies, however it dies.

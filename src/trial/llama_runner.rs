@@ -135,7 +135,7 @@ impl LlamaServerRunner {
             .context("cannot build the HTTP client")?;
         std::fs::create_dir_all(run_dir)
             .with_context(|| format!("cannot create {}", run_dir.display()))?;
-        crate::util::real_dir(&run_dir.join(crate::run::LOGS_DIR))?;
+        crate::util::real_dir(&run_dir.join(super::LOGS_DIR))?;
         Ok(LlamaServerRunner {
             server: server.to_path_buf(),
             model: model.to_path_buf(),
@@ -250,7 +250,7 @@ impl LlamaServerRunner {
     /// `logs/trial-<id>.log`, or `trial-<id>.<n>.log` when that exists already (a trial cut
     /// short before it was journaled): a trial log is never overwritten.
     fn log_path(&self, id: u32) -> PathBuf {
-        let logs = self.run_dir.join(crate::run::LOGS_DIR);
+        let logs = self.run_dir.join(super::LOGS_DIR);
         // A dangling link takes its name too (`exists` would follow it).
         let taken = |p: &Path| std::fs::symlink_metadata(p).is_ok();
         let first = logs.join(format!("trial-{id}.log"));
@@ -268,7 +268,7 @@ impl LlamaServerRunner {
     /// another log).
     fn open_log(&self, path: &Path, argv: &[String]) -> Result<std::fs::File> {
         use std::os::unix::fs::OpenOptionsExt;
-        crate::util::real_dir(&self.run_dir.join(crate::run::LOGS_DIR))?;
+        crate::util::real_dir(&self.run_dir.join(super::LOGS_DIR))?;
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)

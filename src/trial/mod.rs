@@ -2,6 +2,9 @@
 //! journaled. The [`TrialRunner`] trait has the real runner ([`llama_runner::LlamaServerRunner`]) and
 //! replay / fault-injecting runners for testing the search's logic.
 
+/// The folder of a run directory where each trial's server log goes (`logs/trial-<id>.log`).
+pub const LOGS_DIR: &str = "logs";
+
 pub mod classify;
 pub mod cleanup;
 pub mod journal;
