@@ -171,10 +171,37 @@ pub fn decide(
             a
         }
     });
-    let reference_failed = history
+    // The reference is what the user runs today: only a failure that says their command
+    // itself breaks (out of memory, a crash, a bad flag, no load) takes it out. A request
+    // that timed out (a busy box), a lost port race or implausible numbers do not, while
+    // other launches of it measured: it is kept and the failure named.
+    let reference_failures: Vec<&TrialOutcome> = history
         .iter()
         .filter(|o| o.config == reference_cfg)
-        .any(|o| !(o.kind.is_ok() || o.kind == crate::trial::OutcomeKind::Spill));
+        .filter(|o| !(o.kind.is_ok() || o.kind == crate::trial::OutcomeKind::Spill))
+        .collect();
+    let reference_failed = reference_failures.iter().any(|o| {
+        !matches!(
+            o.kind,
+            crate::trial::OutcomeKind::RequestTimeout
+                | crate::trial::OutcomeKind::PortConflict
+                | crate::trial::OutcomeKind::Implausible
+        )
+    });
+    if !reference_failed && baseline.is_some() && !reference_failures.is_empty() {
+        let ids: Vec<String> = reference_failures
+            .iter()
+            .map(|o| o.id.to_string())
+            .collect();
+        warnings.push(format!(
+            "the reference ({}) failed in trial{} {} ({}): a busy box or a hung request, not its placement; \
+             its other launches measured, so it stays the reference",
+            reference_cfg.label(),
+            if ids.len() == 1 { "" } else { "s" },
+            ids.join(", "),
+            reference_failures[0].kind.as_str()
+        ));
+    }
     let baseline_eligible = baseline.is_some() && !reference_failed;
     let mut kept = false;
     let (config, speeds, vram) = match (best, baseline_eligible) {
@@ -304,7 +331,9 @@ pub fn reference_trials<'a>(
         .iter()
         .filter(|o| o.role == TrialRole::Confirm && &o.config == cfg)
         .collect();
-    if !confirm.is_empty() {
+    // The race's launches where any of them measured; else (none raced, or every raced
+    // launch failed: a request timeout on a busy box) the baseline launches.
+    if confirm.iter().any(|o| o.kind.is_ok()) {
         return confirm;
     }
     history
@@ -702,6 +731,61 @@ mod tests {
         ];
         let (_, win, _) = run(&h);
         assert!(win.is_none());
+    }
+
+    /// The fresh path's demo on a loaded 2-core box (2026-11-26): the reference's raced launch
+    /// timed out, the race proved nothing, and the tune ended "no config ran successfully"
+    /// although the reference had measured twice. A timeout keeps it; an OOM does not.
+    #[test]
+    fn a_reference_whose_raced_launch_timed_out_stays_the_recommendation() {
+        use crate::stats::race::{Race, RaceSettings};
+        let b = ctx().baseline();
+        let mut race = Race::new(
+            RaceSettings {
+                budget_launches: 4,
+                noise_launches: 0,
+                ..RaceSettings::default()
+            },
+            1,
+        );
+        // Every launch of the reference fails; the candidate measures.
+        while let Some(l) = race.next_launch() {
+            let sample = (l.arm != 0).then_some(crate::stats::Sample {
+                gen_tps: 50.0,
+                prompt_tps: 500.0,
+                request_rate: None,
+            });
+            race.record(l, sample);
+        }
+        let report = crate::run::RaceReport {
+            candidates: vec![at(10)],
+            outcome: race.outcome(),
+        };
+        let cmd = |c: &LaunchConfig| c.command(Path::new("/s"), Path::new("/m"), "h", 1);
+        let mut h = vec![
+            trial(1, Baseline, b.clone(), Ok, 20.0),
+            trial(2, Baseline, b.clone(), Ok, 21.0),
+            trial(3, Search, at(10), Ok, 50.0),
+            trial(4, Confirm, b.clone(), RequestTimeout, 0.0),
+        ];
+        let mut warnings = Vec::new();
+        let (_, w) = decide(&ctx(), &h, Some(15000), &cmd, &mut warnings, Some(&report));
+        let w = w.expect("the reference stays the recommendation");
+        assert_eq!(w.config, b);
+        assert!(
+            warnings
+                .iter()
+                .any(|x| x.contains("failed in trial 4 (request-timeout)")),
+            "{warnings:?}"
+        );
+
+        h[3] = trial(4, Confirm, b.clone(), OomRuntime, 0.0);
+        let mut warnings = Vec::new();
+        let (_, w) = decide(&ctx(), &h, Some(15000), &cmd, &mut warnings, Some(&report));
+        assert!(
+            w.is_none(),
+            "a reference that ran out of memory is no recommendation"
+        );
     }
 
     #[test]
