@@ -300,7 +300,7 @@ pub fn check_busy(
     hw: &HardwareProfile,
     space: &mut SearchSpace,
     allow_busy: bool,
-    command: &str,
+    anyway: &str,
 ) -> Result<Vec<String>> {
     use crate::hardware::busy;
     let env_max = busy::max_threads_env().map_err(|e| anyhow::anyhow!(e))?;
@@ -312,7 +312,7 @@ pub fn check_busy(
         .collect();
     let b = busy::measure(busy::WINDOW, hw.host.logical_cores, &gpu);
     if b.too_busy() && !allow_busy && !busy::allow_busy_env() {
-        bail!("{}", b.stop_message(command));
+        bail!("{}", b.stop_message(anyway));
     }
     let default_threads = hw
         .host

@@ -293,8 +293,12 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
     super::preflight::check_headroom(&hardware, opts.headroom_mib)?;
     super::preflight::check_fits(&layout, &hardware, ctx, opts.headroom_mib)?;
     if opts.replay.is_none() {
-        for w in super::preflight::check_busy(&hardware, &mut space, opts.allow_busy, "qtune tune")?
-        {
+        for w in super::preflight::check_busy(
+            &hardware,
+            &mut space,
+            opts.allow_busy,
+            "run qtune tune with --allow-busy",
+        )? {
             eprintln!("qtune: warning: {w}");
         }
     }

@@ -218,10 +218,11 @@ impl Busy {
         s
     }
 
-    /// The one-line error of a box too busy to tune.
-    pub fn stop_message(&self, command: &str) -> String {
+    /// The one-line error of a box too busy to time; `anyway` says how to go on regardless
+    /// ("run qtune tune with --allow-busy").
+    pub fn stop_message(&self, anyway: &str) -> String {
         format!(
-            "the box is busy: {}; a trial would get under a quarter of a core and its timings would be noise. Close what is running (top or htop shows it), or run {command} with --allow-busy to tune anyway",
+            "the box is busy: {}; a trial would get under a quarter of a core and its timings would be noise. Close what is running (top or htop shows it), or {anyway} to go on anyway",
             self.describe()
         )
     }
@@ -305,7 +306,7 @@ mod tests {
     fn every_core_taken_and_a_load_of_four_per_core_stops_the_tune() {
         assert!(busy(1.9, 8.5).too_busy());
         assert!(!busy(1.2, 8.5).too_busy());
-        let m = busy(1.9, 8.5).stop_message("qtune tune");
+        let m = busy(1.9, 8.5).stop_message("run qtune tune with --allow-busy");
         assert!(
             m.starts_with(
                 "the box is busy: other processes used 1.9 of 2 cores (load average 8.5)"

@@ -225,9 +225,13 @@ impl BudgetStop {
     pub fn line(&self, command: &str) -> String {
         let budget = if self.by == "minutes" {
             format!(
-                "the {} minutes budget ended the tune after {} launches ({:.1} minutes)",
+                "the {} minutes budget ended the tune after {} ({:.1} minutes)",
                 trim_float(self.budget_minutes),
-                self.launches,
+                if self.launches == 1 {
+                    "1 launch".to_string()
+                } else {
+                    format!("{} launches", self.launches)
+                },
                 self.minutes
             )
         } else {

@@ -146,7 +146,8 @@ pub fn tune(
         race.as_ref(),
     );
     warnings.extend(trial_warnings(&history));
-    if let Some(t) = inputs.space.fixed.threads_cap {
+    let measured = history.iter().any(|o| o.kind.is_ok());
+    if let (Some(t), true) = (inputs.space.fixed.threads_cap, measured) {
         warnings.push(format!(
             "every launch ran with at most -t {t}, the baseline included (the free cores of a busy box, or {}): on this box fewer threads than the server's default is what keeps generation from collapsing (llama.cpp's threads spin on cores other work holds), a finding, not noise; keep -t {t} while the box is this busy, or tune again on a quiet box",
             crate::hardware::busy::MAX_THREADS_ENV
