@@ -145,6 +145,11 @@ pub struct TuneArgs {
     /// Tune a dense (non-MoE) model: only threads, batch sizes and the KV type are searched.
     #[arg(long)]
     pub allow_dense: bool,
+    /// Tune even where other processes hold every core and the load average is 4 per core
+    /// or more (a busy box otherwise stops the tune before its first launch). Also
+    /// `QTUNE_ALLOW_BUSY=1`.
+    #[arg(long)]
+    pub allow_busy: bool,
     /// Testing: answer every trial from this recorded journal.jsonl instead of launching
     /// llama-server (a run.json next to it supplies the recorded box); time is replayed too.
     #[arg(long, hide = true, value_name = "JOURNAL")]
@@ -649,6 +654,7 @@ fn tune_options(t: TuneArgs) -> crate::app::tune::TuneOptions {
         quiet: t.quiet,
         dry_run: t.dry_run,
         allow_dense: t.allow_dense,
+        allow_busy: t.allow_busy,
         replay: t.replay.map(|journal| crate::app::tune::ReplayOptions {
             journal,
             noise_pct: t.replay_noise,

@@ -304,6 +304,11 @@ pub struct Fixed {
     /// `--fit-target` MiB of the `fit` placement; omitted: the tune's VRAM headroom.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fit_target_mib: Option<u32>,
+    /// At most this many generation threads (`-t`) in every launch, the baseline included.
+    /// A tune sets it when other processes leave fewer free cores than the server's default
+    /// threads, or from `QTUNE_MAX_THREADS` ([`crate::hardware::busy`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threads_cap: Option<u32>,
 }
 
 impl SearchSpace {
@@ -591,6 +596,9 @@ pub fn validate(s: &SearchSpace) -> Result<(), (&'static str, String)> {
             "ctx",
             format!("ctx {} is outside 256..=1048576", s.fixed.ctx),
         ));
+    }
+    if s.fixed.threads_cap == Some(0) {
+        return Err(("threads_cap", "threads_cap must be at least 1".into()));
     }
     if !(1..=256).contains(&s.fixed.parallel) {
         return Err(("parallel", "parallel must be 1..=256".into()));

@@ -245,9 +245,15 @@ pub fn banner(
     ));
     out.push(format!("  workload: {}", terminal(&workload_text(space))));
     out.push(format!("  ctx: {}", space.fixed.ctx));
+    if let Some(t) = space.fixed.threads_cap {
+        out.push(format!(
+            "  threads: at most -t {t} in every launch, the baseline included (the free cores when the tune started, or {})",
+            crate::hardware::busy::MAX_THREADS_ENV
+        ));
+    }
     out.push(format!(
-        "  budget: at most {} launches and {} minutes",
-        space.budget.trials, space.budget.minutes
+        "  budget: at most {} launches and {} minutes (the tune ends within {} minutes: no launch starts once they are spent)",
+        space.budget.trials, space.budget.minutes, space.budget.minutes
     ));
     for (i, b) in baselines.iter().enumerate() {
         out.push(format!(
@@ -287,4 +293,60 @@ pub fn check_server_backend(
         );
     }
     Ok(())
+}
+
+/// A busy box, named before it costs a tune: measure the CPU other processes use (and the
+/// GPUs' other processes); stop when even one thread would get under a quarter of a core
+/// (unless `allow_busy`); else cap every launch's `-t` at the free cores (and at
+/// `QTUNE_MAX_THREADS`), in `space.fixed.threads_cap`. Returns the warning lines to print.
+pub fn check_busy(
+    hw: &HardwareProfile,
+    space: &mut SearchSpace,
+    allow_busy: bool,
+    anyway: &str,
+) -> Result<Vec<String>> {
+    use crate::hardware::busy;
+    let env_max = busy::max_threads_env().map_err(|e| anyhow::anyhow!(e))?;
+    let gpu: Vec<(u32, String)> = hw
+        .gpus
+        .iter()
+        .flat_map(|g| &g.processes)
+        .map(|p| (p.pid, p.name.clone().unwrap_or_else(|| "?".into())))
+        .collect();
+    let b = busy::measure(busy::WINDOW, hw.host.logical_cores, &gpu);
+    if b.too_busy() && !allow_busy && !busy::allow_busy_env() {
+        bail!("{}", b.stop_message(anyway));
+    }
+    let default_threads = hw
+        .host
+        .physical_cores
+        .unwrap_or(hw.host.logical_cores)
+        .max(1);
+    let mut out = Vec::new();
+    let cap = busy::thread_cap(Some(&b), env_max, default_threads);
+    let action = |t: u32| {
+        format!(
+            "every launch gets -t {t} ({}), the baseline included, instead of the server's default {default_threads} threads",
+            if b.is_busy() && b.free_cores() == t {
+                "the free cores".to_string()
+            } else {
+                format!("{}={t}", busy::MAX_THREADS_ENV)
+            }
+        )
+    };
+    match (b.is_busy(), cap) {
+        (true, Some(t)) => out.push(format!(
+            "the box is busy: {}: {}, which would spin on cores other work holds and collapse; close what is running for timings of the whole box",
+            b.describe(),
+            action(t)
+        )),
+        (true, None) => out.push(format!(
+            "the box is busy: {}: timings will be slower and noisier than on a quiet box; close what is running for timings of the whole box",
+            b.describe()
+        )),
+        (false, Some(t)) => out.push(action(t)),
+        (false, None) => {}
+    }
+    space.fixed.threads_cap = cap;
+    Ok(out)
 }

@@ -81,7 +81,17 @@ pub fn launch_line(
     )
 }
 
+/// Between launches: is the box busier than the launch's threads allow?
+struct BusyWatch {
+    logical_cores: u32,
+    /// The threads a launch without `-t` runs (the server's default: the physical cores).
+    default_threads: u32,
+    /// The free cores last warned about (no repeat while they stay the same).
+    warned: Option<u32>,
+}
+
 pub struct Progress {
+    busy: Mutex<Option<BusyWatch>>,
     bar: ProgressBar,
     state: Arc<Mutex<State>>,
     quiet: bool,
@@ -113,6 +123,7 @@ impl Progress {
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let p = Progress {
+            busy: Mutex::new(None),
             bar,
             state,
             quiet,
@@ -156,6 +167,41 @@ impl Progress {
         });
     }
 
+    /// Check the box before every launch (a real tune): a launch with more threads than the
+    /// free cores gets a one-line warning, once per change.
+    pub fn with_busy_watch(self, logical_cores: u32, default_threads: u32) -> Self {
+        if let Ok(mut b) = self.busy.lock() {
+            *b = Some(BusyWatch {
+                logical_cores,
+                default_threads,
+                warned: None,
+            });
+        }
+        self
+    }
+
+    /// The warning for a launch of `threads` threads on the box as it is now, if any.
+    fn busy_line(&self, threads: Option<u32>) -> Option<String> {
+        let mut guard = self.busy.lock().ok()?;
+        let w = guard.as_mut()?;
+        let b =
+            crate::hardware::busy::measure(crate::hardware::busy::WINDOW / 2, w.logical_cores, &[]);
+        let t = threads.unwrap_or(w.default_threads);
+        let free = b.free_cores();
+        if !b.is_busy() || free >= t {
+            w.warned = None;
+            return None;
+        }
+        if w.warned == Some(free) {
+            return None;
+        }
+        w.warned = Some(free);
+        Some(format!(
+            "  the box got busy: {}: this launch's {t} threads are more than the {free} free cores, so its timings will be slow (the race's paired rounds keep comparisons fair; close what is running)",
+            b.describe()
+        ))
+    }
+
     pub fn finish(&self) {
         self.stop.store(true, Ordering::Relaxed);
         self.bar.finish_and_clear();
@@ -186,6 +232,9 @@ fn print_line(bar: &ProgressBar, line: &str) {
 
 impl crate::search::Watch for Progress {
     fn starting(&self, config: &LaunchConfig, role: TrialRole) {
+        if let Some(l) = self.busy_line(config.threads) {
+            print_line(&self.bar, &l);
+        }
         let flags = crate::config::shell_line(&config.server_args());
         let line = {
             let Ok(mut s) = self.state.lock() else { return };

@@ -39,6 +39,8 @@ pub struct TuneOptions {
     pub dry_run: bool,
     /// Tune a dense (non-MoE) model anyway.
     pub allow_dense: bool,
+    /// Tune on a box too busy to time ([`crate::hardware::busy::Busy::too_busy`]).
+    pub allow_busy: bool,
     /// Run against a replayed landscape instead of llama-server (hidden; for tests).
     pub replay: Option<ReplayOptions>,
 }
@@ -191,6 +193,8 @@ fn verify_resume(
         if let Some(c) = opts.ctx {
             asked.fixed.ctx = c;
         }
+        // The thread cap is the box's, measured when the tune started.
+        asked.fixed.threads_cap = inputs.space.fixed.threads_cap;
         if asked != inputs.space {
             anyhow::bail!(
                 "cannot resume {shown}: --space {name} is not the space this tune started with (its space is in {}); drop --space to continue, or start a new tune",
@@ -288,6 +292,16 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
     notes.extend(ctx_note);
     super::preflight::check_headroom(&hardware, opts.headroom_mib)?;
     super::preflight::check_fits(&layout, &hardware, ctx, opts.headroom_mib)?;
+    if opts.replay.is_none() {
+        for w in super::preflight::check_busy(
+            &hardware,
+            &mut space,
+            opts.allow_busy,
+            "run qtune tune with --allow-busy",
+        )? {
+            eprintln!("qtune: warning: {w}");
+        }
+    }
     for w in crate::space::host_warnings(&space, hardware.host.logical_cores, layout.n_blocks) {
         eprintln!("qtune: warning: {}", crate::escape::terminal_lines(&w));
     }
@@ -337,7 +351,13 @@ fn prepare(
         let layout = crate::model::load(&inputs.model_path)
             .with_context(|| format!("cannot resume {}", dir.display()))?;
         verify_resume(opts, dir, &inputs, &layout)?;
-        return Ok((dir.clone(), inputs, layout, lock, Vec::new()));
+        let mut inputs = inputs;
+        let notes = extend_budget(opts, &mut inputs)?;
+        if !notes.is_empty() {
+            crate::run::write_inputs(dir, &inputs)?;
+            crate::search::reopen(dir)?;
+        }
+        return Ok((dir.clone(), inputs, layout, lock, notes));
     }
     if let Some(out) = &opts.out {
         // Before the checks and the quality floor (minutes): a folder of the user's fails at
@@ -412,6 +432,34 @@ fn check_new_run_dir(run_dir: &Path) -> Result<()> {
         );
     }
     crate::run::check_fresh(run_dir, "a new tune")
+}
+
+/// `--resume DIR --budget-trials N` / `--budget-minutes N`: the tune's budget becomes N (a
+/// new total, not more on top); the notes say what changed. A budget below what the tune
+/// already spent is refused: it would stop the tune before its next launch.
+fn extend_budget(opts: &TuneOptions, inputs: &mut RunInputs) -> Result<Vec<String>> {
+    let mut notes = Vec::new();
+    let budget = &mut inputs.space.budget;
+    if let Some(t) = opts.budget_trials {
+        if t != budget.trials {
+            notes.push(format!(
+                "launch budget {} -> {t} (a new total, launches already made included)",
+                budget.trials
+            ));
+            budget.trials = t;
+        }
+    }
+    if let Some(m) = opts.budget_minutes {
+        if m != budget.minutes {
+            notes.push(format!(
+                "minutes budget {} -> {m} (a new total, minutes already spent included)",
+                budget.minutes
+            ));
+            budget.minutes = m;
+        }
+    }
+    crate::space::validate(&inputs.space).map_err(|(_, msg)| anyhow::anyhow!("{msg}"))?;
+    Ok(notes)
 }
 
 /// The trial runner and clock of this tune: the real server and clock, or a replay.
@@ -527,8 +575,13 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
             resume.done.len()
         );
     }
+    if opts.resume.is_some() {
+        for n in &notes {
+            eprintln!("qtune: {n}");
+        }
+    }
     let (runner, clock) = runner_and_clock(opts, &run_dir, &inputs, &layout, &resume, started)?;
-    let progress = Arc::new(super::progress::Progress::new(
+    let mut progress = super::progress::Progress::new(
         super::progress::Budget {
             launches: inputs.space.budget.trials,
             minutes: inputs.space.budget.minutes,
@@ -536,7 +589,16 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
             elapsed_s: resume.elapsed_s,
         },
         opts.quiet,
-    ));
+    );
+    if opts.replay.is_none() {
+        // Between launches: a box that got busy after the start is said as it happens.
+        let host = &inputs.hardware.host;
+        progress = progress.with_busy_watch(
+            host.logical_cores,
+            host.physical_cores.unwrap_or(host.logical_cores).max(1),
+        );
+    }
+    let progress = Arc::new(progress);
     let outcome = crate::search::tune(
         &run_dir,
         &inputs,
@@ -575,7 +637,7 @@ pub fn tune(opts: TuneOptions) -> Result<()> {
         return dry_run(&opts);
     }
     let (result, run_dir) = run_tune(&opts)?;
-    print_outcome(&result, &run_dir, opts.json, opts.quiet)
+    print_outcome(&result, &run_dir, &opts)
 }
 
 /// The distinct baseline configs the tune launches first ([`crate::search::first_launches`]),
@@ -696,7 +758,18 @@ pub fn port_taken_warning(host: &str, port: u16) -> Option<String> {
 }
 
 /// The summary table on stderr, then the winning command alone as the last line on stdout.
-fn print_outcome(result: &TuneResult, run_dir: &Path, json: bool, quiet: bool) -> Result<()> {
+fn print_outcome(result: &TuneResult, run_dir: &Path, opts: &TuneOptions) -> Result<()> {
+    let (json, quiet) = (opts.json, opts.quiet);
+    // Said even with --quiet and --json (on stderr): a tune the budget cut short.
+    let stop = result
+        .budget_stop
+        .as_ref()
+        .map(|s| format!("qtune: {}", s.line(&resume_command(opts, run_dir))));
+    if json || quiet {
+        if let Some(s) = &stop {
+            eprintln!("{s}");
+        }
+    }
     if json {
         if let Some(w) = port_taken_warning(&result.host, result.port) {
             eprintln!("qtune: warning: {}", crate::escape::terminal_lines(&w));
@@ -712,6 +785,9 @@ fn print_outcome(result: &TuneResult, run_dir: &Path, json: bool, quiet: bool) -
             "{}",
             crate::escape::terminal_lines(&crate::report::summary::table(result))
         );
+        if let Some(s) = &stop {
+            eprintln!("{}", crate::escape::terminal_lines(s));
+        }
         eprintln!(
             "report: {}",
             crate::escape::terminal_path(&run_dir.join("report.md"))
@@ -769,6 +845,7 @@ pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>) -> Result<()> {
         quiet: false,
         dry_run: false,
         allow_dense: false,
+        allow_busy: false,
         replay: None,
         workload: None,
     };

@@ -1,6 +1,7 @@
 //! The box: GPUs through NVML (`nvml-wrapper`, loaded at run time), host through `sysinfo`.
 //! With no NVIDIA driver the profile says "no GPU" and everything else still works.
 
+pub mod busy;
 mod gpu;
 mod host;
 

@@ -106,15 +106,23 @@ pub fn flags(c: &crate::config::LaunchConfig) -> String {
     }
 }
 
+/// The default baseline in words; with the tune's thread cap (a busy box) where it had one.
+fn default_phrase(c: &crate::config::LaunchConfig) -> String {
+    match c.threads {
+        Some(t) => format!("the bare default at -t {t} (the tune's thread cap)"),
+        None => "the bare default".to_string(),
+    }
+}
+
 fn reference_phrase(rf: &crate::run::Reference, trials: &[crate::trial::TrialOutcome]) -> String {
     let what = match rf.name.as_str() {
-        "default" => "the bare default".to_string(),
+        "default" => default_phrase(&rf.config),
         _ => format!("`{}`", flags(&rf.config)),
     };
     let mut s = what;
     if let Some(o) = &rf.other {
         let other = match o.name.as_str() {
-            "default" => "the bare default".to_string(),
+            "default" => default_phrase(&o.config),
             _ => format!("`{}`", flags(&o.config)),
         };
         if crate::trial::loaded_alike(trials, &rf.config, &o.config) {

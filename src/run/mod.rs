@@ -177,6 +177,83 @@ pub struct TuneResult {
     /// built-ins), from the trials' medians ([`TuneResult::workload_picks`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workload_picks: Vec<WorkloadPick>,
+    /// The budget that ended the tune before its race decided (None: the tune finished on
+    /// its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_stop: Option<BudgetStop>,
+}
+
+/// A number without a trailing `.0` (`5`, `2.5`).
+fn trim_float(x: f64) -> String {
+    if x.fract() == 0.0 && x.abs() < 1e15 {
+        format!("{}", x as i64)
+    } else {
+        format!("{x}")
+    }
+}
+
+/// A tune the budget ended before its race decided: which budget, after how many launches,
+/// what the race got.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetStop {
+    /// `launches` or `minutes`.
+    pub by: String,
+    pub launches: u32,
+    pub budget_launches: u32,
+    pub minutes: f64,
+    pub budget_minutes: f64,
+    /// Paired rounds the race measured, and where it stood.
+    pub race_rounds: u32,
+    pub race: String,
+}
+
+impl BudgetStop {
+    /// The option and value that would give the tune twice the budget that ended it.
+    pub fn extension(&self) -> (&'static str, String) {
+        if self.by == "minutes" {
+            ("--budget-minutes", trim_float(self.budget_minutes * 2.0))
+        } else {
+            (
+                "--budget-trials",
+                (self.budget_launches * 2).max(2).to_string(),
+            )
+        }
+    }
+
+    /// One line for people: which budget, how far the tune got, and how to go on (`command`
+    /// continues the tune; the extension is appended).
+    pub fn line(&self, command: &str) -> String {
+        let budget = if self.by == "minutes" {
+            format!(
+                "the {} minutes budget ended the tune after {} ({:.1} minutes)",
+                trim_float(self.budget_minutes),
+                if self.launches == 1 {
+                    "1 launch".to_string()
+                } else {
+                    format!("{} launches", self.launches)
+                },
+                self.minutes
+            )
+        } else {
+            format!(
+                "the launch budget ended the tune after {} of {} launches ({:.1} of {} minutes)",
+                self.launches,
+                self.budget_launches,
+                self.minutes,
+                trim_float(self.budget_minutes)
+            )
+        };
+        let rounds = match self.race_rounds {
+            0 => "no paired round".to_string(),
+            1 => "1 paired round".to_string(),
+            n => format!("{n} paired rounds"),
+        };
+        let (flag, value) = self.extension();
+        format!(
+            "stopped: {budget}; the race got {rounds}: {}; to go on with twice the budget: {command} {flag} {value}",
+            self.race
+        )
+    }
 }
 
 /// The inputs of a tune, written as `run.json` when it starts so `--resume` uses the same ones
@@ -432,10 +509,13 @@ pub fn lock(dir: &Path) -> Result<RunLock> {
     Err(e).with_context(|| format!("cannot lock run directory {}", dir.display()))
 }
 
-/// What a user gets without qtune, in this space's context and slots.
+/// What a user gets without qtune, in this space's context and slots; on a busy box (the
+/// space's `threads_cap`), with `-t` at the free cores: the default threads would spin on
+/// cores other processes hold and collapse (the banner says so).
 pub fn baseline_of(space: &SearchSpace) -> LaunchConfig {
     LaunchConfig {
         parallel: space.fixed.parallel,
+        threads: space.fixed.threads_cap,
         ..LaunchConfig::baseline(space.fixed.ctx)
     }
 }

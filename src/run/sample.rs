@@ -82,6 +82,7 @@ fn space(name: &str, moe: bool) -> SearchSpace {
             parallel: 1,
             mmap: Some(true),
             fit_target_mib: None,
+            threads_cap: None,
         },
         workload: Workload::default(),
         objective: Objective::default(),
@@ -389,6 +390,7 @@ pub fn gpu_result(server: &Path, model: &Path) -> TuneResult {
         quality: None,
         model_pick,
         workload_picks: Vec::new(),
+        budget_stop: None,
     }
 }
 
@@ -501,6 +503,7 @@ pub fn cpu_result(server: &Path, model: &Path) -> TuneResult {
         quality: None,
         model_pick: None,
         workload_picks: Vec::new(),
+        budget_stop: None,
     }
 }
 

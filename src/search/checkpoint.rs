@@ -70,3 +70,15 @@ impl Checkpoint<QtuneSearch, TuneState> for RunDirCheckpoint {
         CheckpointingFrequency::Always
     }
 }
+
+/// A finished tune given a larger budget: its saved search is reopened
+/// ([`QtuneSearch::reopen`]) so the resumed session launches again. No checkpoint: nothing to
+/// reopen (the journal replay starts the search afresh).
+pub fn reopen(run_dir: &Path) -> Result<(), ArgminError> {
+    let cp = RunDirCheckpoint::new(run_dir, crate::clock::system());
+    if let Some((mut solver, state)) = cp.load()? {
+        solver.reopen();
+        cp.save(&solver, &state)?;
+    }
+    Ok(())
+}

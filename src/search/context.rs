@@ -54,11 +54,24 @@ impl SearchContext {
                 Threads::Count(c) => *c,
             })
             .filter(|&c| c >= 1 && c <= self.logical_cores.max(1))
+            // A busy box: no trial gets more threads than the free cores.
+            .map(|c| self.space.fixed.threads_cap.map_or(c, |cap| c.min(cap)))
             .map(Some)
             .collect();
-        v.dedup();
+        let mut seen = Vec::new();
+        v.retain(|t| {
+            let new = !seen.contains(t);
+            seen.push(*t);
+            new
+        });
         if v.is_empty() {
-            v.push(Some(self.physical_cores.max(1)));
+            let cores = self.physical_cores.max(1);
+            v.push(Some(
+                self.space
+                    .fixed
+                    .threads_cap
+                    .map_or(cores, |cap| cores.min(cap)),
+            ));
         }
         v
     }

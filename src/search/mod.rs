@@ -41,6 +41,12 @@ pub struct Resume {
 }
 
 /// Read a run directory's journal and checkpoint.
+/// A run directory's finished search, reopened for a larger budget.
+pub fn reopen(run_dir: &Path) -> anyhow::Result<()> {
+    checkpoint::reopen(run_dir)
+        .map_err(|e| anyhow::anyhow!("cannot extend the budget of {}: {e}", run_dir.display()))
+}
+
 pub fn resume_point(run_dir: &Path) -> anyhow::Result<Resume> {
     use argmin::core::checkpointing::Checkpoint;
     let done = crate::trial::journal::Journal::read(run_dir)?;
@@ -140,6 +146,13 @@ pub fn tune(
         race.as_ref(),
     );
     warnings.extend(trial_warnings(&history));
+    let measured = history.iter().any(|o| o.kind.is_ok());
+    if let (Some(t), true) = (inputs.space.fixed.threads_cap, measured) {
+        warnings.push(format!(
+            "every launch ran with at most -t {t}, the baseline included (the free cores of a busy box, or {}): on this box fewer threads than the server's default is what keeps generation from collapsing (llama.cpp's threads spin on cores other work holds), a finding, not noise; keep -t {t} while the box is this busy, or tune again on a quiet box",
+            crate::hardware::busy::MAX_THREADS_ENV
+        ));
+    }
     let mut result = TuneResult {
         qtune_version: env!("CARGO_PKG_VERSION").to_string(),
         server_path: inputs.server_path.clone(),
@@ -165,12 +178,58 @@ pub fn tune(
         quality: inputs.quality.clone(),
         model_pick: solver.model_pick.clone(),
         workload_picks: Vec::new(),
+        budget_stop: None,
     };
+    result.budget_stop = budget_stop(&solver, &ctx, result.race.as_ref(), clock.as_ref());
     result.workload_picks = result.workload_picks();
     for p in &mut result.workload_picks {
         p.command = command(&p.config);
     }
     Ok(result)
+}
+
+/// The budget that ended the tune, when one did before the race decided: the launches are
+/// all used, or the minutes left are fewer than a mean launch takes.
+fn budget_stop(
+    solver: &strategy::QtuneSearch,
+    ctx: &strategy::SearchContext,
+    race: Option<&crate::run::RaceReport>,
+    clock: &dyn Clock,
+) -> Option<crate::run::BudgetStop> {
+    let undecided =
+        |reason: &str| reason == "the race is not over" || reason.starts_with("no race ran");
+    if race.is_some_and(|r| r.outcome.winner.is_some() || !undecided(&r.outcome.reason)) {
+        return None;
+    }
+    let b = &ctx.space.budget;
+    let launches = solver.launches();
+    let elapsed = solver.elapsed_s(clock);
+    let ran: Vec<f64> = solver
+        .history
+        .iter()
+        .filter(|o| o.kind != crate::trial::OutcomeKind::Skipped)
+        .map(|o| o.duration_s)
+        .collect();
+    let mean = ran.iter().sum::<f64>() / ran.len().max(1) as f64;
+    let by = if launches >= b.trials {
+        "launches"
+    } else if elapsed + mean > b.minutes * 60.0 {
+        "minutes"
+    } else {
+        return None;
+    };
+    Some(crate::run::BudgetStop {
+        by: by.into(),
+        launches,
+        budget_launches: b.trials,
+        minutes: elapsed / 60.0,
+        budget_minutes: b.minutes,
+        race_rounds: race.map_or(0, |r| r.outcome.rounds.len() as u32),
+        race: race.map_or_else(
+            || "no race ran: the search had not finished".to_string(),
+            |r| r.outcome.reason.clone(),
+        ),
+    })
 }
 
 /// The trials' own warnings, with one summary line for the noisy ones.

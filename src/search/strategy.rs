@@ -418,6 +418,20 @@ impl QtuneSearch {
         self.history.len() as u32
     }
 
+    /// A finished search given a larger budget (`--resume DIR --budget-trials N`): the race
+    /// goes on where it has candidates; else the exploration goes on from where it stopped.
+    pub fn reopen(&mut self) {
+        if self.phase != Phase::Done {
+            return;
+        }
+        if self.race_candidates.is_empty() {
+            self.phase = Phase::Explore;
+            self.variants = None;
+        } else {
+            self.phase = Phase::Confirm;
+        }
+    }
+
     /// Launches the search leaves for the race.
     /// A budget too small for the baseline, two search launches, the variants and the race
     /// goes to the search first: the variants and the race get what it leaves.

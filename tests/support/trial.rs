@@ -23,9 +23,10 @@ pub fn tiny_workload() -> Workload {
     }
 }
 
+/// One generation thread: two tests at once on two cores must not oversubscribe the box.
 pub fn cpu_config() -> LaunchConfig {
     LaunchConfig {
-        threads: Some(2),
+        threads: Some(1),
         ..LaunchConfig::baseline(512)
     }
 }
