@@ -643,6 +643,8 @@ pub fn compare(
     // empty (a folder of the user's own is never overwritten).
     let _lock = crate::run::lock(&dir)?;
     crate::run::check_fresh(&dir, "a comparison")?;
+    // After the inputs are checked (bad input is one line), before the first launch.
+    busy_check()?;
     let journal = crate::trial::journal::Journal::open(&dir)?;
     let mut runner = crate::trial::llama_runner::LlamaServerRunner::new(
         &server.path,
@@ -721,4 +723,25 @@ pub fn compare(
     let result = build(&rounds);
     crate::util::write_atomic(&path, serde_json::to_string_pretty(&result)?.as_bytes())?;
     Ok((result, dir))
+}
+
+/// A busy box, named before it costs a comparison: stop where even one thread would get
+/// under a quarter of a core (unless `QTUNE_ALLOW_BUSY=1`); else warn. The commands run as
+/// typed (they are what is compared), so the warning says which `-t` fits.
+fn busy_check() -> Result<()> {
+    use crate::hardware::busy;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let b = busy::measure(busy::WINDOW, cores, &[]);
+    if b.too_busy() && !busy::allow_busy_env() {
+        bail!("{}", b.stop_message("set QTUNE_ALLOW_BUSY=1"));
+    }
+    if b.is_busy() {
+        eprintln!(
+            "qtune: warning: the box is busy: {}: each command runs as typed, and one with more threads than the {} free cores (llama-server's default is the physical cores) will collapse; add -t {} to compare at the free cores",
+            b.describe(),
+            b.free_cores(),
+            b.free_cores()
+        );
+    }
+    Ok(())
 }
