@@ -5,19 +5,12 @@
 
 mod support;
 use support::output_text as text;
+use support::qtune_without_server as qtune;
 
 use std::path::PathBuf;
-use std::process::Command;
 
 fn journal() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/replay-tiny-moe/journal.jsonl")
-}
-
-fn qtune() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_qtune"));
-    c.env("QTUNE_LLAMA_SERVER", "/nonexistent/llama-server")
-        .env_remove("QTUNE_LOG");
-    c
 }
 
 fn stop_line(out: &str) -> Option<&str> {

@@ -2,17 +2,11 @@
 //! workload and 2 rounds. Asserts what it prints and writes, never a measured speed.
 
 mod support;
+use support::qtune;
 use support::require;
 use support::servers;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-fn qtune() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_qtune"));
-    c.env_remove("QTUNE_LOG");
-    c
-}
 
 #[test]
 fn compare_runs_interleaved_rounds_and_prints_intervals() {

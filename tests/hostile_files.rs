@@ -6,6 +6,7 @@
 
 mod support;
 use support::output_text as text;
+use support::qtune_without_server as qtune;
 use support::require;
 
 use std::path::{Path, PathBuf};
@@ -18,14 +19,6 @@ fn fixture_journal() -> PathBuf {
 
 fn tiny() -> PathBuf {
     qtune::fixtures::tiny_moe("tiny-qwen35moe").expect("the tiny MoE model")
-}
-
-fn qtune() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_qtune"));
-    c.env_remove("QTUNE_LOG")
-        .env("QTUNE_LLAMA_SERVER", "/nonexistent/llama-server")
-        .stdin(Stdio::null());
-    c
 }
 
 /// Run `c`, killing it after 10 s: it must have ended by itself, with a non-zero status and

@@ -9,6 +9,7 @@
 
 mod support;
 use support::output_text as text;
+use support::qtune_without_server as qtune;
 
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
@@ -20,14 +21,6 @@ fn fixture_journal() -> PathBuf {
 
 fn tiny() -> PathBuf {
     qtune::fixtures::tiny_moe("tiny-qwen35moe").expect("the tiny MoE model")
-}
-
-fn qtune() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_qtune"));
-    c.env_remove("QTUNE_LOG")
-        .env("QTUNE_LLAMA_SERVER", "/nonexistent/llama-server")
-        .stdin(Stdio::null());
-    c
 }
 
 /// A replayed tune of the tiny model into `out` (stopped after `interrupt_after` trials when

@@ -5,13 +5,13 @@
 
 mod support;
 use support::output_text as text;
+use support::qtune;
 
 use qtune::trial::journal::Journal;
 use qtune::trial::llama_runner::LlamaServerRunner;
 use qtune::trial::plausible::SpeedCeiling;
 use qtune::trial::{OutcomeKind, TrialOutcome, TrialRole, TrialRunner};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 use support::trial::*;
 
@@ -108,12 +108,6 @@ fn a_speed_past_the_predicted_ceiling_is_implausible() {
             ..SpeedCeiling::ABSOLUTE
         }
     );
-}
-
-fn qtune() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_qtune"));
-    c.env_remove("QTUNE_LOG");
-    c
 }
 
 /// No line gives the bogus number as a gain, a speed in a table or a verdict: it appears

@@ -6,6 +6,7 @@
 
 mod support;
 use support::output_text as text;
+use support::qtune_without_server as qtune;
 use support::require;
 
 use qtune::trial::TrialOutcome;
@@ -19,13 +20,6 @@ fn fixture_journal() -> PathBuf {
 
 fn tiny() -> PathBuf {
     qtune::fixtures::tiny_moe("tiny-qwen35moe").expect("the tiny MoE model")
-}
-
-fn qtune() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_qtune"));
-    c.env_remove("QTUNE_LOG")
-        .env("QTUNE_LLAMA_SERVER", "/nonexistent/llama-server");
-    c
 }
 
 fn replay(args: &[&str]) -> Command {

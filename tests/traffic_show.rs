@@ -2,15 +2,9 @@
 //! re-reads, overlap) and one-line errors for traces it cannot trust. No server needed.
 
 mod support;
+use support::qtune;
 
 use std::path::Path;
-use std::process::Command;
-
-fn qtune() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_qtune"));
-    c.env_remove("QTUNE_LOG");
-    c
-}
 
 const HEADER: &str = r#"{"type":"header","format":"qtune-trace","version":1,"qtune_version":"0.1.0","started_at":"2026-11-26T00:00:00Z","upstream":"http://127.0.0.1:8081","server":{"build_info":"b11434","model_file":"m.gguf","slots":2,"chat_template_sha256":null},"model":{"n_vocab":100,"n_ctx":64,"n_ctx_train":64,"n_params":1,"size_bytes":1},"tokenizer_sha256":"x"}"#;
 

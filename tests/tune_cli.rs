@@ -3,10 +3,11 @@
 //! can be found by that path (and must be gone when qtune is).
 
 mod support;
+use support::qtune;
 use support::servers;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -18,12 +19,6 @@ static ONE_TUNE: Mutex<()> = Mutex::new(());
 
 fn one_tune() -> MutexGuard<'static, ()> {
     ONE_TUNE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn qtune() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_qtune"));
-    c.env_remove("QTUNE_LOG");
-    c
 }
 
 /// The model `f` prepares, and the real llama-server qtune will find (`QTUNE_LLAMA_SERVER`,

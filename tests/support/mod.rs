@@ -8,6 +8,7 @@
 //! - [`evidence`]: the GPU evidence under docs/evidence/.
 //! - [`hardware`]: hand-made hardware profiles.
 //! - [`trial`], [`multigpu`], [`profile`]: helpers of the trial, two-GPU and profile tests.
+//! - [`qtune`] and [`qtune_without_server`]: the real binary, as most tests start it.
 #![allow(dead_code)]
 
 pub mod evidence;
@@ -21,6 +22,7 @@ pub mod trial;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// The real CPU llama-server (`$QTUNE_LLAMA_SERVER`, else the pinned build in qtune's cache),
@@ -74,4 +76,21 @@ pub fn output_text(o: &std::process::Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
+}
+
+/// The real qtune binary, without the caller's `QTUNE_LOG` (its log lines would mix into the
+/// output a test reads).
+pub fn qtune() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_qtune"));
+    c.env_remove("QTUNE_LOG");
+    c
+}
+
+/// [`qtune`] with no llama-server to find and no standard input: replays, and commands that
+/// must fail before any launch.
+pub fn qtune_without_server() -> Command {
+    let mut c = qtune();
+    c.env("QTUNE_LLAMA_SERVER", "/nonexistent/llama-server")
+        .stdin(Stdio::null());
+    c
 }
