@@ -4,6 +4,7 @@
 pub mod compare;
 pub mod info;
 pub mod measure;
+pub mod outcome;
 pub mod plan_box;
 pub mod preflight;
 pub mod progress;

@@ -22,8 +22,8 @@ pub fn script(
     port: u16,
     extras: crate::report::ScriptExtras,
 ) -> Result<()> {
-    crate::app::tune::host_check(host)?;
-    crate::app::tune::port_check(port)?;
+    crate::app::outcome::host_check(host)?;
+    crate::app::outcome::port_check(port)?;
     let (dir, result) = crate::run::read_result(from)?;
     if result.winner.is_none() {
         bail!(

@@ -438,28 +438,40 @@ fn check_new_run_dir(run_dir: &Path) -> Result<()> {
 /// new total, not more on top); the notes say what changed. A budget below what the tune
 /// already spent is refused: it would stop the tune before its next launch.
 fn extend_budget(opts: &TuneOptions, inputs: &mut RunInputs) -> Result<Vec<String>> {
-    let mut notes = Vec::new();
     let budget = &mut inputs.space.budget;
-    if let Some(t) = opts.budget_trials {
-        if t != budget.trials {
-            notes.push(format!(
-                "launch budget {} -> {t} (a new total, launches already made included)",
-                budget.trials
-            ));
-            budget.trials = t;
-        }
-    }
-    if let Some(m) = opts.budget_minutes {
-        if m != budget.minutes {
-            notes.push(format!(
-                "minutes budget {} -> {m} (a new total, minutes already spent included)",
-                budget.minutes
-            ));
-            budget.minutes = m;
-        }
-    }
+    let mut notes = Vec::new();
+    renew(
+        &mut notes,
+        "launch",
+        "launches already made",
+        &mut budget.trials,
+        opts.budget_trials,
+    );
+    renew(
+        &mut notes,
+        "minutes",
+        "minutes already spent",
+        &mut budget.minutes,
+        opts.budget_minutes,
+    );
     crate::space::validate(&inputs.space).map_err(|(_, msg)| anyhow::anyhow!("{msg}"))?;
     Ok(notes)
+}
+
+/// One budget of [`extend_budget`]: set to `new` where given and different, with a note.
+fn renew<T: PartialEq + Copy + std::fmt::Display>(
+    notes: &mut Vec<String>,
+    what: &str,
+    spent: &str,
+    old: &mut T,
+    new: Option<T>,
+) {
+    if let Some(n) = new.filter(|n| n != old) {
+        notes.push(format!(
+            "{what} budget {old} -> {n} (a new total, {spent} included)"
+        ));
+        *old = n;
+    }
 }
 
 /// The trial runner and clock of this tune: the real server and clock, or a replay.
@@ -545,8 +557,8 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
     let started = std::time::Instant::now();
     crate::trial::cleanup::install_handlers();
     if opts.resume.is_none() {
-        host_check(&opts.host)?;
-        port_check(opts.port)?;
+        super::outcome::host_check(&opts.host)?;
+        super::outcome::port_check(opts.port)?;
     }
     let (run_dir, inputs, layout, _lock, notes) = prepare(opts)?;
     if let Some(report) = Journal::repair(&run_dir)? {
@@ -633,11 +645,17 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
 /// `qtune tune`.
 pub fn tune(opts: TuneOptions) -> Result<()> {
     if opts.dry_run {
-        port_check(opts.port)?;
+        super::outcome::port_check(opts.port)?;
         return dry_run(&opts);
     }
     let (result, run_dir) = run_tune(&opts)?;
-    print_outcome(&result, &run_dir, &opts)
+    super::outcome::print_outcome(
+        &result,
+        &run_dir,
+        opts.json,
+        opts.quiet,
+        &resume_command(&opts, &run_dir),
+    )
 }
 
 /// The distinct baseline configs the tune launches first ([`crate::search::first_launches`]),
@@ -722,93 +740,6 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// A `--host` must be a host name or address; one other machines reach gets a warning
-/// (trials still listen on 127.0.0.1; the printed command and launch.sh use it).
-pub fn host_check(host: &str) -> Result<()> {
-    crate::run::schema::check_host("--host", host)?;
-    if let Some(w) = crate::report::script::exposed_host_warning(host) {
-        eprintln!("qtune: warning: {}", crate::escape::terminal_lines(&w));
-    }
-    Ok(())
-}
-
-/// The printed command's port: 1 to 65535. Port 0 (a random free port at each start) would
-/// give a command and a launch.sh that cannot say where the server listens, and launch.sh
-/// refuses it.
-pub fn port_check(port: u16) -> Result<()> {
-    if port == 0 {
-        anyhow::bail!(
-            "--port 0 is not a port clients can reach: give the port the launch command and launch.sh should use, from 1 to 65535 (default 8080)"
-        );
-    }
-    Ok(())
-}
-
-/// A warning when the printed command's port is taken on its host right now (the command
-/// would fail to start there).
-pub fn port_taken_warning(host: &str, port: u16) -> Option<String> {
-    match std::net::TcpListener::bind((host, port)) {
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Some(format!(
-            "port {port} on {host} is in use right now: the command below will fail to start until it is free (or tune with --port N, or edit --port)"
-        )),
-        _ => None,
-    }
-}
-
-/// The summary table on stderr, then the winning command alone as the last line on stdout.
-fn print_outcome(result: &TuneResult, run_dir: &Path, opts: &TuneOptions) -> Result<()> {
-    let (json, quiet) = (opts.json, opts.quiet);
-    // Said even with --quiet and --json (on stderr): a tune the budget cut short.
-    let stop = result
-        .budget_stop
-        .as_ref()
-        .map(|s| format!("qtune: {}", s.line(&resume_command(opts, run_dir))));
-    if json || quiet {
-        if let Some(s) = &stop {
-            eprintln!("{s}");
-        }
-    }
-    if json {
-        if let Some(w) = port_taken_warning(&result.host, result.port) {
-            eprintln!("qtune: warning: {}", crate::escape::terminal_lines(&w));
-        }
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&crate::report::summary::tune_json(result))?
-        );
-        return Ok(());
-    }
-    if !quiet {
-        eprintln!(
-            "{}",
-            crate::escape::terminal_lines(&crate::report::summary::table(result))
-        );
-        if let Some(s) = &stop {
-            eprintln!("{}", crate::escape::terminal_lines(s));
-        }
-        eprintln!(
-            "report: {}",
-            crate::escape::terminal_path(&run_dir.join("report.md"))
-        );
-        eprintln!("run directory: {}", crate::escape::terminal_path(run_dir));
-    }
-    if result.winner.is_some() {
-        if let Some(w) = port_taken_warning(&result.host, result.port) {
-            eprintln!("qtune: warning: {}", crate::escape::terminal_lines(&w));
-        }
-    }
-    match &result.winner {
-        Some(w) => {
-            println!("{}", crate::config::shell_line(&w.command));
-            Ok(())
-        }
-        None => anyhow::bail!(
-            "no config ran successfully within the budget; see {} for each failure",
-            run_dir.join("report.md").display()
-        ),
-    }
 }
 
 /// `qtune demo`: obtain a server (building it if needed), synthesize the tiny MoE model and
