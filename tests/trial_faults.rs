@@ -5,7 +5,6 @@
 mod support;
 
 use qtune::trial::journal::Journal;
-use qtune::trial::llama_runner::LlamaServerRunner;
 use qtune::trial::{OutcomeKind, TrialOutcome, TrialRole, TrialRunner};
 use std::time::{Duration, Instant};
 use support::trial::*;
@@ -20,27 +19,14 @@ struct Run {
 
 fn run_fake(mode: &str, load_timeout: Duration, request_timeout: Duration) -> Run {
     let dir = tempfile::tempdir().unwrap();
-    let model = dir.path().join("fake.gguf");
-    std::fs::write(&model, b"GGUF").unwrap();
     let pidfile = dir.path().join("pids");
-    let run_dir = dir.path().join("run");
-    let journal = Journal::open(&run_dir).unwrap();
-    let mut runner = LlamaServerRunner::new(
-        &fake_server(),
-        &model,
-        4,
-        tiny_workload(),
-        &run_dir,
-        journal,
-        None,
+    let pid_env = pidfile.display().to_string();
+    let mut runner = fake_runner(
+        dir.path(),
+        &[("FAKE_MODE", mode), ("FAKE_PIDFILE", &pid_env)],
         request_timeout,
     )
-    .unwrap()
-    .with_load_timeout(load_timeout)
-    .with_env(vec![
-        ("FAKE_MODE".into(), mode.into()),
-        ("FAKE_PIDFILE".into(), pidfile.display().to_string()),
-    ]);
+    .with_load_timeout(load_timeout);
     let t0 = Instant::now();
     let outcome = runner.run(&cpu_config(), TrialRole::Search);
     let elapsed = t0.elapsed();
@@ -51,7 +37,7 @@ fn run_fake(mode: &str, load_timeout: Duration, request_timeout: Duration) -> Ru
         .collect();
     assert_eq!(pids.len(), 2, "the fake server did not start ({mode})");
     assert_eq!(Some(pids[0]), runner.last_server_pid());
-    let journal = Journal::read(&run_dir).unwrap();
+    let journal = Journal::read(&dir.path().join("run")).unwrap();
     Run {
         outcome,
         journal,

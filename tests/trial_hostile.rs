@@ -21,26 +21,7 @@ fn runner(
     env: &[(&str, &str)],
     request_timeout: Duration,
 ) -> LlamaServerRunner {
-    let model = dir.path().join("fake.gguf");
-    std::fs::write(&model, b"GGUF").unwrap();
-    let run_dir = dir.path().join("run");
-    let journal = Journal::open(&run_dir).unwrap();
-    LlamaServerRunner::new(
-        &fake_server(),
-        &model,
-        4,
-        tiny_workload(),
-        &run_dir,
-        journal,
-        None,
-        request_timeout,
-    )
-    .unwrap()
-    .with_env(
-        env.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    )
+    fake_runner(dir.path(), env, request_timeout)
 }
 
 /// A plausible baseline (no `-t`: the fake answers it), then a config with `-t` whose server

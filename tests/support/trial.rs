@@ -1,4 +1,4 @@
-//! Helpers of the trial tests (trial_real, trial_faults, trial_interrupt).
+//! Helpers of the trial tests (trial_real, trial_faults, trial_hostile, trial_interrupt).
 #![allow(dead_code)]
 
 use qtune::config::LaunchConfig;
@@ -65,4 +65,33 @@ pub fn processes_with(marker: &str) -> Vec<u32> {
         }
     }
     out
+}
+
+/// A runner on the fake server in `dir` (a stand-in `fake.gguf`, the run folder `run/`), with
+/// `env` for the fake server and a fixed request timeout.
+pub fn fake_runner(
+    dir: &Path,
+    env: &[(&str, &str)],
+    request_timeout: std::time::Duration,
+) -> qtune::trial::llama_runner::LlamaServerRunner {
+    let model = dir.join("fake.gguf");
+    std::fs::write(&model, b"GGUF").unwrap();
+    let run_dir = dir.join("run");
+    let journal = qtune::trial::journal::Journal::open(&run_dir).unwrap();
+    qtune::trial::llama_runner::LlamaServerRunner::new(
+        &fake_server(),
+        &model,
+        4,
+        tiny_workload(),
+        &run_dir,
+        journal,
+        None,
+        request_timeout,
+    )
+    .unwrap()
+    .with_env(
+        env.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    )
 }
