@@ -119,7 +119,12 @@ fn a_recorded_session_matches_what_the_client_and_server_saw() {
         .arg(format!("http://127.0.0.1:{pport}"))
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", output_text(&o));
+    assert!(
+        o.status.success(),
+        "{}\nqtune record's stderr:\n{}",
+        output_text(&o),
+        std::fs::read_to_string(dir.path().join("record.err")).unwrap_or_default()
+    );
     let client: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
 
     // A body over the proxy's bound is refused at once (413), never read into memory.

@@ -273,15 +273,16 @@ pub async fn upstream_header(client: &reqwest::Client, upstream: &str) -> Result
 }
 
 /// The HTTP client the proxy forwards with: no system proxy (the upstream is local), no
-/// overall timeout (a generation may take minutes), and idle connections dropped after 2 s:
-/// llama-server closes a keep-alive connection idle for 5 s, and a request sent on one it is
-/// closing fails.
+/// overall timeout (a generation may take minutes), and a fresh connection for every request.
+/// llama-server may close a kept-alive connection (after a streamed answer, when idle for 5 s,
+/// when its worker thread ends), and a request sent on one it is closing fails with no answer:
+/// a client would see 502 for a request the server never got. A local connection costs far
+/// less than a millisecond.
 pub fn client() -> Result<reqwest::Client> {
     reqwest::Client::builder()
         .no_proxy()
         .connect_timeout(Duration::from_secs(10))
-        .pool_idle_timeout(Duration::from_secs(2))
-        .pool_max_idle_per_host(64)
+        .pool_max_idle_per_host(0)
         .build()
         .context("cannot set up the HTTP client")
 }
@@ -507,13 +508,22 @@ async fn handle(
     let mut headers = forwarded_headers(&parts.headers);
     // Answers are read on the way through: ask for them uncompressed.
     headers.remove(header::ACCEPT_ENCODING);
-    let sent = state
-        .client
-        .request(parts.method.clone(), format!("{}{path_q}", state.upstream))
-        .headers(headers)
-        .body(body)
-        .send()
-        .await;
+    let send = || {
+        state
+            .client
+            .request(parts.method.clone(), format!("{}{path_q}", state.upstream))
+            .headers(headers.clone())
+            .body(body.clone())
+            .send()
+    };
+    // A refused connection never reached the server: one more try, after a breath.
+    let sent = match send().await {
+        Err(e) if e.is_connect() => {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            send().await
+        }
+        r => r,
+    };
     let resp = match sent {
         Ok(r) => r,
         Err(e) => {

@@ -129,8 +129,12 @@ impl LlamaServerRunner {
             .enable_all()
             .build()
             .context("cannot start the HTTP runtime")?;
+        // A fresh connection per request: llama-server may close a kept-alive one (after a
+        // streamed answer, when idle, when its worker thread ends) just as a request is sent
+        // on it, and that request fails unanswered. Locally a connect costs microseconds.
         let client = reqwest::Client::builder()
             .no_proxy()
+            .pool_max_idle_per_host(0)
             .build()
             .context("cannot build the HTTP client")?;
         std::fs::create_dir_all(run_dir)
