@@ -61,11 +61,13 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
             "--load-mode" => "--load-mode",
             "-ot" | "--override-tensor" => "-ot",
             "--no-op-offload" => "--no-op-offload",
+            "--spec-type" => "--spec-type",
+            "-cms" | "--checkpoint-min-step" => "--checkpoint-min-step",
             "--host" => "--host",
             "--port" => "--port",
             _ if flag.starts_with('-') => {
                 return Err(format!(
-                    "unknown flag '{flag}': qtune reads back only the flags it renders (-m, -c, -np, -ngl, -sm, -ts, --n-cpu-moe, -t, -b, -ub, -ctk, -ctv, -fa, --fit, --fit-target, --load-mode, -ot, --no-op-offload, --host, --port)"
+                    "unknown flag '{flag}': qtune reads back only the flags it renders (-m, -c, -np, -ngl, -sm, -ts, --n-cpu-moe, -t, -b, -ub, -ctk, -ctv, -fa, --fit, --fit-target, --load-mode, -ot, --no-op-offload, --spec-type, --checkpoint-min-step, --host, --port)"
                 ))
             }
             _ => {
@@ -135,6 +137,13 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
                 })
             }
             "--load-mode" => cfg.load_mode = value.parse()?,
+            "--spec-type" => {
+                cfg.spec_type = match value.as_str() {
+                    "none" => None,
+                    v => Some(v.parse()?),
+                }
+            }
+            "--checkpoint-min-step" => cfg.checkpoint_min_step = Some(num(&value)?),
             "-ot" => ot_rules.push(value),
             "--fit-target" => {
                 cfg.fit_target_mib = value
