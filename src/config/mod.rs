@@ -421,6 +421,10 @@ pub struct LaunchConfig {
     /// checkpoint before the divergence, so closer checkpoints re-read less of a changed history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_min_step: Option<u32>,
+    /// One KV pool shared by every slot (`-kvu`, `-no-kvu`); `None`: the server's default,
+    /// which an explicit `-np` turns off (each slot then gets `ctx / parallel` tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_unified: Option<bool>,
 }
 
 fn load_mode_auto() -> LoadMode {
@@ -457,6 +461,7 @@ impl LaunchConfig {
             gpu_experts: Vec::new(),
             spec_type: None,
             checkpoint_min_step: None,
+            kv_unified: None,
         }
     }
 
@@ -670,6 +675,9 @@ impl LaunchConfig {
             a.push("--checkpoint-min-step".to_string());
             a.push(n.to_string());
         }
+        if let Some(u) = self.kv_unified {
+            a.push(if u { "-kvu" } else { "-no-kvu" }.to_string());
+        }
         a
     }
 
@@ -704,6 +712,7 @@ impl LaunchConfig {
             && self.fit_target_mib.is_empty()
             && self.spec_type.is_none()
             && self.checkpoint_min_step.is_none()
+            && self.kv_unified.is_none()
         {
             return "baseline (server defaults, auto-fit)".to_string();
         }
@@ -779,6 +788,9 @@ impl LaunchConfig {
         }
         if let Some(n) = self.checkpoint_min_step {
             parts.push(format!("--checkpoint-min-step {n}"));
+        }
+        if let Some(u) = self.kv_unified {
+            parts.push(if u { "-kvu" } else { "-no-kvu" }.to_string());
         }
         parts.join(" ")
     }

@@ -313,6 +313,7 @@ fn a_rendered_command_parses_back_to_the_same_config() {
             parallel: 4,
             spec_type: Some(SpecType::NgramMod),
             checkpoint_min_step: Some(1024),
+            kv_unified: Some(true),
             ..LaunchConfig::baseline(65536)
         },
     ];
@@ -541,6 +542,10 @@ fn the_levers_render_and_read_back_as_the_server_spells_them() {
     .unwrap();
     assert_eq!(p.config.checkpoint_min_step, Some(512));
     assert_eq!(p.config.spec_type, None);
+    let u = parse_command(&words("llama-server -m m.gguf -c 8192 -np 2 --kv-unified")).unwrap();
+    assert_eq!(u.config.kv_unified, Some(true));
+    let both = parse_command(&words("llama-server -m m.gguf -c 8192 -np 2 -kvu -no-kvu"));
+    assert!(both.unwrap_err().contains("not both"));
     // A type that needs a draft model is refused in one line that names what qtune tunes.
     let e = parse_command(&words(
         "llama-server -m m.gguf -c 8192 -np 1 --spec-type draft-mtp",
