@@ -15,6 +15,7 @@ use std::sync::Arc;
 pub mod candidates;
 mod checkpoint;
 pub mod context;
+pub mod levers;
 pub mod objective;
 pub mod pick;
 pub mod progress;
