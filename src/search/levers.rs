@@ -29,6 +29,46 @@ pub struct WorkloadTraits {
     pub recurrent: bool,
 }
 
+/// A prompt that shares a prefix with an earlier one and leaves it more than this many tokens
+/// before the earlier one's end diverges: the server keeps a checkpoint near the end of each
+/// prompt, so a divergence closer to the end than this costs little on any model.
+pub const DIVERGENCE_MIN_TOKENS: usize = 256;
+
+impl WorkloadTraits {
+    /// What a trace's requests show (`recurrent`: the model's, from its layout).
+    pub fn of_trace(trace: &crate::traffic::trace::Trace, recurrent: bool) -> WorkloadTraits {
+        let prompts: Vec<Option<&[u32]>> = trace
+            .requests
+            .iter()
+            .map(|r| r.prompt_tokens.as_deref())
+            .collect();
+        let links = crate::traffic::trace::prefix_links(&prompts);
+        let diverges = links.iter().any(|l| {
+            l.is_some_and(|(j, n)| prompts[j].is_some_and(|p| n + DIVERGENCE_MIN_TOKENS < p.len()))
+        });
+        // The most requests in flight at one time: a sweep over arrivals and ends (an end
+        // before an arrival at the same instant).
+        let mut events: Vec<(f64, i32)> = trace
+            .requests
+            .iter()
+            .flat_map(|r| [(r.arrived_ms, 1), (r.ended_ms.max(r.arrived_ms), -1)])
+            .collect();
+        events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let (mut now, mut max_overlap) = (0i32, 0i32);
+        for (_, d) in events {
+            now += d;
+            max_overlap = max_overlap.max(now);
+        }
+        let max_overlap = max_overlap.max(0) as u32;
+        WorkloadTraits {
+            real_text: true,
+            max_overlap,
+            diverges,
+            recurrent,
+        }
+    }
+}
+
 /// The configs to measure, and a line for each lever that was not tried.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LeverPlan {
@@ -138,6 +178,40 @@ mod tests {
         assert!(args[3].contains("-np 4"));
         // Every variant keeps the rest of the best config.
         assert!(p.configs.iter().all(|c| c.ctx == 8192));
+    }
+
+    fn trace(requests: &[(f64, f64, Vec<u32>)]) -> crate::traffic::trace::Trace {
+        let header = r#"{"type":"header","format":"qtune-trace","version":1,"qtune_version":"0","started_at":"2026-11-26T00:00:00Z","upstream":"http://127.0.0.1:1/","server":{},"model":{},"tokenizer_sha256":null}"#;
+        let mut text = format!("{header}\n");
+        for (i, (a, e, p)) in requests.iter().enumerate() {
+            text.push_str(&format!(
+                r#"{{"type":"request","id":{},"endpoint":"/completion","stream":false,"arrived_ms":{a},"first_byte_ms":null,"ended_ms":{e},"overlapped":[],"status":200,"outcome":"ok","prompt_tokens":{p:?},"n_generated":4,"max_tokens":4,"timings":null}}"#,
+                i + 1
+            ));
+            text.push('\n');
+        }
+        crate::traffic::trace::parse(text.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_trace_shows_its_overlap_and_its_divergences() {
+        let long: Vec<u32> = (0..1000).collect();
+        let mut edited = long[..500].to_vec();
+        edited.extend(5000..5100);
+        let mut extended = long.clone();
+        extended.extend(7000..7010);
+        // One after the other, each extending the last: no overlap, no divergence.
+        let t = trace(&[(0.0, 10.0, long.clone()), (20.0, 30.0, extended.clone())]);
+        let w = WorkloadTraits::of_trace(&t, true);
+        assert_eq!((w.max_overlap, w.diverges, w.real_text), (1, false, true));
+        // History edited half-way, and two requests in flight at once.
+        let t = trace(&[
+            (0.0, 10.0, long.clone()),
+            (20.0, 40.0, edited),
+            (25.0, 30.0, (9000..9050).collect()),
+        ]);
+        let w = WorkloadTraits::of_trace(&t, true);
+        assert_eq!((w.max_overlap, w.diverges), (2, true));
     }
 
     #[test]
