@@ -58,8 +58,9 @@
 //! `candidates[i].vs_reference` carries the intervals to report, `outcome.noise` and
 //! `pair_sigma_pct` the noise measured on the box.
 
-use super::{Comparison, Metric, PairedVerdict, Sample};
+use super::{Comparison, PairedVerdict, Sample};
 use crate::config::LaunchConfig;
+use crate::objective::Metric;
 use crate::trial::{TrialOutcome, TrialRole, TrialRunner};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;

@@ -52,7 +52,7 @@ impl QtuneSearch {
             // too little to trust the spread; a claim needs three rounds.
             min_rounds: 3,
             look_every: 2,
-            by_request: ctx.space.objective.metric == crate::space::Metric::Request,
+            by_request: ctx.space.objective.metric == crate::objective::Metric::Request,
             ..Default::default()
         }
     }

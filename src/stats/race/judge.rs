@@ -35,11 +35,11 @@ impl Race {
     }
 
     /// What the race decides on: time per request, or generation speed.
-    pub(super) fn primary_metric(&self) -> crate::stats::Metric {
+    pub(super) fn primary_metric(&self) -> crate::objective::Metric {
         if self.s.by_request {
-            crate::stats::Metric::Request
+            crate::objective::Metric::Request
         } else {
-            crate::stats::Metric::Gen
+            crate::objective::Metric::Gen
         }
     }
 
