@@ -1,7 +1,7 @@
 //! What a tune optimizes: the [`Metric`] that ranks trials and decides paired comparisons, and
 //! the [`Objective`] a search space names (`objective:` in a space file: the metric, the blend's
 //! weights, the tie band, the second baseline). One vocabulary for the space, the search's
-//! ranking ([`crate::search::objective`]), the race and the report.
+//! ranking ([`crate::search::rank`]), the race and the report.
 
 use serde::{Deserialize, Serialize};
 

@@ -78,8 +78,7 @@ fn check(case: &str, plan_file: &str) {
         "{case}"
     );
     assert!(tg >= best_tg * (1.0 - PLAN_TIE_PCT / 100.0), "{case}");
-    if first.fits && qtune::search::objective::is_tie(first.tg_tps.unwrap(), best_tg, PLAN_TIE_PCT)
-    {
+    if first.fits && qtune::search::rank::is_tie(first.tg_tps.unwrap(), best_tg, PLAN_TIE_PCT) {
         assert!(pp >= first.pp_tps.unwrap(), "{case}");
     }
 

@@ -15,9 +15,9 @@ use std::sync::Arc;
 pub mod candidates;
 mod checkpoint;
 pub mod context;
-pub mod objective;
 pub mod pick;
 pub mod progress;
+pub mod rank;
 pub mod strategy;
 pub mod verdict;
 

@@ -11,7 +11,7 @@
 //! ranking decides which one the race takes first.
 
 use super::context::SearchContext;
-use super::objective::Speeds;
+use super::rank::Speeds;
 use crate::config::{Base, KvType, LaunchConfig};
 use crate::model::speed::{self, PickInput, SpeedBox, SpeedPrediction, FITTED, PICK_TIE_PCT};
 use crate::model::ModelLayout;

@@ -23,7 +23,7 @@
 //! The solver's decisions depend only on the trial history, so a tune that is killed and
 //! resumed (argmin checkpoint + journal replay) takes exactly the same path.
 
-use super::objective::Speeds;
+use super::rank::Speeds;
 use crate::config::LaunchConfig;
 use crate::trial::{OutcomeKind, TrialOutcome, TrialRole};
 use argmin::core::{

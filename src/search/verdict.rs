@@ -2,7 +2,7 @@
 //! baseline. A config that failed or went over the VRAM budget in any trial never wins.
 //! (One file over 800 lines: one decision; half of it is its tests, replays of GPU races.)
 
-use super::objective::{better, gain_pct, Speeds};
+use super::rank::{better, gain_pct, Speeds};
 use super::strategy::SearchContext;
 use crate::config::LaunchConfig;
 use crate::run::{Confirmed, Winner};

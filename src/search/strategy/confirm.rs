@@ -4,7 +4,7 @@
 
 use super::{base_of, thread_twins_on_gpu, Base, QtuneSearch, SearchContext};
 use crate::config::LaunchConfig;
-use crate::search::objective::{better, Speeds};
+use crate::search::rank::{better, Speeds};
 use crate::trial::{OutcomeKind, TrialOutcome, TrialRole};
 
 impl QtuneSearch {

@@ -4,7 +4,7 @@
 
 use super::{Base, QtuneSearch, SearchContext};
 use crate::config::LaunchConfig;
-use crate::search::objective::{better, is_tie, Speeds};
+use crate::search::rank::{better, is_tie, Speeds};
 use crate::trial::{TrialOutcome, TrialRole};
 
 impl QtuneSearch {

@@ -4,7 +4,7 @@
 
 use super::{QtuneSearch, SearchContext};
 use crate::config::LaunchConfig;
-use crate::search::objective::Speeds;
+use crate::search::rank::Speeds;
 use crate::trial::{TrialOutcome, TrialRole};
 use std::collections::VecDeque;
 
