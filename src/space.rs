@@ -3,6 +3,7 @@
 //! (Over 800 lines with its tests: one schema, whose every key is validated where it is
 //! defined, with its range and the line it came from.)
 
+use crate::objective::{Metric, Objective};
 use serde::{Deserialize, Serialize};
 
 /// What one trial asks of the server, measured the way a single user uses it.
@@ -390,64 +391,6 @@ impl SearchSpace {
 
 fn default_parallel() -> u32 {
     1
-}
-
-/// What ranks trials.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Metric {
-    /// Generation tok/s, prompt tok/s as tie-break.
-    Gen,
-    /// Prompt processing tok/s.
-    Prompt,
-    /// Generation tok/s with `workload.context_depth` tokens already in context.
-    #[serde(rename = "gen_at_depth")]
-    GenAtDepth,
-    /// `gen_weight * gen/gen_best + prompt_weight * prompt/prompt_best`.
-    Blend,
-    /// Time per request (time to first token plus generation) over the workload's mix: the
-    /// default. Ranked as requests per second, higher is better.
-    Request,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Objective {
-    pub metric: Metric,
-    #[serde(default = "one")]
-    pub gen_weight: f64,
-    #[serde(default)]
-    pub prompt_weight: f64,
-    /// Generation results within this many percent count as a tie, broken by prompt speed.
-    #[serde(default = "default_tie")]
-    pub tie_pct: f64,
-    /// Also launch `--fit on --fit-target <headroom>` as a baseline on a GPU, and judge every
-    /// gain against the better of the two baselines (default: true).
-    #[serde(default = "yes")]
-    pub second_baseline: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-fn one() -> f64 {
-    1.0
-}
-fn default_tie() -> f64 {
-    3.0
-}
-
-impl Default for Objective {
-    fn default() -> Self {
-        Objective {
-            metric: Metric::Gen,
-            gen_weight: 1.0,
-            prompt_weight: 0.0,
-            tie_pct: 3.0,
-            second_baseline: true,
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -6,8 +6,9 @@
 use crate::config::{KvType, LaunchConfig};
 use crate::hardware::{GpuInfo, HardwareProfile, HostInfo, PcieLink};
 use crate::model::ModelLayout;
+use crate::objective::Objective;
 use crate::run::{Confirmed, TuneResult, Winner};
-use crate::space::{Budget, Fixed, Objective, SearchSpace, Threads, Vary, Workload};
+use crate::space::{Budget, Fixed, SearchSpace, Threads, Vary, Workload};
 use crate::trial::{Metrics, OutcomeKind, Stat, TrialOutcome, TrialRole};
 use std::path::{Path, PathBuf};
 

@@ -16,9 +16,9 @@ pub mod candidates;
 mod checkpoint;
 pub mod context;
 pub mod levers;
-pub mod objective;
 pub mod pick;
 pub mod progress;
+pub mod rank;
 pub mod strategy;
 pub mod verdict;
 
