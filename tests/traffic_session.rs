@@ -25,7 +25,7 @@ impl Drop for Reap {
 /// A context per slot of 8,192 tokens, two slots.
 const CTX: u64 = 8192;
 
-fn start_server(model: &Path, dir: &Path) -> (Reap, u16) {
+fn start_server(model: &Path, dir: &Path, template: Option<&Path>) -> (Reap, u16) {
     let server = support::real_server().expect("checked by the caller");
     let port = free_port();
     let log = std::fs::File::create(dir.join("server.log")).unwrap();
@@ -34,6 +34,7 @@ fn start_server(model: &Path, dir: &Path) -> (Reap, u16) {
         .arg(model)
         .args(["-c", &(2 * CTX).to_string(), "-np", "2", "-t", "2"])
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .args(template.map_or(Vec::new(), |t| vec![Path::new("--chat-template-file"), t]))
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .spawn()
@@ -115,10 +116,10 @@ fn stdlib_lines_in(text: &str) -> usize {
         .count()
 }
 
-/// Everything the agent session must show, on one model.
-fn check_agent(model: &Path, label: &str) {
+/// Everything the agent session must show, on one model (with another chat template).
+fn check_agent(model: &Path, template: Option<&Path>, label: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let (_server, port) = start_server(model, dir.path());
+    let (_server, port) = start_server(model, dir.path(), template);
     let (path, t) = session(port, "agent", dir.path(), "agent.jsonl");
     let (_, again) = session(port, "agent", dir.path(), "again.jsonl");
     let p = prompts(&t);
@@ -200,6 +201,21 @@ fn check_agent(model: &Path, label: &str) {
             "{label}: no {needle} in the deepest prompt"
         );
     }
+    // How the tool calls were written: by a template that knows tools (Qwen3.5's XML), else by
+    // qtune into the text (JSON in <tool_call>, as Hermes-style templates write them).
+    let native = "<function=edit_file>";
+    let inlined = "\"name\":\"edit_file\"";
+    match template {
+        Some(_) => assert!(text.contains(native) && !text.contains(inlined), "{label}"),
+        None => assert!(text.contains(inlined) && !text.contains(native), "{label}"),
+    }
+    // Thinking only on the turns after the last user message: one in the last turn, and the
+    // generation prompt's own where the template adds one (Qwen3.5's does).
+    let thoughts = text.matches("<think>").count();
+    assert!(
+        (1..=2).contains(&thoughts),
+        "{label}: {thoughts} thoughts in the deepest prompt"
+    );
 
     let o = support::qtune()
         .args(["trace", "show"])
@@ -217,11 +233,11 @@ fn the_agent_session_renders_on_smollm2_and_chat_too() {
     let (Some(_), Some(model)) = (support::real_server(), support::smollm2()) else {
         return;
     };
-    check_agent(&model, "SmolLM2");
+    check_agent(&model, None, "SmolLM2");
 
     // The chat: real code, turns that only grow, to near the context.
     let dir = tempfile::tempdir().unwrap();
-    let (_server, port) = start_server(&model, dir.path());
+    let (_server, port) = start_server(&model, dir.path(), None);
     let (_, t) = session(port, "chat", dir.path(), "chat.jsonl");
     let p = prompts(&t);
     assert!(p.len() >= 4, "{} turns", p.len());
@@ -247,7 +263,14 @@ fn the_agent_session_renders_on_tiny_qwen35moe() {
     ) else {
         return;
     };
-    check_agent(&model, "tiny-qwen35moe");
+    check_agent(&model, None, "tiny-qwen35moe");
+    let qwen35 =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/templates/Qwen3.5-4B.jinja");
+    check_agent(
+        &model,
+        Some(&qwen35),
+        "tiny-qwen35moe with Qwen3.5's template",
+    );
 }
 
 #[test]

@@ -127,7 +127,8 @@ fn view<'a>(src: &'a Source, share: usize) -> View<'a> {
         };
     }
     let funcs = text::functions(&src.text);
-    let first = funcs.first().map_or(0, |f| f.line.saturating_sub(2));
+    let start = text::public(&funcs).first().map(|f| f.line);
+    let first = start.map_or(0, |l| l.saturating_sub(2));
     let mut used = 0;
     let mut shown = 0;
     for l in &lines[first..] {
@@ -153,7 +154,7 @@ impl View<'_> {
         let all = text::functions(&src.text);
         let seen: Vec<Func> = all
             .into_iter()
-            .filter(|f| f.line >= self.first && f.line + 2 < self.first + self.shown)
+            .filter(|f| f.line >= self.first && f.head_end + 2 < self.first + self.shown)
             .collect();
         let mut p: Vec<Func> = text::public(&seen).into_iter().cloned().collect();
         if p.is_empty() {
@@ -163,6 +164,7 @@ impl View<'_> {
                 line: self.first,
                 indent: 0,
                 doc: None,
+                head_end: self.first,
             });
         }
         p
@@ -392,7 +394,7 @@ fn work(s: &mut Script, src: &Source, v: &View, sources: &[Source]) {
     } else {
         s.call(
             format!(
-                "A one-line change inside `{}`, right after its def line; a diff is enough.",
+                "A one-line change inside `{}`, where its body starts; a diff is enough.",
                 f1.name
             ),
             &format!("Editing `{}`.", f1.name),

@@ -46,11 +46,8 @@ pub fn build(budget: usize, sources: &[Source]) -> Vec<ChatRequest> {
             let rewrite = turn % ASKS.len() == 3;
             let answer = if rewrite {
                 let fl: Vec<&str> = code.lines().collect();
-                let local = Func {
-                    line: 0,
-                    ..f.clone()
-                };
-                let ins = text::comment_in(&local, "the simple case first");
+                let mut ins = text::comment_in(f, "the simple case first");
+                ins.after = (ins.after - f.line).min(fl.len().saturating_sub(1));
                 let edited = text::apply(&fl, &[ins]).join("\n");
                 format!(
                     "It can stay almost as it is; the one change that helps is saying up front \

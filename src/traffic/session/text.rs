@@ -9,8 +9,11 @@ pub struct Func {
     pub line: usize,
     /// Its indentation (spaces).
     pub indent: usize,
-    /// The first line of its docstring, when it has one on the next line.
+    /// The first line of its docstring, when it has one.
     pub doc: Option<String>,
+    /// The last line of its signature, or of its docstring when it has one: its body's code
+    /// starts after it.
+    pub head_end: usize,
 }
 
 /// The functions of a Python source, in order (top-level and methods).
@@ -29,22 +32,39 @@ pub fn functions(text: &str) -> Vec<Func> {
         if name.is_empty() {
             continue;
         }
-        let doc = lines.get(i + 1).and_then(|d| {
-            let d = d.trim();
-            let d = d
-                .strip_prefix("\"\"\"")
-                .or_else(|| d.strip_prefix("r\"\"\""))?;
-            let d = d.trim_end_matches("\"\"\"").trim();
-            (!d.is_empty()).then(|| d.to_string())
-        });
+        // The signature ends at the first line ending with ':' (a comment aside).
+        let sig_end = (i..lines.len().min(i + 30))
+            .find(|&j| {
+                let code = lines[j].split(" #").next().unwrap_or("");
+                code.trim_end().ends_with(':')
+            })
+            .unwrap_or(i);
+        let (doc, head_end) = docstring(&lines, sig_end + 1).unwrap_or((None, sig_end));
         out.push(Func {
             name,
             line: i,
             indent: l.len() - t.len(),
             doc,
+            head_end,
         });
     }
     out
+}
+
+/// A docstring that starts at line `at`: its first line's text (when not empty) and its last
+/// line.
+fn docstring(lines: &[&str], at: usize) -> Option<(Option<String>, usize)> {
+    let d = lines.get(at)?.trim();
+    let d = d.strip_prefix('r').unwrap_or(d);
+    let q = ["\"\"\"", "'''"].into_iter().find(|q| d.starts_with(q))?;
+    let body = &d[3..];
+    let first = body.split(q).next().unwrap_or("").trim();
+    let first = (!first.is_empty()).then(|| first.to_string());
+    if body.contains(q) {
+        return Some((first, at));
+    }
+    let end = (at + 1..lines.len()).find(|&j| lines[j].contains(q))?;
+    Some((first, end))
 }
 
 /// The public functions (no leading underscore), else all of them.
@@ -105,12 +125,11 @@ pub fn diff(path: &str, lines: &[&str], ins: &Insert) -> String {
     s
 }
 
-/// A comment line inserted into a function's body, at its indentation.
+/// A comment line inserted into a function's body, at its indentation: after its signature
+/// and docstring.
 pub fn comment_in(f: &Func, text: &str) -> Insert {
-    // After the docstring's line when the docstring fits on one line, else after the def.
-    let after = if f.doc.is_some() { f.line + 1 } else { f.line };
     Insert {
-        after,
+        after: f.head_end,
         line: format!("{}# {text}", " ".repeat(f.indent + 4)),
     }
 }
@@ -213,7 +232,7 @@ pub fn grep(sources: &[super::Source], word: &str, max: usize) -> String {
 mod tests {
     use super::*;
 
-    const SRC: &str = "import os\n\ndef alpha(x):\n    \"\"\"Return x.\"\"\"\n    return x\n\nclass C:\n    def _beta(self):\n        pass\n";
+    const SRC: &str = "import os\n\ndef alpha(x):\n    \"\"\"Return x.\"\"\"\n    return x\n\nclass C:\n    def _beta(self,\n              y):  # two lines\n        \"\"\"Beta.\n\n        More.\n        \"\"\"\n        pass\n";
 
     #[test]
     fn functions_and_their_docstrings_are_found() {
@@ -225,6 +244,9 @@ mod tests {
         );
         assert_eq!(f[0].doc.as_deref(), Some("Return x."));
         assert_eq!((f[1].name.as_str(), f[1].indent), ("_beta", 4));
+        assert_eq!(f[1].doc.as_deref(), Some("Beta."));
+        // The body starts after the two-line signature and the four-line docstring.
+        assert_eq!((f[0].head_end, f[1].head_end), (3, 12));
         assert_eq!(public(&f).len(), 1);
     }
 
