@@ -42,6 +42,8 @@ pub(super) const CLEARED: &str = "[Old tool result content cleared]";
 const OVERHEAD: usize = 5500;
 /// A work cycle needs at least this much room (characters), else the session ends.
 const MIN_CYCLE: usize = OVERHEAD + 800;
+/// The longest file written back whole (characters; about 2,500 tokens of answer).
+const MAX_REWRITE: usize = 8_000;
 /// Room kept for the last question and its read.
 const FINAL: usize = 1500;
 
@@ -274,6 +276,7 @@ pub fn build(budget: usize, sources: &[Source]) -> Vec<ChatRequest> {
     // Work cycles, one file each, while there is room for one.
     let mut cycle = 0usize;
     let mut cleared = false;
+    let mut rewrote = false;
     let mut src = first;
     loop {
         let room = budget.saturating_sub(s.chars() + FINAL);
@@ -299,7 +302,7 @@ pub fn build(budget: usize, sources: &[Source]) -> Vec<ChatRequest> {
             );
             s.ask();
         }
-        work(&mut s, src, &v, sources);
+        rewrote |= work(&mut s, src, &v, sources, !rewrote);
         cycle += 1;
         src = take(1);
     }
@@ -337,7 +340,9 @@ pub fn build(budget: usize, sources: &[Source]) -> Vec<ChatRequest> {
 }
 
 /// One work cycle on `src`: read, grep, edit, test (a failure), fix, test (passing), report.
-fn work(s: &mut Script, src: &Source, v: &View, sources: &[Source]) {
+/// With `may_rewrite`, a short file read whole is written back whole (the longest answer of a
+/// session; once, since agents mostly edit by diff); returns whether it was.
+fn work(s: &mut Script, src: &Source, v: &View, sources: &[Source], may_rewrite: bool) -> bool {
     let funcs = v.funcs(src);
     let f1 = &funcs[0];
     let f2 = funcs.get(1).unwrap_or(f1);
@@ -379,7 +384,8 @@ fn work(s: &mut Script, src: &Source, v: &View, sources: &[Source]) {
         f1,
         &format!("{}: arguments are checked by the caller", f1.name),
     );
-    let whole = v.first == 0 && v.shown == v.lines.len() && src.text.len() <= 12_000;
+    let whole =
+        may_rewrite && v.first == 0 && v.shown == v.lines.len() && src.text.len() <= MAX_REWRITE;
     let id = if whole {
         let edited = text::apply(&v.lines, std::slice::from_ref(&ins)).join("\n") + "\n";
         s.call(
@@ -455,6 +461,7 @@ fn work(s: &mut Script, src: &Source, v: &View, sources: &[Source]) {
             shown.len()
         ),
     );
+    whole
 }
 
 /// Clear the contents of old tool results (all but the last few messages), as agents do to

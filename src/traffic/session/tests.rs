@@ -84,7 +84,9 @@ fn the_agent_session_holds_what_an_agent_sends() {
     // A large context holds several cycles, a whole-file rewrite and the cleared results.
     let big = build(Kind::Agent, 300_000, &src);
     let all: String = big.requests.iter().map(contents).collect();
-    assert!(all.contains("write_file"));
+    let last = contents(big.requests.last().unwrap());
+    let rewrites = last.matches("\"write_file\"(").count();
+    assert_eq!(rewrites, 1, "one whole-file rewrite");
     assert!(all.contains(agent::CLEARED));
     assert!(all.matches("test session starts").count() >= 6);
 }
@@ -146,31 +148,4 @@ fn too_few_sources_is_an_error() {
     std::fs::write(dir.path().join("textwrap.py"), "x = 1\n".repeat(30)).unwrap();
     let e = load_sources(dir.path()).unwrap_err().to_string();
     assert!(e.contains("only 1 readable source files"), "{e}");
-}
-
-#[test]
-#[ignore]
-fn dump() {
-    let src = stdlib();
-    let b: usize = std::env::var("B").unwrap().parse().unwrap();
-    let kind = if std::env::var("K").is_ok_and(|k| k == "chat") {
-        Kind::Chat
-    } else {
-        Kind::Agent
-    };
-    for q in build(kind, b, &src).requests {
-        let last = q.messages.last().unwrap();
-        let c = contents(&ChatRequest {
-            messages: vec![last.clone()],
-            ..q.clone()
-        });
-        println!(
-            "g{:<3} {:>7} chars gen {:>5} {:>9} {}",
-            q.group,
-            q.chars(),
-            q.max_tokens,
-            last["role"].as_str().unwrap(),
-            c.chars().take(90).collect::<String>().replace('\n', " ")
-        );
-    }
 }
