@@ -16,15 +16,28 @@ const ASKS: &[&str] = &[
     "How would you write `{f}` from {path} more simply, keeping what it does?",
 ];
 
-/// The lines of a function: from its def to the next def at its level (at most 40 lines).
-fn body<'a>(lines: &[&'a str], funcs: &[Func], i: usize) -> Vec<&'a str> {
+/// The lines a user pastes: a function, from its def to the next def at its level (at most 40
+/// lines), and the code after it up to `chars` characters (a deeper chat pastes more a turn,
+/// so that its number of turns stays about the same).
+/// Also returns how many of the lines are the function's.
+fn paste<'a>(lines: &[&'a str], funcs: &[Func], i: usize, chars: usize) -> (Vec<&'a str>, usize) {
     let f = &funcs[i];
     let end = funcs[i + 1..]
         .iter()
         .find(|g| g.indent <= f.indent)
         .map_or(lines.len(), |g| g.line);
-    lines[f.line..end.min(f.line + 40)].to_vec()
+    let mut end = end.min(f.line + 40);
+    let own = end - f.line;
+    let mut n: usize = lines[f.line..end].iter().map(|l| l.len() + 1).sum();
+    while n < chars && end < lines.len() {
+        n += lines[end].len() + 1;
+        end += 1;
+    }
+    (lines[f.line..end].to_vec(), own)
 }
+
+/// The turns a chat has, about, whatever its depth.
+const TURNS: usize = 20;
 
 pub fn build(budget: usize, sources: &[Source]) -> Vec<ChatRequest> {
     let mut s = Script::new(SYSTEM, Vec::new());
@@ -38,17 +51,19 @@ pub fn build(budget: usize, sources: &[Source]) -> Vec<ChatRequest> {
             .collect();
         for i in public {
             let f = &funcs[i];
-            let code = body(&lines, &funcs, i).join("\n");
+            let (pasted, own) = paste(&lines, &funcs, i, budget / TURNS / 2);
+            let code = pasted.join("\n");
             let ask = ASKS[turn % ASKS.len()]
                 .replace("{path}", &src.path)
                 .replace("{f}", &f.name);
             let question = format!("{ask}\n\n```python\n{code}\n```");
             let rewrite = turn % ASKS.len() == 3;
             let answer = if rewrite {
-                let fl: Vec<&str> = code.lines().collect();
+                // The function alone, re-emitted: not the code pasted after it.
+                let fl = &pasted[..own];
                 let mut ins = text::comment_in(f, "the simple case first");
                 ins.after = (ins.after - f.line).min(fl.len().saturating_sub(1));
-                let edited = text::apply(&fl, &[ins]).join("\n");
+                let edited = text::apply(fl, &[ins]).join("\n");
                 format!(
                     "It can stay almost as it is; the one change that helps is saying up front \
                      which case is handled first:\n\n```python\n{edited}\n```\n\nEverything \

@@ -94,10 +94,11 @@ fn the_agent_session_holds_what_an_agent_sends() {
 #[test]
 fn the_chat_is_real_code_in_turns_that_grow() {
     let src = stdlib();
-    for budget in [12_000, 100_000] {
+    for budget in [12_000, 100_000, 300_000] {
         let s = build(Kind::Chat, budget, &src);
         let r = &s.requests;
-        assert!(r.len() >= 3, "{budget}: {} turns", r.len());
+        // Deeper chats paste more a turn: about as many turns at any depth.
+        assert!((3..=60).contains(&r.len()), "{budget}: {} turns", r.len());
         assert!(r.iter().all(|q| q.tools.is_empty()));
         assert!(
             r.windows(2).all(|w| extends(&w[0], &w[1])),
