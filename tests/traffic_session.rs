@@ -250,6 +250,34 @@ fn the_agent_session_renders_on_smollm2_and_chat_too() {
     assert!(last <= CTX && last * 10 >= CTX * 9, "{last}");
     let text = detokenize(port, p[p.len() - 1]);
     assert!(stdlib_lines_in(&text) >= 40, "{text}");
+
+    // Deeper than a slot, or over an existing trace: one line, and no file written or changed.
+    let refused = |extra: &[&str], out: &Path| {
+        let o = support::qtune()
+            .args(["trace", "session", "chat", "--server"])
+            .arg(format!("http://127.0.0.1:{port}"))
+            .args(extra)
+            .arg("--out")
+            .arg(out)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{}", output_text(&o));
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        err
+    };
+    let deep = dir.path().join("deep.jsonl");
+    let err = refused(&["--ctx", "100000"], &deep);
+    assert!(
+        err.contains("more than the server's context per slot (8192 tokens)"),
+        "{err}"
+    );
+    assert!(!deep.exists());
+    let chat = dir.path().join("chat.jsonl");
+    let before = std::fs::read(&chat).unwrap();
+    let err = refused(&[], &chat);
+    assert!(err.contains("already exists"), "{err}");
+    assert_eq!(std::fs::read(&chat).unwrap(), before);
 }
 
 #[test]

@@ -253,3 +253,75 @@ pub fn to_jsonl(t: &Trace) -> Result<String> {
     }
     Ok(s)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(group: u32) -> ChatRequest {
+        ChatRequest {
+            messages: vec![
+                json!({"role": "system", "content": "sys"}),
+                json!({"role": "user", "content": "u"}),
+                json!({"role": "assistant", "content": "", "tool_calls": [{"id": "c1",
+                    "type": "function", "function": {"name": "read_file",
+                    "arguments": "{\"path\":\"Lib/a.py\"}"}}]}),
+                json!({"role": "tool", "tool_call_id": "c1", "content": "x = 1"}),
+            ],
+            tools: vec![json!({"type": "function", "function": {"name": "read_file"}})],
+            max_tokens: 50,
+            group,
+        }
+    }
+
+    #[test]
+    fn a_template_without_tools_gets_them_in_the_text() {
+        let r = request(0);
+        let native = for_template(
+            &r,
+            Caps {
+                tools: true,
+                tool_calls: true,
+            },
+        );
+        assert_eq!(native, r.body());
+        let b = for_template(
+            &r,
+            Caps {
+                tools: false,
+                tool_calls: false,
+            },
+        );
+        assert!(b.get("tools").is_none());
+        let sys = b["messages"][0]["content"].as_str().unwrap();
+        assert!(sys.starts_with("sys\n\n# Tools"), "{sys}");
+        assert!(
+            sys.contains("<tools>\n{\"name\":\"read_file\"}\n</tools>"),
+            "{sys}"
+        );
+        let a = &b["messages"][2];
+        assert!(a.get("tool_calls").is_none());
+        assert_eq!(
+            a["content"],
+            "<tool_call>\n{\"arguments\":{\"path\":\"Lib/a.py\"},\"name\":\"read_file\"}\n</tool_call>"
+        );
+    }
+
+    #[test]
+    fn a_group_arrives_at_once_and_overlaps_itself_only() {
+        let s = Session {
+            kind: Kind::Agent,
+            requests: vec![request(0), request(1), request(1), request(1), request(2)],
+        };
+        let prompts = vec![vec![1u32; 10]; 5];
+        let t = requests(&s, prompts, 55);
+        let at: Vec<f64> = t.iter().map(|r| r.arrived_ms).collect();
+        assert_eq!(at, [0.0, 1000.0, 1000.0, 1000.0, 2000.0]);
+        assert_eq!(t[1].overlapped, [3, 4]);
+        assert_eq!(t[3].overlapped, [2, 3]);
+        assert!(t[0].overlapped.is_empty() && t[4].overlapped.is_empty());
+        // The answer is cut to what the context leaves.
+        assert_eq!(t[0].n_generated, Some(45));
+        assert!(t.iter().all(|r| r.timings.is_none() && r.note.is_some()));
+    }
+}
