@@ -15,9 +15,10 @@ use std::sync::Arc;
 pub mod candidates;
 mod checkpoint;
 pub mod context;
-pub mod objective;
+pub mod levers;
 pub mod pick;
 pub mod progress;
+pub mod rank;
 pub mod strategy;
 pub mod verdict;
 

@@ -105,16 +105,19 @@ pub async fn upstream_header(client: &reqwest::Client, upstream: &str) -> Result
 }
 
 /// The HTTP client the proxy forwards with: no system proxy (the upstream is local), no
-/// overall timeout (a generation may take minutes), and a fresh connection for every request.
-/// llama-server may close a kept-alive connection (after a streamed answer, when idle for 5 s,
-/// when its worker thread ends), and a request sent on one it is closing fails with no answer:
-/// a client would see 502 for a request the server never got. A local connection costs far
-/// less than a millisecond.
+/// overall timeout (a generation may take minutes), idle connections kept for 2 s (llama-server
+/// closes one idle for 5 s).
 pub fn client() -> Result<reqwest::Client> {
+    client_with_pool(64)
+}
+
+/// `client()` with at most `idle` kept-alive connections (0: a fresh connection per request).
+pub fn client_with_pool(idle: usize) -> Result<reqwest::Client> {
     reqwest::Client::builder()
         .no_proxy()
         .connect_timeout(Duration::from_secs(10))
-        .pool_max_idle_per_host(0)
+        .pool_idle_timeout(Duration::from_secs(2))
+        .pool_max_idle_per_host(idle)
         .build()
         .context("cannot set up the HTTP client")
 }
