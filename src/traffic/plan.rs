@@ -58,10 +58,7 @@ impl ReplayPlan {
         let mut s = format!("replays {} of {} requests", self.ids.len(), self.in_trace);
         match self.per_session {
             None if self.ids.len() == self.in_trace => s.push_str(" (all)"),
-            None => s.push_str(&format!(
-                " ({} are not replayable: not ok, no prompt tokens or nothing generated)",
-                self.in_trace - self.replayable
-            )),
+            None => {}
             Some(k) => {
                 s.push_str(&format!(
                     ", sampled to the launch budget: the first {k} of each of {} sessions",
@@ -74,6 +71,12 @@ impl ReplayPlan {
                     ));
                 }
             }
+        }
+        if self.replayable < self.in_trace {
+            s.push_str(&format!(
+                "; {} not replayable (not ok, no prompt tokens or nothing generated)",
+                self.in_trace - self.replayable
+            ));
         }
         s.push_str(&format!(
             "; {} tokens read, {} generated",
@@ -493,6 +496,12 @@ mod tests {
         }
         let e = plan(&t, DEFAULT_BUDGET).unwrap_err().to_string();
         assert!(e.contains("none of its 6 requests can be replayed"), "{e}");
+        t.requests[0].outcome = Outcome::Ok;
+        let d = plan(&t, DEFAULT_BUDGET).unwrap().describe();
+        assert!(
+            d.starts_with("replays 1 of 6 requests; 5 not replayable"),
+            "{d}"
+        );
         let t = two_sessions();
         let p = plan(&t, DEFAULT_BUDGET).unwrap();
         let e = check_context(&t, &p, 30).unwrap_err().to_string();

@@ -46,7 +46,7 @@ pub struct ReplayedRequest {
 pub struct ReplayTiming {
     /// The workload's name (the trace's file name).
     pub workload: String,
-    /// Requests in the trace, and replayed (the plan's sampling).
+    /// Requests in the trace (of which `requests` were replayed: the plan's sampling).
     pub in_trace: u32,
     /// Each replayed request, in arrival order.
     pub requests: Vec<ReplayedRequest>,
