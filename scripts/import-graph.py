@@ -37,7 +37,7 @@ LAYERS = [['util', 'clock', 'config', 'escape', 'objective'], ['hardware'], ['se
 RANK = {m: i for i, layer in enumerate(LAYERS) for m in layer}
 # Within one layer, these uses are allowed (one direction only).
 SAME_LAYER_OK = {('server', 'server_binary'), ('quality', 'fixtures'), ('util', 'config'), ('config', 'util'),
-                 ('config', 'escape'), ('space', 'workloads'), ('workloads', 'util'),
+                 ('config', 'escape'), ('space', 'workloads'), ('space', 'traffic'), ('workloads', 'util'),
                  ('clock', 'util')}
 
 

@@ -68,6 +68,9 @@ pub struct CompareLaunch {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub peak_vram_per_gpu_mib: Vec<u64>,
     pub message: String,
+    /// A replayed trace (`--workload FILE.jsonl`): each request's counts and times.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<crate::trial::replay_trace::ReplayTiming>,
 }
 
 /// One round: every command launched once, in `order`.
@@ -140,6 +143,10 @@ pub struct WorkloadComparison {
     pub workload: String,
     /// Median time per request of each command over its ok launches, seconds.
     pub median_request_s: Vec<Option<f64>>,
+    /// For a replayed trace: the median over its launches of each command's 90th percentile
+    /// of the time per request, seconds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub median_p90_s: Vec<Option<f64>>,
     /// Command `command` against command `reference` (requests per second: the ratio of
     /// times per request), for every `reference < command`.
     pub pairs: Vec<RequestPair>,
@@ -169,38 +176,80 @@ pub fn workload_comparisons(
     mixes
         .iter()
         .map(|mix| {
-            let median_request_s = (0..n_commands)
-                .map(|c| {
-                    let v: Vec<f64> = rounds.iter().filter_map(|r| time(r, c, mix)).collect();
-                    median(&v)
-                })
-                .collect();
-            let mut pairs = Vec::new();
-            for c in 1..n_commands {
-                for reference in 0..c {
-                    // Requests per second: reference time over command time.
-                    let p: Vec<(f64, f64)> = rounds
-                        .iter()
-                        .filter_map(|r| {
-                            Some((1.0 / time(r, c, mix)?, 1.0 / time(r, reference, mix)?))
-                        })
-                        .collect();
-                    let comparison = crate::stats::Comparison::from_pairs(&p, confidence);
-                    pairs.push(RequestPair {
-                        command: c,
-                        reference,
-                        decision: comparison.as_ref().map(|x| x.decide(band)),
-                        comparison,
-                    });
-                }
-            }
-            WorkloadComparison {
-                workload: mix.name.clone(),
-                median_request_s,
-                pairs,
-            }
+            times_compared(&mix.name, rounds, n_commands, confidence, band, |r, c| {
+                time(r, c, mix)
+            })
         })
         .collect()
+}
+
+/// A replayed trace's mean time per request in every launch, compared between the commands,
+/// with the median of each command's 90th percentiles.
+pub fn replay_comparison(
+    name: &str,
+    rounds: &[CompareRound],
+    n_commands: usize,
+    confidence: f64,
+    band: Band,
+) -> WorkloadComparison {
+    let replay = |r: &CompareRound, c: usize| {
+        let l = r.launches.iter().find(|l| l.command == c)?;
+        l.gen_tps?;
+        l.replay.clone()
+    };
+    let mut w = times_compared(name, rounds, n_commands, confidence, band, |r, c| {
+        replay(r, c).map(|t| t.mean_s)
+    });
+    w.median_p90_s = (0..n_commands)
+        .map(|c| {
+            let v: Vec<f64> = rounds
+                .iter()
+                .filter_map(|r| replay(r, c).map(|t| t.p90_s))
+                .collect();
+            median(&v)
+        })
+        .collect();
+    w
+}
+
+/// Each command's median of `time` over the rounds, and every pair compared.
+fn times_compared(
+    name: &str,
+    rounds: &[CompareRound],
+    n_commands: usize,
+    confidence: f64,
+    band: Band,
+    time: impl Fn(&CompareRound, usize) -> Option<f64>,
+) -> WorkloadComparison {
+    let median_request_s = (0..n_commands)
+        .map(|c| {
+            let v: Vec<f64> = rounds.iter().filter_map(|r| time(r, c)).collect();
+            median(&v)
+        })
+        .collect();
+    let mut pairs = Vec::new();
+    for c in 1..n_commands {
+        for reference in 0..c {
+            // Requests per second: reference time over command time.
+            let p: Vec<(f64, f64)> = rounds
+                .iter()
+                .filter_map(|r| Some((1.0 / time(r, c)?, 1.0 / time(r, reference)?)))
+                .collect();
+            let comparison = crate::stats::Comparison::from_pairs(&p, confidence);
+            pairs.push(RequestPair {
+                command: c,
+                reference,
+                decision: comparison.as_ref().map(|x| x.decide(band)),
+                comparison,
+            });
+        }
+    }
+    WorkloadComparison {
+        workload: name.to_string(),
+        median_request_s,
+        median_p90_s: Vec::new(),
+        pairs,
+    }
 }
 
 /// `A`, `B`, ..., `Z`, `C27`, ...
@@ -293,6 +342,10 @@ fn launch_of(command: usize, o: &TrialOutcome) -> CompareLaunch {
             (Some(_), Some(m)) => m.shapes.clone(),
             _ => Vec::new(),
         },
+        replay: match (&sample, &o.metrics) {
+            (Some(_), Some(m)) => m.replay.clone(),
+            _ => None,
+        },
     }
 }
 
@@ -313,6 +366,10 @@ pub fn measure_rounds(
         });
         for &c in &order {
             let o = runner.run(&configs[c], TrialRole::Confirm);
+            if runner.fatal().is_some() {
+                // No launch can give a result (the caller says why).
+                return done;
+            }
             done[r].launches.push(launch_of(c, &o));
             after_launch(&done);
         }
@@ -514,6 +571,25 @@ pub fn render_text(r: &CompareResult) -> String {
             w.workload,
             medians.join(", ")
         );
+        if !w.median_p90_s.is_empty() {
+            let p90: Vec<String> = w
+                .median_p90_s
+                .iter()
+                .enumerate()
+                .map(|(c, t)| {
+                    format!(
+                        "{} {}",
+                        command_name(c),
+                        t.map_or("-".into(), |t| format!("{t:.2} s"))
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                s,
+                "  90th percentile of the time per request (medians): {}",
+                p90.join(", ")
+            );
+        }
         for p in &w.pairs {
             let _ = writeln!(
                 s,
@@ -695,13 +771,18 @@ pub fn compare(
             against_first,
             peak_vram_mib,
             warnings,
-            workloads: workload_comparisons(
-                rounds,
-                commands.len(),
-                &workload.mixes,
-                confidence,
-                band,
-            ),
+            workloads: match &workload.replay {
+                Some(t) => vec![replay_comparison(
+                    &t.name,
+                    rounds,
+                    commands.len(),
+                    confidence,
+                    band,
+                )],
+                None => {
+                    workload_comparisons(rounds, commands.len(), &workload.mixes, confidence, band)
+                }
+            },
         }
     };
     let path = dir.join(RESULT_FILE);
@@ -717,6 +798,9 @@ pub fn compare(
             write_error.get_or_insert(e);
         }
     });
+    if let Some(why) = runner.fatal() {
+        bail!("{why}");
+    }
     if let Some(e) = write_error {
         return Err(e.context(format!("cannot write {}", path.display())));
     }

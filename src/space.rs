@@ -36,6 +36,12 @@ pub struct Workload {
     /// [`Workload::resolve`] when a tune starts and kept in the run directory.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mixes: Vec<crate::workloads::Mix>,
+    /// A recorded trace replayed in every trial (`--workload FILE.jsonl`): the objective is
+    /// then the replay's mean time per request, and no mix is measured. Filled in by
+    /// [`Workload::resolve`]; the run directory keeps its path, SHA-256 and plan, never a
+    /// prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<crate::traffic::plan::ReplayWorkload>,
 }
 
 fn one_u32() -> u32 {
@@ -50,10 +56,23 @@ impl Workload {
     /// Load and fit the mix (and the other built-ins) to `ctx`. Returns notes on shapes that
     /// had to be scaled down to fit the context.
     pub fn resolve(&mut self, ctx: u32) -> Result<Vec<String>, crate::workloads::WorkloadError> {
+        self.replay = None;
         let Some(name) = &self.mix else {
             self.mixes.clear();
             return Ok(Vec::new());
         };
+        if crate::traffic::plan::is_trace(name) {
+            let w = crate::traffic::plan::load(
+                std::path::Path::new(name),
+                ctx,
+                crate::traffic::plan::DEFAULT_BUDGET,
+            )
+            .map_err(|e| crate::workloads::WorkloadError::Trace(format!("{e:#}")))?;
+            let note = format!("workload {}: {}", w.name, w.plan.describe());
+            self.mixes.clear();
+            self.replay = Some(w);
+            return Ok(vec![note]);
+        }
         let main = crate::workloads::load(name)?;
         let (main, mut notes) = main.fitted(ctx);
         let mut mixes = vec![main];
@@ -71,12 +90,18 @@ impl Workload {
 
     /// The mix the objective is computed for (None: the single request of the old form).
     pub fn objective_mix(&self) -> Option<&crate::workloads::Mix> {
+        if self.replay.is_some() {
+            return None;
+        }
         self.mixes.first()
     }
 
     /// Mean new prompt tokens and generated tokens per request, over the objective's mix
     /// weighted (or the single request): what a speed prediction turns into time per request.
     pub fn request_tokens(&self) -> (f64, f64) {
+        if let Some(r) = &self.replay {
+            return r.plan.mean_tokens();
+        }
         match self.objective_mix() {
             Some(m) => {
                 let w: f64 = m.shapes.iter().map(|s| s.weight).sum();
@@ -95,6 +120,9 @@ impl Workload {
 
     /// The name people read: the mix's, or the single request's shape.
     pub fn name(&self) -> String {
+        if let Some(r) = &self.replay {
+            return r.name.clone();
+        }
         match self.objective_mix() {
             Some(m) => m.name.clone(),
             None => format!(
@@ -128,6 +156,7 @@ impl Default for Workload {
             context_depth: None,
             mix: None,
             mixes: Vec::new(),
+            replay: None,
         }
     }
 }
@@ -716,7 +745,12 @@ pub fn validate(s: &SearchSpace) -> Result<(), (&'static str, String)> {
             ),
         ));
     }
-    if let Some(m) = &w.mix {
+    // A trace is read and checked by `Workload::resolve`, against the launch's context.
+    if let Some(m) = w
+        .mix
+        .as_ref()
+        .filter(|m| !crate::traffic::plan::is_trace(m))
+    {
         if let Err(e) = crate::workloads::load(m) {
             return Err(("mix", e.to_string()));
         }

@@ -77,6 +77,9 @@ pub enum WorkloadError {
     Read { path: String, message: String },
     #[error("{path}: {message}")]
     Invalid { path: String, message: String },
+    /// A trace given as the workload could not be used (one line, naming the file).
+    #[error("{0}")]
+    Trace(String),
 }
 
 /// Every built-in workload.

@@ -47,6 +47,7 @@ fn short_trial_runner(
             context_depth: None,
             mix: None,
             mixes: Vec::new(),
+            replay: None,
         },
         dir,
         Journal::open(dir).unwrap(),

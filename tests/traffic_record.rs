@@ -5,89 +5,14 @@
 //! Never asserts a speed.
 
 mod support;
+use support::record::{signal, start_record, start_server, wait_exit, wait_until, Reap};
 use support::{free_port, health_ok, output_text};
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// Kills (and reaps) a child when the test ends, however it ends.
-struct Reap(Child);
-impl Drop for Reap {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn wait_until(what: &str, secs: u64, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !ok() {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not ready after {secs} s"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn signal(child: &Child, sig: i32) {
-    assert_eq!(unsafe { libc::kill(child.id() as i32, sig) }, 0);
-}
-
-fn wait_exit(child: &mut Child, secs: u64) -> std::process::ExitStatus {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "qtune record did not stop in {secs} s"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn start_server(dir: &Path) -> Option<(Reap, u16)> {
-    let server = support::real_server()?;
-    let model = support::smollm2()?;
-    let m = dir.join("record-smollm2.gguf");
-    std::os::unix::fs::symlink(&model, &m).unwrap();
-    let port = free_port();
-    let log = std::fs::File::create(dir.join("server.log")).unwrap();
-    let child = Command::new(server)
-        .arg("-m")
-        .arg(&m)
-        .args(["-c", "8192", "-np", "2", "-t", "2", "--host", "127.0.0.1"])
-        .args(["--port", &port.to_string()])
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let child = Reap(child);
-    wait_until("llama-server", 300, || health_ok(port));
-    Some((child, port))
-}
-
-fn start_record(upstream: u16, out: &Path, dir: &Path) -> (Reap, u16) {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_qtune"))
-        .env_remove("QTUNE_LOG")
-        .args(["record", "--upstream"])
-        .arg(format!("http://127.0.0.1:{upstream}/"))
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--out"])
-        .arg(out)
-        .stdout(std::fs::File::create(dir.join("record.out")).unwrap())
-        .stderr(std::fs::File::create(dir.join("record.err")).unwrap())
-        .spawn()
-        .unwrap();
-    let child = Reap(child);
-    wait_until("qtune record", 60, || health_ok(port));
-    (child, port)
-}
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 fn lines(p: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(p)
@@ -107,7 +32,15 @@ fn a_recorded_session_matches_what_the_client_and_server_saw() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let Some((_server, sport)) = start_server(dir.path()) else {
+    let Some(model) = support::smollm2() else {
+        return;
+    };
+    let Some((_server, sport)) = start_server(
+        dir.path(),
+        &model,
+        "record-smollm2.gguf",
+        &["-c", "8192", "-np", "2", "-t", "2"],
+    ) else {
         return;
     };
     let out = dir.path().join("traces").join("session.jsonl");
@@ -271,7 +204,15 @@ fn a_recorded_session_matches_what_the_client_and_server_saw() {
 #[test]
 fn a_stop_marks_the_request_in_flight_and_completes_the_trace() {
     let dir = tempfile::tempdir().unwrap();
-    let Some((_server, sport)) = start_server(dir.path()) else {
+    let Some(model) = support::smollm2() else {
+        return;
+    };
+    let Some((_server, sport)) = start_server(
+        dir.path(),
+        &model,
+        "record-smollm2.gguf",
+        &["-c", "8192", "-np", "2", "-t", "2"],
+    ) else {
         return;
     };
     let out = dir.path().join("stop.jsonl");

@@ -150,6 +150,7 @@ pub fn calibrate(
         context_depth: None,
         mix: None,
         mixes: Vec::new(),
+        replay: None,
     };
     // Its folder is checked like a run's: no link in it, nobody else's.
     let _lock = crate::run::lock(out)?;

@@ -168,6 +168,13 @@ pub fn check_fits(
 /// The workload in a few words.
 pub fn workload_text(space: &SearchSpace) -> String {
     let w = &space.workload;
+    if let Some(r) = &w.replay {
+        return format!(
+            "the trace {}: {}; the mean time per request is the objective",
+            r.name,
+            r.plan.describe()
+        );
+    }
     if let Some(mix) = w.objective_mix() {
         let others: Vec<&str> = w.mixes[1..].iter().map(|m| m.name.as_str()).collect();
         return format!(

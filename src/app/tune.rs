@@ -352,6 +352,11 @@ fn prepare(
             .with_context(|| format!("cannot resume {}", dir.display()))?;
         verify_resume(opts, dir, &inputs, &layout)?;
         let mut inputs = inputs;
+        if let Some(r) = inputs.space.workload.replay.as_mut() {
+            // The trace is read again (the run directory keeps its path and SHA-256 only).
+            r.reload()
+                .with_context(|| format!("cannot resume {}", dir.display()))?;
+        }
         let notes = extend_budget(opts, &mut inputs)?;
         if !notes.is_empty() {
             crate::run::write_inputs(dir, &inputs)?;

@@ -166,6 +166,9 @@ pub fn verdict(r: &TuneResult) -> Option<Verdict> {
     if let Some(m) = r.space.workload.objective_mix() {
         facts.push(format!("workload: {}", m.describe()));
     }
+    if let Some(t) = &r.space.workload.replay {
+        facts.push(format!("workload: {}, {}", t.name, t.plan.describe()));
+    }
     if let Some(rf) = &w.reference {
         facts.push(format!("reference: {}", reference_phrase(rf, &r.trials)));
     }
@@ -182,6 +185,11 @@ pub fn verdict(r: &TuneResult) -> Option<Verdict> {
         _ => None,
     };
     facts.extend(vs);
+    facts.extend(replay_p90(
+        r,
+        &w.config,
+        w.reference.as_ref().map(|rf| &rf.config),
+    ));
     match (&w.gen_vs_baseline, &w.prompt_vs_baseline) {
         (Some(g), Some(p)) => facts.push(format!("generation {g} · prompt {p}")),
         _ => facts.push(format!(
@@ -214,6 +222,30 @@ pub fn verdict(r: &TuneResult) -> Option<Verdict> {
         workload: r.space.workload.name(),
         flags: flags(&w.config),
         facts,
+    })
+}
+
+/// For a replayed trace: the 90th percentile of the time per request (median over the
+/// config's launches), against the reference's.
+fn replay_p90(
+    r: &TuneResult,
+    config: &crate::config::LaunchConfig,
+    reference: Option<&crate::config::LaunchConfig>,
+) -> Option<String> {
+    r.space.workload.replay.as_ref()?;
+    let p90 = |c: &crate::config::LaunchConfig| {
+        let v: Vec<f64> = r
+            .trials
+            .iter()
+            .filter(|t| &t.config == c && t.kind.is_ok())
+            .filter_map(|t| Some(t.metrics.as_ref()?.replay.as_ref()?.p90_s))
+            .collect();
+        crate::trial::Stat::from_samples(&v).map(|s| s.median)
+    };
+    let own = p90(config)?;
+    Some(match reference.filter(|c| *c != config).and_then(p90) {
+        Some(b) => format!("90th percentile of the time per request: {own:.2} s against {b:.2} s"),
+        None => format!("90th percentile of the time per request: {own:.2} s"),
     })
 }
 

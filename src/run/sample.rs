@@ -26,6 +26,7 @@ fn metrics(tg: f64, pp: f64) -> Metrics {
         gen_tps_at_depth: None,
         shapes: Vec::new(),
         request_s: crate::space::Workload::default().single_request_s(tg, pp),
+        replay: None,
     }
 }
 

@@ -633,6 +633,7 @@ mod tests {
                 gen_tps_at_depth: None,
                 shapes: Vec::new(),
                 request_s: None,
+                replay: None,
             }),
             peak_vram_mib: vec![10_000],
             reported: None,

@@ -21,6 +21,15 @@ pub const MAX_REQUESTS: usize = 100_000;
 /// words, code, digits, non-Latin text and a chat-template marker.
 pub const TOKENIZER_PROBE: &str = "qtune tokenizer probe: Hello, world! def f(x):\n    return x ** 2  # 12345 67.89\n\u{4e2d}\u{6587} \u{00e9}t\u{00e9} <|im_start|>user <think> </s> [INST]";
 
+/// The `tokenizer_sha256` of a server that gives these token ids for [`TOKENIZER_PROBE`]
+/// (tokenized with `add_special` and `parse_special` on): SHA-256 of the ids in decimal,
+/// comma-separated. The recorder and a replay compute it alike.
+pub fn tokenizer_sha256(ids: &[serde_json::Value]) -> String {
+    use sha2::Digest;
+    let ids: Vec<String> = ids.iter().map(|x| x.to_string()).collect();
+    format!("{:x}", sha2::Sha256::digest(ids.join(",").as_bytes()))
+}
+
 /// One line of a trace.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

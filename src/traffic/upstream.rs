@@ -68,10 +68,7 @@ pub async fn upstream_header(client: &reqwest::Client, upstream: &str) -> Result
             .await
             .ok()
             .and_then(|v| v["tokens"].as_array().cloned())
-            .map(|t| {
-                let ids: Vec<String> = t.iter().map(|x| x.to_string()).collect();
-                sha(&ids.join(","))
-            }),
+            .map(|t| trace::tokenizer_sha256(&t)),
         _ => None,
     };
     Ok(Header {

@@ -108,6 +108,8 @@ pub struct LlamaServerRunner {
     model_stamp: Option<(u64, std::time::SystemTime)>,
     rt: tokio::runtime::Runtime,
     client: reqwest::Client,
+    /// Set by a launch that found no trial can give a result ([`TrialRunner::fatal`]).
+    fatal: Option<String>,
 }
 
 impl LlamaServerRunner {
@@ -162,6 +164,7 @@ impl LlamaServerRunner {
             model_stamp: model_stamp(model),
             rt,
             client,
+            fatal: None,
         })
     }
 
@@ -502,7 +505,12 @@ impl LlamaServerRunner {
         let request_timeout = self.request_timeout;
         let workload = self.workload.clone();
         let client = &self.client;
-        let result: Result<Measured, Failure> = {
+        // A replayed trace's tokenizer, checked before anything is measured.
+        let tokenizer = workload.replay.as_ref().and_then(|r| {
+            let want = r.trace.as_ref()?.header.tokenizer_sha256.clone()?;
+            Some((r.name.clone(), want))
+        });
+        let result: Result<Result<Measured, String>, Failure> = {
             let mut exited = || proc.try_exit();
             let mut session = Session {
                 client,
@@ -512,21 +520,48 @@ impl LlamaServerRunner {
                 deadline: self.deadline,
                 exited: &mut exited,
             };
+            let job = async {
+                if let Some((name, want)) = &tokenizer {
+                    let got = super::replay_trace::tokenizer_sha256(&mut session).await?;
+                    if got != *want {
+                        return Ok(Err(super::replay_trace::tokenizer_mismatch(
+                            name, want, &got,
+                        )));
+                    }
+                }
+                match &workload.replay {
+                    Some(r) => super::replay_trace::measure(&mut session, &workload, r)
+                        .await
+                        .map(Ok),
+                    None => session.run(&workload).await.map(Ok),
+                }
+            };
             match self.wall() {
                 // However many repetitions the workload asks for, the measurement stops at
                 // the wall (a request timeout, so the trial is never `ok`).
                 Some(w) => {
                     let left = w.saturating_duration_since(Instant::now());
                     self.rt
-                        .block_on(async {
-                            tokio::time::timeout(left, session.run(&workload)).await
-                        })
+                        .block_on(async { tokio::time::timeout(left, job).await })
                         .unwrap_or(Err(Failure::RequestTimeout {
                             secs: left.as_secs_f64(),
                         }))
                 }
-                None => self.rt.block_on(session.run(&workload)),
+                None => self.rt.block_on(job),
             }
+        };
+        let result = match result {
+            Ok(Err(fatal)) => {
+                proc.stop(STOP_GRACE);
+                self.fatal = Some(fatal.clone());
+                return Draft::from_verdict(Verdict {
+                    kind: OutcomeKind::Crash,
+                    message: fatal,
+                    evidence: Vec::new(),
+                });
+            }
+            Ok(Ok(m)) => Ok(m),
+            Err(f) => Err(f),
         };
         match result {
             Ok(m) => {
@@ -611,6 +646,10 @@ fn model_stamp(path: &Path) -> Option<(u64, std::time::SystemTime)> {
 }
 
 impl TrialRunner for LlamaServerRunner {
+    fn fatal(&self) -> Option<String> {
+        self.fatal.clone()
+    }
+
     fn check_inputs(&self) -> Result<(), String> {
         let Some((size, mtime)) = self.model_stamp else {
             return Ok(());
@@ -657,6 +696,11 @@ impl TrialRunner for LlamaServerRunner {
             log: d.log,
             warnings: d.warnings,
         };
+        if self.fatal.is_some() {
+            // Not a result of the config (a trace of another tokenizer): never journaled;
+            // the caller stops here.
+            return outcome;
+        }
         if super::cleanup::interrupted().is_some() {
             // qtune is being interrupted: this trial was cut short and its server is already
             // stopped, so its outcome is not a result. Never journal it (a resumed tune would

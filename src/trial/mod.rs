@@ -13,6 +13,7 @@ pub mod logparse;
 pub mod plausible;
 pub mod process;
 pub mod replay;
+pub mod replay_trace;
 pub mod workload;
 
 use crate::config::LaunchConfig;
@@ -145,6 +146,10 @@ pub struct Metrics {
     /// plus generation, weighted over the mix; the single request of the old form without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_s: Option<f64>,
+    /// A trace's replay (`--workload FILE.jsonl`): each request's counts and times (never its
+    /// tokens), their mean (`request_s`) and 90th percentile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<replay_trace::ReplayTiming>,
 }
 
 impl Metrics {
@@ -293,5 +298,11 @@ pub trait TrialRunner {
     /// charging a trial.
     fn check_inputs(&self) -> Result<(), String> {
         Ok(())
+    }
+    /// After a launch: Some(why) when it found that no trial can give a result (a replayed
+    /// trace recorded with another tokenizer). That launch is not journaled, and the tune or
+    /// comparison stops with this line.
+    fn fatal(&self) -> Option<String> {
+        None
     }
 }

@@ -225,6 +225,7 @@ mod tests {
             gen_tps_at_depth: None,
             shapes: Vec::new(),
             request_s: None,
+            replay: None,
         };
         let c = SpeedCeiling::ABSOLUTE;
         assert!(implausible_speed(&m(50.0, 1000.0), &c).is_none());
@@ -274,6 +275,7 @@ mod tests {
             gen_tps_at_depth: None,
             request_s: s.request_s(),
             shapes: vec![s],
+            replay: None,
         };
         let c = SpeedCeiling::ABSOLUTE;
         assert!(implausible_speed(&m(shape(500.0, 40.0)), &c).is_none());

@@ -362,6 +362,7 @@ impl TrialRunner for ReplayRunner {
                     gen_tps_at_depth: None,
                     shapes,
                     request_s,
+                    replay: None,
                 };
                 if let Some(w) = super::classify::spread_warning(
                     "generation tok/s",

@@ -79,7 +79,8 @@ pub fn needed_ctx(w: &Workload) -> u64 {
         .map(|s| s.tokens())
         .max()
         .unwrap_or(0);
-    (longest + w.gen_tokens as u64).max(shapes)
+    let replay = w.replay.as_ref().map_or(0, |r| r.plan.longest_tokens);
+    (longest + w.gen_tokens as u64).max(shapes).max(replay)
 }
 
 /// The most tokens generated to measure one request of a shape: a request is measured whole
@@ -111,7 +112,10 @@ pub const MAX_REPLY_BYTES: usize = 16 << 20;
 
 /// The body of `resp`, read chunk by chunk up to [`MAX_REPLY_BYTES`]; a larger one (declared
 /// or sent) is a [`Failure::BadResponse`].
-async fn bounded_body(mut resp: reqwest::Response, path: &str) -> Result<String, Failure> {
+pub(super) async fn bounded_body(
+    mut resp: reqwest::Response,
+    path: &str,
+) -> Result<String, Failure> {
     let too_large = || {
         Failure::BadResponse(format!(
             "its reply to {path} is larger than {} MiB, which no llama-server sends: qtune stopped reading it",
@@ -217,7 +221,7 @@ pub struct Session<'a> {
 
 impl Session<'_> {
     /// Run `fut` while watching the process; a dead server ends the wait at once.
-    async fn watched<T>(
+    pub(super) async fn watched<T>(
         &mut self,
         mut timeout: Duration,
         fut: impl std::future::Future<Output = Result<T, Failure>>,
@@ -247,14 +251,14 @@ impl Session<'_> {
     /// The timeout of a request reading `prompt` tokens and generating `gen`: paced when a
     /// pace is known, else the session's fixed one. It covers the whole request, so a server
     /// that drips its reply a byte at a time is cut off at the same moment.
-    fn timeout_for(&self, prompt: usize, gen: u32) -> Duration {
+    pub(super) fn timeout_for(&self, prompt: usize, gen: u32) -> Duration {
         match self.pace {
             Some(p) => p.timeout(prompt, gen, self.request_timeout),
             None => self.request_timeout,
         }
     }
 
-    async fn post_json(
+    pub(super) async fn post_json(
         &mut self,
         path: &str,
         body: serde_json::Value,
@@ -391,7 +395,7 @@ impl Session<'_> {
         })
     }
 
-    /// The whole workload.
+    /// The whole workload (a trace's replay is measured by `replay_trace::measure` instead).
     pub async fn run(&mut self, w: &Workload) -> Result<Measured, Failure> {
         let base = self.base_tokens().await?;
         let plen = w.prompt_tokens as usize;
@@ -461,6 +465,7 @@ impl Session<'_> {
             gen_tps_at_depth,
             shapes,
             request_s,
+            replay: None,
         };
         for (name, s) in [
             ("generation tok/s", &metrics.gen_tps),

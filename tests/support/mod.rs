@@ -8,6 +8,7 @@
 //! - [`evidence`]: the GPU evidence under docs/evidence/.
 //! - [`hardware`]: hand-made hardware profiles.
 //! - [`trial`], [`multigpu`], [`profile`]: helpers of the trial, two-GPU and profile tests.
+//! - [`record`]: a real llama-server with `qtune record` in front (traffic tests).
 //! - [`qtune`] and [`qtune_without_server`]: the real binary, as most tests start it.
 #![allow(dead_code)]
 
@@ -16,6 +17,7 @@ pub mod hardware;
 pub mod layouts;
 pub mod multigpu;
 pub mod profile;
+pub mod record;
 pub mod require;
 pub mod servers;
 pub mod trial;

@@ -20,6 +20,7 @@ pub fn tiny_workload() -> Workload {
         context_depth: None,
         mix: None,
         mixes: Vec::new(),
+        replay: None,
     }
 }
 

@@ -77,6 +77,9 @@ impl TuneProblem {
             p.starting(config, role);
         }
         let outcome = self.runner.borrow_mut().run(config, role);
+        if let Some(why) = self.runner.borrow().fatal() {
+            return Err(ArgminError::msg(why));
+        }
         match interrupted() {
             Some(e) => Err(e),
             None => Ok(outcome),
