@@ -61,11 +61,15 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
             "--load-mode" => "--load-mode",
             "-ot" | "--override-tensor" => "-ot",
             "--no-op-offload" => "--no-op-offload",
+            "-kvu" | "--kv-unified" => "-kvu",
+            "-no-kvu" | "--no-kv-unified" => "-no-kvu",
+            "--spec-type" => "--spec-type",
+            "-cms" | "--checkpoint-min-step" => "--checkpoint-min-step",
             "--host" => "--host",
             "--port" => "--port",
             _ if flag.starts_with('-') => {
                 return Err(format!(
-                    "unknown flag '{flag}': qtune reads back only the flags it renders (-m, -c, -np, -ngl, -sm, -ts, --n-cpu-moe, -t, -b, -ub, -ctk, -ctv, -fa, --fit, --fit-target, --load-mode, -ot, --no-op-offload, --host, --port)"
+                    "unknown flag '{flag}': qtune reads back only the flags it renders (-m, -c, -np, -ngl, -sm, -ts, --n-cpu-moe, -t, -b, -ub, -ctk, -ctv, -fa, --fit, --fit-target, --load-mode, -ot, --no-op-offload, -kvu, -no-kvu, --spec-type, --checkpoint-min-step, --host, --port)"
                 ))
             }
             _ => {
@@ -79,11 +83,21 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
         }
         seen.push(canon);
         i += 1;
-        if canon == "--no-op-offload" {
+        if matches!(canon, "--no-op-offload" | "-kvu" | "-no-kvu") {
             if inline.is_some() {
-                return Err("--no-op-offload takes no value".into());
+                return Err(format!("{canon} takes no value"));
             }
-            cfg.op_offload = false;
+            match canon {
+                "-kvu" if seen.contains(&"-no-kvu") => {
+                    return Err("give -kvu or -no-kvu, not both".into())
+                }
+                "-no-kvu" if seen.contains(&"-kvu") => {
+                    return Err("give -kvu or -no-kvu, not both".into())
+                }
+                "-kvu" => cfg.kv_unified = Some(true),
+                "-no-kvu" => cfg.kv_unified = Some(false),
+                _ => cfg.op_offload = false,
+            }
             continue;
         }
         let value = match inline {
@@ -135,6 +149,13 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
                 })
             }
             "--load-mode" => cfg.load_mode = value.parse()?,
+            "--spec-type" => {
+                cfg.spec_type = match value.as_str() {
+                    "none" => None,
+                    v => Some(v.parse()?),
+                }
+            }
+            "--checkpoint-min-step" => cfg.checkpoint_min_step = Some(num(&value)?),
             "-ot" => ot_rules.push(value),
             "--fit-target" => {
                 cfg.fit_target_mib = value

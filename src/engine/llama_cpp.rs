@@ -77,6 +77,17 @@ impl Engine for LlamaCpp {
         if !c.op_offload {
             a.push("--no-op-offload".to_string());
         }
+        if let Some(t) = c.spec_type {
+            a.push("--spec-type".to_string());
+            a.push(t.to_string());
+        }
+        if let Some(n) = c.checkpoint_min_step {
+            a.push("--checkpoint-min-step".to_string());
+            a.push(n.to_string());
+        }
+        if let Some(u) = c.kv_unified {
+            a.push(if u { "-kvu" } else { "-no-kvu" }.to_string());
+        }
         a
     }
 

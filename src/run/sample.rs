@@ -78,6 +78,7 @@ fn space(name: &str, moe: bool) -> SearchSpace {
             placement: vec![crate::space::PlacementStyle::First],
             no_op_offload_max_ubatch: None,
             split_shift_pct: None,
+            levers: Default::default(),
         },
         fixed: Fixed {
             ctx: 8192,

@@ -16,6 +16,7 @@ use std::sync::Arc;
 pub mod candidates;
 mod checkpoint;
 pub mod context;
+pub mod levers;
 pub mod pick;
 pub mod progress;
 pub mod rank;

@@ -88,6 +88,8 @@ struct InFlight {
 struct State {
     upstream: String,
     client: reqwest::Client,
+    /// The second try of a request whose kept-alive connection failed: a fresh connection.
+    fresh: reqwest::Client,
     started: Instant,
     next_id: AtomicU64,
     other_requests: AtomicU64,
@@ -273,16 +275,19 @@ pub async fn upstream_header(client: &reqwest::Client, upstream: &str) -> Result
 }
 
 /// The HTTP client the proxy forwards with: no system proxy (the upstream is local), no
-/// overall timeout (a generation may take minutes), and a fresh connection for every request.
-/// llama-server may close a kept-alive connection (after a streamed answer, when idle for 5 s,
-/// when its worker thread ends), and a request sent on one it is closing fails with no answer:
-/// a client would see 502 for a request the server never got. A local connection costs far
-/// less than a millisecond.
+/// overall timeout (a generation may take minutes), idle connections kept for 2 s (llama-server
+/// closes one idle for 5 s).
 pub fn client() -> Result<reqwest::Client> {
+    client_with_pool(64)
+}
+
+/// `client()` with at most `idle` kept-alive connections (0: a fresh connection per request).
+fn client_with_pool(idle: usize) -> Result<reqwest::Client> {
     reqwest::Client::builder()
         .no_proxy()
         .connect_timeout(Duration::from_secs(10))
-        .pool_max_idle_per_host(0)
+        .pool_idle_timeout(Duration::from_secs(2))
+        .pool_max_idle_per_host(idle)
         .build()
         .context("cannot set up the HTTP client")
 }
@@ -321,6 +326,7 @@ pub async fn run(
     let state = Arc::new(State {
         upstream: opts.upstream.clone(),
         client,
+        fresh: client_with_pool(0)?,
         started: Instant::now(),
         next_id: AtomicU64::new(1),
         other_requests: AtomicU64::new(0),
@@ -508,19 +514,24 @@ async fn handle(
     let mut headers = forwarded_headers(&parts.headers);
     // Answers are read on the way through: ask for them uncompressed.
     headers.remove(header::ACCEPT_ENCODING);
-    let send = || {
-        state
-            .client
+    let send = |client: &reqwest::Client| {
+        client
             .request(parts.method.clone(), format!("{}{path_q}", state.upstream))
             .headers(headers.clone())
             .body(body.clone())
             .send()
     };
-    // A refused connection never reached the server: one more try, after a breath.
-    let sent = match send().await {
-        Err(e) if e.is_connect() => {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            send().await
+    // llama-server may close a kept-alive connection (when idle, when the thread that served
+    // it ends) just as a request is sent on it; the request then fails with no answer, and
+    // the server, which lost the connection, has not generated for it. One more try, on a
+    // fresh connection, so the client never sees a 502 the server did not cause.
+    let sent = match send(&state.client).await {
+        Err(e) if !e.is_timeout() => {
+            tracing::debug!(
+                "upstream request failed ({e}); trying once more on a fresh connection"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            send(&state.fresh).await
         }
         r => r,
     };
@@ -817,5 +828,111 @@ mod tests {
         let f = forwarded_headers(&h);
         assert_eq!(f.len(), 1);
         assert!(f.contains_key("authorization"));
+    }
+
+    /// Read one HTTP request (head and a Content-Length body) from `s`; false at end of stream.
+    fn read_request(s: &mut std::net::TcpStream) -> bool {
+        use std::io::Read;
+        let mut buf = Vec::new();
+        let mut b = [0u8; 1];
+        while !buf.ends_with(b"\r\n\r\n") {
+            match s.read(&mut b) {
+                Ok(1) => buf.push(b[0]),
+                _ => return false,
+            }
+        }
+        let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
+        let len = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        let mut body = vec![0u8; len];
+        s.read_exact(&mut body).is_ok()
+    }
+
+    #[test]
+    fn a_request_on_a_connection_the_server_drops_is_sent_again_on_a_fresh_one() {
+        use std::io::{Read, Write};
+        // The upstream answers the first request on a kept-alive connection, then reads the
+        // second request on it and closes it unanswered (as llama-server may when the thread
+        // serving that connection ends). Every later connection is answered.
+        let up = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let up_port = up.local_addr().unwrap().port();
+        let upstream = std::thread::spawn(move || {
+            let ok =
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+            let (mut first, _) = up.accept().unwrap();
+            assert!(read_request(&mut first));
+            first.write_all(ok).unwrap();
+            assert!(read_request(&mut first));
+            drop(first);
+            let (mut second, _) = up.accept().unwrap();
+            assert!(read_request(&mut second));
+            second.write_all(ok).unwrap();
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let listen = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let opts = RecordOptions {
+            upstream: format!("http://127.0.0.1:{up_port}"),
+            listen,
+            out: dir.path().join("t.jsonl"),
+        };
+        let header = Header {
+            format: crate::traffic::trace::FORMAT.to_string(),
+            version: crate::traffic::trace::VERSION,
+            qtune_version: "test".into(),
+            started_at: "2026-11-26T00:00:00Z".into(),
+            upstream: opts.upstream.clone(),
+            server: Default::default(),
+            model: Default::default(),
+            tokenizer_sha256: None,
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let file = std::fs::File::create(&opts.out).unwrap();
+        let proxy = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(run(
+                &opts,
+                file,
+                header,
+                client().unwrap(),
+                async {
+                    stop_rx.await.ok();
+                },
+                std::future::pending(),
+                move |a| ready_tx.send(a).unwrap(),
+            ))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        });
+        let addr = ready_rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .unwrap();
+        let get = |path: &str| {
+            let mut c = std::net::TcpStream::connect(addr).unwrap();
+            write!(
+                c,
+                "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
+            let mut answer = String::new();
+            c.read_to_string(&mut answer).unwrap();
+            answer
+        };
+        let a = get("/v1/models");
+        assert!(a.starts_with("HTTP/1.1 200"), "{a}");
+        let b = get("/v1/models");
+        assert!(b.starts_with("HTTP/1.1 200"), "the second request: {b}");
+        upstream.join().unwrap();
+        stop_tx.send(()).unwrap();
+        proxy.join().unwrap().unwrap();
     }
 }
