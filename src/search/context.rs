@@ -32,6 +32,8 @@ pub struct SearchContext {
     pub speed: Option<crate::model::speed::SpeedBox>,
     /// Each card's budget on a box with two GPUs or more (empty: one GPU, `budget_mib`).
     pub gpus: Vec<crate::hardware::GpuBudget>,
+    /// What the workload can show, for the levers past placement ([`crate::search::levers`]).
+    pub workload_traits: crate::search::levers::WorkloadTraits,
 }
 
 impl SearchContext {

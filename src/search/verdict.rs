@@ -606,6 +606,7 @@ mod tests {
             fit_target_mib: 512,
             gpus: Vec::new(),
             speed: None,
+            workload_traits: Default::default(),
         }
     }
 

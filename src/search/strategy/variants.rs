@@ -15,10 +15,22 @@ impl QtuneSearch {
     /// so load mode, placement and op offload change nothing, and the exploration gets those
     /// launches (KV type, ubatch and threads are what is left to decide by measurement).
     pub(super) fn variant_reserve(&self, ctx: &SearchContext) -> u32 {
-        if Self::race_reserve(ctx) == 0 || self.whole_model_fits(ctx) {
+        if Self::race_reserve(ctx) == 0 {
             return 0;
         }
-        Self::nominal_variants(ctx)
+        let levers = Self::lever_count(ctx);
+        if self.whole_model_fits(ctx) {
+            return levers;
+        }
+        Self::nominal_variants(ctx) + levers
+    }
+
+    /// Launches for the levers past placement this workload can show ([`crate::search::levers`]).
+    pub(super) fn lever_count(ctx: &SearchContext) -> u32 {
+        let probe = LaunchConfig::baseline(ctx.space.fixed.ctx);
+        crate::search::levers::propose(&ctx.space.vary.levers, &probe, &ctx.workload_traits)
+            .configs
+            .len() as u32
     }
 
     /// The memory prediction (with the VRAM measured beyond the buffers so far) puts every
@@ -66,9 +78,16 @@ impl QtuneSearch {
         else {
             return VecDeque::new();
         };
+        // The levers past placement, on the best config as it is.
+        let levers =
+            crate::search::levers::propose(&ctx.space.vary.levers, &best, &ctx.workload_traits)
+                .configs;
         if best.no_experts_on_cpu() {
-            // Every expert on the GPU: no variant would change where anything sits.
-            return VecDeque::new();
+            // Every expert on the GPU: no placement variant would change where anything sits.
+            return levers
+                .into_iter()
+                .filter(|c| !self.history.iter().any(|o| &o.config == c))
+                .collect();
         }
         let mut out: Vec<LaunchConfig> = Vec::new();
         for m in ctx.space.load_modes().into_iter().skip(1) {
@@ -130,6 +149,13 @@ impl QtuneSearch {
             );
             out = order.into_iter().map(|k| out[k].clone()).collect();
         }
+        // The levers after the placement variants: they are tried on the best placement, and
+        // the speed model cannot rank them.
+        out.extend(
+            levers
+                .into_iter()
+                .filter(|c| !seen.contains(c) && !self.history.iter().any(|o| &o.config == c)),
+        );
         out.into()
     }
 
