@@ -142,7 +142,8 @@ for root, _, files in os.walk(SRC):
         top, sub = module_of(p)
         if f == 'mod.rs':
             continue
-        for m in re.finditer(r'super::(\w+)', strip_tests(open(p).read())):
+        # Comments (doc links such as [`super::render`]) are not uses.
+        for m in re.finditer(r'super::(\w+)', re.sub(r'//[^\n]*', '', strip_tests(open(p).read()))):
             d = m.group(1)
             if d != sub and (os.path.exists(os.path.join(SRC, top, d + '.rs'))
                              or os.path.isdir(os.path.join(SRC, top, d))):
