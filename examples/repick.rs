@@ -4,6 +4,8 @@
 //!
 //! `cargo run --example repick -- RUN_DIR_OR_RESULTS_JSON > results.json`
 
+use qtune::engine::LaunchArgs;
+
 fn main() {
     let Some(path) = std::env::args().nth(1) else {
         eprintln!("usage: repick RUN_DIR_OR_RESULTS_JSON");

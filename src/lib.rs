@@ -34,6 +34,7 @@ pub mod cli;
 pub mod clock;
 pub mod compare;
 pub mod config;
+pub mod engine;
 pub mod escape;
 pub mod fixtures;
 pub mod hardware;

@@ -295,6 +295,7 @@ pub(crate) fn with_partial(cfg: &LaunchConfig, partial: PartialBlock) -> LaunchC
 mod tests {
     use super::*;
     use crate::config::{BlockSet, LoadMode};
+    use crate::engine::LaunchArgs;
     use crate::model::memory::CPU_COMPUTE;
     use crate::model::{BlockBytes, ExpertProjBytes};
 

@@ -2,6 +2,7 @@
 //! SmolLM2 (dense) and the tiny synthetic MoE shapes, two contexts, two KV types.
 
 mod support;
+use qtune::engine::LaunchArgs;
 use support::{free_port, health_ok, require};
 
 use qtune::config::{KvType, LaunchConfig};

@@ -6,6 +6,7 @@
 //! synthetic fixtures.
 
 mod support;
+use qtune::engine::LaunchArgs;
 use support::require;
 
 use qtune::config::{BlockSet, CpuExperts, ExpertProj, LaunchConfig, LoadMode, PartialBlock};

@@ -3,6 +3,7 @@
 //! regex engine sends exactly the intended expert tensors to the CPU (read from its `-v` log).
 
 mod support;
+use qtune::engine::LaunchArgs;
 use support::{free_port, health_ok, require};
 
 use qtune::config::{BlockSet, CpuExperts, ExpertProj, LaunchConfig, LoadMode, PartialBlock};

@@ -16,6 +16,7 @@
 //! `-- --nocapture` prints the new plan against the measured winner, and against its own
 //! config's launches where the tune made some.
 
+use qtune::engine::LaunchArgs;
 use qtune::hardware::HardwareProfile;
 
 mod support;

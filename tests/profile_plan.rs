@@ -4,6 +4,7 @@
 //! this GPU-less machine, and `qtune tune --from-profile` starts a real (CPU) tune from one.
 
 mod support;
+use qtune::engine::LaunchArgs;
 use support::hardware::FakeBox;
 use support::require;
 

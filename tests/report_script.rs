@@ -8,6 +8,7 @@
 //! scripts/test.sh (QTUNE_REQUIRE_SERVER=1) fails instead.
 
 mod support;
+use qtune::engine::LaunchArgs;
 use support::{free_port, real_server, require, servers};
 
 use std::io::Read;

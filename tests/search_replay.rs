@@ -5,6 +5,7 @@
 mod support;
 
 use qtune::config::{KvType, LaunchConfig};
+use qtune::engine::LaunchArgs;
 use qtune::search::run_search;
 use qtune::search::strategy::SearchContext;
 use qtune::trial::replay::{ReplayAnswer, ReplayRunner};

@@ -249,11 +249,15 @@ fn check_plans(run: &str, cases: &[PlanGoal]) -> Vec<String> {
     let root = evidence::path(run);
     let mut failed = Vec::new();
     // The plans are named after the gpu-proof case: `proofNN-GG-tune-plan.json` or
-    // `proofNN-GG-plan.json`.
+    // `proofNN-GG-plan.json` (stored gzipped; named here without the `.gz`).
     let plan_file = |dir: &Path, suffix: &str| -> Option<std::path::PathBuf> {
         std::fs::read_dir(dir)
             .unwrap()
             .filter_map(|e| e.ok().map(|e| e.path()))
+            .map(|p| match p.to_str().and_then(|s| s.strip_suffix(".gz")) {
+                Some(plain) => std::path::PathBuf::from(plain),
+                None => p,
+            })
             .find(|p| p.to_string_lossy().ends_with(suffix))
     };
     let err = |pred: f64, measured: f64| (pred / measured - 1.0) * 100.0;

@@ -3,6 +3,7 @@
 //! start banner, and `--dry-run`'s list of launches.
 
 use crate::config::LaunchConfig;
+use crate::engine::LaunchArgs;
 use crate::escape::{terminal, terminal_path};
 use crate::hardware::HardwareProfile;
 use crate::model::ModelLayout;

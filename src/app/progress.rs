@@ -4,6 +4,7 @@
 //! lines otherwise. `--quiet` prints none of it. Colour only on a terminal without `NO_COLOR`.
 
 use crate::config::LaunchConfig;
+use crate::engine::LaunchArgs;
 use crate::search::progress::role_word;
 use crate::trial::TrialRole;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};

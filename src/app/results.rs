@@ -1,6 +1,7 @@
 //! Commands that work on a finished run or on profiles: `report`, `script`, `profile ...`
 //! and `plan`.
 
+use crate::engine::LaunchArgs;
 use crate::escape::{terminal, terminal_lines, terminal_path};
 use crate::profile::{self, Profile};
 use anyhow::{bail, Result};

@@ -1,11 +1,11 @@
 //! `LaunchConfig`: one way to launch `llama-server`, the unit every stage talks about.
 //!
 //! The model path, host and port are not part of a config: they belong to where it runs
-//! (a trial, a launch script). [`LaunchConfig::server_args`] is the one place flags are rendered.
+//! (a trial, a launch script). The engine renders a config to flags
+//! ([`crate::engine::LaunchArgs::server_args`], the one place flags are rendered).
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use std::path::Path;
 
 /// KV cache element type (`-ctk` / `-ctv`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -602,100 +602,6 @@ impl LaunchConfig {
             && self.cpu_experts.is_none()
             && self.fit != Some(false)
             && !self.has_gpu_split()
-    }
-
-    /// The flags for `llama-server`, in a stable order. The one place argv is rendered.
-    pub fn server_args(&self) -> Vec<String> {
-        let mut a: Vec<String> = Vec::new();
-        let mut push = |k: &str, v: String| {
-            a.push(k.to_string());
-            a.push(v);
-        };
-        push("-c", self.ctx.to_string());
-        push("-np", self.parallel.to_string());
-        if let Some(n) = self.n_gpu_layers {
-            push("-ngl", n.to_string());
-        }
-        if let Some(m) = self.split_mode {
-            push("-sm", m.to_string());
-        }
-        if !self.tensor_split.is_empty() {
-            let t: Vec<String> = self.tensor_split.iter().map(|v| v.to_string()).collect();
-            push("-ts", t.join(","));
-        }
-        if let Some(n) = self.n_cpu_moe {
-            push("--n-cpu-moe", n.to_string());
-        }
-        if let Some(c) = &self.cpu_experts {
-            for rule in c.override_rules() {
-                push("-ot", rule);
-            }
-        }
-        for g in &self.gpu_experts {
-            if let Some(rule) = g.override_rule() {
-                push("-ot", rule);
-            }
-        }
-        if let Some(t) = self.threads {
-            push("-t", t.to_string());
-        }
-        if let Some(b) = self.batch {
-            push("-b", b.to_string());
-        }
-        if let Some(ub) = self.ubatch {
-            push("-ub", ub.to_string());
-        }
-        if self.cache_type_k != KvType::F16 {
-            push("-ctk", self.cache_type_k.to_string());
-        }
-        if self.cache_type_v != KvType::F16 {
-            push("-ctv", self.cache_type_v.to_string());
-        }
-        if self.flash_attn != FlashAttn::Auto {
-            push("-fa", self.flash_attn.to_string());
-        }
-        if let Some(fit) = self.fit {
-            push("--fit", if fit { "on" } else { "off" }.to_string());
-        }
-        if !self.fit_target_mib.is_empty() {
-            let t: Vec<String> = self.fit_target_mib.iter().map(|v| v.to_string()).collect();
-            push("--fit-target", t.join(","));
-        }
-        if self.load_mode != LoadMode::Auto {
-            push("--load-mode", self.load_mode.to_string());
-        }
-        if !self.op_offload {
-            a.push("--no-op-offload".to_string());
-        }
-        if let Some(t) = self.spec_type {
-            a.push("--spec-type".to_string());
-            a.push(t.to_string());
-        }
-        if let Some(n) = self.checkpoint_min_step {
-            a.push("--checkpoint-min-step".to_string());
-            a.push(n.to_string());
-        }
-        if let Some(u) = self.kv_unified {
-            a.push(if u { "-kvu" } else { "-no-kvu" }.to_string());
-        }
-        a
-    }
-
-    /// The full argv of a server for this config: binary, model, flags, host and port.
-    pub fn command(&self, server: &Path, model: &Path, host: &str, port: u16) -> Vec<String> {
-        let mut argv = vec![
-            server.display().to_string(),
-            "-m".to_string(),
-            model.display().to_string(),
-        ];
-        argv.extend(self.server_args());
-        argv.extend([
-            "--host".to_string(),
-            host.to_string(),
-            "--port".to_string(),
-            port.to_string(),
-        ]);
-        argv
     }
 
     /// A short human label, e.g. `ncmoe=24 t=8 b=2048/512 kv=q8_0/q8_0 fa=on`.

@@ -1,5 +1,7 @@
 //! Tests of `config`: rendering, placement rules, parsing back.
 use super::*;
+use crate::engine::LaunchArgs;
+use std::path::Path;
 
 #[test]
 fn baseline_passes_no_placement_flags() {

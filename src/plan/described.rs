@@ -6,6 +6,7 @@
 
 use super::known_quality::{known_quality, KnownQuality};
 use super::*;
+use crate::engine::LaunchArgs;
 use crate::model::speed::{self, Estimate, SpeedBox, FITTED};
 use crate::workloads::Mix;
 

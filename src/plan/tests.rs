@@ -1,5 +1,6 @@
 use super::*;
 use crate::config::KvType;
+use crate::engine::LaunchArgs;
 use crate::hardware::{GpuInfo, PcieLink};
 
 fn layout(n_experts: u32) -> ModelLayout {

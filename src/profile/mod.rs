@@ -2,7 +2,7 @@
 //! start from. A profile is data from strangers: only known keys and valid values pass.
 //!
 //! A profile holds no host names and no paths. Its configs are [`LaunchConfig`]s, so the flags
-//! a profile leads to are always rendered by qtune ([`LaunchConfig::server_args`]); nothing in
+//! a profile leads to are always rendered by qtune ([`crate::engine::Engine::server_args`]); nothing in
 //! a profile is ever copied onto a command line as text.
 
 use crate::config::LaunchConfig;

@@ -1,6 +1,7 @@
 //! Profiles as text for people: the `profile list` table and `profile show`.
 
 use super::*;
+use crate::engine::LaunchArgs;
 
 pub(crate) fn model_label(m: &ProfileModel) -> String {
     let mut s = m.name.clone().unwrap_or_else(|| m.arch.clone());

@@ -2,6 +2,7 @@
 //! (One file over 800 lines: one document's sections in reading order, with their tests.)
 
 use crate::config::{shell_line, LaunchConfig};
+use crate::engine::LaunchArgs;
 use crate::objective::Metric;
 use crate::run::TuneResult;
 use crate::trial::{OutcomeKind, Stat, TrialOutcome, TrialRole};

@@ -226,6 +226,7 @@ pub fn model_stem(r: &crate::run::TuneResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::LaunchArgs;
     use crate::run::sample;
 
     fn paths() -> (PathBuf, PathBuf) {

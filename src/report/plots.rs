@@ -16,6 +16,7 @@
 //! Over 600 lines on purpose: one job (the three plots share one data extraction, one style,
 //! one legend and one SVG/PNG backend setup); splitting by plot would duplicate that setup.
 
+use crate::engine::LaunchArgs;
 use crate::run::pareto::{self, Goal};
 use crate::run::TuneResult;
 use crate::trial::{OutcomeKind, TrialRole};

@@ -13,6 +13,7 @@
 //! input (it travels between people): a line break or `$(...)` in it must not run.
 
 use super::script_record as record;
+use crate::engine::LaunchArgs;
 use crate::escape::{
     compose_string, one_line, shell_line, shell_quote, systemd_executable, systemd_text,
 };

@@ -1,6 +1,7 @@
 //! The one-screen summary printed after a tune.
 
 use super::TuneResult;
+use crate::engine::LaunchArgs;
 use crate::escape::terminal;
 use crate::trial::TrialRole;
 use crate::util::fmt_mib;

@@ -509,15 +509,11 @@ pub fn lock(dir: &Path) -> Result<RunLock> {
     Err(e).with_context(|| format!("cannot lock run directory {}", dir.display()))
 }
 
-/// What a user gets without qtune, in this space's context and slots; on a busy box (the
-/// space's `threads_cap`), with `-t` at the free cores: the default threads would spin on
-/// cores other processes hold and collapse (the banner says so).
+/// What a user gets without qtune in this space: the engine's default baseline
+/// ([`crate::engine::Engine::default_baseline`]).
 pub fn baseline_of(space: &SearchSpace) -> LaunchConfig {
-    LaunchConfig {
-        parallel: space.fixed.parallel,
-        threads: space.fixed.threads_cap,
-        ..LaunchConfig::baseline(space.fixed.ctx)
-    }
+    use crate::engine::Engine;
+    crate::engine::ENGINE.default_baseline(space)
 }
 
 /// The run folder itself, before qtune writes into it: a real folder (not a symbolic link),

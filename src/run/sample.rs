@@ -4,6 +4,7 @@
 //! [`committed`] reads a real one: a GPU tune committed under docs/evidence.
 
 use crate::config::{KvType, LaunchConfig};
+use crate::engine::LaunchArgs;
 use crate::hardware::{GpuInfo, HardwareProfile, HostInfo, PcieLink};
 use crate::model::ModelLayout;
 use crate::objective::Objective;

@@ -263,11 +263,9 @@ impl SearchContext {
         if !self.has_gpu || !self.space.objective.second_baseline {
             return None;
         }
+        use crate::engine::Engine;
         let cards = self.gpus.len().max(1);
-        Some(
-            self.baseline()
-                .with_fit_targets(vec![self.fit_target_mib; cards]),
-        )
+        Some(crate::engine::ENGINE.fit_baseline(&self.space, self.fit_target_mib, cards))
     }
 
     /// Two GPUs or more and a MoE model: the layers are split over the cards (`-ts`) and the

@@ -135,6 +135,7 @@ pub fn propose(levers: &Levers, best: &LaunchConfig, traits: &WorkloadTraits) ->
 mod tests {
     use super::*;
     use crate::config::SpecType;
+    use crate::engine::LaunchArgs;
 
     fn levers() -> Levers {
         Levers {

@@ -6,6 +6,7 @@
 //! ([`crate::run::TuneResult`]); it never prints and never writes the report.
 
 use crate::clock::Clock;
+use crate::engine::LaunchArgs;
 use crate::model::ModelLayout;
 use crate::run::{RunInputs, TuneResult};
 use crate::trial::{TrialOutcome, TrialRunner};

@@ -587,6 +587,7 @@ pub fn secondary_regression_warning(
 mod tests {
     use super::secondary_regression_warning as w;
     use super::*;
+    use crate::engine::LaunchArgs;
     use crate::trial::{Metrics, OutcomeKind, Stat};
 
     fn ctx() -> SearchContext {

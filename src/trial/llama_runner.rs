@@ -8,6 +8,7 @@ use super::plausible;
 use super::workload::{self, Measured, Session};
 use super::{Metrics, OutcomeKind, ReportedMemory, TrialOutcome, TrialRole, TrialRunner};
 use crate::config::{shell_line, LaunchConfig};
+use crate::engine::LaunchArgs;
 use crate::space::Workload;
 use anyhow::{Context, Result};
 use std::io::Write;

@@ -1,0 +1,176 @@
+//! llama.cpp's `llama-server`: its flags, and the two commands a user could type without qtune.
+
+use super::Engine;
+use crate::config::{FlashAttn, KvType, LaunchConfig, LoadMode};
+use crate::space::SearchSpace;
+use std::path::Path;
+
+/// llama.cpp's `llama-server` (the pinned build, or the user's own with the flags
+/// `server_binary` checks for).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LlamaCpp;
+
+impl Engine for LlamaCpp {
+    fn name(&self) -> &'static str {
+        "llama.cpp"
+    }
+
+    fn server_args(&self, c: &LaunchConfig) -> Vec<String> {
+        let mut a: Vec<String> = Vec::new();
+        let mut push = |k: &str, v: String| {
+            a.push(k.to_string());
+            a.push(v);
+        };
+        push("-c", c.ctx.to_string());
+        push("-np", c.parallel.to_string());
+        if let Some(n) = c.n_gpu_layers {
+            push("-ngl", n.to_string());
+        }
+        if let Some(m) = c.split_mode {
+            push("-sm", m.to_string());
+        }
+        if !c.tensor_split.is_empty() {
+            let t: Vec<String> = c.tensor_split.iter().map(|v| v.to_string()).collect();
+            push("-ts", t.join(","));
+        }
+        if let Some(n) = c.n_cpu_moe {
+            push("--n-cpu-moe", n.to_string());
+        }
+        if let Some(c) = &c.cpu_experts {
+            for rule in c.override_rules() {
+                push("-ot", rule);
+            }
+        }
+        for g in &c.gpu_experts {
+            if let Some(rule) = g.override_rule() {
+                push("-ot", rule);
+            }
+        }
+        if let Some(t) = c.threads {
+            push("-t", t.to_string());
+        }
+        if let Some(b) = c.batch {
+            push("-b", b.to_string());
+        }
+        if let Some(ub) = c.ubatch {
+            push("-ub", ub.to_string());
+        }
+        if c.cache_type_k != KvType::F16 {
+            push("-ctk", c.cache_type_k.to_string());
+        }
+        if c.cache_type_v != KvType::F16 {
+            push("-ctv", c.cache_type_v.to_string());
+        }
+        if c.flash_attn != FlashAttn::Auto {
+            push("-fa", c.flash_attn.to_string());
+        }
+        if let Some(fit) = c.fit {
+            push("--fit", if fit { "on" } else { "off" }.to_string());
+        }
+        if !c.fit_target_mib.is_empty() {
+            let t: Vec<String> = c.fit_target_mib.iter().map(|v| v.to_string()).collect();
+            push("--fit-target", t.join(","));
+        }
+        if c.load_mode != LoadMode::Auto {
+            push("--load-mode", c.load_mode.to_string());
+        }
+        if !c.op_offload {
+            a.push("--no-op-offload".to_string());
+        }
+        if let Some(t) = c.spec_type {
+            a.push("--spec-type".to_string());
+            a.push(t.to_string());
+        }
+        if let Some(n) = c.checkpoint_min_step {
+            a.push("--checkpoint-min-step".to_string());
+            a.push(n.to_string());
+        }
+        if let Some(u) = c.kv_unified {
+            a.push(if u { "-kvu" } else { "-no-kvu" }.to_string());
+        }
+        a
+    }
+
+    fn command(
+        &self,
+        config: &LaunchConfig,
+        server: &Path,
+        model: &Path,
+        host: &str,
+        port: u16,
+    ) -> Vec<String> {
+        let mut argv = vec![
+            server.display().to_string(),
+            "-m".to_string(),
+            model.display().to_string(),
+        ];
+        argv.extend(self.server_args(config));
+        argv.extend([
+            "--host".to_string(),
+            host.to_string(),
+            "--port".to_string(),
+            port.to_string(),
+        ]);
+        argv
+    }
+
+    /// What a user gets without qtune, in this space's context and slots; on a busy box (the
+    /// space's `threads_cap`), with `-t` at the free cores: the default threads would spin on
+    /// cores other processes hold and collapse (the banner says so).
+    fn default_baseline(&self, space: &SearchSpace) -> LaunchConfig {
+        LaunchConfig {
+            parallel: space.fixed.parallel,
+            threads: space.fixed.threads_cap,
+            ..LaunchConfig::baseline(space.fixed.ctx)
+        }
+    }
+
+    /// `--fit on --fit-target <headroom>`, one target per card, over the default baseline.
+    fn fit_baseline(&self, space: &SearchSpace, headroom_mib: u32, cards: usize) -> LaunchConfig {
+        self.default_baseline(space)
+            .with_fit_targets(vec![headroom_mib; cards.max(1)])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The two baselines as a user would type them: the server's default in the space's
+    /// context (with `-t` at the busy box's free cores), and `--fit on --fit-target` with
+    /// the headroom once per card.
+    #[test]
+    fn the_baselines_are_the_default_and_fit_with_the_headroom_per_card() {
+        let mut space = crate::space::load("default").unwrap();
+        space.fixed.ctx = 8192;
+        let e = LlamaCpp;
+        assert_eq!(
+            e.server_args(&e.default_baseline(&space)).join(" "),
+            "-c 8192 -np 1"
+        );
+        assert_eq!(
+            e.server_args(&e.fit_baseline(&space, 512, 2)).join(" "),
+            "-c 8192 -np 1 --fit on --fit-target 512,512"
+        );
+        assert_eq!(
+            e.server_args(&e.fit_baseline(&space, 1024, 0)).join(" "),
+            "-c 8192 -np 1 --fit on --fit-target 1024"
+        );
+        space.fixed.threads_cap = Some(3);
+        assert_eq!(
+            e.server_args(&e.default_baseline(&space)).join(" "),
+            "-c 8192 -np 1 -t 3"
+        );
+        let argv = e.command(
+            &e.default_baseline(&space),
+            Path::new("/srv"),
+            Path::new("/m.gguf"),
+            "127.0.0.1",
+            8080,
+        );
+        assert_eq!(
+            argv.join(" "),
+            "/srv -m /m.gguf -c 8192 -np 1 -t 3 --host 127.0.0.1 --port 8080"
+        );
+    }
+}

@@ -1,0 +1,65 @@
+//! The engine seam (issue 44): what is particular to one inference server, in one place per
+//! engine, so that the rest of qtune works over engine-neutral [`LaunchConfig`]s.
+//!
+//! There is one engine today, llama.cpp's `llama-server` ([`LlamaCpp`]). It owns rendering a
+//! config to argv and the two baselines (the server's default, and its own auto-fit with the
+//! user's headroom). Still outside the seam, for the next steps: locating, checking and
+//! building the server (`server_binary`), parsing a command line back (`config::parse`), the
+//! log dialect (`trial::logparse`, `trial::classify`'s pattern tables), the container image
+//! (`report::script`) and `placement`'s fit prediction.
+
+use crate::config::LaunchConfig;
+use crate::space::SearchSpace;
+use std::path::Path;
+
+pub mod llama_cpp;
+
+pub use llama_cpp::LlamaCpp;
+
+/// What qtune needs of an inference server's dialect.
+pub trait Engine {
+    /// The engine's name, as the user reads it (`llama.cpp`).
+    fn name(&self) -> &'static str;
+
+    /// The server's flags for `config`, in a stable order: the one place flags are rendered.
+    fn server_args(&self, config: &LaunchConfig) -> Vec<String>;
+
+    /// The full argv of a server for `config`: binary, model, flags, host and port.
+    fn command(
+        &self,
+        config: &LaunchConfig,
+        server: &Path,
+        model: &Path,
+        host: &str,
+        port: u16,
+    ) -> Vec<String>;
+
+    /// What a user gets without qtune in this space: the first baseline.
+    fn default_baseline(&self, space: &SearchSpace) -> LaunchConfig;
+
+    /// The engine's own auto-fit keeping `headroom_mib` free on each of `cards` cards: the
+    /// second baseline, the best command a user who asks for that headroom could type.
+    fn fit_baseline(&self, space: &SearchSpace, headroom_mib: u32, cards: usize) -> LaunchConfig;
+}
+
+/// The engine every launch uses (one until a second engine is added).
+pub const ENGINE: LlamaCpp = LlamaCpp;
+
+/// A config's flags and command as [`ENGINE`] renders them, as methods of the config
+/// (`config.server_args()`, `config.command(...)`): bring the trait into scope to call them.
+pub trait LaunchArgs {
+    /// [`Engine::server_args`] of [`ENGINE`].
+    fn server_args(&self) -> Vec<String>;
+    /// [`Engine::command`] of [`ENGINE`].
+    fn command(&self, server: &Path, model: &Path, host: &str, port: u16) -> Vec<String>;
+}
+
+impl LaunchArgs for LaunchConfig {
+    fn server_args(&self) -> Vec<String> {
+        ENGINE.server_args(self)
+    }
+
+    fn command(&self, server: &Path, model: &Path, host: &str, port: u16) -> Vec<String> {
+        ENGINE.command(self, server, model, host, port)
+    }
+}
