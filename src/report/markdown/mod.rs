@@ -147,6 +147,9 @@ fn outcome_cell(t: &TrialOutcome) -> String {
     }
 }
 
+/// The plot of the objective: the report's first picture, under the verdict.
+const OBJECTIVE_PLOT: &str = "plot-objective";
+
 /// Render the whole report. `plots` are the stems of the plots written next to it.
 pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
     let mut md = String::new();
@@ -161,7 +164,7 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
 
     // The answer first: in the tune's objective.
     if r.space.objective.metric == Metric::Request {
-        workload_first(m, r);
+        workload_first(m, r, plots);
     } else {
         generation_first(m, r);
     }
@@ -171,9 +174,9 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
 
     // Plots, and the ones left out for lack of data (plots::left_out).
     let left_out = super::plots::left_out(r);
-    if !plots.is_empty() || !left_out.is_empty() {
+    if plots.iter().any(|p| p.0 != OBJECTIVE_PLOT) || !left_out.is_empty() {
         let _ = writeln!(m, "## Plots\n");
-        for (stem, title) in plots {
+        for (stem, title) in plots.iter().filter(|p| p.0 != OBJECTIVE_PLOT) {
             let _ = writeln!(m, "![{title}]({stem}.png)\n\n{title}: [SVG]({stem}.svg)\n");
         }
         for why in left_out {
@@ -263,7 +266,7 @@ fn race_section(m: &mut String, r: &TuneResult, title: &str) {
 /// The top of a tune whose objective is a workload's time per request: the verdict as the
 /// terminal states it ([`super::summary::verdict`]), the best command for each workload, the
 /// launch command, both baselines' commands, then the race against the reference.
-fn workload_first(m: &mut String, r: &TuneResult) {
+fn workload_first(m: &mut String, r: &TuneResult, plots: &[(&str, &str)]) {
     match (super::summary::verdict(r), &r.winner) {
         (Some(v), Some(w)) => {
             let _ = writeln!(
@@ -276,6 +279,10 @@ fn workload_first(m: &mut String, r: &TuneResult) {
                 let _ = writeln!(m, "- {}", prose(f));
             }
             let _ = writeln!(m);
+            // The first picture: the objective, reference against pick on each workload.
+            if let Some((stem, title)) = plots.iter().find(|p| p.0 == OBJECTIVE_PLOT) {
+                let _ = writeln!(m, "![{title}]({stem}.png)\n\n{title}: [SVG]({stem}.svg)\n");
+            }
             workload_picks(m, r);
             let _ = writeln!(m, "### Launch the recommendation\n");
             let _ = writeln!(m, "{}", command_block(&w.command));
@@ -291,13 +298,15 @@ fn workload_first(m: &mut String, r: &TuneResult) {
     race_section(m, r, "Race against the reference");
 }
 
-/// "Best command for each workload": one row per [`TuneResult::workload_picks`] entry.
+/// "Measured, not raced": one row per workload the verdict is not about
+/// ([`super::summary::not_raced`]).
 fn workload_picks(m: &mut String, r: &TuneResult) {
-    let picks = r.workload_picks();
+    let all = r.workload_picks();
+    let picks = super::summary::not_raced(r, &all);
     if picks.is_empty() {
         return;
     }
-    let _ = writeln!(m, "## Best command for each workload\n");
+    let _ = writeln!(m, "## Other workloads: measured, not raced\n");
     let _ = writeln!(
         m,
         "| workload | flags | time per request (s) | better baseline | its time (s) | ratio | launches | basis |"
@@ -327,9 +336,10 @@ fn workload_picks(m: &mut String, r: &TuneResult) {
     }
     let _ = writeln!(
         m,
-        "\nTimes: the median time per request over the config's launches. Ratio: the better \
-         baseline's time over the pick's (above 1, the pick is faster). Only the tune's own \
-         workload was raced; re-measure another with `qtune compare --workload NAME`.\n"
+        "\nTimes: the median time per request over the config's launches (the same rule as the \
+         verdict's). Ratio: the better baseline's median over the pick's (above 1, the pick is \
+         faster), with no interval: these workloads were not raced. Race one with \
+         `qtune compare --workload NAME`.\n"
     );
 }
 
@@ -356,9 +366,11 @@ fn baselines(m: &mut String, r: &TuneResult) {
     let _ = writeln!(m, "### The baselines (what you get without qtune)\n");
     let workload = text(&r.space.workload.name());
     for (b, is_reference) in both {
-        let time = b.request_s.map_or("not measured".to_string(), |t| {
-            format!("{t:.2} s per request on {workload}")
-        });
+        let time = r
+            .objective_time(&b.config, b.request_s)
+            .map_or("not measured".to_string(), |t| {
+                format!("{} per request on {workload}", super::summary::fmt_time(t))
+            });
         let over = match (b.over_budget, r.vram_budget_mib) {
             (true, Some(budget)) => {
                 format!(", **over the VRAM budget** of {}", fmt_mib(budget as f64))

@@ -359,6 +359,7 @@ where
 {
     root.fill(&WHITE)?;
     match which {
+        Plot::Objective => draw_objective(root, d, title),
         Plot::Vram => draw_vram(root, d, title),
         Plot::TgPp => draw_tg_pp(root, d, title),
         Plot::NCpuMoe => draw_ncmoe(root, d, title),

@@ -24,11 +24,13 @@ use plotters::style::FontStyle;
 #[macro_use]
 mod draw;
 mod charts;
+pub mod objective;
 #[cfg(test)]
 mod tests;
 
 use charts::*;
 use draw::*;
+use objective::draw_objective;
 
 /// The font every plot uses, compiled into the binary.
 static FONT: &[u8] = include_bytes!("../../../assets/DejaVuSans.ttf");
@@ -44,7 +46,11 @@ pub struct RenderedPlot {
 }
 
 /// The plots' stems and titles, in report order.
-pub const PLOTS: [(&str, &str); 3] = [
+pub const PLOTS: [(&str, &str); 4] = [
+    (
+        "plot-objective",
+        "Time per request per workload: reference against pick",
+    ),
     ("plot-vram", "Generation speed vs peak VRAM"),
     ("plot-tg-pp", "Generation vs prompt speed"),
     ("plot-ncmoe", "Speed and peak VRAM across --n-cpu-moe"),
@@ -156,6 +162,8 @@ pub struct PlotData {
     /// The speed model's generation for the winner's config at each --n-cpu-moe (empty when
     /// it cannot predict this run): (n_cpu_moe, modelled tg, bound tg).
     pub modelled: Vec<(u32, f64, f64)>,
+    /// Time per request on each workload, reference against pick (`plot-objective`).
+    pub objective: Vec<objective::WorkloadBars>,
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -335,6 +343,7 @@ impl PlotData {
             })
             .unwrap_or_default();
         PlotData {
+            objective: objective::workload_bars(r),
             modelled,
             // Drawn text from outside: no control character (an SVG could not hold it).
             model: crate::escape::terminal(
@@ -412,6 +421,9 @@ impl PlotData {
             } else {
                 "no GPU, so no VRAM was measured".into()
             }),
+            "plot-objective" if self.objective.is_empty() => {
+                Some("the tune measured no workload's time per request (a single request)".into())
+            }
             "plot-tg-pp" if self.points.is_empty() => Some("no trial completed".into()),
             "plot-ncmoe" if !self.has_ncmoe() => Some(if self.has_gpu {
                 "this run did not vary --n-cpu-moe (a dense model, or a space without it)".into()
@@ -458,6 +470,7 @@ pub fn render_all(r: &TuneResult) -> Result<Vec<RenderedPlot>> {
         let which = match stem {
             "plot-vram" => Plot::Vram,
             "plot-tg-pp" => Plot::TgPp,
+            "plot-objective" => Plot::Objective,
             _ => Plot::NCpuMoe,
         };
         let svg = render_svg(which, &d, title, W, h)
@@ -476,6 +489,7 @@ pub fn render_all(r: &TuneResult) -> Result<Vec<RenderedPlot>> {
 
 #[derive(Clone, Copy)]
 enum Plot {
+    Objective,
     Vram,
     TgPp,
     NCpuMoe,

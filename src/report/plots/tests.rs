@@ -191,14 +191,18 @@ fn on_the_cpu_plots_without_data_are_left_out_and_said_so() {
     let r = sample::cpu_result(Path::new("/s"), Path::new("/m.gguf"));
     let plots = render_all(&r).unwrap();
     check(&plots, &["plot-tg-pp"]);
-    assert_eq!(available(&r), vec![PLOTS[1]]);
+    assert_eq!(available(&r), vec![PLOTS[2]]);
     let why = left_out(&r);
-    assert_eq!(why.len(), 2, "{why:?}");
+    assert_eq!(why.len(), 3, "{why:?}");
     assert!(
-        why[0].contains("plot-vram") && why[0].contains("no GPU"),
+        why[0].contains("plot-objective") && why[0].contains("single request"),
         "{why:?}"
     );
-    assert!(why[1].contains("plot-ncmoe"), "{why:?}");
+    assert!(
+        why[1].contains("plot-vram") && why[1].contains("no GPU"),
+        "{why:?}"
+    );
+    assert!(why[2].contains("plot-ncmoe"), "{why:?}");
 }
 
 #[test]
