@@ -239,7 +239,7 @@ fn times_compared(
             pairs.push(RequestPair {
                 command: c,
                 reference,
-                decision: comparison.as_ref().map(|x| x.decide(band)),
+                decision: comparison.as_ref().map(|x| x.claim(band)),
                 comparison,
             });
         }
@@ -390,7 +390,8 @@ pub fn summarize(
                 .iter()
                 .filter_map(|r| Some((r.sample(c)?, r.sample(0)?)))
                 .collect();
-            let verdict = PairedVerdict::from_pairs(&pairs, confidence, band);
+            let verdict =
+                PairedVerdict::from_pairs(&pairs, confidence, band).map(|v| v.claimed(band));
             let gen_ratios: Vec<f64> = pairs.iter().map(|(c, r)| c.gen_tps / r.gen_tps).collect();
             let prompt_ratios: Vec<f64> = pairs
                 .iter()
@@ -501,6 +502,14 @@ pub fn render_text(r: &CompareResult) -> String {
         (r.confidence * 100.0).round(),
         r.band_pct
     );
+    // With `--workload`, the verdict is that workload's time per request; the others are
+    // measured in the same rounds, not the verdict.
+    let chosen = r
+        .workload
+        .mix
+        .as_ref()
+        .and(r.workload.objective_mix())
+        .map(|m| m.name.as_str());
     for a in &r.against_first {
         let name = command_name(a.command);
         match &a.verdict {
@@ -513,24 +522,34 @@ pub fn render_text(r: &CompareResult) -> String {
                         each.join(", ")
                     )
                 };
-                let _ = writeln!(s, "  {name}  generation {}: {}", v.gen, v.gen_decision);
+                // A comparison too thin to claim says "undecided" itself.
+                let said = |c: &crate::stats::Comparison, d: crate::stats::Decision| {
+                    if c.too_noisy().is_some() {
+                        c.to_string()
+                    } else {
+                        format!("{c}: {d}")
+                    }
+                };
+                let _ = writeln!(s, "  {name}  generation {}", said(&v.gen, v.gen_decision));
                 let _ = writeln!(
                     s,
                     "                {}",
                     ratios(&a.gen_ratios, a.gen_median_ratio)
                 );
-                let _ = writeln!(s, "     prompt     {}: {}", v.prompt, v.prompt_decision);
+                let _ = writeln!(s, "     prompt     {}", said(&v.prompt, v.prompt_decision));
                 let _ = writeln!(
                     s,
                     "                {}",
                     ratios(&a.prompt_ratios, a.prompt_median_ratio)
                 );
-                let _ = writeln!(
-                    s,
-                    "     verdict: {} (decided by {}; generation leads, prompt speed decides inside a generation tie)",
-                    v.decision,
-                    v.decided_by.as_str()
-                );
+                if chosen.is_none() {
+                    let _ = writeln!(
+                        s,
+                        "     verdict: {} (decided by {}; generation leads, prompt speed decides inside a generation tie)",
+                        v.decision,
+                        v.decided_by.as_str()
+                    );
+                }
             }
             None => {
                 let _ = writeln!(s, "  {name}  no round where both {name} and A measured");
@@ -549,7 +568,8 @@ pub fn render_text(r: &CompareResult) -> String {
             )
         })
         .collect();
-    for w in &r.workloads {
+    let band = Band { pct: r.band_pct };
+    let block = |s: &mut String, w: &WorkloadComparison, verdict: bool| {
         let medians: Vec<String> = w
             .median_request_s
             .iter()
@@ -565,10 +585,15 @@ pub fn render_text(r: &CompareResult) -> String {
                 )
             })
             .collect();
+        let (head, indent) = if verdict {
+            ("verdict on ", "  ")
+        } else {
+            ("  ", "    ")
+        };
         let _ = writeln!(
             s,
-            "time per request, {} (medians): {}",
-            w.workload,
+            "{head}{} (time per request, medians): {}",
+            crate::escape::terminal(&w.workload),
             medians.join(", ")
         );
         if !w.median_p90_s.is_empty() {
@@ -591,16 +616,37 @@ pub fn render_text(r: &CompareResult) -> String {
             );
         }
         for p in &w.pairs {
+            let (c, reference) = (command_name(p.command), command_name(p.reference));
             let _ = writeln!(
                 s,
-                "  {} against {}: {}{}",
-                command_name(p.command),
-                command_name(p.reference),
+                "{indent}{}",
                 p.comparison
                     .as_ref()
-                    .map_or("no paired round".into(), crate::report::race::per_request),
-                p.decision.map_or(String::new(), |d| format!(": {d}"))
+                    .map_or(format!("{c} against {reference}: no paired round"), |x| {
+                        crate::report::race::ran(&c, &reference, x, band)
+                    })
             );
+        }
+    };
+    let (mine, others): (Vec<&WorkloadComparison>, Vec<&WorkloadComparison>) = r
+        .workloads
+        .iter()
+        .partition(|w| Some(w.workload.as_str()) == chosen);
+    for w in &mine {
+        block(&mut s, w, true);
+    }
+    if !others.is_empty() {
+        let _ = writeln!(
+            s,
+            "measured, not raced ({}same rounds; not the verdict):",
+            if mine.is_empty() {
+                ""
+            } else {
+                "the other workloads, "
+            }
+        );
+        for w in others {
+            block(&mut s, w, false);
         }
     }
     let _ = writeln!(s, "peak VRAM: {}", peaks.join(", "));

@@ -402,7 +402,7 @@ fn a_fit_target_that_loaded_the_same_buffers_is_not_raced_again() {
                 && f.contains("the same configuration as")),
         "{facts:?}"
     );
-    let json = qtune::report::summary::verdict_json(&r);
+    let json = qtune::report::document::verdict_json(&r);
     assert_eq!(json["reference"]["name"], "default");
     assert_eq!(json["reference"]["other"]["name"], "fit-target");
     assert!(json["vs_reference"]["time_per_request"].is_object());

@@ -63,7 +63,7 @@ pub fn print_outcome(
         }
         println!(
             "{}",
-            serde_json::to_string_pretty(&crate::report::summary::tune_json(result))?
+            serde_json::to_string_pretty(&crate::report::results_document(result, run_dir))?
         );
         return Ok(());
     }

@@ -642,7 +642,7 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
             return Err(e);
         }
     };
-    crate::run::write_result(&run_dir, &result)?;
+    crate::report::write_results(&run_dir, &result)?;
     crate::report::write_all(&run_dir, &result)?;
     Ok((result, run_dir))
 }

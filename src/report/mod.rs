@@ -4,6 +4,7 @@
 //! Each output renders in memory behind one trait ([`Output`]); [`write_all`] then writes every
 //! file atomically, so an error never leaves a half-written report.
 
+pub mod document;
 pub mod markdown;
 pub mod plots;
 pub mod race;
@@ -13,6 +14,7 @@ pub mod summary;
 
 use crate::run::TuneResult;
 use anyhow::{Context, Result};
+pub use document::{results_document, write_results};
 use std::path::{Path, PathBuf};
 
 /// One rendered file, named relative to the run directory.

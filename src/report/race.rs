@@ -4,6 +4,7 @@
 
 use crate::run::TuneResult;
 use crate::stats::race::ArmStatus;
+use crate::stats::Band;
 
 /// `generation +4.1 % [−1.2, +9.6] (95 %, 6 rounds), prompt +61.0 % [...]`, or `not raced`.
 pub fn gains(
@@ -70,7 +71,10 @@ pub fn lines(r: &TuneResult) -> Vec<String> {
     ));
     if by_request {
         if let Some(c) = o.second_vs_first.as_ref().and_then(|v| v.request.as_ref()) {
-            out.push(format!("  fit-target against default: {}", per_request(c)));
+            out.push(format!(
+                "  {}",
+                ran("fit-target", "the default", c, Band::default())
+            ));
         }
     }
     for c in &o.candidates {
@@ -81,9 +85,13 @@ pub fn lines(r: &TuneResult) -> Vec<String> {
         match v.and_then(|v| v.request.as_ref()).filter(|_| by_request) {
             Some(req) => {
                 out.push(format!(
-                    "  {}: {} ({})",
-                    cfg.label(),
-                    per_request(req),
+                    "  {} ({})",
+                    ran(
+                        &format!("`{}`", cfg.label()),
+                        "the reference",
+                        req,
+                        Band::default()
+                    ),
                     status(&c.status)
                 ));
                 out.push(format!(
@@ -118,26 +126,37 @@ pub fn lines(r: &TuneResult) -> Vec<String> {
     out
 }
 
-/// `1.15× faster per request [1.06, 1.24] (95 %, 4 rounds)` from a requests-per-second
-/// comparison (ratio of times per request).
-pub fn per_request(c: &crate::stats::Comparison) -> String {
+/// A requests-per-second comparison (the ratio of times per request) in hyperfine's words:
+/// `'B' ran 1.15× faster than 'A' (95 % CI 1.06×–1.24×, 4 rounds: better)`. Where the rounds
+/// support no claim ([`crate::stats::Comparison::too_noisy`]) no interval is printed:
+/// `'B' ran 1.10× slower than 'A' (undecided: too few rounds to tell (2 rounds; 3 needed))`.
+pub fn ran(name: &str, reference: &str, c: &crate::stats::Comparison, band: Band) -> String {
     if !c.is_plausible() {
-        return format!("{c}");
+        return format!("{name} against {reference}: {c}");
     }
     let ratio = c.ratio();
-    let word = if ratio >= 1.0 { "faster" } else { "slower" };
-    let shown = if ratio >= 1.0 { ratio } else { 1.0 / ratio };
-    let interval = match (c.lo_log, c.hi_log) {
-        (Some(lo), Some(hi)) => format!(" [{:.2}, {:.2}] as a ratio", lo.exp(), hi.exp()),
-        _ => " (no interval)".into(),
-    };
-    let rounds = if c.rounds == 1 {
-        "1 round".to_string()
+    let faster = ratio >= 1.0;
+    let (word, shown) = if faster {
+        ("faster", ratio)
     } else {
-        format!("{} rounds", c.rounds)
+        ("slower", 1.0 / ratio)
     };
-    format!(
-        "{shown:.2}× {word} per request{interval} ({} %, {rounds})",
-        (c.confidence * 100.0).round()
-    )
+    let why = match c.too_noisy() {
+        Some(why) => format!("undecided: {why}"),
+        None => {
+            let (lo, hi) = (c.lo_log.unwrap_or(0.0).exp(), c.hi_log.unwrap_or(0.0).exp());
+            let (lo, hi) = if faster {
+                (lo, hi)
+            } else {
+                (1.0 / hi, 1.0 / lo)
+            };
+            format!(
+                "{} % CI {lo:.2}×–{hi:.2}×, {}: {}",
+                crate::stats::fmt_level(c.confidence),
+                crate::stats::plural_rounds(c.rounds),
+                c.decide(band)
+            )
+        }
+    };
+    format!("{name} ran {shown:.2}× {word} than {reference} ({why})")
 }

@@ -115,7 +115,8 @@ fn default_phrase(c: &crate::config::LaunchConfig) -> String {
     }
 }
 
-fn reference_phrase(rf: &crate::run::Reference, trials: &[crate::trial::TrialOutcome]) -> String {
+fn reference_phrase(rf: &crate::run::Reference, r: &TuneResult) -> String {
+    let trials = &r.trials;
     let what = match rf.name.as_str() {
         "default" => default_phrase(&rf.config),
         _ => format!("`{}`", flags(&rf.config)),
@@ -133,8 +134,12 @@ fn reference_phrase(rf: &crate::run::Reference, trials: &[crate::trial::TrialOut
             ));
         } else {
             s.push_str(&format!(", the better of it and {other}"));
-            if let (Some(a), Some(b)) = (rf.request_s, o.request_s) {
-                s.push_str(&format!(" ({a:.2} s vs {b:.2} s per request)"));
+            let time = |b: &crate::run::Reference| r.objective_time(&b.config, b.request_s);
+            if let (Some(a), Some(b)) = (time(rf), time(o)) {
+                s.push_str(&format!(
+                    " ({:.2} s vs {:.2} s per request)",
+                    a.seconds, b.seconds
+                ));
             }
         }
     }
@@ -171,21 +176,9 @@ pub fn verdict(r: &TuneResult) -> Option<Verdict> {
         facts.push(format!("workload: {}, {}", t.name, t.plan.describe()));
     }
     if let Some(rf) = &w.reference {
-        facts.push(format!("reference: {}", reference_phrase(rf, &r.trials)));
+        facts.push(format!("reference: {}", reference_phrase(rf, r)));
     }
-    let vs = match (
-        &w.request_vs_baseline,
-        w.request_s,
-        w.reference.as_ref().and_then(|r| r.request_s),
-    ) {
-        (Some(c), Some(a), Some(b)) => Some(format!(
-            "time per request: {a:.2} s against {b:.2} s, {}",
-            super::race::per_request(c)
-        )),
-        (None, Some(a), _) => Some(format!("time per request: {a:.2} s")),
-        _ => None,
-    };
-    facts.extend(vs);
+    facts.extend(time_fact(r));
     facts.extend(replay_p90(
         r,
         &w.config,
@@ -212,7 +205,7 @@ pub fn verdict(r: &TuneResult) -> Option<Verdict> {
             "likely faster (faster by its estimate, not measurably slower), not proven".to_string()
         }
         Some(crate::run::VerdictStatus::Kept) => {
-            "the reference is kept: nothing beat it beyond the noise".to_string()
+            "the reference is kept: nothing was shown faster than it".to_string()
         }
         Some(crate::run::VerdictStatus::Unraced) | None => {
             "single launches only (no race): a ranking, not a proof".to_string()
@@ -250,8 +243,45 @@ fn replay_p90(
     })
 }
 
-/// The verdict as the terminal prints it; then the best command for the other built-in
-/// workloads from the trials already measured.
+/// The recommendation's time per request and the reference's ([`crate::run::figures`]: the
+/// median over launches), then the race's paired ratio in hyperfine's words (no interval where
+/// the rounds support no claim).
+fn time_fact(r: &TuneResult) -> Option<String> {
+    let w = r.winner.as_ref()?;
+    let mine = r.objective_time(&w.config, w.request_s)?;
+    let reference = w.reference.as_ref().filter(|rf| rf.config != w.config);
+    let theirs = reference.and_then(|rf| r.objective_time(&rf.config, rf.request_s));
+    let mut s = format!("time per request: {}", fmt_time(mine));
+    if let Some(t) = theirs {
+        s.push_str(&format!(" against the reference's {}", fmt_time(t)));
+    }
+    match &w.request_vs_baseline {
+        Some(c) => s.push_str(&format!(
+            "; paired: {}",
+            super::race::ran(
+                "the recommendation",
+                "the reference",
+                c,
+                crate::stats::Band::default()
+            )
+        )),
+        None if theirs.is_some() => s.push_str(" (not raced: no paired ratio)"),
+        None => {}
+    }
+    Some(s)
+}
+
+/// `0.84 s (median of 5 launches)`.
+pub fn fmt_time(t: crate::run::figures::RequestTime) -> String {
+    match t.launches {
+        0 => format!("{:.2} s", t.seconds),
+        1 => format!("{:.2} s (1 launch)", t.seconds),
+        n => format!("{:.2} s (median of {n} launches)", t.seconds),
+    }
+}
+
+/// The verdict as the terminal prints it; then the other built-in workloads, measured in the
+/// same launches but not raced.
 pub fn verdict_lines(r: &TuneResult) -> Vec<String> {
     let mut out = Vec::new();
     let Some(v) = verdict(r) else {
@@ -265,9 +295,14 @@ pub fn verdict_lines(r: &TuneResult) -> Vec<String> {
     ));
     out.extend(v.facts.iter().map(|f| format!("  {}", terminal(f))));
     let picks = r.workload_picks();
-    if picks.len() > 1 {
-        out.push("best command for each built-in workload (median time per request):".into());
-        for p in &picks {
+    let others = not_raced(r, &picks);
+    if !others.is_empty() {
+        out.push(
+            "measured, not raced (the other workloads, from the same launches; race one with \
+             `qtune compare --workload NAME`):"
+                .into(),
+        );
+        for p in others {
             let reference = match (p.reference_request_s, &p.reference_name) {
                 (Some(t), Some(n)) if p.basis != Some(crate::run::PickBasis::Kept) => {
                     format!("; better baseline: {n}, {t:.2} s")
@@ -288,103 +323,22 @@ pub fn verdict_lines(r: &TuneResult) -> Vec<String> {
     out
 }
 
-/// The version of `qtune tune --json`'s layout: the run's `results.json` fields plus
-/// `schema_version` and `verdict`.
-pub const JSON_SCHEMA_VERSION: u32 = 2;
-
-fn comparison_json(c: &crate::stats::Comparison) -> serde_json::Value {
-    serde_json::json!({
-        "gain_pct": c.gain_pct(),
-        "interval_pct": c.interval_pct().map(|(lo, hi)| [lo, hi]),
-        "ratio": c.ratio(),
-        "rounds": c.rounds,
-        "confidence": c.confidence,
-    })
-}
-
-/// The one verdict as data: what is recommended (llama.cpp flags and the whole command), how
-/// sure (`proven`, `likely`, `kept`, `unraced`), the reference and each metric against it with
-/// its interval in percent, and the best command for each built-in workload.
-pub fn verdict_json(r: &TuneResult) -> serde_json::Value {
-    let Some(w) = &r.winner else {
-        return serde_json::Value::Null;
-    };
-    let reference = |rf: &crate::run::Reference| {
-        serde_json::json!({
-            "name": rf.name,
-            "flags": flags(&rf.config),
-            "time_per_request_s": rf.request_s,
-            "peak_vram_mib": rf.peak_vram_mib,
-            "over_budget": rf.over_budget,
-        })
-    };
-    serde_json::json!({
-        "workload": r.space.workload.name(),
-        "recommended": {
-            "flags": flags(&w.config),
-            "command": w.command,
-        },
-        "status": w.status,
-        "reference": w.reference.as_ref().map(|rf| {
-            let mut v = reference(rf);
-            v["other"] = rf.other.as_deref().map_or(serde_json::Value::Null, reference);
-            v
-        }),
-        "time_per_request_s": w.request_s,
-        "vs_reference": {
-            "time_per_request": w.request_vs_baseline.as_ref().map(comparison_json),
-            "generation": w.gen_vs_baseline.as_ref().map(comparison_json),
-            "prompt": w.prompt_vs_baseline.as_ref().map(comparison_json),
-        },
-        "workloads": r.workload_picks().iter().map(|p| serde_json::json!({
-            "workload": p.workload,
-            "flags": flags(&p.config),
-            "time_per_request_s": p.request_s,
-            "launches": p.launches,
-            "better_baseline": p.reference_name,
-            "better_baseline_time_per_request_s": p.reference_request_s,
-            "basis": p.basis,
-        })).collect::<Vec<_>>(),
-    })
-}
-
-/// `qtune tune --json`: the run's result with `schema_version` and `verdict` first.
-pub fn tune_json(r: &TuneResult) -> serde_json::Value {
-    let mut out = serde_json::Map::new();
-    out.insert("schema_version".into(), JSON_SCHEMA_VERSION.into());
-    out.insert("verdict".into(), verdict_json(r));
-    if let Ok(serde_json::Value::Object(m)) = serde_json::to_value(r) {
-        out.extend(m);
-    }
-    serde_json::Value::Object(out)
+/// The workloads measured but not raced: every pick but the tune's own workload's (the
+/// verdict says that one).
+pub fn not_raced<'a>(
+    r: &TuneResult,
+    picks: &'a [crate::run::WorkloadPick],
+) -> Vec<&'a crate::run::WorkloadPick> {
+    let own = r.space.workload.objective_mix().map(|m| m.name.as_str());
+    picks
+        .iter()
+        .filter(|p| Some(p.workload.as_str()) != own || r.winner.is_none())
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_json_verdict_names_the_recommendation_its_status_and_the_reference() {
-        let r = crate::run::sample::gpu_result(
-            std::path::Path::new("/opt/llama-server"),
-            std::path::Path::new("/m/model.gguf"),
-        );
-        let v = tune_json(&r);
-        assert_eq!(v["schema_version"], JSON_SCHEMA_VERSION);
-        let verdict = &v["verdict"];
-        assert!(
-            verdict["recommended"]["flags"].as_str().is_some(),
-            "{verdict}"
-        );
-        assert!(verdict["recommended"]["command"].is_array());
-        assert!(v["trials"].is_array(), "the run's own fields follow");
-        // No impossible numbers: every percentage present is finite.
-        for m in ["time_per_request", "generation", "prompt"] {
-            if let Some(g) = verdict["vs_reference"][m]["gain_pct"].as_f64() {
-                assert!(g.is_finite() && g > -100.0, "{m}: {g}");
-            }
-        }
-    }
 
     #[test]
     fn two_baselines_that_loaded_the_same_buffers_are_called_one_configuration() {

@@ -15,6 +15,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+pub mod figures;
 pub mod pareto;
 #[doc(hidden)]
 pub mod sample;
@@ -392,11 +393,14 @@ impl TuneResult {
     }
 }
 
-/// Write `results.json` into a run directory (atomically).
-pub fn write_result(dir: &Path, result: &TuneResult) -> Result<()> {
+/// Write `results.json` into a run directory (atomically): the document
+/// `report::results_document` builds (what `qtune tune --json` prints), whose fields past the
+/// [`TuneResult`]'s own (`schema_version`, `run_directory`, `report`, `verdict`) reading
+/// ignores.
+pub fn write_document(dir: &Path, document: &serde_json::Value) -> Result<()> {
     crate::util::write_atomic(
         &dir.join(RESULTS_FILE),
-        serde_json::to_string_pretty(result)?.as_bytes(),
+        serde_json::to_string_pretty(document)?.as_bytes(),
     )
 }
 
@@ -664,7 +668,10 @@ mod tests {
         let e = read_result(dir.path()).unwrap_err().to_string();
         assert!(e.contains("not a valid qtune result"), "{e}");
         let r = sample::gpu_result(Path::new("/srv/llama-server"), Path::new("/m/model.gguf"));
-        write_result(dir.path(), &r).unwrap();
+        let mut doc = serde_json::to_value(&r).unwrap();
+        doc["schema_version"] = 3.into();
+        doc["verdict"] = serde_json::json!({"workload": "chat"});
+        write_document(dir.path(), &doc).unwrap();
         let (d, back) = read_result(&dir.path().join(RESULTS_FILE)).unwrap();
         assert_eq!(d, dir.path());
         // Floats may differ in the last bit after a trip through text; the rest is exact.
@@ -765,8 +772,8 @@ pub enum PickBasis {
     /// The tune's own workload: the raced verdict.
     Verdict,
     /// Faster than the better baseline beyond the noise of the launches behind both medians
-    /// (one-sided 95 % over every config that could lead; not raced: re-measure with
-    /// `qtune compare --workload`).
+    /// (one-sided 95 % over every config that could lead, at least [`MIN_LEAD_LAUNCHES`]
+    /// launches a side; not raced: re-measure with `qtune compare --workload`).
     Lead,
     /// Nothing led the better baseline by more than the noise: the baseline is the pick.
     Kept,
@@ -795,11 +802,18 @@ impl PickBasis {
     pub fn describe(self) -> &'static str {
         match self {
             PickBasis::Verdict => "the raced verdict",
-            PickBasis::Lead => "faster than the better baseline beyond the noise; not raced",
-            PickBasis::Kept => "the better baseline: nothing beat it beyond the noise",
+            PickBasis::Lead => {
+                "faster than the better baseline by more than its launches vary; not raced"
+            }
+            PickBasis::Kept => {
+                "the better baseline: nothing beat it by more than the launches vary"
+            }
         }
     }
 }
+
+/// Launches a side, at least, behind a lead on a workload that was not raced.
+pub const MIN_LEAD_LAUNCHES: usize = 2;
 
 /// σ of `ln(time per request)` between launches of one config when nothing says better (10 %:
 /// what single launches on the lent GPU machine moved by).
@@ -854,21 +868,15 @@ impl TuneResult {
                 if failed {
                     continue;
                 }
-                let times: Vec<f64> = trials
-                    .iter()
-                    .filter_map(|t| t.metrics.as_ref()?.request_s_of(mix))
-                    .filter(|t| t.is_finite() && *t > 0.0)
+                let times: Vec<f64> = figures::launch_times(&self.trials, c, Some(mix))
+                    .into_iter()
                     .map(f64::ln)
                     .collect();
                 if !times.is_empty() {
                     measured.push((c, times, baseline));
                 }
             }
-            let median = |v: &[f64]| {
-                crate::trial::Stat::from_samples(v)
-                    .map(|s| s.median)
-                    .unwrap_or(f64::NAN)
-            };
+            let median = figures::log_median;
             let sigma = pooled_sigma(measured.iter().map(|m| m.1.as_slice()));
             // Shorter than `b` beyond the noise: by more than z standard errors of the two
             // medians' log ratio.
@@ -940,9 +948,13 @@ impl TuneResult {
             let contenders = measured.iter().filter(|m| !m.2).count().max(1);
             let z = crate::stats::z_quantile(1.0 - 0.05 / contenders as f64);
             let lead = |m: &(&LaunchConfig, Vec<f64>, bool)| beats(m, reference, z);
+            // Never a lead from one launch a side: one fast launch is no evidence.
+            let repeated = |m: &(&LaunchConfig, Vec<f64>, bool)| {
+                m.1.len() >= MIN_LEAD_LAUNCHES && reference.1.len() >= MIN_LEAD_LAUNCHES
+            };
             let leader = measured
                 .iter()
-                .filter(|m| !m.2 && lead(m) > 0.0)
+                .filter(|m| !m.2 && repeated(m) && lead(m) > 0.0)
                 .max_by(|a, b| lead(a).total_cmp(&lead(b)));
             out.push(match leader {
                 Some(m) => pick_of(m.0, &m.1, Some(PickBasis::Lead)),

@@ -121,9 +121,10 @@ pub fn decide(
         (Some(b), false) => (default_cfg.clone(), Some(b.clone())),
         (None, _) => (default_cfg.clone(), None),
     };
+    // Times per request: the one rule of `run::figures` (the median over launches).
+    let objective_mix = ctx.space.workload.objective_mix();
     let describe_reference = |cfg: &LaunchConfig| {
         let trials = reference_trials(history, cfg);
-        let speeds = Speeds::pooled_measured(trials.iter().copied());
         let peak_mib = peak(&trials);
         crate::run::Reference {
             name: if *cfg == default_cfg {
@@ -133,10 +134,8 @@ pub fn decide(
             },
             config: cfg.clone(),
             command: command(cfg),
-            request_s: speeds
-                .as_ref()
-                .and_then(|s| s.request.as_ref())
-                .map(|r| 1.0 / r.median),
+            request_s: crate::run::figures::request_time(history, cfg, objective_mix)
+                .map(|t| t.seconds),
             peak_vram_mib: peak_mib,
             over_budget: matches!((budget, peak_mib), (Some(b), Some(p)) if p > b),
             other: None,
@@ -280,7 +279,8 @@ pub fn decide(
             gen_vs_baseline: verdict.as_ref().map(|v| v.gen.clone()),
             prompt_vs_baseline: verdict.as_ref().map(|v| v.prompt.clone()),
             request_vs_baseline: verdict.as_ref().and_then(|v| v.request.clone()),
-            request_s: speeds.request.as_ref().map(|r| 1.0 / r.median),
+            request_s: crate::run::figures::request_time(history, &config, objective_mix)
+                .map(|t| t.seconds),
             reference: Some(reference),
             status: Some(status),
             config,

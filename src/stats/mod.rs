@@ -254,20 +254,73 @@ impl Comparison {
     }
 }
 
+/// Fewer paired rounds than this make no claim: no interval is printed and nothing is decided
+/// on them ([`Comparison::too_noisy`]).
+pub const MIN_CLAIM_ROUNDS: usize = 3;
+
+/// An undecided interval reaching further than this either way (±25 % as a ratio) is too wide
+/// to say anything: it is not printed ([`Comparison::too_noisy`]).
+pub const MAX_SHOWN_HALF_WIDTH_PCT: f64 = 25.0;
+
+impl Comparison {
+    /// Why this comparison supports no claim, in plain words, where it does not: fewer than
+    /// [`MIN_CLAIM_ROUNDS`] paired rounds (`too few rounds to tell (2 rounds; 3 needed)`), or an
+    /// interval that straddles no difference and reaches past ±[`MAX_SHOWN_HALF_WIDTH_PCT`]
+    /// (`too noisy to tell (spread 48 %) after 4 rounds`). Where it says so, the interval is
+    /// never printed.
+    pub fn too_noisy(&self) -> Option<String> {
+        let rounds = plural_rounds(self.rounds);
+        if self.rounds < MIN_CLAIM_ROUNDS || self.lo_log.is_none() || self.hi_log.is_none() {
+            return Some(format!(
+                "too few rounds to tell ({rounds}; {MIN_CLAIM_ROUNDS} needed)"
+            ));
+        }
+        let (lo, hi) = (self.lo_log?, self.hi_log?);
+        let wide = (1.0 + MAX_SHOWN_HALF_WIDTH_PCT / 100.0).ln();
+        let straddles = lo <= 0.0 && hi >= 0.0;
+        if straddles && (hi - lo) / 2.0 > wide {
+            let spread = (self.sd_log.unwrap_or(0.0).exp() - 1.0) * 100.0;
+            return Some(format!(
+                "too noisy to tell (spread {spread:.0} %) after {rounds}"
+            ));
+        }
+        None
+    }
+
+    /// [`Comparison::decide`], undecided where [`Comparison::too_noisy`] says the rounds
+    /// support no claim.
+    pub fn claim(&self, band: Band) -> Decision {
+        if self.too_noisy().is_some() {
+            Decision::Undecided
+        } else {
+            self.decide(band)
+        }
+    }
+}
+
+/// `1 round`, `4 rounds`.
+pub fn plural_rounds(n: usize) -> String {
+    if n == 1 {
+        "1 round".to_string()
+    } else {
+        format!("{n} rounds")
+    }
+}
+
 impl fmt::Display for Comparison {
-    /// `+4.1 % [−1.2, +9.6] (95 %, 6 rounds)`.
+    /// `+4.1 % [−1.2, +9.6] (95 %, 6 rounds)`; `+4.1 %: undecided, too few rounds to tell
+    /// (2 rounds; 3 needed)` where the rounds support no claim (no interval printed).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let level = fmt_level(self.confidence);
-        let rounds = if self.rounds == 1 {
-            "1 round".to_string()
-        } else {
-            format!("{} rounds", self.rounds)
-        };
+        let rounds = plural_rounds(self.rounds);
         if !self.is_plausible() {
             return write!(
                 f,
                 "an implausible ratio, past {ABSURD_RATIO}x either way ({rounds}): a broken measurement"
             );
+        }
+        if let Some(why) = self.too_noisy() {
+            return write!(f, "{} %: undecided, {why}", signed(self.gain_pct()));
         }
         match self.interval_pct() {
             Some((lo, hi)) => write!(
@@ -283,7 +336,7 @@ impl fmt::Display for Comparison {
 }
 
 /// `95`, or `97.5` when the level is not a whole percent.
-fn fmt_level(c: f64) -> String {
+pub fn fmt_level(c: f64) -> String {
     let p = c * 100.0;
     if (p - p.round()).abs() < 1e-9 {
         format!("{}", p.round() as i64)
@@ -367,6 +420,20 @@ impl PairedVerdict {
             decision,
             decided_by,
         })
+    }
+
+    /// The same verdict with every decision undecided where its rounds support no claim
+    /// ([`Comparison::claim`]): what a comparison with a fixed number of rounds reports.
+    pub fn claimed(mut self, band: Band) -> Self {
+        self.gen_decision = self.gen.claim(band);
+        self.prompt_decision = self.prompt.claim(band);
+        self.request_decision = self.request.as_ref().map(|c| c.claim(band));
+        let by_request = self.decided_by == Metric::Request;
+        (self.decision, self.decided_by) = match self.request_decision {
+            Some(d) if by_request => (d, Metric::Request),
+            _ => objective(self.gen_decision, self.prompt_decision),
+        };
+        self
     }
 
     /// The comparison of metric `m` (time per request falls back to generation where it was
@@ -554,10 +621,51 @@ mod tests {
         let shown = c.to_string();
         assert!(shown.contains("implausible"), "{shown}");
         assert!(shown.len() < 120, "{shown}");
-        let per = crate::report::race::per_request(&c);
+        let per = crate::report::race::ran("B", "A", &c, Band::default());
         assert!(per.contains("implausible") && per.len() < 120, "{per}");
         let fine = Comparison::from_pairs(&[(1.05, 1.0), (1.03, 1.0)], 0.95).unwrap();
         assert!(fine.is_plausible() && fine.to_string().starts_with("+4"));
+    }
+
+    #[test]
+    fn no_interval_and_no_claim_from_fewer_than_three_rounds_or_a_too_wide_interval() {
+        let band = Band::default();
+        let cmp = |d: &[f64]| Comparison::from_log_ratios(d, 0.95).unwrap();
+        // Two rounds far apart in the same direction: decide() would say better; no claim.
+        let two = cmp(&[0.30, 0.32]);
+        assert_eq!(two.decide(band), Decision::Better);
+        assert_eq!(two.claim(band), Decision::Undecided);
+        let shown = two.to_string();
+        assert_eq!(
+            shown,
+            "+36.3 %: undecided, too few rounds to tell (2 rounds; 3 needed)"
+        );
+        let per = crate::report::race::ran("B", "A", &two, band);
+        assert!(!per.contains("CI") && per.contains("undecided"), "{per}");
+        // An interval of 0.28×-2.92× says nothing: too noisy, with the spread, no interval.
+        let wide = cmp(&[-1.2, 1.0, 0.9, -0.5]);
+        assert_eq!(wide.claim(band), Decision::Undecided);
+        let shown = wide.to_string();
+        assert!(
+            shown.contains("too noisy to tell (spread") && shown.contains("after 4 rounds"),
+            "{shown}"
+        );
+        assert!(!shown.contains('['), "{shown}");
+        // Enough rounds, a narrow interval: hyperfine's words, with the interval.
+        let fine = cmp(&[0.10, 0.12, 0.09, 0.11]);
+        assert_eq!(fine.claim(band), Decision::Better);
+        let per = crate::report::race::ran("'B'", "'A'", &fine, band);
+        assert!(
+            per.starts_with("'B' ran 1.11× faster than 'A' (95 % CI 1.0")
+                && per.ends_with(", 4 rounds: better)"),
+            "{per}"
+        );
+        let slower = cmp(&[-0.10, -0.12, -0.09, -0.11]);
+        let per = crate::report::race::ran("B", "A", &slower, band);
+        assert!(
+            per.starts_with("B ran 1.11× slower than A (95 % CI 1.0"),
+            "{per}"
+        );
     }
 
     #[test]
@@ -608,7 +716,7 @@ mod tests {
         // One round has no interval: never a decision.
         let one = cmp(&[0.5]);
         assert_eq!(one.decide(band), Decision::Undecided);
-        assert!(one.to_string().contains("no interval"), "{one}");
+        assert!(one.to_string().contains("too few rounds to tell"), "{one}");
         // Significant but smaller than the band: a tie, not a win.
         assert_eq!(
             cmp(&[0.010, 0.011, 0.012, 0.010]).decide(band),
