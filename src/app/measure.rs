@@ -209,7 +209,7 @@ pub fn calibrate(
         };
         eprintln!(
             "{:<40} {:>12} {:>12} {:>7}   {:>12} {:>12} {:>7}  {}",
-            format!("c={} {}", cfg.ctx, cfg.label()),
+            cfg.flags(),
             fmt_mib(pred.gpu_mib),
             rg.map_or("-".into(), fmt_mib),
             err(pred.gpu_mib, rg),

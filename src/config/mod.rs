@@ -620,89 +620,42 @@ impl LaunchConfig {
         argv
     }
 
-    /// A short human label, e.g. `ncmoe=24 t=8 b=2048/512 kv=q8_0/q8_0 fa=on`.
+    /// The flags a user would paste after `llama-server -m MODEL`: [`Self::server_args`],
+    /// shell-quoted, without the model path, host and port.
+    pub fn flags(&self) -> String {
+        crate::escape::shell_line(&self.server_args())
+    }
+
+    /// The flags for narrow places (a table cell, a plot legend, a one-line verdict):
+    /// [`Self::flags`] without `-c` and `-np`, which every config of one tune shares. Nothing
+    /// is renamed, only dropped; a config with no other flag reads `server defaults`.
     pub fn label(&self) -> String {
-        if self.is_auto_placement()
-            && self.threads.is_none()
-            && self.batch.is_none()
-            && self.ubatch.is_none()
-            && self.cache_type_k == KvType::F16
-            && self.cache_type_v == KvType::F16
-            && self.flash_attn == FlashAttn::Auto
-            && self.load_mode == LoadMode::Auto
-            && self.op_offload
-            && self.fit_target_mib.is_empty()
-        {
-            return "baseline (server defaults, auto-fit)".to_string();
-        }
-        let mut parts = Vec::new();
-        match (self.n_gpu_layers, self.n_cpu_moe) {
-            (_, Some(n)) => parts.push(format!("ncmoe={n}")),
-            (Some(0), None) => parts.push("cpu".to_string()),
-            (Some(n), None) if self.cpu_experts.is_none() => parts.push(format!("ngl={n}")),
-            (None, None) if self.fit == Some(true) => {
-                parts.push(match self.fit_target_mib.as_slice() {
-                    [] => "fit=on".to_string(),
-                    t => format!(
-                        "fit=on/{}",
-                        t.iter()
-                            .map(|v| v.to_string())
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    ),
-                })
-            }
-            (None, None) if !self.fit_target_mib.is_empty() => parts.push(format!(
-                "fit-target={}",
-                self.fit_target_mib
-                    .iter()
-                    .map(|v| v.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            )),
-            _ => {}
-        }
-        if let Some(m) = self.split_mode {
-            parts.push(format!("sm={m}"));
-        }
-        if !self.tensor_split.is_empty() {
-            parts.push(format!(
-                "ts={}",
-                self.tensor_split
-                    .iter()
-                    .map(|v| v.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            ));
-        }
-        if let Some(c) = &self.cpu_experts {
-            parts.push(format!("cpu-exps={}", c.label()));
-        }
-        for g in &self.gpu_experts {
-            parts.push(format!("cuda{}-exps={}", g.device, g.blocks));
-        }
-        if let Some(t) = self.threads {
-            parts.push(format!("t={t}"));
-        }
-        match (self.batch, self.ubatch) {
-            (None, None) => {}
-            (b, ub) => parts.push(format!(
-                "b={}/{}",
-                b.map_or("-".into(), |v| v.to_string()),
-                ub.map_or("-".into(), |v| v.to_string())
-            )),
-        }
-        parts.push(format!("kv={}/{}", self.cache_type_k, self.cache_type_v));
-        if self.flash_attn != FlashAttn::Auto {
-            parts.push(format!("fa={}", self.flash_attn));
-        }
-        if self.load_mode != LoadMode::Auto {
-            parts.push(format!("lm={}", self.load_mode));
-        }
-        if !self.op_offload {
-            parts.push("no-op-offload".to_string());
+        let parts = self.label_parts();
+        if parts.is_empty() {
+            return "server defaults".to_string();
         }
         parts.join(" ")
+    }
+
+    /// [`Self::label`]'s flags one by one, each with its value (`-t 1`, `--no-op-offload`),
+    /// shell-quoted: what a plot keeps of a label when it drops the flags every config shares.
+    pub fn label_parts(&self) -> Vec<String> {
+        let args = self.server_args();
+        let mut parts = Vec::new();
+        let mut i = 0;
+        while i < args.len() {
+            // Every flag but `--no-op-offload` has a value, and no value starts with '-'.
+            let n = if i + 1 < args.len() && !args[i + 1].starts_with('-') {
+                2
+            } else {
+                1
+            };
+            if !matches!(args[i].as_str(), "-c" | "-np") {
+                parts.push(crate::escape::shell_line(&args[i..i + n]));
+            }
+            i += n;
+        }
+        parts
     }
 }
 

@@ -127,7 +127,7 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
     let _ = writeln!(
         m,
         "# Config: {} (generation {:.2} tok/s, prompt {:.2} tok/s{})",
-        one_line(&w.config.label()),
+        one_line(&w.config.flags()),
         w.gen_tps.median,
         w.prompt_tps.median,
         w.peak_vram_mib
@@ -513,7 +513,7 @@ pub fn compose_file(r: &TuneResult, host: &str, port: u16) -> Result<String> {
          # Clients: http://{url_host}:{port}/v1, model id {alias}.\n",
         ver = one_line(&r.qtune_version),
         model = one_line(&super::markdown::model_title(r)),
-        label = one_line(&w.config.label()),
+        label = one_line(&w.config.flags()),
         tag = crate::server_binary::BUILD_TAG,
         url_host = if is_loopback(host) || host_ip == "0.0.0.0" || host_ip == "::" {
             "127.0.0.1".to_string()

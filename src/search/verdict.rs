@@ -721,7 +721,9 @@ mod tests {
         let (_, win, warnings) = run(&h);
         assert_eq!(win.unwrap().config, b);
         assert!(
-            warnings.iter().any(|w| w.contains("baseline")),
+            warnings
+                .iter()
+                .any(|w| w.contains("the reference (server defaults) measured faster")),
             "{warnings:?}"
         );
 
