@@ -359,6 +359,19 @@ pub enum Metric {
     Request,
 }
 
+impl Metric {
+    /// The name a space file gives it (`objective.metric`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Metric::Gen => "gen",
+            Metric::Prompt => "prompt",
+            Metric::GenAtDepth => "gen_at_depth",
+            Metric::Blend => "blend",
+            Metric::Request => "request",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Objective {
@@ -812,6 +825,20 @@ pub fn validate_quality_floor(f: &QualityFloor) -> Result<(), (&'static str, Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_metric_is_named_as_a_space_file_writes_it() {
+        for m in [
+            Metric::Gen,
+            Metric::Prompt,
+            Metric::GenAtDepth,
+            Metric::Blend,
+            Metric::Request,
+        ] {
+            let yaml = serde_yaml::to_string(&m).unwrap();
+            assert_eq!(yaml.trim(), m.as_str());
+        }
+    }
 
     #[test]
     fn every_builtin_space_parses() {

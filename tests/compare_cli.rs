@@ -35,8 +35,11 @@ fn compare_runs_interleaved_rounds_and_prints_intervals() {
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
     servers::assert_none_left("compare-smollm2.gguf", "after the compare");
 
-    // The per-round table, in ABBA order, and B's paired intervals against A.
-    assert!(stdout.contains("2 of 2 rounds (ABBA order)"), "{stdout}");
+    // The per-round table, in A B B A order, and B's paired intervals against A.
+    assert!(
+        stdout.contains("2 of 2 rounds (each round launches A, B, B, A"),
+        "{stdout}"
+    );
     let rows: Vec<&str> = stdout
         .lines()
         .filter(|l| l.trim_start().starts_with("1  A B") || l.trim_start().starts_with("2  B A"))

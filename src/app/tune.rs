@@ -217,10 +217,10 @@ fn verify_resume(
                 .with_context(|| format!("cannot resume {shown}"))?;
         if server.version != inputs.server_version {
             anyhow::bail!(
-                "cannot resume {shown}: the server {} changed since the tune started (version {:?}, now {:?}): restore it, or start a new tune",
+                "cannot resume {shown}: the server {} changed since the tune started (it was {}, now {}): restore it, or start a new tune",
                 inputs.server_path.display(),
-                inputs.server_version,
-                server.version
+                crate::escape::terminal(&crate::server_binary::short_version(&inputs.server_version)),
+                crate::escape::terminal(&crate::server_binary::short_version(&server.version))
             );
         }
         if let (Some(want), Some(now)) = (inputs.server_bytes, file_bytes(&inputs.server_path)) {
@@ -582,9 +582,9 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
     }
     if !resume.done.is_empty() {
         eprintln!(
-            "qtune: resuming {}: {} trials already done",
+            "qtune: resuming {}: {} already done",
             crate::escape::terminal_path(&run_dir),
-            resume.done.len()
+            crate::util::count(resume.done.len() as u64, "trial", "trials")
         );
     }
     if opts.resume.is_some() {
@@ -727,8 +727,9 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
         }
     }
     println!(
-        "# qtune tune --dry-run: nothing launched. The tune would start with these launches, then search from what they measure, within {} launches and {} minutes:",
-        c.space.budget.trials, c.space.budget.minutes
+        "# qtune tune --dry-run: nothing launched. The tune would start with these launches, then search from what they measure, within {} and {} minutes:",
+        crate::util::count(c.space.budget.trials as u64, "launch", "launches"),
+        c.space.budget.minutes
     );
     for (i, l) in first.iter().enumerate() {
         println!(
@@ -752,7 +753,7 @@ pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>) -> Result<()> {
     eprintln!(
         "qtune demo: llama-server {} ({})",
         crate::escape::terminal_path(&server.path),
-        crate::escape::terminal(&server.version)
+        crate::escape::terminal(&crate::server_binary::short_version(&server.version))
     );
     let model = crate::fixtures::tiny_moe("tiny-qwen35moe")?;
     eprintln!(

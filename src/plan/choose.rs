@@ -235,9 +235,13 @@ pub(super) fn place(
             }
             if profile.is_some_and(|p| p.hardware.gpus.len() != cards.len()) {
                 reasons.push(format!(
-                    "the profile's box had {} GPU(s); this one has {}: its placement does not \
+                    "the profile's box had {}; this one has {}: its placement does not \
                      carry over",
-                    profile.map_or(0, |p| p.hardware.gpus.len()),
+                    crate::util::count(
+                        profile.map_or(0, |p| p.hardware.gpus.len()) as u64,
+                        "GPU",
+                        "GPUs"
+                    ),
                     cards.len()
                 ));
             }

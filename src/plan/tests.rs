@@ -502,7 +502,7 @@ fn a_box_with_two_cards_gets_its_split_predicted_again() {
         assert!(!r.contains("  "), "{r:?}");
     }
     assert!(
-        pl.reasons.iter().any(|r| r.contains("had 1 GPU(s)")),
+        pl.reasons.iter().any(|r| r.contains("had 1 GPU;")),
         "{:?}",
         pl.reasons
     );

@@ -58,7 +58,9 @@ pub fn show_text(p: &Profile) -> String {
     let _ = writeln!(
         o,
         "  created {} with qtune {} and llama.cpp {}",
-        p.created, p.qtune_version, p.llama_cpp_version
+        p.created,
+        p.qtune_version,
+        crate::server_binary::short_version(&p.llama_cpp_version)
     );
     let m = &p.model;
     let _ = writeln!(

@@ -217,7 +217,7 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
         m,
         "\n<sub>qtune {} · {} · started {} · finished {}</sub>",
         r.qtune_version,
-        text(&r.server_version),
+        text(&crate::server_binary::short_version(&r.server_version)),
         r.started_at,
         r.finished_at
     );
@@ -598,7 +598,7 @@ fn model(m: &mut String, r: &TuneResult) {
         m,
         "Server: {} ({})\n",
         code(&r.server_path.display().to_string()),
-        text(&r.server_version)
+        text(&crate::server_binary::short_version(&r.server_version))
     );
 }
 
@@ -643,7 +643,7 @@ fn search(m: &mut String, r: &TuneResult) {
     let _ = writeln!(
         m,
         "- **Objective:** {} (ties within {} %)",
-        format!("{:?}", s.objective.metric).to_lowercase(),
+        s.objective.metric.as_str(),
         s.objective.tie_pct
     );
     let b = &s.budget;

@@ -153,9 +153,8 @@ pub fn pick_first(
     }
     let note = format!(
         "raced the speed model's pick {} first: its screening measured {:+.1} % against {} on \
-         the objective, within this box's launch noise (±{:.1} %: two σ of a difference of two \
-         launches, the baseline's probe pooled with the race's prior), so the model's ranking \
-         decided the order",
+         the objective, within how much two launches of one config differ on this box \
+         (±{:.1} %), so the model's ranking decided the order",
         ranked[i].0.label(),
         -behind,
         ranked[0].0.label(),
