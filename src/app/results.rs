@@ -220,7 +220,10 @@ mod tests {
         script(dir.path(), &out, "0.0.0.0", 9123, both).unwrap();
         let s = std::fs::read_to_string(&out).unwrap();
         assert!(s.contains("DEFAULT_PORT=9123\n"));
-        let unit = std::fs::read_to_string(dir.path().join("my launch.sh.service")).unwrap();
+        // Named after the model, not after the script.
+        assert!(!dir.path().join("my launch.sh.service").exists());
+        let unit =
+            std::fs::read_to_string(dir.path().join("qtune-Qwen3-30B-A3B-Q4_K_M.service")).unwrap();
         assert!(unit.contains("Restart=on-failure"));
         assert!(unit.contains(&format!(
             "ExecStart=\"{}\"",

@@ -12,6 +12,7 @@
 //! [`one_line`], unit values with [`systemd_executable`] / [`systemd_text`]. A run directory is
 //! input (it travels between people): a line break or `$(...)` in it must not run.
 
+use super::script_override as overrides;
 use super::script_record as record;
 use crate::escape::{
     compose_string, one_line, shell_line, shell_quote, systemd_executable, systemd_text,
@@ -151,7 +152,8 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
          #   --record FILE        record what clients send to FILE.jsonl ('qtune record' on the\n\
          #                        port, the server on PORT+1 or QTUNE_SERVER_PORT; env\n\
          #                        QTUNE_RECORD). The trace holds your prompts: keep it private.\n\
-         #   anything else        passed on to llama-server after the tuned flags (so it wins);\n\
+         #   anything else        passed on to llama-server after the tuned flags (so it wins;\n\
+         #                        a note says which tuned flag it replaces);\n\
          #                        `--` passes on everything after it\n\
          # Ctrl-C or SIGTERM stops the server with it. QTUNE_HEALTH_TIMEOUT_S (default 600)\n\
          # bounds the wait for /health.\n",
@@ -241,7 +243,7 @@ while (( $# > 0 )); do
     *) extra+=("$1"); shift ;;
   esac
 done
-
+__OVERRIDE_CHECK__
 if ! [[ $PORT =~ ^[0-9]{1,5}$ ]] || (( 10#$PORT < 1 || 10#$PORT > 65535 )); then
   say "the port must be a number from 1 to 65535, not '$PORT'"
   exit 2
@@ -420,6 +422,15 @@ server_pid=""
 exit "$rc""#,
     );
     m.push('\n');
+    let s = s.replacen(
+        "__OVERRIDE_CHECK__",
+        &format!(
+            "{}{}",
+            overrides::tuned_flag_function(&w.config),
+            overrides::CHECK
+        ),
+        1,
+    );
     Ok(record::splice(s))
 }
 
@@ -437,12 +448,12 @@ pub fn systemd_unit(r: &TuneResult, script: &Path, unit: &Path) -> Result<String
     let label = r
         .winner
         .as_ref()
-        .map(|w| w.config.label())
+        .map(|w| w.config.flags())
         .unwrap_or_default();
     Ok(format!(
         "# systemd unit written by qtune {ver}: runs {script_disp}.\n\
-         # Install: sudo cp {unit} /etc/systemd/system/llama-server.service\n\
-         #          sudo systemctl daemon-reload && sudo systemctl enable --now llama-server\n\
+         # Install: sudo cp {unit} /etc/systemd/system/{name}\n\
+         #          sudo systemctl daemon-reload && sudo systemctl enable --now {name}\n\
          # Add User= under [Service] to run it as your user, and Environment= lines to change\n\
          # what launch.sh serves (QTUNE_HOST, QTUNE_PORT, QTUNE_ALIAS, QTUNE_API_KEY_FILE).\n\
          [Unit]\n\
@@ -466,6 +477,7 @@ pub fn systemd_unit(r: &TuneResult, script: &Path, unit: &Path) -> Result<String
         unit = one_line(&shell_quote(&unit.display().to_string())),
         model = systemd_text(&super::markdown::model_title(r)),
         label = systemd_text(&label),
+        name = crate::escape::systemd_unit_name(&super::model_stem(r)),
     ))
 }
 
@@ -886,7 +898,13 @@ mod tests {
         .unwrap();
         assert!(u.contains("ExecStart=\"/srv/my run/launch.sh\"\n"));
         assert!(
-            u.contains("# Install: sudo cp '/srv/my run/llama.service' /etc/systemd/system/"),
+            u.contains(
+                "# Install: sudo cp '/srv/my run/llama.service' /etc/systemd/system/qtune-m.service\n"
+            ),
+            "{u}"
+        );
+        assert!(
+            u.contains("systemctl enable --now qtune-m.service\n"),
             "{u}"
         );
         assert!(u.contains("Restart=on-failure\n"));
