@@ -482,6 +482,7 @@ fn runner_and_clock(
     layout: &crate::model::ModelLayout,
     resume: &Resume,
     started: std::time::Instant,
+    doing: crate::trial::phase::PhaseCell,
 ) -> Result<(Box<dyn TrialRunner>, Arc<dyn Clock>)> {
     let journal = Journal::open(run_dir)?;
     if let Some(r) = &opts.replay {
@@ -528,7 +529,8 @@ fn runner_and_clock(
         resume.elapsed_s,
     ))
     .with_speed_ceiling(crate::trial::plausible::ceiling_for(layout, hw))
-    .with_predicted_pace(crate::trial::plausible::pace_for(layout, hw));
+    .with_predicted_pace(crate::trial::plausible::pace_for(layout, hw))
+    .with_phase(doing);
     Ok((Box::new(runner), crate::clock::system()))
 }
 
@@ -592,7 +594,16 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
             eprintln!("qtune: {n}");
         }
     }
-    let (runner, clock) = runner_and_clock(opts, &run_dir, &inputs, &layout, &resume, started)?;
+    let doing = crate::trial::phase::PhaseCell::default();
+    let (runner, clock) = runner_and_clock(
+        opts,
+        &run_dir,
+        &inputs,
+        &layout,
+        &resume,
+        started,
+        doing.clone(),
+    )?;
     let mut progress = super::progress::Progress::new(
         super::progress::Budget {
             launches: inputs.space.budget.trials,
@@ -601,7 +612,8 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
             elapsed_s: resume.elapsed_s,
         },
         opts.quiet,
-    );
+    )
+    .with_phase(doing);
     if opts.replay.is_none() {
         // Between launches: a box that got busy after the start is said as it happens.
         let host = &inputs.hardware.host;

@@ -108,6 +108,10 @@ pub struct LlamaServerRunner {
     model_stamp: Option<(u64, std::time::SystemTime)>,
     rt: tokio::runtime::Runtime,
     client: reqwest::Client,
+    /// The model file's size, for the heartbeat's loading step.
+    model_bytes: u64,
+    /// What the running launch is doing, for the heartbeat ([`Self::with_phase`]).
+    doing: super::phase::PhaseCell,
 }
 
 impl LlamaServerRunner {
@@ -162,7 +166,16 @@ impl LlamaServerRunner {
             model_stamp: model_stamp(model),
             rt,
             client,
+            model_bytes,
+            doing: super::phase::PhaseCell::default(),
         })
+    }
+
+    /// Say each launch's step (loading, the request being measured) in `cell`, which the
+    /// tune's heartbeat reads.
+    pub fn with_phase(mut self, cell: super::phase::PhaseCell) -> Self {
+        self.doing = cell;
+        self
     }
 
     /// The end of the tune's minutes budget: a server that never answers is cut off there
@@ -387,7 +400,13 @@ impl LlamaServerRunner {
             drop(log_file);
             self.last_pid = Some(proc.pid());
             let base_url = format!("http://127.0.0.1:{port}");
-            match self.wait_healthy(&mut proc, &base_url) {
+            self.doing.set(Some(super::phase::Doing::Loading {
+                pid: proc.pid(),
+                model_bytes: self.model_bytes,
+            }));
+            let healthy = self.wait_healthy(&mut proc, &base_url);
+            self.doing.set(None);
+            match healthy {
                 Ok(()) => {
                     // Another program on the port may have answered /health in the server's
                     // place: the server then exits with the bind failure mid-measurement.
@@ -511,6 +530,7 @@ impl LlamaServerRunner {
                 pace,
                 deadline: self.deadline,
                 exited: &mut exited,
+                doing: Some(&self.doing),
             };
             match self.wall() {
                 // However many repetitions the workload asks for, the measurement stops at
@@ -528,6 +548,7 @@ impl LlamaServerRunner {
                 None => self.rt.block_on(session.run(&workload)),
             }
         };
+        self.doing.set(None);
         match result {
             Ok(m) => {
                 let exit = proc.stop(STOP_GRACE);
