@@ -37,7 +37,7 @@ fn compare_runs_interleaved_rounds_and_prints_intervals() {
 
     // The per-round table, in A B B A order, and B's paired intervals against A.
     assert!(
-        stdout.contains("2 of 2 rounds (each round launches A, B, B, A"),
+        stdout.contains("2 of 2 rounds (in turn A B, then B A,"),
         "{stdout}"
     );
     let rows: Vec<&str> = stdout

@@ -67,7 +67,7 @@ pub fn lines(r: &TuneResult) -> Vec<String> {
         (false, _) => "the baseline".to_string(),
     };
     out.push(format!(
-        "race against {against}: {}, {} (each launches both configs){noise}; {}",
+        "race against {against}: {}, {} (each: the reference and every candidate, order alternating){noise}; {}",
         crate::util::count(o.launches as u64, "launch", "launches"),
         crate::util::count(o.rounds.len() as u64, "round", "rounds"),
         o.reason
