@@ -4,7 +4,8 @@ modules and comments left out), checked against the stages' layers. A module may
 modules in lower layers (a stage uses the stages its data comes from, and the vocabulary under
 them); lowest first:
 
-    util, clock, config          the vocabulary every stage shares
+    util, clock, config,         the vocabulary every stage shares (objective: the metric
+    objective                    that ranks trials and decides comparisons)
     hardware                     what the box is
     server_binary                finding, checking and building the llama-server binary
     model                        the GGUF, memory and speed prediction
@@ -30,7 +31,7 @@ import os, re, sys
 from collections import defaultdict
 
 SRC = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), '..', 'src')
-LAYERS = [['util', 'clock', 'config', 'escape'], ['hardware'], ['server_binary', 'server'], ['model'], ['workloads', 'space', 'traffic'],
+LAYERS = [['util', 'clock', 'config', 'escape', 'objective'], ['hardware'], ['server_binary', 'server'], ['model'], ['workloads', 'space', 'traffic'],
           ['trial'], ['stats'], ['fixtures', 'quality'], ['run'], ['placement'], ['search'],
           ['report', 'profile'], ['plan'], ['compare'], ['app'], ['cli']]
 RANK = {m: i for i, layer in enumerate(LAYERS) for m in layer}

@@ -21,6 +21,8 @@ fi
 
 # The stages import one way (hardware -> model -> space -> search -> trial -> report), no circle.
 python3 scripts/import-graph.py src > /dev/null || { python3 scripts/import-graph.py src | tail -5; exit 1; }
+# The tracked tree stays at or under 5 MB (issue 44): the biggest files are named when it is not.
+python3 scripts/tree-size.py
 cargo build --quiet
 # The server and models come from the same code paths users run (qtune server build, synth).
 ./target/debug/qtune server build

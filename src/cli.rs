@@ -341,6 +341,26 @@ pub enum TraceCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Build the built-in agent (or chat) session from Python's standard-library sources and
+    /// render it through a running llama-server's own chat template and tokenizer into a trace
+    /// ('qtune trace show' summarises it).
+    Session {
+        /// agent (a coding agent: tools, file reads, edits, test logs, thinking, sub-agents in
+        /// parallel) or chat (a conversation about code).
+        #[arg(value_parser = ["agent", "chat"])]
+        kind: String,
+        /// The running llama-server whose template and tokenizer render it, e.g.
+        /// http://127.0.0.1:8080.
+        #[arg(long)]
+        server: String,
+        /// How deep the session grows, in tokens (default: the server's context per slot).
+        #[arg(long)]
+        ctx: Option<u64>,
+        /// The trace to write (never over an existing file). Default:
+        /// ~/.local/share/qtune/traces/session-<kind>-<time>.jsonl (QTUNE_DATA_DIR moves it).
+        #[arg(long, value_name = "FILE.jsonl")]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Clone, Args)]
@@ -619,6 +639,12 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         }),
         Command::Record(r) => app::traffic::record(&r.upstream, &r.listen, r.out),
         Command::Trace(TraceCommand::Show { file, json }) => app::traffic::trace_show(&file, json),
+        Command::Trace(TraceCommand::Session {
+            kind,
+            server,
+            ctx,
+            out,
+        }) => app::traffic::trace_session(&kind, &server, ctx, out),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             let mut out = Vec::new();

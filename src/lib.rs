@@ -38,6 +38,7 @@ pub mod escape;
 pub mod fixtures;
 pub mod hardware;
 pub mod model;
+pub mod objective;
 pub mod placement;
 pub mod plan;
 pub mod profile;

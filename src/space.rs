@@ -3,6 +3,7 @@
 //! (Over 800 lines with its tests: one schema, whose every key is validated where it is
 //! defined, with its range and the line it came from.)
 
+use crate::objective::{Metric, Objective};
 use serde::{Deserialize, Serialize};
 
 /// What one trial asks of the server, measured the way a single user uses it.
@@ -208,6 +209,57 @@ pub struct Vary {
     /// card's budget). Omitted: `[-10, 10]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub split_shift_pct: Option<Vec<i32>>,
+    /// Settings past placement, each tried on the best config only where the workload can show
+    /// it (see [`Levers`]). Omitted: none.
+    #[serde(default, skip_serializing_if = "Levers::is_empty")]
+    pub levers: Levers,
+}
+
+/// Settings past placement, tried on the best config found, each only where the workload can
+/// show its effect: speculative decoding where the workload's text is real (a replayed trace
+/// or the built-in session: drafts come from text the model re-emits), context checkpoints on
+/// models with recurrent layers whose sessions diverge from the cached prompt, parallel slots
+/// where requests overlap.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Levers {
+    /// `--spec-type` values tried beside none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub speculative: Vec<crate::config::SpecType>,
+    /// `--checkpoint-min-step` values tried beside the server's default (8192).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checkpoint_min_step: Vec<u32>,
+    /// `-np` values tried beside 1 (with unified KV, so each slot may use the whole context).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parallel: Vec<u32>,
+}
+
+impl Levers {
+    pub fn is_empty(&self) -> bool {
+        self.speculative.is_empty()
+            && self.checkpoint_min_step.is_empty()
+            && self.parallel.is_empty()
+    }
+
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        if let Some(n) = self
+            .checkpoint_min_step
+            .iter()
+            .find(|n| !(1..=1_048_576).contains(*n))
+        {
+            return Err((
+                "levers",
+                format!("levers.checkpoint_min_step {n} is outside 1..=1048576 tokens"),
+            ));
+        }
+        if let Some(n) = self.parallel.iter().find(|n| !(2..=64).contains(*n)) {
+            return Err((
+                "levers",
+                format!("levers.parallel {n} is outside 2..=64 slots (1 is always measured)"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Vary {
@@ -339,77 +391,6 @@ impl SearchSpace {
 
 fn default_parallel() -> u32 {
     1
-}
-
-/// What ranks trials.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Metric {
-    /// Generation tok/s, prompt tok/s as tie-break.
-    Gen,
-    /// Prompt processing tok/s.
-    Prompt,
-    /// Generation tok/s with `workload.context_depth` tokens already in context.
-    #[serde(rename = "gen_at_depth")]
-    GenAtDepth,
-    /// `gen_weight * gen/gen_best + prompt_weight * prompt/prompt_best`.
-    Blend,
-    /// Time per request (time to first token plus generation) over the workload's mix: the
-    /// default. Ranked as requests per second, higher is better.
-    Request,
-}
-
-impl Metric {
-    /// The name a space file gives it (`objective.metric`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Metric::Gen => "gen",
-            Metric::Prompt => "prompt",
-            Metric::GenAtDepth => "gen_at_depth",
-            Metric::Blend => "blend",
-            Metric::Request => "request",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Objective {
-    pub metric: Metric,
-    #[serde(default = "one")]
-    pub gen_weight: f64,
-    #[serde(default)]
-    pub prompt_weight: f64,
-    /// Generation results within this many percent count as a tie, broken by prompt speed.
-    #[serde(default = "default_tie")]
-    pub tie_pct: f64,
-    /// Also launch `--fit on --fit-target <headroom>` as a baseline on a GPU, and judge every
-    /// gain against the better of the two baselines (default: true).
-    #[serde(default = "yes")]
-    pub second_baseline: bool,
-}
-
-fn yes() -> bool {
-    true
-}
-
-fn one() -> f64 {
-    1.0
-}
-fn default_tie() -> f64 {
-    3.0
-}
-
-impl Default for Objective {
-    fn default() -> Self {
-        Objective {
-            metric: Metric::Gen,
-            gen_weight: 1.0,
-            prompt_weight: 0.0,
-            tie_pct: 3.0,
-            second_baseline: true,
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -692,6 +673,7 @@ pub fn validate(s: &SearchSpace) -> Result<(), (&'static str, String)> {
             ));
         }
     }
+    s.vary.levers.check()?;
     if let Some(t) = s.fixed.fit_target_mib {
         if t > 1_048_576 {
             return Err((
@@ -827,20 +809,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_metric_is_named_as_a_space_file_writes_it() {
-        for m in [
-            Metric::Gen,
-            Metric::Prompt,
-            Metric::GenAtDepth,
-            Metric::Blend,
-            Metric::Request,
-        ] {
-            let yaml = serde_yaml::to_string(&m).unwrap();
-            assert_eq!(yaml.trim(), m.as_str());
-        }
-    }
-
-    #[test]
     fn every_builtin_space_parses() {
         for (name, _) in BUILTIN {
             load(name).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -944,6 +912,13 @@ mod tests {
                 "  no_op_offload_max_ubatch: 70000",
                 "line 4: no_op_offload_max_ubatch 70000",
             ),
+            ("  levers: {parallel: [1]}", "outside 2..=64 slots"),
+            (
+                "  levers: {checkpoint_min_step: [0]}",
+                "outside 1..=1048576",
+            ),
+            ("  levers: {speculative: [draft-mtp]}", "line 4"),
+            ("  levers: {slots: [2]}", "line 4"),
         ] {
             let err = parse(&with(line), "t.yaml").unwrap_err().to_string();
             assert!(err.contains(want), "{line}: {err}");
@@ -951,8 +926,13 @@ mod tests {
         let fit = SMALL.replace("  ctx: 4096\n", "  ctx: 4096\n  fit_target_mib: 2000000\n");
         let err = parse(&fit, "t.yaml").unwrap_err().to_string();
         assert!(err.contains("line 6: fit_target_mib 2000000"), "{err}");
-        let ok = with("  load_mode: [none, mmap+mlock]\n  placement: [last, fit]");
+        let ok = with("  load_mode: [none, mmap+mlock]\n  placement: [last, fit]\n  levers: {speculative: [ngram-mod], checkpoint_min_step: [1024], parallel: [2, 4]}");
         let s = parse(&ok, "t.yaml").unwrap();
+        assert_eq!(
+            s.vary.levers.speculative,
+            [crate::config::SpecType::NgramMod]
+        );
+        assert_eq!(s.vary.levers.parallel, [2, 4]);
         assert_eq!(
             s.vary.placement,
             [PlacementStyle::Last, PlacementStyle::Fit]

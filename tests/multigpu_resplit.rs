@@ -1,6 +1,6 @@
 //! Two GPUs (issue 15): the layer split against what the first real two-GPU tune measured.
 //!
-//! tests/fixtures/gpu-x2/multi35-24-16-results.json: 2x H200 with ballasts (24 + 16 GiB free,
+//! tests/fixtures/gpu-x2/multi35-24-16-results.json(.gz): 2x H200 with ballasts (24 + 16 GiB free,
 //! budgets 23,971 + 15,779 MiB), synthetic Qwen3.5-35B-A3B Q8_0, `--space default
 //! --target-vram-headroom 512 --ctx 32768`. That tune split the layers 61/39 (by the budgets'
 //! proportions) for every config: `-ub 512` peaked at [23,468, 13,604] (2.2 GiB idle on GPU 1),
@@ -30,9 +30,10 @@ fn fixture() -> TuneResult {
     read(FIXTURE)
 }
 
+/// A fixture's results (stored gzipped: `FILE.json.gz`, named without the `.gz`).
 fn read(fixture: &str) -> TuneResult {
     let path = format!("{}/{fixture}", env!("CARGO_MANIFEST_DIR"));
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    serde_json::from_str(&support::evidence::read(path)).unwrap()
 }
 
 /// The inputs the fixture's tune started from.

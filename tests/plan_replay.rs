@@ -78,8 +78,7 @@ fn check(case: &str, plan_file: &str) {
         "{case}"
     );
     assert!(tg >= best_tg * (1.0 - PLAN_TIE_PCT / 100.0), "{case}");
-    if first.fits && qtune::search::objective::is_tie(first.tg_tps.unwrap(), best_tg, PLAN_TIE_PCT)
-    {
+    if first.fits && qtune::search::rank::is_tie(first.tg_tps.unwrap(), best_tg, PLAN_TIE_PCT) {
         assert!(pp >= first.pp_tps.unwrap(), "{case}");
     }
 
@@ -192,8 +191,8 @@ fn check_two_gpus(file: &str) {
         "{}/tests/fixtures/gpu-x2/{file}",
         env!("CARGO_MANIFEST_DIR")
     );
-    let r: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    // Stored gzipped (`FILE.json.gz`), read through the evidence reader.
+    let r: serde_json::Value = serde_json::from_str(&support::evidence::read(&path)).unwrap();
     let hw: HardwareProfile = serde_json::from_value(r["hardware"].clone()).unwrap();
     let layout: ModelLayout = serde_json::from_value(r["model"].clone()).unwrap();
     let ctx = r["space"]["fixed"]["ctx"].as_u64().unwrap() as u32;

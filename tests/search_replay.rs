@@ -14,7 +14,7 @@ use qtune::trial::{OutcomeKind, TrialRole};
 /// baseline: the search logic these tests pin down (the workload objective and the second
 /// baseline are tests/workload_replay.rs's).
 fn generation_first(mut space: qtune::space::SearchSpace) -> qtune::space::SearchSpace {
-    space.objective.metric = qtune::space::Metric::Gen;
+    space.objective.metric = qtune::objective::Metric::Gen;
     space.objective.second_baseline = false;
     space
 }

@@ -200,7 +200,7 @@ fn prompt_speed_decides_inside_a_generation_tie() {
                 "{}",
                 out.reason
             );
-            assert_eq!(v.decided_by, qtune::stats::Metric::Prompt);
+            assert_eq!(v.decided_by, qtune::objective::Metric::Prompt);
             won += 1;
         }
     }

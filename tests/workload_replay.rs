@@ -17,7 +17,7 @@ use qtune::trial::TrialRole;
 fn context(workload: &str) -> SearchContext {
     let mut space = qtune::space::load("default").unwrap();
     space.workload.mix = Some(workload.into());
-    space.objective.metric = qtune::space::Metric::Request;
+    space.objective.metric = qtune::objective::Metric::Request;
     space.workload.resolve(space.fixed.ctx).unwrap();
     support::layouts::one_gpu_context(space, 15_800.0)
 }

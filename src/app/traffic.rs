@@ -1,6 +1,6 @@
 //! `qtune record` and `qtune trace show`: wiring and printing for [`crate::traffic`].
 
-use crate::traffic::{proxy, show, trace};
+use crate::traffic::{proxy, render, session, show, trace, upstream};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
@@ -59,8 +59,8 @@ pub fn record(upstream: &str, listen: &str, out: Option<PathBuf>) -> Result<()> 
         .build()
         .context("cannot start the async runtime")?;
     rt.block_on(async {
-        let client = proxy::client()?;
-        let header = proxy::upstream_header(&client, &upstream).await?;
+        let client = upstream::client()?;
+        let header = upstream::upstream_header(&client, &upstream).await?;
         let file = proxy::create_trace_file(&out)?;
         let opts = proxy::RecordOptions {
             upstream: upstream.clone(),
@@ -135,5 +135,81 @@ pub fn trace_show(path: &Path, json: bool) -> Result<()> {
     } else {
         print!("{}", show::render(&t, &shown, &path.display().to_string()));
     }
+    Ok(())
+}
+
+/// `qtune trace session`: build the built-in session and render it through `server` into a
+/// trace file.
+pub fn trace_session(
+    kind: &str,
+    server: &str,
+    ctx: Option<u64>,
+    out: Option<PathBuf>,
+) -> Result<()> {
+    let kind = match kind {
+        "agent" => session::Kind::Agent,
+        "chat" => session::Kind::Chat,
+        k => bail!("unknown session '{k}': give agent or chat"),
+    };
+    let url = upstream_url(server)
+        .map_err(|e| anyhow::anyhow!("{}", e.to_string().replace("--upstream", "--server")))?;
+    let dir = session::stdlib_dir()?;
+    let sources = session::load_sources(&dir)?;
+    let what = format!(
+        "the standard library of {}",
+        dir.file_name().map_or("Python".into(), |n| n
+            .to_string_lossy()
+            .replace("python", "Python "))
+    );
+    let out = out.unwrap_or_else(|| {
+        crate::util::data_dir().join("traces").join(format!(
+            "session-{}-{}.jsonl",
+            kind.name(),
+            chrono::Utc::now().format("%Y%m%d-%H%M%S")
+        ))
+    });
+    if out.exists() {
+        bail!(
+            "{} already exists: qtune never writes over a trace; give another --out",
+            out.display()
+        );
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let t = rt.block_on(async {
+        let client = upstream::client()?;
+        render::render(&client, &url, kind, ctx, &sources, &what).await
+    })?;
+    let text = render::to_jsonl(&t)?;
+    // What replay will read must pass its checks.
+    trace::parse(text.as_bytes()).map_err(|e| {
+        anyhow::anyhow!("the rendered session is not a valid trace ({e}): please report this")
+    })?;
+    let mut file = proxy::create_trace_file(&out)?;
+    use std::io::Write;
+    if let Err(e) = file
+        .write_all(text.as_bytes())
+        .and_then(|_| file.sync_all())
+    {
+        let _ = std::fs::remove_file(&out);
+        bail!("cannot write the trace {}: {e}", out.display());
+    }
+    let deepest = t
+        .requests
+        .iter()
+        .filter_map(|r| r.prompt_tokens.as_ref().map(Vec::len))
+        .max()
+        .unwrap_or(0);
+    eprintln!(
+        "qtune: wrote {}: {}; {} requests, the deepest {} prompt tokens ('qtune trace show' \
+         summarises it)",
+        out.display(),
+        t.header.scripted.as_deref().unwrap_or("the session"),
+        t.requests.len(),
+        crate::util::fmt_thousands(deepest as f64),
+    );
+    println!("{}", out.display());
     Ok(())
 }

@@ -128,7 +128,7 @@ fn space_for(
     }
     if let Some(w) = &opts.workload {
         space.workload.mix = Some(w.clone());
-        space.objective.metric = crate::space::Metric::Request;
+        space.objective.metric = crate::objective::Metric::Request;
     }
     crate::space::validate(&space).map_err(|(_, msg)| anyhow::anyhow!("{msg}"))?;
     for note in space.workload.resolve(space.fixed.ctx)? {

@@ -293,6 +293,56 @@ impl std::str::FromStr for SplitMode {
     }
 }
 
+/// Speculative decoding that needs no draft model (`--spec-type`): drafts are taken from
+/// n-grams of the request's own context (text the model re-emits: code it edits, files it
+/// quotes) and verified in one batch. Each type keeps the server's own draft lengths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SpecType {
+    /// Rolling n-gram hash over the context (drafts 48-64 tokens when a long match is found).
+    NgramMod,
+    /// The last matching n-gram's continuation (12-token lookup, up to 48 drafted).
+    NgramSimple,
+    /// A map of n-grams with their continuations (12-token lookup, up to 48 drafted).
+    NgramMapK,
+}
+
+impl SpecType {
+    pub const ALL: [SpecType; 3] = [
+        SpecType::NgramMod,
+        SpecType::NgramSimple,
+        SpecType::NgramMapK,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpecType::NgramMod => "ngram-mod",
+            SpecType::NgramSimple => "ngram-simple",
+            SpecType::NgramMapK => "ngram-map-k",
+        }
+    }
+}
+
+impl fmt::Display for SpecType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for SpecType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        SpecType::ALL
+            .into_iter()
+            .find(|t| t.as_str() == s)
+            .ok_or_else(|| {
+                format!(
+                    "--spec-type: qtune tunes ngram-mod, ngram-simple or ngram-map-k (no draft model), not '{s}'"
+                )
+            })
+    }
+}
+
 mod parse;
 mod placement;
 pub use parse::*;
@@ -361,6 +411,20 @@ pub struct LaunchConfig {
     /// (`-ot REGEX=CUDAn` rules, one per device).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_experts: Vec<GpuExperts>,
+    /// Speculative decoding from the context's n-grams (`--spec-type`); `None`: off, the
+    /// server's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_type: Option<SpecType>,
+    /// Least tokens between two context checkpoints (`--checkpoint-min-step`; the server's
+    /// default 8192). A model with recurrent layers (Qwen3.5) cannot roll its state back token
+    /// by token: when a prompt diverges from the cached one, the server restarts from the last
+    /// checkpoint before the divergence, so closer checkpoints re-read less of a changed history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_min_step: Option<u32>,
+    /// One KV pool shared by every slot (`-kvu`, `-no-kvu`); `None`: the server's default,
+    /// which an explicit `-np` turns off (each slot then gets `ctx / parallel` tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_unified: Option<bool>,
 }
 
 fn load_mode_auto() -> LoadMode {
@@ -395,6 +459,9 @@ impl LaunchConfig {
             split_mode: None,
             tensor_split: Vec::new(),
             gpu_experts: Vec::new(),
+            spec_type: None,
+            checkpoint_min_step: None,
+            kv_unified: None,
         }
     }
 
@@ -600,6 +667,17 @@ impl LaunchConfig {
         if !self.op_offload {
             a.push("--no-op-offload".to_string());
         }
+        if let Some(t) = self.spec_type {
+            a.push("--spec-type".to_string());
+            a.push(t.to_string());
+        }
+        if let Some(n) = self.checkpoint_min_step {
+            a.push("--checkpoint-min-step".to_string());
+            a.push(n.to_string());
+        }
+        if let Some(u) = self.kv_unified {
+            a.push(if u { "-kvu" } else { "-no-kvu" }.to_string());
+        }
         a
     }
 
@@ -644,7 +722,8 @@ impl LaunchConfig {
         let mut parts = Vec::new();
         let mut i = 0;
         while i < args.len() {
-            // Every flag but `--no-op-offload` has a value, and no value starts with '-'.
+            // A flag's value never starts with '-'; value-less flags (`--no-op-offload`,
+            // `-kvu`, `-no-kvu`) are followed by the next flag or nothing.
             let n = if i + 1 < args.len() && !args[i + 1].starts_with('-') {
                 2
             } else {

@@ -38,6 +38,10 @@ pub const FLAG_SPELLINGS: &[&[&str]] = &[
     &["--load-mode"],
     &["-ot", "--override-tensor"],
     &["--no-op-offload"],
+    &["-kvu", "--kv-unified"],
+    &["-no-kvu", "--no-kv-unified"],
+    &["--spec-type"],
+    &["--checkpoint-min-step", "-cms"],
     &["--host"],
     &["--port"],
 ];
@@ -79,7 +83,7 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
             Some(c) => c,
             None if flag.starts_with('-') => {
                 return Err(format!(
-                    "unknown flag '{flag}': qtune reads back only the flags it renders (-m, -c, -np, -ngl, -sm, -ts, --n-cpu-moe, -t, -b, -ub, -ctk, -ctv, -fa, --fit, --fit-target, --load-mode, -ot, --no-op-offload, --host, --port)"
+                    "unknown flag '{flag}': qtune reads back only the flags it renders (-m, -c, -np, -ngl, -sm, -ts, --n-cpu-moe, -t, -b, -ub, -ctk, -ctv, -fa, --fit, --fit-target, --load-mode, -ot, --no-op-offload, -kvu, -no-kvu, --spec-type, --checkpoint-min-step, --host, --port)"
                 ))
             }
             None => {
@@ -93,11 +97,21 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
         }
         seen.push(canon);
         i += 1;
-        if canon == "--no-op-offload" {
+        if matches!(canon, "--no-op-offload" | "-kvu" | "-no-kvu") {
             if inline.is_some() {
-                return Err("--no-op-offload takes no value".into());
+                return Err(format!("{canon} takes no value"));
             }
-            cfg.op_offload = false;
+            match canon {
+                "-kvu" if seen.contains(&"-no-kvu") => {
+                    return Err("give -kvu or -no-kvu, not both".into())
+                }
+                "-no-kvu" if seen.contains(&"-kvu") => {
+                    return Err("give -kvu or -no-kvu, not both".into())
+                }
+                "-kvu" => cfg.kv_unified = Some(true),
+                "-no-kvu" => cfg.kv_unified = Some(false),
+                _ => cfg.op_offload = false,
+            }
             continue;
         }
         let value = match inline {
@@ -149,6 +163,13 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
                 })
             }
             "--load-mode" => cfg.load_mode = value.parse()?,
+            "--spec-type" => {
+                cfg.spec_type = match value.as_str() {
+                    "none" => None,
+                    v => Some(v.parse()?),
+                }
+            }
+            "--checkpoint-min-step" => cfg.checkpoint_min_step = Some(num(&value)?),
             "-ot" => ot_rules.push(value),
             "--fit-target" => {
                 cfg.fit_target_mib = value

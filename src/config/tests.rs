@@ -315,6 +315,13 @@ fn a_rendered_command_parses_back_to_the_same_config() {
             flash_attn: FlashAttn::Off,
             ..LaunchConfig::baseline(8192)
         },
+        LaunchConfig {
+            parallel: 4,
+            spec_type: Some(SpecType::NgramMod),
+            checkpoint_min_step: Some(1024),
+            kv_unified: Some(true),
+            ..LaunchConfig::baseline(65536)
+        },
     ];
     for cfg in configs {
         let argv = cfg.command(
@@ -521,4 +528,41 @@ fn two_gpu_flags_render_check_and_parse_back() {
     for absent in ["split_mode", "tensor_split", "gpu_experts"] {
         assert!(!single.contains(absent), "{single}");
     }
+}
+
+#[test]
+fn the_levers_render_and_read_back_as_the_server_spells_them() {
+    let c = LaunchConfig {
+        spec_type: Some(SpecType::NgramSimple),
+        checkpoint_min_step: Some(2048),
+        ..LaunchConfig::baseline(8192)
+    };
+    let args = c.server_args();
+    let line = args.join(" ");
+    assert!(line.contains("--spec-type ngram-simple"), "{line}");
+    assert!(line.contains("--checkpoint-min-step 2048"), "{line}");
+    // The short spelling and an explicit `none` read back too.
+    let p = parse_command(&words(
+        "llama-server -m m.gguf -c 8192 -np 1 -cms 512 --spec-type none",
+    ))
+    .unwrap();
+    assert_eq!(p.config.checkpoint_min_step, Some(512));
+    assert_eq!(p.config.spec_type, None);
+    let u = parse_command(&words("llama-server -m m.gguf -c 8192 -np 2 --kv-unified")).unwrap();
+    assert_eq!(u.config.kv_unified, Some(true));
+    let both = parse_command(&words("llama-server -m m.gguf -c 8192 -np 2 -kvu -no-kvu"));
+    assert!(both.unwrap_err().contains("not both"));
+    // A type that needs a draft model is refused in one line that names what qtune tunes.
+    let e = parse_command(&words(
+        "llama-server -m m.gguf -c 8192 -np 1 --spec-type draft-mtp",
+    ))
+    .unwrap_err();
+    assert!(e.contains("ngram-mod, ngram-simple or ngram-map-k"), "{e}");
+    // A config without levers is still the plain baseline.
+    assert_eq!(LaunchConfig::baseline(8192).label(), "server defaults");
+    assert!(
+        c.label().contains("--spec-type ngram-simple"),
+        "{}",
+        c.label()
+    );
 }

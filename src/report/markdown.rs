@@ -2,8 +2,8 @@
 //! (One file over 800 lines: one document's sections in reading order, with their tests.)
 
 use crate::config::{shell_line, LaunchConfig};
+use crate::objective::Metric;
 use crate::run::TuneResult;
-use crate::space::Metric;
 use crate::trial::{OutcomeKind, Stat, TrialOutcome, TrialRole};
 use crate::util::fmt_mib;
 use std::fmt::Write as _;

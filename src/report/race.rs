@@ -50,7 +50,7 @@ pub fn lines(r: &TuneResult) -> Vec<String> {
     let Some(race) = &r.race else {
         return Vec::new();
     };
-    let by_request = r.space.objective.metric == crate::space::Metric::Request;
+    let by_request = r.space.objective.metric == crate::objective::Metric::Request;
     let o = &race.outcome;
     let mut out = Vec::new();
     // The statistic behind the noise goes to the log (-v); the line says it in words.

@@ -19,8 +19,9 @@ pub fn tuned_flag_function(cfg: &LaunchConfig) -> String {
     let mut i = 0;
     while i + 1 < args.len() {
         let (flag, value) = (&args[i], &args[i + 1]);
-        // A flag is followed by its value; `--no-op-offload` takes none.
-        if !flag.starts_with('-') || value.starts_with("--") {
+        // A flag is followed by its value, which never starts with '-'; `--no-op-offload`,
+        // `-kvu` and `-no-kvu` take none.
+        if !flag.starts_with('-') || value.starts_with('-') {
             i += 1;
             continue;
         }

@@ -6,8 +6,9 @@
 use crate::config::{KvType, LaunchConfig};
 use crate::hardware::{GpuInfo, HardwareProfile, HostInfo, PcieLink};
 use crate::model::ModelLayout;
+use crate::objective::Objective;
 use crate::run::{Confirmed, TuneResult, Winner};
-use crate::space::{Budget, Fixed, Objective, SearchSpace, Threads, Vary, Workload};
+use crate::space::{Budget, Fixed, SearchSpace, Threads, Vary, Workload};
 use crate::trial::{Metrics, OutcomeKind, Stat, TrialOutcome, TrialRole};
 use std::path::{Path, PathBuf};
 
@@ -76,6 +77,7 @@ fn space(name: &str, moe: bool) -> SearchSpace {
             placement: vec![crate::space::PlacementStyle::First],
             no_op_offload_max_ubatch: None,
             split_shift_pct: None,
+            levers: Default::default(),
         },
         fixed: Fixed {
             ctx: 8192,

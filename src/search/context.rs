@@ -32,6 +32,8 @@ pub struct SearchContext {
     pub speed: Option<crate::model::speed::SpeedBox>,
     /// Each card's budget on a box with two GPUs or more (empty: one GPU, `budget_mib`).
     pub gpus: Vec<crate::hardware::GpuBudget>,
+    /// What the workload can show, for the levers past placement ([`crate::search::levers`]).
+    pub workload_traits: crate::search::levers::WorkloadTraits,
 }
 
 impl SearchContext {
@@ -85,7 +87,7 @@ impl SearchContext {
         // long document) starts at the space's largest micro-batch: prompt processing is most
         // of its time per request, and a larger ubatch reads prompts faster wherever experts
         // sit on the CPU (1.6x at -ub 2048, docs/how-it-works.md). Otherwise the first pair.
-        let long_prompts = self.space.objective.metric == crate::space::Metric::Request
+        let long_prompts = self.space.objective.metric == crate::objective::Metric::Request
             && self.space.workload.request_tokens().0 >= 4096.0;
         let batch = if long_prompts {
             v.batch_ubatch.iter().copied().max_by_key(|p| (p[1], p[0]))

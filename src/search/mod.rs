@@ -15,9 +15,10 @@ use std::sync::Arc;
 pub mod candidates;
 mod checkpoint;
 pub mod context;
-pub mod objective;
+pub mod levers;
 pub mod pick;
 pub mod progress;
+pub mod rank;
 pub mod strategy;
 pub mod verdict;
 
@@ -89,6 +90,10 @@ pub fn context(
         fit_target_mib: inputs.headroom_mib.min(u64::from(u32::MAX)) as u32,
         gpus: inputs.gpu_budgets.clone(),
         speed: Some(crate::model::speed::SpeedBox::from_hardware(hw)),
+        workload_traits: crate::search::levers::WorkloadTraits {
+            recurrent: layout.recurrent_state_bytes.iter().any(|b| *b > 0),
+            ..Default::default()
+        },
     }
 }
 
@@ -146,6 +151,15 @@ pub fn tune(
         race.as_ref(),
     );
     warnings.extend(trial_warnings(&history));
+    // The levers past placement the workload could not show, and why.
+    warnings.extend(
+        levers::propose(
+            &ctx.space.vary.levers,
+            &crate::config::LaunchConfig::baseline(ctx.space.fixed.ctx),
+            &ctx.workload_traits,
+        )
+        .skipped,
+    );
     let measured = history.iter().any(|o| o.kind.is_ok());
     if let (Some(t), true) = (inputs.space.fixed.threads_cap, measured) {
         warnings.push(format!(

@@ -11,12 +11,12 @@
 //! ranking decides which one the race takes first.
 
 use super::context::SearchContext;
-use super::objective::Speeds;
+use super::rank::Speeds;
 use crate::config::{Base, KvType, LaunchConfig};
 use crate::model::speed::{self, PickInput, SpeedBox, SpeedPrediction, FITTED, PICK_TIE_PCT};
 use crate::model::ModelLayout;
+use crate::objective::{Metric, Objective};
 use crate::placement::{propose, Limits};
-use crate::space::{Metric, Objective};
 
 /// The config the speed model rates best on this box, by the tune's objective
 /// ([`speed::pick`], the rule `qtune plan` chooses by): every batch/ubatch × KV pair of the
@@ -91,7 +91,7 @@ pub fn model_pick(ctx: &SearchContext, unitemized_mib: f64) -> Option<LaunchConf
         })
         .collect();
     let reference = preds.iter().flatten().next().cloned();
-    let prompt_first = matches!(ctx.space.objective.metric, crate::space::Metric::Prompt);
+    let prompt_first = matches!(ctx.space.objective.metric, crate::objective::Metric::Prompt);
     let inputs: Vec<Option<PickInput>> = preds
         .iter()
         .zip(&configs)
@@ -134,7 +134,7 @@ pub fn noise_band_pct(launch_sigma: f64, tie_pct: f64) -> f64 {
 pub fn pick_first(
     ranked: &mut Vec<(LaunchConfig, Speeds)>,
     pick: &LaunchConfig,
-    obj: &crate::space::Objective,
+    obj: &crate::objective::Objective,
     reference: Option<&Speeds>,
     band_pct: f64,
 ) -> Option<String> {

@@ -2,7 +2,7 @@
 //! baseline. A config that failed or went over the VRAM budget in any trial never wins.
 //! (One file over 800 lines: one decision; half of it is its tests, replays of GPU races.)
 
-use super::objective::{better, gain_pct, Speeds};
+use super::rank::{better, gain_pct, Speeds};
 use super::strategy::SearchContext;
 use crate::config::LaunchConfig;
 use crate::run::{Confirmed, Winner};
@@ -353,7 +353,7 @@ pub fn reference_trials<'a>(
 /// [`UNDECIDED_PROMPT_GAIN_PCT`] faster in prompt; None: the baseline stays (with a warning).
 fn headline(
     r: &crate::run::RaceReport,
-    obj: &crate::space::Objective,
+    obj: &crate::objective::Objective,
     warnings: &mut Vec<String>,
 ) -> Option<LaunchConfig> {
     if is_prompt_heavy(obj) {
@@ -361,7 +361,7 @@ fn headline(
         // gain (prompt alone for `metric: prompt`); its generation price is shown by
         // `objective_price`.
         let (gw, pw) = match obj.metric {
-            crate::space::Metric::Blend => (obj.gen_weight, obj.prompt_weight),
+            crate::objective::Metric::Blend => (obj.gen_weight, obj.prompt_weight),
             _ => (0.0, 1.0),
         };
         let score = |v: &crate::stats::PairedVerdict| gw * v.gen.mean_log + pw * v.prompt.mean_log;
@@ -373,7 +373,7 @@ fn headline(
     if let Some(i) = r.outcome.winner {
         return r.candidates.get(i).cloned();
     }
-    if obj.metric == crate::space::Metric::Request {
+    if obj.metric == crate::objective::Metric::Request {
         warnings.push(reference_stays_per_request(r));
         return None;
     }
@@ -526,8 +526,8 @@ fn gen_between(
 }
 
 /// Does the objective weigh prompt speed (`metric: prompt`, or `blend` with a prompt weight)?
-fn is_prompt_heavy(obj: &crate::space::Objective) -> bool {
-    use crate::space::Metric;
+fn is_prompt_heavy(obj: &crate::objective::Objective) -> bool {
+    use crate::objective::Metric;
     match obj.metric {
         Metric::Prompt => true,
         Metric::Blend => obj.prompt_weight > 0.0,
@@ -540,12 +540,12 @@ fn is_prompt_heavy(obj: &crate::space::Objective) -> bool {
 /// chose it and show the price. None under the generation-first objective, or when
 /// the winner is not slower in generation.
 pub fn objective_price(
-    obj: &crate::space::Objective,
+    obj: &crate::objective::Objective,
     gen_gain: Option<f64>,
     prompt_gain: Option<f64>,
     paired: Option<&crate::stats::PairedVerdict>,
 ) -> Option<String> {
-    use crate::space::Metric;
+    use crate::objective::Metric;
     let g = gen_gain?;
     if !is_prompt_heavy(obj) || g >= 0.0 {
         return None;
@@ -605,6 +605,7 @@ mod tests {
             fit_target_mib: 512,
             gpus: Vec::new(),
             speed: None,
+            workload_traits: Default::default(),
         }
     }
 
@@ -860,7 +861,7 @@ mod tests {
         assert_eq!(r.outcome.winner, None, "{}", r.outcome.reason);
         let mut warnings = Vec::new();
         assert_eq!(
-            headline(&r, &crate::space::Objective::default(), &mut warnings),
+            headline(&r, &crate::objective::Objective::default(), &mut warnings),
             Some(at(12)),
             "{warnings:?}"
         );
@@ -880,7 +881,7 @@ mod tests {
         let r = race_of(&a, &b);
         let mut warnings = Vec::new();
         assert_eq!(
-            headline(&r, &crate::space::Objective::default(), &mut warnings),
+            headline(&r, &crate::objective::Objective::default(), &mut warnings),
             Some(at(10)),
             "{warnings:?}"
         );
@@ -894,7 +895,7 @@ mod tests {
 
     #[test]
     fn a_prompt_heavy_objective_says_so_and_shows_the_price() {
-        use crate::space::{Metric, Objective};
+        use crate::objective::{Metric, Objective};
         let gen_first = Objective::default();
         let prompt = Objective {
             metric: Metric::Prompt,
@@ -924,7 +925,7 @@ mod tests {
 
     #[test]
     fn a_prompt_heavy_objective_heads_with_the_raced_config_fastest_in_prompt() {
-        use crate::space::{Metric, Objective};
+        use crate::objective::{Metric, Objective};
         // Candidate 0 (at(10)) is faster in generation, candidate 1 (at(12)) in prompt.
         let a = [(1.10, 1.2), (1.11, 1.2), (1.09, 1.2), (1.10, 1.2)];
         let b = [(0.95, 2.0), (0.94, 2.0), (0.96, 2.0), (0.95, 2.0)];
@@ -941,7 +942,7 @@ mod tests {
     /// The race's headline under the default (generation-first) objective, with its warnings.
     fn gen_first_headline(r: &crate::run::RaceReport) -> (Option<LaunchConfig>, Vec<String>) {
         let mut w = Vec::new();
-        let head = headline(r, &crate::space::Objective::default(), &mut w);
+        let head = headline(r, &crate::objective::Objective::default(), &mut w);
         (head, w)
     }
 
@@ -956,7 +957,7 @@ mod tests {
         assert_eq!(r.outcome.winner, None, "{}", r.outcome.reason);
         let mut w = Vec::new();
         assert_eq!(
-            headline(&r, &crate::space::Objective::default(), &mut w),
+            headline(&r, &crate::objective::Objective::default(), &mut w),
             Some(at(10)),
             "{w:?} {}",
             r.outcome.reason
@@ -1162,9 +1163,9 @@ mod tests {
             "the case needs a lower end between -5 % and -3 %: {}",
             v.gen
         );
-        let five = crate::space::Objective {
+        let five = crate::objective::Objective {
             tie_pct: 5.0,
-            ..crate::space::Objective::default()
+            ..crate::objective::Objective::default()
         };
         let mut w = Vec::new();
         assert_eq!(headline(&r, &five, &mut w), None, "{w:?}");

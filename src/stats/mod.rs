@@ -18,6 +18,7 @@
 pub mod noise;
 pub mod race;
 
+use crate::objective::Metric;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -78,27 +79,8 @@ impl Sample {
             Metric::Gen => self.gen_tps,
             Metric::Prompt => self.prompt_tps,
             Metric::Request => self.request_rate.unwrap_or(f64::NAN),
-        }
-    }
-}
-
-/// The two speeds qtune compares. Generation leads; prompt speed decides only inside a
-/// generation tie.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Metric {
-    Gen,
-    Prompt,
-    /// Requests per second of the workload: 1 / (time to first token + generation time).
-    Request,
-}
-
-impl Metric {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Metric::Gen => "generation",
-            Metric::Prompt => "prompt",
-            Metric::Request => "time per request",
+            // Not measured per launch: a paired comparison judges these on generation.
+            Metric::GenAtDepth | Metric::Blend => self.gen_tps,
         }
     }
 }
@@ -388,10 +370,10 @@ impl PairedVerdict {
     }
 
     /// The comparison of metric `m` (time per request falls back to generation where it was
-    /// not measured).
+    /// not measured; generation at depth and the blend are judged on generation).
     pub fn comparison(&self, m: Metric) -> &Comparison {
         match m {
-            Metric::Gen => &self.gen,
+            Metric::Gen | Metric::GenAtDepth | Metric::Blend => &self.gen,
             Metric::Prompt => &self.prompt,
             Metric::Request => self.request.as_ref().unwrap_or(&self.gen),
         }

@@ -9,7 +9,8 @@
 //! a slow client (the upstream waits for it).
 
 use super::answer::{Observed, MAX_KEPT};
-use super::trace::{self, Header, Line, ModelInfo, Outcome, Request, ServerInfo};
+use super::trace::{self, Header, Line, Outcome, Request};
+use super::upstream;
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full, Limited};
@@ -88,6 +89,8 @@ struct InFlight {
 struct State {
     upstream: String,
     client: reqwest::Client,
+    /// The second try of a request whose kept-alive connection failed: a fresh connection.
+    fresh: reqwest::Client,
     started: Instant,
     next_id: AtomicU64,
     other_requests: AtomicU64,
@@ -178,115 +181,6 @@ pub fn create_trace_file(path: &std::path::Path) -> Result<std::fs::File> {
         })
 }
 
-/// Ask the upstream what it serves, for the trace's header. Fails when it does not answer
-/// like a llama-server.
-pub async fn upstream_header(client: &reqwest::Client, upstream: &str) -> Result<Header> {
-    let get = |path: &str| {
-        let url = format!("{upstream}{path}");
-        let c = client.clone();
-        async move {
-            let r = c
-                .get(&url)
-                .timeout(Duration::from_secs(30))
-                .send()
-                .await
-                .and_then(|r| r.error_for_status());
-            match r {
-                Ok(r) => r.json::<serde_json::Value>().await.ok(),
-                Err(_) => None,
-            }
-        }
-    };
-    let props = client
-        .get(format!("{upstream}/props"))
-        .timeout(Duration::from_secs(30))
-        .send()
-        .await
-        .with_context(|| {
-            format!(
-                "cannot reach the upstream llama-server at {upstream}: start it first \
-                 (e.g. llama-server -m MODEL --port 8081), or give its address with --upstream"
-            )
-        })?;
-    if !props.status().is_success() {
-        anyhow::bail!(
-            "{upstream}/props answered {}: is this a llama-server? (a loading server answers 503: \
-             wait until it is ready)",
-            props.status()
-        );
-    }
-    let props: serde_json::Value = props.json().await.with_context(|| {
-        format!("{upstream}/props did not answer JSON: is this a llama-server?")
-    })?;
-    let models = get("/v1/models").await.unwrap_or_default();
-    let meta = &models["data"][0]["meta"];
-    let sha = |s: &str| {
-        use sha2::Digest;
-        format!("{:x}", sha2::Sha256::digest(s.as_bytes()))
-    };
-    let probe = client
-        .post(format!("{upstream}/tokenize"))
-        .json(&serde_json::json!({"content": trace::TOKENIZER_PROBE, "add_special": true, "parse_special": true}))
-        .timeout(Duration::from_secs(30))
-        .send()
-        .await
-        .ok();
-    let tokenizer_sha256 = match probe {
-        Some(r) if r.status().is_success() => r
-            .json::<serde_json::Value>()
-            .await
-            .ok()
-            .and_then(|v| v["tokens"].as_array().cloned())
-            .map(|t| {
-                let ids: Vec<String> = t.iter().map(|x| x.to_string()).collect();
-                sha(&ids.join(","))
-            }),
-        _ => None,
-    };
-    Ok(Header {
-        format: trace::FORMAT.into(),
-        version: trace::VERSION,
-        qtune_version: env!("CARGO_PKG_VERSION").into(),
-        started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        upstream: upstream.into(),
-        server: ServerInfo {
-            build_info: props["build_info"].as_str().map(String::from),
-            model_file: props["model_path"].as_str().and_then(|p| {
-                std::path::Path::new(p)
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-            }),
-            slots: props["total_slots"].as_u64(),
-            chat_template_sha256: props["chat_template"].as_str().map(sha),
-        },
-        model: ModelInfo {
-            n_vocab: meta["n_vocab"].as_u64(),
-            n_ctx: meta["n_ctx"]
-                .as_u64()
-                .or_else(|| props["default_generation_settings"]["n_ctx"].as_u64()),
-            n_ctx_train: meta["n_ctx_train"].as_u64(),
-            n_params: meta["n_params"].as_u64(),
-            size_bytes: meta["size"].as_u64(),
-        },
-        tokenizer_sha256,
-    })
-}
-
-/// The HTTP client the proxy forwards with: no system proxy (the upstream is local), no
-/// overall timeout (a generation may take minutes), and a fresh connection for every request.
-/// llama-server may close a kept-alive connection (after a streamed answer, when idle for 5 s,
-/// when its worker thread ends), and a request sent on one it is closing fails with no answer:
-/// a client would see 502 for a request the server never got. A local connection costs far
-/// less than a millisecond.
-pub fn client() -> Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .no_proxy()
-        .connect_timeout(Duration::from_secs(10))
-        .pool_max_idle_per_host(0)
-        .build()
-        .context("cannot set up the HTTP client")
-}
-
 /// Run the proxy until `stop` resolves (a first SIGINT/SIGTERM), then finish the requests in
 /// flight (up to [`DRAIN`], or until `stop_now` resolves), mark the rest interrupted, write the
 /// end line and return. `on_ready` is called once the port is bound.
@@ -321,6 +215,7 @@ pub async fn run(
     let state = Arc::new(State {
         upstream: opts.upstream.clone(),
         client,
+        fresh: upstream::client_with_pool(0)?,
         started: Instant::now(),
         next_id: AtomicU64::new(1),
         other_requests: AtomicU64::new(0),
@@ -508,19 +403,24 @@ async fn handle(
     let mut headers = forwarded_headers(&parts.headers);
     // Answers are read on the way through: ask for them uncompressed.
     headers.remove(header::ACCEPT_ENCODING);
-    let send = || {
-        state
-            .client
+    let send = |client: &reqwest::Client| {
+        client
             .request(parts.method.clone(), format!("{}{path_q}", state.upstream))
             .headers(headers.clone())
             .body(body.clone())
             .send()
     };
-    // A refused connection never reached the server: one more try, after a breath.
-    let sent = match send().await {
-        Err(e) if e.is_connect() => {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            send().await
+    // llama-server may close a kept-alive connection (when idle, when the thread that served
+    // it ends) just as a request is sent on it; the request then fails with no answer, and
+    // the server, which lost the connection, has not generated for it. One more try, on a
+    // fresh connection, so the client never sees a 502 the server did not cause.
+    let sent = match send(&state.client).await {
+        Err(e) if !e.is_timeout() => {
+            tracing::debug!(
+                "upstream request failed ({e}); trying once more on a fresh connection"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            send(&state.fresh).await
         }
         r => r,
     };
@@ -675,7 +575,10 @@ async fn finish(
         }
     }
     let tokens = match status {
-        Some(s) if (200..300).contains(&s) => prompt_tokens(state, &asked).await,
+        Some(s) if (200..300).contains(&s) => {
+            upstream::prompt_tokens(&state.client, &state.upstream, &asked.endpoint, &asked.body)
+                .await
+        }
         Some(s) => Err(format!(
             "the server answered {s}: its prompt was not tokenized"
         )),
@@ -701,88 +604,6 @@ async fn finish(
         .lock()
         .unwrap()
         .write(&Line::Request(Box::new(f.line)));
-}
-
-/// The prompt as the server tokenized it: a chat request's messages rendered by the server's
-/// own template (`/apply-template`, the same code path as the chat endpoint), then
-/// `/tokenize` with the special tokens the completion endpoints add (`add_special`,
-/// `parse_special`).
-async fn prompt_tokens(state: &State, a: &Asked) -> std::result::Result<Vec<u32>, String> {
-    let chat = a.endpoint.ends_with("chat/completions");
-    let prompt = if chat {
-        let v = post_json(state, "/apply-template", &a.body).await?;
-        v.get("prompt")
-            .cloned()
-            .ok_or("the server's /apply-template answered no prompt")?
-    } else {
-        let p = a
-            .body
-            .get("prompt")
-            .cloned()
-            .ok_or("the request has no prompt")?;
-        let several = p.as_array().is_some_and(|items| {
-            items.iter().any(|i| i.is_array() || i.is_object())
-                || (items.len() > 1 && items.iter().all(|i| i.is_string()))
-        });
-        if several {
-            return Err("several prompts in one request: not recorded".into());
-        }
-        p
-    };
-    let v = post_json(
-        state,
-        "/tokenize",
-        &serde_json::json!({"content": prompt, "add_special": true, "parse_special": true}),
-    )
-    .await?;
-    v["tokens"]
-        .as_array()
-        .ok_or("the server's /tokenize answered no tokens")?
-        .iter()
-        .map(|t| {
-            t.as_u64()
-                .and_then(|t| u32::try_from(t).ok())
-                .ok_or_else(|| "the server's /tokenize answered a bad token id".to_string())
-        })
-        .collect()
-}
-
-async fn post_json(
-    state: &State,
-    path: &str,
-    body: &serde_json::Value,
-) -> std::result::Result<serde_json::Value, String> {
-    // Twice at most: these calls change nothing, and one may meet a connection the server is
-    // just closing.
-    let send = || {
-        state
-            .client
-            .post(format!("{}{path}", state.upstream))
-            .json(body)
-            .timeout(Duration::from_secs(120))
-            .send()
-    };
-    let mut r = match send().await {
-        Ok(r) => r,
-        Err(_) => send()
-            .await
-            .map_err(|e| format!("the server's {path} did not answer: {e}"))?,
-    };
-    if !r.status().is_success() {
-        return Err(format!("the server's {path} answered {}", r.status()));
-    }
-    let mut bytes = Vec::new();
-    while let Some(c) = r
-        .chunk()
-        .await
-        .map_err(|e| format!("the server's {path} broke off: {e}"))?
-    {
-        if bytes.len() + c.len() > 4 * MAX_BODY {
-            return Err(format!("the server's {path} answer is too large"));
-        }
-        bytes.extend_from_slice(&c);
-    }
-    serde_json::from_slice(&bytes).map_err(|e| format!("the server's {path} answer: {e}"))
 }
 
 /// A response body fed chunk by chunk from the pump task: each chunk goes to the client as it
@@ -817,5 +638,112 @@ mod tests {
         let f = forwarded_headers(&h);
         assert_eq!(f.len(), 1);
         assert!(f.contains_key("authorization"));
+    }
+
+    /// Read one HTTP request (head and a Content-Length body) from `s`; false at end of stream.
+    fn read_request(s: &mut std::net::TcpStream) -> bool {
+        use std::io::Read;
+        let mut buf = Vec::new();
+        let mut b = [0u8; 1];
+        while !buf.ends_with(b"\r\n\r\n") {
+            match s.read(&mut b) {
+                Ok(1) => buf.push(b[0]),
+                _ => return false,
+            }
+        }
+        let head = String::from_utf8_lossy(&buf).to_ascii_lowercase();
+        let len = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        let mut body = vec![0u8; len];
+        s.read_exact(&mut body).is_ok()
+    }
+
+    #[test]
+    fn a_request_on_a_connection_the_server_drops_is_sent_again_on_a_fresh_one() {
+        use std::io::{Read, Write};
+        // The upstream answers the first request on a kept-alive connection, then reads the
+        // second request on it and closes it unanswered (as llama-server may when the thread
+        // serving that connection ends). Every later connection is answered.
+        let up = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let up_port = up.local_addr().unwrap().port();
+        let upstream = std::thread::spawn(move || {
+            let ok =
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+            let (mut first, _) = up.accept().unwrap();
+            assert!(read_request(&mut first));
+            first.write_all(ok).unwrap();
+            assert!(read_request(&mut first));
+            drop(first);
+            let (mut second, _) = up.accept().unwrap();
+            assert!(read_request(&mut second));
+            second.write_all(ok).unwrap();
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let listen = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let opts = RecordOptions {
+            upstream: format!("http://127.0.0.1:{up_port}"),
+            listen,
+            out: dir.path().join("t.jsonl"),
+        };
+        let header = Header {
+            format: crate::traffic::trace::FORMAT.to_string(),
+            version: crate::traffic::trace::VERSION,
+            qtune_version: "test".into(),
+            started_at: "2026-11-26T00:00:00Z".into(),
+            upstream: opts.upstream.clone(),
+            server: Default::default(),
+            model: Default::default(),
+            tokenizer_sha256: None,
+            scripted: None,
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let file = std::fs::File::create(&opts.out).unwrap();
+        let proxy = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(run(
+                &opts,
+                file,
+                header,
+                upstream::client().unwrap(),
+                async {
+                    stop_rx.await.ok();
+                },
+                std::future::pending(),
+                move |a| ready_tx.send(a).unwrap(),
+            ))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        });
+        let addr = ready_rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .unwrap();
+        let get = |path: &str| {
+            let mut c = std::net::TcpStream::connect(addr).unwrap();
+            write!(
+                c,
+                "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
+            let mut answer = String::new();
+            c.read_to_string(&mut answer).unwrap();
+            answer
+        };
+        let a = get("/v1/models");
+        assert!(a.starts_with("HTTP/1.1 200"), "{a}");
+        let b = get("/v1/models");
+        assert!(b.starts_with("HTTP/1.1 200"), "the second request: {b}");
+        upstream.join().unwrap();
+        stop_tx.send(()).unwrap();
+        proxy.join().unwrap().unwrap();
     }
 }

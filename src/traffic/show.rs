@@ -204,13 +204,25 @@ pub fn render(t: &Trace, s: &Shown, name: &str) -> String {
     let m = &s.summary;
     let mut o = String::new();
     let name = crate::escape::one_line(name);
-    let _ = writeln!(
-        o,
-        "trace {name}: recorded {} by qtune {} from {}",
-        crate::escape::one_line(&h.started_at),
-        crate::escape::one_line(&h.qtune_version),
-        crate::escape::one_line(&h.upstream)
-    );
+    match &h.scripted {
+        Some(what) => writeln!(
+            o,
+            "trace {name}: {}, rendered {} by qtune {} through {} (scripted, not run: no \
+             timings)",
+            crate::escape::one_line(what),
+            crate::escape::one_line(&h.started_at),
+            crate::escape::one_line(&h.qtune_version),
+            crate::escape::one_line(&h.upstream)
+        ),
+        None => writeln!(
+            o,
+            "trace {name}: recorded {} by qtune {} from {}",
+            crate::escape::one_line(&h.started_at),
+            crate::escape::one_line(&h.qtune_version),
+            crate::escape::one_line(&h.upstream)
+        ),
+    }
+    .ok();
     let _ = writeln!(
         o,
         "model: {} (context {} tokens per slot, {} slots)",
@@ -253,14 +265,22 @@ pub fn render(t: &Trace, s: &Shown, name: &str) -> String {
             format!("{:.0} %", 100.0 * a as f64 / b as f64)
         }
     };
-    let _ = writeln!(
-        o,
-        "prompt tokens: {} in all; the server reused {} from its cache ({}) and read {}",
-        n(m.prompt_tokens),
-        n(m.cached_tokens),
-        pct(m.cached_tokens, m.cached_tokens + m.reread_tokens),
-        n(m.reread_tokens)
-    );
+    if h.scripted.is_some() {
+        let _ = writeln!(
+            o,
+            "prompt tokens: {} in all (not run: what the cache reuses shows when it is replayed)",
+            n(m.prompt_tokens)
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "prompt tokens: {} in all; the server reused {} from its cache ({}) and read {}",
+            n(m.prompt_tokens),
+            n(m.cached_tokens),
+            pct(m.cached_tokens, m.cached_tokens + m.reread_tokens),
+            n(m.reread_tokens)
+        );
+    }
     if m.reread_beyond_divergence > 0 {
         let _ = writeln!(
             o,

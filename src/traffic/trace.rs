@@ -50,6 +50,11 @@ pub struct Header {
     /// two servers with the same value tokenize alike.
     #[serde(default)]
     pub tokenizer_sha256: Option<String>,
+    /// Set when qtune scripted the requests instead of recording them (`qtune trace
+    /// session`): what the session is, e.g. "the built-in agent session (Python 3.11's
+    /// standard library, 8,192 tokens deep)". Absent in recorded traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scripted: Option<String>,
 }
 
 /// What the upstream server said about itself (`GET /props`).

@@ -60,6 +60,7 @@ pub fn one_gpu_context(
         ram_available_mib: None,
         fit_target_mib: 512,
         gpus: Vec::new(),
+        workload_traits: Default::default(),
         speed: None,
     }
 }

@@ -1,7 +1,7 @@
 //! Ranking trials: the space's objective turned into one comparable number, with generation
 //! ties (within `tie_pct`) broken by prompt speed.
 
-use crate::space::{Metric, Objective};
+use crate::objective::{Metric, Objective};
 use crate::trial::{Stat, TrialOutcome};
 
 /// The measured speeds of one config (possibly pooled over several trials).

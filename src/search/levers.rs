@@ -1,0 +1,232 @@
+//! Settings past placement, tried on the best config the search found, each only where the
+//! workload can show what it does (issue 42's levers):
+//! - **speculative decoding** from the context's n-grams (`--spec-type`), only on real text (a
+//!   replayed trace or the built-in session): its drafts are text the model re-emits, and
+//!   cycled filler text would fake their acceptance;
+//! - **context checkpoints** (`--checkpoint-min-step`), only on a model with recurrent layers
+//!   (Qwen3.5) whose workload has prompts that diverge from the cached one: such a model cannot
+//!   roll its state back token by token, so it re-reads from the last checkpoint before the
+//!   divergence;
+//! - **parallel slots** (`-np N -kvu`), only where requests overlap.
+//!
+//! What was not tried, and why, is said in words for the summary.
+
+use crate::config::LaunchConfig;
+use crate::space::Levers;
+
+/// What the tune's workload can show, from its requests (a trace, or the built-in session).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkloadTraits {
+    /// The prompts are real text (a recorded trace or the built-in session), not cycled filler.
+    pub real_text: bool,
+    /// The most requests in flight at once.
+    pub max_overlap: u32,
+    /// Some request's prompt shares a prefix with an earlier one and then diverges from it
+    /// before that one's end (history edited, thinking dropped): the cache cannot be reused
+    /// past that point.
+    pub diverges: bool,
+    /// The model has recurrent layers (its state cannot roll back token by token).
+    pub recurrent: bool,
+}
+
+/// A prompt that shares a prefix with an earlier one and leaves it more than this many tokens
+/// before the earlier one's end diverges: the server keeps a checkpoint near the end of each
+/// prompt, so a divergence closer to the end than this costs little on any model.
+pub const DIVERGENCE_MIN_TOKENS: usize = 256;
+
+impl WorkloadTraits {
+    /// What a trace's requests show (`recurrent`: the model's, from its layout).
+    pub fn of_trace(trace: &crate::traffic::trace::Trace, recurrent: bool) -> WorkloadTraits {
+        let prompts: Vec<Option<&[u32]>> = trace
+            .requests
+            .iter()
+            .map(|r| r.prompt_tokens.as_deref())
+            .collect();
+        let links = crate::traffic::trace::prefix_links(&prompts);
+        let diverges = links.iter().any(|l| {
+            l.is_some_and(|(j, n)| prompts[j].is_some_and(|p| n + DIVERGENCE_MIN_TOKENS < p.len()))
+        });
+        // The most requests in flight at one time: a sweep over arrivals and ends (an end
+        // before an arrival at the same instant).
+        let mut events: Vec<(f64, i32)> = trace
+            .requests
+            .iter()
+            .flat_map(|r| [(r.arrived_ms, 1), (r.ended_ms.max(r.arrived_ms), -1)])
+            .collect();
+        events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let (mut now, mut max_overlap) = (0i32, 0i32);
+        for (_, d) in events {
+            now += d;
+            max_overlap = max_overlap.max(now);
+        }
+        let max_overlap = max_overlap.max(0) as u32;
+        WorkloadTraits {
+            real_text: true,
+            max_overlap,
+            diverges,
+            recurrent,
+        }
+    }
+}
+
+/// The configs to measure, and a line for each lever that was not tried.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LeverPlan {
+    pub configs: Vec<LaunchConfig>,
+    pub skipped: Vec<String>,
+}
+
+/// `best` with each of the space's levers that this workload can show.
+pub fn propose(levers: &Levers, best: &LaunchConfig, traits: &WorkloadTraits) -> LeverPlan {
+    let mut plan = LeverPlan::default();
+    if !levers.speculative.is_empty() {
+        if traits.real_text {
+            for &t in &levers.speculative {
+                plan.configs.push(LaunchConfig {
+                    spec_type: Some(t),
+                    ..best.clone()
+                });
+            }
+        } else {
+            plan.skipped.push(
+                "speculative decoding: not tried, the workload's text is filler (its drafts would be accepted on repetition, not on what you run); tune with --workload agent or a recorded trace"
+                    .to_string(),
+            );
+        }
+    }
+    if !levers.checkpoint_min_step.is_empty() {
+        if !traits.recurrent {
+            plan.skipped.push(
+                "context checkpoints: not tried, the model has no recurrent layers (its cache is reused up to any divergence)"
+                    .to_string(),
+            );
+        } else if !traits.diverges {
+            plan.skipped.push(
+                "context checkpoints: not tried, no prompt of the workload diverges from the cached one".to_string(),
+            );
+        } else {
+            for &n in &levers.checkpoint_min_step {
+                plan.configs.push(LaunchConfig {
+                    checkpoint_min_step: Some(n),
+                    ..best.clone()
+                });
+            }
+        }
+    }
+    if !levers.parallel.is_empty() {
+        if traits.max_overlap >= 2 {
+            for &n in &levers.parallel {
+                plan.configs.push(LaunchConfig {
+                    parallel: n,
+                    kv_unified: Some(true),
+                    ..best.clone()
+                });
+            }
+        } else {
+            plan.skipped
+                .push("parallel slots: not tried, no requests of the workload overlap".to_string());
+        }
+    }
+    plan.configs.retain(|c| c != best);
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::SpecType;
+
+    fn levers() -> Levers {
+        Levers {
+            speculative: vec![SpecType::NgramMod],
+            checkpoint_min_step: vec![1024],
+            parallel: vec![2, 4],
+        }
+    }
+
+    #[test]
+    fn filler_text_without_overlap_tries_nothing_and_says_why() {
+        let best = LaunchConfig::baseline(8192);
+        let p = propose(&levers(), &best, &WorkloadTraits::default());
+        assert!(p.configs.is_empty());
+        assert_eq!(p.skipped.len(), 3, "{:?}", p.skipped);
+        assert!(p.skipped[0].starts_with("speculative decoding: not tried"));
+        assert!(p.skipped[1].contains("no recurrent layers"));
+        assert!(p.skipped[2].contains("overlap"));
+    }
+
+    #[test]
+    fn a_real_diverging_concurrent_session_on_a_hybrid_model_tries_every_lever() {
+        let best = LaunchConfig::baseline(8192);
+        let traits = WorkloadTraits {
+            real_text: true,
+            max_overlap: 3,
+            diverges: true,
+            recurrent: true,
+        };
+        let p = propose(&levers(), &best, &traits);
+        assert!(p.skipped.is_empty(), "{:?}", p.skipped);
+        let args: Vec<String> = p
+            .configs
+            .iter()
+            .map(|c| c.server_args().join(" "))
+            .collect();
+        assert_eq!(args.len(), 4, "{args:?}");
+        assert!(args[0].ends_with("--spec-type ngram-mod"));
+        assert!(args[1].ends_with("--checkpoint-min-step 1024"));
+        assert!(args[2].contains("-np 2") && args[2].ends_with("-kvu"));
+        assert!(args[3].contains("-np 4"));
+        // Every variant keeps the rest of the best config.
+        assert!(p.configs.iter().all(|c| c.ctx == 8192));
+    }
+
+    fn trace(requests: &[(f64, f64, Vec<u32>)]) -> crate::traffic::trace::Trace {
+        let header = r#"{"type":"header","format":"qtune-trace","version":1,"qtune_version":"0","started_at":"2026-11-26T00:00:00Z","upstream":"http://127.0.0.1:1/","server":{},"model":{},"tokenizer_sha256":null}"#;
+        let mut text = format!("{header}\n");
+        for (i, (a, e, p)) in requests.iter().enumerate() {
+            text.push_str(&format!(
+                r#"{{"type":"request","id":{},"endpoint":"/completion","stream":false,"arrived_ms":{a},"first_byte_ms":null,"ended_ms":{e},"overlapped":[],"status":200,"outcome":"ok","prompt_tokens":{p:?},"n_generated":4,"max_tokens":4,"timings":null}}"#,
+                i + 1
+            ));
+            text.push('\n');
+        }
+        crate::traffic::trace::parse(text.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_trace_shows_its_overlap_and_its_divergences() {
+        let long: Vec<u32> = (0..1000).collect();
+        let mut edited = long[..500].to_vec();
+        edited.extend(5000..5100);
+        let mut extended = long.clone();
+        extended.extend(7000..7010);
+        // One after the other, each extending the last: no overlap, no divergence.
+        let t = trace(&[(0.0, 10.0, long.clone()), (20.0, 30.0, extended.clone())]);
+        let w = WorkloadTraits::of_trace(&t, true);
+        assert_eq!((w.max_overlap, w.diverges, w.real_text), (1, false, true));
+        // History edited half-way, and two requests in flight at once.
+        let t = trace(&[
+            (0.0, 10.0, long.clone()),
+            (20.0, 40.0, edited),
+            (25.0, 30.0, (9000..9050).collect()),
+        ]);
+        let w = WorkloadTraits::of_trace(&t, true);
+        assert_eq!((w.max_overlap, w.diverges), (2, true));
+    }
+
+    #[test]
+    fn checkpoints_need_a_divergence_on_a_hybrid_model() {
+        let best = LaunchConfig::baseline(8192);
+        let traits = WorkloadTraits {
+            recurrent: true,
+            ..Default::default()
+        };
+        let only = Levers {
+            checkpoint_min_step: vec![512],
+            ..Default::default()
+        };
+        let p = propose(&only, &best, &traits);
+        assert!(p.configs.is_empty());
+        assert!(p.skipped[0].contains("diverges"), "{:?}", p.skipped);
+    }
+}

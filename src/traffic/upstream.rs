@@ -1,0 +1,210 @@
+//! Asking a running llama-server what it serves and how it renders a prompt: shared by the
+//! recording proxy ([`super::proxy`]) and the built-in session's renderer
+//! ([`super::render`]), so a recorded prompt and a rendered one are tokenized alike.
+
+use super::trace::{self, Header, ModelInfo, ServerInfo};
+use anyhow::{Context, Result};
+use std::time::Duration;
+
+/// The largest answer read from `/apply-template` or `/tokenize`.
+const MAX_ANSWER: usize = 256 << 20;
+
+/// Ask the upstream what it serves, for the trace's header. Fails when it does not answer
+/// like a llama-server.
+pub async fn upstream_header(client: &reqwest::Client, upstream: &str) -> Result<Header> {
+    let get = |path: &str| {
+        let url = format!("{upstream}{path}");
+        let c = client.clone();
+        async move {
+            let r = c
+                .get(&url)
+                .timeout(Duration::from_secs(30))
+                .send()
+                .await
+                .and_then(|r| r.error_for_status());
+            match r {
+                Ok(r) => r.json::<serde_json::Value>().await.ok(),
+                Err(_) => None,
+            }
+        }
+    };
+    let props = client
+        .get(format!("{upstream}/props"))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .with_context(|| {
+            format!(
+                "cannot reach the llama-server at {upstream}: start it first \
+                 (e.g. llama-server -m MODEL --port 8081), or check its address"
+            )
+        })?;
+    if !props.status().is_success() {
+        anyhow::bail!(
+            "{upstream}/props answered {}: is this a llama-server? (a loading server answers 503: \
+             wait until it is ready)",
+            props.status()
+        );
+    }
+    let props: serde_json::Value = props.json().await.with_context(|| {
+        format!("{upstream}/props did not answer JSON: is this a llama-server?")
+    })?;
+    let models = get("/v1/models").await.unwrap_or_default();
+    let meta = &models["data"][0]["meta"];
+    let sha = |s: &str| {
+        use sha2::Digest;
+        format!("{:x}", sha2::Sha256::digest(s.as_bytes()))
+    };
+    let probe = client
+        .post(format!("{upstream}/tokenize"))
+        .json(&serde_json::json!({"content": trace::TOKENIZER_PROBE, "add_special": true, "parse_special": true}))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .ok();
+    let tokenizer_sha256 = match probe {
+        Some(r) if r.status().is_success() => r
+            .json::<serde_json::Value>()
+            .await
+            .ok()
+            .and_then(|v| v["tokens"].as_array().cloned())
+            .map(|t| {
+                let ids: Vec<String> = t.iter().map(|x| x.to_string()).collect();
+                sha(&ids.join(","))
+            }),
+        _ => None,
+    };
+    Ok(Header {
+        format: trace::FORMAT.into(),
+        version: trace::VERSION,
+        qtune_version: env!("CARGO_PKG_VERSION").into(),
+        started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        upstream: upstream.into(),
+        server: ServerInfo {
+            build_info: props["build_info"].as_str().map(String::from),
+            model_file: props["model_path"].as_str().and_then(|p| {
+                std::path::Path::new(p)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+            }),
+            slots: props["total_slots"].as_u64(),
+            chat_template_sha256: props["chat_template"].as_str().map(sha),
+        },
+        model: ModelInfo {
+            n_vocab: meta["n_vocab"].as_u64(),
+            n_ctx: meta["n_ctx"]
+                .as_u64()
+                .or_else(|| props["default_generation_settings"]["n_ctx"].as_u64()),
+            n_ctx_train: meta["n_ctx_train"].as_u64(),
+            n_params: meta["n_params"].as_u64(),
+            size_bytes: meta["size"].as_u64(),
+        },
+        tokenizer_sha256,
+        scripted: None,
+    })
+}
+
+/// The HTTP client the proxy forwards with: no system proxy (the upstream is local), no
+/// overall timeout (a generation may take minutes), idle connections kept for 2 s (llama-server
+/// closes one idle for 5 s).
+pub fn client() -> Result<reqwest::Client> {
+    client_with_pool(64)
+}
+
+/// `client()` with at most `idle` kept-alive connections (0: a fresh connection per request).
+pub fn client_with_pool(idle: usize) -> Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .no_proxy()
+        .connect_timeout(Duration::from_secs(10))
+        .pool_idle_timeout(Duration::from_secs(2))
+        .pool_max_idle_per_host(idle)
+        .build()
+        .context("cannot set up the HTTP client")
+}
+
+/// The prompt as the server tokenized it: a chat request's messages rendered by the server's
+/// own template (`/apply-template`, the same code path as the chat endpoint), then
+/// `/tokenize` with the special tokens the completion endpoints add (`add_special`,
+/// `parse_special`).
+pub async fn prompt_tokens(
+    client: &reqwest::Client,
+    upstream: &str,
+    endpoint: &str,
+    body: &serde_json::Value,
+) -> std::result::Result<Vec<u32>, String> {
+    let chat = endpoint.ends_with("chat/completions");
+    let prompt = if chat {
+        let v = post_json(client, upstream, "/apply-template", body).await?;
+        v.get("prompt")
+            .cloned()
+            .ok_or("the server's /apply-template answered no prompt")?
+    } else {
+        let p = body
+            .get("prompt")
+            .cloned()
+            .ok_or("the request has no prompt")?;
+        let several = p.as_array().is_some_and(|items| {
+            items.iter().any(|i| i.is_array() || i.is_object())
+                || (items.len() > 1 && items.iter().all(|i| i.is_string()))
+        });
+        if several {
+            return Err("several prompts in one request: not recorded".into());
+        }
+        p
+    };
+    let v = post_json(
+        client,
+        upstream,
+        "/tokenize",
+        &serde_json::json!({"content": prompt, "add_special": true, "parse_special": true}),
+    )
+    .await?;
+    v["tokens"]
+        .as_array()
+        .ok_or("the server's /tokenize answered no tokens")?
+        .iter()
+        .map(|t| {
+            t.as_u64()
+                .and_then(|t| u32::try_from(t).ok())
+                .ok_or_else(|| "the server's /tokenize answered a bad token id".to_string())
+        })
+        .collect()
+}
+
+pub async fn post_json(
+    client: &reqwest::Client,
+    upstream: &str,
+    path: &str,
+    body: &serde_json::Value,
+) -> std::result::Result<serde_json::Value, String> {
+    // Twice at most: these calls change nothing, and one may meet a connection the server is
+    // just closing.
+    let send = || {
+        client
+            .post(format!("{upstream}{path}"))
+            .json(body)
+            .timeout(Duration::from_secs(120))
+            .send()
+    };
+    let mut r = match send().await {
+        Ok(r) => r,
+        Err(_) => send()
+            .await
+            .map_err(|e| format!("the server's {path} did not answer: {e}"))?,
+    };
+    if !r.status().is_success() {
+        return Err(format!("the server's {path} answered {}", r.status()));
+    }
+    let mut bytes = Vec::new();
+    while let Some(c) = r
+        .chunk()
+        .await
+        .map_err(|e| format!("the server's {path} broke off: {e}"))?
+    {
+        if bytes.len() + c.len() > MAX_ANSWER {
+            return Err(format!("the server's {path} answer is too large"));
+        }
+        bytes.extend_from_slice(&c);
+    }
+    serde_json::from_slice(&bytes).map_err(|e| format!("the server's {path} answer: {e}"))
+}
