@@ -455,7 +455,7 @@ pub fn render_text(r: &CompareResult) -> String {
     let n = r.commands.len();
     let _ = writeln!(
         s,
-        "qtune compare: {n} commands, {} of {} rounds (ABBA order), {}-token prompts, {} generated tokens, {} requests per launch",
+        "qtune compare: {n} commands, {} of {} rounds (in turn A B, then B A, so that a drifting box favours neither), {}-token prompts, {} generated tokens, {} requests per launch",
         r.rounds.len(),
         r.rounds_asked,
         r.workload.prompt_tokens,

@@ -143,6 +143,32 @@ pub fn systemd_text(text: &str) -> String {
     one_line(text).replace('%', "%%")
 }
 
+/// The systemd unit name qtune gives a model's server: `qtune-STEM.service`, the stem with
+/// anything systemd does not take in a unit name, or that a shell or a path would read
+/// specially, as `-` (only `[A-Za-z0-9._-]` is kept; runs of `-` collapse), at most 100
+/// characters of it, and `model` when nothing is left. The result is safe as it is in a
+/// shell line, a file name and `systemctl` (never a leading `-` or `.`).
+pub fn systemd_unit_name(model_stem: &str) -> String {
+    let mut stem = String::new();
+    for c in model_stem.chars() {
+        let c = if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+            c
+        } else {
+            '-'
+        };
+        if c == '-' && (stem.is_empty() || stem.ends_with('-')) {
+            continue;
+        }
+        if stem.len() >= 100 {
+            break;
+        }
+        stem.push(c);
+    }
+    let stem = stem.trim_matches(['-', '.']);
+    let stem = if stem.is_empty() { "model" } else { stem };
+    format!("qtune-{stem}.service")
+}
+
 /// Text from outside made fit for a terminal line: each [hidden](is_hidden) character is
 /// shown as an escape (`\n`, `\r`, `\t`, `\x1b` for other C0 controls and DEL,
 /// `\u{202e}` for the rest), everything else as it is. The result holds no control
@@ -276,6 +302,33 @@ mod tests {
     use super::*;
     use std::path::Path;
     use std::process::Command;
+
+    #[test]
+    fn systemd_unit_names_keep_only_safe_characters() {
+        assert_eq!(
+            systemd_unit_name("Qwen3.5-35B-A3B-Q4_K_M"),
+            "qtune-Qwen3.5-35B-A3B-Q4_K_M.service"
+        );
+        assert_eq!(
+            systemd_unit_name("my model (v2)"),
+            "qtune-my-model-v2.service"
+        );
+        assert_eq!(systemd_unit_name(""), "qtune-model.service");
+        assert_eq!(systemd_unit_name("..-"), "qtune-model.service");
+        assert_eq!(systemd_unit_name("-rf"), "qtune-rf.service");
+        let long = systemd_unit_name(&"x".repeat(500));
+        assert_eq!(long.len(), "qtune-.service".len() + 100);
+        for w in HOSTILE {
+            let n = systemd_unit_name(w);
+            assert!(n.starts_with("qtune-") && n.ends_with(".service"), "{n}");
+            assert!(
+                n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)),
+                "{w:?} -> {n}"
+            );
+            assert_eq!(shell_quote(&n), n);
+        }
+    }
 
     /// Hostile words: line breaks, quotes, command substitutions, backticks, globs, NUL-free
     /// control characters, a trailing backslash, Unicode separators.

@@ -39,6 +39,24 @@ impl Source {
     }
 }
 
+/// A server version as llama.cpp names its releases: `version: 11434 (abcdef0)` (the first
+/// line of `--version`) reads `b11434`, the tag of that build. A version in another shape is
+/// shown without its `version: ` prefix; an empty or `unknown` one reads `unknown version`.
+pub fn short_version(raw: &str) -> String {
+    let rest = raw.trim().strip_prefix("version:").unwrap_or(raw).trim();
+    let first = rest.split_whitespace().next().unwrap_or("");
+    if !first.is_empty() && first.bytes().all(|b| b.is_ascii_digit()) {
+        return format!("b{first}");
+    }
+    if first.len() > 1 && first.starts_with('b') && first[1..].bytes().all(|b| b.is_ascii_digit()) {
+        return first.to_string();
+    }
+    if rest.is_empty() || rest == "unknown" {
+        return "unknown version".to_string();
+    }
+    rest.to_string()
+}
+
 /// A checked `llama-server`.
 #[derive(Debug, Clone)]
 pub struct ServerBinary {
@@ -625,6 +643,18 @@ fn parse_ninja_progress(line: &str) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn versions_read_as_release_tags() {
+        assert_eq!(short_version("version: 11434 (abcdef0)"), "b11434");
+        assert_eq!(short_version("b11434"), "b11434");
+        assert_eq!(
+            short_version("version: 0.6.0-dev (build 0, commit unknown)"),
+            "0.6.0-dev (build 0, commit unknown)"
+        );
+        assert_eq!(short_version("version: unknown"), "unknown version");
+        assert_eq!(short_version(""), "unknown version");
+    }
 
     #[test]
     fn a_build_progress_line_says_the_step_the_share_and_the_time_left() {

@@ -467,6 +467,11 @@ pub fn fmt_thousands(v: f64) -> String {
     format!("{}{out}", if n < 0 { "-" } else { "" })
 }
 
+/// `n` and its noun, singular for one: `1 launch`, `3 launches`, `0 launches`.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Format MiB with a thousands separator, e.g. `14,874 MiB`.
 pub fn fmt_mib(mib: f64) -> String {
     format!("{} MiB", fmt_thousands(mib))
@@ -489,6 +494,13 @@ pub fn duration_text(s: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_count_of_one_is_singular() {
+        assert_eq!(count(1, "launch", "launches"), "1 launch");
+        assert_eq!(count(0, "launch", "launches"), "0 launches");
+        assert_eq!(count(3, "GPU", "GPUs"), "3 GPUs");
+    }
 
     /// Like tempfile's path error: prints the OS error and also returns it as its source.
     #[derive(Debug)]

@@ -38,8 +38,11 @@ fn compare_runs_interleaved_rounds_and_prints_no_interval_from_two_rounds() {
     // The whole path: another checkout's run of this test uses the same file name.
     servers::assert_none_left(&m.display().to_string(), "after the compare");
 
-    // The per-round table, in ABBA order, and B's paired intervals against A.
-    assert!(stdout.contains("2 of 2 rounds (ABBA order)"), "{stdout}");
+    // The per-round table, in A B B A order, and B's paired intervals against A.
+    assert!(
+        stdout.contains("2 of 2 rounds (in turn A B, then B A,"),
+        "{stdout}"
+    );
     let rows: Vec<&str> = stdout
         .lines()
         .filter(|l| l.trim_start().starts_with("1  A B") || l.trim_start().starts_with("2  B A"))

@@ -2,6 +2,7 @@
 //! costs budget and is never proposed again, so a search whose every config (the baseline
 //! included) is refused ends at once instead of proposing it thousands of times.
 
+use qtune::engine::LaunchArgs;
 mod support;
 
 use qtune::search::run_search;

@@ -246,7 +246,8 @@ fn single_file_outs_replace_only_a_regular_file() {
     assert_eq!(std::fs::read_dir(&folder).unwrap().count(), 0);
     // The unit next to the script is checked before anything is written.
     let out = tmp.path().join("l.sh");
-    symlink(&target, tmp.path().join("l.sh.service")).unwrap();
+    let unit = "qtune-tiny-qwen35moe-q4_k_m.service";
+    symlink(&target, tmp.path().join(unit)).unwrap();
     let o = qtune()
         .args(["script", "--systemd", "--from"])
         .arg(&run)
@@ -255,7 +256,7 @@ fn single_file_outs_replace_only_a_regular_file() {
         .output()
         .unwrap();
     let err = one_line_failure(&o, "script --systemd with a unit link");
-    assert!(err.contains("l.sh.service"), "{err}");
+    assert!(err.contains(unit), "{err}");
     assert!(!out.exists(), "the script was written before the refusal");
     // A regular file is replaced.
     std::fs::write(&out, "old").unwrap();

@@ -97,7 +97,7 @@ fn a_line_break_and_a_command_in_results_json_are_refused_by_report_and_script()
         let err = one_line_failure(&o);
         assert!(err.contains(field), "{field}: {err}");
         assert!(!out.exists(), "{field}");
-        assert!(!tmp.path().join("launch.sh.service").exists(), "{field}");
+        assert!(support::systemd_units(tmp.path()).is_empty(), "{field}");
     }
     assert!(!tmp.path().join("PWNED").exists());
     assert!(!run.join("PWNED").exists());
@@ -175,7 +175,19 @@ fn hostile_but_legal_values_are_quoted_and_the_script_runs_nothing_else() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
-    let unit = std::fs::read_to_string(format!("{}.service", out.display())).unwrap();
+    // The unit is named after the model, its hostile name made safe for systemd and a shell.
+    let units = support::systemd_units(tmp.path());
+    assert_eq!(units.len(), 1, "{units:?}");
+    let unit_name = units[0].file_name().unwrap().to_str().unwrap();
+    assert_eq!(
+        unit_name,
+        "qtune-m-touch-PWNED-touch-PWNED-q-dq-touch-PWNED.service"
+    );
+    let unit = std::fs::read_to_string(&units[0]).unwrap();
+    assert!(
+        unit.contains(&format!("systemctl enable --now {unit_name}\n")),
+        "{unit}"
+    );
     let exec: Vec<&str> = unit
         .lines()
         .filter(|l| l.starts_with("ExecStart="))

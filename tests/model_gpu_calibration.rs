@@ -6,6 +6,7 @@
 //! the synthetic shapes, so no GPU and no 20 GB file is needed here.
 
 use qtune::app::measure::CalibrationRow;
+use qtune::engine::LaunchArgs;
 use qtune::model::synth::SynthFtype;
 
 mod support;

@@ -7,6 +7,7 @@
 //! both cards' shares, and report, launch script and profile name each card. A one-GPU box
 //! of the same size keeps the single-GPU path (`--n-cpu-moe`, no split, no per-card budgets).
 
+use qtune::engine::LaunchArgs;
 mod support;
 
 use qtune::config::{KvType, LaunchConfig};

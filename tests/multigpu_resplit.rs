@@ -14,6 +14,7 @@
 //! CPU experts): the per-layer weights are predicted to the byte, the error is in the compute
 //! buffers and the CUDA context.
 
+use qtune::engine::LaunchArgs;
 mod support;
 
 use qtune::config::LaunchConfig;

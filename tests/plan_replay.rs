@@ -41,18 +41,18 @@ fn check(case: &str, plan_file: &str) {
     let plain = p
         .compared
         .iter()
-        .filter(|c| c.config.starts_with("ncmoe=") && !c.config.contains("cpu-exps="))
+        .filter(|c| c.config.contains("--n-cpu-moe ") && !c.config.contains("-ot "))
         .count();
     assert!(plain >= 8, "{case}: {plain} --n-cpu-moe placements");
     // A model that fits whole has nothing to place: its styles are --n-cpu-moe 0 again.
-    if !p.compared[0].config.starts_with("ncmoe=0 ") {
+    if !p.compared[0].config.contains("--n-cpu-moe 0 ") {
         assert!(
-            p.compared.iter().any(|c| c.config.contains("cpu-exps=")),
+            p.compared.iter().any(|c| c.config.contains("-ot ")),
             "{case}: no placement style compared"
         );
     }
     assert!(
-        p.compared.iter().all(|c| !c.config.contains("fit=on")),
+        p.compared.iter().all(|c| !c.config.contains("--fit on")),
         "{case}: fit places itself at launch: not in the plan"
     );
 
@@ -60,8 +60,8 @@ fn check(case: &str, plan_file: &str) {
     let first = &p.compared[0];
     let old_ncmoe = before["config"]["n_cpu_moe"].as_u64().unwrap();
     assert!(
-        first.config.starts_with(&format!("ncmoe={old_ncmoe} "))
-            && first.config.contains("b=2048/512 kv=q8_0/q8_0"),
+        first.config.contains(&format!("--n-cpu-moe {old_ncmoe} "))
+            && first.config.contains("-b 2048 -ub 512 -ctk q8_0 -ctv q8_0"),
         "{case}: {} vs the committed plan's ncmoe {old_ncmoe}",
         first.config
     );

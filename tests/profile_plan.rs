@@ -267,7 +267,9 @@ fn real_binary_picks_the_matching_profile_from_profiles_dir() {
     let (model, full) = full_shape(dir.path());
     let profiles = dir.path().join("profiles");
     std::fs::create_dir(&profiles).unwrap();
-    let good = profile_from(&full, CARD_24, 24_576, winner_24(10));
+    let mut good = profile_from(&full, CARD_24, 24_576, winner_24(10));
+    // Its winner measured with a wide spread: the plan uses it, and says so.
+    good.winner.tg.spread_pct = 60.0;
     let mut other = good.clone();
     other.name = "another model".into();
     other.model.fingerprint = "ffff".into();
@@ -280,7 +282,17 @@ fn real_binary_picks_the_matching_profile_from_profiles_dir() {
     let o = qtune(dir.path(), &["plan", "--model", model.to_str().unwrap()]);
     let (out, err) = (text(&o.stdout), text(&o.stderr));
     assert!(o.status.success(), "{err}");
-    assert!(err.contains("profile: test profile"), "{err}");
+    // The profile it chose, from where and why; what it was tuned for; its spread.
+    assert!(err.contains("profile: test profile ("), "{err}");
+    assert!(err.contains("b.yaml: the closest match of "), "{err}");
+    assert!(
+        err.contains("profile 'test profile' was tuned for "),
+        "{err}"
+    );
+    assert!(
+        err.contains("profile 'test profile''s winner spread 60 % between its measurements"),
+        "{err}"
+    );
     assert!(
         err.contains("confidence: medium") || err.contains("confidence: high"),
         "{err}"
@@ -303,6 +315,11 @@ fn real_binary_picks_the_matching_profile_from_profiles_dir() {
     );
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("confidence: low"));
+    assert!(
+        text(&o.stderr).contains("profile: another model (given with --profile)"),
+        "{}",
+        text(&o.stderr)
+    );
     assert!(text(&o.stdout).contains("-ctk q4_0"));
     let o = qtune(
         dir.path(),

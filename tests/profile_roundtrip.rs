@@ -130,3 +130,94 @@ fn export_of_a_run_without_winner_is_refused() {
     assert!(stderr(&o).contains("no winner"), "{}", stderr(&o));
     assert!(!tmp.path().join("p.yaml").exists());
 }
+
+/// Issue 43: `profile export` warns on stderr when the tune's verdict did not decide the
+/// winner, or when the winner's own measurements spread wider than a race decides (a plan
+/// would predict from them); the profile is written all the same. A proven, steady winner
+/// exports without a word.
+#[test]
+fn export_warns_about_an_undecided_or_noisy_winner() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    let mut r = support::profile::tune_result_json();
+    let write = |r: &serde_json::Value| {
+        std::fs::write(
+            run.join("results.json"),
+            serde_json::to_vec_pretty(r).unwrap(),
+        )
+        .unwrap()
+    };
+    r["winner"]["status"] = "proven".into();
+    write(&r);
+    let o = qtune(tmp.path(), &["profile", "export", "run", "--out", "a.yaml"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+
+    let noisy = qtune::trial::Stat::from_samples(&[2.0, 40.0, 41.0]).unwrap();
+    r["winner"]["status"] = "likely".into();
+    r["winner"]["gen_tps"] = serde_json::to_value(&noisy).unwrap();
+    write(&r);
+    let o = qtune(tmp.path(), &["profile", "export", "run", "--out", "b.yaml"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("qtune: warning: the winner is faster by its estimate only"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "qtune: warning: the winner's generation speeds spread {:.0} % between its measurements",
+            noisy.spread_pct
+        )),
+        "{err}"
+    );
+    assert!(load_profile(&tmp.path().join("b.yaml")).is_ok());
+
+    // Never raced: the verdict did not decide.
+    r["winner"]["status"] = "unraced".into();
+    write(&r);
+    let o = qtune(tmp.path(), &["profile", "export", "run", "--out", "c.yaml"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the tune's verdict did not decide that the winner is faster"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// Issue 43: the built-in profiles predate workloads: `profile show` and `profile list` say
+/// what they were tuned for, and one whose winner measured slower in generation than its
+/// baseline says that too.
+#[test]
+fn built_in_profiles_say_what_they_were_tuned_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = qtune(
+        tmp.path(),
+        &["profile", "show", "qwen3.5-35b-a3b-q4_k_m-h200-16gib"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains(
+            "Tuned for: generation speed with a 2048-token prompt and 64 generated tokens, before qtune measured workloads"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("its winner measured 1.1 % slower in generation than its baseline"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("llama.cpp version:"),
+        "the version without its prefix: {out}"
+    );
+    let o = qtune(tmp.path(), &["profile", "list"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let list = stdout(&o);
+    let row = list
+        .lines()
+        .find(|l| l.starts_with("qwen3.5-35b-a3b-q4_k_m-h200-16gib (built-in)"))
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(row.ends_with("generation (before workloads)"), "{row}");
+}

@@ -383,6 +383,10 @@ fn launch_sh_port_alias_and_key_reach_the_openai_client() {
             &key_arg,
             "-n",
             "16",
+            "-c",
+            "1024",
+            "--threads",
+            "1",
         ],
         &home,
         "/usr/bin:/bin",
@@ -406,6 +410,19 @@ fn launch_sh_port_alias_and_key_reach_the_openai_client() {
         run.log()
     );
     assert!(!run.log().contains("s3cret"), "the key is never printed");
+    // A passed-on flag that replaces a tuned one is named, in either spelling, and still
+    // reaches the server (it is serving); one that replaces nothing (-n) is not.
+    let log = run.log();
+    assert!(
+        log.contains("launch.sh: note: -c 1024 overrides the tuned -c 2048\n"),
+        "{log}"
+    );
+    assert!(
+        log.contains("launch.sh: note: --threads 1 overrides the tuned -t 2\n"),
+        "{log}"
+    );
+    assert!(!log.contains("note: -n"), "{log}");
+    assert!(log.contains(" -n 16 -c 1024 --threads 1\n"), "{log}");
     let o = Command::new(python)
         .args(["-c", OPENAI_CHECK])
         .arg(format!("http://127.0.0.1:{port}/v1"))
@@ -494,7 +511,7 @@ fn systemd_units_verify_or_are_refused_in_one_line() {
         assert!(o.status.success(), "{name}: {}", support::output_text(&o));
         let v = Command::new(&analyze)
             .args(["verify", "--man=no"])
-            .arg("launch.sh.service")
+            .arg("qtune-tiny-qwen35moe-q4_k_m.service")
             .current_dir(&dir)
             .output()
             .unwrap();
@@ -502,7 +519,7 @@ fn systemd_units_verify_or_are_refused_in_one_line() {
             v.status.success() && v.stderr.is_empty(),
             "{name}: systemd-analyze verify: {}\n{}",
             support::output_text(&v),
-            std::fs::read_to_string(dir.join("launch.sh.service")).unwrap()
+            std::fs::read_to_string(dir.join("qtune-tiny-qwen35moe-q4_k_m.service")).unwrap()
         );
     }
     for name in ["it's", "say \"hi\"", "back\\slash"] {

@@ -6,6 +6,7 @@
 //! lands mid-trial): fast and server-free. A few cycles use the real CPU llama-server on the
 //! tiny MoE model, so "no process left" is proven with real servers.
 
+use qtune::engine::LaunchArgs;
 mod support;
 use support::require;
 use support::servers;

@@ -8,6 +8,7 @@
 //! that journal: the overhead is learned from it, and what is proposed with it would have fit.
 
 use qtune::config::LaunchConfig;
+use qtune::engine::LaunchArgs;
 use qtune::model::memory::{HostCaps, CPU_COMPUTE};
 use qtune::model::synth::SynthFtype;
 use qtune::placement::{propose_with, Limits, FIT_OVERSHOOT_MIB};

@@ -9,6 +9,7 @@
 //! `cargo test --test speed_replay -- --nocapture` prints predicted vs measured per group.
 
 use qtune::config::LaunchConfig;
+use qtune::engine::LaunchArgs;
 use qtune::model::speed::{self, SpeedBox, SpeedConstants, FITTED};
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -174,6 +174,8 @@ fn measure_a_mix(server: &Path, model: &Path) {
         mix("doc", shape("read", 0, 300, 6)),
     ];
     let dir = tempfile::tempdir().unwrap();
+    // What the heartbeat would say, sampled while the trial runs.
+    let doing = qtune::trial::phase::PhaseCell::default();
     let mut r = runner_with(
         server,
         model,
@@ -184,8 +186,36 @@ fn measure_a_mix(server: &Path, model: &Path) {
             shape_repetitions: 2,
             ..tiny_workload()
         },
-    );
+    )
+    .with_phase(doing.clone());
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (doing, done) = (doing.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut seen: Vec<String> = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some(d) = doing.describe().filter(|d| !seen.contains(d)) {
+                    seen.push(d);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            seen
+        })
+    };
     let o = r.run(&cpu_config(), TrialRole::Search);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let seen = sampler.join().unwrap();
+    assert!(
+        seen.iter()
+            .any(|d| d.starts_with("loading the model") && d.contains(" GB")),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|d| d == "measuring the deep request (300 tokens held, 40 new, 10 generated)"),
+        "{seen:?}"
+    );
+    assert_eq!(doing.describe(), None, "nothing is said between launches");
     let model = model.display();
     assert_eq!(
         o.kind,

@@ -2,6 +2,7 @@
 //! Each test gets its own directory and its own symlink to the model, so the servers it starts
 //! can be found by that path (and must be gone when qtune is).
 
+use qtune::engine::LaunchArgs;
 mod support;
 use support::qtune;
 use support::servers;
@@ -135,7 +136,49 @@ fn tune_and_check(model: PathBuf, extra: &[&str]) {
     for f in ["report.md", "launch.sh"] {
         assert!(run.join(f).is_file(), "{f} written");
     }
+    shows_configs_as_flags(&stderr, &run, trials);
     servers::assert_none_left(&m.display().to_string(), "after the tune");
+}
+
+/// Issue 43: the summary and the report show each config as the llama-server flags a user
+/// would paste (`-t 1 -b 512 -ub 128`), never qtune's own shorthand (`t=1 b=512/128
+/// kv=f16/f16 lm=none`).
+fn shows_configs_as_flags(summary: &str, run: &Path, trials: &[serde_json::Value]) {
+    let report = std::fs::read_to_string(run.join("report.md")).unwrap();
+    for (what, text) in [("the summary", summary), ("report.md", report.as_str())] {
+        for shorthand in ["kv=", " t=", " b=", "lm=", "ncmoe=", "fa="] {
+            assert!(
+                !text.contains(shorthand),
+                "{what} holds the shorthand {shorthand:?}:\n{text}"
+            );
+        }
+    }
+    let mut shown = 0;
+    for t in trials.iter().filter(|t| t["kind"] == "ok") {
+        let c: qtune::config::LaunchConfig =
+            serde_json::from_value(t["config"].clone()).expect("a launch config");
+        let flags = c.label();
+        if c.threads.is_some() || c.batch.is_some() {
+            assert!(
+                flags.starts_with('-') && !flags.contains('='),
+                "flags, not shorthand: {flags}"
+            );
+            assert!(
+                report.contains(&flags),
+                "report.md lacks {flags}:\n{report}"
+            );
+            shown += 1;
+        }
+    }
+    assert!(shown > 0, "no searched config ran ok: {trials:?}");
+    // The winner (or the kept reference) is named by its flags in the summary too.
+    let w: qtune::config::LaunchConfig =
+        serde_json::from_value(results(run)["winner"]["config"].clone()).unwrap();
+    assert!(
+        summary.contains(&w.label()),
+        "the summary lacks the winner's {}:\n{summary}",
+        w.label()
+    );
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! 16 GiB GPU box). Resume, interruption, verdict, results.json, report, profile and launch
 //! script are checked in milliseconds; the real-server tests in tune_cli.rs stay.
 
+use qtune::engine::LaunchArgs;
 mod support;
 use support::output_text as text;
 

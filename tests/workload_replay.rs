@@ -4,6 +4,7 @@
 //! beyond its interval is never the headline. While the two baselines are not told apart, the
 //! one that keeps more of the model on the GPU is the reference.
 
+use qtune::engine::LaunchArgs;
 mod support;
 
 use qtune::config::LaunchConfig;

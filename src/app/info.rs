@@ -118,7 +118,7 @@ pub fn server_check(explicit: Option<PathBuf>) -> Result<()> {
         "{} (from {}): {}; has {}",
         crate::escape::terminal_path(&s.path),
         s.source.describe(),
-        crate::escape::terminal(&s.version),
+        crate::escape::terminal(&crate::server_binary::short_version(&s.version)),
         crate::server_binary::REQUIRED_FLAGS.join(" ")
     );
     println!("devices: {}", s.backend());

@@ -3,6 +3,7 @@
 //! reports for its buffers).
 
 use crate::config::{KvType, LaunchConfig};
+use crate::engine::LaunchArgs;
 use crate::run::{RunInputs, TuneResult};
 use crate::trial::llama_runner::LlamaServerRunner;
 use crate::trial::{TrialRole, TrialRunner};
@@ -210,7 +211,7 @@ pub fn calibrate(
         };
         eprintln!(
             "{:<40} {:>12} {:>12} {:>7}   {:>12} {:>12} {:>7}  {}",
-            format!("c={} {}", cfg.ctx, cfg.label()),
+            cfg.flags(),
             fmt_mib(pred.gpu_mib),
             rg.map_or("-".into(), fmt_mib),
             err(pred.gpu_mib, rg),

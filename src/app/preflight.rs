@@ -260,8 +260,10 @@ pub fn banner(
         ));
     }
     out.push(format!(
-        "  budget: at most {} launches and {} minutes (the tune ends within {} minutes: no launch starts once they are spent)",
-        space.budget.trials, space.budget.minutes, space.budget.minutes
+        "  budget: at most {} and {} minutes (the tune ends within {} minutes: no launch starts once they are spent)",
+        crate::util::count(space.budget.trials as u64, "launch", "launches"),
+        space.budget.minutes,
+        space.budget.minutes
     ));
     for (i, b) in baselines.iter().enumerate() {
         out.push(format!(

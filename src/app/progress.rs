@@ -33,6 +33,8 @@ struct State {
     /// Wall time of each launch finished in this session, seconds.
     durations: Vec<f64>,
     last_line: Instant,
+    /// What the launch is doing now, when the runner says it (a real tune).
+    doing: Option<crate::trial::phase::PhaseCell>,
 }
 
 impl State {
@@ -82,6 +84,23 @@ pub fn launch_line(
     )
 }
 
+/// The heartbeat of a launch still running after `running_s`: what it is doing when known
+/// (`loading the model, 1.2 of 3.4 GB in memory`, `measuring the agent-turn request ...`).
+pub fn heartbeat_line(
+    launch: u32,
+    budget: u32,
+    role: TrialRole,
+    running_s: f64,
+    doing: Option<&str>,
+) -> String {
+    format!(
+        "  launch {launch}/{budget} · {} · still running after {}: {}",
+        role_word(role),
+        duration_text(running_s),
+        doing.unwrap_or("loading the model or measuring")
+    )
+}
+
 /// Between launches: is the box busier than the launch's threads allow?
 struct BusyWatch {
     logical_cores: u32,
@@ -121,6 +140,7 @@ impl Progress {
             current: None,
             durations: Vec::new(),
             last_line: Instant::now(),
+            doing: None,
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let p = Progress {
@@ -148,12 +168,13 @@ impl Progress {
                     match s.current {
                         Some((t0, role)) if s.last_line.elapsed() >= HEARTBEAT => {
                             s.last_line = Instant::now();
-                            Some(format!(
-                                "  launch {}/{} · {} · still running after {} (loading the model or measuring)",
+                            let doing = s.doing.as_ref().and_then(|d| d.describe());
+                            Some(heartbeat_line(
                                 s.launch,
                                 s.budget.launches,
-                                role_word(role),
-                                duration_text(t0.elapsed().as_secs_f64())
+                                role,
+                                t0.elapsed().as_secs_f64(),
+                                doing.as_deref(),
                             ))
                         }
                         _ => None,
@@ -166,6 +187,14 @@ impl Progress {
                 }
             }
         });
+    }
+
+    /// Name each launch's step in the heartbeat, as the runner sets it in `cell`.
+    pub fn with_phase(self, cell: crate::trial::phase::PhaseCell) -> Self {
+        if let Ok(mut s) = self.state.lock() {
+            s.doing = Some(cell);
+        }
+        self
     }
 
     /// Check the box before every launch (a real tune): a launch with more threads than the
@@ -300,5 +329,21 @@ mod tests {
             "launch 1/20 · baseline · 0s elapsed · ETA - · -c 4096"
         );
         assert_eq!(duration_text(3725.0), "1h02m");
+    }
+
+    #[test]
+    fn the_heartbeat_names_the_step() {
+        assert_eq!(
+            heartbeat_line(
+                3,
+                20,
+                TrialRole::Search,
+                45.0,
+                Some("loading the model, 1.2 of 3.4 GB in memory")
+            ),
+            "  launch 3/20 · search · still running after 45s: loading the model, 1.2 of 3.4 GB in memory"
+        );
+        assert!(heartbeat_line(3, 20, TrialRole::Confirm, 45.0, None)
+            .ends_with(": loading the model or measuring"));
     }
 }

@@ -44,6 +44,9 @@ pub fn profile_export(run_dir: &Path, out: &Path) -> Result<()> {
     let p = profile::from_tune(&r, None)?;
     crate::util::check_out_file(out)?;
     crate::util::write_atomic(out, profile::to_yaml(&p)?.as_bytes())?;
+    for w in profile::export_warnings(&r) {
+        eprintln!("qtune: warning: {}", terminal(&w));
+    }
     println!(
         "exported profile '{}' ({} measured configs) to {}",
         terminal(&p.name),
@@ -105,15 +108,33 @@ pub fn plan(
     // Host read bandwidth is an input of the speed prediction (about two seconds).
     let hw = crate::hardware::probe(true);
     let dir = crate::util::profiles_dir();
-    let chosen: Option<Profile> = match profile_path {
-        Some(p) => Some(profile::resolve_profile(p)?.1),
-        None if !use_profiles => None,
+    let (chosen, why): (Option<Profile>, Option<String>) = match profile_path {
+        Some(p) => (
+            Some(profile::resolve_profile(p)?.1),
+            Some("given with --profile".into()),
+        ),
+        None if !use_profiles => (None, None),
         None => {
-            let all: Vec<Profile> = profile::load_all(&dir)
+            let all: Vec<(PathBuf, Profile)> = profile::load_all(&dir)
                 .into_iter()
-                .filter_map(|(_, r)| r.ok())
+                .filter_map(|(path, r)| r.ok().map(|p| (path, p)))
                 .collect();
-            crate::plan::best_profile(&layout, &hw, headroom_mib, &all).cloned()
+            let profiles: Vec<Profile> = all.iter().map(|(_, p)| p.clone()).collect();
+            let best = crate::plan::best_profile(&layout, &hw, headroom_mib, &profiles).cloned();
+            let why = best.as_ref().map(|b| {
+                let from = all
+                    .iter()
+                    .find(|(_, p)| p == b)
+                    .map(|(path, _)| path.display().to_string())
+                    .unwrap_or_default();
+                format!(
+                    "{from}: the closest match of {} profiles (the same model first, then the same \
+                     GPU, then the nearest VRAM budget); --profile FILE picks another, \
+                     --no-profile none",
+                    all.len()
+                )
+            });
+            (best, why)
         }
     };
     // One context rule: --ctx, else the profile's (a profile keeps its context), else what
@@ -125,7 +146,8 @@ pub fn plan(
     };
     super::preflight::check_headroom(&hw, headroom_mib)?;
     super::preflight::check_fits(&layout, &hw, ctx, headroom_mib)?;
-    let plan = crate::plan::plan(&layout, &hw, chosen.as_ref(), ctx, headroom_mib);
+    let mut plan = crate::plan::plan(&layout, &hw, chosen.as_ref(), ctx, headroom_mib);
+    plan.profile_chosen = why;
     eprint!("{}", terminal_lines(&crate::plan::plan_text(&plan, model)));
     if !plan.fits {
         bail!(
@@ -221,7 +243,10 @@ mod tests {
         script(dir.path(), &out, "0.0.0.0", 9123, both).unwrap();
         let s = std::fs::read_to_string(&out).unwrap();
         assert!(s.contains("DEFAULT_PORT=9123\n"));
-        let unit = std::fs::read_to_string(dir.path().join("my launch.sh.service")).unwrap();
+        // Named after the model, not after the script.
+        assert!(!dir.path().join("my launch.sh.service").exists());
+        let unit =
+            std::fs::read_to_string(dir.path().join("qtune-Qwen3-30B-A3B-Q4_K_M.service")).unwrap();
         assert!(unit.contains("Restart=on-failure"));
         assert!(unit.contains(&format!(
             "ExecStart=\"{}\"",

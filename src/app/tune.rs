@@ -217,10 +217,10 @@ fn verify_resume(
                 .with_context(|| format!("cannot resume {shown}"))?;
         if server.version != inputs.server_version {
             anyhow::bail!(
-                "cannot resume {shown}: the server {} changed since the tune started (version {:?}, now {:?}): restore it, or start a new tune",
+                "cannot resume {shown}: the server {} changed since the tune started (it was {}, now {}): restore it, or start a new tune",
                 inputs.server_path.display(),
-                inputs.server_version,
-                server.version
+                crate::escape::terminal(&crate::server_binary::short_version(&inputs.server_version)),
+                crate::escape::terminal(&crate::server_binary::short_version(&server.version))
             );
         }
         if let (Some(want), Some(now)) = (inputs.server_bytes, file_bytes(&inputs.server_path)) {
@@ -487,6 +487,7 @@ fn runner_and_clock(
     layout: &crate::model::ModelLayout,
     resume: &Resume,
     started: std::time::Instant,
+    doing: crate::trial::phase::PhaseCell,
 ) -> Result<(Box<dyn TrialRunner>, Arc<dyn Clock>)> {
     let journal = Journal::open(run_dir)?;
     if let Some(r) = &opts.replay {
@@ -533,7 +534,8 @@ fn runner_and_clock(
         resume.elapsed_s,
     ))
     .with_speed_ceiling(crate::trial::plausible::ceiling_for(layout, hw))
-    .with_predicted_pace(crate::trial::plausible::pace_for(layout, hw));
+    .with_predicted_pace(crate::trial::plausible::pace_for(layout, hw))
+    .with_phase(doing);
     Ok((Box::new(runner), crate::clock::system()))
 }
 
@@ -587,9 +589,9 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
     }
     if !resume.done.is_empty() {
         eprintln!(
-            "qtune: resuming {}: {} trials already done",
+            "qtune: resuming {}: {} already done",
             crate::escape::terminal_path(&run_dir),
-            resume.done.len()
+            crate::util::count(resume.done.len() as u64, "trial", "trials")
         );
     }
     if opts.resume.is_some() {
@@ -597,7 +599,16 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
             eprintln!("qtune: {n}");
         }
     }
-    let (runner, clock) = runner_and_clock(opts, &run_dir, &inputs, &layout, &resume, started)?;
+    let doing = crate::trial::phase::PhaseCell::default();
+    let (runner, clock) = runner_and_clock(
+        opts,
+        &run_dir,
+        &inputs,
+        &layout,
+        &resume,
+        started,
+        doing.clone(),
+    )?;
     let mut progress = super::progress::Progress::new(
         super::progress::Budget {
             launches: inputs.space.budget.trials,
@@ -606,7 +617,8 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
             elapsed_s: resume.elapsed_s,
         },
         opts.quiet,
-    );
+    )
+    .with_phase(doing);
     if opts.replay.is_none() {
         // Between launches: a box that got busy after the start is said as it happens.
         let host = &inputs.hardware.host;
@@ -732,8 +744,9 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
         }
     }
     println!(
-        "# qtune tune --dry-run: nothing launched. The tune would start with these launches, then search from what they measure, within {} launches and {} minutes:",
-        c.space.budget.trials, c.space.budget.minutes
+        "# qtune tune --dry-run: nothing launched. The tune would start with these launches, then search from what they measure, within {} and {} minutes:",
+        crate::util::count(c.space.budget.trials as u64, "launch", "launches"),
+        c.space.budget.minutes
     );
     for (i, l) in first.iter().enumerate() {
         println!(
@@ -757,7 +770,7 @@ pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>) -> Result<()> {
     eprintln!(
         "qtune demo: llama-server {} ({})",
         crate::escape::terminal_path(&server.path),
-        crate::escape::terminal(&server.version)
+        crate::escape::terminal(&crate::server_binary::short_version(&server.version))
     );
     let model = crate::fixtures::tiny_moe("tiny-qwen35moe")?;
     eprintln!(

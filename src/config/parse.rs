@@ -17,6 +17,43 @@ pub struct ServerCommand {
     pub config: LaunchConfig,
 }
 
+/// Every spelling llama-server takes for each flag qtune renders or reads back, the short one
+/// (as [`LaunchConfig::server_args`] renders it) first.
+pub const FLAG_SPELLINGS: &[&[&str]] = &[
+    &["-m", "--model"],
+    &["-c", "--ctx-size"],
+    &["-np", "--parallel"],
+    &["-ngl", "--n-gpu-layers", "--gpu-layers"],
+    &["-sm", "--split-mode"],
+    &["-ts", "--tensor-split"],
+    &["--n-cpu-moe", "-ncmoe"],
+    &["-t", "--threads"],
+    &["-b", "--batch-size"],
+    &["-ub", "--ubatch-size"],
+    &["-ctk", "--cache-type-k"],
+    &["-ctv", "--cache-type-v"],
+    &["-fa", "--flash-attn"],
+    &["--fit"],
+    &["--fit-target"],
+    &["--load-mode"],
+    &["-ot", "--override-tensor"],
+    &["--no-op-offload"],
+    &["-kvu", "--kv-unified"],
+    &["-no-kvu", "--no-kv-unified"],
+    &["--spec-type"],
+    &["--checkpoint-min-step", "-cms"],
+    &["--host"],
+    &["--port"],
+];
+
+/// The spelling qtune renders for `flag` (any spelling in [`FLAG_SPELLINGS`]), if it is one.
+pub fn canonical_flag(flag: &str) -> Option<&'static str> {
+    FLAG_SPELLINGS
+        .iter()
+        .find(|s| s.contains(&flag))
+        .map(|s| s[0])
+}
+
 /// Read back a `llama-server` argv as qtune renders it ([`LaunchConfig::command`]): the binary,
 /// `-m`, the config's flags (short or long spelling, `--flag=value` too), `--host`, `--port`.
 /// `-c` and `-np` are required (the server's own defaults differ from a config's). Any other
@@ -42,37 +79,14 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
             Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
             _ => (word, None),
         };
-        let canon: &'static str = match flag {
-            "-m" | "--model" => "-m",
-            "-c" | "--ctx-size" => "-c",
-            "-np" | "--parallel" => "-np",
-            "-ngl" | "--n-gpu-layers" | "--gpu-layers" => "-ngl",
-            "-sm" | "--split-mode" => "-sm",
-            "-ts" | "--tensor-split" => "-ts",
-            "-ncmoe" | "--n-cpu-moe" => "--n-cpu-moe",
-            "-t" | "--threads" => "-t",
-            "-b" | "--batch-size" => "-b",
-            "-ub" | "--ubatch-size" => "-ub",
-            "-ctk" | "--cache-type-k" => "-ctk",
-            "-ctv" | "--cache-type-v" => "-ctv",
-            "-fa" | "--flash-attn" => "-fa",
-            "--fit" => "--fit",
-            "--fit-target" => "--fit-target",
-            "--load-mode" => "--load-mode",
-            "-ot" | "--override-tensor" => "-ot",
-            "--no-op-offload" => "--no-op-offload",
-            "-kvu" | "--kv-unified" => "-kvu",
-            "-no-kvu" | "--no-kv-unified" => "-no-kvu",
-            "--spec-type" => "--spec-type",
-            "-cms" | "--checkpoint-min-step" => "--checkpoint-min-step",
-            "--host" => "--host",
-            "--port" => "--port",
-            _ if flag.starts_with('-') => {
+        let canon: &'static str = match canonical_flag(flag) {
+            Some(c) => c,
+            None if flag.starts_with('-') => {
                 return Err(format!(
                     "unknown flag '{flag}': qtune reads back only the flags it renders (-m, -c, -np, -ngl, -sm, -ts, --n-cpu-moe, -t, -b, -ub, -ctk, -ctv, -fa, --fit, --fit-target, --load-mode, -ot, --no-op-offload, -kvu, -no-kvu, --spec-type, --checkpoint-min-step, --host, --port)"
                 ))
             }
-            _ => {
+            None => {
                 return Err(format!(
                     "unexpected word '{word}': expected a flag (is a value missing its flag, or a path unquoted?)"
                 ))

@@ -31,8 +31,11 @@ fn manual_config_renders_every_flag_once() {
     );
     assert_eq!(
         cfg.label(),
-        "ncmoe=24 t=8 b=2048/512 kv=q8_0/q8_0 fa=on lm=none"
+        "-ngl 999 --n-cpu-moe 24 -t 8 -b 2048 -ub 512 -ctk q8_0 -ctv q8_0 -fa on --fit off --load-mode none"
     );
+    assert_eq!(cfg.flags(), line);
+    assert_eq!(LaunchConfig::baseline(4096).label(), "server defaults");
+    assert_eq!(LaunchConfig::baseline(4096).flags(), "-c 4096 -np 1");
 }
 
 #[test]
@@ -102,7 +105,7 @@ fn expert_placement_renders_one_ot_rule_per_regex() {
     );
     assert_eq!(
         cfg.label(),
-        "cpu-exps=36-47+35:gate,down kv=f16/f16 lm=none"
+        r"-ngl 999 -ot 'blk\.(3[6-9]|4[0-7])\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU' -ot 'blk\.35\.ffn_(gate|down)_(ch|)exps=CPU' --fit off --load-mode none"
     );
     // No rule holds a comma: llama.cpp splits an -ot value on commas.
     assert!(cfg.server_args().iter().all(|a| !a.contains(',')));
@@ -136,7 +139,10 @@ fn first_n_with_a_partial_block_adds_to_n_cpu_moe() {
         cfg.server_args().join(" "),
         r"-c 8192 -np 1 -ngl 999 --n-cpu-moe 12 -ot blk\.12\.ffn_(down)_(ch|)exps=CPU"
     );
-    assert_eq!(cfg.label(), "ncmoe=12 cpu-exps=12:down kv=f16/f16");
+    assert_eq!(
+        cfg.label(),
+        r"-ngl 999 --n-cpu-moe 12 -ot 'blk\.12\.ffn_(down)_(ch|)exps=CPU'"
+    );
 }
 
 #[test]
@@ -162,7 +168,7 @@ fn fit_candidate_has_no_placement_flags_and_keeps_the_rest() {
     );
     assert_eq!(
         fit.label(),
-        "fit=on/512 t=8 b=2048/2048 kv=q8_0/q8_0 lm=none no-op-offload"
+        "-t 8 -b 2048 -ub 2048 -ctk q8_0 -ctv q8_0 --fit on --fit-target 512 --load-mode none --no-op-offload"
     );
     // fit gives up when placement is set: such a config is refused before launch.
     let both = LaunchConfig {
@@ -357,7 +363,7 @@ fn long_flag_spellings_and_fit_target_parse() {
         c.config.server_args().join(" "),
         "-c 32768 -np 1 --fit-target 512"
     );
-    assert_eq!(c.config.label(), "fit-target=512 kv=f16/f16");
+    assert_eq!(c.config.label(), "--fit-target 512");
 }
 
 #[test]
@@ -450,7 +456,7 @@ fn two_gpu_flags_render_check_and_parse_back() {
     );
     assert_eq!(
         cfg.label(),
-        "sm=layer ts=60,40 cpu-exps=20-21,38-39 cuda1-exps=5-6 b=-/512 kv=f16/f16"
+        r"-ngl 999 -sm layer -ts 60,40 -ot 'blk\.(2[0-1]|3[8-9])\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU' -ot 'blk\.([5-6])\.ffn_(up|down|gate|gate_up)_(ch|)exps=CUDA1' -ub 512 --fit off"
     );
     assert!(!cfg.is_auto_placement());
     // Read back exactly, long spellings too.
@@ -555,10 +561,7 @@ fn the_levers_render_and_read_back_as_the_server_spells_them() {
     .unwrap_err();
     assert!(e.contains("ngram-mod, ngram-simple or ngram-map-k"), "{e}");
     // A config without levers is still the plain baseline.
-    assert_eq!(
-        LaunchConfig::baseline(8192).label(),
-        "baseline (server defaults, auto-fit)"
-    );
+    assert_eq!(LaunchConfig::baseline(8192).label(), "server defaults");
     assert!(
         c.label().contains("--spec-type ngram-simple"),
         "{}",

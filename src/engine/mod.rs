@@ -52,6 +52,45 @@ pub trait LaunchArgs {
     fn server_args(&self) -> Vec<String>;
     /// [`Engine::command`] of [`ENGINE`].
     fn command(&self, server: &Path, model: &Path, host: &str, port: u16) -> Vec<String>;
+
+    /// The flags a user would paste after `llama-server -m MODEL`: [`Self::server_args`],
+    /// shell-quoted, without the model path, host and port.
+    fn flags(&self) -> String {
+        crate::escape::shell_line(&self.server_args())
+    }
+
+    /// The flags for narrow places (a table cell, a plot legend, a one-line verdict):
+    /// [`Self::flags`] without `-c` and `-np`, which every config of one tune shares. Nothing
+    /// is renamed, only dropped; a config with no other flag reads `server defaults`.
+    fn label(&self) -> String {
+        let parts = self.label_parts();
+        if parts.is_empty() {
+            return "server defaults".to_string();
+        }
+        parts.join(" ")
+    }
+
+    /// [`Self::label`]'s flags one by one, each with its value (`-t 1`, `--no-op-offload`),
+    /// shell-quoted: what a plot keeps of a label when it drops the flags every config shares.
+    fn label_parts(&self) -> Vec<String> {
+        let args = self.server_args();
+        let mut parts = Vec::new();
+        let mut i = 0;
+        while i < args.len() {
+            // A flag's value never starts with '-'; value-less flags (`--no-op-offload`,
+            // `-kvu`, `-no-kvu`) are followed by the next flag or nothing.
+            let n = if i + 1 < args.len() && !args[i + 1].starts_with('-') {
+                2
+            } else {
+                1
+            };
+            if !matches!(args[i].as_str(), "-c" | "-np") {
+                parts.push(crate::escape::shell_line(&args[i..i + n]));
+            }
+            i += n;
+        }
+        parts
+    }
 }
 
 impl LaunchArgs for LaunchConfig {

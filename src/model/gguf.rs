@@ -412,10 +412,16 @@ impl<R: Read> Reader<R> {
             None => DEFAULT_ALIGNMENT,
             Some((_, v)) => match v.as_u64() {
                 Some(a) if a > 0 && a.is_power_of_two() => a,
-                _ => {
+                Some(a) => {
                     return Err(
-                        self.corrupt(format!("general.alignment is {v:?}, not a power of two"))
+                        self.corrupt(format!("general.alignment is {a}, not a power of two"))
                     )
+                }
+                None => {
+                    return Err(self.corrupt(
+                        "general.alignment is not a whole number (a power of two was expected)"
+                            .to_string(),
+                    ))
                 }
             },
         };

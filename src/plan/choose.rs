@@ -2,6 +2,7 @@
 //! one, by comparing the default space's batch and KV pairs by predicted speed.
 
 use super::*;
+use crate::engine::LaunchArgs;
 
 /// Predicted generation speeds within this many percent of the fastest candidate's are a tie,
 /// which predicted prompt speed breaks ([`crate::model::speed::PICK_TIE_PCT`] says why 3 %).
@@ -235,9 +236,13 @@ pub(super) fn place(
             }
             if profile.is_some_and(|p| p.hardware.gpus.len() != cards.len()) {
                 reasons.push(format!(
-                    "the profile's box had {} GPU(s); this one has {}: its placement does not \
+                    "the profile's box had {}; this one has {}: its placement does not \
                      carry over",
-                    profile.map_or(0, |p| p.hardware.gpus.len()),
+                    crate::util::count(
+                        profile.map_or(0, |p| p.hardware.gpus.len()) as u64,
+                        "GPU",
+                        "GPUs"
+                    ),
                     cards.len()
                 ));
             }

@@ -54,6 +54,10 @@ pub struct Plan {
     pub budget_mib: Option<u64>,
     /// Name of the profile the plan started from.
     pub from_profile: Option<String>,
+    /// How that profile was chosen (`--profile`, or the best match of those found), when the
+    /// caller says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile_chosen: Option<String>,
     /// False when even all experts on the CPU do not fit the budget.
     pub fits: bool,
     /// Predicted generation and prompt speed, with intervals; None with the reason in
@@ -147,6 +151,20 @@ pub fn plan(
     }
 
     let spread = profile.map_or(0.0, profile_spread_pct);
+    if let Some(p) = profile {
+        reasons.push(format!(
+            "profile '{}' was tuned for {}",
+            p.name,
+            crate::profile::tuned_for(p)
+        ));
+        if spread > NOISY_SPREAD_PCT {
+            warnings.push(format!(
+                "profile '{}''s winner spread {spread:.0} % between its measurements (more than \
+                 {NOISY_SPREAD_PCT:.0} %): its measured speeds are not a reliable guide",
+                p.name
+            ));
+        }
+    }
     let confidence = match (profile, matched) {
         (Some(p), Some(ModelMatch::Fingerprint))
             if same_gpus(p, hw) && same_budget(p, budget) && spread > NOISY_SPREAD_PCT =>
@@ -202,6 +220,7 @@ pub fn plan(
         predicted_host_mib: pred.host_mib,
         budget_mib: budget,
         from_profile: profile.map(|p| p.name.clone()),
+        profile_chosen: None,
         fits,
         cards: cards
             .iter()

@@ -1,6 +1,7 @@
 //! Render: the text block `qtune plan` prints.
 
 use super::*;
+use crate::engine::LaunchArgs;
 
 /// The text block `qtune plan` prints on stderr.
 pub fn plan_text(plan: &Plan, model: &Path) -> String {
@@ -9,14 +10,18 @@ pub fn plan_text(plan: &Plan, model: &Path) -> String {
     let _ = writeln!(o, "Plan for {}", crate::escape::terminal_path(model));
     let _ = writeln!(
         o,
-        "  profile: {}",
+        "  profile: {}{}",
         crate::escape::terminal(
             plan.from_profile
                 .as_deref()
                 .unwrap_or("none (built-in defaults)")
-        )
+        ),
+        plan.profile_chosen
+            .as_deref()
+            .map(|why| format!(" ({})", crate::escape::terminal(why)))
+            .unwrap_or_default()
     );
-    let _ = writeln!(o, "  config: {}", plan.config.label());
+    let _ = writeln!(o, "  config: {}", plan.config.flags());
     let _ = writeln!(o, "  confidence: {}", plan.confidence.as_str());
     for r in &plan.reasons {
         let _ = writeln!(o, "    - {}", crate::escape::terminal(r));

@@ -373,11 +373,13 @@ fn without_a_profile_a_card_too_small_for_the_bigger_compute_buffer_keeps_what_f
         .map(|c| (c.config.clone(), c.fits))
         .collect();
     assert!(
-        fits.iter().any(|(c, f)| !f && c.contains("b=4096/4096")),
+        fits.iter()
+            .any(|(c, f)| !f && c.contains("-b 4096 -ub 4096")),
         "{fits:?}"
     );
     assert!(
-        fits.iter().any(|(c, f)| *f && c.contains("b=2048/2048")),
+        fits.iter()
+            .any(|(c, f)| *f && c.contains("-b 2048 -ub 2048")),
         "{fits:?}"
     );
     let chosen = pl.compared.iter().find(|c| c.chosen).unwrap();
@@ -395,7 +397,9 @@ fn without_a_profile_a_card_too_small_for_the_bigger_compute_buffer_keeps_what_f
     }
     let text = plan_text(&pl, Path::new("m.gguf"));
     assert!(
-        text.contains("b=4096/4096 kv=q8_0/q8_0 fa=on lm=none: does not fit"),
+        text.contains(
+            "-b 4096 -ub 4096 -ctk q8_0 -ctv q8_0 -fa on --fit off --load-mode none: does not fit"
+        ),
         "{text}"
     );
 
@@ -499,7 +503,7 @@ fn a_box_with_two_cards_gets_its_split_predicted_again() {
         assert!(!r.contains("  "), "{r:?}");
     }
     assert!(
-        pl.reasons.iter().any(|r| r.contains("had 1 GPU(s)")),
+        pl.reasons.iter().any(|r| r.contains("had 1 GPU;")),
         "{:?}",
         pl.reasons
     );

@@ -71,6 +71,46 @@ pub fn default_name(r: &TuneResult) -> String {
     sanitize_name(&slug(&format!("{model} {ft} {target}")))
 }
 
+/// What `profile export` warns about before a stranger plans from the profile: a winner the
+/// tune's verdict did not decide (never raced, or faster by its estimate only), and a winner
+/// whose own measurements spread wider than the gain a race is sized to decide (its speeds
+/// would mislead `plan`'s predictions). Empty for a decided, steady winner.
+pub fn export_warnings(r: &TuneResult) -> Vec<String> {
+    use crate::run::VerdictStatus;
+    let Some(w) = &r.winner else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    match w.status {
+        Some(VerdictStatus::Proven | VerdictStatus::Kept) => {}
+        Some(VerdictStatus::Likely) => out.push(
+            "the winner is faster by its estimate only: the race did not prove it (tune longer, \
+             e.g. --budget-minutes, then export again)"
+                .to_string(),
+        ),
+        // Never raced, or raced without a decision.
+        _ => out.push(
+            "the tune's verdict did not decide that the winner is faster than its baseline \
+             (tune longer, e.g. --budget-minutes, then export again)"
+                .to_string(),
+        ),
+    }
+    let decidable = crate::stats::race::RaceSettings::default().target_gain_pct;
+    let (what, spread) = if w.gen_tps.spread_pct >= w.prompt_tps.spread_pct {
+        ("generation", w.gen_tps.spread_pct)
+    } else {
+        ("prompt", w.prompt_tps.spread_pct)
+    };
+    if spread.is_finite() && spread > decidable {
+        out.push(format!(
+            "the winner's {what} speeds spread {spread:.0} % between its measurements, more than \
+             the {decidable:.0} % difference the race is sized to decide: the box was busy or \
+             noisy, and `qtune plan` would predict from these numbers (tune again on a quiet box)"
+        ));
+    }
+    out
+}
+
 /// Build a profile from a tune's result. Fails when the tune has no winner.
 pub fn from_tune(r: &TuneResult, name: Option<&str>) -> Result<Profile> {
     let w = r.winner.as_ref().ok_or_else(|| {

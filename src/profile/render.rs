@@ -13,7 +13,7 @@ pub(crate) fn model_label(m: &ProfileModel) -> String {
 
 /// The rows `qtune profile list` prints.
 pub fn list_text(entries: &[(PathBuf, Result<Profile>)]) -> String {
-    let rows: Vec<[String; 4]> = entries
+    let rows: Vec<[String; 5]> = entries
         .iter()
         .map(|(path, r)| match r {
             Ok(p) => [
@@ -29,10 +29,12 @@ pub fn list_text(entries: &[(PathBuf, Result<Profile>)]) -> String {
                 model_label(&p.model),
                 p.hardware.gpu_label(),
                 format!("{:.1} t/s", p.winner.tg.median),
+                tuned_for_short(p),
             ],
             Err(e) => [
                 one_line(&path.file_name().unwrap_or_default().to_string_lossy()),
                 format!("invalid: {}", one_line(&format!("{e:#}"))),
+                String::new(),
                 String::new(),
                 String::new(),
             ],
@@ -44,11 +46,62 @@ pub fn list_text(entries: &[(PathBuf, Result<Profile>)]) -> String {
         .filter(|r| !r[1].starts_with("invalid: "))
         .map(|r| r.to_vec())
         .collect();
-    let mut out = crate::util::text_table(&["NAME", "MODEL", "GPU", "WINNER TG"], &valid, &[3]);
+    let mut out = crate::util::text_table(
+        &["NAME", "MODEL", "GPU", "WINNER TG", "TUNED FOR"],
+        &valid,
+        &[3],
+    );
     for r in rows.iter().filter(|r| r[1].starts_with("invalid: ")) {
         let _ = writeln!(out, "{}  {}", r[0], r[1]);
     }
     out
+}
+
+/// Did the profile's tune measure workloads (a time per request of request shapes)? Profiles
+/// written before qtune had workloads (the first built-in ones) were tuned for generation
+/// speed at one prompt length.
+pub fn has_workloads(p: &Profile) -> bool {
+    let w = &p.space.workload;
+    !w.mixes.is_empty() || w.mix.is_some()
+}
+
+/// What the profile's tune chose its winner for, in words (`profile show`, `plan`).
+pub fn tuned_for(p: &Profile) -> String {
+    let w = &p.space.workload;
+    if has_workloads(p) {
+        let mut names: Vec<String> = w.mixes.iter().map(|m| one_line(&m.name)).collect();
+        if names.is_empty() {
+            names.extend(w.mix.as_deref().map(one_line));
+        }
+        return format!("the time per request of the {} workload", names.join(" + "));
+    }
+    let mut s = format!(
+        "generation speed with a {}-token prompt and {} generated tokens, before qtune measured \
+         workloads: not for a time per request of chat, agent or long-doc",
+        w.prompt_tokens, w.gen_tokens
+    );
+    if let Some(g) = p.winner.gen_gain_pct.filter(|g| *g < 0.0) {
+        s.push_str(&format!(
+            "; its winner measured {:.1} % slower in generation than its baseline",
+            -g
+        ));
+    }
+    s
+}
+
+/// The narrow form of [`tuned_for`] for `profile list`.
+fn tuned_for_short(p: &Profile) -> String {
+    if has_workloads(p) {
+        let w = &p.space.workload;
+        let names: Vec<String> = w.mixes.iter().map(|m| one_line(&m.name)).collect();
+        if names.is_empty() {
+            w.mix.as_deref().map(one_line).unwrap_or_default()
+        } else {
+            names.join("+")
+        }
+    } else {
+        "generation (before workloads)".to_string()
+    }
 }
 
 /// A profile as readable text.
@@ -59,7 +112,9 @@ pub fn show_text(p: &Profile) -> String {
     let _ = writeln!(
         o,
         "  created {} with qtune {} and llama.cpp {}",
-        p.created, p.qtune_version, p.llama_cpp_version
+        p.created,
+        p.qtune_version,
+        crate::server_binary::short_version(&p.llama_cpp_version)
     );
     let m = &p.model;
     let _ = writeln!(
@@ -116,8 +171,10 @@ pub fn show_text(p: &Profile) -> String {
         "Space: {} · ctx {} · workload {} prompt + {} generated tokens × {}",
         p.space.name, p.space.ctx, wl.prompt_tokens, wl.gen_tokens, wl.repetitions
     );
+    let _ = writeln!(o, "Tuned for: {}", tuned_for(p));
     let w = &p.winner;
-    let _ = writeln!(o, "Winner: {}", w.config.label());
+    // The winner's flags are on its command line below.
+    let _ = writeln!(o, "Winner:");
     let _ = writeln!(
         o,
         "  tg {:.2} tok/s (spread {:.1} %, {} samples) · pp {:.1} tok/s (spread {:.1} %) · peak VRAM {}{}",

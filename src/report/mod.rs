@@ -9,6 +9,7 @@ pub mod markdown;
 pub mod plots;
 pub mod race;
 pub mod script;
+mod script_override;
 mod script_record;
 pub mod summary;
 
@@ -161,12 +162,12 @@ pub fn write_script(
         out.to_path_buf()
     };
     let out = script_path.as_path();
+    // Otherwise the unit is named after the model (`qtune-STEM.service`, beside the script),
+    // the name its install line gives it too: two tuned models get two units.
     let unit_path = if unit_named {
         out.with_extension("service")
     } else {
-        let mut p = out.as_os_str().to_owned();
-        p.push(".service");
-        PathBuf::from(p)
+        out.with_file_name(crate::escape::systemd_unit_name(&model_stem(result)))
     };
     let compose_path = {
         let mut p = out.as_os_str().to_owned();

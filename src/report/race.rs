@@ -2,6 +2,7 @@
 //! interval (per request for a workload objective; generation and prompt otherwise, or as
 //! secondary lines), the named picks of a generation objective, and the noise the race measured.
 
+use crate::engine::LaunchArgs;
 use crate::run::TuneResult;
 use crate::stats::race::ArmStatus;
 use crate::stats::Band;
@@ -54,9 +55,13 @@ pub fn lines(r: &TuneResult) -> Vec<String> {
     let by_request = r.space.objective.metric == crate::objective::Metric::Request;
     let o = &race.outcome;
     let mut out = Vec::new();
+    // The statistic behind the noise goes to the log (-v); the line says it in words.
+    if let Some(s) = o.pair_sigma_pct {
+        tracing::debug!("race: paired noise sigma {s:.2} % per round");
+    }
     let noise = o
         .pair_sigma_pct
-        .map(|s| format!(", paired noise σ {s:.1} %"))
+        .map(|s| format!(", launches of one config differing by about {s:.1} %"))
         .unwrap_or_default();
     let against = match (by_request, reference_name(r)) {
         (true, Some(n)) => format!("the reference ({n}, the better baseline)"),
@@ -64,9 +69,9 @@ pub fn lines(r: &TuneResult) -> Vec<String> {
         (false, _) => "the baseline".to_string(),
     };
     out.push(format!(
-        "race against {against}: {} launches, {} paired ABBA rounds{noise}; {}",
-        o.launches,
-        o.rounds.len(),
+        "race against {against}: {}, {} (each: the reference and every candidate, order alternating){noise}; {}",
+        crate::util::count(o.launches as u64, "launch", "launches"),
+        crate::util::count(o.rounds.len() as u64, "round", "rounds"),
         o.reason
     ));
     if by_request {

@@ -12,6 +12,7 @@
 //! [`one_line`], unit values with [`systemd_executable`] / [`systemd_text`]. A run directory is
 //! input (it travels between people): a line break or `$(...)` in it must not run.
 
+use super::script_override as overrides;
 use super::script_record as record;
 use crate::engine::LaunchArgs;
 use crate::escape::{
@@ -128,7 +129,7 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
     let _ = writeln!(
         m,
         "# Config: {} (generation {:.2} tok/s, prompt {:.2} tok/s{})",
-        one_line(&w.config.label()),
+        one_line(&w.config.flags()),
         w.gen_tps.median,
         w.prompt_tps.median,
         w.peak_vram_mib
@@ -152,7 +153,8 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
          #   --record FILE        record what clients send to FILE.jsonl ('qtune record' on the\n\
          #                        port, the server on PORT+1 or QTUNE_SERVER_PORT; env\n\
          #                        QTUNE_RECORD). The trace holds your prompts: keep it private.\n\
-         #   anything else        passed on to llama-server after the tuned flags (so it wins);\n\
+         #   anything else        passed on to llama-server after the tuned flags (so it wins;\n\
+         #                        a note says which tuned flag it replaces);\n\
          #                        `--` passes on everything after it\n\
          # Ctrl-C or SIGTERM stops the server with it. QTUNE_HEALTH_TIMEOUT_S (default 600)\n\
          # bounds the wait for /health.\n",
@@ -242,7 +244,7 @@ while (( $# > 0 )); do
     *) extra+=("$1"); shift ;;
   esac
 done
-
+__OVERRIDE_CHECK__
 if ! [[ $PORT =~ ^[0-9]{1,5}$ ]] || (( 10#$PORT < 1 || 10#$PORT > 65535 )); then
   say "the port must be a number from 1 to 65535, not '$PORT'"
   exit 2
@@ -421,6 +423,15 @@ server_pid=""
 exit "$rc""#,
     );
     m.push('\n');
+    let s = s.replacen(
+        "__OVERRIDE_CHECK__",
+        &format!(
+            "{}{}",
+            overrides::tuned_flag_function(&w.config),
+            overrides::CHECK
+        ),
+        1,
+    );
     Ok(record::splice(s))
 }
 
@@ -438,12 +449,12 @@ pub fn systemd_unit(r: &TuneResult, script: &Path, unit: &Path) -> Result<String
     let label = r
         .winner
         .as_ref()
-        .map(|w| w.config.label())
+        .map(|w| w.config.flags())
         .unwrap_or_default();
     Ok(format!(
         "# systemd unit written by qtune {ver}: runs {script_disp}.\n\
-         # Install: sudo cp {unit} /etc/systemd/system/llama-server.service\n\
-         #          sudo systemctl daemon-reload && sudo systemctl enable --now llama-server\n\
+         # Install: sudo cp {unit} /etc/systemd/system/{name}\n\
+         #          sudo systemctl daemon-reload && sudo systemctl enable --now {name}\n\
          # Add User= under [Service] to run it as your user, and Environment= lines to change\n\
          # what launch.sh serves (QTUNE_HOST, QTUNE_PORT, QTUNE_ALIAS, QTUNE_API_KEY_FILE).\n\
          [Unit]\n\
@@ -467,6 +478,7 @@ pub fn systemd_unit(r: &TuneResult, script: &Path, unit: &Path) -> Result<String
         unit = one_line(&shell_quote(&unit.display().to_string())),
         model = systemd_text(&super::markdown::model_title(r)),
         label = systemd_text(&label),
+        name = crate::escape::systemd_unit_name(&super::model_stem(r)),
     ))
 }
 
@@ -514,7 +526,7 @@ pub fn compose_file(r: &TuneResult, host: &str, port: u16) -> Result<String> {
          # Clients: http://{url_host}:{port}/v1, model id {alias}.\n",
         ver = one_line(&r.qtune_version),
         model = one_line(&super::markdown::model_title(r)),
-        label = one_line(&w.config.label()),
+        label = one_line(&w.config.flags()),
         tag = crate::server_binary::BUILD_TAG,
         url_host = if is_loopback(host) || host_ip == "0.0.0.0" || host_ip == "::" {
             "127.0.0.1".to_string()
@@ -887,7 +899,13 @@ mod tests {
         .unwrap();
         assert!(u.contains("ExecStart=\"/srv/my run/launch.sh\"\n"));
         assert!(
-            u.contains("# Install: sudo cp '/srv/my run/llama.service' /etc/systemd/system/"),
+            u.contains(
+                "# Install: sudo cp '/srv/my run/llama.service' /etc/systemd/system/qtune-m.service\n"
+            ),
+            "{u}"
+        );
+        assert!(
+            u.contains("systemctl enable --now qtune-m.service\n"),
             "{u}"
         );
         assert!(u.contains("Restart=on-failure\n"));

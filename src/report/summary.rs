@@ -44,8 +44,8 @@ pub fn table(r: &TuneResult) -> String {
         .filter(|t| t.role == TrialRole::Search)
         .count();
     out.push_str(&format!(
-        "{} trials ({} search) in {:.1} min\n\n",
-        r.trials.len(),
+        "{} ({} search) in {:.1} min\n\n",
+        crate::util::count(r.trials.len() as u64, "trial", "trials"),
         searched,
         r.minutes_used
     ));

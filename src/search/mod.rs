@@ -262,9 +262,10 @@ fn trial_warnings(history: &[TrialOutcome]) -> Vec<String> {
     }
     if !noisy.is_empty() {
         warnings.push(format!(
-            "{} of {} trials had a spread wider than 10 % (trials {}): the box was busy or noisy; the confirmation pooled repeated rounds, but consider more repetitions in the space",
+            "{} of {} had a spread wider than 10 % ({} {}): the box was busy or noisy; the confirmation pooled repeated rounds, but consider more repetitions in the space",
             noisy.len(),
-            history.len(),
+            crate::util::count(history.len() as u64, "trial", "trials"),
+            if noisy.len() == 1 { "trial" } else { "trials" },
             noisy.join(", ")
         ));
     }

@@ -13,6 +13,7 @@
 use super::context::SearchContext;
 use super::rank::Speeds;
 use crate::config::{Base, KvType, LaunchConfig};
+use crate::engine::LaunchArgs;
 use crate::model::speed::{self, PickInput, SpeedBox, SpeedPrediction, FITTED, PICK_TIE_PCT};
 use crate::model::ModelLayout;
 use crate::objective::{Metric, Objective};
@@ -153,9 +154,8 @@ pub fn pick_first(
     }
     let note = format!(
         "raced the speed model's pick {} first: its screening measured {:+.1} % against {} on \
-         the objective, within this box's launch noise (±{:.1} %: two σ of a difference of two \
-         launches, the baseline's probe pooled with the race's prior), so the model's ranking \
-         decided the order",
+         the objective, within how much two launches of one config differ on this box \
+         (±{:.1} %), so the model's ranking decided the order",
         ranked[i].0.label(),
         -behind,
         ranked[0].0.label(),

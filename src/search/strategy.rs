@@ -25,6 +25,7 @@
 
 use super::rank::Speeds;
 use crate::config::LaunchConfig;
+use crate::engine::LaunchArgs;
 use crate::trial::{OutcomeKind, TrialOutcome, TrialRole};
 use argmin::core::{
     Error as ArgminError, Problem, Solver, State, TerminationReason, TerminationStatus, KV,

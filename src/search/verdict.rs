@@ -5,6 +5,7 @@
 use super::rank::{better, gain_pct, Speeds};
 use super::strategy::SearchContext;
 use crate::config::LaunchConfig;
+use crate::engine::LaunchArgs;
 use crate::run::{Confirmed, Winner};
 use crate::trial::{TrialOutcome, TrialRole};
 
@@ -724,7 +725,9 @@ mod tests {
         let (_, win, warnings) = run(&h);
         assert_eq!(win.unwrap().config, b);
         assert!(
-            warnings.iter().any(|w| w.contains("baseline")),
+            warnings
+                .iter()
+                .any(|w| w.contains("the reference (server defaults) measured faster")),
             "{warnings:?}"
         );
 

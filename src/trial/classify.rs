@@ -80,6 +80,28 @@ pub enum Failure {
     BadResponse(String),
 }
 
+impl std::fmt::Display for Failure {
+    /// In words, for a message (never the variant's name).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Exited => f.write_str("the process exited"),
+            Failure::LoadTimeout { secs, .. } => {
+                write!(f, "/health was not ready within {secs:.0} s")
+            }
+            Failure::RequestTimeout { secs } => {
+                write!(f, "a request did not finish within {secs:.0} s")
+            }
+            Failure::Http { status, body } => {
+                write!(f, "it answered HTTP {status} ({})", first_line(body, 160))
+            }
+            Failure::Connection(err) => {
+                write!(f, "the connection failed ({})", first_line(err, 160))
+            }
+            Failure::BadResponse(why) => write!(f, "it answered, but {why}"),
+        }
+    }
+}
+
 /// Everything observed about a failed trial.
 #[derive(Debug, Clone)]
 pub struct Observation<'a> {
@@ -384,7 +406,7 @@ pub fn classify(obs: &Observation<'_>) -> Verdict {
                 },
                 (f, None) => Verdict {
                     kind: OutcomeKind::Crash,
-                    message: format!("llama-server failed: {f:?}"),
+                    message: format!("llama-server failed: {f}"),
                     evidence: tail_evidence(runtime_log),
                 },
             }
@@ -524,6 +546,32 @@ pub fn spread_warning(metric: &str, stat: &super::Stat, limit_pct: f64) -> Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failure_is_said_in_words_not_as_its_variant() {
+        let words = [
+            Failure::Exited.to_string(),
+            Failure::LoadTimeout {
+                secs: 30.0,
+                budget: false,
+            }
+            .to_string(),
+            Failure::RequestTimeout { secs: 12.0 }.to_string(),
+            Failure::Http {
+                status: 500,
+                body: "boom".into(),
+            }
+            .to_string(),
+            Failure::Connection("reset".into()).to_string(),
+            Failure::BadResponse("no tokens".into()).to_string(),
+        ];
+        assert_eq!(words[2], "a request did not finish within 12 s");
+        for w in &words {
+            for variant in ["Exited", "Timeout", "Http {", "Connection(", "BadResponse"] {
+                assert!(!w.contains(variant), "{w}");
+            }
+        }
+    }
 
     fn obs(phase: Phase, exit: Option<ExitInfo>, log: &str, failure: Failure) -> Verdict {
         classify(&Observation {

@@ -111,6 +111,10 @@ pub struct LlamaServerRunner {
     client: reqwest::Client,
     /// Set by a launch that found no trial can give a result ([`TrialRunner::fatal`]).
     fatal: Option<String>,
+    /// The model file's size, for the heartbeat's loading step.
+    model_bytes: u64,
+    /// What the running launch is doing, for the heartbeat ([`Self::with_phase`]).
+    doing: super::phase::PhaseCell,
 }
 
 impl LlamaServerRunner {
@@ -166,7 +170,16 @@ impl LlamaServerRunner {
             rt,
             client,
             fatal: None,
+            model_bytes,
+            doing: super::phase::PhaseCell::default(),
         })
+    }
+
+    /// Say each launch's step (loading, the request being measured) in `cell`, which the
+    /// tune's heartbeat reads.
+    pub fn with_phase(mut self, cell: super::phase::PhaseCell) -> Self {
+        self.doing = cell;
+        self
     }
 
     /// The end of the tune's minutes budget: a server that never answers is cut off there
@@ -391,7 +404,13 @@ impl LlamaServerRunner {
             drop(log_file);
             self.last_pid = Some(proc.pid());
             let base_url = format!("http://127.0.0.1:{port}");
-            match self.wait_healthy(&mut proc, &base_url) {
+            self.doing.set(Some(super::phase::Doing::Loading {
+                pid: proc.pid(),
+                model_bytes: self.model_bytes,
+            }));
+            let healthy = self.wait_healthy(&mut proc, &base_url);
+            self.doing.set(None);
+            match healthy {
                 Ok(()) => {
                     // Another program on the port may have answered /health in the server's
                     // place: the server then exits with the bind failure mid-measurement.
@@ -520,6 +539,7 @@ impl LlamaServerRunner {
                 pace,
                 deadline: self.deadline,
                 exited: &mut exited,
+                doing: Some(&self.doing),
             };
             let job = async {
                 if let Some((name, want)) = &tokenizer {
@@ -551,6 +571,7 @@ impl LlamaServerRunner {
                 None => self.rt.block_on(job),
             }
         };
+        self.doing.set(None);
         let result = match result {
             Ok(Err(fatal)) => {
                 proc.stop(STOP_GRACE);

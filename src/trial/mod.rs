@@ -10,6 +10,7 @@ pub mod cleanup;
 pub mod journal;
 pub mod llama_runner;
 pub mod logparse;
+pub mod phase;
 pub mod plausible;
 pub mod process;
 pub mod replay;

@@ -6,6 +6,7 @@
 use super::journal::Journal;
 use super::{Metrics, OutcomeKind, Stat, TrialOutcome, TrialRole, TrialRunner};
 use crate::config::LaunchConfig;
+use crate::engine::LaunchArgs;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 

@@ -217,6 +217,8 @@ pub struct Session<'a> {
     pub deadline: Option<std::time::Instant>,
     /// Says whether the server process has exited; polled while a request is in flight.
     pub exited: &'a mut dyn FnMut() -> Option<ExitInfo>,
+    /// Where each request is named as it starts (the tune's heartbeat reads it).
+    pub doing: Option<&'a super::phase::PhaseCell>,
 }
 
 impl Session<'_> {
@@ -395,12 +397,20 @@ impl Session<'_> {
         })
     }
 
+    /// Name the request now in flight ([`Self::doing`]).
+    fn say(&self, what: String) {
+        if let Some(d) = self.doing {
+            d.set(Some(super::phase::Doing::Measuring { what }));
+        }
+    }
+
     /// The whole workload (a trace's replay is measured by `replay_trace::measure` instead).
     pub async fn run(&mut self, w: &Workload) -> Result<Measured, Failure> {
         let base = self.base_tokens().await?;
         let plen = w.prompt_tokens as usize;
         let mut warnings = Vec::new();
         if w.warmup {
+            self.say("the warm-up request".to_string());
             let ids = prompt_ids(&base, plen, offset_for(0, base.len()) + 1);
             self.complete(&ids, w.gen_tokens).await?;
         }
@@ -408,6 +418,10 @@ impl Session<'_> {
         let (mut gen, mut pp, mut ttft) = (Vec::new(), Vec::new(), Vec::new());
         let mut prompt_mismatch = None;
         for k in 1..=reps {
+            self.say(format!(
+                "request {k} of {reps} ({plen} prompt + {} generated tokens)",
+                w.gen_tokens
+            ));
             let ids = prompt_ids(&base, plen, offset_for(k, base.len()));
             let t = self.complete(&ids, w.gen_tokens).await?;
             if t.prompt_n + t.cache_n != plen as i64 {
@@ -424,6 +438,7 @@ impl Session<'_> {
         }
         let gen_tps_at_depth = match w.context_depth {
             Some(depth) if depth > 0 => {
+                self.say(format!("generation {depth} tokens deep in the context"));
                 let ids = prompt_ids(&base, depth as usize, offset_for(reps + 1, base.len()));
                 let t = self.complete(&ids, w.gen_tokens).await?;
                 Stat::from_samples(&[t.predicted_per_second])
@@ -439,6 +454,13 @@ impl Session<'_> {
             let stream = offset_for(reps + 2 + r * (order.len() + 1), base.len()) + 7;
             let mut cached = 0;
             for (i, shape) in order.iter().enumerate() {
+                self.say(format!(
+                    "the {} request ({} tokens held, {} new, {} generated)",
+                    crate::escape::terminal(&shape.name),
+                    shape.held,
+                    shape.new,
+                    shape.gen.min(SHAPE_GEN_MAX)
+                ));
                 let own = offset_for(reps + 3 + r * (order.len() + 1) + i, base.len()) + 3;
                 let t = self
                     .measure_shape(&base, shape, stream, own, &mut cached)

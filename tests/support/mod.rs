@@ -23,7 +23,7 @@ pub mod servers;
 pub mod trial;
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -95,4 +95,18 @@ pub fn qtune_without_server() -> Command {
     c.env("QTUNE_LLAMA_SERVER", "/nonexistent/llama-server")
         .stdin(Stdio::null());
     c
+}
+
+/// The systemd units (`*.service`) in `dir`, sorted: `script --systemd` names its unit after
+/// the model (`qtune-STEM.service`), so a test finds it here rather than guessing the stem.
+pub fn systemd_units(dir: &Path) -> Vec<PathBuf> {
+    let mut units: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "service"))
+                .collect()
+        })
+        .unwrap_or_default();
+    units.sort();
+    units
 }

@@ -124,7 +124,7 @@ pub(super) fn model(m: &mut String, r: &TuneResult) {
         m,
         "Server: {} ({})\n",
         code(&r.server_path.display().to_string()),
-        text(&r.server_version)
+        text(&crate::server_binary::short_version(&r.server_version))
     );
 }
 
@@ -169,7 +169,7 @@ pub(super) fn search(m: &mut String, r: &TuneResult) {
     let _ = writeln!(
         m,
         "- **Objective:** {} (ties within {} %)",
-        format!("{:?}", s.objective.metric).to_lowercase(),
+        s.objective.metric.as_str(),
         s.objective.tie_pct
     );
     let b = &s.budget;

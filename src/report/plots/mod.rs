@@ -141,7 +141,7 @@ pub struct Marker {
 pub struct Pick {
     pub at: Marker,
     /// `workload: config` for each workload it is the pick of (`chat: fit-target`,
-    /// `long-doc: ncmoe=13 b=2048/2048`).
+    /// `long-doc: --n-cpu-moe 13 -b 2048 -ub 2048`).
     pub labels: Vec<String>,
 }
 
@@ -230,19 +230,20 @@ fn short_name(r: &TuneResult, c: &crate::config::LaunchConfig) -> String {
     if let Some(name) = r.baseline_name(c) {
         return name.to_string();
     }
-    let label = c.label();
-    let mut launched: Vec<String> = Vec::new();
+    let mut launched: Vec<Vec<String>> = Vec::new();
     for t in r.trials.iter().filter(|t| t.kind != OutcomeKind::Skipped) {
-        if r.baseline_name(&t.config).is_none() && !launched.contains(&t.config.label()) {
-            launched.push(t.config.label());
+        let parts = t.config.label_parts();
+        if r.baseline_name(&t.config).is_none() && !launched.contains(&parts) {
+            launched.push(parts);
         }
     }
-    let own: Vec<&str> = label
-        .split(' ')
-        .filter(|w| !launched.iter().all(|l| l.split(' ').any(|x| x == *w)))
+    let own: Vec<String> = c
+        .label_parts()
+        .into_iter()
+        .filter(|f| !launched.iter().all(|l| l.contains(f)))
         .collect();
     if own.is_empty() {
-        label
+        c.label()
     } else {
         own.join(" ")
     }

@@ -134,7 +134,10 @@ fn the_tg_pp_plot_labels_each_workloads_pick_inside_the_plot_area() {
     for (label, at) in [
         ("chat: default", 1),
         ("agent: fit-target", 1),
-        ("long-doc: ncmoe=13", 1),
+        (
+            "long-doc: -ngl 999 --n-cpu-moe 13 -ub 512 --fit off --load-mode none",
+            1,
+        ),
     ] {
         let xs = text_x(svg, label);
         assert_eq!(xs.len(), at, "{label:?} drawn {} times", xs.len());

@@ -4,6 +4,7 @@
 
 use super::{Base, QtuneSearch, SearchContext};
 use crate::config::LaunchConfig;
+use crate::engine::LaunchArgs;
 use crate::search::rank::{better, is_tie, Speeds};
 use crate::trial::{TrialOutcome, TrialRole};
 
