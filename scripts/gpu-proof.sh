@@ -32,6 +32,8 @@
 #   run7-30-16    qtune compare: A, B and run 7's 30B 16 GiB recommendation (issue 14)
 #   trade30-16    qtune compare: A, B, run 4's 30B 16 GiB winner (ub 512) and run 5's raced
 #                 candidate (ub 2048, one block more on the CPU)
+#   session35-16  issue 41: qtune compare --workload agent-session, the plain default vs
+#                 --fit-target 512 on the 35B at 16 GiB (CTX, default 8192; ROUNDS)
 #   remeasure35-16, remeasure35-24, remeasure30-16
 #                 qtune compare: plain default vs --fit-target 512 vs the committed winner ($ROUNDS rounds)
 #   Two GPUs (issue 15; the nvidia-h200-x2 machine, one ballast per GPU):
@@ -341,6 +343,17 @@ for c in "$@"; do
       grep -E "out of memory|failed to allocate" "$W/plan35-server.log" | head -3
       cp "$W/plan35.cmd" "$OUT/plan35.txt"
       unballast ;;
+    session35-16)
+      # Issue 41: the built-in agent session (real text, the model's chat template, replayed
+      # in every launch) on the 35B at an emulated 16 GiB card: the plain default against
+      # --fit-target 512, ${ROUNDS:-6} interleaved rounds, context ${CTX:-8192}.
+      m=$(model qwen3.5-35b-a3b); ballast 16
+      say "$c: qtune compare --workload agent-session ($GPU_NAME, 16 GiB, ctx ${CTX:-8192}, ${ROUNDS:-6} rounds)"
+      QTUNE_DATA_DIR="$W/data" "$Q" compare --server "$QTUNE_LLAMA_SERVER" \
+        "llama-server -m $m -c ${CTX:-8192} -np 1" "llama-server -m $m -c ${CTX:-8192} -np 1 --fit-target 512" \
+        --workload agent-session --rounds "${ROUNDS:-6}" --out "$W/runs/$c"
+      echo "emulated card: 16 GiB free of ${GPU_NAME}, $(date -u +%F)" > "$W/runs/$c/card.txt"
+      unballast; pack "$c" "$W/runs/$c" ;;
     remeasure35-16 | remeasure35-24 | remeasure30-16)
       # Re-measure a README claim with qtune compare: the plain default, --fit-target 512 and the
       # committed winner, in interleaved ABBA rounds, on the emulated card.

@@ -105,8 +105,10 @@ pub struct TuneArgs {
     /// most the model's trained context).
     #[arg(long)]
     pub ctx: Option<u32>,
-    /// What you run: chat, agent, long-doc or a workload YAML file. The tune minimizes the
-    /// time per request of this mix (overrides the space's workload).
+    /// What you run: chat, agent, long-doc or a workload YAML file (request shapes of filler
+    /// text); agent-session or chat-session (a coding agent's session, or a chat, of real text,
+    /// rendered by the model's own chat template and replayed); or a trace FILE.jsonl from
+    /// `qtune record`. The tune minimizes its time per request (overrides the space's workload).
     #[arg(long)]
     pub workload: Option<String>,
     /// Most search trials (overrides the space's budget).
@@ -300,8 +302,9 @@ pub struct CompareArgs {
     /// Measured requests per launch (overrides the space's workload).
     #[arg(long)]
     pub repetitions: Option<u32>,
-    /// Measure every built-in workload's requests in each launch and compare the commands on
-    /// time per request for this one (chat, agent, long-doc or a YAML file) and the others.
+    /// Compare the commands on time per request for this workload: chat, agent, long-doc or a
+    /// YAML file (every built-in mix is measured in each launch, this one decides); or
+    /// agent-session, chat-session or a trace FILE.jsonl, replayed in each launch.
     #[arg(long)]
     pub workload: Option<String>,
     /// Differences smaller than this many percent are a tie.

@@ -453,14 +453,22 @@ pub fn render_text(r: &CompareResult) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     let n = r.commands.len();
+    let each = match &r.workload.replay {
+        Some(rw) => format!(
+            "each launch replays {}: {}",
+            crate::escape::terminal(&rw.name),
+            rw.plan.describe()
+        ),
+        None => format!(
+            "{}-token prompts, {} generated tokens, {} requests per launch",
+            r.workload.prompt_tokens, r.workload.gen_tokens, r.workload.repetitions
+        ),
+    };
     let _ = writeln!(
         s,
-        "qtune compare: {n} commands, {} of {} rounds (in turn A B, then B A, so that a drifting box favours neither), {}-token prompts, {} generated tokens, {} requests per launch",
+        "qtune compare: {n} commands, {} of {} rounds (in turn A B, then B A, so that a drifting box favours neither), {each}",
         r.rounds.len(),
         r.rounds_asked,
-        r.workload.prompt_tokens,
-        r.workload.gen_tokens,
-        r.workload.repetitions
     );
     for c in &r.commands {
         let _ = writeln!(
@@ -504,12 +512,15 @@ pub fn render_text(r: &CompareResult) -> String {
     );
     // With `--workload`, the verdict is that workload's time per request; the others are
     // measured in the same rounds, not the verdict.
-    let chosen = r
-        .workload
-        .mix
-        .as_ref()
-        .and(r.workload.objective_mix())
-        .map(|m| m.name.as_str());
+    let chosen = match &r.workload.replay {
+        Some(rw) => Some(rw.name.as_str()),
+        None => r
+            .workload
+            .mix
+            .as_ref()
+            .and(r.workload.objective_mix())
+            .map(|m| m.name.as_str()),
+    };
     for a in &r.against_first {
         let name = command_name(a.command);
         match &a.verdict {
@@ -711,6 +722,12 @@ pub fn compare(
     let mut workload = crate::space::load(&opts.space)?.workload;
     if let Some(w) = &opts.workload {
         workload.mix = Some(w.clone());
+        if crate::trial::session_render::is_session(w) {
+            // Rendered at the shortest context of the commands, so every one can replay it.
+            let ctx = parsed.iter().map(|p| p.config.ctx).min().unwrap_or(4096);
+            let path = crate::trial::session_render::trace_for(w, &server.path, &model, ctx)?;
+            workload.mix = Some(path.display().to_string());
+        }
     }
     if let Some(p) = opts.prompt_tokens {
         workload.prompt_tokens = p;
@@ -733,7 +750,12 @@ pub fn compare(
     ) {
         bail!("--{}", msg.replacen('_', "-", 1));
     }
-    for p in &parsed {
+    // A replayed trace sends its own requests (checked against each -c when it is read).
+    let replaying = workload
+        .mix
+        .as_deref()
+        .is_some_and(crate::traffic::plan::is_trace);
+    for p in parsed.iter().filter(|_| !replaying) {
         if u64::from(workload.prompt_tokens)
             + u64::from(workload.gen_tokens)
             + u64::from(workload.context_depth.unwrap_or(0))

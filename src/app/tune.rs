@@ -108,6 +108,7 @@ fn space_for(
     opts: &TuneOptions,
     hw: &crate::hardware::HardwareProfile,
     layout: &crate::model::ModelLayout,
+    server_model: Option<(&Path, &Path)>,
 ) -> Result<(SearchSpace, Option<String>)> {
     let (name, note) = match &opts.space {
         Some(n) => (n.clone(), None),
@@ -129,6 +130,18 @@ fn space_for(
     if let Some(w) = &opts.workload {
         space.workload.mix = Some(w.clone());
         space.objective.metric = crate::objective::Metric::Request;
+        if crate::trial::session_render::is_session(w) {
+            let Some((server, model)) = server_model else {
+                anyhow::bail!("--workload {w} is rendered by a real llama-server: it cannot be replayed from a journal");
+            };
+            // The context the tune will use (the model's trained one at most).
+            let ctx = match layout.ctx_train {
+                0 => space.fixed.ctx,
+                t => space.fixed.ctx.min(t),
+            };
+            let path = crate::trial::session_render::trace_for(w, server, model, ctx)?;
+            space.workload.mix = Some(path.display().to_string());
+        }
     }
     crate::space::validate(&space).map_err(|(_, msg)| anyhow::anyhow!("{msg}"))?;
     for note in space.workload.resolve(space.fixed.ctx)? {
@@ -283,7 +296,14 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
     if let Some(server) = &server {
         super::preflight::check_server_backend(&hardware, server)?;
     }
-    let (mut space, space_note) = space_for(opts, &hardware, &layout)?;
+    let (mut space, space_note) = space_for(
+        opts,
+        &hardware,
+        &layout,
+        server
+            .as_ref()
+            .map(|_| (server_path.as_path(), model.as_path())),
+    )?;
     super::preflight::check_moe(&model, &layout, opts.allow_dense)?;
     let mut notes: Vec<String> = space_note.into_iter().collect();
     let (ctx, ctx_note) =

@@ -91,9 +91,21 @@ pub fn context(
         fit_target_mib: inputs.headroom_mib.min(u64::from(u32::MAX)) as u32,
         gpus: inputs.gpu_budgets.clone(),
         speed: Some(crate::model::speed::SpeedBox::from_hardware(hw)),
-        workload_traits: crate::search::levers::WorkloadTraits {
-            recurrent: layout.recurrent_state_bytes.iter().any(|b| *b > 0),
-            ..Default::default()
+        workload_traits: {
+            let recurrent = layout.recurrent_state_bytes.iter().any(|b| *b > 0);
+            match inputs
+                .space
+                .workload
+                .replay
+                .as_ref()
+                .and_then(|r| r.trace.as_ref())
+            {
+                Some(t) => crate::search::levers::WorkloadTraits::of_trace(t, recurrent),
+                None => crate::search::levers::WorkloadTraits {
+                    recurrent,
+                    ..Default::default()
+                },
+            }
         },
     }
 }

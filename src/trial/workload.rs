@@ -73,14 +73,17 @@ fn offset_for(k: usize, base_len: usize) -> usize {
 
 /// The context a workload needs (tokens): the longest request plus its generation.
 pub fn needed_ctx(w: &Workload) -> u64 {
+    // A replayed trace sends only its own requests (after a warm-up of a few tokens).
+    if let Some(r) = &w.replay {
+        return r.plan.longest_tokens;
+    }
     let longest = w.prompt_tokens.max(w.context_depth.unwrap_or(0)) as u64;
     let shapes = crate::workloads::distinct_shapes(&w.mixes)
         .iter()
         .map(|s| s.tokens())
         .max()
         .unwrap_or(0);
-    let replay = w.replay.as_ref().map_or(0, |r| r.plan.longest_tokens);
-    (longest + w.gen_tokens as u64).max(shapes).max(replay)
+    (longest + w.gen_tokens as u64).max(shapes)
 }
 
 /// The most tokens generated to measure one request of a shape: a request is measured whole

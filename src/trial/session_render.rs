@@ -1,0 +1,154 @@
+//! `--workload agent-session` and `--workload chat-session`: the built-in sessions of real
+//! text ([`crate::traffic::session`]), rendered through the model's own chat template by a
+//! short-lived llama-server (nothing offloaded, the model memory-mapped), written as a trace
+//! and then replayed in every launch like a recorded one ([`crate::traffic::plan`]).
+//!
+//! The trace holds Python's standard-library text, not the user's; it is kept in qtune's data
+//! folder (`traces/`) under a name that says what it was rendered for, so a second tune of the
+//! same model and context (and a resume) replays the same tokens without rendering again.
+
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The built-in session names `--workload` takes.
+pub const NAMES: [&str; 2] = ["agent-session", "chat-session"];
+
+/// Is `name` one of the built-in sessions?
+pub fn is_session(name: &str) -> bool {
+    NAMES.contains(&name)
+}
+
+/// The trace of the built-in session `name` for `model` at context `ctx`: the kept one when
+/// it exists, else rendered by a short-lived `server`.
+pub fn trace_for(name: &str, server: &Path, model: &Path, ctx: u32) -> Result<PathBuf> {
+    let kind = match name {
+        "agent-session" => crate::traffic::session::Kind::Agent,
+        "chat-session" => crate::traffic::session::Kind::Chat,
+        other => bail!("unknown built-in session '{other}': give agent-session or chat-session"),
+    };
+    let meta = std::fs::metadata(model)
+        .with_context(|| format!("cannot read the model {}", model.display()))?;
+    let stem = model
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
+    let stem: String = stem
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(80)
+        .collect();
+    // One folder per model file, context and qtune: the file's name is the workload's name.
+    let dir = crate::util::data_dir().join("traces").join(format!(
+        "built-in-{stem}-{}b-ctx{ctx}-qtune{}",
+        meta.len(),
+        env!("CARGO_PKG_VERSION")
+    ));
+    let out = dir.join(format!("{name}.jsonl"));
+    if out.is_file() && crate::traffic::trace::read(&out).is_ok() {
+        return Ok(out);
+    }
+    eprintln!(
+        "qtune: rendering the built-in {name} ({ctx} tokens deep) through the model's chat template (once per model and context)"
+    );
+    let started = Instant::now();
+    let dir_src = crate::traffic::session::stdlib_dir()?;
+    let sources = crate::traffic::session::load_sources(&dir_src)?;
+    let what = format!(
+        "the standard library of {}",
+        dir_src.file_name().map_or("Python".into(), |n| n
+            .to_string_lossy()
+            .replace("python", "Python "))
+    );
+    let port = super::process::free_port()?;
+    let argv: Vec<String> = vec![
+        server.display().to_string(),
+        "-m".into(),
+        model.display().to_string(),
+        "-c".into(),
+        ctx.to_string(),
+        "-np".into(),
+        "1".into(),
+        "-ngl".into(),
+        "0".into(),
+        "--fit".into(),
+        "off".into(),
+        "-t".into(),
+        "1".into(),
+        "--no-warmup".into(),
+        "--host".into(),
+        "127.0.0.1".into(),
+        "--port".into(),
+        port.to_string(),
+    ];
+    let log_path = std::env::temp_dir().join(format!("qtune-render-{}.log", std::process::id()));
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("cannot create {}", log_path.display()))?;
+    let mut proc = super::process::ServerProcess::spawn(&argv, &log, &[])?;
+    let url = format!("http://127.0.0.1:{port}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let rendered = rt.block_on(async {
+        let client = crate::traffic::upstream::client()?;
+        let deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            if proc.try_exit().is_some() {
+                bail!(
+                    "llama-server exited while loading the model to render the built-in session (its log: {})",
+                    log_path.display()
+                );
+            }
+            if let Ok(r) = client
+                .get(format!("{url}/health"))
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await
+            {
+                if r.status().is_success() {
+                    break;
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("llama-server did not load the model within 10 minutes to render the built-in session");
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        crate::traffic::render::render(&client, &url, kind, Some(u64::from(ctx)), &sources, &what)
+            .await
+    });
+    proc.stop(Duration::from_secs(5));
+    let trace = rendered?;
+    let _ = std::fs::remove_file(&log_path);
+    let text = crate::traffic::render::to_jsonl(&trace)?;
+    crate::traffic::trace::parse(text.as_bytes()).map_err(|e| {
+        anyhow::anyhow!("the rendered session is not a valid trace ({e}): please report this")
+    })?;
+    // Rendered at the same time by another qtune: keep theirs.
+    if out.exists() {
+        return Ok(out);
+    }
+    let mut file = crate::traffic::proxy::create_trace_file(&out)?;
+    use std::io::Write;
+    if let Err(e) = file
+        .write_all(text.as_bytes())
+        .and_then(|_| file.sync_all())
+    {
+        let _ = std::fs::remove_file(&out);
+        bail!("cannot write {}: {e}", out.display());
+    }
+    eprintln!(
+        "qtune: {name}: {} requests, kept in {} ({:.0} s)",
+        trace.requests.len(),
+        out.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(out)
+}

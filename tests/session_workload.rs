@@ -1,0 +1,106 @@
+//! `--workload agent-session`: the built-in coding-agent session of real text, rendered once
+//! through the model's own chat template by a short-lived llama-server, kept in the data
+//! folder, and replayed in every launch like a recorded trace (issue 41, part 3). Real server
+//! and SmolLM2 on the CPU. Never asserts a speed.
+
+mod support;
+use support::output_text;
+
+use std::path::{Path, PathBuf};
+
+fn compare(data: &Path, out: &Path, model: &Path, server: &Path) -> std::process::Output {
+    let m = model.display();
+    support::qtune()
+        .env("QTUNE_DATA_DIR", data)
+        .env("QTUNE_ALLOW_BUSY", "1")
+        .args([
+            "compare",
+            "--rounds",
+            "1",
+            "--workload",
+            "agent-session",
+            "--out",
+        ])
+        .arg(out)
+        .arg("--server")
+        .arg(server)
+        .arg(format!("llama-server -m {m} -c 2048 -np 1 -t 1"))
+        .arg(format!("llama-server -m {m} -c 2048 -np 1 -t 1 -b 1024"))
+        .output()
+        .unwrap()
+}
+
+fn traces(data: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for d in std::fs::read_dir(data.join("traces")).unwrap().flatten() {
+        for f in std::fs::read_dir(d.path()).unwrap().flatten() {
+            out.push(f.path());
+        }
+    }
+    out
+}
+
+#[test]
+fn the_built_in_agent_session_is_rendered_once_and_replayed_in_every_launch() {
+    let (Some(server), Some(model)) = (support::real_server(), support::smollm2()) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let out = tmp.path().join("cmp");
+    let o = compare(&data, &out, &model, &server);
+    let text = output_text(&o);
+    assert!(o.status.success(), "{text}");
+    assert!(
+        text.contains("rendering the built-in agent-session"),
+        "{text}"
+    );
+    // The verdict is the session's, and each launch replays it.
+    assert!(text.contains("verdict on agent-session.jsonl"), "{text}");
+    assert!(
+        text.contains("each launch replays agent-session.jsonl"),
+        "{text}"
+    );
+
+    // Rendered once, kept where the next run finds it, user-only.
+    let kept = traces(&data);
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0].file_name().unwrap(), "agent-session.jsonl");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&kept[0]).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let trace: Vec<serde_json::Value> = std::fs::read_to_string(&kept[0])
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let requests: Vec<&serde_json::Value> =
+        trace.iter().filter(|l| l["type"] == "request").collect();
+    assert!(requests.len() >= 4, "{} requests", requests.len());
+
+    // Every launch replayed every request of the session, at its rendered length.
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("compare.json")).unwrap()).unwrap();
+    let launches = v["rounds"][0]["launches"].as_array().unwrap();
+    assert_eq!(launches.len(), 2, "{v}");
+    for l in launches {
+        assert_eq!(l["outcome"], "ok", "{l}");
+        let reps = l["replay"]["requests"].as_array().unwrap();
+        assert_eq!(reps.len(), requests.len(), "{l}");
+        for (got, want) in reps.iter().zip(&requests) {
+            assert_eq!(
+                got["prompt_tokens"].as_u64().unwrap(),
+                want["prompt_tokens"].as_array().unwrap().len() as u64,
+                "{got} against {want}"
+            );
+        }
+    }
+
+    // The second run finds the session kept: no rendering (stopped before any launch by its
+    // --out, which already holds a comparison).
+    let again = compare(&data, &out, &model, &server);
+    let text = output_text(&again);
+    assert!(!again.status.success(), "{text}");
+    assert!(text.contains("already holds a comparison"), "{text}");
+    assert!(!text.contains("rendering the built-in"), "{text}");
+}
