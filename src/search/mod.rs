@@ -164,15 +164,25 @@ pub fn tune(
         race.as_ref(),
     );
     warnings.extend(trial_warnings(&history));
-    // The levers past placement the workload could not show, and why.
-    warnings.extend(
-        levers::propose(
-            &ctx.space.vary.levers,
-            &crate::config::LaunchConfig::baseline(ctx.space.fixed.ctx),
-            &ctx.workload_traits,
-        )
-        .skipped,
-    );
+    // The levers past placement the workload could not show, and why: one line for request
+    // shapes of filler text (none of them can show there), else one per lever.
+    if !ctx.space.vary.levers.is_empty() {
+        if ctx.workload_traits.real_text {
+            warnings.extend(
+                levers::propose(
+                    &ctx.space.vary.levers,
+                    &crate::config::LaunchConfig::baseline(ctx.space.fixed.ctx),
+                    &ctx.workload_traits,
+                )
+                .skipped,
+            );
+        } else {
+            warnings.push(
+                "speculative decoding, context checkpoints and parallel slots were not tried: this workload is request shapes of filler text, which cannot show them (--workload agent-session, or a trace of yours from qtune record, can)"
+                    .to_string(),
+            );
+        }
+    }
     let measured = history.iter().any(|o| o.kind.is_ok());
     if let (Some(t), true) = (inputs.space.fixed.threads_cap, measured) {
         warnings.push(format!(
