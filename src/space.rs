@@ -3,7 +3,9 @@
 //! (Over 800 lines with its tests: one schema, whose every key is validated where it is
 //! defined, with its range and the line it came from.)
 
+mod levers;
 use crate::objective::{Metric, Objective};
+pub use levers::Levers;
 use serde::{Deserialize, Serialize};
 
 /// What one trial asks of the server, measured the way a single user uses it.
@@ -242,53 +244,6 @@ pub struct Vary {
     /// it (see [`Levers`]). Omitted: none.
     #[serde(default, skip_serializing_if = "Levers::is_empty")]
     pub levers: Levers,
-}
-
-/// Settings past placement, tried on the best config found, each only where the workload can
-/// show its effect: speculative decoding where the workload's text is real (a replayed trace
-/// or the built-in session: drafts come from text the model re-emits), context checkpoints on
-/// models with recurrent layers whose sessions diverge from the cached prompt, parallel slots
-/// where requests overlap.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Levers {
-    /// `--spec-type` values tried beside none.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub speculative: Vec<crate::config::SpecType>,
-    /// `--checkpoint-min-step` values tried beside the server's default (8192).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub checkpoint_min_step: Vec<u32>,
-    /// `-np` values tried beside 1 (with unified KV, so each slot may use the whole context).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub parallel: Vec<u32>,
-}
-
-impl Levers {
-    pub fn is_empty(&self) -> bool {
-        self.speculative.is_empty()
-            && self.checkpoint_min_step.is_empty()
-            && self.parallel.is_empty()
-    }
-
-    fn check(&self) -> Result<(), (&'static str, String)> {
-        if let Some(n) = self
-            .checkpoint_min_step
-            .iter()
-            .find(|n| !(1..=1_048_576).contains(*n))
-        {
-            return Err((
-                "levers",
-                format!("levers.checkpoint_min_step {n} is outside 1..=1048576 tokens"),
-            ));
-        }
-        if let Some(n) = self.parallel.iter().find(|n| !(2..=64).contains(*n)) {
-            return Err((
-                "levers",
-                format!("levers.parallel {n} is outside 2..=64 slots (1 is always measured)"),
-            ));
-        }
-        Ok(())
-    }
 }
 
 impl Vary {

@@ -1,0 +1,52 @@
+//! The tune's search space: loaded, overridden from the command line, its workload resolved
+//! (a built-in session rendered first).
+
+use super::*;
+
+/// Load a search space: a built-in name or a YAML file; apply command-line overrides. With no
+/// `--space`, the one [`crate::app::preflight::default_space`] names, and why when it is `cpu-only`.
+pub(super) fn space_for(
+    opts: &TuneOptions,
+    hw: &crate::hardware::HardwareProfile,
+    layout: &crate::model::ModelLayout,
+    server_model: Option<(&Path, &Path)>,
+) -> Result<(SearchSpace, Option<String>)> {
+    let (name, note) = match &opts.space {
+        Some(n) => (n.clone(), None),
+        None => {
+            let (n, note) = crate::app::preflight::default_space(hw, layout);
+            (n.to_string(), note)
+        }
+    };
+    let mut space = crate::space::load(&name)?;
+    if let Some(c) = opts.ctx {
+        space.fixed.ctx = c;
+    }
+    if let Some(t) = opts.budget_trials {
+        space.budget.trials = t;
+    }
+    if let Some(m) = opts.budget_minutes {
+        space.budget.minutes = m;
+    }
+    if let Some(w) = &opts.workload {
+        space.workload.mix = Some(w.clone());
+        space.objective.metric = crate::objective::Metric::Request;
+        if crate::trial::session_render::is_session(w) {
+            let Some((server, model)) = server_model else {
+                anyhow::bail!("--workload {w} is rendered by a real llama-server: it cannot be replayed from a journal");
+            };
+            // The context the tune will use (the model's trained one at most).
+            let ctx = match layout.ctx_train {
+                0 => space.fixed.ctx,
+                t => space.fixed.ctx.min(t),
+            };
+            let path = crate::trial::session_render::trace_for(w, server, model, ctx)?;
+            space.workload.mix = Some(path.display().to_string());
+        }
+    }
+    crate::space::validate(&space).map_err(|(_, msg)| anyhow::anyhow!("{msg}"))?;
+    for note in space.workload.resolve(space.fixed.ctx)? {
+        eprintln!("qtune: {}", crate::escape::terminal_lines(&note));
+    }
+    Ok((space, note))
+}
