@@ -104,3 +104,46 @@ fn the_built_in_agent_session_is_rendered_once_and_replayed_in_every_launch() {
     assert!(text.contains("already holds a comparison"), "{text}");
     assert!(!text.contains("rendering the built-in"), "{text}");
 }
+
+#[test]
+fn a_tune_on_the_agent_session_tries_the_levers_and_reports_the_session_request_by_request() {
+    let Some(server) = support::real_server() else {
+        return;
+    };
+    if !support::vocab() {
+        return;
+    }
+    let model = qtune::fixtures::tiny_moe("tiny-qwen35moe").expect("the tiny MoE model");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let o = support::qtune()
+        .env("QTUNE_DATA_DIR", tmp.path().join("data"))
+        .env("QTUNE_ALLOW_BUSY", "1")
+        .args(["tune", "--ctx", "2048", "--workload", "agent-session"])
+        .args(["--budget-trials", "12", "--budget-minutes", "10", "--out"])
+        .arg(&out)
+        .arg("--server")
+        .arg(&server)
+        .arg("-m")
+        .arg(&model)
+        .output()
+        .unwrap();
+    let text = output_text(&o);
+    assert!(o.status.success(), "{text}");
+    // The CPU space's levers: on real text with a recurrent model, speculative decoding and
+    // closer checkpoints are launched as variants of the best config.
+    let journal = std::fs::read_to_string(out.join("journal.jsonl")).unwrap();
+    assert!(journal.contains("\"spec_type\":\"ngram-mod\""), "{text}");
+    assert!(journal.contains("\"checkpoint_min_step\":1024"), "{text}");
+    // The report shows the session request by request, and the summary what was read again.
+    let report = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        report.contains("## The replayed session, request by request"),
+        "{report}"
+    );
+    assert!(report.contains("| request | prompt tokens | from the cache | read again |"));
+    assert!(
+        text.contains("prompt tokens per request, of"),
+        "the summary names the tokens read again: {text}"
+    );
+}

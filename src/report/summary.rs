@@ -184,6 +184,7 @@ pub fn verdict(r: &TuneResult) -> Option<Verdict> {
         &w.config,
         w.reference.as_ref().map(|rf| &rf.config),
     ));
+    facts.extend(reread_fact(r));
     match (&w.gen_vs_baseline, &w.prompt_vs_baseline) {
         (Some(g), Some(p)) => facts.push(format!("generation {g} · prompt {p}")),
         _ => facts.push(format!(
@@ -334,6 +335,48 @@ pub fn not_raced<'a>(
         .iter()
         .filter(|p| Some(p.workload.as_str()) != own || r.winner.is_none())
         .collect()
+}
+
+/// The ok launch of `config` whose replay took the median mean time (the one a reader can
+/// take as typical), if any launch of it replayed the trace.
+pub fn typical_replay<'a>(
+    r: &'a TuneResult,
+    config: &crate::config::LaunchConfig,
+) -> Option<&'a crate::trial::replay_trace::ReplayTiming> {
+    let mut v: Vec<&crate::trial::replay_trace::ReplayTiming> = r
+        .trials
+        .iter()
+        .filter(|t| &t.config == config && t.kind.is_ok())
+        .filter_map(|t| t.metrics.as_ref()?.replay.as_ref())
+        .collect();
+    v.sort_by(|a, b| a.mean_s.total_cmp(&b.mean_s));
+    v.get(v.len().checked_sub(1)? / 2).copied()
+}
+
+/// What the server read again per request, for the summary: `None` unless a trace was
+/// replayed. Read tokens include each turn's new ones; the cache covers the rest.
+pub fn reread_fact(r: &TuneResult) -> Option<String> {
+    let w = r.winner.as_ref()?;
+    let t = typical_replay(r, &w.config)?;
+    let n = t.requests.len().max(1) as f64;
+    let read: f64 = t
+        .requests
+        .iter()
+        .map(|q| f64::from(q.prompt_n))
+        .sum::<f64>()
+        / n;
+    let prompt: f64 = t
+        .requests
+        .iter()
+        .map(|q| f64::from(q.prompt_tokens))
+        .sum::<f64>()
+        / n;
+    (prompt > 0.0).then(|| {
+        format!(
+            "the server read {read:.0} prompt tokens per request, of {prompt:.0} in each prompt on average ({:.0} %; the rest came from its cache)",
+            100.0 * read / prompt
+        )
+    })
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use crate::util::fmt_mib;
 use std::fmt::Write as _;
 
 mod appendix;
+pub mod session;
 #[cfg(test)]
 mod tests;
 
@@ -297,6 +298,7 @@ fn workload_first(m: &mut String, r: &TuneResult, plots: &[(&str, &str)]) {
     }
     baselines(m, r);
     race_section(m, r, "Race against the reference");
+    session::section(m, r);
 }
 
 /// "Measured, not raced": one row per workload the verdict is not about
