@@ -149,21 +149,6 @@ pub fn render_text(r: &CompareResult) -> String {
         .collect();
     let band = Band { pct: r.band_pct };
     let block = |s: &mut String, w: &WorkloadComparison, verdict: bool| {
-        let medians: Vec<String> = w
-            .median_request_s
-            .iter()
-            .enumerate()
-            .map(|(c, t)| {
-                format!(
-                    "{} {}",
-                    command_name(c),
-                    t.map_or("-".into(), |t| match shown(t, 2) {
-                        s if s.starts_with(|c: char| c.is_ascii_digit()) => format!("{s} s"),
-                        s => s,
-                    })
-                )
-            })
-            .collect();
         let (head, indent) = if verdict {
             ("verdict on ", "  ")
         } else {
@@ -173,25 +158,13 @@ pub fn render_text(r: &CompareResult) -> String {
             s,
             "{head}{} (time per request, medians): {}",
             crate::escape::terminal(&w.workload),
-            medians.join(", ")
+            per_command_times(&w.median_request_s)
         );
         if !w.median_p90_s.is_empty() {
-            let p90: Vec<String> = w
-                .median_p90_s
-                .iter()
-                .enumerate()
-                .map(|(c, t)| {
-                    format!(
-                        "{} {}",
-                        command_name(c),
-                        t.map_or("-".into(), |t| format!("{t:.2} s"))
-                    )
-                })
-                .collect();
             let _ = writeln!(
                 s,
                 "  90th percentile of the time per request (medians): {}",
-                p90.join(", ")
+                per_command_times(&w.median_p90_s)
             );
         }
         for p in &w.pairs {
@@ -233,4 +206,21 @@ pub fn render_text(r: &CompareResult) -> String {
         let _ = writeln!(s, "warning: {w}");
     }
     s
+}
+
+/// `A 1.86 s, B 1.96 s`: one time per command, `-` where it has none, `implausible` where the
+/// number cannot be real ([`shown`]).
+fn per_command_times(times: &[Option<f64>]) -> String {
+    let each: Vec<String> = times
+        .iter()
+        .enumerate()
+        .map(|(c, t)| {
+            let t = t.map_or("-".into(), |t| match shown(t, 2) {
+                s if s.starts_with(|c: char| c.is_ascii_digit()) => format!("{s} s"),
+                s => s,
+            });
+            format!("{} {t}", command_name(c))
+        })
+        .collect();
+    each.join(", ")
 }
