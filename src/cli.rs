@@ -106,8 +106,9 @@ pub struct TuneArgs {
     #[arg(long)]
     pub ctx: Option<u32>,
     /// What you run: chat, agent, long-doc or a workload YAML file (request shapes of filler
-    /// text); agent-session or chat-session (a coding agent's session, or a chat, of real text,
-    /// rendered by the model's own chat template and replayed); or a trace FILE.jsonl from
+    /// text); agent-session, chat-session or subagents-session (a coding agent's session, a
+    /// chat, or three sub-agents at once, of real text, rendered by the model's own chat
+    /// template and replayed); or a trace FILE.jsonl from
     /// `qtune record`. The tune minimizes its time per request (overrides the space's workload).
     #[arg(long)]
     pub workload: Option<String>,
@@ -304,7 +305,8 @@ pub struct CompareArgs {
     pub repetitions: Option<u32>,
     /// Compare the commands on time per request for this workload: chat, agent, long-doc or a
     /// YAML file (every built-in mix is measured in each launch, this one decides); or
-    /// agent-session, chat-session or a trace FILE.jsonl, replayed in each launch.
+    /// agent-session, chat-session, subagents-session or a trace FILE.jsonl, replayed in each
+    /// launch.
     #[arg(long)]
     pub workload: Option<String>,
     /// Differences smaller than this many percent are a tie.
@@ -344,19 +346,21 @@ pub enum TraceCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Build the built-in agent (or chat) session from Python's standard-library sources and
+    /// Build the built-in agent (chat, subagents) session from Python's standard-library sources and
     /// render it through a running llama-server's own chat template and tokenizer into a trace
     /// ('qtune trace show' summarises it).
     Session {
         /// agent (a coding agent: tools, file reads, edits, test logs, thinking, sub-agents in
-        /// parallel) or chat (a conversation about code).
-        #[arg(value_parser = ["agent", "chat"])]
+        /// parallel), chat (a conversation about code) or subagents (three sub-agents sending
+        /// every turn at once, each a quarter of the context deep).
+        #[arg(value_parser = ["agent", "chat", "subagents"])]
         kind: String,
         /// The running llama-server whose template and tokenizer render it, e.g.
         /// http://127.0.0.1:8080.
         #[arg(long)]
         server: String,
-        /// How deep the session grows, in tokens (default: the server's context per slot).
+        /// The context the session fills, in tokens (default: the server's context per slot;
+        /// the subagents session fills a quarter of it each).
         #[arg(long)]
         ctx: Option<u64>,
         /// The trace to write (never over an existing file). Default:

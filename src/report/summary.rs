@@ -185,6 +185,8 @@ pub fn verdict(r: &TuneResult) -> Option<Verdict> {
         w.reference.as_ref().map(|rf| &rf.config),
     ));
     facts.extend(reread_fact(r));
+    facts.extend(aggregate_fact(r).map(|f| format!("aggregate {f}")));
+    facts.extend(crate::report::script::slots_note(&w.config).map(|n| format!("slots: {n}")));
     match (&w.gen_vs_baseline, &w.prompt_vs_baseline) {
         (Some(g), Some(p)) => facts.push(format!("generation {g} · prompt {p}")),
         _ => facts.push(format!(
@@ -351,6 +353,27 @@ pub fn typical_replay<'a>(
         .collect();
     v.sort_by(|a, b| a.mean_s.total_cmp(&b.mean_s));
     v.get(v.len().checked_sub(1)? / 2).copied()
+}
+
+/// The aggregate generation of the recommendation's typical replay (all generated tokens over
+/// the replay's wall time), and the reference's, for the summary: `None` unless a trace was
+/// replayed (and kept the aggregate).
+pub fn aggregate_fact(r: &TuneResult) -> Option<String> {
+    let w = r.winner.as_ref()?;
+    let mine = typical_replay(r, &w.config)?.aggregate_tps?;
+    let theirs = w
+        .reference
+        .as_ref()
+        .filter(|rf| rf.config != w.config)
+        .and_then(|rf| typical_replay(r, &rf.config)?.aggregate_tps);
+    Some(match theirs {
+        Some(t) => format!(
+            "generation: {mine:.1} tok/s against the reference's {t:.1} (all generated tokens over the replay's wall time, typical launch)"
+        ),
+        None => format!(
+            "generation: {mine:.1} tok/s (all generated tokens over the replay's wall time, typical launch)"
+        ),
+    })
 }
 
 /// What the server read again per request, for the summary: `None` unless a trace was
