@@ -461,7 +461,10 @@ fn runner_and_clock(
     layout: &crate::model::ModelLayout,
     resume: &Resume,
     started: std::time::Instant,
-    doing: crate::trial::phase::PhaseCell,
+    (doing, busy): (
+        crate::trial::phase::PhaseCell,
+        crate::trial::phase::BusyNote,
+    ),
 ) -> Result<(Box<dyn TrialRunner>, Arc<dyn Clock>)> {
     let journal = Journal::open(run_dir)?;
     if let Some(r) = &opts.replay {
@@ -509,7 +512,8 @@ fn runner_and_clock(
     ))
     .with_speed_ceiling(crate::trial::plausible::ceiling_for(layout, hw))
     .with_predicted_pace(crate::trial::plausible::pace_for(layout, hw))
-    .with_phase(doing);
+    .with_phase(doing)
+    .with_busy_note(busy);
     Ok((Box::new(runner), crate::clock::system()))
 }
 
@@ -574,6 +578,7 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
         }
     }
     let doing = crate::trial::phase::PhaseCell::default();
+    let busy_note = crate::trial::phase::BusyNote::default();
     let (runner, clock) = runner_and_clock(
         opts,
         &run_dir,
@@ -581,7 +586,7 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
         &layout,
         &resume,
         started,
-        doing.clone(),
+        (doing.clone(), busy_note.clone()),
     )?;
     let mut progress = super::progress::Progress::new(
         super::progress::Budget {
@@ -594,12 +599,17 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
     )
     .with_phase(doing);
     if opts.replay.is_none() {
-        // Between launches: a box that got busy after the start is said as it happens.
+        // Before every launch: a box that got busy after the start is said as it happens,
+        // and the launches that ran on it are noted in the journal.
         let host = &inputs.hardware.host;
-        progress = progress.with_busy_watch(
-            host.logical_cores,
+        progress = progress.with_busy_watch(super::progress::BusyWatch::new(
+            Box::new(crate::hardware::busy::SystemProbe {
+                logical_cores: host.logical_cores,
+                window: crate::hardware::busy::WINDOW / 2,
+            }),
             host.physical_cores.unwrap_or(host.logical_cores).max(1),
-        );
+            busy_note,
+        ));
     }
     let progress = Arc::new(progress);
     let outcome = crate::search::tune(

@@ -282,6 +282,17 @@ fn trial_warnings(history: &[TrialOutcome]) -> Vec<String> {
             warnings.push(format!("trial {}: {w}", o.id));
         }
     }
+    let busy: Vec<&TrialOutcome> = history.iter().filter(|o| o.busy_box.is_some()).collect();
+    if let Some(first) = busy.first() {
+        warnings.push(format!(
+            "{} of {} ran on a box that got busy after the tune started ({} {}; the first saw {}): their timings are the busy box's, not this box's own, and a comparison with a quiet launch is not like for like; close what is running and tune again for this box's own speed",
+            busy.len(),
+            crate::util::count(history.len() as u64, "launch", "launches"),
+            if busy.len() == 1 { "trial" } else { "trials" },
+            busy.iter().map(|o| o.id.to_string()).collect::<Vec<_>>().join(", "),
+            first.busy_box.as_deref().unwrap_or_default()
+        ));
+    }
     if !noisy.is_empty() {
         warnings.push(format!(
             "{} of {} had a spread wider than 10 % ({} {}): the box was busy or noisy; the confirmation pooled repeated rounds, but consider more repetitions in the space",
