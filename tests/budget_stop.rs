@@ -130,9 +130,17 @@ fn a_minutes_budget_cut_off_prints_the_command_and_resume_with_more_minutes_goes
     assert!(o.status.success(), "{out}");
     let line = stop_line(&out).unwrap_or_else(|| panic!("no stop line:\n{out}"));
     assert!(
-        line.contains("the 2 minutes budget ended the tune after "),
+        line.contains("the minutes budget (2 minutes) ended the tune after "),
         "{line}"
     );
+    // The budget cut the race's first round after the reference's launch: nothing is paired,
+    // and the candidate was not raced to any end.
+    assert!(line.contains("the race got no paired round"), "{line}");
+    assert!(
+        out.contains("(still racing when the budget ended the tune)"),
+        "{out}"
+    );
+    assert!(!out.contains("raced to the end"), "{out}");
     let command = format!(
         "qtune tune --replay {} --resume {} --budget-minutes 4",
         journal().display(),

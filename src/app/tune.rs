@@ -182,7 +182,10 @@ fn verify_resume(
         let server =
             crate::server_binary::check(&inputs.server_path, crate::server_binary::Source::Flag)
                 .with_context(|| format!("cannot resume {shown}"))?;
-        if server.version != inputs.server_version {
+        // A run.json written before qtune named its own pinned build `b11434` holds the raw
+        // version of the same binary.
+        let was = crate::server_binary::pinned_version(&inputs.server_version, &inputs.server_path);
+        if server.version != was {
             anyhow::bail!(
                 "cannot resume {shown}: the server {} changed since the tune started (it was {}, now {}): restore it, or start a new tune",
                 inputs.server_path.display(),
@@ -271,7 +274,7 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
             &hardware,
             &mut space,
             opts.allow_busy,
-            "run qtune tune with --allow-busy",
+            "add --allow-busy (or set QTUNE_ALLOW_BUSY=1)",
         )? {
             eprintln!("qtune: warning: {w}");
         }
@@ -728,9 +731,9 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
         }
     }
     println!(
-        "# qtune tune --dry-run: nothing launched. The tune would start with these launches, then search from what they measure, within {} and {} minutes:",
+        "# qtune tune --dry-run: nothing launched. The tune would start with these launches, then search from what they measure, within {} and {}:",
         crate::util::count(c.space.budget.trials as u64, "launch", "launches"),
-        c.space.budget.minutes
+        crate::util::minutes(c.space.budget.minutes)
     );
     for (i, l) in first.iter().enumerate() {
         println!(
@@ -746,7 +749,7 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
 
 /// `qtune demo`: obtain a server (building it if needed), synthesize the tiny MoE model and
 /// run a small tune end to end.
-pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>) -> Result<()> {
+pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>, allow_busy: bool) -> Result<()> {
     if server.is_none() && crate::server_binary::locate(None).is_none() {
         eprintln!("qtune: no llama-server found; building the pinned llama.cpp (one time, ~10 minutes on 2 cores)");
     }
@@ -778,7 +781,7 @@ pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>) -> Result<()> {
         quiet: false,
         dry_run: false,
         allow_dense: false,
-        allow_busy: false,
+        allow_busy,
         replay: None,
         workload: None,
     };

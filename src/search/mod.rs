@@ -261,7 +261,20 @@ fn budget_stop(
         budget_launches: b.trials,
         minutes: elapsed / 60.0,
         budget_minutes: b.minutes,
-        race_rounds: race.map_or(0, |r| r.outcome.rounds.len() as u32),
+        // Paired rounds: those that measured every arm they launched (a round the budget cut
+        // after the reference's launch pairs nothing).
+        race_rounds: race.map_or(0, |r| {
+            r.outcome
+                .rounds
+                .iter()
+                .filter(|round| {
+                    round
+                        .order
+                        .iter()
+                        .all(|&a| round.samples.get(a).is_some_and(Option::is_some))
+                })
+                .count() as u32
+        }),
         race: race.map_or_else(
             || "no race ran: the search had not finished".to_string(),
             |r| r.outcome.reason.clone(),
