@@ -141,6 +141,12 @@ fn a_minutes_budget_cut_off_prints_the_command_and_resume_with_more_minutes_goes
         "{out}"
     );
     assert!(!out.contains("raced to the end"), "{out}");
+    // The race's launch says which round it is, as the other phases are named.
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("launch ") && l.contains(" · confirm, round 1 of at most ")),
+        "{out}"
+    );
     let command = format!(
         "qtune tune --replay {} --resume {} --budget-minutes 4",
         journal().display(),

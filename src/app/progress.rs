@@ -69,18 +69,27 @@ pub fn eta_s(durations: &[f64], launches_left: u32, minutes_left_s: f64) -> Opti
 
 pub use crate::util::duration_text;
 
-/// The line printed as launch `launch` of `budget` starts.
+/// The line printed as launch `launch` of `budget` starts; a race launch names its round
+/// (`confirm, round 2 of at most 5`).
 pub fn launch_line(
     launch: u32,
     budget: u32,
-    role: TrialRole,
+    (role, race): (TrialRole, Option<&crate::search::progress::RaceStep>),
     elapsed_s: f64,
     eta_s: Option<f64>,
     flags: &str,
 ) -> String {
+    let phase = match race {
+        Some(r) => format!(
+            "{}, round {} of at most {}",
+            role_word(role),
+            r.round,
+            r.rounds_at_most
+        ),
+        None => role_word(role).to_string(),
+    };
     format!(
-        "launch {launch}/{budget} · {} · {} elapsed · ETA {} · {flags}",
-        role_word(role),
+        "launch {launch}/{budget} · {phase} · {} elapsed · ETA {} · {flags}",
         duration_text(elapsed_s),
         eta_s.map_or("-".to_string(), duration_text)
     )
@@ -326,7 +335,7 @@ impl crate::search::Watch for Progress {
             launch_line(
                 s.launch,
                 s.budget.launches,
-                role,
+                (role, race),
                 s.elapsed_s(),
                 s.eta_s(),
                 &flags,
@@ -370,17 +379,33 @@ mod tests {
 
     #[test]
     fn a_launch_line_names_the_launch_the_phase_the_time_and_the_flags() {
-        let l = launch_line(5, 20, TrialRole::Search, 192.0, Some(540.0), "-c 4096");
+        let l = launch_line(
+            5,
+            20,
+            (TrialRole::Search, None),
+            192.0,
+            Some(540.0),
+            "-c 4096",
+        );
         assert_eq!(
             l,
             "launch 5/20 · search · 3m12s elapsed · ETA 9m00s · -c 4096"
         );
-        let first = launch_line(1, 20, TrialRole::Baseline, 0.4, None, "-c 4096");
+        let first = launch_line(1, 20, (TrialRole::Baseline, None), 0.4, None, "-c 4096");
         assert_eq!(
             first,
             "launch 1/20 · baseline · 0s elapsed · ETA - · -c 4096"
         );
         assert_eq!(duration_text(3725.0), "1h02m");
+        let step = crate::search::progress::RaceStep {
+            round: 2,
+            rounds_at_most: 5,
+            arm: "the baseline",
+        };
+        assert_eq!(
+            launch_line(9, 20, (TrialRole::Confirm, Some(&step)), 60.0, None, "-t 1"),
+            "launch 9/20 · confirm, round 2 of at most 5 · 1m00s elapsed · ETA - · -t 1"
+        );
     }
 
     #[test]
