@@ -179,6 +179,9 @@ pub struct DemoArgs {
     /// llama-server to use (built into qtune's cache when none is found).
     #[arg(long)]
     pub server: Option<PathBuf>,
+    /// Run even where other processes hold every core (as `tune --allow-busy`).
+    #[arg(long)]
+    pub allow_busy: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -552,7 +555,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     use crate::app;
     match command {
         Command::Tune(t) => app::tune::tune(tune_options(t)),
-        Command::Demo(d) => app::tune::demo(d.out, d.server),
+        Command::Demo(d) => app::tune::demo(d.out, d.server, d.allow_busy),
         Command::Hw(h) => app::info::hw(format(h.json, h.yaml), !h.no_bandwidth),
         Command::Inspect(i) => app::info::inspect(
             &i.model.path()?,

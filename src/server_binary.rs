@@ -57,6 +57,24 @@ pub fn short_version(raw: &str) -> String {
     rest.to_string()
 }
 
+/// The pinned server qtune built from PyPI's source (no git) says `version: 0.6.0-dev (build
+/// 0, commit unknown)`; one that lives in qtune's own build folder of [`BUILD_TAG`] is that
+/// release, and reads `version: 11434 (qtune's build)` so it is shown as `b11434`. Any other
+/// version, or a server elsewhere, is kept as it says.
+pub fn pinned_version(raw: &str, path: &Path) -> String {
+    let unnumbered = raw.contains("build 0,") || raw.trim() == "version: unknown";
+    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let at = canonical(path);
+    let ours = [false, true]
+        .into_iter()
+        .any(|cuda| at.starts_with(canonical(&build_dir(cuda))));
+    if unnumbered && ours {
+        format!("version: {} (qtune's build)", &BUILD_TAG[1..])
+    } else {
+        raw.to_string()
+    }
+}
+
 /// A checked `llama-server`.
 #[derive(Debug, Clone)]
 pub struct ServerBinary {
@@ -229,6 +247,7 @@ pub fn check(path: &Path, source: Source) -> Result<ServerBinary> {
                 .to_string()
         })
         .unwrap_or_else(|_| "version: unknown".to_string());
+    let version = pinned_version(&version, path);
     // Only a server whose help names the flag is asked (anything else might start serving).
     let devices = help_has_flag(&help, "--list-devices")
         .then(|| {
@@ -653,6 +672,18 @@ mod tests {
             "0.6.0-dev (build 0, commit unknown)"
         );
         assert_eq!(short_version("version: unknown"), "unknown version");
+        // qtune's own build of the pinned release says no number of its own.
+        let raw = "version: 0.6.0-dev (build 0, commit unknown)";
+        let ours = cached_server(false);
+        assert_eq!(short_version(&pinned_version(raw, &ours)), BUILD_TAG);
+        assert_eq!(
+            pinned_version(raw, Path::new("/opt/llama/bin/llama-server")),
+            raw
+        );
+        assert_eq!(
+            pinned_version("version: 11500 (abc)", &ours),
+            "version: 11500 (abc)"
+        );
         assert_eq!(short_version(""), "unknown version");
     }
 

@@ -148,7 +148,7 @@ fn a_recorded_session_replays_with_its_prompts_cache_hits_and_lengths() {
     let Some(model) = support::smollm2() else {
         return;
     };
-    let args = "-c 8192 -np 2 -t 2";
+    let args = "-c 8192 -np 2 -t 1";
     let Some((server, sport)) = start_server(
         dir.path(),
         &model,
@@ -209,7 +209,7 @@ fn a_diverging_history_on_a_recurrent_model_rereads_as_it_did_live() {
         return;
     }
     let model = qtune::fixtures::tiny_moe("tiny-qwen35moe").expect("the tiny MoE model");
-    let args = "-c 4096 -np 1 -t 2";
+    let args = "-c 4096 -np 1 -t 1";
     let Some((server, sport)) = start_server(
         dir.path(),
         &model,

@@ -60,7 +60,10 @@ pub fn table(r: &TuneResult) -> String {
             stat(c.gen_tps.as_ref()),
             stat(c.prompt_tps.as_ref()),
             c.peak_vram_mib.map_or("-".into(), |v| fmt_mib(v as f64)),
-            format!("confirmed ({} rounds)", c.trial_ids.len()),
+            format!(
+                "confirmed ({})",
+                crate::util::count(c.trial_ids.len() as u64, "round", "rounds")
+            ),
         ]);
     }
     for t in r.trials.iter().filter(|t| t.role != TrialRole::Confirm) {
@@ -424,5 +427,17 @@ mod tests {
         // The 35B on 16 GiB: fit-target put more experts on the card.
         let line = reference_line("gpu-h100-workload3/work35-16");
         assert!(line.contains("the better of it and"), "{line}");
+    }
+
+    #[test]
+    fn a_config_confirmed_in_one_round_says_round() {
+        let r = crate::run::sample::cpu_result(
+            std::path::Path::new("/s/llama-server"),
+            std::path::Path::new("/m/m.gguf"),
+        );
+        assert_eq!(r.confirmation[0].trial_ids.len(), 1);
+        let t = table(&r);
+        assert!(t.contains("confirmed (1 round)"), "{t}");
+        assert!(!t.contains("(1 rounds)"), "{t}");
     }
 }

@@ -58,6 +58,7 @@ fn trial(
         },
         log: Some(PathBuf::from(format!("logs/trial-{id:03}.log"))),
         warnings: Vec::new(),
+        busy_box: None,
     }
 }
 

@@ -645,6 +645,7 @@ mod tests {
             duration_s: 1.0,
             log: None,
             warnings: Vec::new(),
+            busy_box: None,
         }
     }
 

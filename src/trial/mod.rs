@@ -215,6 +215,11 @@ pub struct TrialOutcome {
     /// Caveats about the measurement, e.g. a spread too wide to rank on.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// What the tune saw as this launch started, when the box had got busy since the tune
+    /// began (other processes on the free cores or the GPU): `other processes used 1.9 of 2
+    /// cores (load average 3.3)`. Its timings are the busy box's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_box: Option<String>,
 }
 
 impl TrialOutcome {
@@ -234,6 +239,7 @@ impl TrialOutcome {
             duration_s: 0.0,
             log: None,
             warnings: Vec::new(),
+            busy_box: None,
         }
     }
 
