@@ -300,7 +300,7 @@ fn a_box_file_plans_and_hw_yaml_writes_one() {
     assert!(p["speed_note"]
         .as_str()
         .unwrap()
-        .contains("host 50 GB/s (as described)"));
+        .contains("host 50.0 GB/s (as described)"));
     // What `qtune hw --yaml` writes for this (GPU-less) machine is a box file.
     let o = qtune(&["hw", "--yaml", "--no-bandwidth"]);
     assert!(o.status.success(), "{}", support::output_text(&o));
