@@ -290,11 +290,9 @@ fn trial_warnings(history: &[TrialOutcome]) -> Vec<String> {
         .filter(|o| o.warnings.iter().any(|w| w.contains("spread")))
         .map(|o| o.id.to_string())
         .collect();
-    for o in history {
-        for w in o.warnings.iter().filter(|w| !w.contains("spread")) {
-            warnings.push(format!("trial {}: {w}", o.id));
-        }
-    }
+    warnings.extend(crate::trial::grouped_warnings(history, |w| {
+        w.contains("spread")
+    }));
     let busy: Vec<&TrialOutcome> = history.iter().filter(|o| o.busy_box.is_some()).collect();
     if let Some(first) = busy.first() {
         warnings.push(format!(
