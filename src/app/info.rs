@@ -12,7 +12,7 @@ pub fn hw(format: Format, measure_bandwidth: bool, rpc: Option<String>) -> Resul
         crate::hardware::measure_thread_scaling(&mut hw);
     }
     let workers = match &rpc {
-        Some(list) => super::rpc::measure_workers(list, None)?,
+        Some(list) => super::rpc::measure_workers(list)?,
         None => Vec::new(),
     };
     // With workers, the JSON and YAML carry them as `rpc_workers` (an unreachable one as
@@ -44,6 +44,16 @@ pub fn hw(format: Format, measure_bandwidth: bool, rpc: Option<String>) -> Resul
         (Format::Yaml, true) => serde_yaml::to_string(&with_workers()?)?,
     };
     println!("{}", text.trim_end());
+    // The head's own llama-server must list the workers' devices (a build without RPC does not).
+    let ok: Vec<_> = workers
+        .iter()
+        .filter_map(|w| w.as_ref().ok().cloned())
+        .collect();
+    if let (false, Some((server, _))) = (ok.is_empty(), crate::server_binary::locate(None)) {
+        if let Err(e) = super::rpc::check_head(&server, &ok) {
+            eprintln!("qtune: warning: {e:#}");
+        }
+    }
     if workers.iter().any(|w| w.is_err()) {
         anyhow::bail!("a worker of --rpc could not be measured (see above)");
     }

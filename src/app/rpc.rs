@@ -106,52 +106,43 @@ pub fn serve(a: crate::cli::RpcServeArgs) -> Result<()> {
     Err(err).with_context(|| format!("cannot run {}", crate::escape::terminal_path(&bin)))
 }
 
-/// Measure every worker of `--rpc LIST` (devices, memory, link); unreachable ones are errors
-/// in the list. With a llama-server at hand, the devices get its descriptions (the head's
-/// `llama-server --rpc ... --list-devices`).
-pub fn measure_workers(
-    list: &str,
-    server: Option<&Path>,
-) -> Result<Vec<Result<crate::rpc::probe::WorkerInfo, String>>> {
+/// Measure every worker of `--rpc LIST` (devices, memory, link); an unreachable one is an
+/// error in the list.
+pub fn measure_workers(list: &str) -> Result<Vec<Result<crate::rpc::probe::WorkerInfo, String>>> {
     let workers = crate::rpc::parse_workers(list).map_err(anyhow::Error::msg)?;
-    let mut out: Vec<Result<crate::rpc::probe::WorkerInfo, String>> =
-        workers.iter().map(crate::rpc::probe::measure).collect();
-    let ok: Vec<String> = out
-        .iter()
-        .filter_map(|w| w.as_ref().ok().map(|w| w.address.clone()))
-        .collect();
-    if ok.is_empty() {
-        return Ok(out);
-    }
-    if let Some((path, _)) = crate::server_binary::locate(server) {
-        let listed = crate::server_binary::run_captured(
-            std::process::Command::new(path)
-                .arg("--rpc")
-                .arg(ok.join(","))
-                .arg("--list-devices"),
-            std::time::Duration::from_secs(60),
-        )
-        .ok()
-        .and_then(|(_, text)| crate::server_binary::parse_devices(&text))
-        .unwrap_or_default();
-        let names = crate::rpc::probe::descriptions(&listed);
-        for w in out.iter_mut().flatten() {
-            for d in &mut w.devices {
-                d.description = names
-                    .iter()
-                    .find(|(n, _)| *n == d.name)
-                    .map(|(_, desc)| desc.clone());
-            }
-        }
-    }
-    Ok(out)
+    Ok(workers.iter().map(crate::rpc::probe::measure).collect())
 }
 
-/// The workers of `qtune tune --rpc`: every one measured, or one clear error.
+/// Whether `server` uses the workers: `llama-server --rpc LIST --list-devices` lists one
+/// `RPCn` device per worker device (a build without RPC rejects `--rpc`).
+pub fn check_head(server: &Path, workers: &[crate::rpc::probe::WorkerInfo]) -> Result<()> {
+    let (_, text) = crate::server_binary::run_captured(
+        std::process::Command::new(server)
+            .arg("--rpc")
+            .arg(crate::rpc::addresses(workers).join(","))
+            .arg("--list-devices"),
+        std::time::Duration::from_secs(60),
+    )
+    .with_context(|| format!("cannot run {}", crate::escape::terminal_path(server)))?;
+    let listed = crate::server_binary::parse_devices(&text).unwrap_or_default();
+    let rpc = listed.iter().filter(|l| l.starts_with("RPC")).count();
+    let want: usize = workers.iter().map(|w| w.devices.len()).sum();
+    if rpc != want {
+        bail!(
+            "{} lists {rpc} RPC devices with --rpc, not the workers' {want}: a build without RPC (or another llama.cpp than the workers'); run 'qtune server build', which builds with RPC",
+            crate::escape::terminal_path(server)
+        );
+    }
+    Ok(())
+}
+
+/// The workers of `qtune tune --rpc`: every one measured and listed by the head's server, or
+/// one clear error.
 pub fn tune_workers(list: &str, server: &Path) -> Result<Vec<crate::rpc::probe::WorkerInfo>> {
     let mut out = Vec::new();
-    for w in measure_workers(list, Some(server))? {
+    for w in measure_workers(list)? {
         out.push(w.map_err(|e| anyhow::anyhow!("--rpc: {e}"))?);
     }
+    check_head(server, &out)?;
     Ok(out)
 }

@@ -239,8 +239,9 @@ pub fn serve_command_line(w: &Worker) -> String {
     )
 }
 
-/// The name llama.cpp gives device `device` of a worker, as `-ot` rules and `--list-devices`
-/// name it: `RPC0[192.168.1.20:50052]`.
+/// The buffer type llama.cpp gives device `device` of a worker, as `-ot` rules name it:
+/// `RPC0[192.168.1.20:50052]` (`--list-devices` instead numbers every worker's devices in one
+/// row, `RPC0`, `RPC1`, with the address as the description).
 pub fn device_name(w: &Worker, device: u32) -> String {
     format!("RPC{device}[{w}]")
 }

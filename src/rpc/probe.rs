@@ -32,11 +32,9 @@ const BANDWIDTH_BYTES: usize = 32 << 20;
 /// One device of a worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkerDevice {
-    /// As llama.cpp names it on the head, e.g. `RPC0[192.168.1.20:50052]`.
+    /// As `-ot` rules name it on the head, e.g. `RPC0[192.168.1.20:50052]` (the worker's
+    /// device 0; `--list-devices` numbers every worker's devices in one row, `RPC0`, `RPC1`).
     pub name: String,
-    /// What the head's `llama-server --list-devices` says it is (e.g. "CPU"), when asked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub description: Option<String>,
     pub total_mib: u64,
     pub free_mib: u64,
 }
@@ -244,7 +242,6 @@ pub fn measure(w: &Worker) -> Result<WorkerInfo, String> {
             .map_err(|e| io_err(w, "device memory", e))?;
         devices.push(WorkerDevice {
             name: super::device_name(w, d),
-            description: None,
             total_mib: total >> 20,
             free_mib: free >> 20,
         });
@@ -274,20 +271,6 @@ pub fn measure(w: &Worker) -> Result<WorkerInfo, String> {
     })
 }
 
-/// The head's view of the workers' devices (`llama-server --rpc LIST --list-devices`): the
-/// `RPCn[host:port]: description (... MiB, ... MiB free)` lines, name and description.
-pub fn descriptions(listed: &[String]) -> Vec<(String, String)> {
-    listed
-        .iter()
-        .filter(|l| l.starts_with("RPC"))
-        .filter_map(|l| {
-            let (name, rest) = l.split_once(": ")?;
-            let desc = rest.rsplit_once(" (").map_or(rest, |(d, _)| d);
-            Some((name.trim().to_string(), desc.trim().to_string()))
-        })
-        .collect()
-}
-
 /// Text for `qtune hw`, one block per worker.
 pub fn render(workers: &[Result<WorkerInfo, String>]) -> String {
     use std::fmt::Write as _;
@@ -303,11 +286,8 @@ pub fn render(workers: &[Result<WorkerInfo, String>]) -> String {
                 for d in &w.devices {
                     let _ = writeln!(
                         out,
-                        "  {}{}: {} total, {} free",
+                        "  {}: {} total, {} free",
                         d.name,
-                        d.description
-                            .as_deref()
-                            .map_or(String::new(), |s| format!(" ({s})")),
                         crate::util::fmt_mib(d.total_mib as f64),
                         crate::util::fmt_mib(d.free_mib as f64)
                     );
@@ -329,18 +309,6 @@ mod tests {
     fn the_tensor_header_is_the_packed_size_of_the_pinned_build() {
         assert_eq!(RPC_TENSOR_SIZE, 296);
         assert_eq!(RPC_TENSOR_SIZE % 8, 0);
-    }
-
-    #[test]
-    fn list_devices_lines_give_names_and_descriptions() {
-        let lines = vec![
-            "RPC0[127.0.0.1:50052]: CPU (23912 MiB, 20001 MiB free)".to_string(),
-            "CUDA0: NVIDIA H100 (81079 MiB, 80577 MiB free)".to_string(),
-        ];
-        assert_eq!(
-            descriptions(&lines),
-            vec![("RPC0[127.0.0.1:50052]".to_string(), "CPU".to_string())]
-        );
     }
 
     #[test]
