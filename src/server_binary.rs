@@ -489,8 +489,7 @@ fn cuda_architectures() -> Result<String> {
 /// progress lines (the app layer prints them).
 pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
     let target = cached_server(cuda);
-    let bin = build_dir(cuda).join("bin");
-    if BUILD_TARGETS.iter().all(|t| bin.join(t).is_file()) {
+    if is_built(&build_dir(cuda).join("bin")) {
         say(&format!("qtune: {} is already built", target.display()));
         return Ok(target);
     }
@@ -563,6 +562,12 @@ pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
         bail!("the build finished but {} is missing", target.display());
     }
     Ok(target)
+}
+
+/// Whether a build's `bin/` holds every target `qtune server build` builds: a cache built
+/// before the RPC worker was one of them (no `ggml-rpc-server`) is not built.
+pub fn is_built(bin: &Path) -> bool {
+    BUILD_TARGETS.iter().all(|t| bin.join(t).is_file())
 }
 
 /// `cmake --build` with a progress bar fed by ninja's `[n/total]` lines; full log kept.
@@ -655,6 +660,17 @@ fn parse_ninja_progress(line: &str) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cache_without_the_rpc_worker_is_not_built() {
+        let dir = tempfile::tempdir().unwrap();
+        for t in ["llama-server", "llama-bench", "llama-perplexity"] {
+            std::fs::write(dir.path().join(t), "").unwrap();
+        }
+        assert!(!is_built(dir.path()), "a build before RPC is built again");
+        std::fs::write(dir.path().join("ggml-rpc-server"), "").unwrap();
+        assert!(is_built(dir.path()));
+    }
 
     #[test]
     fn versions_read_as_release_tags() {
