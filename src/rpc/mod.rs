@@ -372,33 +372,6 @@ done
     s
 }
 
-/// How a placement over the workers is described in the report and the journal.
-pub fn placement_label(c: &LaunchConfig) -> Option<String> {
-    if c.rpc.is_empty() {
-        return None;
-    }
-    let mut parts = Vec::new();
-    if c.tensor_split.is_empty() {
-        parts.push("layers: the server's spread".to_string());
-    } else {
-        parts.push(format!(
-            "layers -ts {}",
-            c.tensor_split
-                .iter()
-                .map(|v| v.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        ));
-    }
-    for e in &c.rpc_experts {
-        parts.push(format!("experts {} on {}", e.blocks, e.device));
-    }
-    if let Some(e) = &c.cpu_experts {
-        parts.push(format!("experts {} on the head's CPU", e.label()));
-    }
-    Some(parts.join("; "))
-}
-
 /// The placements a tune tries over the workers, from the best config so far (which already
 /// carries `--rpc`): the layers split evenly over every device by `-ts`; split by the devices'
 /// free memory (when that differs); the layers over the devices with every block's routed
@@ -643,6 +616,36 @@ mod tests {
         }
         // Without workers there is nothing to place.
         assert!(placements(&LaunchConfig::baseline(4096), &devices, 8).is_empty());
+    }
+
+    /// What `qtune compare` reads back: `--rpc` and the expert rules on a worker's device.
+    #[test]
+    fn a_command_over_workers_reads_back_as_the_same_config() {
+        let mut c = LaunchConfig::baseline(2048);
+        c.rpc = vec!["127.0.0.1:50052".into(), "127.0.0.1:50053".into()];
+        c.n_gpu_layers = Some(999);
+        c.tensor_split = vec![1, 0];
+        c.fit = Some(false);
+        c.rpc_experts = vec![RpcExperts {
+            device: "RPC0[127.0.0.1:50053]".into(),
+            blocks: BlockSet::first(4),
+        }];
+        let argv = c.command(
+            std::path::Path::new("/srv/llama-server"),
+            std::path::Path::new("/m.gguf"),
+            "127.0.0.1",
+            8080,
+        );
+        let rpc_at = argv.iter().position(|a| a == "--rpc").unwrap();
+        let ot_at = argv.iter().position(|a| a == "-ot").unwrap();
+        assert!(rpc_at < ot_at, "--rpc before any -ot: {argv:?}");
+        let back = crate::config::parse_command(&argv).unwrap();
+        assert_eq!(back.config, c);
+        let bad = crate::config::parse_command(
+            &["llama-server", "-c", "1", "-np", "1", "--rpc", "nowhere"].map(String::from),
+        )
+        .unwrap_err();
+        assert!(bad.contains("host:port"), "{bad}");
     }
 
     #[test]
