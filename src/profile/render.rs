@@ -192,6 +192,9 @@ pub fn show_text(p: &Profile) -> String {
     let mut argv = vec!["llama-server".to_string(), "-m".into(), "MODEL.gguf".into()];
     argv.extend(w.config.server_args());
     let _ = writeln!(o, "  {}", crate::config::shell_line(&argv));
+    for l in crate::rpc::worker_commands(&w.config) {
+        let _ = writeln!(o, "  RPC worker {}", crate::escape::terminal(&l));
+    }
     if let Some(g) = &p.quality {
         let _ = writeln!(
             o,

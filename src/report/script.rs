@@ -188,6 +188,7 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
         alias = one_line(&alias),
     );
     let _ = writeln!(m, "set -euo pipefail\n");
+    m.push_str(&crate::rpc::script_block(&w.config));
     if r.gpu_budgets.len() >= 2 && uses_gpu {
         // The split (-ts) and any -ot ...=CUDAn name the cards in this order.
         let _ = writeln!(
@@ -477,12 +478,22 @@ pub fn systemd_unit(r: &TuneResult, script: &Path, unit: &Path) -> Result<String
         .as_ref()
         .map(|w| w.config.flags())
         .unwrap_or_default();
+    // The workers start on their own boxes, before this unit (launch.sh checks they answer).
+    let workers: String = r
+        .winner
+        .as_ref()
+        .map(|w| crate::rpc::worker_commands(&w.config))
+        .unwrap_or_default()
+        .iter()
+        .map(|l| format!("# RPC worker, started first on its box: {}\n", one_line(l)))
+        .collect();
     Ok(format!(
         "# systemd unit written by qtune {ver}: runs {script_disp}.\n\
          # Install: sudo cp {unit} /etc/systemd/system/{name}\n\
          #          sudo systemctl daemon-reload && sudo systemctl enable --now {name}\n\
          # Add User= under [Service] to run it as your user, and Environment= lines to change\n\
          # what launch.sh serves (QTUNE_HOST, QTUNE_PORT, QTUNE_ALIAS, QTUNE_API_KEY_FILE).\n\
+         {workers}\
          [Unit]\n\
          Description=llama-server: {model} ({label}), tuned by qtune\n\
          After=network-online.target\n\

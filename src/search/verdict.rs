@@ -185,6 +185,7 @@ pub fn decide(
             o.kind,
             crate::trial::OutcomeKind::RequestTimeout
                 | crate::trial::OutcomeKind::PortConflict
+                | crate::trial::OutcomeKind::RpcWorkerLost
                 | crate::trial::OutcomeKind::Implausible
         )
     });

@@ -52,9 +52,13 @@ struct Draft {
 impl Draft {
     /// Classify a failure and remember the phase it happened in.
     fn classified(obs: &Observation<'_>) -> Draft {
+        let mut v = classify::classify(obs);
+        if v.kind == OutcomeKind::RpcWorkerLost {
+            crate::rpc::name_lost_worker(&mut v.message, obs.log);
+        }
         Draft {
             phase: Some(obs.phase),
-            ..Draft::from_verdict(classify::classify(obs))
+            ..Draft::from_verdict(v)
         }
     }
 

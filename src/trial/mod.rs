@@ -50,6 +50,10 @@ pub enum OutcomeKind {
     /// The server reported speeds that cannot be real (not finite, zero or negative, or far
     /// past what the hardware can do): a broken measurement, never a result.
     Implausible,
+    /// An RPC worker (`--rpc`) was unreachable at load or dropped mid-trial (llama.cpp aborts
+    /// the head): no measurement of the config, and not its fault. The message names the
+    /// worker.
+    RpcWorkerLost,
 }
 
 impl OutcomeKind {
@@ -66,6 +70,7 @@ impl OutcomeKind {
             OutcomeKind::Skipped => "skipped",
             OutcomeKind::Implausible => "implausible",
             OutcomeKind::PortConflict => "port-conflict",
+            OutcomeKind::RpcWorkerLost => "rpc-worker-lost",
         }
     }
 

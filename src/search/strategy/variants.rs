@@ -102,11 +102,32 @@ impl QtuneSearch {
             0
         };
         (ctx.space.load_modes().len().saturating_sub(1)
+            + Self::rpc_placements(ctx, &ctx.baseline()).len()
             + placements
             + usize::from(v.no_op_offload_max_ubatch.is_some())) as u32
     }
 
-    /// The variants of the incumbent's best config: its other load modes, the
+    /// The placements over the head's RPC workers ([`crate::rpc::placements`]) from `best`;
+    /// none without workers.
+    pub(super) fn rpc_placements(ctx: &SearchContext, best: &LaunchConfig) -> Vec<LaunchConfig> {
+        let workers = &ctx.space.fixed.rpc_workers;
+        if workers.is_empty() {
+            return Vec::new();
+        }
+        let local = if ctx.has_gpu {
+            ctx.gpus.len().max(1)
+        } else {
+            0
+        };
+        crate::rpc::placements(
+            best,
+            &crate::rpc::head_devices(workers, local),
+            ctx.layout.n_blocks,
+        )
+    }
+
+    /// The variants of the incumbent's best config: the placements over the RPC workers
+    /// (where the tune has some), its other load modes, the
     /// space's placement styles filled to the budget ([`crate::placement::propose`], `fit`
     /// included: `--fit on --fit-target <headroom>` with the incumbent's other choices), and
     /// `--no-op-offload` at a small ubatch. Configs predicted to swap the host are left out.
@@ -139,10 +160,13 @@ impl QtuneSearch {
         let levers =
             crate::search::levers::propose(&ctx.space.vary.levers, &best, &ctx.workload_traits)
                 .configs;
+        let rpc = Self::rpc_placements(ctx, &best);
         if best.no_experts_on_cpu() {
-            // Every expert on the GPU: no placement variant would change where anything sits.
-            return levers
+            // Every expert on the GPU (or no GPU): no placement variant but the workers' would
+            // change where anything sits.
+            return rpc
                 .into_iter()
+                .chain(levers)
                 .filter(|c| !self.history.iter().any(|o| &o.config == c))
                 .collect();
         }
@@ -206,6 +230,12 @@ impl QtuneSearch {
             );
             out = order.into_iter().map(|k| out[k].clone()).collect();
         }
+        // The placements over the workers first: they are what --rpc asked to compare.
+        let rpc: Vec<LaunchConfig> = rpc
+            .into_iter()
+            .filter(|c| !seen.contains(c) && !self.history.iter().any(|o| &o.config == c))
+            .collect();
+        seen.extend(rpc.iter().cloned());
         // The levers right after the placement variant the speed model rates best: the
         // workload's traits are why they are proposed (real text, an edited history,
         // requests at once), and on a small budget the placements it rates lower are the ones
@@ -217,6 +247,7 @@ impl QtuneSearch {
             .collect();
         let at = out.len().min(1);
         out.splice(at..at, levers);
+        out.splice(0..0, rpc);
         out.into()
     }
 
