@@ -850,6 +850,15 @@ impl TuneResult {
             .is_some_and(|s| {
                 crate::trial::keeps_more_on_gpu(&self.trials, &s.config, &baseline_of(&self.space))
             });
+        // Both baselines loaded the same buffers: on this card they are one configuration, and
+        // any difference measured between them is the launches' noise.
+        let alike = self
+            .trials
+            .iter()
+            .find(|t| t.role == TrialRole::SecondBaseline)
+            .is_some_and(|s| {
+                crate::trial::loaded_alike(&self.trials, &s.config, &baseline_of(&self.space))
+            });
         let objective = self.space.workload.objective_mix().map(|m| m.name.clone());
         let mut out = Vec::new();
         for mix in &self.space.workload.mixes {
@@ -895,6 +904,9 @@ impl TuneResult {
                 .or_else(|| measured.iter().find(|m| m.2));
             let z_one = crate::stats::z_quantile(0.95);
             let reference = tied_to.map(|t| {
+                if alike {
+                    return t;
+                }
                 measured
                     .iter()
                     .filter(|m| m.2 && m.0 != t.0 && beats(m, t, z_one) > 0.0)
