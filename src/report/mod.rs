@@ -11,6 +11,7 @@ pub mod race;
 pub mod script;
 mod script_override;
 mod script_record;
+pub mod slots;
 pub mod summary;
 
 use crate::run::TuneResult;

@@ -23,29 +23,6 @@ use anyhow::{bail, Result};
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// What a config with parallel slots (`-np` N > 1) means for its clients, one plain sentence:
-/// the server answers N requests at once and queues the rest. `None` with one slot.
-pub fn slots_note(c: &crate::config::LaunchConfig) -> Option<String> {
-    let n = c.parallel;
-    if n <= 1 {
-        return None;
-    }
-    let ctx = crate::util::fmt_thousands(f64::from(c.ctx));
-    let each = if c.kv_unified == Some(true) {
-        format!("the {n} slots share the {ctx} tokens of context")
-    } else {
-        format!(
-            "each slot holds {} of the {ctx} tokens of context",
-            crate::util::fmt_thousands(f64::from(c.ctx / n))
-        )
-    };
-    Some(format!(
-        "this server answers {n} requests at once (-np {n}; {each}); a client that sends more \
-         at once waits in the server's queue until a slot is free, so let your agent run at \
-         most {n} requests (sub-agents) in parallel"
-    ))
-}
-
 /// True for a host that only this machine reaches (`127.x`, `localhost`, `::1`).
 pub fn is_loopback(host: &str) -> bool {
     let h = host.trim_start_matches('[').trim_end_matches(']');
@@ -159,7 +136,7 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
             .map(|v| format!(", peak VRAM {v} MiB"))
             .unwrap_or_default()
     );
-    if let Some(note) = slots_note(&w.config) {
+    if let Some(note) = super::slots::note(&w.config) {
         let _ = writeln!(m, "# Slots: {}.", one_line(&note));
     }
     let _ = write!(

@@ -262,7 +262,7 @@ pub fn verdict(r: &TuneResult) -> Option<Verdict> {
     ));
     facts.extend(reread_fact(r));
     facts.extend(aggregate_fact(r).map(|f| format!("aggregate {f}")));
-    facts.extend(crate::report::script::slots_note(&w.config).map(|n| format!("slots: {n}")));
+    facts.extend(crate::report::slots::note(&w.config).map(|n| format!("slots: {n}")));
     match (&w.gen_vs_baseline, &w.prompt_vs_baseline) {
         (Some(g), Some(p)) => facts.push(format!("generation {g} · prompt {p}")),
         _ => facts.push(format!(

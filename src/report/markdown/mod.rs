@@ -479,7 +479,7 @@ fn generation_first(m: &mut String, r: &TuneResult) {
             "Or run [`launch.sh`](launch.sh): it checks the model, the server binary and free VRAM \
              first, waits for `/health`, and stops the server on Ctrl-C.\n"
         );
-        if let Some(n) = crate::report::script::slots_note(&w.config) {
+        if let Some(n) = crate::report::slots::note(&w.config) {
             let _ = writeln!(m, "Slots: {}.\n", prose(&n));
         }
     } else {
