@@ -414,21 +414,32 @@ pub struct SynthArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum ServerCommand {
-    /// Print the llama-server qtune will use: --server, QTUNE_LLAMA_SERVER, PATH, cache.
+    /// Print the llama-server qtune will use: --server, QTUNE_LLAMA_SERVER, PATH, cache
+    /// (with --engine ik: --server, QTUNE_IK_SERVER, cache).
     Path {
         #[arg(long)]
         server: Option<PathBuf>,
+        /// Which engine's server: llama.cpp or ik (ik_llama.cpp).
+        #[arg(long, default_value = "llama.cpp")]
+        engine: crate::engine::EngineKind,
     },
-    /// Check that a llama-server runs and has the flags qtune passes.
+    /// Check that a llama-server runs and has the flags qtune passes; names its engine.
     Check {
         #[arg(long)]
         server: Option<PathBuf>,
+        /// Which engine's server to look for when --server is not given: llama.cpp or ik.
+        #[arg(long, default_value = "llama.cpp")]
+        engine: crate::engine::EngineKind,
     },
-    /// Build llama-server from the pinned llama.cpp source into qtune's cache.
+    /// Build llama-server from the pinned llama.cpp source into qtune's cache (with --engine
+    /// ik: ik_llama.cpp's, from the PyPI sdist ik-llama-cpp-python 0.1.5, CPU only).
     Build {
         /// Build with CUDA for the compute capability NVML reports.
         #[arg(long)]
         cuda: bool,
+        /// Which engine: llama.cpp or ik (ik_llama.cpp).
+        #[arg(long, default_value = "llama.cpp")]
+        engine: crate::engine::EngineKind,
     },
 }
 
@@ -564,9 +575,15 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             (Some(out), Some(shape)) => app::info::synth(&out, &shape, &s.ftype),
             _ => anyhow::bail!("qtune synth needs OUT.gguf and --shape (or --test-models)"),
         },
-        Command::Server(ServerCommand::Path { server }) => app::info::server_path(server),
-        Command::Server(ServerCommand::Check { server }) => app::info::server_check(server),
-        Command::Server(ServerCommand::Build { cuda }) => app::info::server_build(cuda),
+        Command::Server(ServerCommand::Path { server, engine }) => {
+            app::info::server_path(server, engine)
+        }
+        Command::Server(ServerCommand::Check { server, engine }) => {
+            app::info::server_check(server, engine)
+        }
+        Command::Server(ServerCommand::Build { cuda, engine }) => {
+            app::info::server_build(cuda, engine)
+        }
         Command::Report(r) => app::results::report(&r.dir),
         Command::Script(s) => app::results::script(
             &s.from,

@@ -345,6 +345,13 @@ pub struct Fixed {
     /// threads, or from `QTUNE_MAX_THREADS` ([`crate::hardware::busy`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads_cap: Option<u32>,
+    /// The engine every launch of the tune uses: the one `--server` (or the cache) is. Not a
+    /// space file's setting; absent: llama.cpp.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::engine::EngineKind::is_llama_cpp"
+    )]
+    pub engine: crate::engine::EngineKind,
 }
 
 impl SearchSpace {

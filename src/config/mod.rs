@@ -425,6 +425,14 @@ pub struct LaunchConfig {
     /// which an explicit `-np` turns off (each slot then gets `ctx / parallel` tokens).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_unified: Option<bool>,
+    /// The server this config is for, whose dialect renders it
+    /// ([`crate::engine::LaunchArgs`]); absent: llama.cpp (every file written before qtune
+    /// knew a second engine).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::engine::EngineKind::is_llama_cpp"
+    )]
+    pub engine: crate::engine::EngineKind,
 }
 
 fn load_mode_auto() -> LoadMode {
@@ -462,6 +470,7 @@ impl LaunchConfig {
             spec_type: None,
             checkpoint_min_step: None,
             kv_unified: None,
+            engine: crate::engine::EngineKind::LlamaCpp,
         }
     }
 

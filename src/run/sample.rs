@@ -87,6 +87,7 @@ fn space(name: &str, moe: bool) -> SearchSpace {
             mmap: Some(true),
             fit_target_mib: None,
             threads_cap: None,
+            engine: Default::default(),
         },
         workload: Workload::default(),
         objective: Objective::default(),
