@@ -421,7 +421,7 @@ pub enum ServerCommand {
         server: Option<PathBuf>,
         /// Which engine's server: llama.cpp or ik (ik_llama.cpp).
         #[arg(long, default_value = "llama.cpp")]
-        engine: crate::engine::EngineKind,
+        engine: crate::config::EngineKind,
     },
     /// Check that a llama-server runs and has the flags qtune passes; names its engine.
     Check {
@@ -429,7 +429,7 @@ pub enum ServerCommand {
         server: Option<PathBuf>,
         /// Which engine's server to look for when --server is not given: llama.cpp or ik.
         #[arg(long, default_value = "llama.cpp")]
-        engine: crate::engine::EngineKind,
+        engine: crate::config::EngineKind,
     },
     /// Build llama-server from the pinned llama.cpp source into qtune's cache (with --engine
     /// ik: ik_llama.cpp's, from the PyPI sdist ik-llama-cpp-python 0.1.5, CPU only).
@@ -439,7 +439,7 @@ pub enum ServerCommand {
         cuda: bool,
         /// Which engine: llama.cpp or ik (ik_llama.cpp).
         #[arg(long, default_value = "llama.cpp")]
-        engine: crate::engine::EngineKind,
+        engine: crate::config::EngineKind,
     },
 }
 

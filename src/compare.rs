@@ -44,7 +44,7 @@ pub struct CompareOptions {
 /// A second server of a comparison, launching the commands of its engine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OtherServer {
-    pub engine: crate::engine::EngineKind,
+    pub engine: crate::config::EngineKind,
     pub path: PathBuf,
     pub version: String,
 }

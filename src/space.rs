@@ -349,9 +349,9 @@ pub struct Fixed {
     /// space file's setting; absent: llama.cpp.
     #[serde(
         default,
-        skip_serializing_if = "crate::engine::EngineKind::is_llama_cpp"
+        skip_serializing_if = "crate::config::EngineKind::is_llama_cpp"
     )]
-    pub engine: crate::engine::EngineKind,
+    pub engine: crate::config::EngineKind,
 }
 
 impl SearchSpace {

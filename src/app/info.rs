@@ -2,7 +2,7 @@
 //! `--test-models`), `server ...`.
 
 use super::Format;
-use crate::engine::EngineKind;
+use crate::config::EngineKind;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 

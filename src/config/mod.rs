@@ -343,8 +343,10 @@ impl std::str::FromStr for SpecType {
     }
 }
 
+mod engine_kind;
 mod parse;
 mod placement;
+pub use engine_kind::EngineKind;
 pub use parse::*;
 pub use placement::*;
 
@@ -428,11 +430,8 @@ pub struct LaunchConfig {
     /// The server this config is for, whose dialect renders it
     /// ([`crate::engine::LaunchArgs`]); absent: llama.cpp (every file written before qtune
     /// knew a second engine).
-    #[serde(
-        default,
-        skip_serializing_if = "crate::engine::EngineKind::is_llama_cpp"
-    )]
-    pub engine: crate::engine::EngineKind,
+    #[serde(default, skip_serializing_if = "EngineKind::is_llama_cpp")]
+    pub engine: EngineKind,
 }
 
 fn load_mode_auto() -> LoadMode {
@@ -470,7 +469,7 @@ impl LaunchConfig {
             spec_type: None,
             checkpoint_min_step: None,
             kv_unified: None,
-            engine: crate::engine::EngineKind::LlamaCpp,
+            engine: EngineKind::LlamaCpp,
         }
     }
 

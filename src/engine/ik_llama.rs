@@ -114,10 +114,11 @@ impl Engine for IkLlama {
             .with_fit_targets(vec![headroom_mib])
     }
 
-    /// None: ik has no `-lv` (an unknown flag stops its server); it logs its buffer sizes at
-    /// its default verbosity.
+    /// `--log-disable`: ik has no `-lv` (an unknown flag stops its server) and logs its
+    /// buffer sizes at its default verbosity; without the flag it also writes `llama.log`
+    /// into its working folder (the user's, under a tune).
     fn log_args(&self) -> Vec<String> {
-        Vec::new()
+        vec!["--log-disable".to_string()]
     }
 
     fn unsupported(&self, c: &LaunchConfig) -> Vec<&'static str> {
@@ -204,7 +205,7 @@ mod tests {
             argv[argv.len() - 4..].join(" "),
             "--host 127.0.0.1 --port 8080"
         );
-        assert!(e.log_args().is_empty(), "ik has no -lv");
+        assert_eq!(e.log_args().join(" "), "--log-disable", "ik has no -lv");
         assert_eq!(crate::engine::LlamaCpp.log_args().join(" "), "-lv 4");
     }
 
@@ -254,9 +255,9 @@ mod tests {
     #[test]
     fn the_engine_is_told_from_the_help() {
         let ik = "-rtr, --run-time-repack     repack tensors\n--fit-margin N   MiB\n";
-        assert_eq!(crate::engine::identify(ik), EngineKind::IkLlama);
+        assert_eq!(crate::server_binary::identify(ik), EngineKind::IkLlama);
         let llama = "--fit [on|off]\n--fit-target MiB0,MiB1\n-ncmoe, --n-cpu-moe N\n";
-        assert_eq!(crate::engine::identify(llama), EngineKind::LlamaCpp);
+        assert_eq!(crate::server_binary::identify(llama), EngineKind::LlamaCpp);
         assert_eq!("ik".parse::<EngineKind>(), Ok(EngineKind::IkLlama));
         assert_eq!("llama.cpp".parse::<EngineKind>(), Ok(EngineKind::LlamaCpp));
         assert!("vllm"

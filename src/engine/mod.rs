@@ -5,7 +5,7 @@
 //! ([`IkLlama`]). Each owns rendering a config to argv, the flags it cannot express, and the
 //! two baselines (the server's default, and its own auto-fit with the user's headroom). A
 //! config names its engine ([`LaunchConfig::engine`], llama.cpp when absent, so older results
-//! read as before); [`identify`] tells which engine a server binary is from its `--help`.
+//! read as before); `server_binary` tells which engine a server binary is from its `--help`.
 //! Still outside the seam, for the next steps: checking and building the server
 //! (`server_binary`, which builds both), parsing a command line back (`config::parse`), the
 //! log dialect (`trial::logparse`, `trial::classify`'s pattern tables: ik's load and memory
@@ -22,93 +22,13 @@ pub mod llama_cpp;
 pub use ik_llama::IkLlama;
 pub use llama_cpp::LlamaCpp;
 
-/// Which inference server a config is for. Serialized as the engine's name; absent (every
-/// result written before there were two) reads as llama.cpp.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    Default,
-    PartialEq,
-    Eq,
-    Hash,
-    PartialOrd,
-    Ord,
-    serde::Serialize,
-    serde::Deserialize,
-)]
-pub enum EngineKind {
-    /// llama.cpp's `llama-server`.
-    #[default]
-    #[serde(rename = "llama.cpp")]
-    LlamaCpp,
-    /// ik_llama.cpp's `llama-server`.
-    #[serde(rename = "ik_llama.cpp")]
-    IkLlama,
-}
+pub use crate::config::EngineKind;
 
-impl EngineKind {
-    pub const ALL: [EngineKind; 2] = [EngineKind::LlamaCpp, EngineKind::IkLlama];
-
-    /// The engine's dialect.
-    pub fn engine(self) -> &'static dyn Engine {
-        match self {
-            EngineKind::LlamaCpp => &LlamaCpp,
-            EngineKind::IkLlama => &IkLlama,
-        }
-    }
-
-    /// The engine's name, as the user reads it (`llama.cpp`, `ik_llama.cpp`).
-    pub fn name(self) -> &'static str {
-        self.engine().name()
-    }
-
-    /// The `--engine` value that names it (`llama.cpp`, `ik`).
-    pub fn cli_name(self) -> &'static str {
-        match self {
-            EngineKind::LlamaCpp => "llama.cpp",
-            EngineKind::IkLlama => "ik",
-        }
-    }
-
-    /// serde's `skip_serializing_if`: llama.cpp, the default, is not written.
-    pub fn is_llama_cpp(&self) -> bool {
-        *self == EngineKind::LlamaCpp
-    }
-}
-
-impl std::fmt::Display for EngineKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for EngineKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "llama.cpp" | "llama-cpp" | "llamacpp" => Ok(EngineKind::LlamaCpp),
-            "ik" | "ik_llama.cpp" | "ik-llama.cpp" | "ik_llama" => Ok(EngineKind::IkLlama),
-            _ => Err(format!(
-                "unknown engine '{s}': use llama.cpp or ik (ik_llama.cpp)"
-            )),
-        }
-    }
-}
-
-/// Which engine a `llama-server` is, from its `--help`: ik_llama.cpp's names
-/// `--run-time-repack` and `--fit-margin`, flags llama.cpp does not have.
-pub fn identify(help: &str) -> EngineKind {
-    let has = |flag: &str| {
-        help.match_indices(flag).any(|(i, _)| {
-            let after = help.as_bytes().get(i + flag.len()).copied();
-            matches!(after, None | Some(b' ' | b',' | b'=' | b'\n' | b'\t'))
-        })
-    };
-    if has("--run-time-repack") || has("--fit-margin") {
-        EngineKind::IkLlama
-    } else {
-        EngineKind::LlamaCpp
+/// The dialect of `kind`.
+pub fn of(kind: EngineKind) -> &'static dyn Engine {
+    match kind {
+        EngineKind::LlamaCpp => &LlamaCpp,
+        EngineKind::IkLlama => &IkLlama,
     }
 }
 
@@ -216,12 +136,10 @@ pub trait LaunchArgs {
 
 impl LaunchArgs for LaunchConfig {
     fn server_args(&self) -> Vec<String> {
-        self.engine.engine().server_args(self)
+        of(self.engine).server_args(self)
     }
 
     fn command(&self, server: &Path, model: &Path, host: &str, port: u16) -> Vec<String> {
-        self.engine
-            .engine()
-            .command(self, server, model, host, port)
+        of(self.engine).command(self, server, model, host, port)
     }
 }

@@ -265,7 +265,7 @@ impl SearchContext {
             return None;
         }
         let cards = self.gpus.len().max(1);
-        let engine = self.space.fixed.engine.engine();
+        let engine = crate::engine::of(self.space.fixed.engine);
         Some(engine.fit_baseline(&self.space, self.fit_target_mib, cards))
     }
 

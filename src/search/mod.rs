@@ -179,7 +179,7 @@ pub fn tune(
             let mut lacking: Vec<&str> = plan
                 .configs
                 .iter()
-                .flat_map(|c| c.engine.engine().unsupported(c))
+                .flat_map(|c| crate::engine::of(c.engine).unsupported(c))
                 .collect();
             lacking.dedup();
             if !lacking.is_empty() {

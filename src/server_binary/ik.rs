@@ -10,7 +10,7 @@ use super::{
     build_tools, check, ensure_sdist_source, require_tool, run_build_with_progress, SdistSource,
     ServerBinary, Source,
 };
-use crate::engine::EngineKind;
+use crate::config::EngineKind;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;

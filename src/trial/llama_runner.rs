@@ -82,7 +82,7 @@ pub struct LlamaServerRunner {
     server: PathBuf,
     /// The server of each other engine a config may name (`qtune compare` of llama.cpp and
     /// ik_llama.cpp); a config of an engine not listed launches `server`.
-    engine_servers: Vec<(crate::engine::EngineKind, PathBuf)>,
+    engine_servers: Vec<(crate::config::EngineKind, PathBuf)>,
     model: PathBuf,
     workload: Workload,
     run_dir: PathBuf,
@@ -201,7 +201,7 @@ impl LlamaServerRunner {
     }
 
     /// The server that launches the configs of `engine` (the others launch the runner's own).
-    pub fn with_engine_server(mut self, engine: crate::engine::EngineKind, server: &Path) -> Self {
+    pub fn with_engine_server(mut self, engine: crate::config::EngineKind, server: &Path) -> Self {
         self.engine_servers.push((engine, server.to_path_buf()));
         self
     }
@@ -279,7 +279,7 @@ impl LlamaServerRunner {
             .find(|(e, _)| *e == config.engine)
             .map_or(&self.server, |(_, p)| p);
         let mut argv = config.command(server, &self.model, "127.0.0.1", port);
-        argv.extend(config.engine.engine().log_args());
+        argv.extend(crate::engine::of(config.engine).log_args());
         argv.extend(self.extra_args.iter().cloned());
         argv
     }
