@@ -334,4 +334,21 @@ fn a_short_tune_runs_on_the_ik_server() {
     for llama_only in ["--fit off", "--fit on", "--load-mode", "-lv 4", "-kvu"] {
         assert!(!script.contains(llama_only), "{llama_only} in:\n{script}");
     }
+    // No compose file: the official image is llama.cpp's. Refused in one line, nothing written.
+    let serve = dir.path().join("serve.sh");
+    let out = qtune()
+        .args(["script", "--from"])
+        .arg(&run)
+        .arg("--out")
+        .arg(&serve)
+        .arg("--compose")
+        .output()
+        .unwrap();
+    let text = support::output_text(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("the winner runs on ik_llama.cpp, which has no official server image"),
+        "{text}"
+    );
+    assert!(!serve.exists(), "{text}");
 }
