@@ -448,9 +448,7 @@ impl LlamaServerRunner {
                     };
                     let orphans = orphan_warning(&proc);
                     let log = std::fs::read_to_string(log_path).unwrap_or_default();
-                    if exit.is_some()
-                        && log.contains(classify::BIND_FAILED)
-                        && attempt < PORT_ATTEMPTS
+                    if exit.is_some() && classify::says_bind_failed(&log) && attempt < PORT_ATTEMPTS
                     {
                         tracing::debug!("port {port} was taken; retrying on another");
                         forget_attempt(log_path);
