@@ -34,6 +34,9 @@
 #                 candidate (ub 2048, one block more on the CPU)
 #   session35-16  issue 41: qtune compare --workload agent-session, the plain default vs
 #                 --fit-target 512 on the 35B at 16 GiB (CTX, default 8192; ROUNDS)
+#   sessiontune35-16  issue 41: qtune tune --workload agent-session on the 35B at 16 GiB (CTX,
+#                 BUDGET minutes), then its pick vs the plain default vs --fit-target 512
+#                 (ROUNDS, default 3) when it is not a baseline
 #   remeasure35-16, remeasure35-24, remeasure30-16
 #                 qtune compare: plain default vs --fit-target 512 vs the committed winner ($ROUNDS rounds)
 #   Two GPUs (issue 15; the nvidia-h200-x2 machine, one ballast per GPU):
@@ -317,7 +320,7 @@ for c in "$@"; do
       # Run 3's trial 22 again: --n-cpu-moe 11 with ubatch 2048 loads on 16 GiB, then the first
       # request needs more than is left. Seeds the run directory from the committed evidence.
       m=$(model qwen3.5-35b-a3b); run="$W/runs/q35-16g-firstreq"
-      mkdir -p "$run" && cp docs/evidence/gpu-h200-qwen3.5-35b-a3b-16gib/run.json "$run/" && gunzip -c docs/evidence/gpu-h200-qwen3.5-35b-a3b-16gib/results.json.gz > "$run/results.json"
+      mkdir -p "$run" && gunzip -c docs/evidence/gpu-h200-qwen3.5-35b-a3b-16gib/run.json.gz > "$run/run.json" && gunzip -c docs/evidence/gpu-h200-qwen3.5-35b-a3b-16gib/results.json.gz > "$run/results.json"
       ballast 16; "$Q" sweep "$run" --from 11 --to 11; "$Q" sweep "$run" --from 11 --to 11; unballast
       pack q35-16g-firstreq "$run" ;;
     confirm35-16)
@@ -354,6 +357,44 @@ for c in "$@"; do
         --workload agent-session --rounds "${ROUNDS:-6}" --out "$W/runs/$c"
       echo "emulated card: 16 GiB free of ${GPU_NAME}, $(date -u +%F)" > "$W/runs/$c/card.txt"
       unballast; pack "$c" "$W/runs/$c" ;;
+    sessiontune35-16)
+      # Issue 41: the tune on the built-in agent session (35B, emulated 16 GiB card, context
+      # ${CTX:-8192}, a budget of ${BUDGET:-9} minutes), then its pick, when it is not a baseline,
+      # against the plain default and --fit-target 512 in ${ROUNDS:-3} interleaved rounds
+      # (session35-16 measured those two alone: pool their rows over leases).
+      m=$(model qwen3.5-35b-a3b); ballast 16; run="$W/runs/$c"
+      card="emulated card: 16 GiB free of ${GPU_NAME}, $(date -u +%F)"
+      say "$c: tune --workload agent-session ($card, ctx ${CTX:-8192}, ${BUDGET:-9} min)"
+      t0=$SECONDS
+      QTUNE_DATA_DIR="$W/data" "$Q" tune --model "$m" --space default --workload agent-session \
+        --target-vram-headroom 512 --ctx "${CTX:-8192}" --budget-minutes "${BUDGET:-9}" \
+        --server "$QTUNE_LLAMA_SERVER" --out "$run" > "$W/$c.cmd"
+      echo "tune exit $? after $((SECONDS - t0)) s; command: $(tail -1 "$W/$c.cmd")"
+      echo "$card" > "$run/card.txt"
+      pick=$(python3 - "$run/results.json" "$m" <<'PY'
+import json, shlex, sys
+r = json.load(open(sys.argv[1]))
+v = r.get("verdict") or {}
+argv = (v.get("recommended") or {}).get("command")
+if v.get("status") != "kept" and argv:
+    a = [sys.argv[2] if x == r["model_path"] else x for x in argv]
+    for opt in ("--host", "--port"):
+        if opt in a:
+            i = a.index(opt); del a[i:i + 2]
+    print(" ".join(shlex.quote(x) for x in a))
+PY
+)
+      if [ -n "$pick" ] && [ -z "${TUNE_ONLY:-}" ]; then
+        say "$c: its pick against A and B, ${ROUNDS:-3} rounds: $pick"
+        QTUNE_DATA_DIR="$W/data" "$Q" compare --server "$QTUNE_LLAMA_SERVER" \
+          "llama-server -m $m -c ${CTX:-8192} -np 1" "llama-server -m $m -c ${CTX:-8192} -np 1 --fit-target 512" \
+          "$pick" --workload agent-session --rounds "${ROUNDS:-3}" --out "$W/runs/$c-compare"
+        echo "$card" > "$W/runs/$c-compare/card.txt"
+        pack "$c-compare" "$W/runs/$c-compare"
+      else
+        say "$c: the tune kept a baseline (or TUNE_ONLY): nothing more to race"
+      fi
+      unballast; pack "$c" "$run" ;;
     remeasure35-16 | remeasure35-24 | remeasure30-16)
       # Re-measure a README claim with qtune compare: the plain default, --fit-target 512 and the
       # committed winner, in interleaved ABBA rounds, on the emulated card.

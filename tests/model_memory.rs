@@ -172,3 +172,72 @@ fn predictions_match_the_cpu_servers_report() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Parallel slots (issue 42): `-np` 1, 2 and 4 of one `-c`, with the KV split between the
+/// slots (an explicit `-np`'s default) and unified (`-kvu`): the KV holds `-c` cells in all
+/// either way, the recurrent state and the logits grow with the slots.
+#[test]
+fn slot_predictions_match_the_cpu_servers_report() {
+    let Some(bin) = require::or_skip(require::server(), "the real llama-server") else {
+        return;
+    };
+    let Some(smollm2) = support::smollm2() else {
+        return;
+    };
+    let models = [
+        smollm2,
+        qtune::fixtures::tiny_moe("tiny-qwen35moe").expect("tiny synthetic fixture"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for m in &models {
+        let layout = model::load(m).unwrap();
+        let name = m.file_name().unwrap().to_string_lossy();
+        for np in [1u32, 2, 4] {
+            for kvu in [None, Some(true)] {
+                let cfg = LaunchConfig {
+                    parallel: np,
+                    kv_unified: kvu,
+                    threads: Some(1),
+                    ..LaunchConfig::baseline(4096)
+                };
+                let log = run_server(&bin, m, &cfg, &dir.path().join("server.log"), false);
+                let rep = logparse::parse_reported_memory(&log);
+                let p = memory::predict(&layout, &cfg, false);
+                let b = &p.breakdown;
+                let rep_kv: f64 = rep.kv_mib.values().sum();
+                let rep_rs: f64 = rep.recurrent_mib.values().sum();
+                let rep_compute: f64 = rep.compute_mib.values().sum();
+                let rep_host = logparse::host_total_mib(&rep);
+                println!(
+                    "{name} -np {np} kvu={kvu:?}: kv {:.2}/{rep_kv:.2} rs {:.2}/{rep_rs:.2} compute+out {:.2}/{rep_compute:.2} host {:.2}/{rep_host:.2} (predicted/reported MiB)",
+                    b.kv_host_mib,
+                    b.recurrent_host_mib,
+                    b.compute_host_mib + b.output_host_mib,
+                    p.host_mib,
+                );
+                assert!(rep_kv > 0.0, "no KV buffer parsed from the log");
+                let checks = [
+                    ("kv", b.kv_host_mib, rep_kv, 0.01, 0.0),
+                    ("recurrent", b.recurrent_host_mib, rep_rs, 0.01, 0.0),
+                    (
+                        "compute",
+                        b.compute_host_mib + b.output_host_mib,
+                        rep_compute,
+                        0.5,
+                        0.05,
+                    ),
+                    ("host total", p.host_mib, rep_host, 64.0, 0.03),
+                ];
+                for (what, pred, r, abs, rel) in checks {
+                    if !close(pred, r, abs, rel) {
+                        failures.push(format!(
+                            "{name} -np {np} kvu={kvu:?} {what}: predicted {pred:.2} MiB, reported {r:.2} MiB"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

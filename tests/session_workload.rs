@@ -146,4 +146,11 @@ fn a_tune_on_the_agent_session_tries_the_levers_and_reports_the_session_request_
         text.contains("prompt tokens per request, of"),
         "the summary names the tokens read again: {text}"
     );
+    // And the aggregate generation of the replay (issue 42), in both.
+    assert!(
+        text.contains("aggregate generation: ")
+            && text.contains("all generated tokens over the replay's wall time"),
+        "{text}"
+    );
+    assert!(report.contains("Aggregate generation: "), "{report}");
 }

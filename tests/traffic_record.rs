@@ -39,7 +39,7 @@ fn a_recorded_session_matches_what_the_client_and_server_saw() {
         dir.path(),
         &model,
         "record-smollm2.gguf",
-        &["-c", "8192", "-np", "2", "-t", "2"],
+        &["-c", "8192", "-np", "2", "-t", "1"],
     ) else {
         return;
     };
@@ -211,7 +211,7 @@ fn a_stop_marks_the_request_in_flight_and_completes_the_trace() {
         dir.path(),
         &model,
         "record-smollm2.gguf",
-        &["-c", "8192", "-np", "2", "-t", "2"],
+        &["-c", "8192", "-np", "2", "-t", "1"],
     ) else {
         return;
     };

@@ -32,7 +32,7 @@ fn start_server(model: &Path, dir: &Path, template: Option<&Path>) -> (Reap, u16
     let child = Command::new(server)
         .arg("-m")
         .arg(model)
-        .args(["-c", &(2 * CTX).to_string(), "-np", "2", "-t", "2"])
+        .args(["-c", &(2 * CTX).to_string(), "-np", "2", "-t", "1"])
         .args(["--host", "127.0.0.1", "--port", &port.to_string()])
         .args(template.map_or(Vec::new(), |t| vec![Path::new("--chat-template-file"), t]))
         .stdout(log.try_clone().unwrap())

@@ -415,3 +415,48 @@ fn a_fit_target_that_loaded_the_same_buffers_is_not_raced_again() {
         .any(|o| o.role == TrialRole::Confirm && is_fit_baseline(&o.config)));
     assert_eq!(race.expect("a race").outcome.baselines, 2);
 }
+
+/// The built-in agent session's traits (real text, a history that diverges, a recurrent model,
+/// two requests at once) add three levers to the variants. On a 20-launch budget the variants
+/// and the race once reserved every launch after the baselines: the tune on the H200
+/// (2026-11-26, 35B at 16 GiB) ended after its 3 baseline launches with "no searched config
+/// ran successfully". The exploration keeps its launches, the levers are measured, and the
+/// race gets its rounds.
+#[test]
+fn an_agent_sessions_levers_leave_the_exploration_its_launches() {
+    let mut ctx = context("agent");
+    ctx.workload_traits = qtune::search::levers::WorkloadTraits {
+        real_text: true,
+        max_overlap: 2,
+        diverges: true,
+        recurrent: true,
+    };
+    assert_eq!(ctx.space.budget.trials, 20);
+    let (_, history) = tune(&ctx, trade, 0.5);
+    let search = history
+        .iter()
+        .filter(|o| o.role == TrialRole::Search)
+        .count();
+    assert!(
+        search >= 2,
+        "{search} search launches: {:?}",
+        history
+            .iter()
+            .map(|o| (o.role, o.config.label()))
+            .collect::<Vec<_>>()
+    );
+    assert!(history.len() as u32 <= ctx.space.budget.trials);
+    // The levers come right after the placement the speed model rates best: on this budget
+    // the ones it rates lower are left out, not the levers the session asked for.
+    let levers = history
+        .iter()
+        .filter(|o| {
+            o.role == TrialRole::Search
+                && (o.config.spec_type.is_some() || o.config.checkpoint_min_step.is_some())
+        })
+        .count();
+    assert_eq!(
+        levers, 2,
+        "speculative decoding and checkpoints were each launched once"
+    );
+}

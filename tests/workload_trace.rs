@@ -84,8 +84,17 @@ fn walk(d: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Every launch replayed every recorded request with the recorded prompt length, cache hit
-/// and generated count.
+/// How many leading prompt tokens two recorded requests share.
+fn common_prefix(a: &serde_json::Value, b: &serde_json::Value) -> u64 {
+    let (a, b) = (
+        a["prompt_tokens"].as_array().unwrap(),
+        b["prompt_tokens"].as_array().unwrap(),
+    );
+    a.iter().zip(b).take_while(|(x, y)| x == y).count() as u64
+}
+
+/// Every launch replayed every recorded request with the recorded prompt length and generated
+/// count, and (for a request sent while no other ran) the recorded cache hit.
 fn assert_replayed_as_recorded(v: &serde_json::Value, rec: &[serde_json::Value]) {
     let launches = v["rounds"][0]["launches"].as_array().unwrap();
     assert_eq!(launches.len(), 2, "{v}");
@@ -93,18 +102,29 @@ fn assert_replayed_as_recorded(v: &serde_json::Value, rec: &[serde_json::Value])
         assert_eq!(l["outcome"], "ok", "{l}");
         let reps = l["replay"]["requests"].as_array().unwrap();
         assert_eq!(reps.len(), rec.len(), "{l}");
-        for (got, want) in reps.iter().zip(rec) {
+        for (i, (got, want)) in reps.iter().zip(rec).enumerate() {
             let t = &want["timings"];
             let what = format!("request {}: replayed {got}, recorded {t}", want["id"]);
             assert_eq!(got["id"], want["id"], "{what}");
-            assert_eq!(
-                got["prompt_tokens"].as_u64().unwrap(),
-                want["prompt_tokens"].as_array().unwrap().len() as u64,
-                "{what}"
-            );
-            assert_eq!(got["cache_n"], t["cache_n"], "{what}");
-            assert_eq!(got["prompt_n"], t["prompt_n"], "{what}");
+            let len = want["prompt_tokens"].as_array().unwrap().len() as u64;
+            assert_eq!(got["prompt_tokens"].as_u64().unwrap(), len, "{what}");
             assert_eq!(got["generated"], want["n_generated"], "{what}");
+            let (cache, read) = (got["cache_n"].as_u64(), got["prompt_n"].as_u64());
+            if got["in_flight"] == 0 {
+                assert_eq!(got["cache_n"], t["cache_n"], "{what}");
+                assert_eq!(got["prompt_n"], t["prompt_n"], "{what}");
+            } else {
+                // Sent while another request ran: the server picks the free slot (or restores
+                // a prompt from its RAM cache), and that choice depends on timing. The cache hit
+                // is still bounded by what an earlier prompt shares with this one.
+                let shared = rec[..i]
+                    .iter()
+                    .map(|e| common_prefix(e, want))
+                    .max()
+                    .unwrap_or(0);
+                assert!(cache.unwrap() <= shared, "{what}: shares {shared}");
+                assert_eq!(cache.unwrap() + read.unwrap(), len, "{what}");
+            }
         }
         let mean = l["replay"]["mean_s"].as_f64().unwrap();
         let p90 = l["replay"]["p90_s"].as_f64().unwrap();
@@ -128,7 +148,7 @@ fn a_recorded_session_replays_with_its_prompts_cache_hits_and_lengths() {
     let Some(model) = support::smollm2() else {
         return;
     };
-    let args = "-c 8192 -np 2 -t 2";
+    let args = "-c 8192 -np 2 -t 1";
     let Some((server, sport)) = start_server(
         dir.path(),
         &model,
@@ -189,7 +209,7 @@ fn a_diverging_history_on_a_recurrent_model_rereads_as_it_did_live() {
         return;
     }
     let model = qtune::fixtures::tiny_moe("tiny-qwen35moe").expect("the tiny MoE model");
-    let args = "-c 4096 -np 1 -t 2";
+    let args = "-c 4096 -np 1 -t 1";
     let Some((server, sport)) = start_server(
         dir.path(),
         &model,

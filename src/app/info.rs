@@ -7,17 +7,57 @@ use anyhow::Result;
 use std::path::{Path, PathBuf};
 
 /// `qtune hw`: print the hardware profile.
-pub fn hw(format: Format, measure_bandwidth: bool) -> Result<()> {
+pub fn hw(format: Format, measure_bandwidth: bool, rpc: Option<String>) -> Result<()> {
     let mut hw = crate::hardware::probe(measure_bandwidth);
     if measure_bandwidth {
         crate::hardware::measure_thread_scaling(&mut hw);
     }
-    let text = match format {
-        Format::Text => crate::escape::terminal_lines(&crate::hardware::render_text(&hw)),
-        Format::Json => serde_json::to_string_pretty(&hw)?,
-        Format::Yaml => serde_yaml::to_string(&hw)?,
+    let workers = match &rpc {
+        Some(list) => super::rpc::measure_workers(list)?,
+        None => Vec::new(),
+    };
+    // With workers, the JSON and YAML carry them as `rpc_workers` (an unreachable one as
+    // `{address, error}`).
+    let with_workers = || -> Result<serde_json::Value> {
+        let mut v = serde_json::to_value(&hw)?;
+        let list: Vec<serde_json::Value> = workers
+            .iter()
+            .map(|w| match w {
+                Ok(w) => serde_json::to_value(w),
+                Err(e) => Ok(serde_json::json!({ "error": e })),
+            })
+            .collect::<Result<_, _>>()?;
+        v["rpc_workers"] = serde_json::Value::Array(list);
+        Ok(v)
+    };
+    let text = match (format, rpc.is_some()) {
+        (Format::Text, _) => {
+            let mut t = crate::hardware::render_text(&hw);
+            if !workers.is_empty() {
+                t.push('\n');
+                t.push_str(&crate::rpc::probe::render(&workers));
+            }
+            crate::escape::terminal_lines(&t)
+        }
+        (Format::Json, false) => serde_json::to_string_pretty(&hw)?,
+        (Format::Yaml, false) => serde_yaml::to_string(&hw)?,
+        (Format::Json, true) => serde_json::to_string_pretty(&with_workers()?)?,
+        (Format::Yaml, true) => serde_yaml::to_string(&with_workers()?)?,
     };
     println!("{}", text.trim_end());
+    // The head's own llama-server must list the workers' devices (a build without RPC does not).
+    let ok: Vec<_> = workers
+        .iter()
+        .filter_map(|w| w.as_ref().ok().cloned())
+        .collect();
+    if let (false, Some((server, _))) = (ok.is_empty(), crate::server_binary::locate(None)) {
+        if let Err(e) = super::rpc::check_head(&server, &ok) {
+            eprintln!("qtune: warning: {e:#}");
+        }
+    }
+    if workers.iter().any(|w| w.is_err()) {
+        anyhow::bail!("a worker of --rpc could not be measured (see above)");
+    }
     Ok(())
 }
 

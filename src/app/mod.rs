@@ -10,6 +10,7 @@ pub mod preflight;
 pub mod progress;
 pub mod quality;
 pub mod results;
+pub mod rpc;
 pub mod traffic;
 pub mod tune;
 

@@ -260,10 +260,10 @@ pub fn banner(
         ));
     }
     out.push(format!(
-        "  budget: at most {} and {} minutes (the tune ends within {} minutes: no launch starts once they are spent)",
+        "  budget: at most {} and {} (the tune ends within {}: no launch starts once they are spent)",
         crate::util::count(space.budget.trials as u64, "launch", "launches"),
-        space.budget.minutes,
-        space.budget.minutes
+        crate::util::minutes(space.budget.minutes),
+        crate::util::minutes(space.budget.minutes)
     ));
     for (i, b) in baselines.iter().enumerate() {
         out.push(format!(

@@ -35,6 +35,8 @@ struct State {
     last_line: Instant,
     /// What the launch is doing now, when the runner says it (a real tune).
     doing: Option<crate::trial::phase::PhaseCell>,
+    /// Where the launch stands in the confirmation race (`racing round 2 of at most 5, ...`).
+    race: Option<String>,
 }
 
 impl State {
@@ -67,47 +69,118 @@ pub fn eta_s(durations: &[f64], launches_left: u32, minutes_left_s: f64) -> Opti
 
 pub use crate::util::duration_text;
 
-/// The line printed as launch `launch` of `budget` starts.
+/// The line printed as launch `launch` of `budget` starts; a race launch names its round
+/// (`confirm, round 2 of at most 5`).
 pub fn launch_line(
     launch: u32,
     budget: u32,
-    role: TrialRole,
+    (role, race): (TrialRole, Option<&crate::search::progress::RaceStep>),
     elapsed_s: f64,
     eta_s: Option<f64>,
     flags: &str,
 ) -> String {
+    let phase = match race {
+        Some(r) => format!(
+            "{}, round {} of at most {}",
+            role_word(role),
+            r.round,
+            r.rounds_at_most
+        ),
+        None => role_word(role).to_string(),
+    };
     format!(
-        "launch {launch}/{budget} · {} · {} elapsed · ETA {} · {flags}",
-        role_word(role),
+        "launch {launch}/{budget} · {phase} · {} elapsed · ETA {} · {flags}",
         duration_text(elapsed_s),
         eta_s.map_or("-".to_string(), duration_text)
     )
 }
 
-/// The heartbeat of a launch still running after `running_s`: what it is doing when known
-/// (`loading the model, 1.2 of 3.4 GB in memory`, `measuring the agent-turn request ...`).
+/// The heartbeat of a launch still running after `running_s`: where it stands in the race,
+/// when it is a race launch (`racing round 2 of at most 5, a candidate (-t 1)`), and what it
+/// is doing when known (`loading the model, 1.2 of 3.4 GB in memory`, `measuring the
+/// agent-turn request ...`).
 pub fn heartbeat_line(
     launch: u32,
     budget: u32,
     role: TrialRole,
     running_s: f64,
+    race: Option<&str>,
     doing: Option<&str>,
 ) -> String {
+    let what = match (race, doing) {
+        (Some(r), Some(d)) => format!("{r}: {d}"),
+        (Some(r), None) => r.to_string(),
+        (None, Some(d)) => d.to_string(),
+        (None, None) => "loading the model or measuring".to_string(),
+    };
     format!(
-        "  launch {launch}/{budget} · {} · still running after {}: {}",
+        "  launch {launch}/{budget} · {} · still running after {}: {what}",
         role_word(role),
         duration_text(running_s),
-        doing.unwrap_or("loading the model or measuring")
     )
 }
 
-/// Between launches: is the box busier than the launch's threads allow?
-struct BusyWatch {
-    logical_cores: u32,
+/// Before every launch: the box read again ([`crate::hardware::busy::Probe`]). A launch
+/// with more threads than the free cores, or beside another process on the GPU, ran on a
+/// busy box: said in one line as the box gets busy (and as it gets quiet again), and noted
+/// in the launch's outcome through `note`.
+pub struct BusyWatch {
+    probe: Box<dyn crate::hardware::busy::Probe>,
     /// The threads a launch without `-t` runs (the server's default: the physical cores).
     default_threads: u32,
-    /// The free cores last warned about (no repeat while they stay the same).
-    warned: Option<u32>,
+    /// The box as last said: None while quiet; the free cores and GPU users when busy.
+    said: Option<(u32, Vec<String>)>,
+    note: crate::trial::phase::BusyNote,
+}
+
+impl BusyWatch {
+    pub fn new(
+        probe: Box<dyn crate::hardware::busy::Probe>,
+        default_threads: u32,
+        note: crate::trial::phase::BusyNote,
+    ) -> Self {
+        BusyWatch {
+            probe,
+            default_threads,
+            said: None,
+            note,
+        }
+    }
+
+    /// Read the box before launch `launch` of `threads` threads (None: the default); the
+    /// line to print, if the box changed since the last one said.
+    pub fn check(&mut self, launch: u32, threads: Option<u32>) -> Option<String> {
+        let b = self.probe.measure();
+        let t = threads.unwrap_or(self.default_threads).max(1);
+        let free = b.free_cores();
+        let busy = b.is_busy() && (free < t || !b.gpu_others.is_empty());
+        self.note.set(busy.then(|| b.describe()));
+        if !busy {
+            return self.said.take().map(|_| {
+                format!(
+                    "qtune: the box is quiet again before launch {launch}: {}; this launch and the next are timed as usual",
+                    b.describe()
+                )
+            });
+        }
+        let now = (free, b.gpu_others.clone());
+        if self.said.as_ref() == Some(&now) {
+            return None;
+        }
+        self.said = Some(now);
+        let cause = if free < t {
+            format!(
+                "this launch's -t {t} is more than the {free} free {}, and llama.cpp's threads spin on cores other work holds",
+                if free == 1 { "core" } else { "cores" }
+            )
+        } else {
+            "the GPU is shared".to_string()
+        };
+        Some(format!(
+            "qtune: warning: the box got busy before launch {launch}: {}: {cause}, so its timings will be slow; the launches keep their flags so the race compares the same configs, and each launch while it lasts is marked busy in the journal and the verdict (close what is running)",
+            b.describe()
+        ))
+    }
 }
 
 pub struct Progress {
@@ -141,6 +214,7 @@ impl Progress {
             durations: Vec::new(),
             last_line: Instant::now(),
             doing: None,
+            race: None,
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let p = Progress {
@@ -174,6 +248,7 @@ impl Progress {
                                 s.budget.launches,
                                 role,
                                 t0.elapsed().as_secs_f64(),
+                                s.race.as_deref(),
                                 doing.as_deref(),
                             ))
                         }
@@ -197,39 +272,12 @@ impl Progress {
         self
     }
 
-    /// Check the box before every launch (a real tune): a launch with more threads than the
-    /// free cores gets a one-line warning, once per change.
-    pub fn with_busy_watch(self, logical_cores: u32, default_threads: u32) -> Self {
+    /// Check the box before every launch (a real tune): see [`BusyWatch`].
+    pub fn with_busy_watch(self, watch: BusyWatch) -> Self {
         if let Ok(mut b) = self.busy.lock() {
-            *b = Some(BusyWatch {
-                logical_cores,
-                default_threads,
-                warned: None,
-            });
+            *b = Some(watch);
         }
         self
-    }
-
-    /// The warning for a launch of `threads` threads on the box as it is now, if any.
-    fn busy_line(&self, threads: Option<u32>) -> Option<String> {
-        let mut guard = self.busy.lock().ok()?;
-        let w = guard.as_mut()?;
-        let b =
-            crate::hardware::busy::measure(crate::hardware::busy::WINDOW / 2, w.logical_cores, &[]);
-        let t = threads.unwrap_or(w.default_threads);
-        let free = b.free_cores();
-        if !b.is_busy() || free >= t {
-            w.warned = None;
-            return None;
-        }
-        if w.warned == Some(free) {
-            return None;
-        }
-        w.warned = Some(free);
-        Some(format!(
-            "  the box got busy: {}: this launch's {t} threads are more than the {free} free cores, so its timings will be slow (the race's paired rounds keep comparisons fair; close what is running)",
-            b.describe()
-        ))
     }
 
     pub fn finish(&self) {
@@ -261,20 +309,33 @@ fn print_line(bar: &ProgressBar, line: &str) {
 }
 
 impl crate::search::Watch for Progress {
-    fn starting(&self, config: &LaunchConfig, role: TrialRole) {
-        if let Some(l) = self.busy_line(config.threads) {
-            print_line(&self.bar, &l);
+    fn starting(
+        &self,
+        config: &LaunchConfig,
+        role: TrialRole,
+        race: Option<&crate::search::progress::RaceStep>,
+    ) {
+        let launch = self.state.lock().map_or(0, |s| s.launch + 1);
+        let busy = self
+            .busy
+            .lock()
+            .ok()
+            .and_then(|mut b| b.as_mut().and_then(|w| w.check(launch, config.threads)));
+        // Said under --quiet too, as the check at the start is.
+        if let Some(l) = busy {
+            print_line(&self.bar, &crate::escape::terminal(&l));
         }
         let flags = crate::config::shell_line(&config.server_args());
         let line = {
             let Ok(mut s) = self.state.lock() else { return };
             s.launch += 1;
+            s.race = race.map(|r| r.describe(&config.label()));
             s.current = Some((Instant::now(), role));
             s.last_line = Instant::now();
             launch_line(
                 s.launch,
                 s.budget.launches,
-                role,
+                (role, race),
                 s.elapsed_s(),
                 s.eta_s(),
                 &flags,
@@ -318,17 +379,33 @@ mod tests {
 
     #[test]
     fn a_launch_line_names_the_launch_the_phase_the_time_and_the_flags() {
-        let l = launch_line(5, 20, TrialRole::Search, 192.0, Some(540.0), "-c 4096");
+        let l = launch_line(
+            5,
+            20,
+            (TrialRole::Search, None),
+            192.0,
+            Some(540.0),
+            "-c 4096",
+        );
         assert_eq!(
             l,
             "launch 5/20 · search · 3m12s elapsed · ETA 9m00s · -c 4096"
         );
-        let first = launch_line(1, 20, TrialRole::Baseline, 0.4, None, "-c 4096");
+        let first = launch_line(1, 20, (TrialRole::Baseline, None), 0.4, None, "-c 4096");
         assert_eq!(
             first,
             "launch 1/20 · baseline · 0s elapsed · ETA - · -c 4096"
         );
         assert_eq!(duration_text(3725.0), "1h02m");
+        let step = crate::search::progress::RaceStep {
+            round: 2,
+            rounds_at_most: 5,
+            arm: "the baseline",
+        };
+        assert_eq!(
+            launch_line(9, 20, (TrialRole::Confirm, Some(&step)), 60.0, None, "-t 1"),
+            "launch 9/20 · confirm, round 2 of at most 5 · 1m00s elapsed · ETA - · -t 1"
+        );
     }
 
     #[test]
@@ -339,11 +416,117 @@ mod tests {
                 20,
                 TrialRole::Search,
                 45.0,
+                None,
                 Some("loading the model, 1.2 of 3.4 GB in memory")
             ),
             "  launch 3/20 · search · still running after 45s: loading the model, 1.2 of 3.4 GB in memory"
         );
-        assert!(heartbeat_line(3, 20, TrialRole::Confirm, 45.0, None)
+        assert!(heartbeat_line(3, 20, TrialRole::Confirm, 45.0, None, None)
             .ends_with(": loading the model or measuring"));
+    }
+
+    #[test]
+    fn the_heartbeat_of_a_race_launch_names_its_round_and_config() {
+        let step = crate::search::progress::RaceStep {
+            round: 2,
+            rounds_at_most: 5,
+            arm: "a candidate",
+        };
+        let race = step.describe("-t 1 -ub 256");
+        assert_eq!(
+            heartbeat_line(
+                14,
+                20,
+                TrialRole::Confirm,
+                30.0,
+                Some(&race),
+                Some("measuring the chat request")
+            ),
+            "  launch 14/20 · confirm · still running after 30s: racing round 2 of at most 5, a candidate (-t 1 -ub 256): measuring the chat request"
+        );
+        assert!(
+            heartbeat_line(14, 20, TrialRole::Confirm, 30.0, Some(&race), None)
+                .ends_with(": racing round 2 of at most 5, a candidate (-t 1 -ub 256)")
+        );
+    }
+
+    fn box_now(others: f64, gpu: &[&str]) -> crate::hardware::busy::Busy {
+        crate::hardware::busy::Busy {
+            logical_cores: 2,
+            others_cores: others,
+            load_1m: Some(others + 1.0),
+            gpu_others: gpu.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn a_box_that_gets_busy_between_launches_is_said_once_and_noted_on_each_launch_it_lasts() {
+        let note = crate::trial::phase::BusyNote::default();
+        let script = [
+            box_now(0.1, &[]),
+            box_now(1.9, &[]),
+            box_now(1.9, &[]),
+            box_now(0.2, &[]),
+            box_now(0.1, &["pid 77 (python)"]),
+        ];
+        let mut w = BusyWatch::new(
+            Box::new(crate::hardware::busy::Scripted(
+                script.into_iter().collect(),
+            )),
+            2,
+            note.clone(),
+        );
+        // Quiet: nothing said, nothing noted.
+        assert_eq!(w.check(1, None), None);
+        assert_eq!(note.take(), None);
+        // Busy: one line at once, saying what was seen and what the tune does.
+        let line = w.check(2, None).expect("said as the box gets busy");
+        assert!(
+            line.starts_with("qtune: warning: the box got busy before launch 2: other processes used 1.9 of 2 cores (load average 2.9): this launch's -t 2 is more than the 1 free core"),
+            "{line}"
+        );
+        assert!(
+            line.contains("marked busy in the journal and the verdict"),
+            "{line}"
+        );
+        assert_eq!(
+            note.take().as_deref(),
+            Some("other processes used 1.9 of 2 cores (load average 2.9)")
+        );
+        // Still busy: noted again, not said again.
+        assert_eq!(w.check(3, None), None);
+        assert!(note.take().is_some());
+        // Quiet again: said, not noted.
+        let quiet = w.check(4, None).expect("said as the box gets quiet");
+        assert!(
+            quiet.starts_with("qtune: the box is quiet again before launch 4"),
+            "{quiet}"
+        );
+        assert_eq!(note.take(), None);
+        // Another process on the GPU makes the launch busy whatever its threads.
+        let gpu = w.check(5, Some(1)).expect("a GPU user is said");
+        assert!(
+            gpu.contains("pid 77 (python)") && gpu.contains("the GPU is shared"),
+            "{gpu}"
+        );
+        assert!(note.take().is_some());
+    }
+
+    #[test]
+    fn a_launch_within_the_free_cores_is_not_busy() {
+        // Two busy loops on two cores, launches capped at -t 1 at the start: the free core
+        // is the launch's, as the start check gave it.
+        let note = crate::trial::phase::BusyNote::default();
+        let mut w = BusyWatch::new(
+            Box::new(crate::hardware::busy::Scripted(
+                [box_now(1.0, &[])].into_iter().collect(),
+            )),
+            2,
+            note.clone(),
+        );
+        assert_eq!(w.check(1, Some(1)), None);
+        assert_eq!(note.take(), None);
+        // The same box against the server's default 2 threads is busy.
+        assert!(w.check(2, None).is_some());
     }
 }

@@ -4,8 +4,13 @@ use crate::quality::{measure, table, Origin, QualityOptions};
 use anyhow::Result;
 use std::time::Instant;
 
-pub fn quality(opts: QualityOptions, json: bool) -> Result<()> {
+pub fn quality(mut opts: QualityOptions, json: bool) -> Result<()> {
     let t0 = Instant::now();
+    // A box shared by design (QTUNE_MAX_THREADS, as for a tune's launches): llama-perplexity's
+    // default threads are every core.
+    if opts.threads.is_none() {
+        opts.threads = crate::hardware::busy::max_threads_env().map_err(|e| anyhow::anyhow!(e))?;
+    }
     let (report, origin) = measure(&opts, &mut |line| eprintln!("qtune: {line}"))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -149,7 +149,8 @@ pub fn trace_session(
     let kind = match kind {
         "agent" => session::Kind::Agent,
         "chat" => session::Kind::Chat,
-        k => bail!("unknown session '{k}': give agent or chat"),
+        "subagents" => session::Kind::Subagents,
+        k => bail!("unknown session '{k}': give agent, chat or subagents"),
     };
     let url = upstream_url(server)
         .map_err(|e| anyhow::anyhow!("{}", e.to_string().replace("--upstream", "--server")))?;

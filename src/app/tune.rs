@@ -45,6 +45,8 @@ pub struct TuneOptions {
     pub allow_busy: bool,
     /// Run against a replayed landscape instead of llama-server (hidden; for tests).
     pub replay: Option<ReplayOptions>,
+    /// `--rpc host:port,...`: the RPC workers to spread the model over.
+    pub rpc: Option<String>,
 }
 
 /// The hidden `--replay JOURNAL` switch: every trial is answered from a recorded journal,
@@ -162,6 +164,8 @@ fn verify_resume(
         }
         // The thread cap is the box's, measured when the tune started.
         asked.fixed.threads_cap = inputs.space.fixed.threads_cap;
+        // So are the workers (measured then; --rpc is not needed again).
+        asked.fixed.rpc_workers = inputs.space.fixed.rpc_workers.clone();
         if asked != inputs.space {
             anyhow::bail!(
                 "cannot resume {shown}: --space {name} is not the space this tune started with (its space is in {}); drop --space to continue, or start a new tune",
@@ -182,7 +186,10 @@ fn verify_resume(
         let server =
             crate::server_binary::check(&inputs.server_path, crate::server_binary::Source::Flag)
                 .with_context(|| format!("cannot resume {shown}"))?;
-        if server.version != inputs.server_version {
+        // A run.json written before qtune named its own pinned build `b11434` holds the raw
+        // version of the same binary.
+        let was = crate::server_binary::pinned_version(&inputs.server_version, &inputs.server_path);
+        if server.version != was {
             anyhow::bail!(
                 "cannot resume {shown}: the server {} changed since the tune started (it was {}, now {}): restore it, or start a new tune",
                 inputs.server_path.display(),
@@ -258,6 +265,19 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
             .as_ref()
             .map(|_| (server_path.as_path(), model.as_path())),
     )?;
+    if let Some(list) = &opts.rpc {
+        if opts.replay.is_some() {
+            anyhow::bail!("--rpc launches real workers' devices: it cannot be replayed");
+        }
+        if let Some(s) = server.as_ref().filter(|s| !s.engine.is_llama_cpp()) {
+            anyhow::bail!(
+                "--rpc needs llama.cpp's llama-server: {} is {}'s, which qtune builds without RPC",
+                s.path.display(),
+                s.engine
+            );
+        }
+        space.fixed.rpc_workers = super::rpc::tune_workers(list, &server_path)?;
+    }
     super::preflight::check_moe(&model, &layout, opts.allow_dense)?;
     let mut notes: Vec<String> = space_note.into_iter().collect();
     if let Some(s) = server.as_ref().filter(|s| !s.engine.is_llama_cpp()) {
@@ -279,7 +299,7 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
             &hardware,
             &mut space,
             opts.allow_busy,
-            "run qtune tune with --allow-busy",
+            "add --allow-busy (or set QTUNE_ALLOW_BUSY=1)",
         )? {
             eprintln!("qtune: warning: {w}");
         }
@@ -469,7 +489,10 @@ fn runner_and_clock(
     layout: &crate::model::ModelLayout,
     resume: &Resume,
     started: std::time::Instant,
-    doing: crate::trial::phase::PhaseCell,
+    (doing, busy): (
+        crate::trial::phase::PhaseCell,
+        crate::trial::phase::BusyNote,
+    ),
 ) -> Result<(Box<dyn TrialRunner>, Arc<dyn Clock>)> {
     let journal = Journal::open(run_dir)?;
     if let Some(r) = &opts.replay {
@@ -517,7 +540,8 @@ fn runner_and_clock(
     ))
     .with_speed_ceiling(crate::trial::plausible::ceiling_for(layout, hw))
     .with_predicted_pace(crate::trial::plausible::pace_for(layout, hw))
-    .with_phase(doing);
+    .with_phase(doing)
+    .with_busy_note(busy);
     Ok((Box::new(runner), crate::clock::system()))
 }
 
@@ -582,6 +606,7 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
         }
     }
     let doing = crate::trial::phase::PhaseCell::default();
+    let busy_note = crate::trial::phase::BusyNote::default();
     let (runner, clock) = runner_and_clock(
         opts,
         &run_dir,
@@ -589,7 +614,7 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
         &layout,
         &resume,
         started,
-        doing.clone(),
+        (doing.clone(), busy_note.clone()),
     )?;
     let mut progress = super::progress::Progress::new(
         super::progress::Budget {
@@ -602,12 +627,17 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
     )
     .with_phase(doing);
     if opts.replay.is_none() {
-        // Between launches: a box that got busy after the start is said as it happens.
+        // Before every launch: a box that got busy after the start is said as it happens,
+        // and the launches that ran on it are noted in the journal.
         let host = &inputs.hardware.host;
-        progress = progress.with_busy_watch(
-            host.logical_cores,
+        progress = progress.with_busy_watch(super::progress::BusyWatch::new(
+            Box::new(crate::hardware::busy::SystemProbe {
+                logical_cores: host.logical_cores,
+                window: crate::hardware::busy::WINDOW / 2,
+            }),
             host.physical_cores.unwrap_or(host.logical_cores).max(1),
-        );
+            busy_note,
+        ));
     }
     let progress = Arc::new(progress);
     let outcome = crate::search::tune(
@@ -726,9 +756,9 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
         }
     }
     println!(
-        "# qtune tune --dry-run: nothing launched. The tune would start with these launches, then search from what they measure, within {} and {} minutes:",
+        "# qtune tune --dry-run: nothing launched. The tune would start with these launches, then search from what they measure, within {} and {}:",
         crate::util::count(c.space.budget.trials as u64, "launch", "launches"),
-        c.space.budget.minutes
+        crate::util::minutes(c.space.budget.minutes)
     );
     for (i, l) in first.iter().enumerate() {
         println!(
@@ -744,7 +774,7 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
 
 /// `qtune demo`: obtain a server (building it if needed), synthesize the tiny MoE model and
 /// run a small tune end to end.
-pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>) -> Result<()> {
+pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>, allow_busy: bool) -> Result<()> {
     if server.is_none() && crate::server_binary::locate(None).is_none() {
         eprintln!("qtune: no llama-server found; building the pinned llama.cpp (one time, ~10 minutes on 2 cores)");
     }
@@ -760,6 +790,7 @@ pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>) -> Result<()> {
         model.display()
     );
     let opts = TuneOptions {
+        rpc: None,
         model: Some(model.clone()),
         server: Some(server.path),
         space: Some("demo".into()),
@@ -776,7 +807,7 @@ pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>) -> Result<()> {
         quiet: false,
         dry_run: false,
         allow_dense: false,
-        allow_busy: false,
+        allow_busy,
         replay: None,
         workload: None,
     };

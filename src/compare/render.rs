@@ -174,6 +174,9 @@ pub fn render_text(r: &CompareResult) -> String {
                 per_command_times(&w.median_p90_s)
             );
         }
+        if !w.median_aggregate_tps.is_empty() {
+            aggregate_lines(s, w, indent);
+        }
         for p in &w.pairs {
             let (c, reference) = (command_name(p.command), command_name(p.reference));
             let _ = writeln!(
@@ -230,4 +233,52 @@ fn per_command_times(times: &[Option<f64>]) -> String {
         })
         .collect();
     each.join(", ")
+}
+
+/// A replay's aggregate generation (all generated tokens over its wall clock): each command's
+/// median, then every pair's ratio with its interval (shown even where too few rounds support
+/// a claim, marked so).
+fn aggregate_lines(s: &mut String, w: &WorkloadComparison, indent: &str) {
+    use std::fmt::Write;
+    let each: Vec<String> = w
+        .median_aggregate_tps
+        .iter()
+        .enumerate()
+        .map(|(c, t)| {
+            format!(
+                "{} {}",
+                command_name(c),
+                t.map_or("-".into(), |t| shown(t, 1))
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        s,
+        "  aggregate generation (all generated tokens over the replay's wall time, medians, tok/s): {}",
+        each.join(", ")
+    );
+    for p in &w.aggregate_pairs {
+        let (c, reference) = (command_name(p.command), command_name(p.reference));
+        let Some(x) = p.comparison.as_ref().filter(|x| x.is_plausible()) else {
+            let _ = writeln!(s, "{indent}{c} against {reference}: no paired round");
+            continue;
+        };
+        let interval = match (x.lo_log, x.hi_log) {
+            (Some(lo), Some(hi)) => format!(
+                " [{:.2}, {:.2}] ({} %, {}{})",
+                lo.exp(),
+                hi.exp(),
+                crate::stats::fmt_level(x.confidence),
+                crate::stats::plural_rounds(x.rounds),
+                x.too_noisy()
+                    .map_or(String::new(), |_| ": too few or too noisy to claim".into())
+            ),
+            _ => format!(" ({})", crate::stats::plural_rounds(x.rounds)),
+        };
+        let _ = writeln!(
+            s,
+            "{indent}{c} generated {:.2}× the aggregate tokens/s of {reference}{interval}",
+            x.ratio()
+        );
+    }
 }

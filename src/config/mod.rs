@@ -413,6 +413,14 @@ pub struct LaunchConfig {
     /// (`-ot REGEX=CUDAn` rules, one per device).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_experts: Vec<GpuExperts>,
+    /// The head's RPC workers (`--rpc host:port,...`, before any `-ot`: llama.cpp registers
+    /// their devices when it reads the flag). Empty: no workers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rpc: Vec<String>,
+    /// Routed experts placed on a worker's device whatever their layer's device
+    /// (`-ot REGEX=RPCn[host:port]` rules, one per device).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rpc_experts: Vec<crate::rpc::RpcExperts>,
     /// Speculative decoding from the context's n-grams (`--spec-type`); `None`: off, the
     /// server's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -466,6 +474,8 @@ impl LaunchConfig {
             split_mode: None,
             tensor_split: Vec::new(),
             gpu_experts: Vec::new(),
+            rpc: Vec::new(),
+            rpc_experts: Vec::new(),
             spec_type: None,
             checkpoint_min_step: None,
             kv_unified: None,
@@ -476,7 +486,10 @@ impl LaunchConfig {
     /// Does this config name how the model is spread over several GPUs (`-sm`, `-ts`, or
     /// experts placed on a named GPU)?
     pub fn has_gpu_split(&self) -> bool {
-        self.split_mode.is_some() || !self.tensor_split.is_empty() || !self.gpu_experts.is_empty()
+        self.split_mode.is_some()
+            || !self.tensor_split.is_empty()
+            || !self.gpu_experts.is_empty()
+            || !self.rpc_experts.is_empty()
     }
 
     /// Place the model explicitly on several GPUs: every layer on a GPU (`-ngl 999`), the
@@ -540,6 +553,7 @@ impl LaunchConfig {
             split_mode: None,
             tensor_split: Vec::new(),
             gpu_experts: Vec::new(),
+            rpc_experts: Vec::new(),
             ..self.clone()
         }
     }

@@ -23,6 +23,7 @@ pub const FLAG_SPELLINGS: &[&[&str]] = &[
     &["-m", "--model"],
     &["-c", "--ctx-size"],
     &["-np", "--parallel"],
+    &["--rpc"],
     &["-ngl", "--n-gpu-layers", "--gpu-layers"],
     &["-sm", "--split-mode"],
     &["-ts", "--tensor-split"],
@@ -171,6 +172,12 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
             }
             "--checkpoint-min-step" => cfg.checkpoint_min_step = Some(num(&value)?),
             "-ot" => ot_rules.push(value),
+            "--rpc" => {
+                cfg.rpc = crate::rpc::parse_workers(&value)?
+                    .iter()
+                    .map(|w| w.to_string())
+                    .collect()
+            }
             "--fit-target" => {
                 cfg.fit_target_mib = value
                     .split(',')
@@ -190,6 +197,17 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
     }
     let mut cpu_rules: Vec<String> = Vec::new();
     for rule in ot_rules {
+        if let Some(r) = crate::rpc::RpcExperts::from_rule(&rule) {
+            let r = r?;
+            if cfg.rpc_experts.iter().any(|x| x.device == r.device) {
+                return Err(format!(
+                    "two -ot rules for {}: qtune renders one per device",
+                    r.device
+                ));
+            }
+            cfg.rpc_experts.push(r);
+            continue;
+        }
         match GpuExperts::from_rule(&rule) {
             Some(g) => {
                 let g = g?;

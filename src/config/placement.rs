@@ -103,6 +103,11 @@ impl BlockSet {
         out
     }
 
+    /// Read back a [`Self::regex_alternation`] (None for anything else).
+    pub fn from_alternation(alt: &str) -> Option<Self> {
+        parse_alternation(alt)
+    }
+
     /// A regex alternation matching exactly these numbers as whole decimal numbers (no
     /// leading zeros), e.g. `3[6-9]|4[0-7]` for 36..=47.
     pub fn regex_alternation(&self) -> String {

@@ -135,6 +135,10 @@ impl Engine for IkLlama {
         if c.kv_unified.is_some() {
             out.push("-kvu/-no-kvu");
         }
+        if !c.rpc.is_empty() || !c.rpc_experts.is_empty() {
+            // ik has --rpc, but qtune builds it without GGML_RPC.
+            out.push("--rpc");
+        }
         if matches!(c.split_mode, Some(SplitMode::Row | SplitMode::Tensor)) {
             out.push("-sm row/tensor");
         }

@@ -22,6 +22,9 @@ impl Engine for LlamaCpp {
         };
         push("-c", c.ctx.to_string());
         push("-np", c.parallel.to_string());
+        if !c.rpc.is_empty() {
+            push("--rpc", c.rpc.join(","));
+        }
         if let Some(n) = c.n_gpu_layers {
             push("-ngl", n.to_string());
         }
@@ -42,6 +45,11 @@ impl Engine for LlamaCpp {
         }
         for g in &c.gpu_experts {
             if let Some(rule) = g.override_rule() {
+                push("-ot", rule);
+            }
+        }
+        for r in &c.rpc_experts {
+            if let Some(rule) = r.override_rule() {
                 push("-ot", rule);
             }
         }
@@ -97,6 +105,7 @@ impl Engine for LlamaCpp {
         LaunchConfig {
             parallel: space.fixed.parallel,
             threads: space.fixed.threads_cap,
+            rpc: crate::rpc::addresses(&space.fixed.rpc_workers),
             ..LaunchConfig::baseline(space.fixed.ctx)
         }
     }

@@ -167,15 +167,61 @@ pub fn measure(window: Duration, logical_cores: u32, gpu_processes: &[(u32, Stri
         _ => 0.0,
     };
     let me = std::process::id();
+    // qtune's own servers are not other users (a launch's server may still be exiting).
+    let ours = |pid: u32| {
+        pid == me
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|t| parse_pid_stat(&t))
+                .is_some_and(|(ppid, _, _)| ppid == me)
+    };
     Busy {
         logical_cores,
         others_cores: others,
         load_1m: load_1m(),
         gpu_others: gpu_processes
             .iter()
-            .filter(|(pid, _)| *pid != me)
+            .filter(|(pid, _)| !ours(*pid))
             .map(|(pid, name)| format!("pid {pid} ({name})"))
             .collect(),
+    }
+}
+
+/// How busy the box is now: what a tune reads again before every launch. The machine's
+/// ([`SystemProbe`]) in a tune; a scripted one ([`Scripted`]) in tests.
+pub trait Probe: Send {
+    fn measure(&mut self) -> Busy;
+}
+
+/// The machine: the CPU other processes used over `window`, the load average, and the
+/// processes NVML lists on the GPUs (none without NVML).
+pub struct SystemProbe {
+    pub logical_cores: u32,
+    pub window: Duration,
+}
+
+impl Probe for SystemProbe {
+    fn measure(&mut self) -> Busy {
+        let gpu = super::gpu::processes_now();
+        measure(self.window, self.logical_cores, &gpu)
+    }
+}
+
+/// Measurements given in advance, one per call; the last one repeats.
+pub struct Scripted(pub std::collections::VecDeque<Busy>);
+
+impl Probe for Scripted {
+    fn measure(&mut self) -> Busy {
+        match self.0.len() {
+            0 => Busy {
+                logical_cores: 1,
+                others_cores: 0.0,
+                load_1m: None,
+                gpu_others: Vec::new(),
+            },
+            1 => self.0[0].clone(),
+            _ => self.0.pop_front().expect("not empty"),
+        }
     }
 }
 

@@ -110,6 +110,34 @@ pub(super) fn probe_gpus(nvml: &Nvml) -> Result<GpuProbe, String> {
     Ok((gpus, driver, cuda))
 }
 
+/// The processes on the GPUs now (pid and name), NVML's compute and graphics lists; empty
+/// without NVML. Read before every launch of a tune: another user of the card is named.
+pub fn processes_now() -> Vec<(u32, String)> {
+    let Ok(nvml) = nvml() else {
+        return Vec::new();
+    };
+    let mut out: Vec<(u32, String)> = Vec::new();
+    for index in 0..nvml.device_count().unwrap_or(0) {
+        let Ok(d) = nvml.device_by_index(index) else {
+            continue;
+        };
+        let lists = [
+            d.running_compute_processes().unwrap_or_default(),
+            d.running_graphics_processes().unwrap_or_default(),
+        ];
+        for p in lists.into_iter().flatten() {
+            if out.iter().any(|(pid, _)| *pid == p.pid) {
+                continue;
+            }
+            let name = std::fs::read_to_string(format!("/proc/{}/comm", p.pid))
+                .map_or_else(|_| "?".to_string(), |s| s.trim().to_string());
+            out.push((p.pid, name));
+        }
+    }
+    out.sort();
+    out
+}
+
 fn probe_one(nvml: &Nvml, index: u32) -> Result<GpuInfo, NvmlError> {
     let d = nvml.device_by_index(index)?;
     let mem = d.memory_info()?;

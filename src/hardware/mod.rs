@@ -284,7 +284,8 @@ pub fn gpu_text(g: &GpuInfo) -> String {
     if let Some(bw) = g.mem_bandwidth_gbs {
         let _ = write!(
             out,
-            "\n  Memory bandwidth: {bw:.0} GB/s (peak, from NVML clocks)"
+            "\n  Memory bandwidth: {} (peak, from NVML clocks)",
+            crate::util::gbs(bw)
         );
     }
     if !g.uuid.is_empty() {
@@ -348,7 +349,8 @@ pub fn render_text(hw: &HardwareProfile) -> String {
         "  Memory read bandwidth: {}",
         h.mem_bandwidth_gbs
             .map_or("not measured".to_string(), |b| format!(
-                "{b:.1} GB/s (all threads)"
+                "{} (all threads)",
+                crate::util::gbs(b)
             ))
     );
     if !h.mem_bandwidth_by_threads.is_empty() {
@@ -357,7 +359,7 @@ pub fn render_text(hw: &HardwareProfile) -> String {
             "  Memory read bandwidth by threads: {}",
             h.mem_bandwidth_by_threads
                 .iter()
-                .map(|t| format!("{}: {:.1} GB/s", t.threads, t.gbs))
+                .map(|t| format!("{}: {}", t.threads, crate::util::gbs(t.gbs)))
                 .collect::<Vec<_>>()
                 .join(", ")
         );

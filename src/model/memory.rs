@@ -312,8 +312,17 @@ fn predict_parts(
     }
 
     // KV cache: every KV block holds ctx cells of K and V rows; llama.cpp pads the context
-    // to a multiple of 256 cells.
+    // to a multiple of 256 cells. Parallel slots without a unified KV (`-np N` without `-kvu`)
+    // split it into N streams of ctx / N cells each, and attention runs over one stream.
     let ctx = padded_ctx(cfg.ctx) as u64;
+    let n_seq = cfg.parallel.max(1) as u64;
+    let streams = if cfg.kv_unified == Some(true) {
+        1
+    } else {
+        n_seq
+    };
+    let stream_cells = ctx / streams;
+    let ctx = stream_cells * streams;
     let k_row = kv_row_bytes(
         cfg.cache_type_k,
         layout.n_head_kv as u64 * layout.head_dim_k as u64,
@@ -323,7 +332,6 @@ fn predict_parts(
         layout.n_head_kv as u64 * layout.head_dim_v as u64,
     );
     let kv_block_mib = ctx as f64 * (k_row + v_row) / MIB;
-    let n_seq = cfg.parallel.max(1) as u64;
     for il in 0..nb {
         let on_gpu = block_on_gpu(il);
         if layout.kv_blocks.get(il as usize).copied().unwrap_or(false) {
@@ -361,7 +369,7 @@ fn predict_parts(
     } else {
         details.n_ff as f64
     };
-    let n_kv = ctx as f64;
+    let n_kv = stream_cells as f64;
     let has_attention = layout.kv_blocks.iter().any(|&k| k);
     let attn_bytes = if !has_attention {
         0.0

@@ -271,11 +271,11 @@ impl SpeedBox {
             g.and_then(
                 |g| match (g.mem_bandwidth_gbs, gpu_bandwidth_by_name(&g.name)) {
                     (Some(v), _) if v > 0.0 => {
-                        sources.push(format!("GPU {v:.0} GB/s (NVML)"));
+                        sources.push(format!("GPU {} (NVML)", crate::util::gbs(v)));
                         Some(v)
                     }
                     (_, Some(v)) => {
-                        sources.push(format!("GPU {v:.0} GB/s (by name)"));
+                        sources.push(format!("GPU {} (by name)", crate::util::gbs(v)));
                         Some(v)
                     }
                     _ => {
@@ -296,7 +296,7 @@ impl SpeedBox {
         });
         let host_bw_gbs = match hw.host.mem_bandwidth_gbs {
             Some(v) if v > 0.0 => {
-                sources.push(format!("host {v:.0} GB/s (measured)"));
+                sources.push(format!("host {} (measured)", crate::util::gbs(v)));
                 v
             }
             _ => {

@@ -161,8 +161,10 @@ pub fn show_text(p: &Profile) -> String {
         h.physical_cores.map_or("?".into(), |c| c.to_string()),
         h.logical_cores,
         h.ram_total_mib / 1024,
-        h.mem_bandwidth_gbs
-            .map_or(String::new(), |b| format!(" · {b:.1} GB/s read")),
+        h.mem_bandwidth_gbs.map_or(String::new(), |b| format!(
+            " · {} read",
+            crate::util::gbs(b)
+        )),
         h.fingerprint
     );
     let wl = &p.space.workload;
@@ -190,6 +192,9 @@ pub fn show_text(p: &Profile) -> String {
     let mut argv = vec!["llama-server".to_string(), "-m".into(), "MODEL.gguf".into()];
     argv.extend(w.config.server_args());
     let _ = writeln!(o, "  {}", crate::config::shell_line(&argv));
+    for l in crate::rpc::worker_commands(&w.config) {
+        let _ = writeln!(o, "  RPC worker {}", crate::escape::terminal(&l));
+    }
     if let Some(g) = &p.quality {
         let _ = writeln!(
             o,

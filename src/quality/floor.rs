@@ -175,6 +175,8 @@ pub fn apply(
     opts.text = floor.text.clone();
     opts.chunks = floor.chunks;
     opts.server = server.map(Path::to_path_buf);
+    // The tune's launches' thread cap (a busy box's free cores, or QTUNE_MAX_THREADS).
+    opts.threads = space.fixed.threads_cap;
     note(format!(
         "quality floor ({}): measuring KV {} against f16 at ctx {}",
         floor.describe(),

@@ -19,9 +19,11 @@ pub fn gains(
     }
 }
 
-fn status(s: &ArmStatus) -> String {
+/// An arm's status; `over`: the race ended by itself (not cut off by the tune's budget).
+fn status(s: &ArmStatus, over: bool) -> String {
     match s {
-        ArmStatus::Racing => "raced to the end".into(),
+        ArmStatus::Racing if over => "raced to the end".into(),
+        ArmStatus::Racing => "still racing when the budget ended the tune".into(),
         ArmStatus::Dropped {
             after_round,
             reason,
@@ -82,6 +84,7 @@ pub fn lines(r: &TuneResult) -> Vec<String> {
             ));
         }
     }
+    let over = r.budget_stop.is_none();
     for c in &o.candidates {
         let Some(cfg) = race.candidates.get(c.index) else {
             continue;
@@ -97,7 +100,7 @@ pub fn lines(r: &TuneResult) -> Vec<String> {
                         req,
                         Band::default()
                     ),
-                    status(&c.status)
+                    status(&c.status, over)
                 ));
                 out.push(format!(
                     "    {}",
@@ -108,7 +111,7 @@ pub fn lines(r: &TuneResult) -> Vec<String> {
                 "  {}: {} ({})",
                 cfg.label(),
                 gains(v.map(|v| &v.gen), v.map(|v| &v.prompt)),
-                status(&c.status)
+                status(&c.status, over)
             )),
         }
     }

@@ -23,6 +23,29 @@ use anyhow::{bail, Result};
 use std::fmt::Write as _;
 use std::path::Path;
 
+/// What a config with parallel slots (`-np` N > 1) means for its clients, one plain sentence:
+/// the server answers N requests at once and queues the rest. `None` with one slot.
+pub fn slots_note(c: &crate::config::LaunchConfig) -> Option<String> {
+    let n = c.parallel;
+    if n <= 1 {
+        return None;
+    }
+    let ctx = crate::util::fmt_thousands(f64::from(c.ctx));
+    let each = if c.kv_unified == Some(true) {
+        format!("the {n} slots share the {ctx} tokens of context")
+    } else {
+        format!(
+            "each slot holds {} of the {ctx} tokens of context",
+            crate::util::fmt_thousands(f64::from(c.ctx / n))
+        )
+    };
+    Some(format!(
+        "this server answers {n} requests at once (-np {n}; {each}); a client that sends more \
+         at once waits in the server's queue until a slot is free, so let your agent run at \
+         most {n} requests (sub-agents) in parallel"
+    ))
+}
+
 /// True for a host that only this machine reaches (`127.x`, `localhost`, `::1`).
 pub fn is_loopback(host: &str) -> bool {
     let h = host.trim_start_matches('[').trim_end_matches(']');
@@ -136,6 +159,9 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
             .map(|v| format!(", peak VRAM {v} MiB"))
             .unwrap_or_default()
     );
+    if let Some(note) = slots_note(&w.config) {
+        let _ = writeln!(m, "# Slots: {}.", one_line(&note));
+    }
     let _ = write!(
         m,
         "#\n\
@@ -162,6 +188,7 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
         alias = one_line(&alias),
     );
     let _ = writeln!(m, "set -euo pipefail\n");
+    m.push_str(&crate::rpc::script_block(&w.config));
     if r.gpu_budgets.len() >= 2 && uses_gpu {
         // The split (-ts) and any -ot ...=CUDAn name the cards in this order.
         let _ = writeln!(
@@ -451,12 +478,22 @@ pub fn systemd_unit(r: &TuneResult, script: &Path, unit: &Path) -> Result<String
         .as_ref()
         .map(|w| w.config.flags())
         .unwrap_or_default();
+    // The workers start on their own boxes, before this unit (launch.sh checks they answer).
+    let workers: String = r
+        .winner
+        .as_ref()
+        .map(|w| crate::rpc::worker_commands(&w.config))
+        .unwrap_or_default()
+        .iter()
+        .map(|l| format!("# RPC worker, started first on its box: {}\n", one_line(l)))
+        .collect();
     Ok(format!(
         "# systemd unit written by qtune {ver}: runs {script_disp}.\n\
          # Install: sudo cp {unit} /etc/systemd/system/{name}\n\
          #          sudo systemctl daemon-reload && sudo systemctl enable --now {name}\n\
          # Add User= under [Service] to run it as your user, and Environment= lines to change\n\
          # what launch.sh serves (QTUNE_HOST, QTUNE_PORT, QTUNE_ALIAS, QTUNE_API_KEY_FILE).\n\
+         {workers}\
          [Unit]\n\
          Description=llama-server: {model} ({label}), tuned by qtune\n\
          After=network-online.target\n\
@@ -627,6 +664,39 @@ mod tests {
             shell_line(&flags)
         )));
         assert!(s.contains("--n-cpu-moe 11"));
+    }
+
+    #[test]
+    fn slots_that_win_are_explained_in_the_script_the_report_and_the_summary() {
+        let (srv, model) = weird();
+        let mut r = crate::run::sample::cpu_result(&srv, &model);
+        let plain = launch_script(&r, "127.0.0.1", 8080).unwrap();
+        assert!(!plain.contains("# Slots:"), "{plain}");
+        assert!(!crate::report::markdown::render(&r, &[]).contains("Slots:"));
+        assert!(crate::report::summary::verdict_lines(&r)
+            .iter()
+            .all(|l| !l.contains("slots:")));
+        // The winner with four slots (and each its quarter of the context).
+        let w = r.winner.as_mut().unwrap();
+        w.config.parallel = 4;
+        w.config.ctx = 8192;
+        let want = "this server answers 4 requests at once (-np 4; each slot holds 2,048 of \
+                    the 8,192 tokens of context); a client that sends more at once waits in \
+                    the server's queue until a slot is free";
+        let s = launch_script(&r, "127.0.0.1", 8080).unwrap();
+        let header = s.split("# Usage:").next().unwrap();
+        assert!(header.contains(&format!("# Slots: {want}")), "{header}");
+        let md = crate::report::markdown::render(&r, &[]);
+        assert!(md.contains(&format!("Slots: {want}")), "{md}");
+        let summary = crate::report::summary::verdict_lines(&r).join("\n");
+        assert!(summary.contains(&format!("slots: {want}")), "{summary}");
+        // A unified KV: the slots share the context.
+        r.winner.as_mut().unwrap().config.kv_unified = Some(true);
+        let s = launch_script(&r, "127.0.0.1", 8080).unwrap();
+        assert!(
+            s.contains("(-np 4; the 4 slots share the 8,192 tokens of context)"),
+            "{s}"
+        );
     }
 
     #[test]

@@ -49,7 +49,8 @@ pub fn table(r: &TuneResult) -> String {
         searched,
         r.minutes_used
     ));
-    // The confirmation first (what decided), then every search trial that failed or ranked.
+    // The confirmation first (what decided), then every other config once: its launches
+    // pooled, the fastest in generation first, the ones that failed last.
     let mut rows: Vec<Vec<String>> = Vec::new();
     let label = |baseline: bool, c: &crate::config::LaunchConfig| {
         format!("{}{}", if baseline { "[baseline] " } else { "" }, c.label())
@@ -60,17 +61,19 @@ pub fn table(r: &TuneResult) -> String {
             stat(c.gen_tps.as_ref()),
             stat(c.prompt_tps.as_ref()),
             c.peak_vram_mib.map_or("-".into(), |v| fmt_mib(v as f64)),
-            format!("confirmed ({} rounds)", c.trial_ids.len()),
+            format!(
+                "confirmed ({})",
+                crate::util::count(c.trial_ids.len() as u64, "round", "rounds")
+            ),
         ]);
     }
-    for t in r.trials.iter().filter(|t| t.role != TrialRole::Confirm) {
+    for g in pooled_configs(r) {
         rows.push(vec![
-            label(t.role == TrialRole::Baseline, &t.config),
-            stat(t.metrics.as_ref().map(|m| &m.gen_tps)),
-            stat(t.metrics.as_ref().map(|m| &m.prompt_tps)),
-            t.peak_vram_total_mib()
-                .map_or("-".into(), |v| fmt_mib(v as f64)),
-            t.kind.as_str().to_string(),
+            label(g.baseline, &g.config),
+            stat(g.gen.as_ref()),
+            stat(g.prompt.as_ref()),
+            g.peak_vram_mib.map_or("-".into(), |v| fmt_mib(v as f64)),
+            g.outcome,
         ]);
     }
     out.push_str(&crate::util::text_table(
@@ -89,6 +92,79 @@ pub fn table(r: &TuneResult) -> String {
     for w in &r.warnings {
         out.push_str(&format!("warning: {}\n", terminal(w)));
     }
+    out
+}
+
+/// One config's launches outside the confirmation, pooled for the summary's table.
+struct Pooled {
+    config: crate::config::LaunchConfig,
+    baseline: bool,
+    gen: Option<crate::trial::Stat>,
+    prompt: Option<crate::trial::Stat>,
+    peak_vram_mib: Option<u64>,
+    outcome: String,
+}
+
+/// Every config launched outside the confirmation and not in it, once: the samples of its
+/// launches pooled, the highest peak, `ok (3 launches)` or its failure (`oom-load`, or
+/// `ok 1, oom-runtime 1` for mixed outcomes). Ranked: fastest generation first, failures last.
+fn pooled_configs(r: &TuneResult) -> Vec<Pooled> {
+    let confirmed: Vec<&crate::config::LaunchConfig> =
+        r.confirmation.iter().map(|c| &c.config).collect();
+    let mut groups: Vec<(
+        crate::config::LaunchConfig,
+        Vec<&crate::trial::TrialOutcome>,
+    )> = Vec::new();
+    for t in r.trials.iter().filter(|t| t.role != TrialRole::Confirm) {
+        if confirmed.contains(&&t.config) {
+            continue;
+        }
+        match groups.iter_mut().find(|(c, _)| c == &t.config) {
+            Some((_, v)) => v.push(t),
+            None => groups.push((t.config.clone(), vec![t])),
+        }
+    }
+    let mut out: Vec<Pooled> = groups
+        .into_iter()
+        .map(|(config, ts)| {
+            let samples = |f: &dyn Fn(&crate::trial::Metrics) -> &crate::trial::Stat| {
+                let v: Vec<f64> = ts
+                    .iter()
+                    .filter_map(|t| t.metrics.as_ref())
+                    .flat_map(|m| f(m).samples.iter().copied())
+                    .collect();
+                crate::trial::Stat::from_samples(&v)
+            };
+            let mut kinds: Vec<(&str, u64)> = Vec::new();
+            for t in &ts {
+                match kinds.iter_mut().find(|(k, _)| *k == t.kind.as_str()) {
+                    Some((_, n)) => *n += 1,
+                    None => kinds.push((t.kind.as_str(), 1)),
+                }
+            }
+            let outcome = match kinds.as_slice() {
+                [(k, 1)] => k.to_string(),
+                [(k, n)] => format!("{k} ({n} launches)"),
+                _ => kinds
+                    .iter()
+                    .map(|(k, n)| format!("{k} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            };
+            Pooled {
+                baseline: ts.iter().any(|t| t.role == TrialRole::Baseline),
+                gen: samples(&|m| &m.gen_tps),
+                prompt: samples(&|m| &m.prompt_tps),
+                peak_vram_mib: ts.iter().filter_map(|t| t.peak_vram_total_mib()).max(),
+                outcome,
+                config,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        let key = |p: &Pooled| p.gen.as_ref().map_or(f64::NEG_INFINITY, |s| s.median);
+        key(b).total_cmp(&key(a))
+    });
     out
 }
 
@@ -185,6 +261,8 @@ pub fn verdict(r: &TuneResult) -> Option<Verdict> {
         w.reference.as_ref().map(|rf| &rf.config),
     ));
     facts.extend(reread_fact(r));
+    facts.extend(aggregate_fact(r).map(|f| format!("aggregate {f}")));
+    facts.extend(crate::report::script::slots_note(&w.config).map(|n| format!("slots: {n}")));
     match (&w.gen_vs_baseline, &w.prompt_vs_baseline) {
         (Some(g), Some(p)) => facts.push(format!("generation {g} · prompt {p}")),
         _ => facts.push(format!(
@@ -353,6 +431,27 @@ pub fn typical_replay<'a>(
     v.get(v.len().checked_sub(1)? / 2).copied()
 }
 
+/// The aggregate generation of the recommendation's typical replay (all generated tokens over
+/// the replay's wall time), and the reference's, for the summary: `None` unless a trace was
+/// replayed (and kept the aggregate).
+pub fn aggregate_fact(r: &TuneResult) -> Option<String> {
+    let w = r.winner.as_ref()?;
+    let mine = typical_replay(r, &w.config)?.aggregate_tps?;
+    let theirs = w
+        .reference
+        .as_ref()
+        .filter(|rf| rf.config != w.config)
+        .and_then(|rf| typical_replay(r, &rf.config)?.aggregate_tps);
+    Some(match theirs {
+        Some(t) => format!(
+            "generation: {mine:.1} tok/s against the reference's {t:.1} (all generated tokens over the replay's wall time, typical launch)"
+        ),
+        None => format!(
+            "generation: {mine:.1} tok/s (all generated tokens over the replay's wall time, typical launch)"
+        ),
+    })
+}
+
 /// What the server read again per request, for the summary: `None` unless a trace was
 /// replayed. Read tokens include each turn's new ones; the cache covers the rest.
 pub fn reread_fact(r: &TuneResult) -> Option<String> {
@@ -401,5 +500,57 @@ mod tests {
         // The 35B on 16 GiB: fit-target put more experts on the card.
         let line = reference_line("gpu-h100-workload3/work35-16");
         assert!(line.contains("the better of it and"), "{line}");
+    }
+
+    #[test]
+    fn a_config_confirmed_in_one_round_says_round() {
+        let r = crate::run::sample::cpu_result(
+            std::path::Path::new("/s/llama-server"),
+            std::path::Path::new("/m/m.gguf"),
+        );
+        assert_eq!(r.confirmation[0].trial_ids.len(), 1);
+        let t = table(&r);
+        assert!(t.contains("confirmed (1 round)"), "{t}");
+        assert!(!t.contains("(1 rounds)"), "{t}");
+    }
+
+    /// Issue 43: the table showed the baseline again for each of its launches, unsorted. Each
+    /// config is one row (its launches pooled), the fastest first, the failures last.
+    #[test]
+    fn the_table_shows_each_config_once_fastest_first() {
+        let r = crate::run::sample::committed("gpu-h100-workload3/work35-16");
+        let t = table(&r);
+        let rows: Vec<&str> = t
+            .lines()
+            .skip_while(|l| !l.starts_with("config"))
+            .skip(1)
+            .take_while(|l| !l.trim().is_empty() && !l.starts_with("recommended"))
+            .collect();
+        // Columns are two spaces apart or more; a config's flags have single spaces.
+        let cols = |l: &str| -> Vec<String> {
+            l.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(String::from)
+                .collect()
+        };
+        let mut labels: Vec<String> = rows.iter().map(|l| cols(l)[0].clone()).collect();
+        let n = labels.len();
+        labels.sort_unstable();
+        labels.dedup();
+        assert_eq!(labels.len(), n, "a config twice:\n{t}");
+        let tg: Vec<f64> = rows
+            .iter()
+            .filter(|l| !l.contains("confirmed ("))
+            .map(|l| {
+                let c = cols(l);
+                c[1].split(' ').next().unwrap().parse::<f64>().unwrap()
+            })
+            .collect();
+        assert!(tg.len() >= 4, "{t}");
+        assert!(
+            tg.windows(2).all(|w| w[0] >= w[1]),
+            "not fastest first: {tg:?}\n{t}"
+        );
     }
 }

@@ -226,8 +226,8 @@ impl BudgetStop {
     pub fn line(&self, command: &str) -> String {
         let budget = if self.by == "minutes" {
             format!(
-                "the {} minutes budget ended the tune after {} ({:.1} minutes)",
-                trim_float(self.budget_minutes),
+                "the minutes budget ({}) ended the tune after {} ({:.1} minutes)",
+                crate::util::minutes(self.budget_minutes),
                 if self.launches == 1 {
                     "1 launch".to_string()
                 } else {

@@ -58,6 +58,7 @@ fn trial(
         },
         log: Some(PathBuf::from(format!("logs/trial-{id:03}.log"))),
         warnings: Vec::new(),
+        busy_box: None,
     }
 }
 
@@ -88,6 +89,7 @@ fn space(name: &str, moe: bool) -> SearchSpace {
             fit_target_mib: None,
             threads_cap: None,
             engine: Default::default(),
+            rpc_workers: Vec::new(),
         },
         workload: Workload::default(),
         objective: Objective::default(),

@@ -274,7 +274,20 @@ fn budget_stop(
         budget_launches: b.trials,
         minutes: elapsed / 60.0,
         budget_minutes: b.minutes,
-        race_rounds: race.map_or(0, |r| r.outcome.rounds.len() as u32),
+        // Paired rounds: those that measured every arm they launched (a round the budget cut
+        // after the reference's launch pairs nothing).
+        race_rounds: race.map_or(0, |r| {
+            r.outcome
+                .rounds
+                .iter()
+                .filter(|round| {
+                    round
+                        .order
+                        .iter()
+                        .all(|&a| round.samples.get(a).is_some_and(Option::is_some))
+                })
+                .count() as u32
+        }),
         race: race.map_or_else(
             || "no race ran: the search had not finished".to_string(),
             |r| r.outcome.reason.clone(),
@@ -290,10 +303,19 @@ fn trial_warnings(history: &[TrialOutcome]) -> Vec<String> {
         .filter(|o| o.warnings.iter().any(|w| w.contains("spread")))
         .map(|o| o.id.to_string())
         .collect();
-    for o in history {
-        for w in o.warnings.iter().filter(|w| !w.contains("spread")) {
-            warnings.push(format!("trial {}: {w}", o.id));
-        }
+    warnings.extend(crate::trial::grouped_warnings(history, |w| {
+        w.contains("spread")
+    }));
+    let busy: Vec<&TrialOutcome> = history.iter().filter(|o| o.busy_box.is_some()).collect();
+    if let Some(first) = busy.first() {
+        warnings.push(format!(
+            "{} of {} ran on a box that got busy after the tune started ({} {}; the first saw {}): their timings are the busy box's, not this box's own, and a comparison with a quiet launch is not like for like; close what is running and tune again for this box's own speed",
+            busy.len(),
+            crate::util::count(history.len() as u64, "launch", "launches"),
+            if busy.len() == 1 { "trial" } else { "trials" },
+            busy.iter().map(|o| o.id.to_string()).collect::<Vec<_>>().join(", "),
+            first.busy_box.as_deref().unwrap_or_default()
+        ));
     }
     if !noisy.is_empty() {
         warnings.push(format!(

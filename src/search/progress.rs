@@ -8,10 +8,29 @@ use argmin::core::observers::Observe;
 use argmin::core::{Error as ArgminError, KV};
 use std::sync::Arc;
 
+/// Where a launch of the confirmation phase stands in the race: round `round` (1-based) of
+/// at most `rounds_at_most`, launching `arm` ("the baseline", "a candidate").
+#[derive(Debug, Clone, PartialEq)]
+pub struct RaceStep {
+    pub round: u32,
+    pub rounds_at_most: u32,
+    pub arm: &'static str,
+}
+
+impl RaceStep {
+    /// `racing round 2 of at most 5, the baseline (-t 1)`: `label` is the config's flags.
+    pub fn describe(&self, label: &str) -> String {
+        format!(
+            "racing round {} of at most {}, {} ({label})",
+            self.round, self.rounds_at_most, self.arm
+        )
+    }
+}
+
 /// Someone watching a tune.
 pub trait Watch {
-    /// A trial is about to launch.
-    fn starting(&self, config: &LaunchConfig, role: TrialRole);
+    /// A trial is about to launch; `race` says where it stands in the confirmation race.
+    fn starting(&self, config: &LaunchConfig, role: TrialRole, race: Option<&RaceStep>);
     /// A trial finished; `line` says how (see [`line`]).
     fn finished(&self, line: &str);
 }

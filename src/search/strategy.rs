@@ -393,7 +393,10 @@ impl Solver<TuneProblem, TuneState> for QtuneSearch {
                 None,
             ));
         }
-        let outcome = problem.problem("trial_count", |p| p.evaluate(&cfg, role))?;
+        let race = (role == TrialRole::Confirm)
+            .then(|| self.race_step(&ctx, &cfg))
+            .flatten();
+        let outcome = problem.problem("trial_count", |p| p.evaluate(&cfg, role, race.as_ref()))?;
         let cost = cost_of(&outcome, &ctx, self.baseline_speeds().as_ref());
         self.record(outcome.clone());
         let line = super::progress::line(&outcome, self.search_trials, ctx.space.budget.trials);

@@ -185,6 +185,7 @@ pub fn decide(
             o.kind,
             crate::trial::OutcomeKind::RequestTimeout
                 | crate::trial::OutcomeKind::PortConflict
+                | crate::trial::OutcomeKind::RpcWorkerLost
                 | crate::trial::OutcomeKind::Implausible
         )
     });
@@ -645,6 +646,7 @@ mod tests {
             duration_s: 1.0,
             log: None,
             warnings: Vec::new(),
+            busy_box: None,
         }
     }
 

@@ -429,6 +429,16 @@ impl Race {
         }
     }
 
+    /// The most paired rounds the race can run, the planned ones included: the launches its
+    /// budget leaves after the rounds planned so far, in rounds of the smallest size (the
+    /// baselines still racing and one candidate). It may end sooner, once the rounds decide.
+    pub fn rounds_at_most(&self) -> u32 {
+        let planned = self.rounds.len() as u32;
+        let per_round = self.live_baselines().len() as u32 + 1;
+        let left = self.budget_left().saturating_sub(self.queue.len() as u32);
+        planned + left / per_round
+    }
+
     /// The level the race's claims use.
     pub fn claim_confidence(&self) -> f64 {
         self.claim_confidence

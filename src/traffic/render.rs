@@ -6,7 +6,8 @@
 //!
 //! The session's depth is set in characters and measured in tokens: the renderer builds it,
 //! renders its deepest (last) request, and rebuilds with a corrected characters-per-token until
-//! that request and its answer end within the last tenth below the context.
+//! that request and its answer end within the last tenth below the context (below a quarter of
+//! it for the sub-agents' session, [`Kind::share`]).
 
 use super::session::{self, ChatRequest, Kind, Session, Source};
 use super::trace::{End, Header, Line, Outcome, Request, Trace};
@@ -126,8 +127,12 @@ pub async fn render(
             bail!("the server at {url} does not say its context size: give the depth with --ctx N")
         }
     };
+    // The sub-agents' session gives each its share of the context.
+    let whole = target;
+    let target = whole / kind.share();
     if target < 2048 {
-        bail!("a context of {target} tokens is too short for the built-in session: give --ctx 2048 or more");
+        let least = 2048 * kind.share();
+        bail!("a context of {whole} tokens is too short for the built-in {} session: give --ctx {least} or more", kind.name());
     }
     let caps = caps(client, url).await;
     // Search the budget (characters) whose deepest request ends in the band: scale by the
@@ -179,11 +184,18 @@ pub async fn render(
     for r in &s.requests {
         prompts.push(tokens(client, url, &for_template(r, caps)).await?);
     }
-    header.scripted = Some(format!(
-        "the built-in {} session ({what}, {} tokens deep)",
-        kind.name(),
-        crate::util::fmt_thousands(target as f64)
-    ));
+    header.scripted = Some(match kind {
+        Kind::Subagents => format!(
+            "the built-in subagents session ({what}, {} sub-agents at once, each {} tokens deep)",
+            session::SUBAGENTS,
+            crate::util::fmt_thousands(target as f64)
+        ),
+        _ => format!(
+            "the built-in {} session ({what}, {} tokens deep)",
+            kind.name(),
+            crate::util::fmt_thousands(target as f64)
+        ),
+    });
     let requests = requests(&s, prompts, n_ctx.unwrap_or(target));
     let end = End {
         ended_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),

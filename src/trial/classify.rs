@@ -194,6 +194,42 @@ fn port_conflict(log: &str, exit: Option<ExitInfo>) -> Option<Verdict> {
     })
 }
 
+/// A verdict when the log shows an RPC worker was unreachable at load (`Failed to connect to
+/// HOST:PORT`) or dropped while llama-server used it (llama.cpp's abort line). The dropped
+/// worker is not named in the log: the message names the `--rpc` list, and the runner names
+/// the one that no longer answers ([`crate::rpc::name_lost_worker`]).
+fn rpc_worker_lost(log: &str) -> Option<Verdict> {
+    let lines = non_empty_lines(log);
+    if let Some(w) = crate::rpc::unreachable_in_log(log) {
+        let idx = lines
+            .iter()
+            .position(|l| l.contains("Failed to connect to"))?;
+        return Some(Verdict {
+            kind: OutcomeKind::RpcWorkerLost,
+            message: format!(
+                "RPC worker {w} was not reachable when llama-server loaded: no measurement of the config; start it again on its box ('qtune rpc serve'), the next trials use it"
+            ),
+            evidence: window(&lines, idx, 2),
+        });
+    }
+    let idx = lines
+        .iter()
+        .position(|l| l.contains(crate::rpc::WORKER_DROPPED))?;
+    let workers = crate::rpc::workers_in_header(log);
+    let which = if workers.is_empty() {
+        "an RPC worker".to_string()
+    } else {
+        format!("an RPC worker (of {})", workers.join(", "))
+    };
+    Some(Verdict {
+        kind: OutcomeKind::RpcWorkerLost,
+        message: format!(
+            "{which} dropped mid-trial and llama-server aborted: no measurement of the config; restart the worker on its box ('qtune rpc serve'), the next trials use it"
+        ),
+        evidence: window(&lines, idx, 2),
+    })
+}
+
 /// The header line the runner writes at the top of each trial log (the command).
 pub const LOG_HEADER: &str = "# qtune: ";
 
@@ -338,6 +374,9 @@ pub fn classify(obs: &Observation<'_>) -> Verdict {
     }
 
     if let Some(v) = port_conflict(log, exit) {
+        return v;
+    }
+    if let Some(v) = rpc_worker_lost(log) {
         return v;
     }
 
@@ -923,5 +962,50 @@ ggml/src/ggml-cuda/ggml-cuda.cu:101: CUDA error
             "{}",
             v.message
         );
+    }
+
+    /// The pinned build's lines (ggml-rpc.cpp) when a worker is down at load, and when one
+    /// drops while the head serves: a worker-lost verdict naming the worker (or the list),
+    /// never a crash of the config.
+    #[test]
+    fn a_lost_rpc_worker_is_its_own_kind_naming_the_worker() {
+        let header = "# qtune: /srv/llama-server -m /m.gguf -c 2048 -np 1 --rpc 127.0.0.1:50052,127.0.0.1:50053 --host 127.0.0.1 --port 8123\n";
+        let at_load = format!(
+            "{header}load_backend: loaded RPC backend\n/src/ggml/src/ggml-rpc/ggml-rpc.cpp:547: Failed to connect to 127.0.0.1:50053\n"
+        );
+        let v = obs(Phase::Load, ABRT, &at_load, Failure::Exited);
+        assert_eq!(v.kind, OutcomeKind::RpcWorkerLost);
+        assert!(
+            v.message
+                .contains("RPC worker 127.0.0.1:50053 was not reachable"),
+            "{}",
+            v.message
+        );
+        assert!(v.evidence.iter().any(|l| l.contains("Failed to connect")));
+        let dropped = format!(
+            "{header}srv  log_server_r: request: GET /health 127.0.0.1 200\n/src/ggml/src/ggml-rpc/ggml-rpc.cpp:566: Remote RPC server crashed or returned malformed response\n"
+        );
+        let v = obs(
+            Phase::Measure,
+            ABRT,
+            &dropped,
+            Failure::Connection("connection closed before message completed".into()),
+        );
+        assert_eq!(v.kind, OutcomeKind::RpcWorkerLost);
+        assert!(
+            v.message.starts_with(
+                "an RPC worker (of 127.0.0.1:50052, 127.0.0.1:50053) dropped mid-trial"
+            ),
+            "{}",
+            v.message
+        );
+        // The same abort without RPC in the log stays a crash.
+        let plain = obs(
+            Phase::Measure,
+            ABRT,
+            "GGML_ASSERT(x) failed\n",
+            Failure::Exited,
+        );
+        assert_eq!(plain.kind, OutcomeKind::Crash);
     }
 }

@@ -52,9 +52,13 @@ struct Draft {
 impl Draft {
     /// Classify a failure and remember the phase it happened in.
     fn classified(obs: &Observation<'_>) -> Draft {
+        let mut v = classify::classify(obs);
+        if v.kind == OutcomeKind::RpcWorkerLost {
+            crate::rpc::name_lost_worker(&mut v.message, obs.log);
+        }
         Draft {
             phase: Some(obs.phase),
-            ..Draft::from_verdict(classify::classify(obs))
+            ..Draft::from_verdict(v)
         }
     }
 
@@ -118,6 +122,8 @@ pub struct LlamaServerRunner {
     model_bytes: u64,
     /// What the running launch is doing, for the heartbeat ([`Self::with_phase`]).
     doing: super::phase::PhaseCell,
+    /// The box as each launch starts, when it got busy ([`Self::with_busy_note`]).
+    busy: super::phase::BusyNote,
 }
 
 impl LlamaServerRunner {
@@ -176,6 +182,7 @@ impl LlamaServerRunner {
             fatal: None,
             model_bytes,
             doing: super::phase::PhaseCell::default(),
+            busy: super::phase::BusyNote::default(),
         })
     }
 
@@ -183,6 +190,13 @@ impl LlamaServerRunner {
     /// tune's heartbeat reads.
     pub fn with_phase(mut self, cell: super::phase::PhaseCell) -> Self {
         self.doing = cell;
+        self
+    }
+
+    /// Record in each outcome (and so the journal) what the tune's check before the launch
+    /// saw of a busy box, as it sets it in `note`.
+    pub fn with_busy_note(mut self, note: super::phase::BusyNote) -> Self {
+        self.busy = note;
         self
     }
 
@@ -707,6 +721,7 @@ impl TrialRunner for LlamaServerRunner {
         let id = self.next_id;
         let started_at = chrono::Utc::now().to_rfc3339();
         let t0 = Instant::now();
+        let busy_box = self.busy.take();
         let d = if super::cleanup::interrupted().is_some() {
             // Interrupted before this trial began: launch nothing.
             Draft::from_verdict(Verdict {
@@ -731,6 +746,7 @@ impl TrialRunner for LlamaServerRunner {
             duration_s: t0.elapsed().as_secs_f64(),
             log: d.log,
             warnings: d.warnings,
+            busy_box,
         };
         if self.fatal.is_some() {
             // Not a result of the config (a trace of another tokenizer): never journaled;

@@ -50,6 +50,10 @@ pub enum OutcomeKind {
     /// The server reported speeds that cannot be real (not finite, zero or negative, or far
     /// past what the hardware can do): a broken measurement, never a result.
     Implausible,
+    /// An RPC worker (`--rpc`) was unreachable at load or dropped mid-trial (llama.cpp aborts
+    /// the head): no measurement of the config, and not its fault. The message names the
+    /// worker.
+    RpcWorkerLost,
 }
 
 impl OutcomeKind {
@@ -66,6 +70,7 @@ impl OutcomeKind {
             OutcomeKind::Skipped => "skipped",
             OutcomeKind::Implausible => "implausible",
             OutcomeKind::PortConflict => "port-conflict",
+            OutcomeKind::RpcWorkerLost => "rpc-worker-lost",
         }
     }
 
@@ -215,6 +220,11 @@ pub struct TrialOutcome {
     /// Caveats about the measurement, e.g. a spread too wide to rank on.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// What the tune saw as this launch started, when the box had got busy since the tune
+    /// began (other processes on the free cores or the GPU): `other processes used 1.9 of 2
+    /// cores (load average 3.3)`. Its timings are the busy box's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub busy_box: Option<String>,
 }
 
 impl TrialOutcome {
@@ -234,6 +244,7 @@ impl TrialOutcome {
             duration_s: 0.0,
             log: None,
             warnings: Vec::new(),
+            busy_box: None,
         }
     }
 
@@ -272,6 +283,52 @@ pub fn keeps_more_on_gpu(
     matches!((weights(second), weights(first)), (Some(s), Some(f)) if s > f)
 }
 
+/// Every trial's own warnings, each text once with the trials that gave it
+/// (`trials 1-17, 19: ...`), in the order they first appeared. `skip` leaves some out (those
+/// summarized elsewhere).
+pub fn grouped_warnings(trials: &[TrialOutcome], skip: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut groups: Vec<(&str, Vec<u32>)> = Vec::new();
+    for t in trials {
+        for w in t.warnings.iter().filter(|w| !skip(w)) {
+            match groups.iter_mut().find(|(g, _)| *g == w.as_str()) {
+                Some((_, ids)) => ids.push(t.id),
+                None => groups.push((w, vec![t.id])),
+            }
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(w, ids)| {
+            if ids.len() == 1 {
+                format!("trial {}: {w}", ids[0])
+            } else {
+                format!("trials {}: {w}", id_ranges(&ids))
+            }
+        })
+        .collect()
+}
+
+/// `1-3, 5, 7-8` for ids 1, 2, 3, 5, 7, 8.
+fn id_ranges(ids: &[u32]) -> String {
+    let mut v = ids.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        out.push(if j > i {
+            format!("{}-{}", v[i], v[j])
+        } else {
+            v[i].to_string()
+        });
+        i = j + 1;
+    }
+    out.join(", ")
+}
 /// Whether `a` and `b` loaded the same buffers (model, KV, recurrent state and compute, on every
 /// device), each as its first launch among `trials` that reported them said: one configuration
 /// on this box, whatever their flags (`--fit-target` where the model fits with room to spare).
@@ -306,5 +363,37 @@ pub trait TrialRunner {
     /// comparison stops with this line.
     fn fatal(&self) -> Option<String> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The same caveat from 17 trials was 17 lines of the summary (a committed GPU run): it
+    /// is one line naming the trials.
+    #[test]
+    fn a_warning_many_trials_gave_is_one_line() {
+        let t = |id: u32, w: &[&str]| {
+            let mut o = TrialOutcome::skipped(
+                &LaunchConfig::baseline(2048),
+                TrialRole::Search,
+                String::new(),
+            );
+            o.id = id;
+            o.warnings = w.iter().map(|s| s.to_string()).collect();
+            o
+        };
+        let trials = vec![
+            t(1, &["reused 0"]),
+            t(2, &["reused 0", "odd"]),
+            t(3, &["reused 0"]),
+            t(5, &["reused 0", "wide spread"]),
+            t(6, &[]),
+        ];
+        assert_eq!(
+            grouped_warnings(&trials, |w| w.contains("spread")),
+            vec!["trials 1-3, 5: reused 0", "trial 2: odd"]
+        );
     }
 }

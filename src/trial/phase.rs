@@ -13,6 +13,26 @@ pub enum Doing {
     Measuring { what: String },
 }
 
+/// The box as the next launch starts, when it had got busy since the tune began: set by the
+/// tune's check before every launch, taken by the runner into that launch's outcome
+/// ([`super::TrialOutcome::busy_box`]), so the journal and results say which launches ran on
+/// a busy box. Cloning shares it.
+#[derive(Debug, Clone, Default)]
+pub struct BusyNote(Arc<Mutex<Option<String>>>);
+
+impl BusyNote {
+    pub fn set(&self, what: Option<String>) {
+        if let Ok(mut n) = self.0.lock() {
+            *n = what;
+        }
+    }
+
+    /// The note for the launch starting now (cleared: one launch each).
+    pub fn take(&self) -> Option<String> {
+        self.0.lock().ok()?.take()
+    }
+}
+
 /// The runner's current step, readable from another thread. Cloning shares it.
 #[derive(Debug, Clone, Default)]
 pub struct PhaseCell(Arc<Mutex<Option<Doing>>>);

@@ -48,6 +48,7 @@ pub struct ReplayRunner {
     interrupt_after: Option<u32>,
     pace: Option<std::time::Duration>,
     workload: crate::space::Workload,
+    busy: super::phase::BusyNote,
 }
 
 /// splitmix64: a tiny, good, deterministic mixer.
@@ -83,6 +84,7 @@ impl ReplayRunner {
             interrupt_after: None,
             pace: None,
             workload: crate::space::Workload::default(),
+            busy: super::phase::BusyNote::default(),
         }
     }
 
@@ -120,6 +122,13 @@ impl ReplayRunner {
     /// Advance `clock` by each trial's duration, so the minutes budget sees replayed time.
     pub fn with_clock(mut self, clock: crate::clock::ManualClock) -> Self {
         self.clock = Some(clock);
+        self
+    }
+
+    /// Record in each outcome what the check before its launch saw of a busy box, as in
+    /// [`super::llama_runner::LlamaServerRunner::with_busy_note`].
+    pub fn with_busy_note(mut self, note: super::phase::BusyNote) -> Self {
+        self.busy = note;
         self
     }
 
@@ -252,6 +261,7 @@ fn missing_outcome(c: &LaunchConfig) -> TrialOutcome {
         duration_s: 0.0,
         log: None,
         warnings: Vec::new(),
+        busy_box: None,
     }
 }
 
@@ -308,6 +318,7 @@ impl TrialRunner for ReplayRunner {
             duration_s: self.seconds_per_trial,
             log: None,
             warnings: Vec::new(),
+            busy_box: None,
         };
         let (answer, cards) = match answer {
             ReplayAnswer::OkCards {
@@ -404,6 +415,7 @@ impl TrialRunner for ReplayRunner {
             // Turned into `Ok` (with its per-card peaks in `cards`) above.
             ReplayAnswer::OkCards { .. } => {}
         }
+        out.busy_box = self.busy.take();
         if let Some(c) = &self.clock {
             c.advance(out.duration_s);
         }

@@ -7,7 +7,8 @@
 //! request it did not overlap in the recording has ended (requests that overlapped run at
 //! once). A request's time is its wall clock, from sending it to the end of its answer
 //! (queueing for a slot included: what the client feels); the objective is their mean, and
-//! the 90th percentile is kept too.
+//! the 90th percentile is kept too, and the aggregate generation (all generated tokens over the
+//! replay's wall clock: what parallel slots trade against the time per request).
 //!
 //! It takes a [`Trace`] in memory ([`replay`]), so a trace built at run time replays the same
 //! way as one read from a file. Nothing of the prompts is kept: only counts and times.
@@ -55,6 +56,18 @@ pub struct ReplayTiming {
     pub p90_s: f64,
     /// Wall clock of the whole replay, seconds.
     pub wall_s: f64,
+    /// Aggregate generation: every replayed request's generated tokens over the replay's wall
+    /// clock, tokens/s ([`aggregate_tps`]); what parallel slots raise while each request may
+    /// slow. Absent in results written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggregate_tps: Option<f64>,
+}
+
+/// The aggregate generation of a replay: the requests' generated tokens over its wall clock
+/// (None when no time passed).
+pub fn aggregate_tps(requests: &[ReplayedRequest], wall_s: f64) -> Option<f64> {
+    let generated: u64 = requests.iter().map(|q| u64::from(q.generated)).sum();
+    (wall_s > 0.0 && wall_s.is_finite()).then(|| generated as f64 / wall_s)
 }
 
 /// The 90th percentile of `v` by nearest rank (the smallest value at or above 90 % of them).
@@ -208,6 +221,7 @@ pub async fn replay(
         in_trace: u32::try_from(plan.in_trace).unwrap_or(u32::MAX),
         mean_s: times.iter().sum::<f64>() / times.len().max(1) as f64,
         p90_s: p90(&times).unwrap_or(0.0),
+        aggregate_tps: aggregate_tps(&requests, wall_s),
         requests,
         wall_s,
     })

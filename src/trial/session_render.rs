@@ -1,4 +1,4 @@
-//! `--workload agent-session` and `--workload chat-session`: the built-in sessions of real
+//! `--workload agent-session`, `chat-session` and `subagents-session`: the built-in sessions of real
 //! text ([`crate::traffic::session`]), rendered through the model's own chat template by a
 //! short-lived llama-server (nothing offloaded, the model memory-mapped), written as a trace
 //! and then replayed in every launch like a recorded one ([`crate::traffic::plan`]).
@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The built-in session names `--workload` takes.
-pub const NAMES: [&str; 2] = ["agent-session", "chat-session"];
+pub const NAMES: [&str; 3] = ["agent-session", "chat-session", "subagents-session"];
 
 /// Is `name` one of the built-in sessions?
 pub fn is_session(name: &str) -> bool {
@@ -25,7 +25,8 @@ pub fn trace_for(name: &str, server: &Path, model: &Path, ctx: u32) -> Result<Pa
     let kind = match name {
         "agent-session" => crate::traffic::session::Kind::Agent,
         "chat-session" => crate::traffic::session::Kind::Chat,
-        other => bail!("unknown built-in session '{other}': give agent-session or chat-session"),
+        "subagents-session" => crate::traffic::session::Kind::Subagents,
+        other => bail!("unknown built-in session '{other}': give agent-session, chat-session or subagents-session"),
     };
     let meta = std::fs::metadata(model)
         .with_context(|| format!("cannot read the model {}", model.display()))?;
@@ -54,8 +55,12 @@ pub fn trace_for(name: &str, server: &Path, model: &Path, ctx: u32) -> Result<Pa
     if out.is_file() && crate::traffic::trace::read(&out).is_ok() {
         return Ok(out);
     }
+    let depth = match kind.share() {
+        1 => format!("{ctx} tokens deep"),
+        n => format!("each sub-agent {} tokens deep", u64::from(ctx) / n),
+    };
     eprintln!(
-        "qtune: rendering the built-in {name} ({ctx} tokens deep) through the model's chat template (once per model and context)"
+        "qtune: rendering the built-in {name} ({depth}) through the model's chat template (once per model and context)"
     );
     let started = Instant::now();
     let dir_src = crate::traffic::session::stdlib_dir()?;

@@ -85,7 +85,7 @@ pub(super) fn hardware(m: &mut String, r: &TuneResult) {
         h.physical_cores.map_or("?".to_string(), |c| c.to_string()),
         h.logical_cores,
         h.mem_bandwidth_gbs
-            .map(|b| format!(" · memory read {b:.0} GB/s"))
+            .map(|b| format!(" · memory read {}", crate::util::gbs(b)))
             .unwrap_or_default()
     );
     let _ = writeln!(

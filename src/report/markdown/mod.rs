@@ -196,11 +196,7 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
     trials(m, r);
 
     let _ = writeln!(m, "## Warnings\n");
-    let per_trial = r.trials.iter().flat_map(|t| {
-        t.warnings
-            .iter()
-            .map(move |w| format!("trial {}: {w}", t.id))
-    });
+    let per_trial = crate::trial::grouped_warnings(&r.trials, |_| false);
     let all: Vec<String> = r.warnings.iter().cloned().chain(per_trial).collect();
     if all.is_empty() {
         let _ = writeln!(m, "None.\n");
@@ -483,6 +479,9 @@ fn generation_first(m: &mut String, r: &TuneResult) {
             "Or run [`launch.sh`](launch.sh): it checks the model, the server binary and free VRAM \
              first, waits for `/health`, and stops the server on Ctrl-C.\n"
         );
+        if let Some(n) = crate::report::script::slots_note(&w.config) {
+            let _ = writeln!(m, "Slots: {}.\n", prose(&n));
+        }
     } else {
         let _ = writeln!(m, "No winner to compare.\n");
     }

@@ -3,7 +3,7 @@
 //! requests were in flight beside it, and its time for the reference and the recommendation.
 
 use super::text;
-use crate::report::summary::{reread_fact, typical_replay as typical};
+use crate::report::summary::{aggregate_fact, reread_fact, typical_replay as typical};
 use crate::run::TuneResult;
 use std::fmt::Write as _;
 
@@ -63,5 +63,8 @@ pub fn section(m: &mut String, r: &TuneResult) {
     let _ = writeln!(m);
     if let Some(f) = reread_fact(r) {
         let _ = writeln!(m, "In all, {f}.\n");
+    }
+    if let Some(f) = aggregate_fact(r) {
+        let _ = writeln!(m, "Aggregate {f}.\n");
     }
 }

@@ -171,6 +171,26 @@ impl QtuneSearch {
         Some((cfg, TrialRole::Confirm))
     }
 
+    /// Where the race's next launch (of `cfg`) stands: its round, the most rounds the budget
+    /// leaves, and whether it launches a baseline or a candidate (for the heartbeat).
+    pub(super) fn race_step(
+        &self,
+        ctx: &SearchContext,
+        cfg: &LaunchConfig,
+    ) -> Option<crate::search::progress::RaceStep> {
+        let mut race = self.race(ctx);
+        let l = race.next_launch()?;
+        Some(crate::search::progress::RaceStep {
+            round: l.round? + 1,
+            rounds_at_most: race.rounds_at_most(),
+            arm: if self.race_baselines(ctx).contains(cfg) {
+                "the baseline"
+            } else {
+                "a candidate"
+            },
+        })
+    }
+
     /// Top distinct candidates for the confirmation, best first.
     pub fn ranked_candidates(&self, ctx: &SearchContext) -> Vec<(LaunchConfig, Speeds)> {
         let mut bases: Vec<Base> = Vec::new();

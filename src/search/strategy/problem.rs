@@ -40,6 +40,7 @@ impl TuneProblem {
         &self,
         config: &LaunchConfig,
         role: TrialRole,
+        race: Option<&crate::search::progress::RaceStep>,
     ) -> Result<TrialOutcome, ArgminError> {
         let interrupted = || {
             crate::trial::cleanup::interrupted()
@@ -74,7 +75,7 @@ impl TuneProblem {
             return Ok(TrialOutcome::skipped(config, role, why));
         }
         if let Some(p) = &self.progress {
-            p.starting(config, role);
+            p.starting(config, role, race);
         }
         let outcome = self.runner.borrow_mut().run(config, role);
         if let Some(why) = self.runner.borrow().fatal() {

@@ -8,21 +8,65 @@ use crate::search::rank::Speeds;
 use crate::trial::{TrialOutcome, TrialRole};
 use std::collections::VecDeque;
 
+/// Search launches the exploration keeps whatever the variants would like: one measured
+/// config (the speed model's pick, or the starting point's boundary) for the variants to
+/// start from.
+pub(super) const MIN_EXPLORE: u32 = 1;
+
 impl QtuneSearch {
     /// Launches the exploration leaves for the variants: one per other load mode, placement
     /// style and `--no-op-offload` (where the space has them).
     /// None when the whole model is predicted to fit on the GPU: then no expert sits on the CPU,
     /// so load mode, placement and op offload change nothing, and the exploration gets those
     /// launches (KV type, ubatch and threads are what is left to decide by measurement).
+    /// Never so many that the exploration is left fewer than [`MIN_EXPLORE`] launches: with
+    /// the levers of an agent session (3) on top of the placements, a 20-launch budget once
+    /// reserved every launch after the baselines and the tune ended on them (2026-11-26, H200).
     pub(super) fn variant_reserve(&self, ctx: &SearchContext) -> u32 {
-        if Self::race_reserve(ctx) == 0 {
+        let race = Self::race_reserve(ctx);
+        if race == 0 {
             return 0;
         }
         let levers = Self::lever_count(ctx);
-        if self.whole_model_fits(ctx) {
-            return levers;
+        let wanted = if self.whole_model_fits(ctx) {
+            levers
+        } else {
+            Self::nominal_variants(ctx) + levers
+        };
+        let baselines = Self::probe_launches(ctx) + u32::from(ctx.second_baseline().is_some());
+        let most = ctx
+            .space
+            .budget
+            .trials
+            .saturating_sub(race + baselines + MIN_EXPLORE);
+        wanted.min(most)
+    }
+
+    /// The better measured of the baselines (by the objective; a launch past the VRAM budget
+    /// counts, as a baseline is what the user would type): what the levers are put on when no
+    /// searched config ran.
+    pub(super) fn reference_config(&self, ctx: &SearchContext) -> Option<LaunchConfig> {
+        let obj = &ctx.space.objective;
+        let reference = self.baseline_speeds();
+        let mut best: Option<(LaunchConfig, Speeds)> = None;
+        for cfg in [Some(ctx.baseline()), ctx.second_baseline()]
+            .into_iter()
+            .flatten()
+        {
+            let ran = self.history.iter().filter(|o| {
+                o.config == cfg && matches!(o.role, TrialRole::Baseline | TrialRole::SecondBaseline)
+            });
+            let Some(s) = Speeds::pooled_measured(ran) else {
+                continue;
+            };
+            if best
+                .as_ref()
+                .is_none_or(|(_, b)| crate::search::rank::better(&s, b, obj, reference.as_ref()))
+            {
+                best = Some((cfg, s));
+            }
         }
-        Self::nominal_variants(ctx) + levers
+        best.map(|(c, _)| c)
     }
 
     /// Launches for the levers past placement this workload can show ([`crate::search::levers`]).
@@ -63,11 +107,32 @@ impl QtuneSearch {
             0
         };
         (ctx.space.load_modes().len().saturating_sub(1)
+            + Self::rpc_placements(ctx, &ctx.baseline()).len()
             + placements
             + usize::from(v.no_op_offload_max_ubatch.is_some())) as u32
     }
 
-    /// The variants of the incumbent's best config: its other load modes, the
+    /// The placements over the head's RPC workers ([`crate::rpc::placements`]) from `best`;
+    /// none without workers.
+    pub(super) fn rpc_placements(ctx: &SearchContext, best: &LaunchConfig) -> Vec<LaunchConfig> {
+        let workers = &ctx.space.fixed.rpc_workers;
+        if workers.is_empty() {
+            return Vec::new();
+        }
+        let local = if ctx.has_gpu {
+            ctx.gpus.len().max(1)
+        } else {
+            0
+        };
+        crate::rpc::placements(
+            best,
+            &crate::rpc::head_devices(workers, local),
+            ctx.layout.n_blocks,
+        )
+    }
+
+    /// The variants of the incumbent's best config: the placements over the RPC workers
+    /// (where the tune has some), its other load modes, the
     /// space's placement styles filled to the budget ([`crate::placement::propose`], `fit`
     /// included: `--fit on --fit-target <headroom>` with the incumbent's other choices), and
     /// `--no-op-offload` at a small ubatch. Configs predicted to swap the host are left out.
@@ -81,17 +146,33 @@ impl QtuneSearch {
             .or_else(|| self.ranked_candidates(ctx).into_iter().next())
             .map(|(c, _)| c)
         else {
-            return VecDeque::new();
+            // Nothing searched ran: the levers still apply to the reference as it is (the
+            // baseline the user would run), which is what they are measured against.
+            let Some(reference) = self.reference_config(ctx) else {
+                return VecDeque::new();
+            };
+            return crate::search::levers::propose(
+                &ctx.space.vary.levers,
+                &reference,
+                &ctx.workload_traits,
+            )
+            .configs
+            .into_iter()
+            .filter(|c| !self.history.iter().any(|o| &o.config == c))
+            .collect();
         };
         // The levers past placement, on the best config as it is.
         let mut levers =
             crate::search::levers::propose(&ctx.space.vary.levers, &best, &ctx.workload_traits)
                 .configs;
         levers.retain(expressible);
+        let rpc = Self::rpc_placements(ctx, &best);
         if best.no_experts_on_cpu() {
-            // Every expert on the GPU: no placement variant would change where anything sits.
-            return levers
+            // Every expert on the GPU (or no GPU): no placement variant but the workers' would
+            // change where anything sits.
+            return rpc
                 .into_iter()
+                .chain(levers)
                 .filter(|c| !self.history.iter().any(|o| &o.config == c))
                 .collect();
         }
@@ -156,13 +237,24 @@ impl QtuneSearch {
             );
             out = order.into_iter().map(|k| out[k].clone()).collect();
         }
-        // The levers after the placement variants: they are tried on the best placement, and
-        // the speed model cannot rank them.
-        out.extend(
-            levers
-                .into_iter()
-                .filter(|c| !seen.contains(c) && !self.history.iter().any(|o| &o.config == c)),
-        );
+        // The placements over the workers first: they are what --rpc asked to compare.
+        let rpc: Vec<LaunchConfig> = rpc
+            .into_iter()
+            .filter(|c| !seen.contains(c) && !self.history.iter().any(|o| &o.config == c))
+            .collect();
+        seen.extend(rpc.iter().cloned());
+        // The levers right after the placement variant the speed model rates best: the
+        // workload's traits are why they are proposed (real text, an edited history,
+        // requests at once), and on a small budget the placements it rates lower are the ones
+        // to leave out. They are tried on the best placement measured; the speed model
+        // cannot rank them.
+        let levers: Vec<LaunchConfig> = levers
+            .into_iter()
+            .filter(|c| !seen.contains(c) && !self.history.iter().any(|o| &o.config == c))
+            .collect();
+        let at = out.len().min(1);
+        out.splice(at..at, levers);
+        out.splice(0..0, rpc);
         out.into()
     }
 

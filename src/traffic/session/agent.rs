@@ -31,7 +31,8 @@ Working directory: /work/cpython
 Platform: linux
 The test runner is pytest; tests live in Lib/test/.";
 
-const SUB_SYSTEM: &str = "You are a sub-agent of a coding agent, exploring a CPython checkout \
+pub(super) const SUB_SYSTEM: &str =
+    "You are a sub-agent of a coding agent, exploring a CPython checkout \
 for it. Read what you need with the tools, then answer with a short, factual summary: the \
 functions that matter, one line each, with path:line. Do not edit files.";
 
@@ -52,7 +53,7 @@ fn tool(name: &str, description: &str, props: Value, required: &[&str]) -> Value
         "parameters": {"type": "object", "properties": props, "required": required}}})
 }
 
-fn tools(sub: bool) -> Vec<Value> {
+pub(super) fn tools(sub: bool) -> Vec<Value> {
     let mut t = vec![
         tool(
             "read_file",

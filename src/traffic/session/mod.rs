@@ -17,6 +17,9 @@
 
 mod agent;
 mod chat;
+mod subagents;
+
+pub use subagents::AGENTS as SUBAGENTS;
 pub mod text;
 
 use anyhow::{bail, Context, Result};
@@ -67,6 +70,8 @@ pub enum Kind {
     Agent,
     /// A multi-turn conversation about code: no tools, shorter turns.
     Chat,
+    /// Three sub-agents sending every turn at once (parallel slots decide it).
+    Subagents,
 }
 
 impl Kind {
@@ -74,6 +79,16 @@ impl Kind {
         match self {
             Kind::Agent => "agent",
             Kind::Chat => "chat",
+            Kind::Subagents => "subagents",
+        }
+    }
+
+    /// The share of a context one conversation of the session may fill: a quarter for the
+    /// sub-agents, so that they fit one slot each at `-np` 1, 2 and 4 of the same `-c`.
+    pub fn share(self) -> u64 {
+        match self {
+            Kind::Agent | Kind::Chat => 1,
+            Kind::Subagents => 4,
         }
     }
 }
@@ -131,6 +146,7 @@ pub fn build(kind: Kind, budget_chars: usize, sources: &[Source]) -> Session {
     let requests = match kind {
         Kind::Agent => agent::build(budget_chars, sources),
         Kind::Chat => chat::build(budget_chars, sources),
+        Kind::Subagents => subagents::build(budget_chars, sources),
     };
     Session { kind, requests }
 }

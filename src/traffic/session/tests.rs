@@ -120,6 +120,48 @@ fn the_chat_is_real_code_in_turns_that_grow() {
 }
 
 #[test]
+fn three_sub_agents_send_every_turn_at_once() {
+    let src = stdlib();
+    for budget in [6_000, 12_000, 100_000] {
+        let s = build(Kind::Subagents, budget, &src);
+        let r = &s.requests;
+        // Groups of three, in order, one per turn.
+        let mut sizes = std::collections::BTreeMap::new();
+        for q in r {
+            *sizes.entry(q.group).or_insert(0) += 1;
+        }
+        assert!(sizes.len() >= 3, "{budget}: {sizes:?}");
+        assert!(sizes.values().all(|&n| n == SUBAGENTS), "{sizes:?}");
+        assert!(r.windows(2).all(|w| w[0].group <= w[1].group));
+        // Each of a later group extends exactly one of the group before (its own sub-agent).
+        let groups: Vec<Vec<&ChatRequest>> = sizes
+            .keys()
+            .map(|g| r.iter().filter(|q| q.group == *g).collect())
+            .collect();
+        for w in groups.windows(2) {
+            for q in &w[1] {
+                let parents = w[0].iter().filter(|p| extends(p, q)).count();
+                assert_eq!(parents, 1, "{budget}: a turn of no single sub-agent");
+            }
+        }
+        // The last request is the deepest, near the budget (the renderer sizes by it).
+        let deepest = r.iter().map(ChatRequest::chars).max().unwrap();
+        assert_eq!(r.last().unwrap().chars(), deepest);
+        assert!(
+            deepest <= budget && deepest * 100 >= budget * 70,
+            "{budget}: {deepest}"
+        );
+        // Real text, read in pieces; answers long enough to measure generation.
+        let all: String = r.iter().map(contents).collect();
+        assert!(all.contains("read_file") && all.contains("<think>"));
+        let lines = src[0].text.lines().filter(|l| l.len() > 30);
+        assert!(lines.filter(|l| all.contains(&format!("\t{l}\n"))).count() >= 3);
+        assert!(r.iter().all(|q| (16..=4096).contains(&q.max_tokens)));
+        assert_eq!(build(Kind::Subagents, budget, &src), s);
+    }
+}
+
+#[test]
 fn thinking_stays_while_a_task_runs_and_goes_when_the_user_speaks() {
     let mut s = Script::new("sys", Vec::new());
     s.user("u1");
