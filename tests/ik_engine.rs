@@ -351,4 +351,23 @@ fn a_short_tune_runs_on_the_ik_server() {
         "{text}"
     );
     assert!(!serve.exists(), "{text}");
+
+    // RPC workers need llama.cpp's server: qtune builds ik without RPC. One line, no run.
+    let run2 = dir.path().join("run-rpc");
+    let out = qtune()
+        .args(["tune", "--server"])
+        .arg(&ik)
+        .arg("--model")
+        .arg(&m)
+        .args(["--rpc", "127.0.0.1:50052", "--out"])
+        .arg(&run2)
+        .output()
+        .unwrap();
+    let text = support::output_text(&out);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("--rpc needs llama.cpp's llama-server") && text.contains("without RPC"),
+        "{text}"
+    );
+    assert!(!run2.exists(), "{text}");
 }
