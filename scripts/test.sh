@@ -26,6 +26,8 @@ python3 scripts/tree-size.py
 cargo build --quiet
 # The server and models come from the same code paths users run (qtune server build, synth).
 ./target/debug/qtune server build
+# The second engine (issue 44): ik_llama.cpp's server, CPU (tests/ik_engine.rs).
+./target/debug/qtune server build --engine ik
 ./target/debug/qtune synth --test-models >/dev/null
 QTUNE_LLAMA_SERVER="$(./target/debug/qtune server path)"
 export QTUNE_LLAMA_SERVER

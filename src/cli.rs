@@ -472,24 +472,35 @@ pub struct SynthArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum ServerCommand {
-    /// Print the llama-server qtune will use: --server, QTUNE_LLAMA_SERVER, PATH, cache.
+    /// Print the llama-server qtune will use: --server, QTUNE_LLAMA_SERVER, PATH, cache
+    /// (with --engine ik: --server, QTUNE_IK_SERVER, cache).
     Path {
         #[arg(long)]
         server: Option<PathBuf>,
         /// Print the RPC worker (ggml-rpc-server) next to that llama-server instead.
         #[arg(long)]
         rpc_server: bool,
+        /// Which engine's server: llama.cpp or ik (ik_llama.cpp).
+        #[arg(long, default_value = "llama.cpp")]
+        engine: crate::config::EngineKind,
     },
-    /// Check that a llama-server runs and has the flags qtune passes.
+    /// Check that a llama-server runs and has the flags qtune passes; names its engine.
     Check {
         #[arg(long)]
         server: Option<PathBuf>,
+        /// Which engine's server to look for when --server is not given: llama.cpp or ik.
+        #[arg(long, default_value = "llama.cpp")]
+        engine: crate::config::EngineKind,
     },
-    /// Build llama-server from the pinned llama.cpp source into qtune's cache.
+    /// Build llama-server from the pinned llama.cpp source into qtune's cache (with --engine
+    /// ik: ik_llama.cpp's, from the PyPI sdist ik-llama-cpp-python 0.1.5, CPU only).
     Build {
         /// Build with CUDA for the compute capability NVML reports.
         #[arg(long)]
         cuda: bool,
+        /// Which engine: llama.cpp or ik (ik_llama.cpp).
+        #[arg(long, default_value = "llama.cpp")]
+        engine: crate::config::EngineKind,
     },
 }
 
@@ -628,14 +639,20 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Server(ServerCommand::Path {
             server,
             rpc_server: false,
-        }) => app::info::server_path(server),
+            engine,
+        }) => app::info::server_path(server, engine),
         Command::Server(ServerCommand::Path {
             server,
             rpc_server: true,
+            ..
         }) => app::rpc::rpc_server_path(server),
         Command::Rpc(RpcCommand::Serve(s)) => app::rpc::serve(s),
-        Command::Server(ServerCommand::Check { server }) => app::info::server_check(server),
-        Command::Server(ServerCommand::Build { cuda }) => app::info::server_build(cuda),
+        Command::Server(ServerCommand::Check { server, engine }) => {
+            app::info::server_check(server, engine)
+        }
+        Command::Server(ServerCommand::Build { cuda, engine }) => {
+            app::info::server_build(cuda, engine)
+        }
         Command::Report(r) => app::results::report(&r.dir),
         Command::Script(s) => app::results::script(
             &s.from,

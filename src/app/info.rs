@@ -2,6 +2,7 @@
 //! `--test-models`), `server ...`.
 
 use super::Format;
+use crate::config::EngineKind;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 
@@ -144,22 +145,35 @@ pub fn synth(out: &Path, shape: &str, ftype: &str) -> Result<()> {
     Ok(())
 }
 
-/// `qtune server path`.
-pub fn server_path(explicit: Option<PathBuf>) -> Result<()> {
-    let s = crate::server_binary::resolve(explicit.as_deref())?;
+/// The server of `engine`: `--server` (checked, whichever engine it is), else that engine's
+/// usual places.
+fn resolve_engine(
+    explicit: Option<PathBuf>,
+    engine: EngineKind,
+) -> Result<crate::server_binary::ServerBinary> {
+    match engine {
+        EngineKind::LlamaCpp => crate::server_binary::resolve(explicit.as_deref()),
+        EngineKind::IkLlama => crate::server_binary::ik::resolve(explicit.as_deref()),
+    }
+}
+
+/// `qtune server path [--engine ik]`.
+pub fn server_path(explicit: Option<PathBuf>, engine: EngineKind) -> Result<()> {
+    let s = resolve_engine(explicit, engine)?;
     println!("{}", crate::escape::terminal_path(&s.path));
     Ok(())
 }
 
-/// `qtune server check`.
-pub fn server_check(explicit: Option<PathBuf>) -> Result<()> {
-    let s = crate::server_binary::resolve(explicit.as_deref())?;
+/// `qtune server check [--engine ik]`: the server, its engine and version, its devices.
+pub fn server_check(explicit: Option<PathBuf>, engine: EngineKind) -> Result<()> {
+    let s = resolve_engine(explicit, engine)?;
     println!(
-        "{} (from {}): {}; has {}",
+        "{} (from {}): {} {}; has {}",
         crate::escape::terminal_path(&s.path),
         s.source.describe(),
-        crate::escape::terminal(&crate::server_binary::short_version(&s.version)),
-        crate::server_binary::REQUIRED_FLAGS.join(" ")
+        s.engine,
+        crate::escape::terminal(&s.version_text()),
+        crate::server_binary::required_flags(s.engine).join(" ")
     );
     println!("devices: {}", s.backend());
     let hw = crate::hardware::probe(false);
@@ -169,9 +183,12 @@ pub fn server_check(explicit: Option<PathBuf>) -> Result<()> {
     Ok(())
 }
 
-/// `qtune server build [--cuda]`.
-pub fn server_build(cuda: bool) -> Result<()> {
-    let path = crate::server_binary::build(cuda, &say)?;
+/// `qtune server build [--cuda] [--engine ik]`.
+pub fn server_build(cuda: bool, engine: EngineKind) -> Result<()> {
+    let path = match engine {
+        EngineKind::LlamaCpp => crate::server_binary::build(cuda, &say)?,
+        EngineKind::IkLlama => crate::server_binary::ik::build(cuda, &say)?,
+    };
     let s = crate::server_binary::check(&path, crate::server_binary::Source::Cache)?;
     println!("{}", s.path.display());
     Ok(())

@@ -269,10 +269,25 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
         if opts.replay.is_some() {
             anyhow::bail!("--rpc launches real workers' devices: it cannot be replayed");
         }
+        if let Some(s) = server.as_ref().filter(|s| !s.engine.is_llama_cpp()) {
+            anyhow::bail!(
+                "--rpc needs llama.cpp's llama-server: {} is {}'s, which qtune builds without RPC",
+                s.path.display(),
+                s.engine
+            );
+        }
         space.fixed.rpc_workers = super::rpc::tune_workers(list, &server_path)?;
     }
     super::preflight::check_moe(&model, &layout, opts.allow_dense)?;
     let mut notes: Vec<String> = space_note.into_iter().collect();
+    if let Some(s) = server.as_ref().filter(|s| !s.engine.is_llama_cpp()) {
+        // Every launch of the tune, baselines included, in the server's own dialect.
+        space.fixed.engine = s.engine;
+        notes.push(format!(
+            "engine: {} (every launch in its own flags)",
+            s.engine
+        ));
+    }
     let (ctx, ctx_note) =
         super::preflight::check_ctx(space.fixed.ctx, opts.ctx.is_some(), &layout)?;
     space.fixed.ctx = ctx;

@@ -38,10 +38,17 @@ pub fn render_text(r: &CompareResult) -> String {
         r.rounds.len(),
         r.rounds_asked,
     );
+    // Each command's engine, where one is not llama.cpp (two servers, or ik_llama.cpp's).
+    let engines = r.commands.iter().any(|c| !c.config.engine.is_llama_cpp());
     for c in &r.commands {
+        let engine = if engines {
+            format!("  ({})", c.config.engine)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             s,
-            "  {}  {}",
+            "  {}  {}{engine}",
             crate::escape::terminal(&c.name),
             crate::escape::terminal(&c.line)
         );

@@ -343,8 +343,10 @@ impl std::str::FromStr for SpecType {
     }
 }
 
+mod engine_kind;
 mod parse;
 mod placement;
+pub use engine_kind::EngineKind;
 pub use parse::*;
 pub use placement::*;
 
@@ -433,6 +435,11 @@ pub struct LaunchConfig {
     /// which an explicit `-np` turns off (each slot then gets `ctx / parallel` tokens).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_unified: Option<bool>,
+    /// The server this config is for, whose dialect renders it
+    /// ([`crate::engine::LaunchArgs`]); absent: llama.cpp (every file written before qtune
+    /// knew a second engine).
+    #[serde(default, skip_serializing_if = "EngineKind::is_llama_cpp")]
+    pub engine: EngineKind,
 }
 
 fn load_mode_auto() -> LoadMode {
@@ -472,6 +479,7 @@ impl LaunchConfig {
             spec_type: None,
             checkpoint_min_step: None,
             kv_unified: None,
+            engine: EngineKind::LlamaCpp,
         }
     }
 

@@ -3,7 +3,6 @@
 use super::Engine;
 use crate::config::{FlashAttn, KvType, LaunchConfig, LoadMode};
 use crate::space::SearchSpace;
-use std::path::Path;
 
 /// llama.cpp's `llama-server` (the pinned build, or the user's own with the flags
 /// `server_binary` checks for).
@@ -99,29 +98,6 @@ impl Engine for LlamaCpp {
         a
     }
 
-    fn command(
-        &self,
-        config: &LaunchConfig,
-        server: &Path,
-        model: &Path,
-        host: &str,
-        port: u16,
-    ) -> Vec<String> {
-        let mut argv = vec![
-            server.display().to_string(),
-            "-m".to_string(),
-            model.display().to_string(),
-        ];
-        argv.extend(self.server_args(config));
-        argv.extend([
-            "--host".to_string(),
-            host.to_string(),
-            "--port".to_string(),
-            port.to_string(),
-        ]);
-        argv
-    }
-
     /// What a user gets without qtune, in this space's context and slots; on a busy box (the
     /// space's `threads_cap`), with `-t` at the free cores: the default threads would spin on
     /// cores other processes hold and collapse (the banner says so).
@@ -144,6 +120,7 @@ impl Engine for LlamaCpp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     /// The two baselines as a user would type them: the server's default in the space's
     /// context (with `-t` at the busy box's free cores), and `--fit on --fit-target` with

@@ -1,20 +1,36 @@
 //! The engine seam (issue 44): what is particular to one inference server, in one place per
 //! engine, so that the rest of qtune works over engine-neutral [`LaunchConfig`]s.
 //!
-//! There is one engine today, llama.cpp's `llama-server` ([`LlamaCpp`]). It owns rendering a
-//! config to argv and the two baselines (the server's default, and its own auto-fit with the
-//! user's headroom). Still outside the seam, for the next steps: locating, checking and
-//! building the server (`server_binary`), parsing a command line back (`config::parse`), the
-//! log dialect (`trial::logparse`, `trial::classify`'s pattern tables), the container image
-//! (`report::script`) and `placement`'s fit prediction.
+//! Two engines: llama.cpp's `llama-server` ([`LlamaCpp`], the default) and ik_llama.cpp's
+//! ([`IkLlama`]). Each owns rendering a config to argv, the flags it cannot express, and the
+//! two baselines (the server's default, and its own auto-fit with the user's headroom). A
+//! config names its engine ([`LaunchConfig::engine`], llama.cpp when absent, so older results
+//! read as before); `server_binary` tells which engine a server binary is from its `--help`.
+//! Still outside the seam, for the next steps: checking and building the server
+//! (`server_binary`, which builds both), parsing a command line back (`config::parse`), the
+//! log dialect (`trial::logparse`, `trial::classify`'s pattern tables: ik's load and memory
+//! lines are llama.cpp's own), the container image (`report::script`) and `placement`'s fit
+//! prediction.
 
 use crate::config::LaunchConfig;
 use crate::space::SearchSpace;
 use std::path::Path;
 
+pub mod ik_llama;
 pub mod llama_cpp;
 
+pub use ik_llama::IkLlama;
 pub use llama_cpp::LlamaCpp;
+
+pub use crate::config::EngineKind;
+
+/// The dialect of `kind`.
+pub fn of(kind: EngineKind) -> &'static dyn Engine {
+    match kind {
+        EngineKind::LlamaCpp => &LlamaCpp,
+        EngineKind::IkLlama => &IkLlama,
+    }
+}
 
 /// What qtune needs of an inference server's dialect.
 pub trait Engine {
@@ -32,7 +48,21 @@ pub trait Engine {
         model: &Path,
         host: &str,
         port: u16,
-    ) -> Vec<String>;
+    ) -> Vec<String> {
+        let mut argv = vec![
+            server.display().to_string(),
+            "-m".to_string(),
+            model.display().to_string(),
+        ];
+        argv.extend(self.server_args(config));
+        argv.extend([
+            "--host".to_string(),
+            host.to_string(),
+            "--port".to_string(),
+            port.to_string(),
+        ]);
+        argv
+    }
 
     /// What a user gets without qtune in this space: the first baseline.
     fn default_baseline(&self, space: &SearchSpace) -> LaunchConfig;
@@ -40,17 +70,28 @@ pub trait Engine {
     /// The engine's own auto-fit keeping `headroom_mib` free on each of `cards` cards: the
     /// second baseline, the best command a user who asks for that headroom could type.
     fn fit_baseline(&self, space: &SearchSpace, headroom_mib: u32, cards: usize) -> LaunchConfig;
+
+    /// The flags that make the server log what qtune reads (buffer sizes, the memory
+    /// breakdown): llama.cpp's `-lv 4`.
+    fn log_args(&self) -> Vec<String> {
+        vec!["-lv".to_string(), "4".to_string()]
+    }
+
+    /// The settings of `config` this engine cannot express (its flags, as llama.cpp names
+    /// them): empty when it can launch `config` as meant. [`Engine::server_args`] leaves them
+    /// out; the search does not propose such a config.
+    fn unsupported(&self, _config: &LaunchConfig) -> Vec<&'static str> {
+        Vec::new()
+    }
 }
 
-/// The engine every launch uses (one until a second engine is added).
-pub const ENGINE: LlamaCpp = LlamaCpp;
-
-/// A config's flags and command as [`ENGINE`] renders them, as methods of the config
-/// (`config.server_args()`, `config.command(...)`): bring the trait into scope to call them.
+/// A config's flags and command as its engine ([`LaunchConfig::engine`]) renders them, as
+/// methods of the config (`config.server_args()`, `config.command(...)`): bring the trait
+/// into scope to call them.
 pub trait LaunchArgs {
-    /// [`Engine::server_args`] of [`ENGINE`].
+    /// [`Engine::server_args`] of the config's engine.
     fn server_args(&self) -> Vec<String>;
-    /// [`Engine::command`] of [`ENGINE`].
+    /// [`Engine::command`] of the config's engine.
     fn command(&self, server: &Path, model: &Path, host: &str, port: u16) -> Vec<String>;
 
     /// The flags a user would paste after `llama-server -m MODEL`: [`Self::server_args`],
@@ -95,10 +136,10 @@ pub trait LaunchArgs {
 
 impl LaunchArgs for LaunchConfig {
     fn server_args(&self) -> Vec<String> {
-        ENGINE.server_args(self)
+        of(self.engine).server_args(self)
     }
 
     fn command(&self, server: &Path, model: &Path, host: &str, port: u16) -> Vec<String> {
-        ENGINE.command(self, server, model, host, port)
+        of(self.engine).command(self, server, model, host, port)
     }
 }

@@ -516,6 +516,12 @@ pub fn compose_file(r: &TuneResult, host: &str, port: u16) -> Result<String> {
             "this run has no winner (every configuration failed; see its report.md): nothing to serve"
         );
     };
+    if !w.config.engine.is_llama_cpp() {
+        bail!(
+            "the winner runs on {}, which has no official server image for a compose file: serve it with the launch script (qtune script without --compose, or with --systemd)",
+            w.config.engine
+        );
+    }
     let uses_gpu = r.hardware.has_gpu() && w.config.n_gpu_layers != Some(0);
     let alias = model_alias(r);
     const IN_MODEL: &str = "/models/model.gguf";

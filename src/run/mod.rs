@@ -516,8 +516,7 @@ pub fn lock(dir: &Path) -> Result<RunLock> {
 /// What a user gets without qtune in this space: the engine's default baseline
 /// ([`crate::engine::Engine::default_baseline`]).
 pub fn baseline_of(space: &SearchSpace) -> LaunchConfig {
-    use crate::engine::Engine;
-    crate::engine::ENGINE.default_baseline(space)
+    crate::engine::of(space.fixed.engine).default_baseline(space)
 }
 
 /// The run folder itself, before qtune writes into it: a real folder (not a symbolic link),

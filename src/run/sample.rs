@@ -88,6 +88,7 @@ fn space(name: &str, moe: bool) -> SearchSpace {
             mmap: Some(true),
             fit_target_mib: None,
             threads_cap: None,
+            engine: Default::default(),
             rpc_workers: Vec::new(),
         },
         workload: Workload::default(),

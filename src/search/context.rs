@@ -196,6 +196,7 @@ impl SearchContext {
             flash_attn: base.flash_attn,
             // The space's first load mode; the strategy varies it (vary.load_mode).
             load_mode: self.space.load_modes()[0],
+            engine: f.engine,
             rpc: crate::rpc::addresses(&f.rpc_workers),
             // Nothing placed: no -ngl, CPU experts, fit or split (op offload on).
             ..LaunchConfig::baseline(f.ctx)
@@ -264,9 +265,9 @@ impl SearchContext {
         if !self.has_gpu || !self.space.objective.second_baseline {
             return None;
         }
-        use crate::engine::Engine;
         let cards = self.gpus.len().max(1);
-        Some(crate::engine::ENGINE.fit_baseline(&self.space, self.fit_target_mib, cards))
+        let engine = crate::engine::of(self.space.fixed.engine);
+        Some(engine.fit_baseline(&self.space, self.fit_target_mib, cards))
     }
 
     /// Two GPUs or more and a MoE model: the layers are split over the cards (`-ts`) and the

@@ -168,14 +168,27 @@ pub fn tune(
     // shapes of filler text (none of them can show there), else one per lever.
     if !ctx.space.vary.levers.is_empty() {
         if ctx.workload_traits.real_text {
-            warnings.extend(
-                levers::propose(
-                    &ctx.space.vary.levers,
-                    &crate::config::LaunchConfig::baseline(ctx.space.fixed.ctx),
-                    &ctx.workload_traits,
-                )
-                .skipped,
-            );
+            let probe = crate::config::LaunchConfig {
+                engine: ctx.space.fixed.engine,
+                ..crate::config::LaunchConfig::baseline(ctx.space.fixed.ctx)
+            };
+            let plan = levers::propose(&ctx.space.vary.levers, &probe, &ctx.workload_traits);
+            warnings.extend(plan.skipped);
+            // The levers the engine has no flag for (ik_llama.cpp: context checkpoints and
+            // one KV pool for every slot).
+            let mut lacking: Vec<&str> = plan
+                .configs
+                .iter()
+                .flat_map(|c| crate::engine::of(c.engine).unsupported(c))
+                .collect();
+            lacking.dedup();
+            if !lacking.is_empty() {
+                warnings.push(format!(
+                    "{}: not tried, {} has no such flag",
+                    lacking.join(", "),
+                    ctx.space.fixed.engine
+                ));
+            }
         } else {
             warnings.push(
                 "speculative decoding, context checkpoints and parallel slots were not tried: this workload is request shapes of filler text, which cannot show them (--workload agent-session, or a trace of yours from qtune record, can)"

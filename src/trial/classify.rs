@@ -171,13 +171,22 @@ pub fn is_oom_line(line: &str) -> bool {
 
 /// The server's line when its port is taken (tools/server/server-http.cpp).
 pub const BIND_FAILED: &str = "couldn't bind HTTP server socket";
+/// ik_llama.cpp's line for the same (examples/server/server.cpp).
+pub const IK_BIND_FAILED: &str = "couldn't bind to server socket";
+
+/// Whether the log says the server could not listen on its port (either engine's line).
+pub fn says_bind_failed(log: &str) -> bool {
+    log.contains(BIND_FAILED) || log.contains(IK_BIND_FAILED)
+}
 
 /// A port-conflict verdict when the server exited after saying it could not listen on its
 /// port: another program took it first (when that program answers `/health`, the trial even
 /// looked healthy and then "died while serving a request").
 fn port_conflict(log: &str, exit: Option<ExitInfo>) -> Option<Verdict> {
     exit?;
-    let line = log.lines().find(|l| l.contains(BIND_FAILED))?;
+    let line = log
+        .lines()
+        .find(|l| l.contains(BIND_FAILED) || l.contains(IK_BIND_FAILED))?;
     Some(Verdict {
         kind: OutcomeKind::PortConflict,
         message: "llama-server could not listen on the port qtune gave it: another program took it first (a lost race for a free port), so this is no measurement of the config; if it repeats, something on this box is grabbing free ports".into(),
@@ -630,6 +639,20 @@ mod tests {
         code: None,
         signal: Some(libc::SIGABRT),
     });
+
+    /// ik_llama.cpp's server says a taken port in its own words: a port conflict too (the
+    /// runner retries on another port), not a crash.
+    #[test]
+    fn iks_bind_failure_is_a_port_conflict() {
+        let log = "llama_init_from_model: CPU compute buffer size = 297.25 MiB\n\ncouldn't bind to server socket: hostname=127.0.0.1 port=8080\n\n";
+        assert!(says_bind_failed(log));
+        let v = obs(Phase::Load, EXIT1, log, Failure::Exited);
+        assert_eq!(v.kind, OutcomeKind::PortConflict, "{v:?}");
+        assert_eq!(
+            v.evidence,
+            vec!["couldn't bind to server socket: hostname=127.0.0.1 port=8080".to_string()]
+        );
+    }
 
     // Real output of the pinned CPU llama-server: `-np 0`.
     const REAL_NP0: &str = r#"error while handling argument "-np": error: invalid value for n_parallel

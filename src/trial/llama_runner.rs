@@ -84,6 +84,9 @@ pub use super::plausible::{PaceFn, SpeedCeilingFn};
 
 pub struct LlamaServerRunner {
     server: PathBuf,
+    /// The server of each other engine a config may name (`qtune compare` of llama.cpp and
+    /// ik_llama.cpp); a config of an engine not listed launches `server`.
+    engine_servers: Vec<(crate::config::EngineKind, PathBuf)>,
     model: PathBuf,
     workload: Workload,
     run_dir: PathBuf,
@@ -155,6 +158,7 @@ impl LlamaServerRunner {
         crate::util::real_dir(&run_dir.join(super::LOGS_DIR))?;
         Ok(LlamaServerRunner {
             server: server.to_path_buf(),
+            engine_servers: Vec::new(),
             model: model.to_path_buf(),
             workload,
             run_dir: run_dir.to_path_buf(),
@@ -207,6 +211,12 @@ impl LlamaServerRunner {
     /// Override the load timeout (default: 60 s + 15 s per GiB of model file).
     pub fn with_load_timeout(mut self, d: Duration) -> Self {
         self.load_timeout = d;
+        self
+    }
+
+    /// The server that launches the configs of `engine` (the others launch the runner's own).
+    pub fn with_engine_server(mut self, engine: crate::config::EngineKind, server: &Path) -> Self {
+        self.engine_servers.push((engine, server.to_path_buf()));
         self
     }
 
@@ -273,11 +283,17 @@ impl LlamaServerRunner {
         &self.journal
     }
 
-    /// The full argv for a config on a port: the config's own flags, then `-lv 4` (buffer
-    /// sizes and the memory breakdown in the log), then the extra flags.
+    /// The full argv for a config on a port: the config's engine's server with the config's
+    /// own flags, then its log flags (llama.cpp's `-lv 4`: buffer sizes and the memory
+    /// breakdown in the log), then the extra flags.
     pub fn argv(&self, config: &LaunchConfig, port: u16) -> Vec<String> {
-        let mut argv = config.command(&self.server, &self.model, "127.0.0.1", port);
-        argv.extend(["-lv".to_string(), "4".to_string()]);
+        let server = self
+            .engine_servers
+            .iter()
+            .find(|(e, _)| *e == config.engine)
+            .map_or(&self.server, |(_, p)| p);
+        let mut argv = config.command(server, &self.model, "127.0.0.1", port);
+        argv.extend(crate::engine::of(config.engine).log_args());
         argv.extend(self.extra_args.iter().cloned());
         argv
     }
@@ -446,9 +462,7 @@ impl LlamaServerRunner {
                     };
                     let orphans = orphan_warning(&proc);
                     let log = std::fs::read_to_string(log_path).unwrap_or_default();
-                    if exit.is_some()
-                        && log.contains(classify::BIND_FAILED)
-                        && attempt < PORT_ATTEMPTS
+                    if exit.is_some() && classify::says_bind_failed(&log) && attempt < PORT_ATTEMPTS
                     {
                         tracing::debug!("port {port} was taken; retrying on another");
                         forget_attempt(log_path);

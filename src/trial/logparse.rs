@@ -83,7 +83,16 @@ fn parse_buffer_line(line: &str) -> Option<(String, BufferKind, f64)> {
     ];
     let (at, kind, marker) = KINDS
         .iter()
-        .find_map(|(m, k)| line.find(m).map(|at| (at, *k, *m)))?;
+        .find_map(|(m, k)| line.find(m).map(|at| (at, *k, *m)))
+        .or_else(|| {
+            // ik_llama.cpp names its weights' buffers without "model":
+            // `llm_load_tensors:        CPU buffer size =   101.21 MiB`.
+            let m = " buffer size";
+            line.contains("llm_load_tensors:")
+                .then(|| line.find(m))
+                .flatten()
+                .map(|at| (at, BufferKind::Model, m))
+        })?;
     let dev = line[..at].split_whitespace().last()?.trim_end_matches(':');
     if dev.is_empty() || dev.ends_with(':') {
         return None;
@@ -194,6 +203,24 @@ mod tests {
         assert!((r.compute_mib["CPU"] - 8.10).abs() < 1e-9);
         assert!((host_total_mib(&r) - (56.04 + 3.71 + 1.0 + 0.21 + 8.10)).abs() < 1e-9);
         assert_eq!(gpu_total_mib(&r), 0.0);
+    }
+
+    /// ik_llama.cpp's buffer lines (its CPU server and tiny-qwen3moe): the weights' line
+    /// has no "model".
+    #[test]
+    fn ik_llama_buffer_lines() {
+        let log = "\
+llm_load_tensors: ggml ctx size =    0.02 MiB
+llm_load_tensors:        CPU buffer size =    55.41 MiB
+llama_kv_cache_init:        CPU KV buffer size =     4.00 MiB
+llama_init_from_model:        CPU  output buffer size =     0.58 MiB
+llama_init_from_model:        CPU compute buffer size =   297.25 MiB
+";
+        let r = parse_reported_memory(log);
+        assert_eq!(r.model_mib["CPU"], 55.41);
+        assert_eq!(r.kv_mib["CPU"], 4.00);
+        assert!((r.compute_mib["CPU"] - (297.25 + 0.58)).abs() < 1e-9);
+        assert_eq!(r.model_mib.len(), 1, "{r:?}");
     }
 
     #[test]

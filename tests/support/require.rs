@@ -68,3 +68,24 @@ pub fn vocab() -> Result<PathBuf, String> {
     }
     Ok(dir)
 }
+
+/// The real CPU ik_llama.cpp server: `$QTUNE_IK_SERVER`, else qtune's build of the pinned
+/// source (`qtune server build --engine ik`, which scripts/test.sh runs).
+pub fn ik_server() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("QTUNE_IK_SERVER").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("QTUNE_IK_SERVER={} is not a file", p.display()))
+        };
+    }
+    if qtune::server_binary::ik::is_built() {
+        Ok(qtune::server_binary::ik::cached_server())
+    } else {
+        Err(format!(
+            "no ik_llama.cpp server at {} (run `qtune server build --engine ik` or set QTUNE_IK_SERVER)",
+            qtune::server_binary::ik::cached_server().display()
+        ))
+    }
+}

@@ -71,10 +71,15 @@ impl QtuneSearch {
 
     /// Launches for the levers past placement this workload can show ([`crate::search::levers`]).
     pub(super) fn lever_count(ctx: &SearchContext) -> u32 {
-        let probe = LaunchConfig::baseline(ctx.space.fixed.ctx);
+        let probe = LaunchConfig {
+            engine: ctx.space.fixed.engine,
+            ..LaunchConfig::baseline(ctx.space.fixed.ctx)
+        };
         crate::search::levers::propose(&ctx.space.vary.levers, &probe, &ctx.workload_traits)
             .configs
-            .len() as u32
+            .iter()
+            .filter(|c| expressible(c))
+            .count() as u32
     }
 
     /// The memory prediction (with the VRAM measured beyond the buffers so far) puts every
@@ -157,9 +162,10 @@ impl QtuneSearch {
             .collect();
         };
         // The levers past placement, on the best config as it is.
-        let levers =
+        let mut levers =
             crate::search::levers::propose(&ctx.space.vary.levers, &best, &ctx.workload_traits)
                 .configs;
+        levers.retain(expressible);
         let rpc = Self::rpc_placements(ctx, &best);
         if best.no_experts_on_cpu() {
             // Every expert on the GPU (or no GPU): no placement variant but the workers' would
@@ -209,6 +215,7 @@ impl QtuneSearch {
             });
         }
         let mut seen: Vec<LaunchConfig> = vec![best];
+        out.retain(expressible);
         out.retain(|c| {
             let new = !seen.contains(c) && !self.history.iter().any(|o| &o.config == c);
             if new {
@@ -277,4 +284,10 @@ impl QtuneSearch {
         }
         out
     }
+}
+
+/// Whether the config's engine can launch it as meant (ik_llama.cpp has no
+/// `--checkpoint-min-step`, `-kvu`, `--no-op-offload`...): a config it cannot is not proposed.
+fn expressible(c: &LaunchConfig) -> bool {
+    crate::engine::of(c.engine).unsupported(c).is_empty()
 }

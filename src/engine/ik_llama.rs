@@ -1,0 +1,272 @@
+//! ik_llama.cpp's `llama-server` (the fork tuned for experts on the CPU): its flags where they
+//! differ from llama.cpp's, and its two baselines.
+//!
+//! Read from the pinned source (the PyPI sdist `ik-llama-cpp-python` 0.1.5, its vendored
+//! `ik_llama.cpp/common/common.cpp`):
+//! - `--fit` is a switch (off by default) and `--fit-margin N` (MiB, one value for every
+//!   device) replaces `--fit-target`: `fit: off` passes nothing;
+//! - there is no `--load-mode`: `none` is `--no-mmap`, `mlock` is `--no-mmap --mlock`,
+//!   `mmap+mlock` is `--mlock`, direct I/O does not exist;
+//! - `-fa` takes `on`, `off` (and `auto`, read as `on`; on is its default);
+//! - there is no `--no-op-offload` (its `-op` is a per-op policy), no
+//!   `--checkpoint-min-step`, no `-kvu`/`-no-kvu`, and no `-sm row`/`tensor`;
+//! - fused MoE is on by default (`-no-fmoe` turns it off); `-rtr` repacks and implies no mmap.
+//!   qtune passes neither yet.
+
+use super::{Engine, EngineKind};
+use crate::config::{FlashAttn, KvType, LaunchConfig, LoadMode, SplitMode};
+use crate::space::SearchSpace;
+
+/// ik_llama.cpp's `llama-server` (`qtune server build --engine ik`, or the user's own).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IkLlama;
+
+impl Engine for IkLlama {
+    fn name(&self) -> &'static str {
+        "ik_llama.cpp"
+    }
+
+    fn server_args(&self, c: &LaunchConfig) -> Vec<String> {
+        let mut a: Vec<String> = Vec::new();
+        let mut push = |k: &str, v: String| {
+            a.push(k.to_string());
+            a.push(v);
+        };
+        push("-c", c.ctx.to_string());
+        push("-np", c.parallel.to_string());
+        if let Some(n) = c.n_gpu_layers {
+            push("-ngl", n.to_string());
+        }
+        if let Some(m) = c.split_mode {
+            if matches!(m, SplitMode::None | SplitMode::Layer) {
+                push("-sm", m.to_string());
+            }
+        }
+        if !c.tensor_split.is_empty() {
+            let t: Vec<String> = c.tensor_split.iter().map(|v| v.to_string()).collect();
+            push("-ts", t.join(","));
+        }
+        if let Some(n) = c.n_cpu_moe {
+            push("--n-cpu-moe", n.to_string());
+        }
+        if let Some(c) = &c.cpu_experts {
+            for rule in c.override_rules() {
+                push("-ot", rule);
+            }
+        }
+        for g in &c.gpu_experts {
+            if let Some(rule) = g.override_rule() {
+                push("-ot", rule);
+            }
+        }
+        if let Some(t) = c.threads {
+            push("-t", t.to_string());
+        }
+        if let Some(b) = c.batch {
+            push("-b", b.to_string());
+        }
+        if let Some(ub) = c.ubatch {
+            push("-ub", ub.to_string());
+        }
+        if c.cache_type_k != KvType::F16 {
+            push("-ctk", c.cache_type_k.to_string());
+        }
+        if c.cache_type_v != KvType::F16 {
+            push("-ctv", c.cache_type_v.to_string());
+        }
+        if c.flash_attn != FlashAttn::Auto {
+            push("-fa", c.flash_attn.to_string());
+        }
+        if c.fit == Some(true) {
+            a.push("--fit".to_string());
+            if let Some(m) = c.fit_target_mib.iter().max() {
+                push_pair(&mut a, "--fit-margin", m.to_string());
+            }
+        }
+        let mut flag = |k: &str| a.push(k.to_string());
+        match c.load_mode {
+            LoadMode::Auto | LoadMode::Mmap | LoadMode::Dio => {}
+            LoadMode::None => flag("--no-mmap"),
+            LoadMode::Mlock => {
+                flag("--no-mmap");
+                flag("--mlock");
+            }
+            LoadMode::MmapMlock => flag("--mlock"),
+        }
+        if let Some(t) = c.spec_type {
+            push_pair(&mut a, "--spec-type", t.to_string());
+        }
+        a
+    }
+
+    /// The server's default, as llama.cpp's: the space's context and slots, `-t` at a busy
+    /// box's free cores.
+    fn default_baseline(&self, space: &SearchSpace) -> LaunchConfig {
+        LaunchConfig {
+            engine: EngineKind::IkLlama,
+            ..super::LlamaCpp.default_baseline(space)
+        }
+    }
+
+    /// `--fit --fit-margin <headroom>`: ik's auto-fit takes one margin for every device.
+    fn fit_baseline(&self, space: &SearchSpace, headroom_mib: u32, _cards: usize) -> LaunchConfig {
+        self.default_baseline(space)
+            .with_fit_targets(vec![headroom_mib])
+    }
+
+    /// `--log-disable`: ik has no `-lv` (an unknown flag stops its server) and logs its
+    /// buffer sizes at its default verbosity; without the flag it also writes `llama.log`
+    /// into its working folder (the user's, under a tune).
+    fn log_args(&self) -> Vec<String> {
+        vec!["--log-disable".to_string()]
+    }
+
+    fn unsupported(&self, c: &LaunchConfig) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if c.load_mode == LoadMode::Dio {
+            out.push("--load-mode dio");
+        }
+        if !c.op_offload {
+            out.push("--no-op-offload");
+        }
+        if c.checkpoint_min_step.is_some() {
+            out.push("--checkpoint-min-step");
+        }
+        if c.kv_unified.is_some() {
+            out.push("-kvu/-no-kvu");
+        }
+        if !c.rpc.is_empty() || !c.rpc_experts.is_empty() {
+            // ik has --rpc, but qtune builds it without GGML_RPC.
+            out.push("--rpc");
+        }
+        if matches!(c.split_mode, Some(SplitMode::Row | SplitMode::Tensor)) {
+            out.push("-sm row/tensor");
+        }
+        if c.fit_target_mib
+            .iter()
+            .any(|&m| Some(&m) != c.fit_target_mib.first())
+        {
+            out.push("a --fit-target per card");
+        }
+        out
+    }
+}
+
+fn push_pair(a: &mut Vec<String>, k: &str, v: String) {
+    a.push(k.to_string());
+    a.push(v);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::LaunchArgs;
+    use std::path::Path;
+
+    /// ik's dialect: `--fit` a switch with `--fit-margin`, no `--load-mode` (`--no-mmap`,
+    /// `--mlock`), no `-lv`; what it shares with llama.cpp reads the same.
+    #[test]
+    fn a_config_renders_in_iks_dialect() {
+        let mut space = crate::space::load("default").unwrap();
+        space.fixed.ctx = 4096;
+        let e = IkLlama;
+        let base = e.default_baseline(&space);
+        assert_eq!(base.engine, EngineKind::IkLlama);
+        assert_eq!(base.server_args().join(" "), "-c 4096 -np 1");
+        assert_eq!(
+            e.server_args(&e.fit_baseline(&space, 1024, 2)).join(" "),
+            "-c 4096 -np 1 --fit --fit-margin 1024"
+        );
+        let c = LaunchConfig {
+            n_cpu_moe: Some(3),
+            threads: Some(2),
+            ubatch: Some(256),
+            cache_type_k: KvType::Q8_0,
+            cache_type_v: KvType::Q8_0,
+            flash_attn: FlashAttn::On,
+            load_mode: LoadMode::Mlock,
+            fit: Some(false),
+            spec_type: Some(crate::config::SpecType::NgramMod),
+            ..base.clone()
+        };
+        assert_eq!(
+            c.server_args().join(" "),
+            "-c 4096 -np 1 --n-cpu-moe 3 -t 2 -ub 256 -ctk q8_0 -ctv q8_0 -fa on --no-mmap --mlock --spec-type ngram-mod"
+        );
+        assert!(e.unsupported(&c).is_empty());
+        // The same config as llama.cpp renders it: the seam picks the dialect.
+        let l = LaunchConfig {
+            engine: EngineKind::LlamaCpp,
+            ..c.clone()
+        };
+        assert_eq!(
+            l.server_args().join(" "),
+            "-c 4096 -np 1 --n-cpu-moe 3 -t 2 -ub 256 -ctk q8_0 -ctv q8_0 -fa on --fit off --load-mode mlock --spec-type ngram-mod"
+        );
+        let argv = c.command(Path::new("/ik"), Path::new("/m.gguf"), "127.0.0.1", 8080);
+        assert_eq!(argv[..3].join(" "), "/ik -m /m.gguf");
+        assert_eq!(
+            argv[argv.len() - 4..].join(" "),
+            "--host 127.0.0.1 --port 8080"
+        );
+        assert_eq!(e.log_args().join(" "), "--log-disable", "ik has no -lv");
+        assert_eq!(crate::engine::LlamaCpp.log_args().join(" "), "-lv 4");
+    }
+
+    /// What ik has no flag for is named, and left out of its argv; llama.cpp lacks nothing.
+    #[test]
+    fn what_ik_cannot_express_is_named() {
+        let c = LaunchConfig {
+            engine: EngineKind::IkLlama,
+            checkpoint_min_step: Some(1024),
+            kv_unified: Some(true),
+            op_offload: false,
+            load_mode: LoadMode::Dio,
+            ..LaunchConfig::baseline(2048)
+        };
+        assert_eq!(
+            IkLlama.unsupported(&c),
+            vec![
+                "--load-mode dio",
+                "--no-op-offload",
+                "--checkpoint-min-step",
+                "-kvu/-no-kvu"
+            ]
+        );
+        assert_eq!(c.server_args().join(" "), "-c 2048 -np 1");
+        assert!(crate::engine::LlamaCpp.unsupported(&c).is_empty());
+    }
+
+    /// The engine is part of a saved config only when it is not llama.cpp: every file written
+    /// before reads as llama.cpp, and llama.cpp's configs serialize as they did.
+    #[test]
+    fn the_engine_is_saved_and_absent_reads_as_llama_cpp() {
+        let l = LaunchConfig::baseline(2048);
+        let text = serde_json::to_string(&l).unwrap();
+        assert!(!text.contains("engine"), "{text}");
+        let back: LaunchConfig = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.engine, EngineKind::LlamaCpp);
+        let ik = LaunchConfig {
+            engine: EngineKind::IkLlama,
+            ..l
+        };
+        let text = serde_json::to_string(&ik).unwrap();
+        assert!(text.contains(r#""engine":"ik_llama.cpp""#), "{text}");
+        assert_eq!(serde_json::from_str::<LaunchConfig>(&text).unwrap(), ik);
+    }
+
+    /// A server is ik_llama.cpp's when its help names `--run-time-repack` or `--fit-margin`.
+    #[test]
+    fn the_engine_is_told_from_the_help() {
+        let ik = "-rtr, --run-time-repack     repack tensors\n--fit-margin N   MiB\n";
+        assert_eq!(crate::server_binary::identify(ik), EngineKind::IkLlama);
+        let llama = "--fit [on|off]\n--fit-target MiB0,MiB1\n-ncmoe, --n-cpu-moe N\n";
+        assert_eq!(crate::server_binary::identify(llama), EngineKind::LlamaCpp);
+        assert_eq!("ik".parse::<EngineKind>(), Ok(EngineKind::IkLlama));
+        assert_eq!("llama.cpp".parse::<EngineKind>(), Ok(EngineKind::LlamaCpp));
+        assert!("vllm"
+            .parse::<EngineKind>()
+            .unwrap_err()
+            .contains("llama.cpp or ik"));
+    }
+}

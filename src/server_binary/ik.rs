@@ -1,0 +1,216 @@
+//! ik_llama.cpp's `llama-server`: found (`--server`, `QTUNE_IK_SERVER`, qtune's cache), checked
+//! and built from the pinned source, the PyPI sdist `ik-llama-cpp-python==0.1.5`, whose
+//! `vendor/ik_llama.cpp` is the whole tree (its own top-level CMake turns the server off, so
+//! qtune builds the vendored tree directly).
+//!
+//! The build is counted as done only by a stamp written after it succeeded: an interrupted
+//! build (a half-linked binary included) is built again, incrementally.
+
+use super::{
+    build_tools, check, ensure_sdist_source, require_tool, run_build_with_progress, SdistSource,
+    ServerBinary, Source,
+};
+use crate::config::EngineKind;
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// The pinned ik_llama.cpp source: the PyPI sdist that vendors it.
+pub const SDIST: &str = "ik-llama-cpp-python==0.1.5";
+/// The sdist's version, used in cache paths.
+pub const VERSION: &str = "0.1.5";
+/// What the ik build makes: the server only.
+pub const BUILD_TARGETS: [&str; 1] = ["llama-server"];
+/// Flags qtune passes to ik_llama.cpp's server (`--fit-margin` is its auto-fit's headroom).
+pub const REQUIRED_FLAGS: [&str; 4] = ["--n-cpu-moe", "--fit-margin", "-ctk", "-ub"];
+/// The environment variable naming an ik_llama.cpp server.
+pub const ENV: &str = "QTUNE_IK_SERVER";
+
+/// `~/.cache/qtune/ik_llama.cpp`, beside llama.cpp's.
+pub fn dir() -> PathBuf {
+    crate::util::cache_dir().join("ik_llama.cpp")
+}
+
+/// The extracted vendored tree.
+pub fn source_dir() -> PathBuf {
+    dir().join(format!("src-{VERSION}"))
+}
+
+/// The build directory (CPU); the server lands in its `bin/`.
+pub fn build_dir() -> PathBuf {
+    dir().join(format!("{VERSION}-cpu"))
+}
+
+/// The cached server (may not exist, or be half-built: see [`is_built`]).
+pub fn cached_server() -> PathBuf {
+    build_dir().join("bin").join("llama-server")
+}
+
+/// Written once the build succeeded.
+fn stamp() -> PathBuf {
+    build_dir().join("qtune-built")
+}
+
+/// Whether the cached server was built to the end.
+pub fn is_built() -> bool {
+    stamp().is_file() && cached_server().is_file()
+}
+
+/// Which ik_llama.cpp server would be used, without checking it: `--server`, then
+/// `QTUNE_IK_SERVER`, then qtune's cache.
+pub fn locate(explicit: Option<&Path>) -> Option<(PathBuf, Source)> {
+    if let Some(p) = explicit {
+        return Some((p.to_path_buf(), Source::Flag));
+    }
+    if let Some(p) = std::env::var_os(ENV).filter(|p| !p.is_empty()) {
+        return Some((PathBuf::from(p), Source::IkEnv));
+    }
+    is_built().then(|| (cached_server(), Source::Cache))
+}
+
+/// Find and check the ik_llama.cpp server: it must be ik_llama.cpp's.
+pub fn resolve(explicit: Option<&Path>) -> Result<ServerBinary> {
+    let Some((path, source)) = locate(explicit) else {
+        bail!(
+            "no ik_llama.cpp server found (looked at --server, {ENV} and {}); run 'qtune server build --engine ik' to build the pinned one",
+            build_dir().display()
+        );
+    };
+    let s = check(&path, source)?;
+    if s.engine != EngineKind::IkLlama {
+        bail!(
+            "{} (from {}) is {}'s llama-server, not ik_llama.cpp's; run 'qtune server build --engine ik' to build the pinned one",
+            path.display(),
+            source.describe(),
+            s.engine
+        );
+    }
+    Ok(s)
+}
+
+/// Build ik_llama.cpp's llama-server (CPU) from the pinned source into qtune's cache; returns
+/// its path. cmake and ninja come from PATH or PyPI like llama.cpp's build.
+pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
+    if cuda {
+        bail!(
+            "qtune builds ik_llama.cpp for the CPU only so far: run 'qtune server build --engine ik' without --cuda, or build ik_llama.cpp with CUDA yourself and pass --server"
+        );
+    }
+    let target = cached_server();
+    if is_built() {
+        say(&format!("qtune: {} is already built", target.display()));
+        return Ok(target);
+    }
+    require_tool(
+        "c++",
+        "install a C++ compiler (Debian: apt-get install g++)",
+    )?;
+    require_tool("cc", "install a C compiler (Debian: apt-get install gcc)")?;
+    let tools = build_tools(say)?;
+    let src = ensure_sdist_source(
+        &SdistSource {
+            engine: "ik_llama.cpp",
+            sdist: SDIST,
+            package: "ik-llama-cpp-python",
+            tarball: "ik_llama_cpp_python-0.1.5.tar.gz",
+            inner: &["ik_llama_cpp_python-0.1.5", "vendor", "ik_llama.cpp"],
+            dest: source_dir(),
+            staging_parent: dir(),
+        },
+        say,
+    )?;
+    write_build_info_script(&src)?;
+    let dir = build_dir();
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    // A stamp left from an earlier build of another source must not count this one as done.
+    let _ = std::fs::remove_file(stamp());
+    let mut configure = Command::new(&tools.cmake);
+    configure
+        .arg("-S")
+        .arg(&src)
+        .arg("-B")
+        .arg(&dir)
+        .args(configure_args())
+        .arg(format!("-DCMAKE_MAKE_PROGRAM={}", tools.ninja.display()));
+    say(&format!(
+        "qtune: configuring ik_llama.cpp in {}",
+        dir.display()
+    ));
+    let (ok, out) = super::run_captured(&mut configure, Duration::from_secs(600))
+        .context("cannot run cmake")?;
+    if !ok {
+        let log = dir.join("qtune-configure.log");
+        if let Ok(mut f) = crate::util::create_fresh(&log) {
+            use std::io::Write;
+            let _ = f.write_all(out.as_bytes());
+        }
+        bail!(
+            "cmake configure of ik_llama.cpp failed (log: {}): {}",
+            log.display(),
+            out.lines()
+                .rev()
+                .find(|l| l.contains("Error") || l.contains("error"))
+                .unwrap_or("")
+                .trim()
+        );
+    }
+    run_build_with_progress(&dir, &tools.cmake, &BUILD_TARGETS, "ik_llama.cpp", say)?;
+    if !target.is_file() {
+        bail!("the build finished but {} is missing", target.display());
+    }
+    crate::util::write_atomic(&stamp(), format!("{SDIST}\n").as_bytes())
+        .with_context(|| format!("cannot write {}", stamp().display()))?;
+    Ok(target)
+}
+
+/// The configure flags: a portable (AVX2, not `-march=native`) static CPU build of the server,
+/// which ik keeps among its examples. Its IQK flash-attention kernels are built for the KV
+/// types qtune tries (f16, q8_0, q6_0, bf16), not every quantized type (`GGML_IQK_FA_ALL_QUANTS` off: fewer
+/// kernels to compile on a small box).
+fn configure_args() -> [&'static str; 10] {
+    [
+        "-G",
+        "Ninja",
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DGGML_NATIVE=OFF",
+        "-DLLAMA_CURL=OFF",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=ON",
+        "-DLLAMA_BUILD_SERVER=ON",
+        "-DBUILD_SHARED_LIBS=OFF",
+        "-DGGML_IQK_FA_ALL_QUANTS=OFF",
+    ]
+}
+
+/// The script `common/CMakeLists.txt` runs to write `common/build-info.cpp`, which the sdist
+/// leaves out (the build stops at "Not a file: .../build-info-gen-cpp.cmake"). qtune's copy
+/// names the source instead of asking git (the sdist has no history; a home folder kept in git
+/// would lend its own commit): the server's `--version` reads
+/// `version: 0 (ik-llama-cpp-python-0.1.5)`.
+pub const BUILD_INFO_SCRIPT: &str = r#"# Written by qtune: the sdist ik-llama-cpp-python 0.1.5 leaves this file out.
+set(BUILD_NUMBER 0)
+set(BUILD_COMMIT "ik-llama-cpp-python-0.1.5")
+set(BUILD_COMPILER "${CMAKE_C_COMPILER_ID} ${CMAKE_C_COMPILER_VERSION}")
+set(BUILD_TARGET "unknown")
+configure_file(
+    "${CMAKE_CURRENT_SOURCE_DIR}/common/build-info.cpp.in"
+    "${CMAKE_CURRENT_SOURCE_DIR}/common/build-info.cpp")
+"#;
+
+/// The version tag qtune's build of the pinned source reports (see [`BUILD_INFO_SCRIPT`]).
+pub const VERSION_TAG: &str = "ik-llama-cpp-python-0.1.5";
+
+fn write_build_info_script(src: &Path) -> Result<()> {
+    let path = src
+        .join("common")
+        .join("cmake")
+        .join("build-info-gen-cpp.cmake");
+    if std::fs::read_to_string(&path).is_ok_and(|t| t == BUILD_INFO_SCRIPT) {
+        return Ok(());
+    }
+    std::fs::create_dir_all(path.parent().expect("a parent"))
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    crate::util::write_atomic(&path, BUILD_INFO_SCRIPT.as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))
+}
