@@ -15,7 +15,8 @@ them); lowest first:
     stats                        paired comparisons and the race, over trials
     fixtures, quality            test models; what a KV cache type costs
     run                          the finished run and its files
-    placement                    expert placements filled to a budget (search and plan use it)
+    placement, rpc               expert placements filled to a budget (search and plan use it);
+                                 placements over llama.cpp's RPC workers, their command lines
     search                       the tune's search and verdict
     report, profile              what a finished run becomes
     plan                         a config for a box without trials (from a profile and the models)
@@ -33,7 +34,7 @@ from collections import defaultdict
 
 SRC = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), '..', 'src')
 LAYERS = [['util', 'clock', 'config', 'escape', 'objective'], ['hardware'], ['server_binary', 'server'], ['model'], ['workloads', 'space', 'traffic'],
-          ['engine'], ['trial'], ['stats'], ['fixtures', 'quality'], ['run'], ['placement'], ['search'],
+          ['engine'], ['trial'], ['stats'], ['fixtures', 'quality'], ['run'], ['placement', 'rpc'], ['search'],
           ['report', 'profile'], ['plan'], ['compare'], ['app'], ['cli']]
 RANK = {m: i for i, layer in enumerate(LAYERS) for m in layer}
 # Within one layer, these uses are allowed (one direction only).

@@ -646,7 +646,16 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             rpc_server: true,
             ..
         }) => app::rpc::rpc_server_path(server),
-        Command::Rpc(RpcCommand::Serve(s)) => app::rpc::serve(s),
+        Command::Rpc(RpcCommand::Serve(s)) => app::rpc::serve(app::rpc::Serve {
+            host: s.host,
+            port: s.port,
+            device: s.device,
+            threads: s.threads,
+            no_cache: s.no_cache,
+            allow_public: s.allow_public,
+            rpc_server: s.rpc_server,
+            dry_run: s.dry_run,
+        }),
         Command::Server(ServerCommand::Check { server, engine }) => {
             app::info::server_check(server, engine)
         }

@@ -356,7 +356,7 @@ pub struct Fixed {
     /// launch, the baseline included, gets `--rpc` with their addresses, and the placements
     /// split the layers over their devices.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub rpc_workers: Vec<crate::rpc::probe::WorkerInfo>,
+    pub rpc_workers: Vec<crate::hardware::rpc::WorkerInfo>,
 }
 
 impl SearchSpace {

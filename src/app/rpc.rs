@@ -48,9 +48,22 @@ pub fn rpc_server_path(server: Option<PathBuf>) -> Result<()> {
     Ok(())
 }
 
+/// What `qtune rpc serve` was asked (the command line's flags, as the CLI parsed them).
+#[derive(Debug, Clone)]
+pub struct Serve {
+    pub host: String,
+    pub port: u16,
+    pub device: Vec<String>,
+    pub threads: Option<u32>,
+    pub no_cache: bool,
+    pub allow_public: bool,
+    pub rpc_server: Option<PathBuf>,
+    pub dry_run: bool,
+}
+
 /// `qtune rpc serve`: check the address, print the worker's command and the head's `--rpc`,
 /// then become the worker (exec: signals reach it directly, a service manager stops it).
-pub fn serve(a: crate::cli::RpcServeArgs) -> Result<()> {
+pub fn serve(a: Serve) -> Result<()> {
     let warning = crate::rpc::bind_policy(&a.host, a.allow_public).map_err(anyhow::Error::msg)?;
     if a.threads == Some(0) {
         bail!("--threads 0 is not a thread count: give 1 or more, or leave it out");

@@ -346,6 +346,7 @@ impl std::str::FromStr for SpecType {
 mod engine_kind;
 mod parse;
 mod placement;
+pub mod rpc;
 pub use engine_kind::EngineKind;
 pub use parse::*;
 pub use placement::*;
@@ -420,7 +421,7 @@ pub struct LaunchConfig {
     /// Routed experts placed on a worker's device whatever their layer's device
     /// (`-ot REGEX=RPCn[host:port]` rules, one per device).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub rpc_experts: Vec<crate::rpc::RpcExperts>,
+    pub rpc_experts: Vec<rpc::RpcExperts>,
     /// Speculative decoding from the context's n-grams (`--spec-type`); `None`: off, the
     /// server's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -173,7 +173,7 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
             "--checkpoint-min-step" => cfg.checkpoint_min_step = Some(num(&value)?),
             "-ot" => ot_rules.push(value),
             "--rpc" => {
-                cfg.rpc = crate::rpc::parse_workers(&value)?
+                cfg.rpc = crate::config::rpc::parse_workers(&value)?
                     .iter()
                     .map(|w| w.to_string())
                     .collect()
@@ -197,7 +197,7 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
     }
     let mut cpu_rules: Vec<String> = Vec::new();
     for rule in ot_rules {
-        if let Some(r) = crate::rpc::RpcExperts::from_rule(&rule) {
+        if let Some(r) = crate::config::rpc::RpcExperts::from_rule(&rule) {
             let r = r?;
             if cfg.rpc_experts.iter().any(|x| x.device == r.device) {
                 return Err(format!(

@@ -105,7 +105,7 @@ impl Engine for LlamaCpp {
         LaunchConfig {
             parallel: space.fixed.parallel,
             threads: space.fixed.threads_cap,
-            rpc: crate::rpc::addresses(&space.fixed.rpc_workers),
+            rpc: crate::hardware::rpc::addresses(&space.fixed.rpc_workers),
             ..LaunchConfig::baseline(space.fixed.ctx)
         }
     }

@@ -4,6 +4,7 @@
 pub mod busy;
 mod gpu;
 mod host;
+pub mod rpc;
 
 pub use gpu::{free_vram_mib_now, memory_bandwidth_gbs, nvml, VramSampler};
 pub use host::measure_read_bandwidth_gbs;

@@ -4,109 +4,13 @@
 //! head's RPC devices and the placements over them. [`probe`] talks to a worker over the RPC
 //! protocol (devices, memory, link latency and bandwidth).
 
-pub mod probe;
+pub use crate::config::rpc::*;
+pub use crate::hardware::rpc as probe;
+pub use crate::hardware::rpc::{addresses, head_devices, HeadDevices};
+pub use crate::trial::rpc_log::*;
 
 use crate::config::{BlockSet, LaunchConfig};
-use serde::{Deserialize, Serialize};
-use std::fmt;
 use std::net::{IpAddr, ToSocketAddrs};
-
-/// The port `ggml-rpc-server` listens on by default.
-pub const DEFAULT_PORT: u16 = 50052;
-
-/// One worker as the head names it: `host:port` (`[v6]:port` for an IPv6 address).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Worker {
-    pub host: String,
-    pub port: u16,
-}
-
-impl fmt::Display for Worker {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.host.contains(':') {
-            write!(f, "[{}]:{}", self.host, self.port)
-        } else {
-            write!(f, "{}:{}", self.host, self.port)
-        }
-    }
-}
-
-impl std::str::FromStr for Worker {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        let bad = || {
-            format!(
-                "'{}' is not a worker address: give host:port, e.g. 192.168.1.20:{DEFAULT_PORT}",
-                crate::escape::one_line(s)
-            )
-        };
-        let (host, port) = if let Some(rest) = s.strip_prefix('[') {
-            let (h, p) = rest.split_once("]:").ok_or_else(bad)?;
-            (h, p)
-        } else {
-            let (h, p) = s.rsplit_once(':').ok_or_else(bad)?;
-            if h.contains(':') {
-                return Err(bad());
-            }
-            (h, p)
-        };
-        let port: u16 = port.parse().map_err(|_| bad())?;
-        let host_ok = !host.is_empty()
-            && host
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '_'));
-        if !host_ok || port == 0 {
-            return Err(bad());
-        }
-        Ok(Worker {
-            host: host.to_string(),
-            port,
-        })
-    }
-}
-
-/// `host:port,host:port`, in the order given; duplicates are an error (llama.cpp would
-/// register the same devices twice).
-pub fn parse_workers(list: &str) -> Result<Vec<Worker>, String> {
-    let mut out: Vec<Worker> = Vec::new();
-    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let w: Worker = part.parse()?;
-        if out.contains(&w) {
-            return Err(format!("worker {w} is named twice in --rpc"));
-        }
-        out.push(w);
-    }
-    if out.is_empty() {
-        return Err("--rpc names no worker: give host:port[,host:port...]".into());
-    }
-    Ok(out)
-}
-
-/// The head's `--rpc` value.
-pub fn rpc_arg(workers: &[Worker]) -> String {
-    workers
-        .iter()
-        .map(|w| w.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// The `--rpc` list of measured workers, in their order.
-pub fn addresses(workers: &[probe::WorkerInfo]) -> Vec<String> {
-    workers.iter().map(|w| w.address.clone()).collect()
-}
-
-/// The head's devices for [`placements`]: the workers' (measured) devices, and the local GPUs.
-pub fn head_devices(workers: &[probe::WorkerInfo], local_gpus: usize) -> HeadDevices {
-    HeadDevices {
-        remote: workers
-            .iter()
-            .flat_map(|w| w.devices.iter().map(|d| (d.name.clone(), Some(d.free_mib))))
-            .collect(),
-        local_gpus,
-    }
-}
 
 /// How reachable an address a worker binds to is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,77 +143,6 @@ pub fn serve_command_line(w: &Worker) -> String {
     )
 }
 
-/// The buffer type llama.cpp gives device `device` of a worker, as `-ot` rules name it:
-/// `RPC0[192.168.1.20:50052]` (`--list-devices` instead numbers every worker's devices in one
-/// row, `RPC0`, `RPC1`, with the address as the description).
-pub fn device_name(w: &Worker, device: u32) -> String {
-    format!("RPC{device}[{w}]")
-}
-
-/// Routed experts placed on one worker's device whatever the device of their layer
-/// (`-ot blk\.(N|M)\.ffn_..._exps=RPC0[host:port]`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RpcExperts {
-    /// The device as llama.cpp names it, e.g. `RPC0[192.168.1.20:50052]`.
-    pub device: String,
-    /// Blocks whose routed experts (every projection) go to that device.
-    pub blocks: BlockSet,
-}
-
-/// llama.cpp's routed-expert tensor pattern after the block number (as in
-/// [`crate::config::CpuExperts`]'s rules).
-const EXPS_PATTERN: &str = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps";
-
-impl RpcExperts {
-    /// The `-ot` value (None for an empty block set).
-    pub fn override_rule(&self) -> Option<String> {
-        (!self.blocks.is_empty()).then(|| {
-            format!(
-                r"blk\.({}){EXPS_PATTERN}={}",
-                self.blocks.regex_alternation(),
-                self.device
-            )
-        })
-    }
-
-    /// Read back a rule [`Self::override_rule`] renders; `None` when the rule names no RPC
-    /// device.
-    pub fn from_rule(rule: &str) -> Option<Result<Self, String>> {
-        let (body, dev) = rule.rsplit_once('=')?;
-        if !(dev.starts_with("RPC") && dev.ends_with(']') && dev.contains('[')) {
-            return None;
-        }
-        let blocks = body
-            .strip_prefix(r"blk\.(")
-            .and_then(|b| b.strip_suffix(EXPS_PATTERN))
-            .and_then(|b| b.strip_suffix(')'))
-            .and_then(BlockSet::from_alternation);
-        Some(
-            blocks
-                .map(|blocks| RpcExperts {
-                    device: dev.to_string(),
-                    blocks,
-                })
-                .ok_or_else(|| {
-                    format!(
-                        "-ot '{rule}' is not an expert placement qtune renders (blk\\.(N|M)\\.ffn_..._exps=RPCn[host:port])"
-                    )
-                }),
-        )
-    }
-}
-
-/// The head's devices in llama.cpp's order: every worker's devices first (in `--rpc` order),
-/// then the local GPUs; `-ts` proportions follow this order.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HeadDevices {
-    /// The workers' devices (`RPCn[host:port]`), with their free memory, MiB, where known.
-    pub remote: Vec<(String, Option<u64>)>,
-    /// How many local GPUs the head has.
-    pub local_gpus: usize,
-}
-
 /// The commands that start a config's workers, one per worker: `ADDR: qtune rpc serve ...`
 /// and the bare `ggml-rpc-server` line it runs. Empty without workers.
 pub fn worker_commands(c: &LaunchConfig) -> Vec<String> {
@@ -424,73 +257,6 @@ pub fn placements(best: &LaunchConfig, devices: &HeadDevices, n_blocks: u32) -> 
         out.push(split);
     }
     out
-}
-
-/// The worker a log names as unreachable (`Failed to connect to HOST:PORT`, llama.cpp's
-/// message when a worker is down at load).
-pub fn unreachable_in_log(log: &str) -> Option<String> {
-    log.lines().find_map(|l| {
-        let rest = l.split("Failed to connect to ").nth(1)?;
-        let w = rest.split_whitespace().next()?.trim();
-        (!w.is_empty()).then(|| w.to_string())
-    })
-}
-
-/// llama.cpp's line when a worker dropped mid-run (the head aborts).
-pub const WORKER_DROPPED: &str = "Remote RPC server crashed or returned malformed response";
-
-/// Name the worker(s) of a trial's `--rpc` list that no longer accept a connection in a
-/// worker-lost message ("an RPC worker (of A, B) dropped" becomes "RPC worker B dropped").
-pub fn name_lost_worker(message: &mut String, log: &str) {
-    let workers = workers_in_header(log);
-    let prefix = format!("an RPC worker (of {})", workers.join(", "));
-    if workers.is_empty() || !message.starts_with(&prefix) {
-        return;
-    }
-    let dead: Vec<&String> = workers
-        .iter()
-        .filter(|w| {
-            w.parse::<Worker>()
-                .map(|w| !probe::reachable(&w))
-                .unwrap_or(false)
-        })
-        .collect();
-    let named = match dead.as_slice() {
-        [] => format!(
-            "an RPC worker (of {}; all answer again now)",
-            workers.join(", ")
-        ),
-        [one] => format!("RPC worker {one}"),
-        many => format!(
-            "RPC workers {}",
-            many.iter()
-                .map(|w| w.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    };
-    *message = format!("{named}{}", &message[prefix.len()..]);
-}
-
-/// The `--rpc` list in a trial log's header line (the command).
-pub fn workers_in_header(log: &str) -> Vec<String> {
-    let Some(header) = log
-        .lines()
-        .find(|l| l.starts_with(crate::trial::classify::LOG_HEADER))
-    else {
-        return Vec::new();
-    };
-    let words: Vec<&str> = header.split_whitespace().collect();
-    words
-        .windows(2)
-        .find(|w| w[0] == "--rpc")
-        .map(|w| {
-            w[1].trim_matches('\'')
-                .split(',')
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

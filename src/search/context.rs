@@ -197,7 +197,7 @@ impl SearchContext {
             // The space's first load mode; the strategy varies it (vary.load_mode).
             load_mode: self.space.load_modes()[0],
             engine: f.engine,
-            rpc: crate::rpc::addresses(&f.rpc_workers),
+            rpc: crate::hardware::rpc::addresses(&f.rpc_workers),
             // Nothing placed: no -ngl, CPU experts, fit or split (op offload on).
             ..LaunchConfig::baseline(f.ctx)
         }

@@ -197,10 +197,10 @@ fn port_conflict(log: &str, exit: Option<ExitInfo>) -> Option<Verdict> {
 /// A verdict when the log shows an RPC worker was unreachable at load (`Failed to connect to
 /// HOST:PORT`) or dropped while llama-server used it (llama.cpp's abort line). The dropped
 /// worker is not named in the log: the message names the `--rpc` list, and the runner names
-/// the one that no longer answers ([`crate::rpc::name_lost_worker`]).
+/// the one that no longer answers ([`super::rpc_log::name_lost_worker`]).
 fn rpc_worker_lost(log: &str) -> Option<Verdict> {
     let lines = non_empty_lines(log);
-    if let Some(w) = crate::rpc::unreachable_in_log(log) {
+    if let Some(w) = super::rpc_log::unreachable_in_log(log) {
         let idx = lines
             .iter()
             .position(|l| l.contains("Failed to connect to"))?;
@@ -214,8 +214,8 @@ fn rpc_worker_lost(log: &str) -> Option<Verdict> {
     }
     let idx = lines
         .iter()
-        .position(|l| l.contains(crate::rpc::WORKER_DROPPED))?;
-    let workers = crate::rpc::workers_in_header(log);
+        .position(|l| l.contains(super::rpc_log::WORKER_DROPPED))?;
+    let workers = super::rpc_log::workers_in_header(log);
     let which = if workers.is_empty() {
         "an RPC worker".to_string()
     } else {
@@ -230,8 +230,7 @@ fn rpc_worker_lost(log: &str) -> Option<Verdict> {
     })
 }
 
-/// The header line the runner writes at the top of each trial log (the command).
-pub const LOG_HEADER: &str = "# qtune: ";
+pub use super::logparse::LOG_HEADER;
 
 fn non_empty_lines(text: &str) -> Vec<&str> {
     text.lines()

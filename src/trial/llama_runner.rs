@@ -54,7 +54,7 @@ impl Draft {
     fn classified(obs: &Observation<'_>) -> Draft {
         let mut v = classify::classify(obs);
         if v.kind == OutcomeKind::RpcWorkerLost {
-            crate::rpc::name_lost_worker(&mut v.message, obs.log);
+            super::rpc_log::name_lost_worker(&mut v.message, obs.log);
         }
         Draft {
             phase: Some(obs.phase),

@@ -17,6 +17,9 @@
 //! the log counts (a log that holds a failed load and a retry reports the retry).
 
 use super::ReportedMemory;
+
+/// The first line of every trial log: qtune's own, naming the command it ran.
+pub const LOG_HEADER: &str = "# qtune: ";
 use std::collections::BTreeMap;
 
 /// Parse every memory figure llama-server printed. Output buffers count as compute.

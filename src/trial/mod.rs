@@ -15,6 +15,7 @@ pub mod plausible;
 pub mod process;
 pub mod replay;
 pub mod replay_trace;
+pub mod rpc_log;
 pub mod session_render;
 pub mod workload;
 

@@ -6,7 +6,7 @@
 //! Message shapes: request `| cmd u8 | size u64 | payload |`, response `| size u64 |
 //! payload |`, little-endian, packed structs. The first command must be HELLO.
 
-use super::Worker;
+use crate::config::rpc::Worker;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -54,6 +54,32 @@ pub struct WorkerInfo {
     /// Best of 3 writes of 32 MiB through the protocol into a buffer on its first device,
     /// MB/s (10^6 bytes per second), the round trip subtracted.
     pub write_mb_s: f64,
+}
+
+/// The `--rpc` list of measured workers, in their order.
+pub fn addresses(workers: &[WorkerInfo]) -> Vec<String> {
+    workers.iter().map(|w| w.address.clone()).collect()
+}
+
+/// The head's devices for [`placements`]: the workers' (measured) devices, and the local GPUs.
+pub fn head_devices(workers: &[WorkerInfo], local_gpus: usize) -> HeadDevices {
+    HeadDevices {
+        remote: workers
+            .iter()
+            .flat_map(|w| w.devices.iter().map(|d| (d.name.clone(), Some(d.free_mib))))
+            .collect(),
+        local_gpus,
+    }
+}
+
+/// The head's devices in llama.cpp's order: every worker's devices first (in `--rpc` order),
+/// then the local GPUs; `-ts` proportions follow this order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeadDevices {
+    /// The workers' devices (`RPCn[host:port]`), with their free memory, MiB, where known.
+    pub remote: Vec<(String, Option<u64>)>,
+    /// How many local GPUs the head has.
+    pub local_gpus: usize,
 }
 
 /// A connection that has said HELLO.
@@ -241,7 +267,7 @@ pub fn measure(w: &Worker) -> Result<WorkerInfo, String> {
             .device_memory(d)
             .map_err(|e| io_err(w, "device memory", e))?;
         devices.push(WorkerDevice {
-            name: super::device_name(w, d),
+            name: crate::config::rpc::device_name(w, d),
             total_mib: total >> 20,
             free_mib: free >> 20,
         });
