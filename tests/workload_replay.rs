@@ -451,12 +451,11 @@ fn an_agent_sessions_levers_leave_the_exploration_its_launches() {
     let levers = history
         .iter()
         .filter(|o| {
-            o.role == TrialRole::Search
-                && (o.config.spec_type.is_some() || o.config.checkpoint_min_step.is_some())
+            o.role == TrialRole::Search && (o.config.spec_type.is_some() || o.config.parallel > 1)
         })
         .count();
     assert_eq!(
         levers, 2,
-        "speculative decoding and checkpoints were each launched once"
+        "speculative decoding and slots were each launched once"
     );
 }
