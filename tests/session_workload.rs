@@ -137,7 +137,7 @@ fn a_tune_on_the_agent_session_tries_the_levers_and_reports_the_session_request_
     assert!(journal.contains("\"spec_type\":\"ngram-mod\""), "{text}");
     assert!(!journal.contains("\"checkpoint_min_step\""), "{text}");
     assert!(
-        text.contains("context checkpoints: not tried, a replay cannot show them"),
+        text.contains("context checkpoints: not tried, this replay cannot show them"),
         "{text}"
     );
     // The report shows the session request by request, and the summary what was read again.

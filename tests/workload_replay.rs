@@ -430,6 +430,7 @@ fn an_agent_sessions_levers_leave_the_exploration_its_launches() {
         max_overlap: 2,
         diverges: true,
         recurrent: true,
+        chat_checkpoints: false,
     };
     assert_eq!(ctx.space.budget.trials, 20);
     let (_, history) = tune(&ctx, trade, 0.5);

@@ -423,3 +423,91 @@ fn a_trace_of_another_tokenizer_stops_the_tune_with_one_line() {
     let journal = std::fs::read_to_string(run.join("journal.jsonl")).unwrap_or_default();
     assert_eq!(journal.lines().count(), 0, "{journal}");
 }
+
+/// One chat request through the recorder (`/v1/chat/completions`, the server's chat template).
+fn chat(port: u16, messages: &serde_json::Value) {
+    let body = serde_json::json!({"messages": messages, "max_tokens": 4, "ignore_eos": true,
+        "temperature": 0});
+    let o = Command::new("curl")
+        .args([
+            "-sS",
+            "--fail",
+            "-m",
+            "600",
+            "-H",
+            "Content-Type: application/json",
+        ])
+        .arg("-d")
+        .arg(body.to_string())
+        .arg(format!("http://127.0.0.1:{port}/v1/chat/completions"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", output_text(&o));
+}
+
+/// A conversation of `turns` user and assistant turns and a last question; the user turn
+/// `edit` rewritten (a client compacting its history).
+fn conversation(turns: usize, edit: Option<usize>) -> serde_json::Value {
+    let mut m = vec![serde_json::json!({"role": "system", "content": "You are terse."})];
+    for i in 0..turns {
+        let mut u: String = (0..150).map(|j| format!("u{i}w{j} ")).collect();
+        if edit == Some(i) {
+            u = format!("EDITED {u}");
+        }
+        let a: String = (0..100).map(|j| format!("a{i}w{j} ")).collect();
+        m.push(serde_json::json!({"role": "user", "content": u}));
+        m.push(serde_json::json!({"role": "assistant", "content": a}));
+    }
+    m.push(serde_json::json!({"role": "user", "content": "next"}));
+    serde_json::Value::Array(m)
+}
+
+/// Qwen3.5's layers are partly recurrent: a chat history edited halfway back is read again
+/// from the last context checkpoint before the edit. With Qwen3.5's own chat template the
+/// server keeps one at each user message (at least `--checkpoint-min-step` apart); a
+/// `/completion` of token ids keeps them only near the prompt's end unless it names the chat's
+/// message delimiters. The trace holds them (read from the template) and the replay sends
+/// them, so the replay re-reads what the live chat did (without them: 7,700 tokens re-read
+/// where the live chat re-read 3,900).
+#[test]
+fn a_replayed_chat_keeps_the_checkpoints_of_the_live_chat() {
+    let dir = tempfile::tempdir().unwrap();
+    if !support::vocab() {
+        return;
+    }
+    let model = qtune::fixtures::tiny_moe("tiny-qwen35moe").expect("the tiny MoE model");
+    let args = "-c 12288 -np 1 -t 1 --checkpoint-min-step 256";
+    let template = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/templates/Qwen3.5-4B.jinja")
+        .display()
+        .to_string();
+    let mut live: Vec<&str> = args.split(' ').collect();
+    live.extend(["--chat-template-file", &template]);
+    let Some((server, sport)) = start_server(dir.path(), &model, "tiny-qwen35moe.gguf", &live)
+    else {
+        return;
+    };
+    let trace = dir.path().join("session.jsonl");
+    let (mut rec, pport) = start_record(sport, &trace, dir.path());
+    chat(pport, &conversation(6, None));
+    chat(pport, &conversation(6, Some(3)));
+    stop_record(&mut rec, dir.path());
+    drop(server);
+    let header = &lines(&trace)[0];
+    assert_eq!(
+        header["server"]["message_delimiters"][3]["delimiter"], "<|im_start|>user",
+        "{header}"
+    );
+    let rec = recorded(&trace);
+    assert_eq!(rec.len(), 2);
+    assert_eq!(rec[1]["endpoint"], "/v1/chat/completions");
+    // Live, a checkpoint at a user message before the edit served a good part of the prompt.
+    let live = rec[1]["timings"]["cache_n"].as_u64().unwrap();
+    assert!(
+        live > 1000,
+        "no checkpoint served the edited chat live: {}",
+        rec[1]["timings"]
+    );
+    let v = compare(dir.path(), &model, args, &trace, &["EDITED", "u3w7 "]);
+    assert_replayed_as_recorded(&v, &rec);
+}

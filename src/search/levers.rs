@@ -26,18 +26,23 @@ pub struct WorkloadTraits {
     pub diverges: bool,
     /// The model has recurrent layers (its state cannot roll back token by token).
     pub recurrent: bool,
+    /// Its chat requests are replayed with their message delimiters (the trace knows them),
+    /// so the server keeps checkpoints at user messages as it did live.
+    pub chat_checkpoints: bool,
 }
 
-/// Why `--checkpoint-min-step` is never tried on a replay. The pinned llama.cpp keeps a
-/// recurrent model's context checkpoints near the end of every prompt, and, for a chat
-/// request whose template gives it message delimiters (Qwen3.5's own), also at user messages
-/// at least `--checkpoint-min-step` apart. A replay sends token ids to `/completion`, which
-/// carry no message boundaries (the server's delimiters are not in any answer, so a trace
-/// cannot hold them): it keeps only the end-of-prompt checkpoints, whatever the flag says.
+/// Why `--checkpoint-min-step` is not tried on a replay without message delimiters. The
+/// pinned llama.cpp keeps a recurrent model's context checkpoints near the end of every
+/// prompt, and, for a chat request whose template gives it message delimiters (Qwen3.5's
+/// own), also at user messages at least `--checkpoint-min-step` apart. A replay sends token
+/// ids to `/completion`, with the chat's delimiters only where the trace holds them (the
+/// recorder derives them from the server's template for the Qwen3.5 family,
+/// [`crate::traffic::trace::chat_message_delimiters`]); without them the server keeps only the
+/// end-of-prompt checkpoints, whatever the flag says.
 /// Measured on tiny-qwen35moe (a 7,758-token ChatML history edited at its 4th of 6 user
 /// messages): 7,751 tokens re-read at the default 8,192 and 3,881 at 256 with the chat path's
 /// delimiters; 7,760 at both without them.
-pub const CHECKPOINTS_NOT_REPLAYED: &str = "context checkpoints: not tried, a replay cannot show them (it sends token ids without your chat's message boundaries, and llama.cpp spaces checkpoints by --checkpoint-min-step only at user messages of chat requests); where your client edits history far back on this model, try --checkpoint-min-step 1024 by hand";
+pub const CHECKPOINTS_NOT_REPLAYED: &str = "context checkpoints: not tried, this replay cannot show them (llama.cpp spaces checkpoints by --checkpoint-min-step only at user messages of chat requests, and the trace holds no message delimiters for its chat template, or no chat requests); where your client edits history far back on this model, try --checkpoint-min-step 1024 by hand";
 
 /// A prompt that shares a prefix with an earlier one and leaves it more than this many tokens
 /// before the earlier one's end diverges: the server keeps a checkpoint near the end of each
@@ -70,11 +75,17 @@ impl WorkloadTraits {
             max_overlap = max_overlap.max(now);
         }
         let max_overlap = max_overlap.max(0) as u32;
+        let chat_checkpoints = trace.header.server.message_delimiters.is_some()
+            && trace
+                .requests
+                .iter()
+                .any(|r| crate::traffic::trace::is_chat_endpoint(&r.endpoint));
         WorkloadTraits {
             real_text: true,
             max_overlap,
             diverges,
             recurrent,
+            chat_checkpoints,
         }
     }
 }
@@ -114,9 +125,16 @@ pub fn propose(levers: &Levers, best: &LaunchConfig, traits: &WorkloadTraits) ->
             plan.skipped.push(
                 "context checkpoints: not tried, no prompt of the workload diverges from the cached one".to_string(),
             );
-        } else {
+        } else if !traits.chat_checkpoints {
             // The replay cannot show it: see [`CHECKPOINTS_NOT_REPLAYED`].
             plan.skipped.push(CHECKPOINTS_NOT_REPLAYED.to_string());
+        } else {
+            for &n in &levers.checkpoint_min_step {
+                plan.configs.push(LaunchConfig {
+                    checkpoint_min_step: Some(n),
+                    ..best.clone()
+                });
+            }
         }
     }
     if !levers.parallel.is_empty() {
@@ -170,9 +188,11 @@ mod tests {
             max_overlap: 3,
             diverges: true,
             recurrent: true,
+            chat_checkpoints: false,
         };
         let p = propose(&levers(), &best, &traits);
-        // Checkpoints are said, not tried: a replay cannot show them.
+        // Checkpoints are said, not tried: without the chat's message delimiters a replay
+        // cannot show them.
         assert_eq!(p.skipped, vec![CHECKPOINTS_NOT_REPLAYED.to_string()]);
         let args: Vec<String> = p
             .configs
@@ -219,6 +239,23 @@ mod tests {
         ]);
         let w = WorkloadTraits::of_trace(&t, true);
         assert_eq!((w.max_overlap, w.diverges), (2, true));
+    }
+
+    #[test]
+    fn a_chat_replayed_with_its_delimiters_tries_closer_checkpoints() {
+        let best = LaunchConfig::baseline(8192);
+        let traits = WorkloadTraits {
+            real_text: true,
+            diverges: true,
+            recurrent: true,
+            chat_checkpoints: true,
+            ..Default::default()
+        };
+        let p = propose(&levers(), &best, &traits);
+        assert!(p
+            .configs
+            .iter()
+            .any(|c| c.checkpoint_min_step == Some(1024)));
     }
 
     #[test]

@@ -76,6 +76,54 @@ pub struct ServerInfo {
     pub slots: Option<u64>,
     /// SHA-256 of the chat template the server renders chat requests with.
     pub chat_template_sha256: Option<String>,
+    /// The message delimiters the server gives its chat requests, where qtune can tell from
+    /// its chat template ([`chat_message_delimiters`]): a replay sends them with each chat
+    /// request, so the server keeps the context checkpoints it kept live. Absent: none known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_delimiters: Option<serde_json::Value>,
+}
+
+/// Was a request a chat request (its prompt rendered by the server's chat template)?
+pub fn is_chat_endpoint(endpoint: &str) -> bool {
+    matches!(
+        endpoint,
+        "/v1/chat/completions" | "/chat/completions" | "/v1/messages"
+    )
+}
+
+/// A header's `message_delimiters` as a replay may send them: at most 16 objects, each a
+/// `role` and a `delimiter`, strings of at most 64 characters.
+fn delimiters_ok(d: &serde_json::Value) -> bool {
+    let short = |v: &serde_json::Value| v.as_str().is_some_and(|s| s.chars().count() <= 64);
+    d.as_array().is_some_and(|a| {
+        a.len() <= 16
+            && a.iter().all(|o| {
+                o.as_object()
+                    .is_some_and(|o| o.len() == 2 && short(&o["role"]) && short(&o["delimiter"]))
+            })
+    })
+}
+
+/// The message delimiters the pinned llama.cpp gives a chat request rendered by `template`,
+/// where qtune can tell: the Qwen3.5 family's (its `qwen3-coder` chat parser, chosen for a
+/// template with `<tool_call>`, `<function=` and `<parameter=`: Qwen3.5, Qwen3-Coder, Nemotron
+/// Nano 3; common/chat.cpp and common/parsers/qwen3-coder.cpp). Every other template: `None`
+/// (llama.cpp derives them by analysing the template, which qtune does not reproduce).
+pub fn chat_message_delimiters(template: &str) -> Option<serde_json::Value> {
+    let qwen3_coder = template.contains("<tool_call>")
+        && template.contains("<function=")
+        && template.contains("<parameter=")
+        && !template.contains("'<tool_call><function=' ~ tool_call.name ~ '>'")
+        && template.contains("<|im_start|>");
+    qwen3_coder.then(|| {
+        serde_json::json!([
+            {"role": "assistant", "delimiter": "<|im_start|>assistant"},
+            {"role": "tool", "delimiter": "<|im_start|>user\n<tool_response>"},
+            {"role": "tool", "delimiter": "<|im_start|>tool_response"},
+            {"role": "user", "delimiter": "<|im_start|>user"},
+            {"role": "system", "delimiter": "<|im_start|>system"},
+        ])
+    })
 }
 
 /// The upstream's model (`GET /v1/models`, `meta`).
@@ -294,6 +342,14 @@ pub fn parse(bytes: &[u8]) -> Result<Trace, TraceError> {
                         h.version
                     )));
                 }
+                if let Some(d) = &h.server.message_delimiters {
+                    if !delimiters_ok(d) {
+                        return Err(err(
+                            "line 1's server.message_delimiters is not a list of at most 16 \
+                             {\"role\", \"delimiter\"} strings of at most 64 characters",
+                        ));
+                    }
+                }
                 header = Some(*h);
             }
             _ if header.is_none() => {
@@ -419,6 +475,28 @@ pub fn read(path: &std::path::Path) -> anyhow::Result<Trace> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn message_delimiters_come_from_a_qwen3_5_template_only_and_are_checked() {
+        let qwen = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/templates/Qwen3.5-4B.jinja"
+        ))
+        .unwrap();
+        let d = chat_message_delimiters(&qwen).expect("Qwen3.5's template");
+        assert!(delimiters_ok(&d));
+        assert_eq!(d[3]["delimiter"], "<|im_start|>user");
+        let chatml = "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n'}}{% endfor %}";
+        assert!(chat_message_delimiters(chatml).is_none());
+        let long = "x".repeat(65);
+        assert!(!delimiters_ok(
+            &serde_json::json!([{"role": "user", "delimiter": long}])
+        ));
+        assert!(!delimiters_ok(&serde_json::json!("<|im_start|>user")));
+        assert!(!delimiters_ok(
+            &serde_json::json!([{"role": "user", "delimiter": "a", "x": 1}])
+        ));
+    }
 
     #[test]
     fn links_find_the_longest_earlier_prefix() {

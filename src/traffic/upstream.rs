@@ -86,6 +86,9 @@ pub async fn upstream_header(client: &reqwest::Client, upstream: &str) -> Result
             }),
             slots: props["total_slots"].as_u64(),
             chat_template_sha256: props["chat_template"].as_str().map(sha),
+            message_delimiters: props["chat_template"]
+                .as_str()
+                .and_then(trace::chat_message_delimiters),
         },
         model: ModelInfo {
             n_vocab: meta["n_vocab"].as_u64(),

@@ -166,13 +166,19 @@ pub async fn replay(
     let client = session.client.clone();
     let url = format!("{}/completion", session.base_url);
     let n = reqs.len();
-    let jobs: Vec<(u64, Vec<u32>, u32)> = reqs
+    // A chat request goes with the message delimiters its server gave it live (where the
+    // trace knows them): the server then keeps the same context checkpoints.
+    let delimiters = trace.header.server.message_delimiters.clone();
+    let jobs: Vec<(u64, Vec<u32>, u32, Option<serde_json::Value>)> = reqs
         .iter()
         .map(|r| {
             (
                 r.id,
                 r.prompt_tokens.clone().unwrap_or_default(),
                 u32::try_from(r.n_generated.unwrap_or(1)).unwrap_or(u32::MAX),
+                delimiters
+                    .clone()
+                    .filter(|_| crate::traffic::trace::is_chat_endpoint(&r.endpoint)),
             )
         })
         .collect();
@@ -186,13 +192,13 @@ pub async fn replay(
         let mut running = 0u32;
         loop {
             while next < n && waits[next].iter().all(|&j| done[j]) {
-                let (id, ids, n_predict) = jobs[next].clone();
+                let (id, ids, n_predict, delims) = jobs[next].clone();
                 let (client, url, timeout, i, in_flight) =
                     (client.clone(), url.clone(), timeouts[next], next, running);
                 set.spawn(async move {
                     let r = tokio::time::timeout(
                         timeout,
-                        one(&client, &url, id, &ids, n_predict, in_flight),
+                        one(&client, &url, id, &ids, n_predict, in_flight, delims),
                     )
                     .await
                     .unwrap_or(Err(Failure::RequestTimeout {
@@ -228,6 +234,7 @@ pub async fn replay(
 }
 
 /// One replayed request, timed by the wall clock; checks the server generated every token.
+/// `delimiters`: the chat's message delimiters, sent with a replayed chat request.
 async fn one(
     client: &reqwest::Client,
     url: &str,
@@ -235,8 +242,9 @@ async fn one(
     ids: &[u32],
     n_predict: u32,
     in_flight: u32,
+    delimiters: Option<serde_json::Value>,
 ) -> Result<ReplayedRequest, Failure> {
-    let body = serde_json::json!({
+    let mut body = serde_json::json!({
         "prompt": ids,
         "n_predict": n_predict,
         "ignore_eos": true,
@@ -245,6 +253,9 @@ async fn one(
         "temperature": 0,
         "stream": false,
     });
+    if let Some(d) = delimiters {
+        body["message_delimiters"] = d;
+    }
     let t0 = Instant::now();
     let resp = client
         .post(url)
