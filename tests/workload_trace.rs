@@ -181,10 +181,8 @@ fn a_recorded_session_replays_with_its_prompts_cache_hits_and_lengths() {
     assert_eq!(reps[4]["in_flight"], 0, "{}", reps[4]);
 }
 
-/// One `/completion` through the recorder: `prompt` (text), `n` tokens generated.
-fn complete(port: u16, prompt: &str, n: u32) {
-    let body = serde_json::json!({"prompt": prompt, "n_predict": n, "ignore_eos": true,
-        "temperature": 0, "cache_prompt": true});
+/// POST `body` to `path` on the recorder at `port`; the request must succeed.
+fn post(port: u16, path: &str, body: &serde_json::Value) {
     let o = Command::new("curl")
         .args([
             "-sS",
@@ -196,10 +194,17 @@ fn complete(port: u16, prompt: &str, n: u32) {
         ])
         .arg("-d")
         .arg(body.to_string())
-        .arg(format!("http://127.0.0.1:{port}/completion"))
+        .arg(format!("http://127.0.0.1:{port}{path}"))
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", output_text(&o));
+}
+
+/// One `/completion` through the recorder: `prompt` (text), `n` tokens generated.
+fn complete(port: u16, prompt: &str, n: u32) {
+    let body = serde_json::json!({"prompt": prompt, "n_predict": n, "ignore_eos": true,
+        "temperature": 0, "cache_prompt": true});
+    post(port, "/completion", &body);
 }
 
 #[test]
@@ -428,21 +433,7 @@ fn a_trace_of_another_tokenizer_stops_the_tune_with_one_line() {
 fn chat(port: u16, messages: &serde_json::Value) {
     let body = serde_json::json!({"messages": messages, "max_tokens": 4, "ignore_eos": true,
         "temperature": 0});
-    let o = Command::new("curl")
-        .args([
-            "-sS",
-            "--fail",
-            "-m",
-            "600",
-            "-H",
-            "Content-Type: application/json",
-        ])
-        .arg("-d")
-        .arg(body.to_string())
-        .arg(format!("http://127.0.0.1:{port}/v1/chat/completions"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", output_text(&o));
+    post(port, "/v1/chat/completions", &body);
 }
 
 /// A conversation of `turns` user and assistant turns and a last question; the user turn

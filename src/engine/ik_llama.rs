@@ -14,7 +14,7 @@
 //!   qtune passes neither yet.
 
 use super::{Engine, EngineKind};
-use crate::config::{FlashAttn, KvType, LaunchConfig, LoadMode, SplitMode};
+use crate::config::{LaunchConfig, LoadMode, SplitMode};
 use crate::space::SearchSpace;
 
 /// ik_llama.cpp's `llama-server` (`qtune server build --engine ik`, or the user's own).
@@ -42,41 +42,8 @@ impl Engine for IkLlama {
                 push("-sm", m.to_string());
             }
         }
-        if !c.tensor_split.is_empty() {
-            let t: Vec<String> = c.tensor_split.iter().map(|v| v.to_string()).collect();
-            push("-ts", t.join(","));
-        }
-        if let Some(n) = c.n_cpu_moe {
-            push("--n-cpu-moe", n.to_string());
-        }
-        if let Some(c) = &c.cpu_experts {
-            for rule in c.override_rules() {
-                push("-ot", rule);
-            }
-        }
-        for g in &c.gpu_experts {
-            if let Some(rule) = g.override_rule() {
-                push("-ot", rule);
-            }
-        }
-        if let Some(t) = c.threads {
-            push("-t", t.to_string());
-        }
-        if let Some(b) = c.batch {
-            push("-b", b.to_string());
-        }
-        if let Some(ub) = c.ubatch {
-            push("-ub", ub.to_string());
-        }
-        if c.cache_type_k != KvType::F16 {
-            push("-ctk", c.cache_type_k.to_string());
-        }
-        if c.cache_type_v != KvType::F16 {
-            push("-ctv", c.cache_type_v.to_string());
-        }
-        if c.flash_attn != FlashAttn::Auto {
-            push("-fa", c.flash_attn.to_string());
-        }
+        super::placement_flags(c, &mut push);
+        super::batch_flags(c, &mut push);
         if c.fit == Some(true) {
             a.push("--fit".to_string());
             if let Some(m) = c.fit_target_mib.iter().max() {
@@ -160,6 +127,7 @@ fn push_pair(a: &mut Vec<String>, k: &str, v: String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{FlashAttn, KvType};
     use crate::engine::LaunchArgs;
     use std::path::Path;
 

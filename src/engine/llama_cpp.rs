@@ -1,7 +1,7 @@
 //! llama.cpp's `llama-server`: its flags, and the two commands a user could type without qtune.
 
 use super::Engine;
-use crate::config::{FlashAttn, KvType, LaunchConfig, LoadMode};
+use crate::config::{LaunchConfig, LoadMode};
 use crate::space::SearchSpace;
 
 /// llama.cpp's `llama-server` (the pinned build, or the user's own with the flags
@@ -31,46 +31,13 @@ impl Engine for LlamaCpp {
         if let Some(m) = c.split_mode {
             push("-sm", m.to_string());
         }
-        if !c.tensor_split.is_empty() {
-            let t: Vec<String> = c.tensor_split.iter().map(|v| v.to_string()).collect();
-            push("-ts", t.join(","));
-        }
-        if let Some(n) = c.n_cpu_moe {
-            push("--n-cpu-moe", n.to_string());
-        }
-        if let Some(c) = &c.cpu_experts {
-            for rule in c.override_rules() {
-                push("-ot", rule);
-            }
-        }
-        for g in &c.gpu_experts {
-            if let Some(rule) = g.override_rule() {
-                push("-ot", rule);
-            }
-        }
+        super::placement_flags(c, &mut push);
         for r in &c.rpc_experts {
             if let Some(rule) = r.override_rule() {
                 push("-ot", rule);
             }
         }
-        if let Some(t) = c.threads {
-            push("-t", t.to_string());
-        }
-        if let Some(b) = c.batch {
-            push("-b", b.to_string());
-        }
-        if let Some(ub) = c.ubatch {
-            push("-ub", ub.to_string());
-        }
-        if c.cache_type_k != KvType::F16 {
-            push("-ctk", c.cache_type_k.to_string());
-        }
-        if c.cache_type_v != KvType::F16 {
-            push("-ctv", c.cache_type_v.to_string());
-        }
-        if c.flash_attn != FlashAttn::Auto {
-            push("-fa", c.flash_attn.to_string());
-        }
+        super::batch_flags(c, &mut push);
         if let Some(fit) = c.fit {
             push("--fit", if fit { "on" } else { "off" }.to_string());
         }

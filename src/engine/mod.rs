@@ -32,6 +32,51 @@ pub fn of(kind: EngineKind) -> &'static dyn Engine {
     }
 }
 
+/// The placement flags both engines spell alike, in order: `-ts`, `--n-cpu-moe`, and the
+/// `-ot` rules that put routed experts on the CPU or on a named GPU.
+fn placement_flags(c: &crate::config::LaunchConfig, push: &mut dyn FnMut(&str, String)) {
+    if !c.tensor_split.is_empty() {
+        let t: Vec<String> = c.tensor_split.iter().map(|v| v.to_string()).collect();
+        push("-ts", t.join(","));
+    }
+    if let Some(n) = c.n_cpu_moe {
+        push("--n-cpu-moe", n.to_string());
+    }
+    if let Some(c) = &c.cpu_experts {
+        for rule in c.override_rules() {
+            push("-ot", rule);
+        }
+    }
+    for g in &c.gpu_experts {
+        if let Some(rule) = g.override_rule() {
+            push("-ot", rule);
+        }
+    }
+}
+
+/// The thread, batch, KV-type and flash-attention flags both engines spell alike, in order.
+fn batch_flags(c: &crate::config::LaunchConfig, push: &mut dyn FnMut(&str, String)) {
+    use crate::config::{FlashAttn, KvType};
+    if let Some(t) = c.threads {
+        push("-t", t.to_string());
+    }
+    if let Some(b) = c.batch {
+        push("-b", b.to_string());
+    }
+    if let Some(ub) = c.ubatch {
+        push("-ub", ub.to_string());
+    }
+    if c.cache_type_k != KvType::F16 {
+        push("-ctk", c.cache_type_k.to_string());
+    }
+    if c.cache_type_v != KvType::F16 {
+        push("-ctv", c.cache_type_v.to_string());
+    }
+    if c.flash_attn != FlashAttn::Auto {
+        push("-fa", c.flash_attn.to_string());
+    }
+}
+
 /// What qtune needs of an inference server's dialect.
 pub trait Engine {
     /// The engine's name, as the user reads it (`llama.cpp`).
