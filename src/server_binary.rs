@@ -642,12 +642,25 @@ pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
     } else {
         configure.arg("-DBUILD_SHARED_LIBS=OFF");
     }
-    say(&format!(
-        "qtune: configuring llama.cpp in {}",
-        dir.display()
-    ));
+    run_configure(&mut configure, &dir, "llama.cpp", say)?;
+    run_build_with_progress(&dir, &tools.cmake, &BUILD_TARGETS, "llama.cpp", say)?;
+    if !target.is_file() {
+        bail!("the build finished but {} is missing", target.display());
+    }
+    Ok(target)
+}
+
+/// `cmake` configure of `what` into `dir`: its output kept in `dir/qtune-configure.log` and
+/// its last error line said when it fails.
+fn run_configure(
+    configure: &mut Command,
+    dir: &Path,
+    what: &str,
+    say: &dyn Fn(&str),
+) -> Result<()> {
+    say(&format!("qtune: configuring {what} in {}", dir.display()));
     let (ok, out) =
-        run_captured(&mut configure, Duration::from_secs(600)).context("cannot run cmake")?;
+        run_captured(configure, Duration::from_secs(600)).context("cannot run cmake")?;
     if !ok {
         let log = dir.join("qtune-configure.log");
         if let Ok(mut f) = crate::util::create_fresh(&log) {
@@ -655,7 +668,7 @@ pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
             let _ = f.write_all(out.as_bytes());
         }
         bail!(
-            "cmake configure failed (log: {}): {}",
+            "cmake configure of {what} failed (log: {}): {}",
             log.display(),
             out.lines()
                 .rev()
@@ -664,11 +677,7 @@ pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
                 .trim()
         );
     }
-    run_build_with_progress(&dir, &tools.cmake, &BUILD_TARGETS, "llama.cpp", say)?;
-    if !target.is_file() {
-        bail!("the build finished but {} is missing", target.display());
-    }
-    Ok(target)
+    Ok(())
 }
 
 /// Whether a build's `bin/` holds every target `qtune server build` builds: a cache built

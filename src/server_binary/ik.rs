@@ -14,7 +14,6 @@ use crate::config::EngineKind;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 /// The pinned ik_llama.cpp source: the PyPI sdist that vendors it.
 pub const SDIST: &str = "ik-llama-cpp-python==0.1.5";
@@ -133,28 +132,7 @@ pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
         .arg(&dir)
         .args(configure_args())
         .arg(format!("-DCMAKE_MAKE_PROGRAM={}", tools.ninja.display()));
-    say(&format!(
-        "qtune: configuring ik_llama.cpp in {}",
-        dir.display()
-    ));
-    let (ok, out) = super::run_captured(&mut configure, Duration::from_secs(600))
-        .context("cannot run cmake")?;
-    if !ok {
-        let log = dir.join("qtune-configure.log");
-        if let Ok(mut f) = crate::util::create_fresh(&log) {
-            use std::io::Write;
-            let _ = f.write_all(out.as_bytes());
-        }
-        bail!(
-            "cmake configure of ik_llama.cpp failed (log: {}): {}",
-            log.display(),
-            out.lines()
-                .rev()
-                .find(|l| l.contains("Error") || l.contains("error"))
-                .unwrap_or("")
-                .trim()
-        );
-    }
+    super::run_configure(&mut configure, &dir, "ik_llama.cpp", say)?;
     run_build_with_progress(&dir, &tools.cmake, &BUILD_TARGETS, "ik_llama.cpp", say)?;
     if !target.is_file() {
         bail!("the build finished but {} is missing", target.display());
