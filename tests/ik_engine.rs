@@ -169,26 +169,11 @@ fn compare_runs_on_the_ik_server() {
     let out_dir = dir.path().join("cmp");
     let a = format!("llama-server -m {} -c 512 -np 1 -t 1", m.display());
     let b = format!("llama-server -m {} -c 512 -np 1 -t 1 -ub 256", m.display());
-    let out = qtune()
-        .env("QTUNE_ALLOW_BUSY", "1")
-        .arg("compare")
-        .args([&a, &b, "--server"])
-        .arg(&ik)
-        .args([
-            "--rounds",
-            "2",
-            "--prompt-tokens",
-            "16",
-            "--gen-tokens",
-            "4",
-        ])
-        .args(["--repetitions", "1", "--out"])
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    let text = support::output_text(&out);
-    assert!(out.status.success(), "{text}");
-    servers::assert_none_left(&m.display().to_string(), "after the compare");
+    let text = short_compare(
+        &[&a, &b, "--server", &ik.display().to_string()],
+        &out_dir,
+        &m,
+    );
     assert!(text.contains("-t 1  (ik_llama.cpp)"), "{text}");
     let j = json(&out_dir.join("compare.json"));
     for c in j["commands"].as_array().unwrap() {
@@ -201,6 +186,31 @@ fn compare_runs_on_the_ik_server() {
         }
     }
     assert_eq!(j["server_path"], ik.display().to_string());
+}
+
+/// `qtune compare ARGS` of two rounds of one short request each, into `out_dir`; it must
+/// succeed and leave no server of model `m` behind. Its output.
+fn short_compare(args: &[&str], out_dir: &Path, m: &Path) -> String {
+    let out = qtune()
+        .env("QTUNE_ALLOW_BUSY", "1")
+        .arg("compare")
+        .args(args)
+        .args([
+            "--rounds",
+            "2",
+            "--prompt-tokens",
+            "16",
+            "--gen-tokens",
+            "4",
+        ])
+        .args(["--repetitions", "1", "--out"])
+        .arg(out_dir)
+        .output()
+        .unwrap();
+    let text = support::output_text(&out);
+    assert!(out.status.success(), "{text}");
+    servers::assert_none_left(&m.display().to_string(), "after the compare");
+    text
 }
 
 /// llama.cpp against ik_llama.cpp on one model: two commands naming two servers, each
@@ -222,24 +232,7 @@ fn compare_runs_llama_cpp_against_ik() {
     let out_dir = dir.path().join("cmp");
     let a = format!("{} -m {} -c 512 -np 1 -t 1", llama.display(), m.display());
     let b = format!("{} -m {} -c 512 -np 1 -t 1", ik.display(), m.display());
-    let out = qtune()
-        .env("QTUNE_ALLOW_BUSY", "1")
-        .args(["compare", &a, &b])
-        .args([
-            "--rounds",
-            "2",
-            "--prompt-tokens",
-            "16",
-            "--gen-tokens",
-            "4",
-        ])
-        .args(["--repetitions", "1", "--out"])
-        .arg(&out_dir)
-        .output()
-        .unwrap();
-    let text = support::output_text(&out);
-    assert!(out.status.success(), "{text}");
-    servers::assert_none_left(&m.display().to_string(), "after the compare");
+    let text = short_compare(&[&a, &b], &out_dir, &m);
     assert!(
         text.contains("-t 1  (llama.cpp)") && text.contains("-t 1  (ik_llama.cpp)"),
         "{text}"
