@@ -55,6 +55,11 @@
 #   levers35-16   issue 42's cost side on an emulated 16 GiB card: the speculative verify batch of
 #                 k = 1..8 tokens at depth 2k and 24k, and 4 streams at 24k depth with -np 1/2/4
 #                 (scripts/levers-cost.py; ROUNDS, SLOT_ROUNDS, NPS)
+#   types35A, types35B  issue 46: generation of Qwen3.5-35B-A3B in Q4_K_M against MXFP4_MOE (A)
+#                 and Q4_K_L (B): llama-bench tg128, experts all on the GPU, 20 of 40 and all 40
+#                 blocks' experts on the CPU, -t 16, $ROUNDS interleaved rounds of -r 3 (the
+#                 seeds' 5080 rows miss there; is it the bytes or the weight types?). B removes
+#                 A's MXFP4 file first (the disk holds two 35B files)
 #   tensor35-24-16, tensor30-16-12
 #                 issue 15's two cases: -sm tensor (tensor parallelism) vs the plain default vs
 #                 --fit-target 512,512 in qtune compare ($ROUNDS rounds)
@@ -687,6 +692,23 @@ PY
       echo "tune exit $? after $((SECONDS - t0)) s; command: $(tail -1 "$W/$c.cmd")"
       echo "emulated card: ${gib} GiB free of ${GPU_NAME}, resumed $(date -u +%F) on a new lease" >> "$run/card.txt"
       unballast; pack "$c" "$run" ;;
+    types35A|types35B)
+      dir="$W/$c"; mkdir -p "$dir"
+      if [ "$c" = types35A ]; then other=mxfp4_moe; else other=q4_k_l; rm -f "$W/qwen3.5-35b-a3b-mxfp4_moe.gguf"; fi
+      a=$(model qwen3.5-35b-a3b q4_k_m); b=$(model qwen3.5-35b-a3b "$other")
+      ls -la "$a" "$b"; df -h "$W" | tail -1
+      for r in $(seq 1 "${ROUNDS:-2}"); do
+        for m in "$a" "$b"; do
+          for n in 0 20 40; do
+            say "$c round $r: $(basename "$m") -ncmoe $n"
+            "$W/bin/llama-bench" -m "$m" -ngl 99 -ncmoe "$n" -t 16 -fa 1 -p 0 -n 128 -r 3 -o jsonl \
+              >> "$dir/bench.jsonl" 2>> "$dir/bench.err" || tail -5 "$dir/bench.err"
+            tail -1 "$dir/bench.jsonl" | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print(d['model_type'], d.get('n_cpu_moe'), round(d['avg_ts'],2), round(d['stddev_ts'],2))"
+          done
+        done
+      done
+      echo "$GPU_NAME, $(nproc) CPUs, $(date -u +%F)" > "$dir/card.txt"
+      pack "$c" "$dir" ;;
     *) echo "unknown case $c" ;;
   esac
 done

@@ -173,9 +173,15 @@ fn plan_one(
     let mut warnings = p.warnings;
     let unfitted = speed::unfitted_types(&m.layout);
     if let Some((types, share)) = &unfitted {
+        let measured = if types.iter().any(|t| t == "MXFP4") {
+            "; measured apart from the model, MXFP4_MOE generated 6-9 % slower than Q4_K_M at the \
+             same placements on qtune's H200 (docs/results.md)"
+        } else {
+            " (their kernels may read slower or faster per byte)"
+        };
         warnings.push(format!(
             "{:.0} % of its weights are {}, which no run of the speed model measured: its speeds \
-             count their bytes only (their kernels may read slower or faster per byte)",
+             count their bytes only{measured}",
             share * 100.0,
             types.join(", ")
         ));
