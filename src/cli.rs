@@ -468,7 +468,8 @@ pub struct SynthArgs {
     /// wheel, the tiny synthetic MoE models) and print their paths (scripts/test.sh runs this).
     #[arg(long, conflicts_with_all = ["out", "shape"])]
     pub test_models: bool,
-    /// q4_k_m or q8_0.
+    /// The quantization mix: q4_k_m, q4_k_l, mxfp4_moe or q8_0 (the recipes `qtune plan
+    /// --quant` lays out).
     #[arg(long, default_value = "q4_k_m")]
     pub ftype: String,
 }
