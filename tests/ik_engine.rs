@@ -32,30 +32,23 @@ fn server_check_names_the_engine_and_ik_is_told_from_llama_cpp() {
     let Some(llama) = require::or_skip(require::server(), "the real CPU llama-server") else {
         return;
     };
-    let out = qtune()
-        .args(["server", "check", "--server"])
-        .arg(&ik)
-        .output()
-        .unwrap();
-    let text = support::output_text(&out);
-    assert!(out.status.success(), "{text}");
-    assert!(
-        text.contains("(from --server): ik_llama.cpp ")
-            && text.contains("; has --n-cpu-moe --fit-margin -ctk -ub"),
-        "{text}"
-    );
-    let out = qtune()
-        .args(["server", "check", "--server"])
-        .arg(&llama)
-        .output()
-        .unwrap();
-    let text = support::output_text(&out);
-    assert!(out.status.success(), "{text}");
-    assert!(
-        text.contains("(from --server): llama.cpp ")
-            && text.contains("; has --n-cpu-moe --fit -ctk -ub"),
-        "{text}"
-    );
+    for (server, engine, flags) in [
+        (&ik, "ik_llama.cpp", "--n-cpu-moe --fit-margin -ctk -ub"),
+        (&llama, "llama.cpp", "--n-cpu-moe --fit -ctk -ub"),
+    ] {
+        let out = qtune()
+            .args(["server", "check", "--server"])
+            .arg(server)
+            .output()
+            .unwrap();
+        let text = support::output_text(&out);
+        assert!(out.status.success(), "{text}");
+        assert!(
+            text.contains(&format!("(from --server): {engine} "))
+                && text.contains(&format!("; has {flags}")),
+            "{text}"
+        );
+    }
 
     let out = qtune()
         .env("QTUNE_IK_SERVER", &ik)
