@@ -77,17 +77,26 @@ pub fn plan_box(o: BoxPlanOptions) -> Result<()> {
 /// The models to plan: each --quant of --shape, or the --model file.
 fn models(o: &BoxPlanOptions) -> Result<Vec<PlanModel>> {
     if let Some(path) = &o.model {
-        let layout = crate::model::load(path)?;
+        let src = crate::model::header::load_for_plan(path)?;
+        let recipe = match &src.header_only {
+            None => format!("the tensor types of {}", path.display()),
+            Some(h) => format!(
+                "the tensor types in the header of {}; {}",
+                path.display(),
+                h.text(&src.command_path)
+            ),
+        };
         return Ok(vec![PlanModel {
-            quant: layout
+            quant: src
+                .layout
                 .file_type
                 .clone()
                 .unwrap_or_else(|| "the file".into()),
-            recipe: format!("the tensor types of {}", path.display()),
+            recipe,
             recipe_exact: true,
             shape: None,
-            path: path.clone(),
-            layout,
+            path: src.command_path,
+            layout: src.layout,
         }]);
     }
     let Some(shape) = &o.shape else {
