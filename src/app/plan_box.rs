@@ -108,7 +108,14 @@ fn models(o: &BoxPlanOptions) -> Result<Vec<PlanModel>> {
     }
     let mut out: Vec<PlanModel> = Vec::new();
     for q in &o.quants {
-        let ftype = SynthFtype::parse_flag(q, "--quant")?;
+        // A quant without a known recipe is planned from its own header instead.
+        let ftype = SynthFtype::parse_flag(q, "--quant").map_err(|e| {
+            anyhow::anyhow!(
+                "{e}: plan it from its file's header instead: `{}`, then `qtune plan -m \
+                 head.gguf --box NAME`",
+                crate::model::header::CURL_HEADER
+            )
+        })?;
         if out.iter().any(|m| m.quant == ftype.name()) {
             continue;
         }
