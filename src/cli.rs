@@ -552,7 +552,9 @@ pub enum ProfileCommand {
 
 #[derive(Debug, Clone, Args)]
 pub struct PlanArgs {
-    /// The model file (or, with --box, --shape and --quant instead).
+    /// The model file (or, with --box, --shape and --quant instead). A file holding only the
+    /// model's first megabytes (`curl -L -r 0-16777215 URL -o head.gguf`) plans from its GGUF
+    /// header; so does a plain http:// URL, read for its header only.
     #[arg(long, short = 'm', required_unless_present_any = ["shape", "list_boxes"])]
     pub model: Option<PathBuf>,
     /// Plan for a box described rather than this one: a built-in name (--list-boxes) or a

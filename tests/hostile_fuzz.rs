@@ -160,7 +160,8 @@ fn mutate(base: &[u8], muts: &[Mutation], header_only: bool) -> Vec<u8> {
 proptest! {
     #![proptest_config(config())]
 
-    /// Mutated model headers: read and laid out, or refused with one line.
+    /// Mutated model headers: read and laid out (whole, and as `plan` reads them), or refused
+    /// with one line.
     #[test]
     fn gguf_headers_read_or_fail_with_one_line(
         muts in prop::collection::vec(mutation(), 1..6),
@@ -177,6 +178,10 @@ proptest! {
                 }
             }
             Err(e) => one_line(&e.to_string(), "gguf"),
+        }
+        // `qtune plan`'s read, which takes a file cut after its header.
+        if let Err(e) = qtune::model::header::load_for_plan(&p) {
+            one_line(&format!("{e:#}"), "plan's header read");
         }
         within_limits(t0, "gguf");
     }

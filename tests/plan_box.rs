@@ -166,6 +166,24 @@ fn unknown_quants_boxes_and_shapes_are_one_line_errors() {
         e.contains("ud-q4_k_xl") && e.contains("q4_k_m, q4_k_l, mxfp4_moe, q8_0"),
         "{e}"
     );
+    // A quant without a known recipe: plan its downloaded header instead (tests/plan_header.rs).
+    assert!(
+        e.contains("curl -L -r 0-16777215 URL -o head.gguf")
+            && e.contains("qtune plan -m head.gguf"),
+        "{e}"
+    );
+    for q in ["q4_k_s", "iq4_xs", "q3_k_m"] {
+        let e = one_line_error(&qtune(&[
+            "plan",
+            "--box",
+            "rtx-5080-16gb",
+            "--shape",
+            "qwen3.5-35b-a3b",
+            "--quant",
+            q,
+        ]));
+        assert!(e.contains(q) && e.contains("-m head.gguf"), "{e}");
+    }
     let e = one_line_error(&qtune(&[
         "plan",
         "--box",

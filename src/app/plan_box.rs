@@ -77,17 +77,26 @@ pub fn plan_box(o: BoxPlanOptions) -> Result<()> {
 /// The models to plan: each --quant of --shape, or the --model file.
 fn models(o: &BoxPlanOptions) -> Result<Vec<PlanModel>> {
     if let Some(path) = &o.model {
-        let layout = crate::model::load(path)?;
+        let src = crate::model::header::load_for_plan(path)?;
+        let recipe = match &src.header_only {
+            None => format!("the tensor types of {}", path.display()),
+            Some(h) => format!(
+                "the tensor types in the header of {}; {}",
+                path.display(),
+                h.text(&src.command_path)
+            ),
+        };
         return Ok(vec![PlanModel {
-            quant: layout
+            quant: src
+                .layout
                 .file_type
                 .clone()
                 .unwrap_or_else(|| "the file".into()),
-            recipe: format!("the tensor types of {}", path.display()),
+            recipe,
             recipe_exact: true,
             shape: None,
-            path: path.clone(),
-            layout,
+            path: src.command_path,
+            layout: src.layout,
         }]);
     }
     let Some(shape) = &o.shape else {
@@ -99,7 +108,14 @@ fn models(o: &BoxPlanOptions) -> Result<Vec<PlanModel>> {
     }
     let mut out: Vec<PlanModel> = Vec::new();
     for q in &o.quants {
-        let ftype = SynthFtype::parse_flag(q, "--quant")?;
+        // A quant without a known recipe is planned from its own header instead.
+        let ftype = SynthFtype::parse_flag(q, "--quant").map_err(|e| {
+            anyhow::anyhow!(
+                "{e}: plan it from its file's header instead: `{}`, then `qtune plan -m \
+                 head.gguf --box NAME`",
+                crate::model::header::CURL_HEADER
+            )
+        })?;
         if out.iter().any(|m| m.quant == ftype.name()) {
             continue;
         }

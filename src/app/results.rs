@@ -104,7 +104,8 @@ pub fn plan(
             "--ctx {ctx} is outside 256..=1048576 (the context the server would be started with)"
         );
     }
-    let layout = crate::model::load(model)?;
+    let src = crate::model::header::load_for_plan(model)?;
+    let layout = src.layout;
     // Host read bandwidth is an input of the speed prediction (about two seconds).
     let hw = crate::hardware::probe(true);
     let dir = crate::util::profiles_dir();
@@ -148,6 +149,9 @@ pub fn plan(
     super::preflight::check_fits(&layout, &hw, ctx, headroom_mib)?;
     let mut plan = crate::plan::plan(&layout, &hw, chosen.as_ref(), ctx, headroom_mib);
     plan.profile_chosen = why;
+    if let Some(h) = &src.header_only {
+        plan.reasons.push(h.text(&src.command_path));
+    }
     eprint!("{}", terminal_lines(&crate::plan::plan_text(&plan, model)));
     if !plan.fits {
         bail!(
@@ -161,7 +165,7 @@ pub fn plan(
         .unwrap_or_else(|| PathBuf::from("llama-server"));
     let argv = plan.config.command(
         &server,
-        model,
+        &src.command_path,
         crate::run::DEFAULT_HOST,
         crate::run::DEFAULT_PORT,
     );

@@ -5,7 +5,7 @@
 //! to `general.alignment` (default 32), then tensor data. Offsets are relative to the data start.
 //!
 //! Over 600 lines on purpose: one job, the GGUF format; the reader and the writer share the
-//! value-type tables and the alignment rules and are tested against each other.
+//! value-type tables and the alignment rules and are tested against each other (gguf/tests.rs).
 
 use super::ggml_type::GgmlType;
 use std::io::{BufReader, Read, Write};
@@ -169,6 +169,8 @@ pub struct GgufFile {
     pub alignment: u64,
     /// Absolute offset of the tensor data section.
     pub data_offset: u64,
+    /// The file's length; read with [`Extent::HeaderOnly`] from a file cut short, the length
+    /// its tensor infos give the whole file.
     pub file_len: u64,
 }
 
@@ -210,8 +212,34 @@ pub fn shown(text: &str, max: usize) -> String {
     }
 }
 
+/// How much of a GGUF file must be there for it to be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extent {
+    /// The header and every tensor's data: what a server loads (every command but `plan`).
+    Whole,
+    /// The header alone (metadata and tensor infos), the data may be cut off or absent:
+    /// [`GgufFile::file_len`] is then the length the tensor infos say the whole file has.
+    HeaderOnly,
+}
+
 /// Reads the header of a GGUF file and checks the file is long enough for every tensor.
 pub fn read(path: &Path) -> Result<GgufFile, GgufError> {
+    read_with(path, Extent::Whole)
+}
+
+/// Parses a GGUF header from the first bytes of a file held in memory (`name` for messages).
+pub fn parse_bytes(bytes: &[u8], name: &Path, extent: Extent) -> Result<GgufFile, GgufError> {
+    let mut r = Reader {
+        inner: bytes,
+        pos: 0,
+        len: bytes.len() as u64,
+        path: name.to_path_buf(),
+    };
+    r.parse(extent)
+}
+
+/// [`read`], asking for the whole file or its header only.
+pub fn read_with(path: &Path, extent: Extent) -> Result<GgufFile, GgufError> {
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -254,7 +282,7 @@ pub fn read(path: &Path) -> Result<GgufFile, GgufError> {
         len: meta.len(),
         path: path.to_path_buf(),
     };
-    r.parse()
+    r.parse(extent)
 }
 
 struct Reader<R: Read> {
@@ -372,7 +400,7 @@ impl<R: Read> Reader<R> {
         })
     }
 
-    fn parse(&mut self) -> Result<GgufFile, GgufError> {
+    fn parse(&mut self, extent: Extent) -> Result<GgufFile, GgufError> {
         if self.len < 4 {
             return Err(GgufError::BadMagic {
                 path: self.path.clone(),
@@ -478,7 +506,25 @@ impl<R: Read> Reader<R> {
             })
             .max()
             .unwrap_or(data_offset);
-        if need > self.len {
+        if need > self.len && extent == Extent::HeaderOnly {
+            // The data is not there to check the offsets against: a writer packs the tensors
+            // in order, each padded to the alignment, so their end lies within that size.
+            let packed = tensors.iter().fold(data_offset, |sum, t| {
+                sum.saturating_add(t.n_bytes.div_ceil(alignment).saturating_mul(alignment))
+            });
+            if need > packed {
+                let t = tensors
+                    .iter()
+                    .max_by_key(|t| t.offset.saturating_add(t.n_bytes))
+                    .map(|t| t.name.clone())
+                    .unwrap_or_default();
+                return Err(self.corrupt(format!(
+                    "tensor '{t}' ends past the {packed} bytes its tensor infos describe (the \
+                     header is corrupt)"
+                )));
+            }
+        }
+        if need > self.len && extent == Extent::Whole {
             let t = tensors
                 .iter()
                 .find(|t| {
@@ -501,7 +547,7 @@ impl<R: Read> Reader<R> {
             tensors,
             alignment,
             data_offset,
-            file_len: self.len,
+            file_len: self.len.max(need),
         })
     }
 }
@@ -648,147 +694,4 @@ impl<W: Write> Write for CountingWriter<'_, W> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sample() -> (Vec<(String, GgufValue)>, Vec<TensorSpec>) {
-        let md = vec![
-            (
-                "general.architecture".to_string(),
-                GgufValue::String("llama".into()),
-            ),
-            ("a.u8".into(), GgufValue::U8(7)),
-            ("a.i8".into(), GgufValue::I8(-7)),
-            ("a.u16".into(), GgufValue::U16(700)),
-            ("a.i16".into(), GgufValue::I16(-700)),
-            ("a.u32".into(), GgufValue::U32(70000)),
-            ("a.i32".into(), GgufValue::I32(-70000)),
-            ("a.f32".into(), GgufValue::F32(1.5)),
-            ("a.bool".into(), GgufValue::Bool(true)),
-            ("a.u64".into(), GgufValue::U64(1 << 40)),
-            ("a.i64".into(), GgufValue::I64(-(1 << 40))),
-            ("a.f64".into(), GgufValue::F64(-2.25)),
-            (
-                "a.arr".into(),
-                GgufValue::Array(vtype::STRING, vec![GgufValue::String("x".into()); 3]),
-            ),
-            (
-                "a.nested".into(),
-                GgufValue::Array(
-                    vtype::ARRAY,
-                    vec![GgufValue::Array(
-                        vtype::I32,
-                        vec![GgufValue::I32(1), GgufValue::I32(2)],
-                    )],
-                ),
-            ),
-        ];
-        let ts = vec![
-            TensorSpec {
-                name: "a".into(),
-                dims: vec![3],
-                ggml_type: GgmlType::F32,
-            },
-            TensorSpec {
-                name: "b".into(),
-                dims: vec![256, 2],
-                ggml_type: GgmlType::Q4_K,
-            },
-        ];
-        (md, ts)
-    }
-
-    fn write_sample(path: &Path, align: u64) -> u64 {
-        let (md, ts) = sample();
-        let mut f = std::fs::File::create(path).unwrap();
-        write_gguf(&mut f, &md, &ts, align, |_, t, w| {
-            w.write_all(&vec![1u8; t.bytes().unwrap() as usize])
-        })
-        .unwrap()
-    }
-
-    #[test]
-    fn round_trip_every_value_type() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("x.gguf");
-        let n = write_sample(&p, 32);
-        let g = read(&p).unwrap();
-        assert_eq!(g.file_len, n);
-        let (md, _) = sample();
-        assert_eq!(g.metadata, md);
-        assert_eq!(g.tensors.len(), 2);
-        assert_eq!(g.tensors[0].n_bytes, 12);
-        assert_eq!(g.tensors[1].offset, 32);
-        assert_eq!(g.tensors[1].n_bytes, 288);
-        assert_eq!(g.data_offset % 32, 0);
-        assert_eq!(g.get_u64("a.u16"), Some(700));
-        assert_eq!(g.get_u64("a.i32"), None);
-        assert_eq!(g.array_len("a.arr"), Some(3));
-    }
-
-    #[test]
-    fn errors_are_typed() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("x.gguf");
-        let n = write_sample(&p, 32);
-        assert!(matches!(
-            read(&dir.path().join("nope")),
-            Err(GgufError::NotFound(_))
-        ));
-        assert!(matches!(read(dir.path()), Err(GgufError::IsDirectory(_))));
-        let bytes = std::fs::read(&p).unwrap();
-        // Truncated data section and truncated header.
-        std::fs::write(&p, &bytes[..n as usize - 10]).unwrap();
-        let e = read(&p).unwrap_err();
-        assert!(matches!(e, GgufError::Truncated { .. }), "{e}");
-        std::fs::write(&p, &bytes[..40]).unwrap();
-        assert!(matches!(read(&p), Err(GgufError::Truncated { .. })));
-        // Bad magic.
-        std::fs::write(&p, b"hello world, not a model").unwrap();
-        assert!(matches!(read(&p), Err(GgufError::BadMagic { .. })));
-        // Version 1.
-        let mut v1 = bytes.clone();
-        v1[4..8].copy_from_slice(&1u32.to_le_bytes());
-        std::fs::write(&p, &v1).unwrap();
-        assert!(matches!(
-            read(&p),
-            Err(GgufError::UnsupportedVersion { version: 1, .. })
-        ));
-        // Unknown tensor type: patch the type id of tensor "a" (F32=0) to 200.
-        let (hdr, _) = encode_header(&sample().0, &sample().1, 32).unwrap();
-        let needle = {
-            let mut v = Vec::new();
-            put_str(&mut v, "a");
-            v.extend_from_slice(&1u32.to_le_bytes());
-            v.extend_from_slice(&3u64.to_le_bytes());
-            v
-        };
-        let at = hdr.windows(needle.len()).position(|w| w == needle).unwrap() + needle.len();
-        let mut bad = bytes.clone();
-        bad[at..at + 4].copy_from_slice(&200u32.to_le_bytes());
-        std::fs::write(&p, &bad).unwrap();
-        let e = read(&p).unwrap_err();
-        assert!(
-            matches!(e, GgufError::UnknownTensorType { type_id: 200, .. }),
-            "{e}"
-        );
-        assert_eq!(e.to_string().lines().count(), 1);
-    }
-
-    #[test]
-    fn custom_alignment_is_honoured() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("x.gguf");
-        let (mut md, ts) = sample();
-        md.push(("general.alignment".into(), GgufValue::U32(64)));
-        let mut f = std::fs::File::create(&p).unwrap();
-        write_gguf(&mut f, &md, &ts, 64, |_, t, w| {
-            w.write_all(&vec![0u8; t.bytes().unwrap() as usize])
-        })
-        .unwrap();
-        let g = read(&p).unwrap();
-        assert_eq!(g.alignment, 64);
-        assert_eq!(g.data_offset % 64, 0);
-        assert_eq!(g.tensors[1].offset, 64);
-    }
-}
+mod tests;

@@ -4,6 +4,7 @@
 pub mod cards;
 pub mod ggml_type;
 pub mod gguf;
+pub mod header;
 pub mod inspect;
 pub mod layout;
 pub mod memory;

@@ -1,0 +1,389 @@
+//! A model's layout from its GGUF header alone, for `qtune plan`: a file holding only the first
+//! megabytes of a model (`curl -L -r 0-16777215 URL -o head.gguf`), or a plain-http:// URL whose
+//! header is read with one bounded Range request. The tensor infos give every tensor's type and
+//! shape, so the layout is the whole file's. Every other command reads whole files
+//! ([`super::gguf::read`]): a server cannot load a header.
+
+use super::gguf::{self, shown, Extent, GgufError, GgufFile};
+use super::ModelLayout;
+use anyhow::{anyhow, bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The most bytes read for a header: far above a real model's (a 250k-token vocabulary and a
+/// thousand tensor infos take under 16 MiB), low enough to bound what a server can send.
+pub const MAX_HEADER_BYTES: u64 = 64 << 20;
+
+/// Seconds a URL's header may take, the connection included (`QTUNE_HTTP_TIMEOUT_S` overrides).
+pub const HTTP_TIMEOUT_S: u64 = 30;
+
+/// The command that fetches a model's header (its first 16 MiB) for `qtune plan -m`.
+pub const CURL_HEADER: &str = "curl -L -r 0-16777215 URL -o head.gguf";
+
+/// A model to plan: read whole, or from its header only.
+#[derive(Debug, Clone)]
+pub struct PlanSource {
+    pub layout: ModelLayout,
+    /// The path a launch command names: the file, or for a URL its file name (where a
+    /// download of it lands).
+    pub command_path: PathBuf,
+    /// Set when the plan rests on the header alone.
+    pub header_only: Option<HeaderOnly>,
+}
+
+/// What a header-only read read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeaderOnly {
+    /// Bytes of the model read (the file's length, or what came over HTTP).
+    pub bytes_read: u64,
+    /// The whole file's length, from its tensor infos.
+    pub file_bytes: u64,
+    /// Read from a URL (the command names the file a download of it makes), not a file.
+    pub from_url: bool,
+}
+
+impl HeaderOnly {
+    /// One line for the plan: what it rests on, and what to do before starting its command.
+    pub fn text(&self, command_path: &Path) -> String {
+        let size = if self.file_bytes >= 1_000_000_000 {
+            format!("{:.1} GB", self.file_bytes as f64 / 1e9)
+        } else {
+            format!("{:.0} MB", self.file_bytes as f64 / 1e6)
+        };
+        let path = crate::escape::terminal_path(command_path);
+        let todo = if self.from_url {
+            format!("download the whole file as {path} (the name the command uses) first")
+        } else {
+            format!(
+                "download the whole file and start the command with its path in place of {path}"
+            )
+        };
+        format!(
+            "planned from the GGUF header only (the first {:.1} MiB of a {size} file): {todo}",
+            self.bytes_read as f64 / (1u64 << 20) as f64,
+        )
+    }
+}
+
+/// The layout of `model` for `qtune plan`: a whole GGUF file, a file holding its header only,
+/// or a plain-http:// URL read for its header.
+pub fn load_for_plan(model: &Path) -> Result<PlanSource> {
+    let text = model.to_string_lossy();
+    let lower = text.to_ascii_lowercase();
+    if lower.starts_with("https://") {
+        bail!(
+            "{}: qtune reads a header over plain http:// only (this build has no TLS): fetch the \
+             header with `{CURL_HEADER}` and pass -m head.gguf",
+            shown(&text, 200)
+        );
+    }
+    if lower.starts_with("http://") {
+        return from_url(&text);
+    }
+    let g = match gguf::read_with(model, Extent::HeaderOnly) {
+        Err(GgufError::Truncated { what, .. }) => bail!(
+            "{} ends inside its GGUF header ({what}): fetch more of the file, e.g. `curl -L -r \
+             0-{} URL -o head.gguf`",
+            model.display(),
+            MAX_HEADER_BYTES - 1
+        ),
+        r => r?,
+    };
+    let present = std::fs::metadata(model).map_or(g.file_len, |m| m.len());
+    let header_only = (present < g.file_len).then_some(HeaderOnly {
+        bytes_read: present,
+        file_bytes: g.file_len,
+        from_url: false,
+    });
+    if header_only.is_some() {
+        not_a_split_part(&g, &model.display().to_string())?;
+    }
+    let layout =
+        super::layout::from_gguf(&g).with_context(|| format!("cannot use {}", model.display()))?;
+    Ok(PlanSource {
+        layout,
+        command_path: model.to_path_buf(),
+        header_only,
+    })
+}
+
+/// A part of a split model lists only its own tensors: a plan from it would count too few.
+fn not_a_split_part(g: &GgufFile, name: &str) -> Result<()> {
+    match g.get_u64("split.count") {
+        Some(n) if n > 1 => bail!(
+            "{} is one part of a model split in {n} files: its header lists only that part's \
+             tensors, and qtune does not plan split models from their headers (plan a \
+             single-file quantization)",
+            shown(name, 200)
+        ),
+        _ => Ok(()),
+    }
+}
+
+fn timeout() -> Duration {
+    let s = std::env::var("QTUNE_HTTP_TIMEOUT_S")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&s| (1..=3600).contains(&s))
+        .unwrap_or(HTTP_TIMEOUT_S);
+    Duration::from_secs(s)
+}
+
+fn from_url(url: &str) -> Result<PlanSource> {
+    let parsed = reqwest::Url::parse(url)
+        .map_err(|e| anyhow!("{} is not a URL qtune can read ({e})", shown(url, 200)))?;
+    let limit = timeout();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the HTTP client")?;
+    let (g, bytes_read) = rt
+        .block_on(async { tokio::time::timeout(limit, fetch(url)).await })
+        .map_err(|_| {
+            anyhow!(
+                "{}: no whole GGUF header within {} s (a slow or stalled server): fetch the header \
+                 with `{CURL_HEADER}` and pass -m head.gguf",
+                shown(url, 200),
+                limit.as_secs()
+            )
+        })??;
+    not_a_split_part(&g, url)?;
+    let layout =
+        super::layout::from_gguf(&g).with_context(|| format!("cannot use {}", shown(url, 200)))?;
+    // Where `curl -O URL` or a browser would save it.
+    let file = parsed
+        .path_segments()
+        .and_then(|mut s| s.next_back())
+        .filter(|s| !s.is_empty() && *s != "." && *s != "..")
+        .unwrap_or("model.gguf");
+    Ok(PlanSource {
+        header_only: Some(HeaderOnly {
+            bytes_read,
+            file_bytes: g.file_len,
+            from_url: true,
+        }),
+        command_path: PathBuf::from(file),
+        layout,
+    })
+}
+
+/// An error and its causes on one line ("error sending request: ...: Connection refused").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = c.source();
+    }
+    shown(&s, 300)
+}
+
+/// GET the first [`MAX_HEADER_BYTES`] of `url` and parse its header as soon as the bytes so far
+/// hold it, then drop the connection: the header, and what is in flight, is all that is read.
+async fn fetch(url: &str) -> Result<(GgufFile, u64)> {
+    let shown_url = shown(url, 200);
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::custom(|a| {
+            if a.url().scheme() != "http" {
+                a.stop()
+            } else if a.previous().len() >= 5 {
+                a.error("more than 5 redirects")
+            } else {
+                a.follow()
+            }
+        }))
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .context("cannot start the HTTP client")?;
+    let mut resp = client
+        .get(url)
+        .header(
+            reqwest::header::RANGE,
+            format!("bytes=0-{}", MAX_HEADER_BYTES - 1),
+        )
+        .send()
+        .await
+        .map_err(|e| anyhow!("cannot read {shown_url}: {}", chain(&e)))?;
+    let status = resp.status();
+    if status.is_redirection() {
+        let to = resp
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("another address");
+        bail!(
+            "{shown_url} redirects to {}, which is not plain http:// (this build has no TLS): \
+             fetch the header with `{CURL_HEADER}` and pass -m head.gguf",
+            shown(to, 200)
+        );
+    }
+    if status != reqwest::StatusCode::OK && status != reqwest::StatusCode::PARTIAL_CONTENT {
+        bail!("{shown_url} answered HTTP {status}: check the URL");
+    }
+    // bytes 0-N/TOTAL: the whole file's length, when the server says it.
+    let total: Option<u64> = resp
+        .headers()
+        .get(reqwest::header::CONTENT_RANGE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let v = v.strip_prefix("bytes 0-")?;
+            v.split_once('/')?.1.trim().parse().ok()
+        });
+    if status == reqwest::StatusCode::PARTIAL_CONTENT && total.is_none() {
+        bail!("{shown_url} answered a range that does not start at byte 0: check the URL");
+    }
+    let name = PathBuf::from(url);
+    let max = MAX_HEADER_BYTES as usize;
+    let mut buf: Vec<u8> = Vec::new();
+    // Parse at 1 MiB, then each time half as much again has come.
+    let mut next = 1usize << 20;
+    loop {
+        let chunk = resp
+            .chunk()
+            .await
+            .map_err(|e| anyhow!("cannot read {shown_url}: {}", chain(&e)))?;
+        let done = chunk.is_none();
+        if let Some(c) = chunk {
+            let room = max - buf.len();
+            buf.extend_from_slice(&c[..c.len().min(room)]);
+        }
+        let full = buf.len() >= max;
+        if !(done || full || buf.len() >= next) {
+            continue;
+        }
+        match gguf::parse_bytes(&buf, &name, Extent::HeaderOnly) {
+            Ok(g) => {
+                if let Some(t) = total.filter(|&t| t < g.file_len) {
+                    bail!(
+                        "{shown_url} is cut off: {t} bytes on the server, but its tensors need \
+                         {} (re-upload or pick another file)",
+                        g.file_len
+                    );
+                }
+                return Ok((g, buf.len() as u64));
+            }
+            Err(GgufError::Truncated { .. }) if !done && !full => {
+                next = buf.len() + buf.len() / 2;
+            }
+            Err(GgufError::Truncated { .. }) if full => bail!(
+                "{shown_url}: its GGUF header goes on past {} MiB, more than any model's: not \
+                 a model qtune can plan",
+                MAX_HEADER_BYTES >> 20
+            ),
+            Err(GgufError::Truncated { what, .. }) => bail!(
+                "{shown_url} ends inside its GGUF header ({what}): the file on the server is cut \
+                 off"
+            ),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ggml_type::GgmlType;
+    use crate::model::gguf::{write_gguf, GgufValue, TensorSpec};
+
+    /// A small qwen3moe-like model with `extra` metadata, written whole; its bytes.
+    fn model_bytes(extra: &[(&str, GgufValue)]) -> Vec<u8> {
+        let s = |v: &str| GgufValue::String(v.into());
+        let mut md = vec![
+            ("general.architecture".to_string(), s("qwen3moe")),
+            ("qwen3moe.block_count".into(), GgufValue::U32(2)),
+            ("qwen3moe.embedding_length".into(), GgufValue::U32(256)),
+            ("qwen3moe.attention.head_count".into(), GgufValue::U32(4)),
+            ("qwen3moe.attention.head_count_kv".into(), GgufValue::U32(2)),
+            ("qwen3moe.expert_count".into(), GgufValue::U32(4)),
+            ("qwen3moe.expert_used_count".into(), GgufValue::U32(2)),
+            ("qwen3moe.context_length".into(), GgufValue::U32(4096)),
+        ];
+        md.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
+        let mut ts = Vec::new();
+        for b in 0..2 {
+            ts.push(TensorSpec {
+                name: format!("blk.{b}.attn_q.weight"),
+                dims: vec![256, 256],
+                ggml_type: GgmlType::Q4_K,
+            });
+            ts.push(TensorSpec {
+                name: format!("blk.{b}.ffn_up_exps.weight"),
+                dims: vec![256, 512, 4],
+                ggml_type: GgmlType::Q4_K,
+            });
+        }
+        let mut out = Vec::new();
+        write_gguf(&mut out, &md, &ts, 32, |_, t, w| {
+            w.write_all(&vec![0u8; t.bytes().unwrap() as usize])
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn a_header_only_file_has_the_whole_files_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = model_bytes(&[]);
+        let whole = dir.path().join("whole.gguf");
+        std::fs::write(&whole, &bytes).unwrap();
+        let g = gguf::read(&whole).unwrap();
+        let head = dir.path().join("head.gguf");
+        std::fs::write(&head, &bytes[..g.data_offset as usize + 100]).unwrap();
+        // Every other command refuses the cut file as before.
+        assert!(matches!(
+            gguf::read(&head),
+            Err(GgufError::Truncated { .. })
+        ));
+        let full = load_for_plan(&whole).unwrap();
+        assert_eq!(full.header_only, None);
+        let part = load_for_plan(&head).unwrap();
+        assert_eq!(part.layout, full.layout);
+        assert_eq!(
+            part.header_only,
+            Some(HeaderOnly {
+                bytes_read: g.data_offset + 100,
+                file_bytes: bytes.len() as u64,
+                from_url: false,
+            })
+        );
+        assert!(part
+            .header_only
+            .unwrap()
+            .text(&part.command_path)
+            .contains("header only"));
+        // Cut inside the header: a one-line error that says to fetch more.
+        std::fs::write(&head, &bytes[..g.data_offset as usize / 2]).unwrap();
+        let e = load_for_plan(&head).unwrap_err().to_string();
+        assert!(
+            e.contains("ends inside its GGUF header") && e.contains("curl"),
+            "{e}"
+        );
+        assert_eq!(e.lines().count(), 1);
+    }
+
+    #[test]
+    fn https_says_to_fetch_the_header_with_curl() {
+        let e = load_for_plan(Path::new("https://example.org/m.gguf"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no TLS") && e.contains(CURL_HEADER), "{e}");
+        assert_eq!(e.lines().count(), 1);
+    }
+
+    #[test]
+    fn one_part_of_a_split_model_is_refused_from_its_header() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = model_bytes(&[("split.count", GgufValue::U16(3))]);
+        let whole = dir.path().join("m-00001-of-00003.gguf");
+        std::fs::write(&whole, &bytes).unwrap();
+        let g = gguf::read(&whole).unwrap();
+        std::fs::write(&whole, &bytes[..g.data_offset as usize + 10]).unwrap();
+        let e = load_for_plan(&whole).unwrap_err().to_string();
+        assert!(e.contains("split in 3 files"), "{e}");
+        assert_eq!(e.lines().count(), 1);
+    }
+}

@@ -1,0 +1,303 @@
+//! `qtune plan -m` from a GGUF header alone (issue 46): a file holding only a model's first
+//! megabytes, or a plain-http:// URL read with one Range request (a local server,
+//! tests/fixtures/range-server), plans exactly as the whole file does and says it planned from
+//! the header; every other command still refuses the cut file; https://, a redirect to https, a
+//! stalled server, a missing file and a header cut short are one-line errors.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use support::require;
+
+fn qtune(args: &[&str], envs: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_qtune"));
+    c.args(args).env("NO_COLOR", "1");
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["plan"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    let o = qtune(&all, &[]);
+    assert!(o.status.success(), "{}", support::output_text(&o));
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", support::output_text(&o)))
+}
+
+/// The one-line error of a failed run.
+fn one_line_error(o: &Output) -> String {
+    assert!(!o.status.success(), "{}", support::output_text(o));
+    let err = String::from_utf8_lossy(&o.stderr).trim().to_string();
+    assert!(
+        err.starts_with("qtune: error: "),
+        "{}",
+        support::output_text(o)
+    );
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+/// The tiny synthetic MoE model (64 MB, a 151k-token vocabulary in its header).
+fn tiny() -> Option<PathBuf> {
+    require::or_skip(
+        qtune::fixtures::tiny_moe("tiny-qwen3moe").map_err(|e| format!("{e:#}")),
+        "the tiny MoE fixture",
+    )
+}
+
+/// The first `n` bytes of `model`, as `dir/name`.
+fn first_bytes(model: &Path, n: u64, dir: &Path, name: &str) -> PathBuf {
+    let bytes = std::fs::read(model).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, &bytes[..n as usize]).unwrap();
+    p
+}
+
+/// Where the header ends (the tensor data's start).
+fn data_offset(model: &Path) -> u64 {
+    qtune::model::gguf::read(model).unwrap().data_offset
+}
+
+/// tests/fixtures/range-server serving one file; killed on drop.
+struct RangeServer {
+    child: Child,
+    port: u16,
+    portfile: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl RangeServer {
+    fn start(file: &Path, mode: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let portfile = dir.path().join("port");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/range-server");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .arg(file)
+            .arg(&portfile)
+            .arg(mode)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let port = loop {
+            if let Ok(s) = std::fs::read_to_string(&portfile) {
+                break s.trim().parse().unwrap();
+            }
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the range server exited"
+            );
+            assert!(Instant::now() < deadline, "the range server did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        RangeServer {
+            child,
+            port,
+            portfile,
+            _dir: dir,
+        }
+    }
+
+    fn url(&self, name: &str) -> String {
+        format!("http://127.0.0.1:{}/models/{name}", self.port)
+    }
+
+    /// The request lines it logged (a line is written when a request is done with).
+    fn log(&self) -> Vec<String> {
+        let p = self.portfile.with_extension("log");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = std::fs::read_to_string(&p).unwrap_or_default();
+            if !text.is_empty() || Instant::now() > deadline {
+                return text.lines().map(str::to_string).collect();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for RangeServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a box plan predicts for its one quant, without what names the file.
+fn predictions(p: &serde_json::Value) -> serde_json::Value {
+    let mut q = p["quants"][0].clone();
+    let o = q.as_object_mut().unwrap();
+    for k in ["recipe", "command"] {
+        o.remove(k);
+    }
+    q
+}
+
+#[test]
+fn a_header_only_file_plans_like_the_whole_file_and_says_so() {
+    let Some(model) = tiny() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let len = std::fs::metadata(&model).unwrap().len();
+    let header = data_offset(&model);
+    assert!(header < len / 4, "a header, not most of the file: {header}");
+    let head = first_bytes(&model, header + 4096, dir.path(), "head.gguf");
+    let m = model.display().to_string();
+    let h = head.display().to_string();
+
+    // With --box: the same predictions; the recipe says what the plan rests on.
+    let whole = json(&["--box", "rtx-5080-16gb", "-m", &m]);
+    let part = json(&["--box", "rtx-5080-16gb", "-m", &h]);
+    assert_eq!(predictions(&part), predictions(&whole));
+    assert_eq!(part["quants"][0]["file_bytes"], len);
+    let recipe = part["quants"][0]["recipe"].as_str().unwrap();
+    assert!(
+        recipe.contains("planned from the GGUF header only") && recipe.contains("download"),
+        "{recipe}"
+    );
+    assert!(!whole["quants"][0]["recipe"]
+        .as_str()
+        .unwrap()
+        .contains("header only"));
+
+    // On this box: the same config, and a reason that says it.
+    let whole = json(&["-m", &m, "--no-profile"]);
+    let part = json(&["-m", &h, "--no-profile"]);
+    assert_eq!(part["config"], whole["config"]);
+    assert_eq!(part["predicted_host_mib"], whole["predicted_host_mib"]);
+    let reasons = part["reasons"].to_string();
+    assert!(
+        reasons.contains("planned from the GGUF header only"),
+        "{reasons}"
+    );
+    assert!(!whole["reasons"].to_string().contains("header only"));
+    let o = qtune(&["plan", "-m", &h, "--no-profile"], &[]);
+    assert!(o.status.success(), "{}", support::output_text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("planned from the GGUF header only"),
+        "{}",
+        support::output_text(&o)
+    );
+
+    // Every other command still refuses the cut file.
+    let e = one_line_error(&qtune(&["inspect", "-m", &h], &[]));
+    assert!(e.contains("is truncated"), "{e}");
+
+    // Cut inside the header: say to fetch more.
+    let short = first_bytes(&model, header / 2, dir.path(), "short.gguf");
+    let e = one_line_error(&qtune(
+        &[
+            "plan",
+            "--box",
+            "rtx-3090",
+            "-m",
+            &short.display().to_string(),
+        ],
+        &[],
+    ));
+    assert!(
+        e.contains("ends inside its GGUF header") && e.contains("curl -L -r 0-"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_url_is_read_for_its_header_with_one_range_request() {
+    let Some(model) = tiny() else {
+        return;
+    };
+    let len = std::fs::metadata(&model).unwrap().len();
+    let whole = json(&["--box", "rtx-5080-16gb", "-m", &model.display().to_string()]);
+    let name = "Tiny-Qwen3MoE-Q4_K_M.gguf";
+
+    let server = RangeServer::start(&model, "ok");
+    let p = json(&["--box", "rtx-5080-16gb", "-m", &server.url(name)]);
+    assert_eq!(predictions(&p), predictions(&whole));
+    let recipe = p["quants"][0]["recipe"].as_str().unwrap();
+    assert!(recipe.contains("header only"), "{recipe}");
+    // The command names the file a download of the URL makes.
+    let cmd: Vec<&str> = p["quants"][0]["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    let at = cmd.iter().position(|a| *a == "-m").unwrap();
+    assert_eq!(cmd[at + 1], name, "{cmd:?}");
+    // One request, for a bounded range, and the connection dropped once the header was in.
+    let log = server.log();
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert!(log[0].contains("range=bytes=0-67108863"), "{log:?}");
+    let sent: u64 = log[0].rsplit("sent=").next().unwrap().parse().unwrap();
+    assert!(sent < len / 2, "sent {sent} of {len} bytes: {log:?}");
+
+    // On this box too.
+    let part = json(&["-m", &server.url(name), "--no-profile"]);
+    let local = json(&["-m", &model.display().to_string(), "--no-profile"]);
+    assert_eq!(part["config"], local["config"]);
+    assert!(part["reasons"].to_string().contains("header only"));
+
+    // A server that ignores Range: its whole-file reply is read only as far as the header.
+    let server = RangeServer::start(&model, "ignore-range");
+    let p = json(&["--box", "rtx-5080-16gb", "-m", &server.url(name)]);
+    assert_eq!(predictions(&p), predictions(&whole));
+    let log = server.log();
+    assert!(log[0].contains("status=200"), "{log:?}");
+    let sent: u64 = log[0].rsplit("sent=").next().unwrap().parse().unwrap();
+    assert!(sent < len / 2, "sent {sent} of {len} bytes: {log:?}");
+}
+
+#[test]
+fn https_redirects_stalls_missing_and_cut_files_are_one_line_errors() {
+    let Some(model) = tiny() else {
+        return;
+    };
+    let plan = |url: &str, envs: &[(&str, &str)]| {
+        one_line_error(&qtune(&["plan", "--box", "rtx-4090", "-m", url], envs))
+    };
+    let curl = "curl -L -r 0-16777215 URL -o head.gguf";
+    let e = plan("https://huggingface.co/x/y/resolve/main/m.gguf", &[]);
+    assert!(e.contains("no TLS") && e.contains(curl), "{e}");
+
+    let s = RangeServer::start(&model, "https-redirect");
+    let e = plan(&s.url("m.gguf"), &[]);
+    assert!(
+        e.contains("redirects to https://") && e.contains(curl),
+        "{e}"
+    );
+
+    let s = RangeServer::start(&model, "not-found");
+    let e = plan(&s.url("m.gguf"), &[]);
+    assert!(e.contains("HTTP 404"), "{e}");
+
+    let s = RangeServer::start(&model, "stall");
+    let t = Instant::now();
+    let e = plan(&s.url("m.gguf"), &[("QTUNE_HTTP_TIMEOUT_S", "2")]);
+    assert!(e.contains("within 2 s") && e.contains(curl), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
+    drop(s);
+
+    // Nothing listening.
+    let port = support::free_port();
+    let e = plan(&format!("http://127.0.0.1:{port}/m.gguf"), &[]);
+    assert!(e.contains("cannot read http://127.0.0.1"), "{e}");
+
+    // A file on the server that ends inside its header.
+    let dir = tempfile::tempdir().unwrap();
+    let short = first_bytes(&model, data_offset(&model) / 2, dir.path(), "short.gguf");
+    let s = RangeServer::start(&short, "ok");
+    let e = plan(&s.url("m.gguf"), &[]);
+    assert!(
+        e.contains("ends inside its GGUF header") && e.contains("cut off"),
+        "{e}"
+    );
+}
