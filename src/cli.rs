@@ -255,7 +255,7 @@ pub struct CalibrateArgs {
     /// Micro-batch sizes (-ub; -b is at least 2048), comma-separated; default: the server's.
     #[arg(long, value_delimiter = ',')]
     pub ubatch: Vec<u32>,
-    /// Directory for the server logs and calibration.json.
+    /// Directory for the server logs and calibration.json: a new or empty folder.
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -458,7 +458,7 @@ pub struct InspectArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct SynthArgs {
-    /// Output GGUF path.
+    /// Output GGUF path: a new path or a regular file to replace (never a link or a device).
     #[arg(required_unless_present = "test_models")]
     pub out: Option<PathBuf>,
     /// qwen3.5-35b-a3b, qwen3-30b-a3b, tiny-qwen35moe or tiny-qwen3moe.

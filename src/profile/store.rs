@@ -10,6 +10,14 @@ pub fn import_into(file: &Path, profiles_dir: &Path) -> Result<(PathBuf, bool)> 
     let p = load_profile(file)?;
     let yaml = to_yaml(&p)?;
     let dest = profiles_dir.join(format!("{}.yaml", file_stem(&p.name)));
+    // A link where the profile goes (even a dangling one) is named as one: never followed,
+    // never replaced.
+    if std::fs::symlink_metadata(&dest).is_ok_and(|m| m.file_type().is_symlink()) {
+        bail!(
+            "{} is a symbolic link: qtune stores a profile only as a real file and never writes through a link (remove the link, then import again)",
+            dest.display()
+        );
+    }
     if let Ok(existing) = crate::util::read_bounded(&dest, MAX_PROFILE_BYTES) {
         if existing == yaml.as_bytes() {
             return Ok((dest, false));

@@ -223,6 +223,31 @@ fn sweep_stale_work_dirs(quality_dir: &Path) {
 /// Removes the working directory (logits file, logs) however the run ends.
 struct WorkDir(PathBuf);
 
+impl WorkDir {
+    /// A new, empty, user-only folder at `path` (its name holds this process's id): whatever
+    /// is already there is removed first (a folder left by an earlier process of the same id,
+    /// or a link planted at the name: the link itself, never what it points to), and the
+    /// folder is made with `mkdir`, which never follows a link. Its parent, in qtune's cache,
+    /// may be a link the user made.
+    fn create(path: PathBuf) -> Result<WorkDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        let cannot = || format!("cannot create {}", path.display());
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).with_context(cannot)?;
+        }
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path).with_context(cannot)?,
+            Ok(_) => std::fs::remove_file(&path).with_context(cannot)?,
+            Err(_) => {}
+        }
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .with_context(cannot)?;
+        Ok(WorkDir(path))
+    }
+}
+
 impl Drop for WorkDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
@@ -281,13 +306,11 @@ pub fn measure(
 
     let binary = perplexity::locate(opts.perplexity.as_deref(), opts.server.as_deref())?;
     sweep_stale_work_dirs(&crate::util::cache_dir().join("quality"));
-    let work = WorkDir(crate::util::cache_dir().join("quality").join(format!(
+    let work = WorkDir::create(crate::util::cache_dir().join("quality").join(format!(
         "work-{}-{}",
         std::process::id(),
         key
-    )));
-    std::fs::create_dir_all(&work.0)
-        .with_context(|| format!("cannot create {}", work.0.display()))?;
+    )))?;
     let logits = work.0.join("reference.logits");
     let started = Instant::now();
 
@@ -478,6 +501,29 @@ mod tests {
         std::fs::write(&result, b"{}").unwrap();
         sweep_stale_work_dirs(d.path());
         assert!(!dead.exists() && live.exists() && result.exists());
+    }
+
+    /// The working folder holds the reference's logits (gigabytes) and the runs' logs: a link
+    /// planted at its name in the cache (`work-<pid>-<key> -> ~/somewhere`) is not followed;
+    /// a real folder of its own takes the name, and the link's folder is left as it was.
+    #[test]
+    fn the_work_folder_is_created_fresh_never_through_a_planted_link() {
+        let d = tempfile::tempdir().unwrap();
+        let elsewhere = d.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("mine"), b"keep").unwrap();
+        let path = d.path().join(format!("work-{}-abc", std::process::id()));
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        let work = WorkDir::create(path.clone()).unwrap();
+        assert!(std::fs::symlink_metadata(&path).unwrap().is_dir());
+        std::fs::write(path.join("reference.logits"), b"x").unwrap();
+        drop(work);
+        assert!(!path.exists());
+        let left: Vec<_> = std::fs::read_dir(&elsewhere)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["mine"]);
     }
 
     #[test]

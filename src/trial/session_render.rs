@@ -92,9 +92,7 @@ pub fn trace_for(name: &str, server: &Path, model: &Path, ctx: u32) -> Result<Pa
         "--port".into(),
         port.to_string(),
     ];
-    let log_path = std::env::temp_dir().join(format!("qtune-render-{}.log", std::process::id()));
-    let log = std::fs::File::create(&log_path)
-        .with_context(|| format!("cannot create {}", log_path.display()))?;
+    let (log, log_path) = create_render_log(&std::env::temp_dir())?;
     let mut proc = super::process::ServerProcess::spawn(&argv, &log, &[])?;
     let url = format!("http://127.0.0.1:{port}");
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -156,4 +154,53 @@ pub fn trace_for(name: &str, server: &Path, model: &Path, ctx: u32) -> Result<Pa
         started.elapsed().as_secs_f64()
     );
     Ok(out)
+}
+
+/// The short-lived server's log in `dir`, the system's temporary folder: shared by every user,
+/// so the log gets a new name of its own (`qtune-render-XXXXXX.log`, created with `O_EXCL`,
+/// user-only), never a name another user could plant a link at. It is kept when the render
+/// fails (the error names it) and removed when it succeeds.
+fn create_render_log(dir: &Path) -> Result<(std::fs::File, PathBuf)> {
+    tempfile::Builder::new()
+        .prefix("qtune-render-")
+        .suffix(".log")
+        .tempfile_in(dir)
+        .and_then(|t| t.keep().map_err(|e| e.error))
+        .with_context(|| format!("cannot create the render's log in {}", dir.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The render's log goes to the shared temporary folder: a link planted there under the
+    /// name qtune would pick (`/tmp/qtune-render-<pid>.log -> ~/.bashrc`) is never written
+    /// through; the log gets a name of its own.
+    #[test]
+    fn the_render_log_is_never_written_through_a_planted_link() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("bashrc");
+        std::fs::write(&victim, "export KEEP=me\n").unwrap();
+        let planted = dir
+            .path()
+            .join(format!("qtune-render-{}.log", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        let (mut log, path) = create_render_log(dir.path()).unwrap();
+        log.write_all(b"llama-server's log\n").unwrap();
+        drop(log);
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "export KEEP=me\n"
+        );
+        assert!(std::fs::symlink_metadata(&path).unwrap().is_file());
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "llama-server's log\n"
+        );
+        assert!(std::fs::symlink_metadata(&planted)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+    }
 }
