@@ -185,6 +185,35 @@ fn a_tune_starts_with_a_banner_and_counts_its_launches_and_quiet_silences_both()
     );
 }
 
+/// Two tunes started in the same second without `--out` each get their own run folder (the
+/// default name is to the second: the second tune had found the first's folder and stopped,
+/// "already holds a tune").
+#[test]
+fn two_tunes_started_at_once_get_their_own_run_folders() {
+    let tmp = tempfile::tempdir().unwrap();
+    let start = || {
+        qtune(tmp.path())
+            .env("QTUNE_DATA_DIR", tmp.path())
+            .args(replay_args(&fixture(), &["--quiet"]))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (start(), start());
+    for o in [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()] {
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let runs: Vec<_> = std::fs::read_dir(tmp.path().join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    for r in &runs {
+        assert!(r.join("results.json").is_file(), "{}", r.display());
+    }
+}
+
 /// Without a GPU the tune says it switched to the cpu-only space; `--dry-run` lists the
 /// launches it would start with, writes nothing and launches nothing.
 #[test]

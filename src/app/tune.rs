@@ -12,7 +12,7 @@ use crate::space::SearchSpace;
 use crate::trial::cleanup::Interrupted;
 use crate::trial::journal::Journal;
 use crate::trial::TrialRunner;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use resume::{extend_budget, resume_command, verify_resume};
 use space::space_for;
 use std::path::{Path, PathBuf};
@@ -79,6 +79,35 @@ impl ReplayOptions {
                 .to_path_buf()
         }
     }
+}
+
+/// A new, empty `<data dir>/runs/<date>-<model>-<host>/`, or `...-2/`, `-3/`... where another
+/// tune took that name in the same second: each name is claimed by creating its folder, so two
+/// tunes started at once never share one.
+fn new_default_run_dir(model: &Path, tag: Option<&str>) -> Result<PathBuf> {
+    let base = default_run_dir(model, tag);
+    if let Some(parent) = base.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+    for n in 1..=100 {
+        let dir = if n == 1 {
+            base.clone()
+        } else {
+            let mut name = base.clone().into_os_string();
+            name.push(format!("-{n}"));
+            PathBuf::from(name)
+        };
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot create {}", dir.display())),
+        }
+    }
+    bail!(
+        "100 run folders named {} already exist: give --out DIR",
+        base.display()
+    )
 }
 
 /// `<data dir>/runs/<date>-<model>-<host>/` ([`crate::util::runs_dir`]).
@@ -317,10 +346,10 @@ fn prepare(
         Some(p) => Some(crate::profile::resolve_profile(p)?.1.winner.config.base()),
         None => None,
     };
-    let run_dir = opts
-        .out
-        .clone()
-        .unwrap_or_else(|| default_run_dir(&model, None));
+    let run_dir = match &opts.out {
+        Some(out) => out.clone(),
+        None => new_default_run_dir(&model, None)?,
+    };
     let lock = crate::run::lock(&run_dir)?;
     check_new_run_dir(&run_dir)?;
     let inputs = RunInputs {
@@ -668,7 +697,10 @@ pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>, allow_busy: bool) -> 
         ctx: None,
         budget_trials: None,
         budget_minutes: None,
-        out: Some(out.unwrap_or_else(|| default_run_dir(&model, Some("demo")))),
+        out: Some(match out {
+            Some(out) => out,
+            None => new_default_run_dir(&model, Some("demo"))?,
+        }),
         resume: None,
         from_profile: None,
         host: crate::run::DEFAULT_HOST.into(),
