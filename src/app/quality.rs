@@ -1,16 +1,23 @@
-//! `qtune quality`: measure what each KV cache type costs in accuracy against f16, and print it.
+//! `qtune quality`: measure what each KV cache type costs in accuracy against f16, or what
+//! each quantization costs against a reference file (`--against`), and print it.
 
+use crate::quality::against::AgainstOptions;
 use crate::quality::{measure, table, Origin, QualityOptions};
 use anyhow::Result;
 use std::time::Instant;
 
+/// A box shared by design (QTUNE_MAX_THREADS, as for a tune's launches): llama-perplexity's
+/// default threads are every core.
+fn threads(given: Option<u32>) -> Result<Option<u32>> {
+    match given {
+        Some(t) => Ok(Some(t)),
+        None => crate::hardware::busy::max_threads_env().map_err(|e| anyhow::anyhow!(e)),
+    }
+}
+
 pub fn quality(mut opts: QualityOptions, json: bool) -> Result<()> {
     let t0 = Instant::now();
-    // A box shared by design (QTUNE_MAX_THREADS, as for a tune's launches): llama-perplexity's
-    // default threads are every core.
-    if opts.threads.is_none() {
-        opts.threads = crate::hardware::busy::max_threads_env().map_err(|e| anyhow::anyhow!(e))?;
-    }
+    opts.threads = threads(opts.threads)?;
     let (report, origin) = measure(&opts, &mut |line| eprintln!("qtune: {line}"))?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -26,6 +33,34 @@ pub fn quality(mut opts: QualityOptions, json: bool) -> Result<()> {
         ),
         Origin::Measured => eprintln!(
             "qtune: measured in {:.0} s; the reference's logits took {} on disk and are deleted",
+            t0.elapsed().as_secs_f64(),
+            crate::util::fmt_mib(report.logits_bytes as f64 / 1048576.0)
+        ),
+    }
+    Ok(())
+}
+
+/// `qtune quality -m A.gguf [-m B.gguf] --against REF.gguf`.
+pub fn against(mut opts: AgainstOptions, json: bool) -> Result<()> {
+    let t0 = Instant::now();
+    opts.threads = threads(opts.threads)?;
+    let (report, origin) =
+        crate::quality::against::measure(&opts, &mut |line| eprintln!("qtune: {line}"))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    print!("{}", crate::quality::against::table(&report));
+    match origin {
+        Origin::Cached => eprintln!(
+            "qtune: from the cache (measured {}); `qtune plan -m FILE` cites it",
+            report
+                .quants
+                .first()
+                .map_or("", |q| q.measured_at.as_str())
+        ),
+        Origin::Measured => eprintln!(
+            "qtune: measured in {:.0} s; the reference's logits took {} on disk and are deleted; `qtune plan -m FILE` cites the result",
             t0.elapsed().as_secs_f64(),
             crate::util::fmt_mib(report.logits_bytes as f64 / 1048576.0)
         ),

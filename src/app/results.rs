@@ -149,8 +149,10 @@ pub fn plan(
     super::preflight::check_fits(&layout, &hw, ctx, headroom_mib)?;
     let mut plan = crate::plan::plan(&layout, &hw, chosen.as_ref(), ctx, headroom_mib);
     plan.profile_chosen = why;
-    if let Some(h) = &src.header_only {
-        plan.reasons.push(h.text(&src.command_path));
+    match &src.header_only {
+        Some(h) => plan.reasons.push(h.text(&src.command_path)),
+        // Only a whole file has the weights a measurement is keyed by.
+        None => plan.quality = crate::plan::known_quality::for_file(model, &layout),
     }
     eprint!("{}", terminal_lines(&crate::plan::plan_text(&plan, model)));
     if !plan.fits {

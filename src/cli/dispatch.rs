@@ -127,7 +127,10 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             &c.ubatch,
             &c.out,
         ),
-        Command::Quality(q) => app::quality::quality(quality_options(q.clone()), q.json),
+        Command::Quality(q) => match q.against.clone() {
+            Some(r) => app::quality::against(against_options(q.clone(), r), q.json),
+            None => app::quality::quality(quality_options(q.clone())?, q.json),
+        },
         Command::Compare(c) => app::compare::compare(crate::compare::CompareOptions {
             commands: c.commands,
             rounds: c.rounds,
@@ -196,11 +199,36 @@ fn tune_options(t: TuneArgs) -> crate::app::tune::TuneOptions {
     }
 }
 
-fn quality_options(q: QualityArgs) -> crate::quality::QualityOptions {
-    crate::quality::QualityOptions {
-        model: q.model,
+fn quality_options(q: QualityArgs) -> anyhow::Result<crate::quality::QualityOptions> {
+    let [model] = <[PathBuf; 1]>::try_from(q.model).map_err(|m| {
+        anyhow::anyhow!(
+            "{} models given with -m: several are scored only --against a reference file (e.g. -m Q4_K_M.gguf -m Q4_0.gguf --against Q8_0.gguf)",
+            m.len()
+        )
+    })?;
+    let kv = if q.kv.is_empty() {
+        vec![KvType::Q8_0, KvType::Q4_0]
+    } else {
+        q.kv
+    };
+    Ok(crate::quality::QualityOptions {
+        model,
         text: q.text,
-        kv: q.kv.into_iter().map(|k| [k, k]).collect(),
+        kv: kv.into_iter().map(|k| [k, k]).collect(),
+        ctx: q.ctx,
+        chunks: q.chunks,
+        max_disk_mib: q.max_disk_mib,
+        perplexity: q.perplexity,
+        server: q.server,
+        threads: q.threads,
+    })
+}
+
+fn against_options(q: QualityArgs, reference: PathBuf) -> crate::quality::against::AgainstOptions {
+    crate::quality::against::AgainstOptions {
+        models: q.model,
+        reference,
+        text: q.text,
         ctx: q.ctx,
         chunks: q.chunks,
         max_disk_mib: q.max_disk_mib,

@@ -24,6 +24,9 @@ pub struct PlanModel {
     /// The path a launch command names.
     pub path: PathBuf,
     pub layout: ModelLayout,
+    /// A file's quality as qtune measured it (`qtune quality --against`, from its cache);
+    /// cited before the shape's published numbers.
+    pub measured_quality: Option<KnownQuality>,
 }
 
 /// Predicted time per request of one workload, seconds.
@@ -209,7 +212,10 @@ fn plan_one(
         prompt: speed.map(|s| s.prediction.pp),
         server_default_generation: p.server_default.as_ref().map(|d| d.prediction.tg),
         per_workload,
-        quality: m.shape.as_deref().and_then(|s| known_quality(s, &m.quant)),
+        quality: m
+            .measured_quality
+            .clone()
+            .or_else(|| m.shape.as_deref().and_then(|s| known_quality(s, &m.quant))),
         command: p.config.command(
             Path::new("llama-server"),
             &m.path,
@@ -506,7 +512,7 @@ pub fn box_plan_text(p: &BoxPlan) -> String {
             );
         }
         if let Some(k) = &q.quality {
-            let _ = writeln!(o, "    quality: {}", k.text());
+            let _ = writeln!(o, "    quality: {}", crate::escape::terminal(&k.text()));
         }
         for w in &q.warnings {
             let _ = writeln!(o, "    warning: {w}");
@@ -552,12 +558,13 @@ mod tests {
                 Vec::new()
             },
             quality: kld.map(|k| KnownQuality {
+                reference: "Q8_0".into(),
                 mean_kld: Some(k),
                 same_top1_pct: None,
                 perplexity: None,
-                perplexity_q8_0: None,
-                source: "test",
-                source_short: "test",
+                reference_perplexity: None,
+                source: "test".into(),
+                source_short: "test".into(),
             }),
             speed_note: String::new(),
             extrapolated,

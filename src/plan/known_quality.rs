@@ -1,27 +1,31 @@
-//! What is known of a quantization's quality without the model at hand: users' published
-//! perplexity and KL-divergence tables, cited as such. qtune did not measure these (`qtune
-//! quality` does, where the model is on disk); a plan shows them next to its speeds.
+//! What is known of a quantization's quality: a `qtune quality --against` measurement of the
+//! file on this box where qtune's cache holds one ([`measured`]), else users' published
+//! perplexity and KL-divergence tables ([`known_quality`]), each cited as such. A plan shows
+//! it next to its speeds; it never runs llama-perplexity.
 
 use serde::Serialize;
 
 /// One quantization's published quality numbers.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct KnownQuality {
-    /// Mean KL divergence of its token distributions from Q8_0's (lower is closer).
+    /// What the KLD and top-1 numbers compare with ("Q8_0", or a file qtune measured against).
+    pub reference: String,
+    /// Mean KL divergence of its token distributions from the reference's (lower is closer).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mean_kld: Option<f64>,
-    /// How often its most likely token is Q8_0's, percent.
+    /// How often its most likely token is the reference's, percent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub same_top1_pct: Option<f64>,
-    /// WikiText-2 perplexity, and Q8_0's in the same table.
+    /// Perplexity (published: WikiText-2; measured: on qtune's text), and the reference's on
+    /// the same text.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub perplexity: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub perplexity_q8_0: Option<f64>,
+    pub reference_perplexity: Option<f64>,
     /// Where the numbers come from.
-    pub source: &'static str,
+    pub source: String,
     /// The same, short, for a table cell.
-    pub source_short: &'static str,
+    pub source_short: String,
 }
 
 impl KnownQuality {
@@ -29,15 +33,18 @@ impl KnownQuality {
     /// published by ...".
     pub fn text(&self) -> String {
         let mut parts = Vec::new();
+        let r = &self.reference;
         if let Some(k) = self.mean_kld {
-            parts.push(format!("mean KLD {k} vs Q8_0"));
+            parts.push(format!("mean KLD {k} vs {r}"));
         }
         if let Some(t) = self.same_top1_pct {
             parts.push(format!("same top-1 token {t} %"));
         }
         if let Some(p) = self.perplexity {
-            parts.push(match self.perplexity_q8_0 {
-                Some(r) => format!("perplexity {p} (Q8_0 {r} in the same table)"),
+            // "Q4_1 (ref.gguf)" is named in full once, above.
+            let short = r.split(" (").next().unwrap_or(r);
+            parts.push(match self.reference_perplexity {
+                Some(rp) => format!("perplexity {p} ({short} {rp} on the same text)"),
                 None => format!("perplexity {p}"),
             });
         }
@@ -116,13 +123,55 @@ pub fn known_quality(shape: &str, quant: &str) -> Option<KnownQuality> {
         .iter()
         .find(|r| r.0 == shape && r.1.eq_ignore_ascii_case(quant))
         .map(|r| KnownQuality {
+            reference: "Q8_0".into(),
             mean_kld: r.2,
             same_top1_pct: r.3,
             perplexity: r.4,
-            perplexity_q8_0: r.5,
-            source: r.6,
-            source_short: r.7,
+            reference_perplexity: r.5,
+            source: r.6.into(),
+            source_short: r.7.into(),
         })
+}
+
+/// A `qtune quality --against` measurement, cited: "mean KLD 0.0312 vs Q8_0 (ref.gguf), ...;
+/// measured by qtune quality on this box, 2 chunks of ctx 256 (text kjv.txt, 2026-...)".
+pub fn measured(r: &crate::quality::against::AgainstReport) -> Option<KnownQuality> {
+    let q = r.quants.first()?;
+    let round = |v: f64, digits: i32| {
+        let p = 10f64.powi(digits);
+        (v * p).round() / p
+    };
+    Some(KnownQuality {
+        reference: r.reference_label(),
+        mean_kld: Some(round(q.mean_kld, 6)),
+        same_top1_pct: Some(round(q.same_top1_pct, 3)),
+        perplexity: q.ppl.map(|p| round(p, 4)),
+        reference_perplexity: r.reference_ppl.map(|p| round(p, 4)),
+        source: format!(
+            "measured by qtune quality on this box, {} chunks of ctx {} (text {}, {})",
+            r.chunks,
+            r.ctx,
+            r.text.name,
+            q.measured_at.split('T').next().unwrap_or(&q.measured_at)
+        ),
+        source_short: format!(
+            "measured vs {}",
+            r.reference_file_type
+                .as_deref()
+                .unwrap_or(&r.reference_file)
+        ),
+    })
+}
+
+/// What a plan cites for the file at `path`: qtune's own cached `--against` measurement of it,
+/// else nothing (a file's quantization is not matched to the seeds' tables by name).
+pub fn for_file(
+    path: &std::path::Path,
+    layout: &crate::model::ModelLayout,
+) -> Option<KnownQuality> {
+    crate::quality::against::measured_for(path, layout)
+        .as_ref()
+        .and_then(measured)
 }
 
 #[cfg(test)]
@@ -139,5 +188,56 @@ mod tests {
             known_quality("qwen3.5-35b-a3b", "Q4_K_L").unwrap().mean_kld
                 < known_quality("qwen3.5-35b-a3b", "Q4_K_M").unwrap().mean_kld
         );
+        assert!(q
+            .text()
+            .contains("perplexity 6.6688 (Q8_0 6.5342 on the same text)"));
+    }
+
+    #[test]
+    fn a_measurement_is_cited_as_measured_here_against_its_reference() {
+        use crate::quality::against::{AgainstReport, QuantScore};
+        let r = AgainstReport {
+            reference_key: "r".into(),
+            reference_file: "M-Q8_0.gguf".into(),
+            reference_file_type: Some("Q8_0".into()),
+            model_name: "M".into(),
+            text: crate::quality::text::TextInfo {
+                name: "kjv.txt".into(),
+                path: "/x/kjv.txt".into(),
+                bytes: 1,
+                sha256: "s".into(),
+            },
+            kv: [crate::config::KvType::F16; 2],
+            requested_ctx: 512,
+            ctx: 512,
+            chunks: 8,
+            tokens_scored: 8 * 255,
+            logits_bytes: 1,
+            reference_ppl: Some(6.53421),
+            quants: vec![QuantScore {
+                model_key: "q".into(),
+                file: "M-Q4_K_M.gguf".into(),
+                file_type: Some("Q4_K_M".into()),
+                mean_kld: 0.0312345,
+                kld_p99: 0.2,
+                same_top1_pct: 92.41,
+                ppl: Some(6.66881),
+                ppl_ratio: Some(1.02),
+                measured_at: "2026-11-26T10:00:00+00:00".into(),
+            }],
+            seconds: 1.0,
+        };
+        let k = measured(&r).unwrap();
+        assert_eq!(k.mean_kld, Some(0.031235));
+        assert_eq!(k.source_short, "measured vs Q8_0");
+        assert_eq!(
+            k.text(),
+            "mean KLD 0.031235 vs Q8_0 (M-Q8_0.gguf), same top-1 token 92.41 %, perplexity \
+             6.6688 (Q8_0 6.5342 on the same text); measured by qtune quality on this box, 8 \
+             chunks of ctx 512 (text kjv.txt, 2026-11-26)"
+        );
+        let mut none = r.clone();
+        none.quants.clear();
+        assert_eq!(measured(&none), None);
     }
 }

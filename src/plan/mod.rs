@@ -78,6 +78,10 @@ pub struct Plan {
     /// tune's reference, and what it keeps when nothing is proven faster.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_default: Option<DefaultSpeed>,
+    /// The model's quality as `qtune quality --against` measured it on this box (from qtune's
+    /// cache), cited; the caller fills it (a plan reads no files).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quality: Option<known_quality::KnownQuality>,
 }
 
 /// Propose a config for `layout` on `hw` from `profile` (or the defaults) at context `ctx`,
@@ -210,6 +214,7 @@ pub fn plan(
     let (speed, speed_note) = plan_speed(layout, hw, &cfg, profile);
     Plan {
         server_default: server_default_speed(layout, hw, ctx),
+        quality: None,
         config: cfg,
         speed,
         speed_note,

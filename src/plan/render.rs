@@ -91,6 +91,9 @@ pub fn plan_text(plan: &Plan, model: &Path) -> String {
             d.prediction.pp.text()
         );
     }
+    if let Some(q) = &plan.quality {
+        let _ = writeln!(o, "  quality: {}", crate::escape::terminal(&q.text()));
+    }
     for w in &plan.warnings {
         let _ = writeln!(o, "  warning: {w}");
     }

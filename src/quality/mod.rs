@@ -14,6 +14,7 @@ use sha2::Digest;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+pub mod against;
 pub mod floor;
 pub mod perplexity;
 pub mod text;
@@ -140,7 +141,7 @@ pub fn is_synthetic(g: &crate::model::gguf::GgufFile) -> bool {
 
 /// Identify the weights, not just the shape: the layout fingerprint, the file size, and a
 /// SHA-256 of 1 MiB read at 16 evenly spaced offsets (a finetune of the same shape differs).
-fn model_key(path: &Path, fingerprint: &str, file_bytes: u64) -> Result<String> {
+pub(crate) fn model_key(path: &Path, fingerprint: &str, file_bytes: u64) -> Result<String> {
     use std::io::{Read, Seek, SeekFrom};
     let (mut f, _) = crate::util::open_regular(path)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
@@ -199,7 +200,7 @@ pub fn plan_chunks(
 /// Remove the working directories of runs whose qtune is gone. Ctrl-C ends qtune in its signal
 /// handler (see `trial::cleanup`), before any destructor runs, so a killed run's logits file is
 /// deleted by the next run instead.
-fn sweep_stale_work_dirs(quality_dir: &Path) {
+pub(crate) fn sweep_stale_work_dirs(quality_dir: &Path) {
     let Ok(entries) = std::fs::read_dir(quality_dir) else {
         return;
     };
@@ -221,7 +222,7 @@ fn sweep_stale_work_dirs(quality_dir: &Path) {
 }
 
 /// Removes the working directory (logits file, logs) however the run ends.
-struct WorkDir(PathBuf);
+pub(crate) struct WorkDir(pub PathBuf);
 
 impl WorkDir {
     /// A new, empty, user-only folder at `path` (its name holds this process's id): whatever
@@ -229,7 +230,7 @@ impl WorkDir {
     /// or a link planted at the name: the link itself, never what it points to), and the
     /// folder is made with `mkdir`, which never follows a link. Its parent, in qtune's cache,
     /// may be a link the user made.
-    fn create(path: PathBuf) -> Result<WorkDir> {
+    pub(crate) fn create(path: PathBuf) -> Result<WorkDir> {
         use std::os::unix::fs::DirBuilderExt;
         let cannot = || format!("cannot create {}", path.display());
         if let Some(parent) = path.parent() {
@@ -252,6 +253,81 @@ impl Drop for WorkDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+/// One f16-KV reference run: the model whose token distributions the candidates are scored
+/// against, and where its logits go.
+pub(crate) struct Reference<'a> {
+    pub binary: &'a Path,
+    pub model: &'a Path,
+    /// How the progress line and errors name it ("reference", "reference Q8_0.gguf").
+    pub label: &'a str,
+    pub text: &'a Path,
+    pub n_vocab: u32,
+    pub ctx: u32,
+    /// Chunks planned for `ctx` ([`plan_chunks`]).
+    pub chunks: u32,
+    /// What the user asked for (`--chunks`), for a re-plan at a lower ctx.
+    pub requested_chunks: Option<u32>,
+    pub max_disk_mib: u64,
+    pub threads: Option<u32>,
+    pub work: &'a Path,
+    pub logits: &'a Path,
+}
+
+/// Run the reference with f16 KV and save its logits; returns what the run said and the size
+/// of the logits file (checked against the layout qtune expects). A text shorter than two
+/// chunks at the asked ctx runs at the largest ctx it allows.
+pub(crate) fn run_reference(
+    r: &Reference,
+    note: &mut dyn FnMut(String),
+) -> Result<(perplexity::BaseOutput, u64)> {
+    let mut ctx = r.ctx;
+    let mut chunks_now = r.chunks;
+    let base = loop {
+        let bound = perplexity::logits_file_bytes(r.n_vocab, ctx, chunks_now);
+        note(format!(
+            "{}: f16 KV, ctx {ctx}, up to {chunks_now} chunks; its logits take at most {} on disk ({}), deleted after the run",
+            r.label,
+            crate::util::fmt_mib(bound as f64 / 1048576.0),
+            r.logits.display()
+        ));
+        let args = perplexity::base_args(r.model, r.text, ctx, chunks_now, r.logits, r.threads);
+        let (ok, out) = perplexity::run_logged(r.binary, &args, &r.work.join("reference.log"))?;
+        match perplexity::parse_base(&out) {
+            Some(perplexity::BaseParse::TooShort { tokens }) => {
+                let fit = (tokens / 2) as u32 / 64 * 64;
+                if fit < perplexity::MIN_CTX || fit >= ctx {
+                    bail!(
+                        "text {} is shorter than two chunks: it is {tokens} tokens, and llama-perplexity needs 2 x {} at least; give a longer text",
+                        r.text.display(),
+                        perplexity::MIN_CTX
+                    );
+                }
+                note(format!(
+                    "the text is {tokens} tokens: too short for two chunks of {ctx}; running at ctx {fit}, as close as it allows"
+                ));
+                ctx = fit;
+                chunks_now = plan_chunks(r.n_vocab, ctx, r.requested_chunks, r.max_disk_mib)?;
+            }
+            Some(perplexity::BaseParse::Done(b)) if ok => break b,
+            _ => bail!(
+                "llama-perplexity failed on the f16 {}: {}",
+                r.label,
+                perplexity::failure_line(&out)
+            ),
+        }
+    };
+    let logits_bytes = std::fs::metadata(r.logits).map(|m| m.len()).unwrap_or(0);
+    let expected = perplexity::logits_file_bytes(r.n_vocab, base.ctx, base.chunks);
+    if logits_bytes != expected {
+        bail!(
+            "llama-perplexity wrote {logits_bytes} bytes of logits, not the {expected} qtune expects for {} chunks of {}: a different llama-perplexity build?",
+            base.chunks,
+            base.ctx
+        );
+    }
+    Ok((base, logits_bytes))
 }
 
 /// Measure (or reuse) the candidates' quality. `note` receives progress lines for the user.
@@ -314,57 +390,23 @@ pub fn measure(
     let logits = work.0.join("reference.logits");
     let started = Instant::now();
 
-    // The reference. A text shorter than two chunks at ctx: run at the largest ctx it allows.
-    let mut ctx = opts.ctx;
-    let mut chunks_now = chunks;
-    let base = loop {
-        let bound = perplexity::logits_file_bytes(layout.n_vocab, ctx, chunks_now);
-        note(format!(
-            "reference: f16 KV, ctx {ctx}, up to {chunks_now} chunks; its logits take at most {} on disk ({}), deleted after the run",
-            crate::util::fmt_mib(bound as f64 / 1048576.0),
-            logits.display()
-        ));
-        let args = perplexity::base_args(
-            &opts.model,
-            &text.path,
-            ctx,
-            chunks_now,
-            &logits,
-            opts.threads,
-        );
-        let (ok, out) = perplexity::run_logged(&binary, &args, &work.0.join("reference.log"))?;
-        match perplexity::parse_base(&out) {
-            Some(perplexity::BaseParse::TooShort { tokens }) => {
-                let fit = (tokens / 2) as u32 / 64 * 64;
-                if fit < perplexity::MIN_CTX || fit >= ctx {
-                    bail!(
-                        "text {} is shorter than two chunks: it is {tokens} tokens, and llama-perplexity needs 2 x {} at least; give a longer text",
-                        text.path.display(),
-                        perplexity::MIN_CTX
-                    );
-                }
-                note(format!(
-                    "the text is {tokens} tokens: too short for two chunks of {ctx}; running at ctx {fit}, as close as it allows"
-                ));
-                ctx = fit;
-                chunks_now = plan_chunks(layout.n_vocab, ctx, opts.chunks, opts.max_disk_mib)?;
-            }
-            Some(perplexity::BaseParse::Done(b)) if ok => break b,
-            _ => bail!(
-                "llama-perplexity failed on the f16 reference: {}",
-                perplexity::failure_line(&out)
-            ),
-        }
-    };
-    let logits_bytes = std::fs::metadata(&logits).map(|m| m.len()).unwrap_or(0);
-    let expected = perplexity::logits_file_bytes(layout.n_vocab, base.ctx, base.chunks);
-    if logits_bytes != expected {
-        bail!(
-            "llama-perplexity wrote {logits_bytes} bytes of logits, not the {expected} qtune expects for {} chunks of {}: a different llama-perplexity build?",
-            base.chunks,
-            base.ctx
-        );
-    }
+    let (base, logits_bytes) = run_reference(
+        &Reference {
+            binary: &binary,
+            model: &opts.model,
+            label: "reference",
+            text: &text.path,
+            n_vocab: layout.n_vocab,
+            ctx: opts.ctx,
+            chunks,
+            requested_chunks: opts.chunks,
+            max_disk_mib: opts.max_disk_mib,
+            threads: opts.threads,
+            work: &work.0,
+            logits: &logits,
+        },
+        note,
+    )?;
     // Keep what an earlier run with the same inputs measured for other KV types.
     let mut report = cached.unwrap_or(QualityReport {
         model_key: key.clone(),

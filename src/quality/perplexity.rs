@@ -254,6 +254,8 @@ pub struct KldOutput {
     pub same_top1_pct: f64,
     /// Mean PPL(Q)/PPL(base).
     pub ppl_ratio: Option<f64>,
+    /// The scored model's own perplexity on the text ("Mean PPL(Q)").
+    pub ppl: Option<f64>,
 }
 
 fn value_after(out: &str, label: &str) -> Option<f64> {
@@ -263,12 +265,23 @@ fn value_after(out: &str, label: &str) -> Option<f64> {
         .and_then(|v| v.trim_end_matches('%').parse().ok())
 }
 
+/// The value on the line `label   : value ...` (the label alone before the colon, so
+/// "Mean PPL(Q)" does not read "Mean PPL(Q)/PPL(base)").
+fn value_of(out: &str, label: &str) -> Option<f64> {
+    out.lines()
+        .filter_map(|l| l.trim_start().strip_prefix(label))
+        .find_map(|r| r.trim_start().strip_prefix(':'))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
 /// Parse a `--kl-divergence` run's closing statistics.
 pub fn parse_kld(out: &str) -> Option<KldOutput> {
     let mean_kld = value_after(out, "Mean    KLD")?;
     let kld_p99 = value_after(out, "99.0%   KLD")?;
     let same_top1_pct = value_after(out, "Same top p")?;
     let ppl_ratio = value_after(out, "Mean PPL(Q)/PPL(base)");
+    let ppl = value_of(out, "Mean PPL(Q)").filter(|p| p.is_finite());
     [mean_kld, kld_p99, same_top1_pct]
         .iter()
         .all(|v| v.is_finite())
@@ -277,6 +290,7 @@ pub fn parse_kld(out: &str) -> Option<KldOutput> {
             kld_p99,
             same_top1_pct,
             ppl_ratio,
+            ppl,
         })
 }
 
@@ -335,12 +349,13 @@ mod tests {
 
     #[test]
     fn parses_the_kl_statistics() {
-        let out = "Mean PPL(Q)/PPL(base)         :   1.002301 ±   0.000811\n====== KL divergence statistics ======\nMean    KLD:   0.001234 ±   0.000100\nMaximum KLD:   0.300000\n99.9%   KLD:   0.100000\n99.0%   KLD:   0.012345\nSame top p: 98.765 ± 0.123 %\n";
+        let out = "Mean PPL(Q)                   :  12.345678 ±   0.500000\nMean PPL(Q)/PPL(base)         :   1.002301 ±   0.000811\n====== KL divergence statistics ======\nMean    KLD:   0.001234 ±   0.000100\nMaximum KLD:   0.300000\n99.9%   KLD:   0.100000\n99.0%   KLD:   0.012345\nSame top p: 98.765 ± 0.123 %\n";
         let k = parse_kld(out).unwrap();
         assert_eq!(k.mean_kld, 0.001234);
         assert_eq!(k.kld_p99, 0.012345);
         assert_eq!(k.same_top1_pct, 98.765);
         assert_eq!(k.ppl_ratio, Some(1.002301));
+        assert_eq!(k.ppl, Some(12.345678));
         assert_eq!(parse_kld("perplexity: failed to decode\n"), None);
     }
 

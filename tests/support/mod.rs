@@ -9,6 +9,7 @@
 //! - [`hardware`]: hand-made hardware profiles.
 //! - [`trial`], [`multigpu`], [`profile`]: helpers of the trial, two-GPU and profile tests.
 //! - [`record`]: a real llama-server with `qtune record` in front (traffic tests).
+//! - [`requant`]: Q8_0 and Q4_0 copies of a Q4_1 model (quality tests).
 //! - [`qtune`] and [`qtune_without_server`]: the real binary, as most tests start it.
 #![allow(dead_code)]
 
@@ -18,6 +19,7 @@ pub mod layouts;
 pub mod multigpu;
 pub mod profile;
 pub mod record;
+pub mod requant;
 pub mod require;
 pub mod servers;
 pub mod trial;
