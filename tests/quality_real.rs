@@ -417,8 +417,9 @@ fn quants_are_scored_against_a_reference_file_and_plan_cites_it() {
         (Some("Q8_0"), Some("Q4_0"))
     );
     let f = |q: &serde_json::Value, k: &str| q[k].as_f64().unwrap_or(f64::NAN);
-    // The Q8_0 copy is near-lossless, the Q4_0 copy is not.
-    // (measured here: about 0.01 and 0.66 nats, 96 % and 69 % same top-1)
+    // The Q8_0 copy is near-lossless, the Q4_0 copy is not (measured here: about 0.01 and
+    // 0.66 nats, 93-97 % and 68-69 % same top-1; an F16 copy, lossless, scored 0.005 and 97.6 %:
+    // the floor of this tiny model's CPU kernels, so "near" is all that can be asserted).
     assert!(f(a, "mean_kld") >= 0.0 && f(a, "mean_kld") < 0.05, "{a}");
     assert!(
         f(b, "mean_kld") > 5.0 * f(a, "mean_kld") && f(b, "mean_kld") > 0.1,
@@ -426,7 +427,7 @@ fn quants_are_scored_against_a_reference_file_and_plan_cites_it() {
     );
     assert!(f(a, "same_top1_pct") > f(b, "same_top1_pct"), "{r}");
     assert!(
-        f(a, "same_top1_pct") > 90.0 && f(a, "same_top1_pct") <= 100.0,
+        f(a, "same_top1_pct") > 85.0 && f(a, "same_top1_pct") <= 100.0,
         "{a}"
     );
     for q in [a, b] {
