@@ -1,0 +1,177 @@
+//! Issue 48, new surfaces: `qtune hw --rpc` (and `tune --rpc`, which measures its workers the
+//! same way) against a hostile worker. A worker here is a thread that speaks llama.cpp's RPC
+//! framing (the real rpc-server answers no absurd number on demand): one that claims four
+//! billion devices, one whose device has more memory than any box, one that never answers,
+//! one that drips its answer. Each is one line naming the worker, in bounded time, no panic.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+use support::output_text;
+
+/// How a hostile worker answers.
+#[derive(Clone, Copy)]
+enum Worker {
+    /// A good HELLO, then four billion devices.
+    Devices,
+    /// A good HELLO, one device, then u64::MAX bytes free of u64::MAX.
+    Memory,
+    /// A good HELLO, one device, then more free memory than total.
+    FreePastTotal,
+    /// Reads every request, answers none.
+    Silent,
+    /// Answers HELLO a byte every 2 s, with a size of 1 MiB.
+    Drip,
+}
+
+/// One request: its command, or None when the head closed the connection.
+fn request(s: &mut TcpStream) -> Option<u8> {
+    let mut head = [0u8; 9];
+    s.read_exact(&mut head).ok()?;
+    let size = u64::from_le_bytes(head[1..].try_into().unwrap());
+    std::io::copy(&mut s.take(size), &mut std::io::sink()).ok()?;
+    Some(head[0])
+}
+
+fn answer(s: &mut TcpStream, payload: &[u8]) -> bool {
+    let mut out = (payload.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(payload);
+    s.write_all(&out).is_ok()
+}
+
+/// A good HELLO answer: protocol 7.0.0 and 24 bytes of plain-TCP capabilities.
+fn hello() -> Vec<u8> {
+    let mut v = vec![7u8, 0, 0, 0];
+    v.resize(4 + 24, 0);
+    v
+}
+
+fn serve(mut s: TcpStream, w: Worker) {
+    while let Some(cmd) = request(&mut s) {
+        let ok = match (w, cmd) {
+            (Worker::Silent, _) => {
+                std::thread::sleep(Duration::from_secs(600));
+                false
+            }
+            (Worker::Drip, _) => {
+                let mut out = (1u64 << 20).to_le_bytes().to_vec();
+                out.resize(8 + (1 << 20), 0);
+                out.iter().all(|b| {
+                    std::thread::sleep(Duration::from_secs(2));
+                    s.write_all(&[*b]).is_ok()
+                })
+            }
+            (_, 14) => answer(&mut s, &hello()),
+            (Worker::Devices, 15) => answer(&mut s, &u32::MAX.to_le_bytes()),
+            (_, 15) => answer(&mut s, &1u32.to_le_bytes()),
+            (Worker::Memory, 11) => {
+                let mut m = u64::MAX.to_le_bytes().to_vec();
+                m.extend_from_slice(&u64::MAX.to_le_bytes());
+                answer(&mut s, &m)
+            }
+            (_, 11) => {
+                // free, total: 2 GiB free of 1 GiB.
+                let mut m = (2u64 << 30).to_le_bytes().to_vec();
+                m.extend_from_slice(&(1u64 << 30).to_le_bytes());
+                answer(&mut s, &m)
+            }
+            _ => false,
+        };
+        if !ok {
+            return;
+        }
+    }
+}
+
+/// Start a hostile worker; its `host:port`.
+fn worker(w: Worker) -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || serve(s, w));
+        }
+    });
+    addr
+}
+
+/// `qtune hw --no-bandwidth --rpc ADDR`, killed after `limit`; its output and how long it
+/// took.
+fn hw(addr: &str, limit: Duration) -> (std::process::Output, Duration) {
+    let t0 = Instant::now();
+    let mut child = support::qtune()
+        .args(["hw", "--no-bandwidth", "--rpc", addr])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > limit {
+            child.kill().unwrap();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = child.wait_with_output().unwrap();
+    (o, t0.elapsed())
+}
+
+/// The worker's failure is one line naming it and `needle`, with a failing exit and no panic,
+/// within `within`.
+fn refused_in_one_line(w: Worker, needle: &str, within: Duration) {
+    let addr = worker(w);
+    let (o, took) = hw(&addr, within + Duration::from_secs(60));
+    let all = output_text(&o);
+    assert!(took < within, "took {took:?}: {all}");
+    assert!(!o.status.success(), "{all}");
+    assert!(!all.contains("panicked"), "{all}");
+    let lines: Vec<&str> = all.lines().filter(|l| l.contains(&addr)).collect();
+    assert_eq!(lines.len(), 1, "{all}");
+    assert!(lines[0].contains(needle), "{all}");
+    assert!(lines[0].len() < 400, "{all}");
+}
+
+#[test]
+fn a_worker_with_four_billion_devices_is_refused_at_once() {
+    refused_in_one_line(
+        Worker::Devices,
+        "4294967295 devices",
+        Duration::from_secs(20),
+    );
+}
+
+#[test]
+fn a_worker_with_more_memory_than_any_box_is_refused() {
+    refused_in_one_line(
+        Worker::Memory,
+        "no device's memory",
+        Duration::from_secs(20),
+    );
+    refused_in_one_line(
+        Worker::FreePastTotal,
+        "2147483648 bytes free of 1073741824",
+        Duration::from_secs(20),
+    );
+}
+
+#[test]
+fn a_worker_that_never_answers_costs_the_answer_limit() {
+    // 30 s (hardware::rpc::ANSWER_LIMIT) and the connection tries.
+    refused_in_one_line(
+        Worker::Silent,
+        "no whole answer within 30 s",
+        Duration::from_secs(50),
+    );
+}
+
+#[test]
+fn a_worker_that_drips_its_answer_costs_the_answer_limit() {
+    // A byte every 2 s never runs into a 30 s read timeout; the answer's own limit stops it.
+    refused_in_one_line(
+        Worker::Drip,
+        "no whole answer within 30 s",
+        Duration::from_secs(50),
+    );
+}
