@@ -332,7 +332,7 @@ pub fn parse(bytes: &[u8]) -> Result<Trace, TraceError> {
                 if h.format != FORMAT {
                     return Err(err(format!(
                         "line 1 says format '{}', not '{FORMAT}'",
-                        crate::escape::one_line(&h.format)
+                        crate::escape::terminal(&h.format)
                     )));
                 }
                 if h.version != VERSION {
