@@ -15,7 +15,7 @@ use qtune::trial::journal::Journal;
 use qtune::trial::llama_runner::LlamaServerRunner;
 use qtune::trial::{OutcomeKind, TrialOutcome, TrialRole, TrialRunner};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use support::trial::*;
 
 const CTX: u32 = 32768;
@@ -45,11 +45,15 @@ fn write_trace(path: &Path, gen: u64) -> PathBuf {
     path.to_path_buf()
 }
 
-/// One trial replaying a four-request trace (each generating `gen`) on the fake server with
-/// `env`.
-fn replay_trial(env: &[(&str, &str)], gen: u64) -> TrialOutcome {
-    let dir = tempfile::tempdir().unwrap();
-    let trace = write_trace(&dir.path().join("session.jsonl"), gen);
+/// A runner on the fake server with `env` whose workload replays a four-request trace (each
+/// generating `gen`), with a fixed request timeout of `request_timeout`.
+fn replay_runner(
+    dir: &Path,
+    env: &[(&str, &str)],
+    gen: u64,
+    request_timeout: Duration,
+) -> LlamaServerRunner {
+    let trace = write_trace(&dir.join("session.jsonl"), gen);
     let replay =
         qtune::traffic::plan::load(&trace, CTX, qtune::traffic::plan::DEFAULT_BUDGET).unwrap();
     let workload = qtune::space::Workload {
@@ -57,11 +61,11 @@ fn replay_trial(env: &[(&str, &str)], gen: u64) -> TrialOutcome {
         replay: Some(replay),
         ..tiny_workload()
     };
-    let model = dir.path().join("fake.gguf");
+    let model = dir.join("fake.gguf");
     std::fs::write(&model, b"GGUF").unwrap();
-    let run_dir = dir.path().join("run");
+    let run_dir = dir.join("run");
     let journal = Journal::open(&run_dir).unwrap();
-    let mut runner = LlamaServerRunner::new(
+    LlamaServerRunner::new(
         &fake_server(),
         &model,
         4,
@@ -69,20 +73,31 @@ fn replay_trial(env: &[(&str, &str)], gen: u64) -> TrialOutcome {
         &run_dir,
         journal,
         None,
-        Duration::from_secs(60),
+        request_timeout,
     )
     .unwrap()
     .with_env(
         env.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
-    );
-    let config = LaunchConfig {
+    )
+}
+
+/// One thread (`-t 1`), the trace's context.
+fn config() -> LaunchConfig {
+    LaunchConfig {
         threads: Some(1),
         ..LaunchConfig::baseline(CTX)
-    };
-    let o = runner.run(&config, TrialRole::Search);
-    assert_eq!(Journal::read(&run_dir).unwrap().len(), 1);
+    }
+}
+
+/// One trial replaying a four-request trace (each generating `gen`) on the fake server with
+/// `env`.
+fn replay_trial(env: &[(&str, &str)], gen: u64) -> TrialOutcome {
+    let dir = tempfile::tempdir().unwrap();
+    let mut runner = replay_runner(dir.path(), env, gen, Duration::from_secs(60));
+    let o = runner.run(&config(), TrialRole::Search);
+    assert_eq!(Journal::read(&dir.path().join("run")).unwrap().len(), 1);
     o
 }
 
@@ -174,4 +189,41 @@ fn compare_with_a_trace_never_ranks_a_bogus_replay() {
         let a = round.launches.iter().find(|l| l.command == 0).unwrap();
         assert_eq!(a.outcome, "ok", "{}", a.message);
     }
+}
+
+/// A replayed request's timeout follows the pace measured, as a mix's does: after a plausible
+/// baseline replay (no `-t`), a config (`-t 1`) whose server stops mid-reply is a request
+/// timeout after the paced floor (30 s), not the fixed 150 s. (Passes before issue 48's
+/// second round too: the replay took its timeouts from the same session; kept as a guard.)
+#[test]
+fn a_replayed_request_that_hangs_costs_the_paced_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut r = replay_runner(
+        dir.path(),
+        &[("FAKE_MODE", "hang-mid"), ("FAKE_BOGUS_ARG", "-t")],
+        8,
+        Duration::from_secs(150),
+    );
+    let base = r.run(&LaunchConfig::baseline(CTX), TrialRole::Baseline);
+    assert_eq!(base.kind, OutcomeKind::Ok, "{}", base.message);
+    let t0 = Instant::now();
+    let o = r.run(&config(), TrialRole::Search);
+    let took = t0.elapsed();
+    assert_eq!(o.kind, OutcomeKind::RequestTimeout, "{}", o.message);
+    assert!(o.message.contains("within 30 s"), "{}", o.message);
+    assert!(
+        took < Duration::from_secs(60),
+        "the hung replay took {took:?}"
+    );
+}
+
+/// A replayed request's reply is read up to 16 MiB, as a mix's is: a 17 MiB reply is a
+/// classified failure, read no further. (A guard, as above.)
+#[test]
+fn a_huge_reply_to_a_replayed_request_is_a_classified_failure() {
+    let o = replay_trial(&[("FAKE_MODE", "huge-reply")], 8);
+    assert_eq!(o.kind, OutcomeKind::Crash, "{}", o.message);
+    assert!(o.metrics.is_none());
+    assert!(o.message.contains("larger than 16 MiB"), "{}", o.message);
+    assert_eq!(o.message.lines().count(), 1);
 }

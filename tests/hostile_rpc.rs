@@ -100,9 +100,15 @@ fn worker(w: Worker) -> String {
 /// `qtune hw --no-bandwidth --rpc ADDR`, killed after `limit`; its output and how long it
 /// took.
 fn hw(addr: &str, limit: Duration) -> (std::process::Output, Duration) {
+    let mut c = support::qtune();
+    c.args(["hw", "--no-bandwidth", "--rpc", addr]);
+    run_for(c, limit)
+}
+
+/// `c` run, killed after `limit`; its output and how long it took.
+fn run_for(mut c: std::process::Command, limit: Duration) -> (std::process::Output, Duration) {
     let t0 = Instant::now();
-    let mut child = support::qtune()
-        .args(["hw", "--no-bandwidth", "--rpc", addr])
+    let mut child = c
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -174,4 +180,35 @@ fn a_worker_that_drips_its_answer_costs_the_answer_limit() {
         "no whole answer within 30 s",
         Duration::from_secs(50),
     );
+}
+
+/// `qtune tune --rpc` measures its workers the same way: a worker claiming four billion
+/// devices stops the tune before anything is launched, in one line naming it.
+#[test]
+fn a_tune_over_a_hostile_worker_stops_in_one_line() {
+    if support::real_server().is_none() {
+        return;
+    }
+    let addr = worker(Worker::Devices);
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let mut c = support::qtune();
+    c.arg("tune")
+        .arg("--model")
+        .arg(qtune::fixtures::tiny_moe("tiny-qwen35moe").unwrap())
+        .args(["--budget-trials", "1", "--rpc", &addr, "--out"])
+        .arg(&run);
+    let (o, took) = run_for(c, Duration::from_secs(90));
+    let all = output_text(&o);
+    assert!(took < Duration::from_secs(60), "took {took:?}: {all}");
+    assert!(!o.status.success(), "{all}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(errors.len(), 1, "{all}");
+    assert!(
+        errors[0].starts_with("qtune: error: --rpc: worker")
+            && errors[0].contains("4294967295 devices"),
+        "{all}"
+    );
+    assert!(!run.join("journal.jsonl").exists(), "{all}");
 }
