@@ -227,3 +227,26 @@ fn a_huge_reply_to_a_replayed_request_is_a_classified_failure() {
     assert!(o.message.contains("larger than 16 MiB"), "{}", o.message);
     assert_eq!(o.message.lines().count(), 1);
 }
+
+/// A trace whose request lists one overlapping id a million times (a 16 MB file) is refused
+/// in one line as it is read: the list cost 8 bytes an entry once read (a 128 MB file of such
+/// lists took `trace show` to 1 GiB and 19 s), and a replay walks it for every request.
+#[test]
+fn a_trace_repeating_an_overlapping_id_is_refused_as_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("repeats.jsonl");
+    let mut body = format!("{HEADER}\n{}\n", request(1, 32, 8));
+    let ids = vec!["1"; 1_000_000].join(",");
+    let second = request(2, 32, 8).replace("\"overlapped\":[]", &format!("\"overlapped\":[{ids}]"));
+    body.push_str(&second);
+    body.push('\n');
+    std::fs::write(&path, body).unwrap();
+    let o = qtune().args(["trace", "show"]).arg(&path).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("qtune: error: ") && err.contains("overlapped lists request 1 twice"),
+        "{err}"
+    );
+}
