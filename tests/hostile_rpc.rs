@@ -24,6 +24,9 @@ enum Worker {
     Silent,
     /// Answers HELLO a byte every 2 s, with a size of 1 MiB.
     Drip,
+    /// A good worker of one 1 GiB device, but each memory query not right after a write
+    /// waits 1 s: slow round trips, quick writes.
+    SlowTrips,
 }
 
 /// One request: its command, or None when the head closed the connection.
@@ -49,7 +52,10 @@ fn hello() -> Vec<u8> {
 }
 
 fn serve(mut s: TcpStream, w: Worker) {
+    let mut last = None;
     while let Some(cmd) = request(&mut s) {
+        let after_write = last == Some(6);
+        last = Some(cmd);
         let ok = match (w, cmd) {
             (Worker::Silent, _) => {
                 std::thread::sleep(Duration::from_secs(600));
@@ -71,6 +77,23 @@ fn serve(mut s: TcpStream, w: Worker) {
                 m.extend_from_slice(&u64::MAX.to_le_bytes());
                 answer(&mut s, &m)
             }
+            (Worker::SlowTrips, 11) => {
+                if !after_write {
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+                let mut m = (1u64 << 30).to_le_bytes().to_vec();
+                m.extend_from_slice(&(1u64 << 30).to_le_bytes());
+                answer(&mut s, &m)
+            }
+            // ALLOC_BUFFER: a buffer at 4096 of 64 MiB; BUFFER_GET_BASE: 4096; SET_TENSOR and
+            // FREE_BUFFER have no answer.
+            (Worker::SlowTrips, 0) => {
+                let mut m = 4096u64.to_le_bytes().to_vec();
+                m.extend_from_slice(&(64u64 << 20).to_le_bytes());
+                answer(&mut s, &m)
+            }
+            (Worker::SlowTrips, 3) => answer(&mut s, &4096u64.to_le_bytes()),
+            (Worker::SlowTrips, 4 | 6) => true,
             (_, 11) => {
                 // free, total: 2 GiB free of 1 GiB.
                 let mut m = (2u64 << 30).to_le_bytes().to_vec();
@@ -211,4 +234,23 @@ fn a_tune_over_a_hostile_worker_stops_in_one_line() {
         "{all}"
     );
     assert!(!run.join("journal.jsonl").exists(), "{all}");
+}
+
+/// A worker slow to answer its round trips (1 s) and quick after a write: the write speed
+/// `hw` prints is still one the link gave, not the 33,554,432 MB/s of a write time less a
+/// round trip longer than it.
+#[test]
+fn a_worker_with_slow_round_trips_gets_no_absurd_write_speed() {
+    let addr = worker(Worker::SlowTrips);
+    let mut c = support::qtune();
+    c.args(["hw", "--no-bandwidth", "--json", "--rpc", &addr]);
+    let (o, _) = run_for(c, Duration::from_secs(120));
+    let all = output_text(&o);
+    assert!(o.status.success(), "{all}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let w = &v["rpc_workers"][0];
+    let rtt = w["round_trip_ms"].as_f64().unwrap();
+    assert!(rtt >= 900.0, "{w}");
+    let mbs = w["write_mb_s"].as_f64().unwrap();
+    assert!(mbs > 0.0 && mbs < 100_000.0, "write {mbs} MB/s: {w}");
 }
