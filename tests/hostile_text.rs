@@ -172,6 +172,15 @@ fn live_markdown(md: &str) -> Vec<String> {
 
 /// `report.md` of a run of the [`EVIL`] model: the name shown as text, nothing live.
 fn assert_report_safe(md: &str) {
+    assert_report_inert(md);
+    assert!(
+        md.contains(r"&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "the name is shown as text:\n{md}"
+    );
+}
+
+/// `report.md` with no control character, no tag and no link but qtune's own.
+fn assert_report_inert(md: &str) {
     assert_terminal_safe("report.md", md);
     // The link syntax stays, escaped (`\[click\](javascript:...)`): [`live_markdown`] checks
     // that no link forms.
@@ -194,10 +203,6 @@ fn assert_report_safe(md: &str) {
             "report.md: {l:?} is live:\n{md}"
         );
     }
-    assert!(
-        md.contains(r"&lt;script&gt;alert(1)&lt;/script&gt;"),
-        "the name is shown as text:\n{md}"
-    );
 }
 
 /// A replayed tune (no server) of the [`EVIL`] model, in a folder with a tab, then `report`,
@@ -356,6 +361,61 @@ fn a_real_tune_of_a_hostile_model_keeps_its_name_as_data() {
         assert!(o.status.success(), "{args:?}: {}", text(&o));
         assert_output_safe(&o);
     }
+}
+
+/// A recorded trace from outside (issue 48's new surfaces): a file name with an escape
+/// sequence, a tag and link syntax, a header whose fields hold the same. A tune replaying it
+/// (on the fake server: the replay's numbers do not matter here) and `qtune trace show` keep
+/// all of it as data: escaped on every terminal line, inert in report.md.
+#[test]
+fn a_trace_from_outside_is_data_on_the_terminal_and_in_the_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let header = serde_json::json!({"type":"header","format":"qtune-trace","version":1,
+        "qtune_version":"0\u{1b}[31m<script>","started_at":"2026\u{1b}]0;T\u{7}",
+        "upstream":"http://x\nMODEL=/etc/shadow <img src=x onerror=alert(1)>",
+        "server":{"build_info":"b\u{1b}[2J","model_file":"m\u{1b}]0;TITLE\u{7}<script>.gguf"},
+        "model":{"n_ctx":4096}});
+    let mut body = format!("{header}\n");
+    for id in 1..=4u64 {
+        let at = id as f64 * 100.0;
+        let line = serde_json::json!({"type":"request","id":id,"endpoint":"/completion",
+            "stream":false,"arrived_ms":at,"first_byte_ms":at + 1.0,"ended_ms":at + 2.0,
+            "overlapped":[],"status":200,"outcome":"ok","prompt_tokens":(1..=32).collect::<Vec<u32>>(),
+            "n_generated":8,"max_tokens":null,"note":"\u{1b}[2J<script>",
+            "timings":{"cache_n":0,"prompt_n":32,"prompt_ms":1.0,"predicted_n":8,"predicted_ms":1.0}});
+        body.push_str(&format!("{line}\n"));
+    }
+    let trace = tmp
+        .path()
+        .join("evil\u{1b}]0;TITLE\u{7}<img src=x onerror=alert(1)>](javascript:x)\u{202e}.jsonl");
+    std::fs::write(&trace, body).unwrap();
+    let run = tmp.path().join("run");
+    let o = qtune(tmp.path())
+        .arg("tune")
+        .arg("--model")
+        .arg(qtune::fixtures::tiny_moe("tiny-qwen35moe").unwrap())
+        .args(["--ctx", "4096", "--budget-trials", "2", "--server"])
+        .arg(support::trial::fake_server())
+        .arg("--out")
+        .arg(&run)
+        .arg("--workload")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_output_safe(&o);
+    let all = text(&o);
+    assert!(all.contains(r"evil\x1b]0;TITLE\x07<img"), "{all}");
+    let md = std::fs::read_to_string(run.join("report.md")).unwrap();
+    assert_report_inert(&md);
+    assert!(md.contains("evil"), "{md}");
+    let o = qtune(tmp.path())
+        .args(["trace", "show"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert_output_safe(&o);
 }
 
 /// A workload whose name holds a control character is refused in one line (today's main

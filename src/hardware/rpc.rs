@@ -28,6 +28,16 @@ pub const PROTO_MAJOR: u8 = 7;
 const RPC_TENSOR_SIZE: usize = 8 + 4 + 8 + 16 + 16 + 4 + 64 + 4 + 80 + 8 + 8 + 8 + 64 + 4;
 /// Bytes written per bandwidth sample.
 const BANDWIDTH_BYTES: usize = 32 << 20;
+/// The longest one answer may take to arrive whole, from its request sent: a worker that
+/// never answers, or drips its answer a byte at a time, costs this, not forever.
+pub const ANSWER_LIMIT: Duration = Duration::from_secs(30);
+/// The longest measuring one worker may take in all (its three 32 MiB writes included: a
+/// link under about 1 MB/s is no place for weights anyway).
+pub const MEASURE_LIMIT: Duration = Duration::from_secs(120);
+/// The most devices a worker may report: an rpc-server serves the devices of one box.
+pub const MAX_DEVICES: u32 = 64;
+/// The most memory one device may report, bytes (64 TiB: past any GPU or host of today).
+pub const MAX_DEVICE_BYTES: u64 = 64 << 40;
 
 /// One device of a worker.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -85,6 +95,13 @@ pub struct HeadDevices {
 /// A connection that has said HELLO.
 struct Conn {
     sock: TcpStream,
+    /// No read or write waits past this ([`MEASURE_LIMIT`] from the connection's opening).
+    deadline: Instant,
+}
+
+/// The error of a read or write that ran past its time.
+fn late(what: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, what.to_string())
 }
 
 fn io_err(w: &Worker, what: &str, e: std::io::Error) -> String {
@@ -120,11 +137,11 @@ pub fn reachable(w: &Worker) -> bool {
 impl Conn {
     fn open(w: &Worker) -> Result<(Conn, String), String> {
         let sock = connect(w)?;
-        let t = Some(Duration::from_secs(30));
-        sock.set_read_timeout(t).ok();
-        sock.set_write_timeout(t).ok();
         sock.set_nodelay(true).ok();
-        let mut c = Conn { sock };
+        let mut c = Conn {
+            sock,
+            deadline: Instant::now() + MEASURE_LIMIT,
+        };
         c.send(CMD_HELLO, &[0u8; CONN_CAPS])
             .map_err(|e| io_err(w, "HELLO", e))?;
         let rsp = c.recv().map_err(|e| {
@@ -149,18 +166,74 @@ impl Conn {
         Ok((c, version))
     }
 
+    /// The time left before `by`, or the error that says it is spent.
+    fn left(by: Instant, what: &str) -> std::io::Result<Duration> {
+        let left = by.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(late(what));
+        }
+        Ok(left)
+    }
+
+    /// `write_all`, but never past the connection's deadline (a worker that reads a byte a
+    /// minute cannot hold the head).
+    fn write_all_by(&mut self, mut buf: &[u8]) -> std::io::Result<()> {
+        let what = format!(
+            "it did not take the request within {} s",
+            MEASURE_LIMIT.as_secs()
+        );
+        while !buf.is_empty() {
+            let left = Self::left(self.deadline, &what)?;
+            self.sock.set_write_timeout(Some(left))?;
+            match self.sock.write(buf) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => buf = &buf[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if is_timeout(&e) => return Err(late(&what)),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// `read_exact`, but never past `by`: a worker that never answers, or drips its answer,
+    /// is cut off then.
+    fn read_exact_by(&mut self, buf: &mut [u8], by: Instant) -> std::io::Result<()> {
+        let what = format!("no whole answer within {} s", ANSWER_LIMIT.as_secs());
+        let mut got = 0;
+        while got < buf.len() {
+            let left = Self::left(by, &what)?;
+            self.sock.set_read_timeout(Some(left))?;
+            match self.sock.read(&mut buf[got..]) {
+                Ok(0) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "it closed the connection",
+                    ))
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if is_timeout(&e) => return Err(late(&what)),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     fn send(&mut self, cmd: u8, payload: &[u8]) -> std::io::Result<()> {
         let mut head = Vec::with_capacity(9);
         head.push(cmd);
         head.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        self.sock.write_all(&head)?;
-        self.sock.write_all(payload)?;
+        self.write_all_by(&head)?;
+        self.write_all_by(payload)?;
         self.sock.flush()
     }
 
+    /// One answer, whole within [`ANSWER_LIMIT`] (and the connection's deadline).
     fn recv(&mut self) -> std::io::Result<Vec<u8>> {
+        let by = (Instant::now() + ANSWER_LIMIT).min(self.deadline);
         let mut size = [0u8; 8];
-        self.sock.read_exact(&mut size)?;
+        self.read_exact_by(&mut size, by)?;
         let size = u64::from_le_bytes(size);
         if size > 1 << 20 {
             return Err(std::io::Error::other(format!(
@@ -168,7 +241,7 @@ impl Conn {
             )));
         }
         let mut buf = vec![0u8; size as usize];
-        self.sock.read_exact(&mut buf)?;
+        self.read_exact_by(&mut buf, by)?;
         Ok(buf)
     }
 
@@ -239,6 +312,15 @@ impl Conn {
     }
 }
 
+/// Whether a socket error is its timeout running out (`WouldBlock` on Unix, `TimedOut` on
+/// Windows).
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
 fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
@@ -261,11 +343,22 @@ pub fn measure(w: &Worker) -> Result<WorkerInfo, String> {
         .call(CMD_DEVICE_COUNT, &[], 4)
         .map_err(|e| io_err(w, "device count", e))?;
     let count = u32::from_le_bytes(r[..4].try_into().expect("4 bytes"));
+    if count > MAX_DEVICES {
+        return Err(format!(
+            "worker {w} says it has {count} devices, past the {MAX_DEVICES} an rpc-server serves: not the pinned build's rpc-server? (start it with 'qtune rpc serve')"
+        ));
+    }
     let mut devices = Vec::new();
     for d in 0..count {
         let (free, total) = c
             .device_memory(d)
             .map_err(|e| io_err(w, "device memory", e))?;
+        if total > MAX_DEVICE_BYTES || free > total {
+            return Err(format!(
+                "worker {w} says its device {d} has {free} bytes free of {total}: no device's memory (free past total, or total past {} TiB); not the pinned build's rpc-server? (start it with 'qtune rpc serve')",
+                MAX_DEVICE_BYTES >> 40
+            ));
+        }
         devices.push(WorkerDevice {
             name: crate::config::rpc::device_name(w, d),
             total_mib: total >> 20,
@@ -286,7 +379,16 @@ pub fn measure(w: &Worker) -> Result<WorkerInfo, String> {
             .map_err(|e| io_err(w, "bandwidth write", e))?;
         best = best.min(s);
     }
-    let secs = (best - round_trip_ms / 1e3).max(1e-6);
+    // The round trip after the write is part of its time; subtracted only where it is a small
+    // part (a worker slow to answer the round trips alone, then quick after a write, made
+    // best - round trip 0: "write 33554432 MB/s").
+    let rtt_s = round_trip_ms / 1e3;
+    let secs = if best > 2.0 * rtt_s {
+        best - rtt_s
+    } else {
+        best
+    }
+    .max(1e-6);
     Ok(WorkerInfo {
         address: w.to_string(),
         protocol,

@@ -27,6 +27,11 @@ use std::time::{Duration, Instant};
 /// The largest request body forwarded (a 100k-token agent prompt is well under 1 MiB of
 /// JSON; images in base64 are larger).
 pub const MAX_BODY: usize = 64 << 20;
+/// The most JSON values a generation request's body may hold for the proxy to read it
+/// (counted by their separators, an upper bound). Each value costs tens of bytes once parsed:
+/// a 60 MiB prompt of 30 million token ids took 1 GiB. A body past this is forwarded as it
+/// came and recorded without its prompt; a real prompt (a million tokens at most) is under it.
+pub const MAX_BODY_VALUES: usize = 1 << 21;
 /// The most client connections served at once.
 pub const MAX_CONNECTIONS: usize = 512;
 /// Chunks queued towards one client before the upstream is made to wait.
@@ -343,6 +348,19 @@ struct Asked {
     body: serde_json::Value,
     stream: bool,
     max_tokens: Option<i64>,
+    /// Why its body was not read, when it was not (see [`MAX_BODY_VALUES`]).
+    unread: Option<String>,
+}
+
+/// An upper bound of the JSON values in `body`: its separators and openings. Counted only
+/// for a body over 1 MiB (a smaller one parses into tens of MiB at most).
+fn too_many_values(body: &[u8]) -> bool {
+    body.len() > 1 << 20
+        && body
+            .iter()
+            .filter(|b| matches!(b, b',' | b':' | b'[' | b'{'))
+            .count()
+            > MAX_BODY_VALUES
 }
 
 async fn handle(
@@ -382,8 +400,19 @@ async fn handle(
         .unwrap_or_else(|| path.clone());
     let asked = (parts.method == hyper::Method::POST && GENERATION_PATHS.contains(&path.as_str()))
         .then(|| {
-            let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let unread = too_many_values(&body).then(|| {
+                format!(
+                    "its body holds more than {} JSON values: qtune did not read it (its prompt is not recorded)",
+                    crate::util::fmt_thousands(MAX_BODY_VALUES as f64)
+                )
+            });
+            let v: serde_json::Value = if unread.is_some() {
+                serde_json::Value::Null
+            } else {
+                serde_json::from_slice(&body).unwrap_or_default()
+            };
             Asked {
+                unread,
                 endpoint: path.clone(),
                 stream: v["stream"].as_bool().unwrap_or(false),
                 max_tokens: v["max_tokens"]
@@ -575,6 +604,7 @@ async fn finish(
         }
     }
     let tokens = match status {
+        _ if asked.unread.is_some() => Err(asked.unread.clone().unwrap_or_default()),
         Some(s) if (200..300).contains(&s) => {
             upstream::prompt_tokens(&state.client, &state.upstream, &asked.endpoint, &asked.body)
                 .await

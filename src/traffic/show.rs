@@ -203,30 +203,30 @@ pub fn render(t: &Trace, s: &Shown, name: &str) -> String {
     let h = &t.header;
     let m = &s.summary;
     let mut o = String::new();
-    let name = crate::escape::one_line(name);
+    let name = crate::escape::terminal(name);
     match &h.scripted {
         Some(what) => writeln!(
             o,
             "trace {name}: {}, rendered {} by qtune {} through {} (scripted, not run: no \
              timings)",
-            crate::escape::one_line(what),
-            crate::escape::one_line(&h.started_at),
-            crate::escape::one_line(&h.qtune_version),
-            crate::escape::one_line(&h.upstream)
+            crate::escape::terminal(what),
+            crate::escape::terminal(&h.started_at),
+            crate::escape::terminal(&h.qtune_version),
+            crate::escape::terminal(&h.upstream)
         ),
         None => writeln!(
             o,
             "trace {name}: recorded {} by qtune {} from {}",
-            crate::escape::one_line(&h.started_at),
-            crate::escape::one_line(&h.qtune_version),
-            crate::escape::one_line(&h.upstream)
+            crate::escape::terminal(&h.started_at),
+            crate::escape::terminal(&h.qtune_version),
+            crate::escape::terminal(&h.upstream)
         ),
     }
     .ok();
     let _ = writeln!(
         o,
         "model: {} (context {} tokens per slot, {} slots)",
-        crate::escape::one_line(h.server.model_file.as_deref().unwrap_or("unknown")),
+        crate::escape::terminal(h.server.model_file.as_deref().unwrap_or("unknown")),
         opt(h.model.n_ctx),
         opt(h.server.slots)
     );

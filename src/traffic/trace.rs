@@ -166,6 +166,39 @@ pub struct Timings {
     pub predicted_ms: f64,
 }
 
+/// `overlapped` as the recorder writes it: distinct ids, at most [`MAX_REQUESTS`]. A list that
+/// repeats an id or is longer is refused as it is read, so a file cannot make it cost more
+/// memory than a trace's requests can (a million repeats of one id took 1 GiB per 128 MB).
+fn distinct_ids<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
+    struct Ids;
+    impl<'de> serde::de::Visitor<'de> for Ids {
+        type Value = Vec<u64>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list of distinct request ids")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<u64>, A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            let mut ids = Vec::new();
+            while let Some(id) = seq.next_element::<u64>()? {
+                if !seen.insert(id) {
+                    return Err(serde::de::Error::custom(format!(
+                        "overlapped lists request {id} twice"
+                    )));
+                }
+                if seen.len() > MAX_REQUESTS {
+                    return Err(serde::de::Error::custom(format!(
+                        "overlapped lists more than {} requests",
+                        crate::util::fmt_thousands(MAX_REQUESTS as f64)
+                    )));
+                }
+                ids.push(id);
+            }
+            Ok(ids)
+        }
+    }
+    d.deserialize_seq(Ids)
+}
+
 /// One generation request.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Request {
@@ -180,7 +213,7 @@ pub struct Request {
     pub first_byte_ms: Option<f64>,
     pub ended_ms: f64,
     /// The ids of every request in flight at some time between this one's arrival and end.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "distinct_ids")]
     pub overlapped: Vec<u64>,
     /// The upstream's HTTP status.
     pub status: Option<u16>,
@@ -332,7 +365,7 @@ pub fn parse(bytes: &[u8]) -> Result<Trace, TraceError> {
                 if h.format != FORMAT {
                     return Err(err(format!(
                         "line 1 says format '{}', not '{FORMAT}'",
-                        crate::escape::one_line(&h.format)
+                        crate::escape::terminal(&h.format)
                     )));
                 }
                 if h.version != VERSION {

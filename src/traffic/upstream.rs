@@ -9,6 +9,29 @@ use std::time::Duration;
 /// The largest answer read from `/apply-template` or `/tokenize`.
 const MAX_ANSWER: usize = 256 << 20;
 
+/// The largest answer read from `/props`, `/v1/models` or the tokenizer probe (a chat
+/// template is a few KiB; its whole `/props` well under 1 MiB).
+const MAX_PROPS: usize = 16 << 20;
+
+/// The JSON of an answer read chunk by chunk up to `max` bytes: a larger one is an error,
+/// read no further (memory stays bounded whatever the upstream sends).
+async fn bounded_json(
+    mut r: reqwest::Response,
+    max: usize,
+) -> std::result::Result<serde_json::Value, String> {
+    let mut bytes = Vec::new();
+    while let Some(c) = r.chunk().await.map_err(|e| format!("it broke off: {e}"))? {
+        if bytes.len() + c.len() > max {
+            return Err(format!(
+                "its answer is larger than {} MiB, which no llama-server sends",
+                max >> 20
+            ));
+        }
+        bytes.extend_from_slice(&c);
+    }
+    serde_json::from_slice(&bytes).map_err(|e| format!("its answer is not JSON: {e}"))
+}
+
 /// Ask the upstream what it serves, for the trace's header. Fails when it does not answer
 /// like a llama-server.
 pub async fn upstream_header(client: &reqwest::Client, upstream: &str) -> Result<Header> {
@@ -23,7 +46,7 @@ pub async fn upstream_header(client: &reqwest::Client, upstream: &str) -> Result
                 .await
                 .and_then(|r| r.error_for_status());
             match r {
-                Ok(r) => r.json::<serde_json::Value>().await.ok(),
+                Ok(r) => bounded_json(r, MAX_PROPS).await.ok(),
                 Err(_) => None,
             }
         }
@@ -46,9 +69,9 @@ pub async fn upstream_header(client: &reqwest::Client, upstream: &str) -> Result
             props.status()
         );
     }
-    let props: serde_json::Value = props.json().await.with_context(|| {
-        format!("{upstream}/props did not answer JSON: is this a llama-server?")
-    })?;
+    let props: serde_json::Value = bounded_json(props, MAX_PROPS)
+        .await
+        .map_err(|e| anyhow::anyhow!("{upstream}/props: {e}: is this a llama-server?"))?;
     let models = get("/v1/models").await.unwrap_or_default();
     let meta = &models["data"][0]["meta"];
     let sha = |s: &str| {
@@ -63,8 +86,7 @@ pub async fn upstream_header(client: &reqwest::Client, upstream: &str) -> Result
         .await
         .ok();
     let tokenizer_sha256 = match probe {
-        Some(r) if r.status().is_success() => r
-            .json::<serde_json::Value>()
+        Some(r) if r.status().is_success() => bounded_json(r, MAX_PROPS)
             .await
             .ok()
             .and_then(|v| v["tokens"].as_array().cloned())

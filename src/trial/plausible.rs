@@ -139,6 +139,11 @@ pub fn implausible_speed(m: &super::Metrics, ceiling: &SpeedCeiling) -> Option<V
             bad.push(format!("the '{}' request: {why}", t.shape.name));
         }
     }
+    if let Some(r) = &m.replay {
+        if let Some(why) = replay_problem(r, ceiling) {
+            bad.push(why);
+        }
+    }
     if let Some(r) = m.request_s {
         if !(r.is_finite() && r > 0.0) {
             bad.push(format!(
@@ -196,6 +201,74 @@ fn shape_problem(t: &crate::workloads::ShapeTiming, c: &SpeedCeiling) -> Option<
                 fmt_speed(tps),
                 t.prompt_n,
                 fmt_speed(ms)
+            ));
+        }
+    }
+    None
+}
+
+/// Why a replayed trace's numbers cannot be real, if they cannot: one request's times (finite,
+/// not negative; positive where it read or generated any token), its prompt speed and
+/// generation speed (every request, the short ones the samples leave out included), more
+/// tokens taken from the cache or read than its prompt holds (the server may add one: a
+/// BOS); and the aggregate generation (all generated tokens over the replay's wall clock),
+/// past the generation ceiling times the requests that ran at once.
+fn replay_problem(t: &super::replay_trace::ReplayTiming, c: &SpeedCeiling) -> Option<String> {
+    let bad_time = |ms: f64, n: u32| !ms.is_finite() || ms < 0.0 || (ms == 0.0 && n > 0);
+    for q in &t.requests {
+        let at = |why: String| Some(format!("replayed request {}: {why}", q.id));
+        if bad_time(q.predicted_ms, q.generated) {
+            return at(format!(
+                "generation time {} ms for {} tokens, not a finite positive time",
+                fmt_speed(q.predicted_ms),
+                q.generated
+            ));
+        }
+        if bad_time(q.prompt_ms, q.prompt_n) {
+            return at(format!(
+                "time to first token {} ms for {} prompt tokens, not a finite positive time",
+                fmt_speed(q.prompt_ms),
+                q.prompt_n
+            ));
+        }
+        let most = u64::from(q.prompt_tokens) + 1;
+        for (n, what) in [(q.cache_n, "from the cache"), (q.prompt_n, "read")] {
+            if u64::from(n) > most {
+                return at(format!(
+                    "{n} tokens {what} of a {}-token prompt",
+                    q.prompt_tokens
+                ));
+            }
+        }
+        if q.generated > 0 {
+            let tps = f64::from(q.generated) / q.predicted_ms * 1000.0;
+            if let Some(why) = speed_problem(tps, c.gen_tps, c.source) {
+                return at(format!("generation {} tok/s, {why}", fmt_speed(tps)));
+            }
+        }
+        if q.prompt_n > 0 {
+            let tps = f64::from(q.prompt_n) / q.prompt_ms * 1000.0;
+            if let Some(why) = speed_problem(tps, c.prompt_tps, c.source) {
+                return at(format!("prompt processing {} tok/s, {why}", fmt_speed(tps)));
+            }
+        }
+    }
+    if let Some(a) = t.aggregate_tps {
+        let at_once = t
+            .requests
+            .iter()
+            .map(|q| q.in_flight + 1)
+            .max()
+            .unwrap_or(1);
+        let max = c.gen_tps * f64::from(at_once);
+        // No tokens generated in no time is zero, not a problem: only a speed past the
+        // ceiling, or no number, is.
+        if !(a.is_finite() && a <= max) {
+            return Some(format!(
+                "the replay's aggregate generation {} tok/s ({at_once} request(s) at once), past the ceiling of {} tok/s ({})",
+                fmt_speed(a),
+                fmt_speed(max),
+                c.source
             ));
         }
     }

@@ -1,0 +1,184 @@
+//! Issue 48, new surfaces: the recording proxy (`qtune record`) against hostile clients and
+//! upstreams. A request body that parses into gigabytes (60 MiB of token ids) is forwarded
+//! with the proxy's memory bounded, in front of the real llama-server; an upstream whose
+//! `/props` answer is 1 GiB, or never comes, is refused in one line in bounded memory and
+//! time (the fake server plays that upstream: a real one does neither on demand).
+
+mod support;
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use support::record::{start_server, wait_exit, wait_until, Reap};
+
+/// `qtune record` run by a small Python parent that forwards SIGINT to it and, once it
+/// exits, prints its peak resident memory (`maxrss_kib N`, getrusage of its children) on
+/// stderr.
+fn record_measured(upstream: u16, listen: u16, dir: &Path) -> Reap {
+    let wrapper = "import resource, signal, subprocess, sys\n\
+p = subprocess.Popen(sys.argv[1:])\n\
+signal.signal(signal.SIGINT, lambda *a: p.send_signal(signal.SIGINT))\n\
+r = p.wait()\n\
+print('maxrss_kib', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n\
+sys.exit(r)\n";
+    let child = Command::new("python3")
+        .args(["-c", wrapper])
+        .arg(env!("CARGO_BIN_EXE_qtune"))
+        .args(["record", "--upstream"])
+        .arg(format!("http://127.0.0.1:{upstream}"))
+        .args(["--listen", &format!("127.0.0.1:{listen}"), "--out"])
+        .arg(dir.join("trace.jsonl"))
+        .env_remove("QTUNE_LOG")
+        .stdout(std::fs::File::create(dir.join("record.out")).unwrap())
+        .stderr(std::fs::File::create(dir.join("record.err")).unwrap())
+        .spawn()
+        .unwrap();
+    Reap(child)
+}
+
+/// The peak resident memory the wrapper printed, MiB.
+fn peak_mib(dir: &Path) -> u64 {
+    let err = std::fs::read_to_string(dir.join("record.err")).unwrap();
+    let kib: u64 = err
+        .lines()
+        .find_map(|l| l.strip_prefix("maxrss_kib "))
+        .unwrap_or_else(|| panic!("no peak memory: {err}"))
+        .trim()
+        .parse()
+        .unwrap();
+    kib / 1024
+}
+
+/// A body of 60 MiB (under the proxy's 64 MiB bound): a `/completion` prompt of 30 million
+/// token ids. Parsed whole into JSON values it took qtune record to 1 GiB resident; it is
+/// forwarded as it came (llama-server answers it) and recorded without its prompt.
+#[test]
+fn a_request_body_of_millions_of_values_is_forwarded_in_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(model) = support::smollm2() else {
+        return;
+    };
+    let Some((_server, sport)) = start_server(
+        dir.path(),
+        &model,
+        "hostile-record.gguf",
+        &["-c", "2048", "-np", "1", "-t", "1"],
+    ) else {
+        return;
+    };
+    let listen = support::free_port();
+    let mut rec = record_measured(sport, listen, dir.path());
+    wait_until("qtune record", 60, || support::health_ok(listen));
+
+    let n = 30 << 20;
+    let mut body = Vec::with_capacity(2 * n + 64);
+    body.extend_from_slice(b"{\"n_predict\":1,\"prompt\":[");
+    for i in 0..n {
+        body.extend_from_slice(if i + 1 < n { b"0," } else { b"0" });
+    }
+    body.extend_from_slice(b"]}");
+    assert!(body.len() < qtune::traffic::proxy::MAX_BODY);
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", listen)).unwrap();
+    write!(
+        s,
+        "POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(&body).unwrap();
+    drop(body);
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    // llama-server's own answer, forwarded (it refuses a prompt past its context).
+    assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
+    assert!(!answer.contains("qtune record"), "{answer}");
+
+    support::record::signal(&rec.0, libc::SIGINT);
+    let st = wait_exit(&mut rec.0, 60);
+    let err = std::fs::read_to_string(dir.path().join("record.err")).unwrap();
+    assert!(st.success(), "{st:?}\n{err}");
+    let peak = peak_mib(dir.path());
+    assert!(peak < 512, "qtune record peaked at {peak} MiB\n{err}");
+    let trace = std::fs::read_to_string(dir.path().join("trace.jsonl")).unwrap();
+    let req: serde_json::Value = trace
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["type"] == "request")
+        .expect("the request is recorded");
+    assert!(req["prompt_tokens"].is_null(), "{req}");
+    assert!(
+        req["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("JSON values")),
+        "{req}"
+    );
+}
+
+/// The fake server as an upstream in `mode` on a free port, healthy.
+fn fake_upstream(mode: &str, dir: &Path) -> (Reap, u16) {
+    let port = support::free_port();
+    let child = Command::new(support::trial::fake_server())
+        .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+        .env("FAKE_MODE", mode)
+        .env("FAKE_REPLY_MIB", "1024")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("upstream.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let child = Reap(child);
+    wait_until("the fake upstream", 60, || support::health_ok(port));
+    (child, port)
+}
+
+/// `qtune record` in front of a hostile upstream: it stops within `within` with one error
+/// line holding `needle`, in bounded memory, and listens nowhere.
+fn refused_upstream(mode: &str, needle: &str, within: Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let (_up, uport) = fake_upstream(mode, dir.path());
+    let listen = support::free_port();
+    let t0 = Instant::now();
+    let mut rec = record_measured(uport, listen, dir.path());
+    let st = loop {
+        if let Some(st) = rec.0.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > within + Duration::from_secs(60) {
+            let _ = rec.0.kill();
+            let _ = rec.0.wait();
+            panic!(
+                "{mode}: qtune record still running after {:?}: {}",
+                t0.elapsed(),
+                std::fs::read_to_string(dir.path().join("record.err")).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let took = t0.elapsed();
+    let err = std::fs::read_to_string(dir.path().join("record.err")).unwrap();
+    assert!(!st.success(), "{mode}: {err}");
+    assert!(took < within, "{mode}: took {took:?}: {err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(errors.len(), 1, "{mode}: {err}");
+    assert!(errors[0].starts_with("qtune: error: "), "{mode}: {err}");
+    assert!(errors[0].contains(needle), "{mode}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let peak = peak_mib(dir.path());
+    assert!(
+        peak < 256,
+        "{mode}: qtune record peaked at {peak} MiB: {err}"
+    );
+    assert!(!support::health_ok(listen), "{mode}: a proxy is listening");
+}
+
+#[test]
+fn an_upstream_whose_props_answer_is_a_gigabyte_is_refused_in_bounded_memory() {
+    refused_upstream("huge-props", "larger than 16 MiB", Duration::from_secs(60));
+}
+
+#[test]
+fn an_upstream_that_never_answers_is_refused_in_bounded_time() {
+    // /props waits 30 s at most.
+    refused_upstream("hang-props", "/props", Duration::from_secs(50));
+}
