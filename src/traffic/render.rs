@@ -85,10 +85,7 @@ pub fn for_template(r: &ChatRequest, caps: Caps) -> Value {
 
 /// The server's template capabilities; both false when it does not say.
 async fn caps(client: &reqwest::Client, url: &str) -> Caps {
-    let props: Value = match client.get(format!("{url}/props")).send().await {
-        Ok(r) => r.json().await.unwrap_or_default(),
-        Err(_) => Value::Null,
-    };
+    let props = upstream::props(client, url).await.unwrap_or_default();
     let c = &props["chat_template_caps"];
     Caps {
         tools: c["supports_tools"].as_bool().unwrap_or(false),

@@ -32,6 +32,19 @@ async fn bounded_json(
     serde_json::from_slice(&bytes).map_err(|e| format!("its answer is not JSON: {e}"))
 }
 
+/// The server's `/props`, read as [`upstream_header`] reads it (30 s, at most
+/// [`MAX_PROPS`] bytes); None when it does not answer so.
+pub async fn props(client: &reqwest::Client, url: &str) -> Option<serde_json::Value> {
+    let r = client
+        .get(format!("{url}/props"))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .and_then(|r| r.error_for_status())
+        .ok()?;
+    bounded_json(r, MAX_PROPS).await.ok()
+}
+
 /// Ask the upstream what it serves, for the trace's header. Fails when it does not answer
 /// like a llama-server.
 pub async fn upstream_header(client: &reqwest::Client, upstream: &str) -> Result<Header> {
