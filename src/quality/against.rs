@@ -376,23 +376,11 @@ pub fn measure(
 /// The table `qtune quality --against` prints.
 pub fn table(r: &AgainstReport) -> String {
     let mut s = format!(
-        "{} · against {} · text {} ({} bytes, sha256 {}) · ctx {}{} · {} chunks, {} tokens scored · f16 KV · reference PPL {}\n",
+        "{} · against {} · {} · f16 KV · reference PPL {}\n",
         r.model_name,
         r.reference_label(),
-        r.text.name,
-        r.text.bytes,
-        r.text.sha256,
-        r.ctx,
-        if r.ctx != r.requested_ctx {
-            format!(" (asked {}: the text allows no more)", r.requested_ctx)
-        } else {
-            String::new()
-        },
-        r.chunks,
-        r.tokens_scored,
-        r.reference_ppl
-            .map(|p| format!("{p:.4}"))
-            .unwrap_or_else(|| "?".into())
+        super::scored(&r.text, r.ctx, r.requested_ctx, r.chunks, r.tokens_scored),
+        super::ppl(r.reference_ppl)
     );
     let rows: Vec<Vec<String>> = r
         .quants

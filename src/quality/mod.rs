@@ -475,25 +475,40 @@ pub fn measure(
     Ok((shown, Origin::Measured))
 }
 
-/// The table `qtune quality` prints.
-pub fn table(r: &QualityReport) -> String {
-    let mut s = format!(
-        "{} · text {} ({} bytes, sha256 {}) · ctx {}{} · {} chunks, {} tokens scored · f16 reference PPL {}\n",
-        r.model_name,
-        r.text.name,
-        r.text.bytes,
-        r.text.sha256,
-        r.ctx,
-        if r.ctx != r.requested_ctx {
-            format!(" (asked {}: the text allows no more)", r.requested_ctx)
+/// What a measurement scored, for the first line of its table: the text, the context (and
+/// what was asked, where the text allows less), the chunks and tokens scored.
+pub(crate) fn scored(
+    t: &text::TextInfo,
+    ctx: u32,
+    requested_ctx: u32,
+    chunks: u32,
+    tokens: u64,
+) -> String {
+    format!(
+        "text {} ({} bytes, sha256 {}) · ctx {ctx}{} · {chunks} chunks, {tokens} tokens scored",
+        t.name,
+        t.bytes,
+        t.sha256,
+        if ctx != requested_ctx {
+            format!(" (asked {requested_ctx}: the text allows no more)")
         } else {
             String::new()
         },
-        r.chunks,
-        r.tokens_scored,
-        r.reference_ppl
-            .map(|p| format!("{p:.4}"))
-            .unwrap_or_else(|| "?".into())
+    )
+}
+
+/// A perplexity for a table: 4 decimals, or `?` where llama-perplexity printed none.
+pub(crate) fn ppl(p: Option<f64>) -> String {
+    p.map(|p| format!("{p:.4}")).unwrap_or_else(|| "?".into())
+}
+
+/// The table `qtune quality` prints.
+pub fn table(r: &QualityReport) -> String {
+    let mut s = format!(
+        "{} · {} · f16 reference PPL {}\n",
+        r.model_name,
+        scored(&r.text, r.ctx, r.requested_ctx, r.chunks, r.tokens_scored),
+        ppl(r.reference_ppl)
     );
     s.push_str(&format!(
         "{:<12} {:>12} {:>12} {:>12} {:>10}\n",
