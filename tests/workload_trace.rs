@@ -258,6 +258,49 @@ fn a_diverging_history_on_a_recurrent_model_rereads_as_it_did_live() {
     assert_replayed_as_recorded(&v, &rec);
 }
 
+/// A request that generates a single token replays as a real one (the plausibility check
+/// had read llama-server's `predicted_ms` of 0.001 for it, the first token being timed with
+/// the prompt, as a million tokens a second: every launch of such a trace was implausible),
+/// and the replay's generation speed counts the tokens after the first, as the server does.
+#[test]
+fn a_request_of_one_generated_token_replays_as_a_real_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(model) = support::smollm2() else {
+        return;
+    };
+    let args = "-c 2048 -np 1 -t 1";
+    let Some((server, sport)) = start_server(
+        dir.path(),
+        &model,
+        "smollm2.gguf",
+        &args.split(' ').collect::<Vec<_>>(),
+    ) else {
+        return;
+    };
+    let trace = dir.path().join("session.jsonl");
+    let (mut rec, pport) = start_record(sport, &trace, dir.path());
+    complete(
+        pport,
+        "Classify this request in one word: fix the failing test",
+        1,
+    );
+    complete(pport, "Write one sentence about the sea and the wind", 16);
+    stop_record(&mut rec, dir.path());
+    drop(server);
+    let rec = recorded(&trace);
+    assert_eq!(rec.len(), 2);
+    let v = compare(dir.path(), &model, args, &trace, &[]);
+    assert_replayed_as_recorded(&v, &rec);
+    let body = v.to_string();
+    assert!(!body.contains("mplausible"), "{body}");
+    for l in v["rounds"][0]["launches"].as_array().unwrap() {
+        let reqs = l["replay"]["requests"].as_array().unwrap();
+        assert_eq!(reqs[0]["generated"], 1, "{l}");
+        // Its generation time is the server's clamp, not a time a token took.
+        assert!(reqs[0]["predicted_ms"].as_f64().unwrap() < 0.01, "{l}");
+    }
+}
+
 /// A trace file with `requests` request lines of a 4-token prompt, `n_ctx` in the header.
 fn write_trace(path: &Path, body: &str) {
     std::fs::write(path, body).unwrap();

@@ -217,7 +217,8 @@ fn replay_problem(t: &super::replay_trace::ReplayTiming, c: &SpeedCeiling) -> Op
     let bad_time = |ms: f64, n: u32| !ms.is_finite() || ms < 0.0 || (ms == 0.0 && n > 0);
     for q in &t.requests {
         let at = |why: String| Some(format!("replayed request {}: {why}", q.id));
-        if bad_time(q.predicted_ms, q.generated) {
+        // The first generated token is timed with the prompt (see `ReplayedRequest::gen_tps`).
+        if bad_time(q.predicted_ms, q.generated.saturating_sub(1)) {
             return at(format!(
                 "generation time {} ms for {} tokens, not a finite positive time",
                 fmt_speed(q.predicted_ms),
@@ -240,8 +241,7 @@ fn replay_problem(t: &super::replay_trace::ReplayTiming, c: &SpeedCeiling) -> Op
                 ));
             }
         }
-        if q.generated > 0 {
-            let tps = f64::from(q.generated) / q.predicted_ms * 1000.0;
+        if let Some(tps) = q.gen_tps() {
             if let Some(why) = speed_problem(tps, c.gen_tps, c.source) {
                 return at(format!("generation {} tok/s, {why}", fmt_speed(tps)));
             }

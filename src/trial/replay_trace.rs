@@ -42,6 +42,18 @@ pub struct ReplayedRequest {
     pub request_s: f64,
 }
 
+impl ReplayedRequest {
+    /// Its generation speed as the server counts it (`predicted_per_second`): the tokens
+    /// after the first over `predicted_ms`. The first token comes from the prompt's last
+    /// batch, and llama-server times generation from there: one token generated reads
+    /// `predicted_ms` 0.001 (its clamp to 1 us), which as one token over that time would be a
+    /// million tokens a second. None with fewer than two tokens, or no time.
+    pub fn gen_tps(&self) -> Option<f64> {
+        (self.generated > 1 && self.predicted_ms > 0.0)
+            .then(|| f64::from(self.generated - 1) / self.predicted_ms * 1000.0)
+    }
+}
+
 /// What replaying a trace against one launch measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReplayTiming {
@@ -331,8 +343,7 @@ pub async fn measure(
     let gen: Vec<f64> = timing
         .requests
         .iter()
-        .filter(|q| q.predicted_ms > 0.0)
-        .map(|q| f64::from(q.generated) / q.predicted_ms * 1000.0)
+        .filter_map(ReplayedRequest::gen_tps)
         .collect();
     let prompt_all: Vec<&ReplayedRequest> = timing
         .requests
