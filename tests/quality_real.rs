@@ -594,6 +594,27 @@ fn against_refuses_what_cannot_be_compared_with_one_line() {
         &["quality", "-m", m, "-m", copy.to_str().unwrap()],
         "several are scored only --against",
     );
+    // A context past the model's trained one (8192), or a chunk count llama-perplexity cannot
+    // take, is refused before any text is read or anything runs (issue 48).
+    let c = copy.to_str().unwrap();
+    for (extra, what) in [
+        (
+            ["--ctx", "65536"],
+            "past the model's trained context of 8192 tokens",
+        ),
+        (["--chunks", "0"], "--chunks 0 scores nothing"),
+        (
+            ["--chunks", "4294967295"],
+            "more than llama-perplexity counts",
+        ),
+    ] {
+        let mut against = vec!["quality", "-m", c, "--against", m, "--text", "/nonexistent"];
+        against.extend(extra);
+        refused(&against, what);
+        let mut kv = vec!["quality", "-m", m, "--text", "/nonexistent"];
+        kv.extend(extra);
+        refused(&kv, what);
+    }
     assert!(!cache.join("quality").join("against").exists());
 }
 

@@ -188,6 +188,7 @@ fn check(opts: &AgainstOptions) -> Result<(Side, Vec<Side>)> {
         );
     }
     let reference = side(&opts.reference)?;
+    super::check_ctx_chunks(opts.ctx, opts.chunks, reference.layout.ctx_train)?;
     let same_file = |a: &Path, b: &Path| match (std::fs::canonicalize(a), std::fs::canonicalize(b))
     {
         (Ok(a), Ok(b)) => a == b,
