@@ -301,3 +301,51 @@ fn https_redirects_stalls_missing_and_cut_files_are_one_line_errors() {
         "{e}"
     );
 }
+
+/// A header whose tensor shapes claim more bytes than a u64 holds (two tensors of 2^56 rows,
+/// packed one after the other): a one-line "corrupt" error, not a panic (issue 48).
+#[test]
+fn a_header_claiming_exabytes_of_weights_is_refused_in_one_line() {
+    use qtune::model::gguf::{encode_header, GgufValue};
+    let s = |v: &str| GgufValue::String(v.into());
+    let md: Vec<(String, GgufValue)> = vec![
+        ("general.architecture".into(), s("qwen3moe")),
+        ("qwen3moe.block_count".into(), GgufValue::U32(2)),
+        ("qwen3moe.embedding_length".into(), GgufValue::U32(256)),
+        ("qwen3moe.attention.head_count".into(), GgufValue::U32(4)),
+        ("qwen3moe.attention.head_count_kv".into(), GgufValue::U32(2)),
+        ("qwen3moe.expert_count".into(), GgufValue::U32(4)),
+        ("qwen3moe.expert_used_count".into(), GgufValue::U32(2)),
+        ("qwen3moe.context_length".into(), GgufValue::U32(4096)),
+    ];
+    // Metadata only (alignment 1: no padding), then three tensor infos by hand, Q4_K (id 12,
+    // 144 bytes a row of 256).
+    let (mut h, _) = encode_header(&md, &[], 1).unwrap();
+    let row = 144u64;
+    let huge = row << 56;
+    let tensors: [(&str, [u64; 2], u64); 3] = [
+        ("blk.0.attn_q.weight", [256, 256], 0),
+        ("blk.0.ffn_up_exps.weight", [256, 1 << 56], 256 * row),
+        ("blk.1.ffn_up_exps.weight", [256, 1 << 56], 256 * row + huge),
+    ];
+    h[8..16].copy_from_slice(&(tensors.len() as u64).to_le_bytes());
+    for (name, dims, offset) in tensors {
+        h.extend_from_slice(&(name.len() as u64).to_le_bytes());
+        h.extend_from_slice(name.as_bytes());
+        h.extend_from_slice(&2u32.to_le_bytes());
+        for d in dims {
+            h.extend_from_slice(&d.to_le_bytes());
+        }
+        h.extend_from_slice(&12u32.to_le_bytes());
+        h.extend_from_slice(&offset.to_le_bytes());
+    }
+    h.resize(h.len().div_ceil(32) * 32 + 4096, 0);
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("exabytes.gguf");
+    std::fs::write(&f, &h).unwrap();
+    let e = one_line_error(&qtune(
+        &["plan", "-m", &f.display().to_string(), "--no-profile"],
+        &[],
+    ));
+    assert!(e.contains("is corrupt") && e.contains("1 PiB"), "{e}");
+}

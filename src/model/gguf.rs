@@ -292,6 +292,10 @@ struct Reader<R: Read> {
     path: PathBuf,
 }
 
+/// The most weight bytes a header may claim: 1 PiB, about a thousand times the largest
+/// published model's.
+pub const MAX_MODEL_BYTES: u64 = 1 << 50;
+
 /// Deepest nesting of arrays accepted (GGUF writers emit at most arrays of arrays).
 const MAX_ARRAY_DEPTH: u32 = 4;
 
@@ -490,6 +494,19 @@ impl<R: Read> Reader<R> {
                 offset,
                 n_bytes,
             });
+        }
+        // A hostile header's shapes must not add up past what any arithmetic on the model's
+        // size can hold (a header read alone is not checked against the file's length).
+        let total = tensors
+            .iter()
+            .try_fold(0u64, |sum, t| sum.checked_add(t.n_bytes))
+            .filter(|&t| t <= MAX_MODEL_BYTES);
+        if total.is_none() {
+            return Err(self.corrupt(format!(
+                "its {} tensors claim more than 1 PiB of weights, more than any model (the \
+                 header is corrupt)",
+                tensors.len()
+            )));
         }
         let data_offset = if tensors.is_empty() {
             self.pos
