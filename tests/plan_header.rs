@@ -246,6 +246,12 @@ fn a_url_is_read_for_its_header_with_one_range_request() {
     assert_eq!(part["config"], local["config"]);
     assert!(part["reasons"].to_string().contains("header only"));
 
+    // A range whose total length is unknown ("bytes 0-N/*", as RFC 9110 allows) is read as
+    // any other (issue 48: it was refused as "a range that does not start at byte 0").
+    let server = RangeServer::start(&model, "unknown-total");
+    let p = json(&["--box", "rtx-5080-16gb", "-m", &server.url(name)]);
+    assert_eq!(predictions(&p), predictions(&whole));
+
     // A server that ignores Range: its whole-file reply is read only as far as the header.
     let server = RangeServer::start(&model, "ignore-range");
     let p = json(&["--box", "rtx-5080-16gb", "-m", &server.url(name)]);

@@ -224,18 +224,17 @@ async fn fetch(url: &str) -> Result<(GgufFile, u64)> {
     if status != reqwest::StatusCode::OK && status != reqwest::StatusCode::PARTIAL_CONTENT {
         bail!("{shown_url} answered HTTP {status}: check the URL");
     }
-    // bytes 0-N/TOTAL: the whole file's length, when the server says it.
-    let total: Option<u64> = resp
+    // bytes 0-N/TOTAL: the whole file's length, when the server says it (TOTAL "*": unknown).
+    let range = resp
         .headers()
         .get(reqwest::header::CONTENT_RANGE)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let v = v.strip_prefix("bytes 0-")?;
-            v.split_once('/')?.1.trim().parse().ok()
-        });
-    if status == reqwest::StatusCode::PARTIAL_CONTENT && total.is_none() {
+        .and_then(|v| v.strip_prefix("bytes 0-"))
+        .and_then(|v| v.split_once('/'));
+    if status == reqwest::StatusCode::PARTIAL_CONTENT && range.is_none() {
         bail!("{shown_url} answered a range that does not start at byte 0: check the URL");
     }
+    let total: Option<u64> = range.and_then(|(_, t)| t.trim().parse().ok());
     let name = PathBuf::from(url);
     let max = MAX_HEADER_BYTES as usize;
     let mut buf: Vec<u8> = Vec::new();
