@@ -691,4 +691,12 @@ fn against_prints_names_and_cached_strings_without_control_characters() {
     assert!(ok && err.contains("measured by qtune quality"), "{err}");
     clean("plan's text", &err);
     clean("plan's command", &out);
+
+    // A number no measurement gives (a negative KL divergence): the entry is not cited.
+    r["quants"][0]["mean_kld"] = (-1.5).into();
+    std::fs::write(&entry, serde_json::to_vec(&r).unwrap()).unwrap();
+    let (ok, out, err) = qtune_in(&cache, &["plan", "-m", qs, "--no-profile", "--json"]);
+    assert!(ok, "{err}");
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(p.get("quality").is_none(), "{p}");
 }
