@@ -355,3 +355,35 @@ fn a_header_claiming_exabytes_of_weights_is_refused_in_one_line() {
     ));
     assert!(e.contains("is corrupt") && e.contains("1 PiB"), "{e}");
 }
+
+/// A sparse file of 100 GiB whose header claims a 50 GiB metadata key: refused in one line
+/// without allocating it (issue 48). Run under a 4 GB address-space limit, so the old code
+/// aborts on the allocation instead of reading 50 GiB of zeros into memory.
+#[test]
+fn a_header_claiming_a_50_gib_string_is_refused_without_reading_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("sparse.gguf");
+    let mut h = b"GGUF".to_vec();
+    for v in [3u32.to_le_bytes().to_vec(), 0u64.to_le_bytes().to_vec()] {
+        h.extend(v);
+    }
+    h.extend(1u64.to_le_bytes());
+    h.extend((50u64 << 30).to_le_bytes());
+    std::fs::write(&f, &h).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_len(100 << 30)
+        .unwrap();
+    let o = Command::new("sh")
+        .args(["-c", "ulimit -v 4000000 && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_qtune"))
+        .args(["plan", "--box", "rtx-4090", "-m"])
+        .arg(&f)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let e = one_line_error(&o);
+    assert!(e.contains("header goes on past 64 MiB"), "{e}");
+}

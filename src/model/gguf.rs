@@ -234,6 +234,7 @@ pub fn parse_bytes(bytes: &[u8], name: &Path, extent: Extent) -> Result<GgufFile
         pos: 0,
         len: bytes.len() as u64,
         path: name.to_path_buf(),
+        elements: 0,
     };
     r.parse(extent)
 }
@@ -281,6 +282,7 @@ pub fn read_with(path: &Path, extent: Extent) -> Result<GgufFile, GgufError> {
         pos: 0,
         len: meta.len(),
         path: path.to_path_buf(),
+        elements: 0,
     };
     r.parse(extent)
 }
@@ -290,11 +292,21 @@ struct Reader<R: Read> {
     pos: u64,
     len: u64,
     path: PathBuf,
+    /// Metadata array elements read so far (see [`MAX_ELEMENTS`]).
+    elements: u64,
 }
 
 /// The most weight bytes a header may claim: 1 PiB, about a thousand times the largest
 /// published model's.
 pub const MAX_MODEL_BYTES: u64 = 1 << 50;
+
+/// The most bytes a GGUF header (metadata and tensor infos) may take: far above a real
+/// model's (a 250k-token vocabulary and a thousand tensor infos take under 16 MiB).
+pub const MAX_HEADER_BYTES: u64 = 64 << 20;
+
+/// The most metadata array elements a header may hold, all arrays together: 16 times a
+/// 256k-token vocabulary's tokens, scores, types and merges.
+const MAX_ELEMENTS: u64 = 1 << 24;
 
 /// Deepest nesting of arrays accepted (GGUF writers emit at most arrays of arrays).
 const MAX_ARRAY_DEPTH: u32 = 4;
@@ -314,7 +326,20 @@ impl<R: Read> Reader<R> {
         }
     }
 
+    /// A header past [`MAX_HEADER_BYTES`] is refused before it is read (a sparse file of
+    /// exabytes could otherwise claim a string or an array as large and have it allocated).
+    fn within_header(&self, n: u64, what: &str) -> Result<(), GgufError> {
+        if self.pos.saturating_add(n) > MAX_HEADER_BYTES {
+            return Err(self.corrupt(format!(
+                "its header goes on past {} MiB while reading {what}, more than any model's",
+                MAX_HEADER_BYTES >> 20
+            )));
+        }
+        Ok(())
+    }
+
     fn bytes<const N: usize>(&mut self, what: &str) -> Result<[u8; N], GgufError> {
+        self.within_header(N as u64, what)?;
         let mut b = [0u8; N];
         match self.inner.read_exact(&mut b) {
             Ok(()) => {
@@ -346,6 +371,7 @@ impl<R: Read> Reader<R> {
                 self.len.saturating_sub(self.pos)
             )));
         }
+        self.within_header(n, what)?;
         let mut buf = vec![0u8; n as usize];
         match self.inner.read_exact(&mut buf) {
             Ok(()) => self.pos += n,
@@ -390,6 +416,15 @@ impl<R: Read> Reader<R> {
                 if n > self.len.saturating_sub(self.pos) {
                     return Err(self.truncated(format!(
                         "metadata array '{key}' claims {n} elements, more than the file holds"
+                    )));
+                }
+                // Each element is at least one byte of the header, and 32 in memory: a
+                // budget keeps a header of one-byte elements from taking gigabytes.
+                self.elements = self.elements.saturating_add(n);
+                if self.elements > MAX_ELEMENTS {
+                    return Err(self.corrupt(format!(
+                        "its metadata arrays hold more than {MAX_ELEMENTS} elements (at '{key}'), \
+                         more than any model's"
                     )));
                 }
                 let mut items = Vec::with_capacity(n.min(1 << 20) as usize);
@@ -503,8 +538,7 @@ impl<R: Read> Reader<R> {
             .filter(|&t| t <= MAX_MODEL_BYTES);
         if total.is_none() {
             return Err(self.corrupt(format!(
-                "its {} tensors claim more than 1 PiB of weights, more than any model (the \
-                 header is corrupt)",
+                "its {} tensors claim more than 1 PiB of weights, more than any model's",
                 tensors.len()
             )));
         }

@@ -10,9 +10,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The most bytes read for a header: far above a real model's (a 250k-token vocabulary and a
-/// thousand tensor infos take under 16 MiB), low enough to bound what a server can send.
-pub const MAX_HEADER_BYTES: u64 = 64 << 20;
+/// The most bytes read for a header (the most a header may take), low enough to bound what a
+/// server can send.
+pub const MAX_HEADER_BYTES: u64 = gguf::MAX_HEADER_BYTES;
 
 /// Seconds a URL's header may take, the connection included (`QTUNE_HTTP_TIMEOUT_S` overrides).
 pub const HTTP_TIMEOUT_S: u64 = 30;
