@@ -356,34 +356,46 @@ fn a_header_claiming_exabytes_of_weights_is_refused_in_one_line() {
     assert!(e.contains("is corrupt") && e.contains("1 PiB"), "{e}");
 }
 
-/// A sparse file of 100 GiB whose header claims a 50 GiB metadata key: refused in one line
-/// without allocating it (issue 48). Run under a 4 GB address-space limit, so the old code
-/// aborts on the allocation instead of reading 50 GiB of zeros into memory.
+/// A sparse file of 100 GiB whose header claims a 50 GiB metadata key, or billions of tensors
+/// or metadata entries: refused in one line without allocating them (issue 48). Run under a
+/// 4 GB address-space limit, so the old code aborts on the allocation instead of reading 50 GiB
+/// of zeros into memory.
 #[test]
 fn a_header_claiming_a_50_gib_string_is_refused_without_reading_it() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("sparse.gguf");
-    let mut h = b"GGUF".to_vec();
-    for v in [3u32.to_le_bytes().to_vec(), 0u64.to_le_bytes().to_vec()] {
-        h.extend(v);
+    let cases: [(u64, u64, &[u8], &str); 3] = [
+        (
+            0,
+            1,
+            &(50u64 << 30).to_le_bytes(),
+            "header goes on past 64 MiB",
+        ),
+        (4_000_000_000, 0, b"", "more than a header of 64 MiB holds"),
+        (0, 8_000_000_000, b"", "more than a header of 64 MiB holds"),
+    ];
+    for (n_tensors, n_kv, rest, what) in cases {
+        let mut h = b"GGUF".to_vec();
+        h.extend(3u32.to_le_bytes());
+        h.extend(n_tensors.to_le_bytes());
+        h.extend(n_kv.to_le_bytes());
+        h.extend(rest);
+        std::fs::write(&f, &h).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_len(100 << 30)
+            .unwrap();
+        let o = Command::new("sh")
+            .args(["-c", "ulimit -v 4000000 && exec \"$0\" \"$@\""])
+            .arg(env!("CARGO_BIN_EXE_qtune"))
+            .args(["plan", "--box", "rtx-4090", "-m"])
+            .arg(&f)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        let e = one_line_error(&o);
+        assert!(e.contains(what), "{e}");
     }
-    h.extend(1u64.to_le_bytes());
-    h.extend((50u64 << 30).to_le_bytes());
-    std::fs::write(&f, &h).unwrap();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&f)
-        .unwrap()
-        .set_len(100 << 30)
-        .unwrap();
-    let o = Command::new("sh")
-        .args(["-c", "ulimit -v 4000000 && exec \"$0\" \"$@\""])
-        .arg(env!("CARGO_BIN_EXE_qtune"))
-        .args(["plan", "--box", "rtx-4090", "-m"])
-        .arg(&f)
-        .env("NO_COLOR", "1")
-        .output()
-        .unwrap();
-    let e = one_line_error(&o);
-    assert!(e.contains("header goes on past 64 MiB"), "{e}");
 }

@@ -468,7 +468,15 @@ impl<R: Read> Reader<R> {
                 "header claims {n_tensors} tensors and {n_kv} metadata entries, more than the file holds"
             )));
         }
-        let mut metadata = Vec::with_capacity(n_kv as usize);
+        if n_tensors > MAX_HEADER_BYTES / 24 || n_kv > MAX_HEADER_BYTES / 13 {
+            return Err(self.corrupt(format!(
+                "header claims {n_tensors} tensors and {n_kv} metadata entries, more than a \
+                 header of {} MiB holds, more than any model's",
+                MAX_HEADER_BYTES >> 20
+            )));
+        }
+        // Grown as entries are read: a count is a claim, not an allocation.
+        let mut metadata = Vec::with_capacity(n_kv.min(4096) as usize);
         for i in 0..n_kv {
             let key = self.string(&format!("metadata key #{i}"))?;
             let ty = self.u32(&key)?;
@@ -492,7 +500,7 @@ impl<R: Read> Reader<R> {
                 }
             },
         };
-        let mut tensors = Vec::with_capacity(n_tensors as usize);
+        let mut tensors = Vec::with_capacity(n_tensors.min(4096) as usize);
         for i in 0..n_tensors {
             let name = self.string(&format!("tensor name #{i}"))?;
             let n_dims = self.u32(&name)?;
