@@ -246,6 +246,12 @@ fn a_url_is_read_for_its_header_with_one_range_request() {
     assert_eq!(part["config"], local["config"]);
     assert!(part["reasons"].to_string().contains("header only"));
 
+    // A range whose total length is unknown ("bytes 0-N/*", as RFC 9110 allows) is read as
+    // any other (issue 48: it was refused as "a range that does not start at byte 0").
+    let server = RangeServer::start(&model, "unknown-total");
+    let p = json(&["--box", "rtx-5080-16gb", "-m", &server.url(name)]);
+    assert_eq!(predictions(&p), predictions(&whole));
+
     // A server that ignores Range: its whole-file reply is read only as far as the header.
     let server = RangeServer::start(&model, "ignore-range");
     let p = json(&["--box", "rtx-5080-16gb", "-m", &server.url(name)]);
@@ -300,4 +306,96 @@ fn https_redirects_stalls_missing_and_cut_files_are_one_line_errors() {
         e.contains("ends inside its GGUF header") && e.contains("cut off"),
         "{e}"
     );
+}
+
+/// A header whose tensor shapes claim more bytes than a u64 holds (two tensors of 2^56 rows,
+/// packed one after the other): a one-line "corrupt" error, not a panic (issue 48).
+#[test]
+fn a_header_claiming_exabytes_of_weights_is_refused_in_one_line() {
+    use qtune::model::gguf::{encode_header, GgufValue};
+    let s = |v: &str| GgufValue::String(v.into());
+    let md: Vec<(String, GgufValue)> = vec![
+        ("general.architecture".into(), s("qwen3moe")),
+        ("qwen3moe.block_count".into(), GgufValue::U32(2)),
+        ("qwen3moe.embedding_length".into(), GgufValue::U32(256)),
+        ("qwen3moe.attention.head_count".into(), GgufValue::U32(4)),
+        ("qwen3moe.attention.head_count_kv".into(), GgufValue::U32(2)),
+        ("qwen3moe.expert_count".into(), GgufValue::U32(4)),
+        ("qwen3moe.expert_used_count".into(), GgufValue::U32(2)),
+        ("qwen3moe.context_length".into(), GgufValue::U32(4096)),
+    ];
+    // Metadata only (alignment 1: no padding), then three tensor infos by hand, Q4_K (id 12,
+    // 144 bytes a row of 256).
+    let (mut h, _) = encode_header(&md, &[], 1).unwrap();
+    let row = 144u64;
+    let huge = row << 56;
+    let tensors: [(&str, [u64; 2], u64); 3] = [
+        ("blk.0.attn_q.weight", [256, 256], 0),
+        ("blk.0.ffn_up_exps.weight", [256, 1 << 56], 256 * row),
+        ("blk.1.ffn_up_exps.weight", [256, 1 << 56], 256 * row + huge),
+    ];
+    h[8..16].copy_from_slice(&(tensors.len() as u64).to_le_bytes());
+    for (name, dims, offset) in tensors {
+        h.extend_from_slice(&(name.len() as u64).to_le_bytes());
+        h.extend_from_slice(name.as_bytes());
+        h.extend_from_slice(&2u32.to_le_bytes());
+        for d in dims {
+            h.extend_from_slice(&d.to_le_bytes());
+        }
+        h.extend_from_slice(&12u32.to_le_bytes());
+        h.extend_from_slice(&offset.to_le_bytes());
+    }
+    h.resize(h.len().div_ceil(32) * 32 + 4096, 0);
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("exabytes.gguf");
+    std::fs::write(&f, &h).unwrap();
+    let e = one_line_error(&qtune(
+        &["plan", "-m", &f.display().to_string(), "--no-profile"],
+        &[],
+    ));
+    assert!(e.contains("is corrupt") && e.contains("1 PiB"), "{e}");
+}
+
+/// A sparse file of 100 GiB whose header claims a 50 GiB metadata key, or billions of tensors
+/// or metadata entries: refused in one line without allocating them (issue 48). Run under a
+/// 4 GB address-space limit, so the old code aborts on the allocation instead of reading 50 GiB
+/// of zeros into memory.
+#[test]
+fn a_header_claiming_a_50_gib_string_is_refused_without_reading_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("sparse.gguf");
+    let cases: [(u64, u64, &[u8], &str); 3] = [
+        (
+            0,
+            1,
+            &(50u64 << 30).to_le_bytes(),
+            "header goes on past 64 MiB",
+        ),
+        (4_000_000_000, 0, b"", "more than a header of 64 MiB holds"),
+        (0, 8_000_000_000, b"", "more than a header of 64 MiB holds"),
+    ];
+    for (n_tensors, n_kv, rest, what) in cases {
+        let mut h = b"GGUF".to_vec();
+        h.extend(3u32.to_le_bytes());
+        h.extend(n_tensors.to_le_bytes());
+        h.extend(n_kv.to_le_bytes());
+        h.extend(rest);
+        std::fs::write(&f, &h).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_len(100 << 30)
+            .unwrap();
+        let o = Command::new("sh")
+            .args(["-c", "ulimit -v 4000000 && exec \"$0\" \"$@\""])
+            .arg(env!("CARGO_BIN_EXE_qtune"))
+            .args(["plan", "--box", "rtx-4090", "-m"])
+            .arg(&f)
+            .env("NO_COLOR", "1")
+            .output()
+            .unwrap();
+        let e = one_line_error(&o);
+        assert!(e.contains(what), "{e}");
+    }
 }

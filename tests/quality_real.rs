@@ -594,5 +594,109 @@ fn against_refuses_what_cannot_be_compared_with_one_line() {
         &["quality", "-m", m, "-m", copy.to_str().unwrap()],
         "several are scored only --against",
     );
+    // A context past the model's trained one (8192), or a chunk count llama-perplexity cannot
+    // take, is refused before any text is read or anything runs (issue 48).
+    let c = copy.to_str().unwrap();
+    for (extra, what) in [
+        (
+            ["--ctx", "65536"],
+            "past the model's trained context of 8192 tokens",
+        ),
+        (["--chunks", "0"], "--chunks 0 scores nothing"),
+        (
+            ["--chunks", "4294967295"],
+            "more than llama-perplexity counts",
+        ),
+    ] {
+        let mut against = vec!["quality", "-m", c, "--against", m, "--text", "/nonexistent"];
+        against.extend(extra);
+        refused(&against, what);
+        let mut kv = vec!["quality", "-m", m, "--text", "/nonexistent"];
+        kv.extend(extra);
+        refused(&kv, what);
+    }
     assert!(!cache.join("quality").join("against").exists());
+}
+
+/// Text from outside reaches the terminal as data (issue 48): a reference whose GGUF name
+/// holds terminal escapes, then a cache entry tampered to hold more, are printed by
+/// `qtune quality --against` and cited by `qtune plan` without one control character.
+#[test]
+fn against_prints_names_and_cached_strings_without_control_characters() {
+    let (Some(bin), Some(model)) = (perplexity(), smollm2()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let Some(text) = unique_text(dir.path()) else {
+        return;
+    };
+    let cache = dir.path().join("cache");
+    let reference = dir.path().join("ref.gguf");
+    let quant = dir.path().join("q4\u{1b}[2Jcopy.gguf");
+    let name = GgufValue::String("Smol\u{1b}]0;pwned\u{7}LM\u{1b}[31m".into());
+    support::requant::requantize(
+        &model,
+        &reference,
+        GgmlType::Q8_0,
+        &[("general.name", name)],
+    );
+    support::requant::requantize(&model, &quant, GgmlType::Q4_0, &[]);
+    let (rs, qs) = (reference.to_str().unwrap(), quant.to_str().unwrap());
+    let args = [
+        "quality",
+        "-m",
+        qs,
+        "--against",
+        rs,
+        "--perplexity",
+        bin.to_str().unwrap(),
+        "--ctx",
+        "256",
+        "--chunks",
+        "2",
+        "--text",
+        text.to_str().unwrap(),
+    ];
+    let clean = |what: &str, s: &str| {
+        assert!(
+            !s.chars().any(|c| c.is_control() && c != '\n'),
+            "{what} holds a control character: {s:?}"
+        );
+    };
+    let (ok, out, err) = qtune_in(&cache, &args);
+    assert!(ok, "{err}");
+    clean("the measured table", &out);
+    clean("the progress lines", &err);
+    assert!(out.contains("Smol") && out.contains("pwned"), "{out}");
+
+    // The cache entry, tampered: its strings are shown as data, by quality and by plan.
+    let entry = std::fs::read_dir(cache.join("quality").join("against"))
+        .unwrap()
+        .flatten()
+        .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "json"))
+        .unwrap();
+    let mut r: serde_json::Value = serde_json::from_slice(&std::fs::read(&entry).unwrap()).unwrap();
+    r["quants"][0]["file_type"] = "Q4_0\u{1b}[2J\r".into();
+    r["quants"][0]["measured_at"] = "2026\u{1b}[31m-11-26T10:00:00+00:00".into();
+    r["reference_file"] = "ref\u{1b}[1m.gguf".into();
+    r["text"]["name"] = "kjv\u{9b}31m.txt".into();
+    std::fs::write(&entry, serde_json::to_vec(&r).unwrap()).unwrap();
+    let (ok, out, err) = qtune_in(&cache, &args);
+    assert!(ok && err.contains("from the cache"), "{err}");
+    clean("the cached table", &out);
+    clean("the cached run's lines", &err);
+    let (ok, out, err) = qtune_in(&cache, &["plan", "-m", qs, "--no-profile"]);
+    assert!(ok && err.contains("measured by qtune quality"), "{err}");
+    clean("plan's text", &err);
+    clean("plan's command", &out);
+
+    // A number no measurement gives (a negative KL divergence): the entry is not cited.
+    r["quants"][0]["mean_kld"] = (-1.5).into();
+    std::fs::write(&entry, serde_json::to_vec(&r).unwrap()).unwrap();
+    let (ok, out, err) = qtune_in(&cache, &["plan", "-m", qs, "--no-profile", "--json"]);
+    assert!(ok, "{err}");
+    let p: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(p.get("quality").is_none(), "{p}");
 }

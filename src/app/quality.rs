@@ -1,6 +1,7 @@
 //! `qtune quality`: measure what each KV cache type costs in accuracy against f16, or what
 //! each quantization costs against a reference file (`--against`), and print it.
 
+use crate::escape::{terminal, terminal_lines};
 use crate::quality::against::AgainstOptions;
 use crate::quality::{measure, table, Origin, QualityOptions};
 use anyhow::Result;
@@ -15,19 +16,24 @@ fn threads(given: Option<u32>) -> Result<Option<u32>> {
     }
 }
 
+/// A progress line for the user: file names and model names are text from outside.
+fn note(line: String) {
+    eprintln!("qtune: {}", terminal(&line));
+}
+
 pub fn quality(mut opts: QualityOptions, json: bool) -> Result<()> {
     let t0 = Instant::now();
     opts.threads = threads(opts.threads)?;
-    let (report, origin) = measure(&opts, &mut |line| eprintln!("qtune: {line}"))?;
+    let (report, origin) = measure(&opts, &mut note)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    print!("{}", table(&report));
+    print!("{}", terminal_lines(&table(&report)));
     match origin {
         Origin::Cached => eprintln!(
             "qtune: from the cache (measured {} in {:.0} s); logits were {}",
-            report.measured_at,
+            terminal(&report.measured_at),
             report.seconds,
             crate::util::fmt_mib(report.logits_bytes as f64 / 1048576.0)
         ),
@@ -44,20 +50,22 @@ pub fn quality(mut opts: QualityOptions, json: bool) -> Result<()> {
 pub fn against(mut opts: AgainstOptions, json: bool) -> Result<()> {
     let t0 = Instant::now();
     opts.threads = threads(opts.threads)?;
-    let (report, origin) =
-        crate::quality::against::measure(&opts, &mut |line| eprintln!("qtune: {line}"))?;
+    let (report, origin) = crate::quality::against::measure(&opts, &mut note)?;
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    print!("{}", crate::quality::against::table(&report));
+    print!(
+        "{}",
+        terminal_lines(&crate::quality::against::table(&report))
+    );
     match origin {
         Origin::Cached => eprintln!(
             "qtune: from the cache (measured {}); `qtune plan -m FILE` cites it",
             report
                 .quants
                 .first()
-                .map_or("", |q| q.measured_at.as_str())
+                .map_or(String::new(), |q| terminal(&q.measured_at))
         ),
         Origin::Measured => eprintln!(
             "qtune: measured in {:.0} s; the reference's logits took {} on disk and are deleted; `qtune plan -m FILE` cites the result",

@@ -234,6 +234,7 @@ pub fn parse_bytes(bytes: &[u8], name: &Path, extent: Extent) -> Result<GgufFile
         pos: 0,
         len: bytes.len() as u64,
         path: name.to_path_buf(),
+        elements: 0,
     };
     r.parse(extent)
 }
@@ -281,6 +282,7 @@ pub fn read_with(path: &Path, extent: Extent) -> Result<GgufFile, GgufError> {
         pos: 0,
         len: meta.len(),
         path: path.to_path_buf(),
+        elements: 0,
     };
     r.parse(extent)
 }
@@ -290,7 +292,21 @@ struct Reader<R: Read> {
     pos: u64,
     len: u64,
     path: PathBuf,
+    /// Metadata array elements read so far (see [`MAX_ELEMENTS`]).
+    elements: u64,
 }
+
+/// The most weight bytes a header may claim: 1 PiB, about a thousand times the largest
+/// published model's.
+pub const MAX_MODEL_BYTES: u64 = 1 << 50;
+
+/// The most bytes a GGUF header (metadata and tensor infos) may take: far above a real
+/// model's (a 250k-token vocabulary and a thousand tensor infos take under 16 MiB).
+pub const MAX_HEADER_BYTES: u64 = 64 << 20;
+
+/// The most metadata array elements a header may hold, all arrays together: 16 times a
+/// 256k-token vocabulary's tokens, scores, types and merges.
+const MAX_ELEMENTS: u64 = 1 << 24;
 
 /// Deepest nesting of arrays accepted (GGUF writers emit at most arrays of arrays).
 const MAX_ARRAY_DEPTH: u32 = 4;
@@ -310,7 +326,20 @@ impl<R: Read> Reader<R> {
         }
     }
 
+    /// A header past [`MAX_HEADER_BYTES`] is refused before it is read (a sparse file of
+    /// exabytes could otherwise claim a string or an array as large and have it allocated).
+    fn within_header(&self, n: u64, what: &str) -> Result<(), GgufError> {
+        if self.pos.saturating_add(n) > MAX_HEADER_BYTES {
+            return Err(self.corrupt(format!(
+                "its header goes on past {} MiB while reading {what}, more than any model's",
+                MAX_HEADER_BYTES >> 20
+            )));
+        }
+        Ok(())
+    }
+
     fn bytes<const N: usize>(&mut self, what: &str) -> Result<[u8; N], GgufError> {
+        self.within_header(N as u64, what)?;
         let mut b = [0u8; N];
         match self.inner.read_exact(&mut b) {
             Ok(()) => {
@@ -342,6 +371,7 @@ impl<R: Read> Reader<R> {
                 self.len.saturating_sub(self.pos)
             )));
         }
+        self.within_header(n, what)?;
         let mut buf = vec![0u8; n as usize];
         match self.inner.read_exact(&mut buf) {
             Ok(()) => self.pos += n,
@@ -388,6 +418,15 @@ impl<R: Read> Reader<R> {
                         "metadata array '{key}' claims {n} elements, more than the file holds"
                     )));
                 }
+                // Each element is at least one byte of the header, and 32 in memory: a
+                // budget keeps a header of one-byte elements from taking gigabytes.
+                self.elements = self.elements.saturating_add(n);
+                if self.elements > MAX_ELEMENTS {
+                    return Err(self.corrupt(format!(
+                        "its metadata arrays hold more than {MAX_ELEMENTS} elements (at '{key}'), \
+                         more than any model's"
+                    )));
+                }
                 let mut items = Vec::with_capacity(n.min(1 << 20) as usize);
                 for _ in 0..n {
                     items.push(self.value(et, key, depth + 1)?);
@@ -429,7 +468,15 @@ impl<R: Read> Reader<R> {
                 "header claims {n_tensors} tensors and {n_kv} metadata entries, more than the file holds"
             )));
         }
-        let mut metadata = Vec::with_capacity(n_kv as usize);
+        if n_tensors > MAX_HEADER_BYTES / 24 || n_kv > MAX_HEADER_BYTES / 13 {
+            return Err(self.corrupt(format!(
+                "header claims {n_tensors} tensors and {n_kv} metadata entries, more than a \
+                 header of {} MiB holds, more than any model's",
+                MAX_HEADER_BYTES >> 20
+            )));
+        }
+        // Grown as entries are read: a count is a claim, not an allocation.
+        let mut metadata = Vec::with_capacity(n_kv.min(4096) as usize);
         for i in 0..n_kv {
             let key = self.string(&format!("metadata key #{i}"))?;
             let ty = self.u32(&key)?;
@@ -453,7 +500,7 @@ impl<R: Read> Reader<R> {
                 }
             },
         };
-        let mut tensors = Vec::with_capacity(n_tensors as usize);
+        let mut tensors = Vec::with_capacity(n_tensors.min(4096) as usize);
         for i in 0..n_tensors {
             let name = self.string(&format!("tensor name #{i}"))?;
             let n_dims = self.u32(&name)?;
@@ -490,6 +537,18 @@ impl<R: Read> Reader<R> {
                 offset,
                 n_bytes,
             });
+        }
+        // A hostile header's shapes must not add up past what any arithmetic on the model's
+        // size can hold (a header read alone is not checked against the file's length).
+        let total = tensors
+            .iter()
+            .try_fold(0u64, |sum, t| sum.checked_add(t.n_bytes))
+            .filter(|&t| t <= MAX_MODEL_BYTES);
+        if total.is_none() {
+            return Err(self.corrupt(format!(
+                "its {} tensors claim more than 1 PiB of weights, more than any model's",
+                tensors.len()
+            )));
         }
         let data_offset = if tensors.is_empty() {
             self.pos

@@ -10,9 +10,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The most bytes read for a header: far above a real model's (a 250k-token vocabulary and a
-/// thousand tensor infos take under 16 MiB), low enough to bound what a server can send.
-pub const MAX_HEADER_BYTES: u64 = 64 << 20;
+/// The most bytes read for a header (the most a header may take), low enough to bound what a
+/// server can send.
+pub const MAX_HEADER_BYTES: u64 = gguf::MAX_HEADER_BYTES;
 
 /// Seconds a URL's header may take, the connection included (`QTUNE_HTTP_TIMEOUT_S` overrides).
 pub const HTTP_TIMEOUT_S: u64 = 30;
@@ -224,18 +224,17 @@ async fn fetch(url: &str) -> Result<(GgufFile, u64)> {
     if status != reqwest::StatusCode::OK && status != reqwest::StatusCode::PARTIAL_CONTENT {
         bail!("{shown_url} answered HTTP {status}: check the URL");
     }
-    // bytes 0-N/TOTAL: the whole file's length, when the server says it.
-    let total: Option<u64> = resp
+    // bytes 0-N/TOTAL: the whole file's length, when the server says it (TOTAL "*": unknown).
+    let range = resp
         .headers()
         .get(reqwest::header::CONTENT_RANGE)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let v = v.strip_prefix("bytes 0-")?;
-            v.split_once('/')?.1.trim().parse().ok()
-        });
-    if status == reqwest::StatusCode::PARTIAL_CONTENT && total.is_none() {
+        .and_then(|v| v.strip_prefix("bytes 0-"))
+        .and_then(|v| v.split_once('/'));
+    if status == reqwest::StatusCode::PARTIAL_CONTENT && range.is_none() {
         bail!("{shown_url} answered a range that does not start at byte 0: check the URL");
     }
+    let total: Option<u64> = range.and_then(|(_, t)| t.trim().parse().ok());
     let name = PathBuf::from(url);
     let max = MAX_HEADER_BYTES as usize;
     let mut buf: Vec<u8> = Vec::new();

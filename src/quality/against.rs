@@ -171,7 +171,26 @@ fn cache_file(
 fn load(path: &Path) -> Option<AgainstReport> {
     let r: AgainstReport =
         serde_json::from_slice(&crate::util::read_bounded(path, 16 << 20).ok()?).ok()?;
-    (r.quants.len() == 1).then_some(r)
+    (r.quants.len() == 1 && plausible(&r)).then_some(r)
+}
+
+/// A cache entry whose numbers no measurement gives (a negative KL divergence, a top-1 share
+/// past 100 %, a perplexity below 1, no token scored) was not written by qtune: it is ignored,
+/// never shown nor cited.
+fn plausible(r: &AgainstReport) -> bool {
+    let ppl = |p: Option<f64>| p.is_none_or(|p| p.is_finite() && p >= 1.0);
+    let ratio = |p: Option<f64>| p.is_none_or(|p| p.is_finite() && p > 0.0);
+    r.tokens_scored > 0
+        && ppl(r.reference_ppl)
+        && r.quants.iter().all(|q| {
+            q.mean_kld.is_finite()
+                && q.mean_kld >= 0.0
+                && q.kld_p99.is_finite()
+                && q.kld_p99 >= 0.0
+                && (0.0..=100.0).contains(&q.same_top1_pct)
+                && ppl(q.ppl)
+                && ratio(q.ppl_ratio)
+        })
 }
 
 /// Every check that needs no llama-perplexity: the files are readable GGUFs, not the same file
@@ -188,6 +207,7 @@ fn check(opts: &AgainstOptions) -> Result<(Side, Vec<Side>)> {
         );
     }
     let reference = side(&opts.reference)?;
+    super::check_ctx_chunks(opts.ctx, opts.chunks, reference.layout.ctx_train)?;
     let same_file = |a: &Path, b: &Path| match (std::fs::canonicalize(a), std::fs::canonicalize(b))
     {
         (Ok(a), Ok(b)) => a == b,

@@ -172,6 +172,24 @@ fn load_cached(path: &Path) -> Option<QualityReport> {
     serde_json::from_slice(&crate::util::read_bounded(path, 16 << 20).ok()?).ok()
 }
 
+/// `--ctx` within the model's trained context and `--chunks` one llama-perplexity takes (a
+/// 32-bit count, at least 1): refused in one line before anything runs.
+pub(crate) fn check_ctx_chunks(ctx: u32, chunks: Option<u32>, ctx_train: u32) -> Result<()> {
+    if ctx_train > 0 && ctx > ctx_train {
+        bail!(
+            "--ctx {ctx} is past the model's trained context of {ctx_train} tokens: give --ctx {ctx_train} or less"
+        );
+    }
+    match chunks {
+        Some(0) => bail!("--chunks 0 scores nothing: give 1 or more (or leave it out)"),
+        Some(n) if n > i32::MAX as u32 => bail!(
+            "--chunks {n} is more than llama-perplexity counts ({}): give fewer",
+            i32::MAX
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// Chunks to ask for: the request (or the default), bounded by the disk the logits may take.
 /// Errors when not even one chunk fits the bound.
 pub fn plan_chunks(
@@ -355,6 +373,7 @@ pub fn measure(
     }
     let layout = crate::model::layout::from_gguf(&g)?;
     drop(g);
+    check_ctx_chunks(opts.ctx, opts.chunks, layout.ctx_train)?;
     let text_path = match &opts.text {
         Some(p) => p.clone(),
         None => text::default_text()?,
