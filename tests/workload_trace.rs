@@ -135,6 +135,26 @@ fn assert_replayed_as_recorded(v: &serde_json::Value, rec: &[serde_json::Value])
     assert_eq!(w["median_p90_s"].as_array().unwrap().len(), 2, "{w}");
 }
 
+/// A session recorded through `qtune record` in front of the real llama-server on `model`
+/// (linked into `dir` as `link`) with `server_args`: `client` sends its requests to the
+/// recorder's port. The trace's path (`dir/session.jsonl`), or None after SKIP where there is
+/// no real server.
+fn record_session(
+    dir: &Path,
+    model: &Path,
+    link: &str,
+    server_args: &[&str],
+    client: impl FnOnce(u16),
+) -> Option<PathBuf> {
+    let (server, sport) = start_server(dir, model, link, server_args)?;
+    let trace = dir.join("session.jsonl");
+    let (mut rec, pport) = start_record(sport, &trace, dir);
+    client(pport);
+    stop_record(&mut rec, dir);
+    drop(server);
+    Some(trace)
+}
+
 #[test]
 fn a_recorded_session_replays_with_its_prompts_cache_hits_and_lengths() {
     let openai = Command::new("python3")
@@ -149,25 +169,20 @@ fn a_recorded_session_replays_with_its_prompts_cache_hits_and_lengths() {
         return;
     };
     let args = "-c 8192 -np 2 -t 1";
-    let Some((server, sport)) = start_server(
-        dir.path(),
-        &model,
-        "smollm2.gguf",
-        &args.split(' ').collect::<Vec<_>>(),
-    ) else {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/record-client.py");
+    let client = |port: u16| {
+        let o = Command::new("python3")
+            .arg(&script)
+            .arg(format!("http://127.0.0.1:{port}"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", output_text(&o));
+    };
+    let server_args: Vec<&str> = args.split(' ').collect();
+    let Some(trace) = record_session(dir.path(), &model, "smollm2.gguf", &server_args, client)
+    else {
         return;
     };
-    let trace = dir.path().join("session.jsonl");
-    let (mut rec, pport) = start_record(sport, &trace, dir.path());
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/record-client.py");
-    let o = Command::new("python3")
-        .arg(&script)
-        .arg(format!("http://127.0.0.1:{pport}"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", output_text(&o));
-    stop_record(&mut rec, dir.path());
-    drop(server);
     let rec = recorded(&trace);
     assert_eq!(rec.len(), 5);
     let private = ["terse assistant", "sorting algorithm", "type hints"];
@@ -215,31 +230,31 @@ fn a_diverging_history_on_a_recurrent_model_rereads_as_it_did_live() {
     }
     let model = qtune::fixtures::tiny_moe("tiny-qwen35moe").expect("the tiny MoE model");
     let args = "-c 4096 -np 1 -t 1";
-    let Some((server, sport)) = start_server(
-        dir.path(),
-        &model,
-        "tiny-qwen35moe.gguf",
-        &args.split(' ').collect::<Vec<_>>(),
-    ) else {
-        return;
-    };
-    let trace = dir.path().join("session.jsonl");
-    let (mut rec, pport) = start_record(sport, &trace, dir.path());
     // A history, its extension, then the same history edited well before its end (a client
     // compacting it): the recurrent state cannot roll back, so the server re-reads.
     let words: Vec<String> = (0..300).map(|i| format!("w{i}")).collect();
-    let history = words.join(" ");
-    complete(pport, &history, 4);
-    let longer = format!("{history} and then some more words follow here");
-    complete(pport, &longer, 4);
-    let edited = format!(
-        "{} EDITED {}",
-        words[..100].join(" "),
-        words[100..].join(" ")
-    );
-    complete(pport, &edited, 4);
-    stop_record(&mut rec, dir.path());
-    drop(server);
+    let client = |port: u16| {
+        let history = words.join(" ");
+        complete(port, &history, 4);
+        let longer = format!("{history} and then some more words follow here");
+        complete(port, &longer, 4);
+        let edited = format!(
+            "{} EDITED {}",
+            words[..100].join(" "),
+            words[100..].join(" ")
+        );
+        complete(port, &edited, 4);
+    };
+    let server_args: Vec<&str> = args.split(' ').collect();
+    let Some(trace) = record_session(
+        dir.path(),
+        &model,
+        "tiny-qwen35moe.gguf",
+        &server_args,
+        client,
+    ) else {
+        return;
+    };
     let rec = recorded(&trace);
     assert_eq!(rec.len(), 3);
     // The recording shows the recurrent re-read: the server could not resume the third prompt
@@ -269,24 +284,19 @@ fn a_request_of_one_generated_token_replays_as_a_real_one() {
         return;
     };
     let args = "-c 2048 -np 1 -t 1";
-    let Some((server, sport)) = start_server(
-        dir.path(),
-        &model,
-        "smollm2.gguf",
-        &args.split(' ').collect::<Vec<_>>(),
-    ) else {
+    let client = |port: u16| {
+        complete(
+            port,
+            "Classify this request in one word: fix the failing test",
+            1,
+        );
+        complete(port, "Write one sentence about the sea and the wind", 16);
+    };
+    let server_args: Vec<&str> = args.split(' ').collect();
+    let Some(trace) = record_session(dir.path(), &model, "smollm2.gguf", &server_args, client)
+    else {
         return;
     };
-    let trace = dir.path().join("session.jsonl");
-    let (mut rec, pport) = start_record(sport, &trace, dir.path());
-    complete(
-        pport,
-        "Classify this request in one word: fix the failing test",
-        1,
-    );
-    complete(pport, "Write one sentence about the sea and the wind", 16);
-    stop_record(&mut rec, dir.path());
-    drop(server);
     let rec = recorded(&trace);
     assert_eq!(rec.len(), 2);
     let v = compare(dir.path(), &model, args, &trace, &[]);
@@ -517,16 +527,14 @@ fn a_replayed_chat_keeps_the_checkpoints_of_the_live_chat() {
         .to_string();
     let mut live: Vec<&str> = args.split(' ').collect();
     live.extend(["--chat-template-file", &template]);
-    let Some((server, sport)) = start_server(dir.path(), &model, "tiny-qwen35moe.gguf", &live)
+    let client = |port: u16| {
+        chat(port, &conversation(6, None));
+        chat(port, &conversation(6, Some(3)));
+    };
+    let Some(trace) = record_session(dir.path(), &model, "tiny-qwen35moe.gguf", &live, client)
     else {
         return;
     };
-    let trace = dir.path().join("session.jsonl");
-    let (mut rec, pport) = start_record(sport, &trace, dir.path());
-    chat(pport, &conversation(6, None));
-    chat(pport, &conversation(6, Some(3)));
-    stop_record(&mut rec, dir.path());
-    drop(server);
     let header = &lines(&trace)[0];
     assert_eq!(
         header["server"]["message_delimiters"][3]["delimiter"], "<|im_start|>user",
