@@ -178,18 +178,12 @@ fn load(path: &Path) -> Option<AgainstReport> {
 /// past 100 %, a perplexity below 1, no token scored) was not written by qtune: it is ignored,
 /// never shown nor cited.
 fn plausible(r: &AgainstReport) -> bool {
-    let ppl = |p: Option<f64>| p.is_none_or(|p| p.is_finite() && p >= 1.0);
-    let ratio = |p: Option<f64>| p.is_none_or(|p| p.is_finite() && p > 0.0);
     r.tokens_scored > 0
-        && ppl(r.reference_ppl)
+        && super::plausible_ppl(r.reference_ppl)
         && r.quants.iter().all(|q| {
-            q.mean_kld.is_finite()
-                && q.mean_kld >= 0.0
-                && q.kld_p99.is_finite()
-                && q.kld_p99 >= 0.0
-                && (0.0..=100.0).contains(&q.same_top1_pct)
-                && ppl(q.ppl)
-                && ratio(q.ppl_ratio)
+            super::plausible(q.mean_kld, q.kld_p99, q.same_top1_pct)
+                && super::plausible_ppl(q.ppl)
+                && super::plausible_ratio(q.ppl_ratio)
         })
 }
 

@@ -168,8 +168,37 @@ fn cache_path(model_key: &str, text_sha: &str, ctx: u32, chunks: u32) -> PathBuf
         .join(format!("{model_key}-{text_sha}-c{ctx}-n{chunks}.json"))
 }
 
+/// A cache entry is reused only when its numbers are ones a measurement gives ([`plausible`]):
+/// one tampered or damaged is measured again, never shown nor carried into a tune.
 fn load_cached(path: &Path) -> Option<QualityReport> {
-    serde_json::from_slice(&crate::util::read_bounded(path, 16 << 20).ok()?).ok()
+    let r: QualityReport =
+        serde_json::from_slice(&crate::util::read_bounded(path, 16 << 20).ok()?).ok()?;
+    let ok = r.tokens_scored > 0
+        && plausible_ppl(r.reference_ppl)
+        && r.candidates.iter().all(|c| {
+            plausible(c.mean_kld, c.kld_p99, c.same_top1_pct) && plausible_ratio(c.ppl_ratio)
+        });
+    ok.then_some(r)
+}
+
+/// Numbers a measurement gives: a KL divergence (mean and 99th percentile) finite and not
+/// negative, a top-1 share within 0-100 %.
+pub(crate) fn plausible(mean_kld: f64, kld_p99: f64, same_top1_pct: f64) -> bool {
+    mean_kld.is_finite()
+        && mean_kld >= 0.0
+        && kld_p99.is_finite()
+        && kld_p99 >= 0.0
+        && (0.0..=100.0).contains(&same_top1_pct)
+}
+
+/// A perplexity, when there is one, is finite and at least 1.
+pub(crate) fn plausible_ppl(p: Option<f64>) -> bool {
+    p.is_none_or(|p| p.is_finite() && p >= 1.0)
+}
+
+/// A perplexity ratio, when there is one, is finite and positive.
+pub(crate) fn plausible_ratio(p: Option<f64>) -> bool {
+    p.is_none_or(|p| p.is_finite() && p > 0.0)
 }
 
 /// `--ctx` within the model's trained context and `--chunks` one llama-perplexity takes (a
@@ -600,6 +629,57 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(left, ["mine"]);
+    }
+
+    /// A cache entry whose numbers no measurement gives was not written by qtune: it is
+    /// measured again, never shown nor carried into a tune's floor.
+    #[test]
+    fn an_impossible_cache_entry_is_never_reused() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("entry.json");
+        let good = QualityReport {
+            model_key: "k".into(),
+            model_name: "m".into(),
+            text: text::TextInfo {
+                name: "t".into(),
+                path: "/t".into(),
+                bytes: 1000,
+                sha256: "00".into(),
+            },
+            requested_ctx: 512,
+            ctx: 512,
+            chunks: 2,
+            tokens_scored: 512,
+            logits_bytes: 1,
+            reference_ppl: Some(12.0),
+            candidates: vec![KvQuality {
+                kv: [KvType::Q8_0, KvType::Q8_0],
+                mean_kld: 0.001,
+                kld_p99: 0.01,
+                same_top1_pct: 99.0,
+                ppl_ratio: Some(1.001),
+            }],
+            seconds: 1.0,
+            measured_at: "now".into(),
+        };
+        let reused = |r: &QualityReport| {
+            std::fs::write(&path, serde_json::to_vec(r).unwrap()).unwrap();
+            load_cached(&path).is_some()
+        };
+        assert!(reused(&good));
+        let tampered: [fn(&mut QualityReport); 6] = [
+            |r| r.candidates[0].mean_kld = -0.5,
+            |r| r.candidates[0].kld_p99 = f64::NAN,
+            |r| r.candidates[0].same_top1_pct = 150.0,
+            |r| r.candidates[0].ppl_ratio = Some(0.0),
+            |r| r.reference_ppl = Some(0.5),
+            |r| r.tokens_scored = 0,
+        ];
+        for (i, t) in tampered.iter().enumerate() {
+            let mut r = good.clone();
+            t(&mut r);
+            assert!(!reused(&r), "tampering {i} was reused");
+        }
     }
 
     #[test]
