@@ -66,6 +66,7 @@ pub fn record(upstream: &str, listen: &str, out: Option<PathBuf>) -> Result<()> 
             upstream: upstream.clone(),
             listen,
             out: out.clone(),
+            held_bytes: proxy::MAX_HELD,
         };
         let (tx, rx) = tokio::sync::watch::channel(0u32);
         use tokio::signal::unix::{signal, SignalKind};

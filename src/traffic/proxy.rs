@@ -3,10 +3,12 @@
 //! as it comes, and writes one trace line ([`super::trace::Request`]) per generation request.
 //!
 //! What it holds in memory is bounded: a request body of at most [`MAX_BODY`] bytes (else
-//! 413), at most [`MAX_CONNECTIONS`] connections at once (more wait to be accepted), an
-//! answer kept for reading its timings up to [`MAX_KEPT`] bytes (a stream's events are read
-//! as they pass, one event at a time), and at most [`CHANNEL_CHUNKS`] chunks queued towards
-//! a slow client (the upstream waits for it).
+//! 413), at most [`MAX_HELD`] bytes of request bodies for all connections together (a request
+//! waits for room before its body is read; a generation request's body is kept until its
+//! prompt is tokenized, and parsed then, one at a time), at most [`MAX_CONNECTIONS`]
+//! connections at once (more wait to be accepted), an answer kept for reading its timings up
+//! to [`MAX_KEPT`] bytes (a stream's events are read as they pass, one event at a time), and at
+//! most [`CHANNEL_CHUNKS`] chunks queued towards a slow client (the upstream waits for it).
 
 use super::answer::{Observed, MAX_KEPT};
 use super::trace::{self, Header, Line, Outcome, Request};
@@ -32,6 +34,9 @@ pub const MAX_BODY: usize = 64 << 20;
 /// a 60 MiB prompt of 30 million token ids took 1 GiB. A body past this is forwarded as it
 /// came and recorded without its prompt; a real prompt (a million tokens at most) is under it.
 pub const MAX_BODY_VALUES: usize = 1 << 21;
+/// The most request-body bytes held at once, all connections together (sixteen bodies of the
+/// largest size; thousands of agent prompts).
+pub const MAX_HELD: usize = 1 << 30;
 /// The most client connections served at once.
 pub const MAX_CONNECTIONS: usize = 512;
 /// Chunks queued towards one client before the upstream is made to wait.
@@ -73,6 +78,8 @@ pub struct RecordOptions {
     pub upstream: String,
     pub listen: std::net::SocketAddr,
     pub out: std::path::PathBuf,
+    /// The most request-body bytes held at once ([`MAX_HELD`] for `qtune record`).
+    pub held_bytes: usize,
 }
 
 /// What a finished recording did.
@@ -101,6 +108,15 @@ struct State {
     other_requests: AtomicU64,
     inflight: Mutex<BTreeMap<u64, InFlight>>,
     out: Mutex<TraceWriter>,
+    /// Room for request bodies, in KiB (see [`MAX_HELD`]).
+    held: Arc<tokio::sync::Semaphore>,
+    /// Prompts are parsed and tokenized one at a time (a parsed body costs more than its bytes).
+    tokenizing: tokio::sync::Mutex<()>,
+}
+
+/// A body's size in the KiB units of [`State::held`].
+fn kib(bytes: usize) -> usize {
+    bytes.div_ceil(1024).max(1)
 }
 
 impl State {
@@ -226,6 +242,8 @@ pub async fn run(
         other_requests: AtomicU64::new(0),
         inflight: Mutex::new(BTreeMap::new()),
         out: Mutex::new(writer),
+        held: Arc::new(tokio::sync::Semaphore::new(kib(opts.held_bytes))),
+        tokenizing: tokio::sync::Mutex::new(()),
     });
     on_ready(listener.local_addr().unwrap_or(opts.listen));
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
@@ -345,11 +363,23 @@ fn forwarded_headers(from: &HeaderMap) -> HeaderMap {
 /// What a generation request asked for, read from its body.
 struct Asked {
     endpoint: String,
-    body: serde_json::Value,
+    /// The body as it came, parsed only when its prompt is tokenized; it holds its room in
+    /// [`State::held`] until then.
+    body: Bytes,
+    _held: tokio::sync::OwnedSemaphorePermit,
     stream: bool,
     max_tokens: Option<i64>,
     /// Why its body was not read, when it was not (see [`MAX_BODY_VALUES`]).
     unread: Option<String>,
+}
+
+/// The fields of a generation request read on its way (any type: a wrong one reads as absent).
+#[derive(Default, serde::Deserialize)]
+struct Head {
+    stream: Option<serde_json::Value>,
+    max_tokens: Option<serde_json::Value>,
+    max_completion_tokens: Option<serde_json::Value>,
+    n_predict: Option<serde_json::Value>,
 }
 
 /// An upper bound of the JSON values in `body`: its separators and openings. Counted only
@@ -375,9 +405,30 @@ async fn handle(
         )
     };
     // A body declared too large is refused before any of it is read.
-    if body.size_hint().lower() > MAX_BODY as u64 {
+    let hint = body.size_hint();
+    if hint.lower() > MAX_BODY as u64 {
         return Ok(too_large());
     }
+    // Room for the body among all the requests' (a declared length, else the largest), taken
+    // before it is read; what it did not use is given back once it is.
+    let reserve = match hint.upper() {
+        Some(n) if n == hint.lower() => n as usize,
+        _ => MAX_BODY,
+    };
+    let mut held = match state
+        .held
+        .clone()
+        .acquire_many_owned(kib(reserve).min(kib(MAX_HELD)) as u32)
+        .await
+    {
+        Ok(p) => p,
+        Err(_) => {
+            return Ok(plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "qtune record: stopping",
+            ))
+        }
+    };
     let body = match Limited::new(body, MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => {
@@ -392,6 +443,12 @@ async fn handle(
             ));
         }
     };
+    if held.num_permits() > kib(body.len()) {
+        drop(held.split(held.num_permits() - kib(body.len())));
+    }
+    // A generation request's room goes with its body to its trace line; another's is given
+    // back when this returns (its body sent on).
+    let mut held = Some(held);
     let path = parts.uri.path().to_string();
     let path_q = parts
         .uri
@@ -406,20 +463,18 @@ async fn handle(
                     crate::util::fmt_thousands(MAX_BODY_VALUES as f64)
                 )
             });
-            let v: serde_json::Value = if unread.is_some() {
-                serde_json::Value::Null
-            } else {
-                serde_json::from_slice(&body).unwrap_or_default()
-            };
+            // The few fields read now; the rest is skipped (never parsed into memory).
+            let v: Head = serde_json::from_slice(&body).unwrap_or_default();
+            let int = |f: &Option<serde_json::Value>| f.as_ref().and_then(|v| v.as_i64());
             Asked {
                 unread,
                 endpoint: path.clone(),
-                stream: v["stream"].as_bool().unwrap_or(false),
-                max_tokens: v["max_tokens"]
-                    .as_i64()
-                    .or_else(|| v["max_completion_tokens"].as_i64())
-                    .or_else(|| v["n_predict"].as_i64()),
-                body: v,
+                stream: v.stream.and_then(|s| s.as_bool()).unwrap_or(false),
+                max_tokens: int(&v.max_tokens)
+                    .or_else(|| int(&v.max_completion_tokens))
+                    .or_else(|| int(&v.n_predict)),
+                body: body.clone(),
+                _held: held.take().expect("taken once"),
             }
         });
     let id = match &asked {
@@ -606,8 +661,9 @@ async fn finish(
     let tokens = match status {
         _ if asked.unread.is_some() => Err(asked.unread.clone().unwrap_or_default()),
         Some(s) if (200..300).contains(&s) => {
-            upstream::prompt_tokens(&state.client, &state.upstream, &asked.endpoint, &asked.body)
-                .await
+            let _one_at_a_time = state.tokenizing.lock().await;
+            let body: serde_json::Value = serde_json::from_slice(&asked.body).unwrap_or_default();
+            upstream::prompt_tokens(&state.client, &state.upstream, &asked.endpoint, &body).await
         }
         Some(s) => Err(format!(
             "the server answered {s}: its prompt was not tokenized"
@@ -691,27 +747,19 @@ mod tests {
         s.read_exact(&mut body).is_ok()
     }
 
-    #[test]
-    fn a_request_on_a_connection_the_server_drops_is_sent_again_on_a_fresh_one() {
-        use std::io::{Read, Write};
-        // The upstream answers the first request on a kept-alive connection, then reads the
-        // second request on it and closes it unanswered (as llama-server may when the thread
-        // serving that connection ends). Every later connection is answered.
-        let up = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let up_port = up.local_addr().unwrap().port();
-        let upstream = std::thread::spawn(move || {
-            let ok =
-                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
-            let (mut first, _) = up.accept().unwrap();
-            assert!(read_request(&mut first));
-            first.write_all(ok).unwrap();
-            assert!(read_request(&mut first));
-            drop(first);
-            let (mut second, _) = up.accept().unwrap();
-            assert!(read_request(&mut second));
-            second.write_all(ok).unwrap();
-        });
-        let dir = tempfile::tempdir().unwrap();
+    type Proxy = std::thread::JoinHandle<std::result::Result<(), String>>;
+
+    /// A proxy towards `up_port` with room for `held_bytes` of request bodies, writing its trace
+    /// in `dir`: its address, its stop, and its thread.
+    fn start(
+        dir: &std::path::Path,
+        up_port: u16,
+        held_bytes: usize,
+    ) -> (
+        std::net::SocketAddr,
+        tokio::sync::oneshot::Sender<()>,
+        Proxy,
+    ) {
         let listen = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -719,7 +767,8 @@ mod tests {
         let opts = RecordOptions {
             upstream: format!("http://127.0.0.1:{up_port}"),
             listen,
-            out: dir.path().join("t.jsonl"),
+            out: dir.join("t.jsonl"),
+            held_bytes,
         };
         let header = Header {
             format: crate::traffic::trace::FORMAT.to_string(),
@@ -757,6 +806,31 @@ mod tests {
         let addr = ready_rx
             .recv_timeout(std::time::Duration::from_secs(30))
             .unwrap();
+        (addr, stop_tx, proxy)
+    }
+
+    #[test]
+    fn a_request_on_a_connection_the_server_drops_is_sent_again_on_a_fresh_one() {
+        use std::io::{Read, Write};
+        // The upstream answers the first request on a kept-alive connection, then reads the
+        // second request on it and closes it unanswered (as llama-server may when the thread
+        // serving that connection ends). Every later connection is answered.
+        let up = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let up_port = up.local_addr().unwrap().port();
+        let upstream = std::thread::spawn(move || {
+            let ok =
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+            let (mut first, _) = up.accept().unwrap();
+            assert!(read_request(&mut first));
+            first.write_all(ok).unwrap();
+            assert!(read_request(&mut first));
+            drop(first);
+            let (mut second, _) = up.accept().unwrap();
+            assert!(read_request(&mut second));
+            second.write_all(ok).unwrap();
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let (addr, stop_tx, proxy) = start(dir.path(), up_port, MAX_HELD);
         let get = |path: &str| {
             let mut c = std::net::TcpStream::connect(addr).unwrap();
             write!(
@@ -773,6 +847,73 @@ mod tests {
         let b = get("/v1/models");
         assert!(b.starts_with("HTTP/1.1 200"), "the second request: {b}");
         upstream.join().unwrap();
+        stop_tx.send(()).unwrap();
+        proxy.join().unwrap().unwrap();
+    }
+
+    /// Request bodies are bounded for all connections together: with room for 64 KiB, a second
+    /// 40 KiB generation request waits (unread, not sent on) until the first one's trace line
+    /// is done, then goes through.
+    #[test]
+    fn bodies_past_the_room_for_all_connections_wait_their_turn() {
+        use std::io::{Read, Write};
+        use std::sync::mpsc;
+        let up = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let up_port = up.local_addr().unwrap().port();
+        let (arrived_tx, arrived) = mpsc::channel::<()>();
+        let (release, released) = mpsc::channel::<()>();
+        let released = Arc::new(Mutex::new(released));
+        std::thread::spawn(move || {
+            for (n, conn) in up.incoming().enumerate() {
+                let (arrived_tx, released) = (arrived_tx.clone(), released.clone());
+                std::thread::spawn(move || {
+                    let mut c = conn.unwrap();
+                    if !read_request(&mut c) {
+                        return;
+                    }
+                    arrived_tx.send(()).unwrap();
+                    if n == 0 {
+                        released.lock().unwrap().recv().unwrap();
+                    }
+                    let _ = c.write_all(
+                        b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+                    );
+                });
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let (addr, stop_tx, proxy) = start(dir.path(), up_port, 64 << 10);
+        let post = move || {
+            let body = format!("{{\"prompt\":\"{}\"}}", "a".repeat(40 << 10));
+            let mut c = std::net::TcpStream::connect(addr).unwrap();
+            write!(
+                c,
+                "POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            let mut answer = String::new();
+            c.read_to_string(&mut answer).unwrap();
+            answer
+        };
+        let wait = std::time::Duration::from_secs(30);
+        let first = std::thread::spawn(post);
+        arrived
+            .recv_timeout(wait)
+            .expect("the first request reaches the upstream");
+        let second = std::thread::spawn(post);
+        assert!(
+            arrived
+                .recv_timeout(std::time::Duration::from_millis(1500))
+                .is_err(),
+            "the second body was taken in while the first held the room"
+        );
+        release.send(()).unwrap();
+        assert!(first.join().unwrap().starts_with("HTTP/1.1 500"));
+        arrived
+            .recv_timeout(wait)
+            .expect("the second goes through once there is room");
+        assert!(second.join().unwrap().starts_with("HTTP/1.1 500"));
         stop_tx.send(()).unwrap();
         proxy.join().unwrap().unwrap();
     }
