@@ -98,6 +98,11 @@ pub fn load_for_plan(model: &Path) -> Result<PlanSource> {
     if header_only.is_some() {
         not_a_split_part(&g, &model.display().to_string())?;
     }
+    // A whole split model is read with all its parts.
+    let g = match g.get_u64("split.count") {
+        Some(n) if n > 1 && header_only.is_none() => super::split::read_model(model)?,
+        _ => g,
+    };
     let layout =
         super::layout::from_gguf(&g).with_context(|| format!("cannot use {}", model.display()))?;
     Ok(PlanSource {

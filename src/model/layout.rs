@@ -76,9 +76,9 @@ pub fn classify(name: &str) -> TensorClass {
     TensorClass::Other
 }
 
-/// Read a model file and build its layout.
+/// Read a model file (a split model's every part) and build its layout.
 pub fn load(path: &Path) -> Result<ModelLayout> {
-    let g = super::gguf::read(path)?;
+    let g = super::split::read_model(path)?;
     from_gguf(&g).with_context(|| format!("cannot use {}", path.display()))
 }
 

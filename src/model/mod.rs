@@ -9,6 +9,7 @@ pub mod inspect;
 pub mod layout;
 pub mod memory;
 pub mod speed;
+pub mod split;
 pub mod synth;
 
 pub use layout::load;

@@ -139,7 +139,7 @@ struct Side {
 }
 
 fn side(path: &Path) -> Result<Side> {
-    let g = crate::model::gguf::read(path)
+    let g = crate::model::split::read_model(path)
         .with_context(|| format!("cannot read model {}", path.display()))?;
     let layout = crate::model::layout::from_gguf(&g)?;
     Ok(Side {

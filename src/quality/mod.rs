@@ -392,7 +392,7 @@ pub fn measure(
             perplexity::MIN_CTX
         );
     }
-    let g = crate::model::gguf::read(&opts.model)
+    let g = crate::model::split::read_model(&opts.model)
         .with_context(|| format!("cannot read model {}", opts.model.display()))?;
     if is_synthetic(&g) {
         bail!(

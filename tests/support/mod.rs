@@ -10,6 +10,7 @@
 //! - [`trial`], [`multigpu`], [`profile`]: helpers of the trial, two-GPU and profile tests.
 //! - [`record`]: a real llama-server with `qtune record` in front (traffic tests).
 //! - [`requant`]: Q8_0 and Q4_0 copies of a Q4_1 model (quality tests).
+//! - [`split`]: a model split in parts as `llama-gguf-split` writes it.
 //! - [`qtune`] and [`qtune_without_server`]: the real binary, as most tests start it.
 #![allow(dead_code)]
 
@@ -22,6 +23,7 @@ pub mod record;
 pub mod requant;
 pub mod require;
 pub mod servers;
+pub mod split;
 pub mod trial;
 
 use std::io::{Read, Write};
