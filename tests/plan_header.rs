@@ -210,6 +210,68 @@ fn a_header_only_file_plans_like_the_whole_file_and_says_so() {
     );
 }
 
+/// A model split in parts (every model past a hub's 50 GB file limit) plans from its parts'
+/// headers as from the parts themselves: from the first MiB of each part on disk, or from the
+/// first part's URL (each other part read at the same address under its own name); a missing
+/// part is named in one line.
+#[test]
+fn a_split_model_plans_from_its_parts_headers() {
+    let Some(model) = tiny() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (parts, heads) = (dir.path().join("parts"), dir.path().join("heads"));
+    std::fs::create_dir(&parts).unwrap();
+    std::fs::create_dir(&heads).unwrap();
+    let first = support::split::split(&model, &parts, "Tiny-Q4_K_M", 3);
+    let names: Vec<String> = (1..=3)
+        .map(|i| format!("Tiny-Q4_K_M-{i:05}-of-00003.gguf"))
+        .collect();
+    let mut total = 0;
+    for name in &names {
+        let p = parts.join(name);
+        total += std::fs::metadata(&p).unwrap().len();
+        first_bytes(&p, data_offset(&p) + 4096, &heads, name);
+    }
+    let on_box = |m: &str| json(&["--box", "rtx-5080-16gb", "-m", m]);
+    let whole = on_box(&first.display().to_string());
+    assert_eq!(whole["quants"][0]["file_bytes"], total);
+    let head = heads.join(&names[0]).display().to_string();
+    let p = on_box(&head);
+    assert_eq!(predictions(&p), predictions(&whole));
+    let recipe = p["quants"][0]["recipe"].as_str().unwrap();
+    assert!(
+        recipe.contains("model in 3 files") && recipe.contains("download all 3 parts"),
+        "{recipe}"
+    );
+
+    let server = RangeServer::start(&parts, "ok");
+    let p = on_box(&server.url(&names[0]));
+    assert_eq!(predictions(&p), predictions(&whole));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let log = loop {
+        let log = server.log();
+        if log.len() >= 3 || Instant::now() > deadline {
+            break log;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for (line, name) in log.iter().zip(&names) {
+        assert!(
+            line.starts_with(&format!("/models/{name} range=bytes=0-")),
+            "{log:?}"
+        );
+    }
+    assert_eq!(log.len(), 3, "{log:?}");
+
+    std::fs::remove_file(heads.join(&names[2])).unwrap();
+    let e = one_line_error(&qtune(
+        &["plan", "--box", "rtx-5080-16gb", "-m", &head],
+        &[],
+    ));
+    assert!(e.contains(&format!("{} is missing", names[2])), "{e}");
+}
+
 #[test]
 fn a_url_is_read_for_its_header_with_one_range_request() {
     let Some(model) = tiny() else {

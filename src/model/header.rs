@@ -40,6 +40,8 @@ pub struct HeaderOnly {
     pub file_bytes: u64,
     /// Read from a URL (the command names the file a download of it makes), not a file.
     pub from_url: bool,
+    /// Files the model is split in (1: a single file).
+    pub parts: u64,
 }
 
 impl HeaderOnly {
@@ -51,15 +53,19 @@ impl HeaderOnly {
             format!("{:.0} MB", self.file_bytes as f64 / 1e6)
         };
         let path = crate::escape::terminal_path(command_path);
+        let (what, file) = match self.parts {
+            0 | 1 => ("the whole file".to_string(), "file".to_string()),
+            n => (format!("all {n} parts"), format!("model in {n} files")),
+        };
         let todo = if self.from_url {
-            format!("download the whole file as {path} (the name the command uses) first")
+            format!("download {what} as {path} (the name the command uses) first")
+        } else if self.parts > 1 {
+            format!("download {what} beside {path}, under their own names, first")
         } else {
-            format!(
-                "download the whole file and start the command with its path in place of {path}"
-            )
+            format!("download {what} and start the command with its path in place of {path}")
         };
         format!(
-            "planned from the GGUF header only (the first {:.1} MiB of a {size} file): {todo}",
+            "planned from the GGUF header only (the first {:.1} MiB of a {size} {file}): {todo}",
             self.bytes_read as f64 / (1u64 << 20) as f64,
         )
     }
@@ -80,29 +86,40 @@ pub fn load_for_plan(model: &Path) -> Result<PlanSource> {
     if lower.starts_with("http://") {
         return from_url(&text);
     }
-    let g = match gguf::read_with(model, Extent::HeaderOnly) {
-        Err(GgufError::Truncated { what, .. }) => bail!(
-            "{} ends inside its GGUF header ({what}): fetch more of the file, e.g. `curl -L -r \
-             0-{} URL -o head.gguf`",
-            model.display(),
-            MAX_HEADER_BYTES - 1
-        ),
-        r => r?,
+    // Every part of a split model, each read for its header (a whole file or its first MiB).
+    let g = match super::split::read_parts(model, Extent::HeaderOnly) {
+        Err(e) => match e.downcast_ref::<GgufError>() {
+            Some(GgufError::Truncated { path, what, .. }) => bail!(
+                "{} ends inside its GGUF header ({what}): fetch more of the file, e.g. `curl -L \
+                 -r 0-{} URL -o {}`",
+                path.display(),
+                MAX_HEADER_BYTES - 1,
+                path.file_name()
+                    .map_or("head.gguf".into(), |n| n.to_string_lossy())
+            ),
+            _ => return Err(e),
+        },
+        Ok(g) => g,
     };
-    let present = std::fs::metadata(model).map_or(g.file_len, |m| m.len());
+    // What is on disk of each part, against what the header says the parts hold.
+    let parts: Vec<PathBuf> =
+        match super::split::Split::of(&g, &file_name(model), &model.display().to_string())? {
+            Some(split) => (0..split.count)
+                .map(|i| model.with_file_name(split.part_name(i)))
+                .collect(),
+            None => vec![model.to_path_buf()],
+        };
+    let present: u64 = parts
+        .iter()
+        .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .sum::<u64>()
+        .min(g.file_len);
     let header_only = (present < g.file_len).then_some(HeaderOnly {
         bytes_read: present,
         file_bytes: g.file_len,
         from_url: false,
+        parts: parts.len() as u64,
     });
-    if header_only.is_some() {
-        not_a_split_part(&g, &model.display().to_string())?;
-    }
-    // A whole split model is read with all its parts.
-    let g = match g.get_u64("split.count") {
-        Some(n) if n > 1 && header_only.is_none() => super::split::read_model(model)?,
-        _ => g,
-    };
     let layout =
         super::layout::from_gguf(&g).with_context(|| format!("cannot use {}", model.display()))?;
     Ok(PlanSource {
@@ -112,17 +129,11 @@ pub fn load_for_plan(model: &Path) -> Result<PlanSource> {
     })
 }
 
-/// A part of a split model lists only its own tensors: a plan from it would count too few.
-fn not_a_split_part(g: &GgufFile, name: &str) -> Result<()> {
-    match g.get_u64("split.count") {
-        Some(n) if n > 1 => bail!(
-            "{} is one part of a model split in {n} files: its header lists only that part's \
-             tensors, and qtune does not plan split models from their headers (plan a \
-             single-file quantization)",
-            shown(name, 200)
-        ),
-        _ => Ok(()),
-    }
+/// The last name of a path, as the split parts are named.
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 fn timeout() -> Duration {
@@ -142,8 +153,14 @@ fn from_url(url: &str) -> Result<PlanSource> {
         .enable_all()
         .build()
         .context("cannot start the HTTP client")?;
-    let (g, bytes_read) = rt
-        .block_on(async { tokio::time::timeout(limit, fetch(url)).await })
+    let file = parsed
+        .path_segments()
+        .and_then(|mut s| s.next_back())
+        .filter(|s| !s.is_empty() && *s != "." && *s != "..")
+        .unwrap_or("model.gguf")
+        .to_string();
+    let (g, bytes_read, parts) = rt
+        .block_on(async { tokio::time::timeout(limit, fetch_parts(url, &parsed, &file)).await })
         .map_err(|_| {
             anyhow!(
                 "{}: no whole GGUF header within {} s (a slow or stalled server): fetch the header \
@@ -152,24 +169,39 @@ fn from_url(url: &str) -> Result<PlanSource> {
                 limit.as_secs()
             )
         })??;
-    not_a_split_part(&g, url)?;
     let layout =
         super::layout::from_gguf(&g).with_context(|| format!("cannot use {}", shown(url, 200)))?;
     // Where `curl -O URL` or a browser would save it.
-    let file = parsed
-        .path_segments()
-        .and_then(|mut s| s.next_back())
-        .filter(|s| !s.is_empty() && *s != "." && *s != "..")
-        .unwrap_or("model.gguf");
     Ok(PlanSource {
         header_only: Some(HeaderOnly {
             bytes_read,
             file_bytes: g.file_len,
             from_url: true,
+            parts,
         }),
         command_path: PathBuf::from(file),
         layout,
     })
+}
+
+/// The header of `url` (named `file`, as the URL writes it), and of every other part when it
+/// is a split model's first (the same address, the part's name in place of its own): the
+/// whole model's header, the bytes read in all, and the number of files.
+async fn fetch_parts(url: &str, parsed: &reqwest::Url, file: &str) -> Result<(GgufFile, u64, u64)> {
+    let (mut whole, mut read) = fetch(url).await?;
+    let Some(split) = super::split::Split::of(&whole, file, &shown(url, 200))? else {
+        return Ok((whole, read, 1));
+    };
+    let dir = parsed.path().rsplit_once('/').map_or("", |(d, _)| d);
+    for i in 1..split.count {
+        let mut part_url = parsed.clone();
+        part_url.set_path(&format!("{dir}/{}", split.part_name(i)));
+        let (part, n) = fetch(part_url.as_str()).await?;
+        split.add(&mut whole, i, part, &shown(part_url.as_str(), 200))?;
+        read += n;
+    }
+    split.check(&whole)?;
+    Ok((whole, read, split.count))
 }
 
 /// An error and its causes on one line ("error sending request: ...: Connection refused").
@@ -290,36 +322,13 @@ async fn fetch(url: &str) -> Result<(GgufFile, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ggml_type::GgmlType;
-    use crate::model::gguf::{write_gguf, GgufValue, TensorSpec};
+    use crate::model::gguf::{write_gguf, GgufValue};
 
     /// A small qwen3moe-like model with `extra` metadata, written whole; its bytes.
     fn model_bytes(extra: &[(&str, GgufValue)]) -> Vec<u8> {
-        let s = |v: &str| GgufValue::String(v.into());
-        let mut md = vec![
-            ("general.architecture".to_string(), s("qwen3moe")),
-            ("qwen3moe.block_count".into(), GgufValue::U32(2)),
-            ("qwen3moe.embedding_length".into(), GgufValue::U32(256)),
-            ("qwen3moe.attention.head_count".into(), GgufValue::U32(4)),
-            ("qwen3moe.attention.head_count_kv".into(), GgufValue::U32(2)),
-            ("qwen3moe.expert_count".into(), GgufValue::U32(4)),
-            ("qwen3moe.expert_used_count".into(), GgufValue::U32(2)),
-            ("qwen3moe.context_length".into(), GgufValue::U32(4096)),
-        ];
+        let mut md = crate::model::split::tests::metadata();
         md.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
-        let mut ts = Vec::new();
-        for b in 0..2 {
-            ts.push(TensorSpec {
-                name: format!("blk.{b}.attn_q.weight"),
-                dims: vec![256, 256],
-                ggml_type: GgmlType::Q4_K,
-            });
-            ts.push(TensorSpec {
-                name: format!("blk.{b}.ffn_up_exps.weight"),
-                dims: vec![256, 512, 4],
-                ggml_type: GgmlType::Q4_K,
-            });
-        }
+        let ts = crate::model::split::tests::tensors(0..2);
         let mut out = Vec::new();
         write_gguf(&mut out, &md, &ts, 32, |_, t, w| {
             w.write_all(&vec![0u8; t.bytes().unwrap() as usize])
@@ -352,6 +361,7 @@ mod tests {
                 bytes_read: g.data_offset + 100,
                 file_bytes: bytes.len() as u64,
                 from_url: false,
+                parts: 1,
             })
         );
         assert!(part
@@ -375,19 +385,6 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("no TLS") && e.contains(CURL_HEADER), "{e}");
-        assert_eq!(e.lines().count(), 1);
-    }
-
-    #[test]
-    fn one_part_of_a_split_model_is_refused_from_its_header() {
-        let dir = tempfile::tempdir().unwrap();
-        let bytes = model_bytes(&[("split.count", GgufValue::U16(3))]);
-        let whole = dir.path().join("m-00001-of-00003.gguf");
-        std::fs::write(&whole, &bytes).unwrap();
-        let g = gguf::read(&whole).unwrap();
-        std::fs::write(&whole, &bytes[..g.data_offset as usize + 10]).unwrap();
-        let e = load_for_plan(&whole).unwrap_err().to_string();
-        assert!(e.contains("split in 3 files"), "{e}");
         assert_eq!(e.lines().count(), 1);
     }
 }

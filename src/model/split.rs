@@ -4,9 +4,9 @@
 //! that name; qtune reads them all the same way, so that the weights it places and counts are
 //! the whole model's, not the first part's.
 
-use super::gguf::{self, GgufFile};
+use super::gguf::{self, Extent, GgufFile};
 use anyhow::{bail, Result};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The most parts a split model may have (llama.cpp numbers them in five digits).
 pub const MAX_PARTS: u64 = 99_999;
@@ -14,56 +14,96 @@ pub const MAX_PARTS: u64 = 99_999;
 /// Read a model file; a split model's first part is read with all its other parts, into one
 /// header whose tensors and size are the whole model's.
 pub fn read_model(path: &Path) -> Result<GgufFile> {
-    let first = gguf::read(path)?;
-    let count = match first.get_u64("split.count") {
-        None | Some(0 | 1) => return Ok(first),
-        Some(n) if n > MAX_PARTS => bail!(
-            "{} says it is one of {n} parts: more than llama.cpp numbers ({MAX_PARTS}); the \
-             header is corrupt",
-            path.display()
-        ),
-        Some(n) => n,
-    };
-    let no = first.get_u64("split.no").unwrap_or(0);
+    read_parts(path, Extent::Whole)
+}
+
+/// [`read_model`], each part read as `extent` asks (its header only, for `qtune plan`).
+pub fn read_parts(path: &Path, extent: Extent) -> Result<GgufFile> {
+    let mut whole = gguf::read_with(path, extent)?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let suffix = part_suffix(no, count);
-    let Some(prefix) = name.strip_suffix(&suffix) else {
-        bail!(
-            "{} is part {} of a model split in {count} files, but its name does not end in \
-             '{suffix}': llama-server finds the other parts by that name (rename the parts as \
-             llama-gguf-split wrote them)",
-            path.display(),
-            no + 1
-        );
+    let Some(split) = Split::of(&whole, &name, &path.display().to_string())? else {
+        return Ok(whole);
     };
-    if no != 0 {
-        bail!(
-            "{} is part {} of a model split in {count} files: give its first part, {}",
-            path.display(),
-            no + 1,
-            sibling(path, prefix, 0, count).display()
-        );
-    }
-    let mut whole = first;
-    for i in 1..count {
-        let part_path = sibling(path, prefix, i, count);
+    for i in 1..split.count {
+        let part_path = path.with_file_name(split.part_name(i));
         if !part_path.exists() {
             bail!(
-                "{} is missing: a model split in {count} files needs every part beside its first",
-                part_path.display()
+                "{} is missing: a model split in {} files needs every part beside its first",
+                part_path.display(),
+                split.count
             );
         }
-        let part = gguf::read(&part_path)?;
-        if part.get_u64("split.count") != Some(count) || part.get_u64("split.no") != Some(i) {
+        let part = gguf::read_with(&part_path, extent)?;
+        split.add(&mut whole, i, part, &part_path.display().to_string())?;
+    }
+    split.check(&whole)?;
+    Ok(whole)
+}
+
+/// The first part of a model split in `count` files, and how its other parts are named.
+#[derive(Debug, Clone)]
+pub struct Split {
+    pub count: u64,
+    /// The name before `-00001-of-0000N.gguf`.
+    prefix: String,
+    /// The first part, as messages show it.
+    shown: String,
+}
+
+impl Split {
+    /// `Some` when `g` (read from a file or URL whose last name is `name`) is part of a split
+    /// model; refused in one line unless it is the first part, named as llama-server needs.
+    pub fn of(g: &GgufFile, name: &str, shown: &str) -> Result<Option<Split>> {
+        let count = match g.get_u64("split.count") {
+            None | Some(0 | 1) => return Ok(None),
+            Some(n) if n > MAX_PARTS => bail!(
+                "{shown} says it is one of {n} parts: more than llama.cpp numbers ({MAX_PARTS}); \
+                 the header is corrupt"
+            ),
+            Some(n) => n,
+        };
+        let no = g.get_u64("split.no").unwrap_or(0);
+        let suffix = part_suffix(no, count);
+        let Some(prefix) = name.strip_suffix(&suffix) else {
             bail!(
-                "{} is not part {} of {count} of {}: its header says otherwise (a part of another \
-                 split?)",
-                part_path.display(),
-                i + 1,
-                path.display()
+                "{shown} is part {} of a model split in {count} files, but its name does not end \
+                 in '{suffix}': llama-server finds the other parts by that name (rename the parts \
+                 as llama-gguf-split wrote them)",
+                no + 1
+            );
+        };
+        if no != 0 {
+            bail!(
+                "{shown} is part {} of a model split in {count} files: give its first part, \
+                 {prefix}{}",
+                no + 1,
+                part_suffix(0, count)
+            );
+        }
+        Ok(Some(Split {
+            count,
+            prefix: prefix.to_string(),
+            shown: shown.to_string(),
+        }))
+    }
+
+    /// The file name of part `index` (0 is the first).
+    pub fn part_name(&self, index: u64) -> String {
+        format!("{}{}", self.prefix, part_suffix(index, self.count))
+    }
+
+    /// Add part `index` (read from `shown`) to the model read so far.
+    pub fn add(&self, whole: &mut GgufFile, index: u64, part: GgufFile, shown: &str) -> Result<()> {
+        let count = self.count;
+        if part.get_u64("split.count") != Some(count) || part.get_u64("split.no") != Some(index) {
+            bail!(
+                "{shown} is not part {} of {count} of {}: its header says otherwise (a part of \
+                 another split?)",
+                index + 1,
+                self.shown
             );
         }
         // Offsets stay in file order across the parts (the layout compares them).
@@ -73,18 +113,22 @@ pub fn read_model(path: &Path) -> Result<GgufFile> {
             t
         }));
         whole.file_len = whole.file_len.saturating_add(part.file_len);
+        Ok(())
     }
-    if let Some(n) = whole.get_u64("split.tensors.count") {
-        if n != whole.tensors.len() as u64 {
-            bail!(
-                "the {count} parts of {} hold {} tensors, and its first part says {n}: a part is \
+
+    /// Every part added: the tensors are as many as the first part says.
+    pub fn check(&self, whole: &GgufFile) -> Result<()> {
+        match whole.get_u64("split.tensors.count") {
+            Some(n) if n != whole.tensors.len() as u64 => bail!(
+                "the {} parts of {} hold {} tensors, and its first part says {n}: a part is \
                  missing tensors or comes from another model",
-                path.display(),
+                self.count,
+                self.shown,
                 whole.tensors.len()
-            );
+            ),
+            _ => Ok(()),
         }
     }
-    Ok(whole)
 }
 
 /// `-00002-of-00003.gguf` for part index 1 of 3 (llama.cpp's `llama_split_path`).
@@ -92,17 +136,15 @@ fn part_suffix(index: u64, count: u64) -> String {
     format!("-{:05}-of-{count:05}.gguf", index + 1)
 }
 
-fn sibling(path: &Path, prefix: &str, index: u64, count: u64) -> PathBuf {
-    path.with_file_name(format!("{prefix}{}", part_suffix(index, count)))
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::ggml_type::GgmlType;
     use crate::model::gguf::{write_gguf, GgufValue, TensorSpec};
+    use std::path::PathBuf;
 
-    fn metadata() -> Vec<(String, GgufValue)> {
+    /// A small qwen3moe-like model's metadata (the header tests' too).
+    pub(crate) fn metadata() -> Vec<(String, GgufValue)> {
         let s = |v: &str| GgufValue::String(v.into());
         vec![
             ("general.architecture".to_string(), s("qwen3moe")),
@@ -116,7 +158,8 @@ mod tests {
         ]
     }
 
-    fn tensors(blocks: std::ops::Range<u32>) -> Vec<TensorSpec> {
+    /// Its tensors for `blocks`: an attention and an expert tensor each.
+    pub(crate) fn tensors(blocks: std::ops::Range<u32>) -> Vec<TensorSpec> {
         blocks
             .flat_map(|b| {
                 [
