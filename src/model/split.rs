@@ -43,6 +43,24 @@ pub fn read_parts(path: &Path, extent: Extent) -> Result<GgufFile> {
     Ok(whole)
 }
 
+/// The files of the model at `path`: itself, or a split model's every part (from its header;
+/// just `path` where that cannot be read).
+pub fn part_paths(path: &Path) -> Vec<std::path::PathBuf> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let split = gguf::read_with(path, Extent::HeaderOnly)
+        .ok()
+        .and_then(|g| Split::of(&g, &name, "").ok().flatten());
+    match split {
+        Some(s) => (0..s.count)
+            .map(|i| path.with_file_name(s.part_name(i)))
+            .collect(),
+        None => vec![path.to_path_buf()],
+    }
+}
+
 /// The first part of a model split in `count` files, and how its other parts are named.
 #[derive(Debug, Clone)]
 pub struct Split {

@@ -112,7 +112,9 @@ pub struct LlamaServerRunner {
     /// The speed model's pessimistic speeds of a config, for the timeouts of the trials
     /// before any measurement.
     predicted_pace: PaceFn,
-    /// The model file's size and modification time when the runner was made.
+    /// The model's files (a split model's every part) and their size and latest modification
+    /// time when the runner was made.
+    model_parts: Vec<PathBuf>,
     model_stamp: Option<(u64, std::time::SystemTime)>,
     rt: tokio::runtime::Runtime,
     client: reqwest::Client,
@@ -156,6 +158,7 @@ impl LlamaServerRunner {
         std::fs::create_dir_all(run_dir)
             .with_context(|| format!("cannot create {}", run_dir.display()))?;
         crate::util::real_dir(&run_dir.join(super::LOGS_DIR))?;
+        let model_parts = crate::model::split::part_paths(model);
         Ok(LlamaServerRunner {
             server: server.to_path_buf(),
             engine_servers: Vec::new(),
@@ -176,7 +179,8 @@ impl LlamaServerRunner {
             speed_ceiling: Box::new(|_| plausible::SpeedCeiling::ABSOLUTE),
             pace: None,
             predicted_pace: Box::new(|_| None),
-            model_stamp: model_stamp(model),
+            model_stamp: model_stamp(&model_parts),
+            model_parts,
             rt,
             client,
             fatal: None,
@@ -689,10 +693,14 @@ fn reported_memory(log: &str) -> Option<ReportedMemory> {
     }
 }
 
-/// A file's size and modification time, when it can be read.
-fn model_stamp(path: &Path) -> Option<(u64, std::time::SystemTime)> {
-    let m = std::fs::metadata(path).ok()?;
-    Some((m.len(), m.modified().ok()?))
+/// The files' size together and latest modification time, when every one can be read.
+fn model_stamp(parts: &[PathBuf]) -> Option<(u64, std::time::SystemTime)> {
+    let mut stamp = (0, std::time::SystemTime::UNIX_EPOCH);
+    for p in parts {
+        let m = std::fs::metadata(p).ok()?;
+        stamp = (stamp.0 + m.len(), stamp.1.max(m.modified().ok()?));
+    }
+    Some(stamp)
 }
 
 impl TrialRunner for LlamaServerRunner {
@@ -705,7 +713,7 @@ impl TrialRunner for LlamaServerRunner {
             return Ok(());
         };
         let shown = crate::escape::one_line(&self.model.display().to_string());
-        match model_stamp(&self.model) {
+        match model_stamp(&self.model_parts) {
             None => Err(format!(
                 "the model {shown} is gone since the tune started: no trial was charged to it; put it back"
             )),
