@@ -7,6 +7,13 @@ use support::{qtune, require, servers};
 
 use std::path::Path;
 
+fn tiny() -> Option<std::path::PathBuf> {
+    require::or_skip(
+        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
+        "the tiny-qwen3moe fixture",
+    )
+}
+
 fn plan_ram(model: &Path) -> String {
     let o = qtune().args(["plan", "-m"]).arg(model).output().unwrap();
     let out = support::output_text(&o);
@@ -22,10 +29,7 @@ fn plan_ram(model: &Path) -> String {
 /// or a first part whose others are gone, is refused in one line that says what to give.
 #[test]
 fn a_split_model_is_planned_as_the_whole_model() {
-    let Some(model) = require::or_skip(
-        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
-        "the tiny-qwen3moe fixture",
-    ) else {
+    let Some(model) = tiny() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -57,10 +61,7 @@ fn a_split_model_is_compared_on_the_real_server() {
     let Some(server) = require::or_skip(require::server(), "the real CPU llama-server") else {
         return;
     };
-    let Some(model) = require::or_skip(
-        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
-        "the tiny-qwen3moe fixture",
-    ) else {
+    let Some(model) = tiny() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
