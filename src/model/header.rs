@@ -59,10 +59,9 @@ impl HeaderOnly {
         };
         let todo = if self.from_url {
             format!("download {what} as {path} (the name the command uses) first")
-        } else if self.parts > 1 {
-            format!("download {what} beside {path}, under their own names, first")
         } else {
-            format!("download {what} and start the command with its path in place of {path}")
+            let its = if self.parts > 1 { "the first's" } else { "its" };
+            format!("download {what} and start the command with {its} path in place of {path}")
         };
         format!(
             "planned from the GGUF header only (the first {:.1} MiB of a {size} {file}): {todo}",
