@@ -101,13 +101,12 @@ pub fn load_for_plan(model: &Path) -> Result<PlanSource> {
         Ok(g) => g,
     };
     // What is on disk of each part, against what the header says the parts hold.
-    let parts: Vec<PathBuf> =
-        match super::split::Split::of(&g, &file_name(model), &model.display().to_string())? {
-            Some(split) => (0..split.count)
-                .map(|i| model.with_file_name(split.part_name(i)))
-                .collect(),
-            None => vec![model.to_path_buf()],
-        };
+    let parts: Vec<PathBuf> = match super::split::Split::of_path(&g, model)? {
+        Some(split) => (0..split.count)
+            .map(|i| model.with_file_name(split.part_name(i)))
+            .collect(),
+        None => vec![model.to_path_buf()],
+    };
     let present: u64 = parts
         .iter()
         .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
@@ -126,13 +125,6 @@ pub fn load_for_plan(model: &Path) -> Result<PlanSource> {
         command_path: model.to_path_buf(),
         header_only,
     })
-}
-
-/// The last name of a path, as the split parts are named.
-fn file_name(p: &Path) -> String {
-    p.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
 }
 
 fn timeout() -> Duration {

@@ -20,11 +20,7 @@ pub fn read_model(path: &Path) -> Result<GgufFile> {
 /// [`read_model`], each part read as `extent` asks (its header only, for `qtune plan`).
 pub fn read_parts(path: &Path, extent: Extent) -> Result<GgufFile> {
     let mut whole = gguf::read_with(path, extent)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let Some(split) = Split::of(&whole, &name, &path.display().to_string())? else {
+    let Some(split) = Split::of_path(&whole, path)? else {
         return Ok(whole);
     };
     for i in 1..split.count {
@@ -46,13 +42,9 @@ pub fn read_parts(path: &Path, extent: Extent) -> Result<GgufFile> {
 /// The files of the model at `path`: itself, or a split model's every part (from its header;
 /// just `path` where that cannot be read).
 pub fn part_paths(path: &Path) -> Vec<std::path::PathBuf> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
     let split = gguf::read_with(path, Extent::HeaderOnly)
         .ok()
-        .and_then(|g| Split::of(&g, &name, "").ok().flatten());
+        .and_then(|g| Split::of_path(&g, path).ok().flatten());
     match split {
         Some(s) => (0..s.count)
             .map(|i| path.with_file_name(s.part_name(i)))
@@ -106,6 +98,15 @@ impl Split {
             prefix: prefix.to_string(),
             shown: shown.to_string(),
         }))
+    }
+
+    /// [`Split::of`] for a file: named by its last name, shown by its path.
+    pub fn of_path(g: &GgufFile, path: &Path) -> Result<Option<Split>> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Self::of(g, &name, &path.display().to_string())
     }
 
     /// The file name of part `index` (0 is the first).
