@@ -110,6 +110,8 @@ struct State {
     out: Mutex<TraceWriter>,
     /// Room for request bodies, in KiB (see [`MAX_HELD`]).
     held: Arc<tokio::sync::Semaphore>,
+    /// All the room there is, in KiB (no request asks for more: it would wait forever).
+    held_total: usize,
     /// Prompts are parsed and tokenized one at a time (a parsed body costs more than its bytes).
     tokenizing: tokio::sync::Mutex<()>,
 }
@@ -243,6 +245,7 @@ pub async fn run(
         inflight: Mutex::new(BTreeMap::new()),
         out: Mutex::new(writer),
         held: Arc::new(tokio::sync::Semaphore::new(kib(opts.held_bytes))),
+        held_total: kib(opts.held_bytes),
         tokenizing: tokio::sync::Mutex::new(()),
     });
     on_ready(listener.local_addr().unwrap_or(opts.listen));
@@ -418,7 +421,7 @@ async fn handle(
     let mut held = match state
         .held
         .clone()
-        .acquire_many_owned(kib(reserve).min(kib(MAX_HELD)) as u32)
+        .acquire_many_owned(kib(reserve).min(state.held_total) as u32)
         .await
     {
         Ok(p) => p,
