@@ -61,26 +61,7 @@ fn replay_runner(
         replay: Some(replay),
         ..tiny_workload()
     };
-    let model = dir.join("fake.gguf");
-    std::fs::write(&model, b"GGUF").unwrap();
-    let run_dir = dir.join("run");
-    let journal = Journal::open(&run_dir).unwrap();
-    LlamaServerRunner::new(
-        &fake_server(),
-        &model,
-        4,
-        workload,
-        &run_dir,
-        journal,
-        None,
-        request_timeout,
-    )
-    .unwrap()
-    .with_env(
-        env.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    )
+    fake_runner_with(dir, env, workload, request_timeout)
 }
 
 /// One thread (`-t 1`), the trace's context.

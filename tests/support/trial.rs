@@ -75,6 +75,16 @@ pub fn fake_runner(
     env: &[(&str, &str)],
     request_timeout: std::time::Duration,
 ) -> qtune::trial::llama_runner::LlamaServerRunner {
+    fake_runner_with(dir, env, tiny_workload(), request_timeout)
+}
+
+/// [`fake_runner`] with another workload.
+pub fn fake_runner_with(
+    dir: &Path,
+    env: &[(&str, &str)],
+    workload: Workload,
+    request_timeout: std::time::Duration,
+) -> qtune::trial::llama_runner::LlamaServerRunner {
     let model = dir.join("fake.gguf");
     std::fs::write(&model, b"GGUF").unwrap();
     let run_dir = dir.join("run");
@@ -83,7 +93,7 @@ pub fn fake_runner(
         &fake_server(),
         &model,
         4,
-        tiny_workload(),
+        workload,
         &run_dir,
         journal,
         None,
