@@ -24,15 +24,7 @@ fn with_value(dir: &Path, key: &str, value: GgufValue) -> PathBuf {
         Some((_, v)) => *v = value,
         None => md.push((full.clone(), value)),
     }
-    let ts: Vec<TensorSpec> = g
-        .tensors
-        .iter()
-        .map(|t| TensorSpec {
-            name: t.name.clone(),
-            dims: t.dims.clone(),
-            ggml_type: t.ggml_type,
-        })
-        .collect();
+    let ts: Vec<TensorSpec> = g.tensors.iter().map(|t| t.spec()).collect();
     let p = dir.join(format!("{}.gguf", full.replace('.', "_")));
     let mut f = std::fs::File::create(&p).unwrap();
     gguf::write_gguf(&mut f, &md, &ts, g.alignment, |_, t, w| {

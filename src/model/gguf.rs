@@ -156,6 +156,15 @@ impl TensorInfo {
     pub fn n_elements(&self) -> u64 {
         self.dims.iter().product()
     }
+
+    /// The tensor as [`write_gguf`] writes it again (its name, shape and type).
+    pub fn spec(&self) -> TensorSpec {
+        TensorSpec {
+            name: self.name.clone(),
+            dims: self.dims.clone(),
+            ggml_type: self.ggml_type,
+        }
+    }
 }
 
 /// A GGUF file's header.

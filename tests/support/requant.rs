@@ -133,13 +133,12 @@ pub fn requantize(src: &Path, dst: &Path, to: GgmlType, overrides: &[(&str, Gguf
         .tensors
         .iter()
         .map(|t| TensorSpec {
-            name: t.name.clone(),
-            dims: t.dims.clone(),
             ggml_type: if t.ggml_type == GgmlType::Q4_1 {
                 to
             } else {
                 t.ggml_type
             },
+            ..t.spec()
         })
         .collect();
     let mut w = std::io::BufWriter::new(std::fs::File::create(dst).unwrap());

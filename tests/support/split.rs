@@ -27,14 +27,7 @@ pub fn split(model: &Path, dir: &Path, stem: &str, parts: usize) -> PathBuf {
             Vec::new()
         };
         md.extend(keys(no));
-        let specs: Vec<TensorSpec> = chunk
-            .iter()
-            .map(|t| TensorSpec {
-                name: t.name.clone(),
-                dims: t.dims.clone(),
-                ggml_type: t.ggml_type,
-            })
-            .collect();
+        let specs: Vec<TensorSpec> = chunk.iter().map(|t| t.spec()).collect();
         let mut out = std::io::BufWriter::new(std::fs::File::create(path(no)).unwrap());
         gguf::write_gguf(&mut out, &md, &specs, g.alignment, |i, _, w| {
             let t = &chunk[i];
