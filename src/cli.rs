@@ -504,9 +504,13 @@ pub enum ServerCommand {
     /// Build llama-server from the pinned llama.cpp source into qtune's cache (with --engine
     /// ik: ik_llama.cpp's, from the PyPI sdist ik-llama-cpp-python 0.1.5, CPU only).
     Build {
-        /// Build with CUDA for the compute capability NVML reports.
-        #[arg(long)]
+        /// Build with CUDA for the compute capability NVML reports (the default where NVML
+        /// sees a GPU; needs the CUDA toolkit's nvcc).
+        #[arg(long, conflicts_with = "cpu")]
         cuda: bool,
+        /// Build for the CPU alone, even where the box has a GPU.
+        #[arg(long)]
+        cpu: bool,
         /// Which engine: llama.cpp or ik (ik_llama.cpp).
         #[arg(long, default_value = "llama.cpp")]
         engine: crate::config::EngineKind,

@@ -31,7 +31,10 @@ pub const RPC_SERVER: &str = "ggml-rpc-server";
 /// Flags qtune passes; a server without them is too old or not llama-server.
 pub const REQUIRED_FLAGS: [&str; 4] = ["--n-cpu-moe", "--fit", "-ctk", "-ub"];
 
+pub mod auto;
 pub mod ik;
+
+pub use auto::resolve_or_build;
 
 /// The flags qtune passes to an engine's server: a server without them is too old.
 pub fn required_flags(engine: EngineKind) -> &'static [&'static str] {
@@ -349,15 +352,6 @@ pub fn resolve(explicit: Option<&Path>) -> Result<ServerBinary> {
     }
 }
 
-/// Resolve a server, building the pinned CPU one into the cache when none exists anywhere.
-pub fn resolve_or_build(explicit: Option<&Path>, say: &dyn Fn(&str)) -> Result<ServerBinary> {
-    if explicit.is_some() || locate(None).is_some() {
-        return resolve(explicit);
-    }
-    let path = build(false, say)?;
-    check(&path, Source::Cache)
-}
-
 /// A tool the build needs, with what to install when it is missing.
 fn require_tool(name: &str, install_hint: &str) -> Result<PathBuf> {
     find_on_path(name).ok_or_else(|| anyhow::anyhow!("'{name}' not found: {install_hint}"))
@@ -604,14 +598,15 @@ pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
         "c++",
         "install a C++ compiler (Debian: apt-get install g++)",
     )?;
-    let archs = if cuda {
-        require_tool(
-            "nvcc",
-            "install the CUDA toolkit (nvcc) to build with --cuda",
-        )?;
-        Some(cuda_architectures()?)
+    let (archs, nvcc) = if cuda {
+        let nvcc = auto::find_nvcc().ok_or_else(|| {
+            anyhow::anyhow!(
+                "'nvcc' not found (PATH, CUDACXX, /usr/local/cuda/bin): install the CUDA toolkit to build with CUDA"
+            )
+        })?;
+        (Some(cuda_architectures()?), Some(nvcc))
     } else {
-        None
+        (None, None)
     };
     let tools = build_tools(say)?;
     let src = ensure_source(say)?;
@@ -639,6 +634,9 @@ pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
         configure
             .arg("-DGGML_CUDA=ON")
             .arg(format!("-DCMAKE_CUDA_ARCHITECTURES={a}"));
+        if let Some(nvcc) = &nvcc {
+            configure.arg(format!("-DCMAKE_CUDA_COMPILER={}", nvcc.display()));
+        }
     } else {
         configure.arg("-DBUILD_SHARED_LIBS=OFF");
     }

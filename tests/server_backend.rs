@@ -67,3 +67,85 @@ fn devices_are_read_from_list_devices() {
     );
     assert!(qtune::server_binary::parse_devices("error: unknown argument").is_none());
 }
+
+/// Issue 52: on a GPU box the README's first path built the CPU server and then refused it.
+/// Without `--server`, a CPU-only build found on PATH or in the cache is passed over for the
+/// pinned CUDA build (built when missing), and a box with no server at all builds CUDA's; one
+/// named by QTUNE_LLAMA_SERVER is the user's and kept. Before anything is built, the line says
+/// what and how long, or, without the CUDA toolkit, what to install. The real CPU server; the
+/// GPU is a hand-made profile.
+#[test]
+fn a_gpu_box_without_a_named_server_builds_the_cuda_one() {
+    use qtune::server_binary::auto::{build_line, plan_from, Plan};
+    use qtune::server_binary::Source;
+    let Some(path) = support::real_server() else {
+        return;
+    };
+    let gpu_box = FakeBox::new()
+        .gpu("NVIDIA GeForce RTX 4080", 16_376, 15_800)
+        .build();
+    let no_gpu = FakeBox::new().build();
+    let cpu_build = |source| {
+        let mut s = qtune::server_binary::check(&path, Source::Flag).expect("checks");
+        s.source = source;
+        s
+    };
+    for source in [Source::Cache, Source::Path] {
+        match plan_from(Some(cpu_build(source)), &gpu_box) {
+            Plan::Build {
+                cuda: true,
+                note: Some(n),
+            } => assert!(
+                n.contains("CPU-only build") && n.contains("NVIDIA GeForce RTX 4080"),
+                "{n}"
+            ),
+            other => panic!("{source:?}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        plan_from(Some(cpu_build(Source::Env)), &gpu_box),
+        Plan::Use(_)
+    ));
+    assert!(matches!(
+        plan_from(Some(cpu_build(Source::Cache)), &no_gpu),
+        Plan::Use(_)
+    ));
+    assert!(matches!(
+        plan_from(None, &gpu_box),
+        Plan::Build {
+            cuda: true,
+            note: None
+        }
+    ));
+    assert!(matches!(
+        plan_from(None, &no_gpu),
+        Plan::Build {
+            cuda: false,
+            note: None
+        }
+    ));
+
+    // Without nvcc: one line naming what to install, before anything is built.
+    let e = build_line(true, &gpu_box, None).expect_err("no CUDA toolkit");
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("CUDA toolkit") && msg.contains("nvcc") && msg.contains("QTUNE_NO_GPU=1"),
+        "{msg}"
+    );
+    assert!(!msg.contains('\n'), "one line: {msg}");
+    let line = build_line(
+        true,
+        &gpu_box,
+        Some(std::path::Path::new("/usr/local/cuda/bin/nvcc")),
+    )
+    .unwrap();
+    assert!(
+        line.contains("with CUDA") && line.contains(" on 16 cores"),
+        "{line}"
+    );
+    let cpu = build_line(false, &no_gpu, None).unwrap();
+    assert!(
+        cpu.contains("(CPU)") && cpu.contains("about 1 minute on 16 cores"),
+        "{cpu}"
+    );
+}

@@ -188,8 +188,25 @@ pub fn server_check(explicit: Option<PathBuf>, engine: EngineKind) -> Result<()>
     Ok(())
 }
 
-/// `qtune server build [--cuda] [--engine ik]`.
-pub fn server_build(cuda: bool, engine: EngineKind) -> Result<()> {
+/// `qtune server build [--cuda|--cpu] [--engine ik]`. Without either, llama.cpp's is built
+/// with CUDA where NVML sees a GPU (what a tune on this box needs), and the first line says so.
+pub fn server_build(cuda: bool, cpu: bool, engine: EngineKind) -> Result<()> {
+    let cuda = if cuda || cpu || engine != EngineKind::LlamaCpp {
+        cuda
+    } else {
+        let hw = crate::hardware::probe(false);
+        let gpu = hw.has_gpu();
+        if gpu
+            && !crate::server_binary::is_built(&crate::server_binary::build_dir(true).join("bin"))
+        {
+            say(&crate::server_binary::auto::build_line(
+                true,
+                &hw,
+                crate::server_binary::auto::find_nvcc().as_deref(),
+            )?);
+        }
+        gpu
+    };
     let path = match engine {
         EngineKind::LlamaCpp => crate::server_binary::build(cuda, &say)?,
         EngineKind::IkLlama => crate::server_binary::ik::build(cuda, &say)?,

@@ -65,8 +65,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Server(ServerCommand::Check { server, engine }) => {
             app::info::server_check(server, engine)
         }
-        Command::Server(ServerCommand::Build { cuda, engine }) => {
-            app::info::server_build(cuda, engine)
+        Command::Server(ServerCommand::Build { cuda, cpu, engine }) => {
+            app::info::server_build(cuda, cpu, engine)
         }
         Command::Report(r) => app::results::report(&r.dir),
         Command::Script(s) => app::results::script(
