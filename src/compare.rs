@@ -736,7 +736,7 @@ pub fn compare(
 fn busy_check() -> Result<()> {
     use crate::hardware::busy;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-    let b = busy::measure(busy::WINDOW, cores, &[]);
+    let b = busy::measure(busy::WINDOW, cores, &Default::default());
     if b.too_busy() && !busy::allow_busy_env() {
         bail!("{}", b.stop_message("set QTUNE_ALLOW_BUSY=1"));
     }

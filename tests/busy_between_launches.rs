@@ -85,6 +85,7 @@ fn cores(others: f64) -> Busy {
         others_cores: others,
         load_1m: Some(3.3),
         gpu_others: Vec::new(),
+        gpu_idle: Vec::new(),
     }
 }
 

@@ -296,8 +296,9 @@ pub fn check_server_backend(
     };
     if server.devices.as_ref().is_some_and(|d| d.is_empty()) {
         bail!(
-            "this box has a GPU ({}) but {} lists no GPU device (a CPU-only build): build one with \
-             'qtune server build --cuda' and pass it with --server, or set QTUNE_NO_GPU=1 to tune on the CPU alone",
+            "this box has a GPU ({}) but {} lists no GPU device (a CPU-only build): leave --server and \
+             QTUNE_LLAMA_SERVER out (qtune builds the CUDA one), or build it with 'qtune server build --cuda' \
+             and pass it with --server, or set QTUNE_NO_GPU=1 to tune on the CPU alone",
             crate::escape::one_line(&gpu.name),
             server.path.display()
         );
@@ -317,12 +318,11 @@ pub fn check_busy(
 ) -> Result<Vec<String>> {
     use crate::hardware::busy;
     let env_max = busy::max_threads_env().map_err(|e| anyhow::anyhow!(e))?;
-    let gpu: Vec<(u32, String)> = hw
-        .gpus
-        .iter()
-        .flat_map(|g| &g.processes)
-        .map(|p| (p.pid, p.name.clone().unwrap_or_else(|| "?".into())))
-        .collect();
+    let gpu = if hw.has_gpu() {
+        crate::hardware::gpu::activity_now()
+    } else {
+        Default::default()
+    };
     let b = busy::measure(busy::WINDOW, hw.host.logical_cores, &gpu);
     if b.too_busy() && !allow_busy && !busy::allow_busy_env() {
         bail!("{}", b.stop_message(anyway));
@@ -333,6 +333,14 @@ pub fn check_busy(
         .unwrap_or(hw.host.logical_cores)
         .max(1);
     let mut out = Vec::new();
+    if !b.gpu_idle.is_empty() {
+        out.push(format!(
+            "note: {} {} VRAM on the GPU and {} nothing: not a busy box (the budget is the VRAM left free)",
+            b.gpu_idle.join(", "),
+            if b.gpu_idle.len() == 1 { "holds" } else { "hold" },
+            if b.gpu_idle.len() == 1 { "computes" } else { "compute" }
+        ));
+    }
     let cap = busy::thread_cap(Some(&b), env_max, default_threads);
     let action = |t: u32| {
         format!(

@@ -456,6 +456,7 @@ mod tests {
             others_cores: others,
             load_1m: Some(others + 1.0),
             gpu_others: gpu.iter().map(|s| s.to_string()).collect(),
+            gpu_idle: Vec::new(),
         }
     }
 

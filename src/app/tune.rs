@@ -182,6 +182,8 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
         .context("--model is required (or --resume DIR to continue a tune)")?;
     check_printable("model", &model)?;
     let model = absolute(&model)?;
+    // The model first: a wrong path is said before a server is built for it.
+    let layout = crate::model::load(&model)?;
     let (server_path, server_version, server) = match &opts.replay {
         Some(r) => (
             opts.server
@@ -190,13 +192,18 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
             format!("replay of {}", r.journal.display()),
             None,
         ),
-        None => {
+        // A dry run launches nothing, and builds nothing either.
+        None if opts.dry_run => {
             let s = crate::server_binary::resolve(opts.server.as_deref())?;
+            (absolute(&s.path)?, s.version.clone(), Some(s))
+        }
+        None => {
+            let s =
+                crate::server_binary::resolve_or_build(opts.server.as_deref(), &super::info::say)?;
             (absolute(&s.path)?, s.version.clone(), Some(s))
         }
     };
     check_printable("llama-server", &server_path)?;
-    let layout = crate::model::load(&model)?;
     let hardware = match &opts.replay {
         // The recorded box, when the journal comes with its run.json.
         Some(r) => match crate::run::read_inputs(&r.journal_dir()) {
@@ -252,7 +259,10 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
             opts.allow_busy,
             "add --allow-busy (or set QTUNE_ALLOW_BUSY=1)",
         )? {
-            eprintln!("qtune: warning: {w}");
+            match w.strip_prefix("note: ") {
+                Some(info) => eprintln!("qtune: {info}"),
+                None => eprintln!("qtune: warning: {w}"),
+            }
         }
     }
     for w in crate::space::host_warnings(&space, hardware.host.logical_cores, layout.n_blocks) {
@@ -674,9 +684,6 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
 /// `qtune demo`: obtain a server (building it if needed), synthesize the tiny MoE model and
 /// run a small tune end to end.
 pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>, allow_busy: bool) -> Result<()> {
-    if server.is_none() && crate::server_binary::locate(None).is_none() {
-        eprintln!("qtune: no llama-server found; building the pinned llama.cpp (one time, ~10 minutes on 2 cores)");
-    }
     let server = crate::server_binary::resolve_or_build(server.as_deref(), &super::info::say)?;
     eprintln!(
         "qtune demo: llama-server {} ({})",

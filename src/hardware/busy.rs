@@ -1,6 +1,7 @@
 //! Is the box busy? The CPU time other processes used over a short window (`/proc/stat`
-//! minus qtune's own process and its children), the load average, and other processes on
-//! the GPUs (NVML's process list). llama.cpp's generation threads spin: with more threads
+//! minus qtune's own process and its children), the load average, and other processes
+//! computing on the GPUs (NVML's process list and utilization: a process that only holds
+//! memory, as a desktop's compositor or a browser does, is named once and is not busy). llama.cpp's generation threads spin: with more threads
 //! than free cores they collapse (issue 43: at a load of 3.3 on 2 cores, tiny-qwen35moe
 //! generated 1.0 tok/s with the default threads and 117.8 tok/s with `-t 1`), so a tune on a
 //! busy box gives its trials a thread count that fits the free cores, and says so.
@@ -12,6 +13,11 @@ pub const WINDOW: Duration = Duration::from_millis(1000);
 
 /// Other processes using at least this many cores (over [`WINDOW`]) make the box busy.
 pub const BUSY_CORES: f64 = 0.5;
+
+/// Another process computing on at least this share of a card's SMs (or, where NVML keeps no
+/// per-process utilization, the card busy at least this much while no launch of qtune's runs)
+/// makes the GPU busy. A compositor redrawing a desktop uses a few percent.
+pub const GPU_BUSY_PCT: u32 = 10;
 
 /// The box is too busy to tune (without `--allow-busy`) when other processes use every core
 /// (within a quarter of one) and the load average is at least this many times the cores:
@@ -50,8 +56,11 @@ pub struct Busy {
     pub others_cores: f64,
     /// The 1-minute load average (None: not readable).
     pub load_1m: Option<f64>,
-    /// Other processes on the GPUs: "pid 1234 (python)".
+    /// Other processes computing on the GPUs: "pid 1234 (python, 87 % of the GPU)".
     pub gpu_others: Vec<String>,
+    /// Other processes on the GPUs that hold memory and compute nothing: "pid 1234 (Xorg)".
+    /// Information, not a busy box: the budget is the VRAM they leave free.
+    pub gpu_idle: Vec<String>,
 }
 
 /// The busy and total ticks of the `cpu ` line of `/proc/stat`.
@@ -157,8 +166,9 @@ pub fn max_threads_env() -> Result<Option<u32>, String> {
 }
 
 /// Measure the box over `window`: the CPU other processes used, the load, the GPUs' other
-/// processes (`gpu_pids`: pid and name of each process NVML lists; qtune's own are left out).
-pub fn measure(window: Duration, logical_cores: u32, gpu_processes: &[(u32, String)]) -> Busy {
+/// processes (`gpu`: what NVML lists; qtune's own are left out), split into those computing
+/// and those only holding memory ([`split_gpu_users`]).
+pub fn measure(window: Duration, logical_cores: u32, gpu: &super::gpu::GpuActivity) -> Busy {
     let before = sample();
     std::thread::sleep(window);
     let after = sample();
@@ -175,16 +185,43 @@ pub fn measure(window: Duration, logical_cores: u32, gpu_processes: &[(u32, Stri
                 .and_then(|t| parse_pid_stat(&t))
                 .is_some_and(|(ppid, _, _)| ppid == me)
     };
+    let theirs = super::gpu::GpuActivity {
+        users: gpu.users.iter().filter(|u| !ours(u.pid)).cloned().collect(),
+        device_util_pct: gpu.device_util_pct,
+    };
+    let (gpu_others, gpu_idle) = split_gpu_users(&theirs);
     Busy {
         logical_cores,
         others_cores: others,
         load_1m: load_1m(),
-        gpu_others: gpu_processes
-            .iter()
-            .filter(|(pid, _)| !ours(*pid))
-            .map(|(pid, name)| format!("pid {pid} ({name})"))
-            .collect(),
+        gpu_others,
+        gpu_idle,
     }
+}
+
+/// Other processes on the GPUs, as (computing, only holding memory), each "pid N (name)".
+/// A process computes when its own SM share is at least [`GPU_BUSY_PCT`]; where NVML keeps no
+/// per-process share, every other process counts as computing when the busiest card is at
+/// least that busy (between launches no server of qtune's runs), else none does.
+pub fn split_gpu_users(gpu: &super::gpu::GpuActivity) -> (Vec<String>, Vec<String>) {
+    let mut busy = Vec::new();
+    let mut idle = Vec::new();
+    let card_busy = gpu.device_util_pct.is_some_and(|u| u >= GPU_BUSY_PCT);
+    for u in &gpu.users {
+        let name = crate::escape::one_line(&u.name);
+        match u.sm_pct {
+            Some(p) if p >= GPU_BUSY_PCT => {
+                busy.push(format!("pid {} ({name}, {p} % of the GPU)", u.pid))
+            }
+            None if card_busy => busy.push(format!(
+                "pid {} ({name}; the GPU at {} %)",
+                u.pid,
+                gpu.device_util_pct.unwrap_or(0)
+            )),
+            _ => idle.push(format!("pid {} ({name})", u.pid)),
+        }
+    }
+    (busy, idle)
 }
 
 /// How busy the box is now: what a tune reads again before every launch. The machine's
@@ -202,7 +239,7 @@ pub struct SystemProbe {
 
 impl Probe for SystemProbe {
     fn measure(&mut self) -> Busy {
-        let gpu = super::gpu::processes_now();
+        let gpu = super::gpu::activity_now();
         measure(self.window, self.logical_cores, &gpu)
     }
 }
@@ -218,6 +255,7 @@ impl Probe for Scripted {
                 others_cores: 0.0,
                 load_1m: None,
                 gpu_others: Vec::new(),
+                gpu_idle: Vec::new(),
             },
             1 => self.0[0].clone(),
             _ => self.0.pop_front().expect("not empty"),
@@ -247,12 +285,14 @@ impl Busy {
     }
 
     /// What was measured, in words: "other processes used 1.9 of 2 cores (load average 3.3)".
+    /// The load average (a decaying mean, which a finished build leaves high for minutes) is
+    /// named only beside CPU use that is busy now.
     pub fn describe(&self) -> String {
         let mut s = format!(
             "other processes used {:.1} of {} cores",
             self.others_cores, self.logical_cores
         );
-        if let Some(l) = self.load_1m {
+        if let Some(l) = self.load_1m.filter(|_| self.others_cores >= BUSY_CORES) {
             s.push_str(&format!(" (load average {l:.1})"));
         }
         if !self.gpu_others.is_empty() {
@@ -290,13 +330,57 @@ pub fn thread_cap(busy: Option<&Busy>, env_max: Option<u32>, default_threads: u3
 mod tests {
     use super::*;
 
-    fn busy(others: f64, load: f64) -> Busy {
+    fn busy_box(others: f64, load: f64) -> Busy {
         Busy {
             logical_cores: 2,
             others_cores: others,
             load_1m: Some(load),
             gpu_others: Vec::new(),
+            gpu_idle: Vec::new(),
         }
+    }
+
+    fn user(pid: u32, name: &str, sm_pct: Option<u32>) -> crate::hardware::gpu::GpuUser {
+        crate::hardware::gpu::GpuUser {
+            pid,
+            name: name.into(),
+            sm_pct,
+        }
+    }
+
+    #[test]
+    fn a_gpu_process_that_holds_memory_and_computes_nothing_is_not_busy() {
+        use crate::hardware::gpu::GpuActivity;
+        // A ballast (or a compositor) holding 62 GiB at 0 % of the SMs, the card idle.
+        let ballast = GpuActivity {
+            users: vec![user(4242, "python3", Some(0)), user(900, "Xorg", Some(3))],
+            device_util_pct: Some(2),
+        };
+        let (busy, idle) = split_gpu_users(&ballast);
+        assert!(busy.is_empty(), "{busy:?}");
+        assert_eq!(idle, ["pid 4242 (python3)", "pid 900 (Xorg)"]);
+        let b = Busy {
+            gpu_others: busy,
+            gpu_idle: idle,
+            ..busy_box(0.0, 6.1)
+        };
+        assert!(!b.is_busy());
+        // Nor does a load average left by a finished build make it busy, or get named.
+        assert_eq!(b.describe(), "other processes used 0.0 of 2 cores");
+
+        // One that computes is busy, and named with its share.
+        let (busy, _) = split_gpu_users(&GpuActivity {
+            users: vec![user(77, "train.py", Some(93))],
+            device_util_pct: Some(95),
+        });
+        assert_eq!(busy, ["pid 77 (train.py, 93 % of the GPU)"]);
+        // Without per-process shares, the card's own utilization decides.
+        let unknown = |util| GpuActivity {
+            users: vec![user(77, "x", None)],
+            device_util_pct: Some(util),
+        };
+        assert_eq!(split_gpu_users(&unknown(80)).0.len(), 1);
+        assert_eq!(split_gpu_users(&unknown(0)).0.len(), 0);
     }
 
     #[test]
@@ -331,28 +415,28 @@ mod tests {
 
     #[test]
     fn two_busy_loops_on_two_cores_leave_one_thread_and_do_not_stop_the_tune() {
-        let b = busy(2.0, 3.3);
+        let b = busy_box(2.0, 3.3);
         assert!(b.is_busy());
         assert_eq!(b.free_cores(), 1);
         assert!(!b.too_busy());
         assert_eq!(thread_cap(Some(&b), None, 2), Some(1));
         // An idle box keeps the server's default threads.
-        let idle = busy(0.1, 0.2);
+        let idle = busy_box(0.1, 0.2);
         assert!(!idle.is_busy());
         assert_eq!(thread_cap(Some(&idle), None, 2), None);
         assert_eq!(thread_cap(Some(&idle), Some(1), 2), Some(1));
         let four = Busy {
             logical_cores: 4,
-            ..busy(1.0, 1.0)
+            ..busy_box(1.0, 1.0)
         };
         assert_eq!(thread_cap(Some(&four), None, 4), Some(3));
     }
 
     #[test]
     fn every_core_taken_and_a_load_of_four_per_core_stops_the_tune() {
-        assert!(busy(1.9, 8.5).too_busy());
-        assert!(!busy(1.2, 8.5).too_busy());
-        let m = busy(1.9, 8.5).stop_message("run qtune tune with --allow-busy");
+        assert!(busy_box(1.9, 8.5).too_busy());
+        assert!(!busy_box(1.2, 8.5).too_busy());
+        let m = busy_box(1.9, 8.5).stop_message("run qtune tune with --allow-busy");
         assert!(
             m.starts_with(
                 "the box is busy: other processes used 1.9 of 2 cores (load average 8.5)"

@@ -110,31 +110,80 @@ pub(super) fn probe_gpus(nvml: &Nvml) -> Result<GpuProbe, String> {
     Ok((gpus, driver, cuda))
 }
 
-/// The processes on the GPUs now (pid and name), NVML's compute and graphics lists; empty
-/// without NVML. Read before every launch of a tune: another user of the card is named.
-pub fn processes_now() -> Vec<(u32, String)> {
+/// A process on a GPU now, as a busy check sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuUser {
+    pub pid: u32,
+    /// Its command name (`/proc/PID/comm`), "?" where unreadable.
+    pub name: String,
+    /// The share of the card's SMs it used over the last few seconds, in percent; None where
+    /// NVML keeps no per-process utilization for the card.
+    pub sm_pct: Option<u32>,
+}
+
+/// What the GPUs are doing now: who is on them and how busy the busiest card is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuActivity {
+    pub users: Vec<GpuUser>,
+    /// The busiest card's utilization over NVML's last sample period, in percent.
+    pub device_util_pct: Option<u32>,
+}
+
+/// The processes on the GPUs now (NVML's compute and graphics lists) with what each computes;
+/// empty without NVML. Read before every launch of a tune: a process that holds memory and
+/// computes nothing (a desktop's compositor, a browser, a ballast) is not a busy box.
+pub fn activity_now() -> GpuActivity {
     let Ok(nvml) = nvml() else {
-        return Vec::new();
+        return GpuActivity::default();
     };
-    let mut out: Vec<(u32, String)> = Vec::new();
+    // Samples of the last 3 s (NVML's timestamps are the CPU clock in microseconds).
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+        .saturating_sub(3_000_000);
+    let mut out = GpuActivity::default();
     for index in 0..nvml.device_count().unwrap_or(0) {
         let Ok(d) = nvml.device_by_index(index) else {
             continue;
+        };
+        if let Ok(u) = d.utilization_rates() {
+            out.device_util_pct = Some(out.device_util_pct.unwrap_or(0).max(u.gpu));
+        }
+        // Only processes that computed in the period are listed: the others used 0 %.
+        let samples = match d.process_utilization_stats(since) {
+            Ok(v) => Some(v),
+            Err(NvmlError::NotFound) => Some(Vec::new()),
+            Err(_) => None,
         };
         let lists = [
             d.running_compute_processes().unwrap_or_default(),
             d.running_graphics_processes().unwrap_or_default(),
         ];
         for p in lists.into_iter().flatten() {
-            if out.iter().any(|(pid, _)| *pid == p.pid) {
+            let sm = samples.as_ref().map(|v| {
+                v.iter()
+                    .filter(|s| s.pid == p.pid)
+                    .map(|s| s.sm_util)
+                    .max()
+                    .unwrap_or(0)
+            });
+            if let Some(u) = out.users.iter_mut().find(|u| u.pid == p.pid) {
+                u.sm_pct = match (u.sm_pct, sm) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
                 continue;
             }
             let name = std::fs::read_to_string(format!("/proc/{}/comm", p.pid))
                 .map_or_else(|_| "?".to_string(), |s| s.trim().to_string());
-            out.push((p.pid, name));
+            out.users.push(GpuUser {
+                pid: p.pid,
+                name,
+                sm_pct: sm,
+            });
         }
     }
-    out.sort();
+    out.users.sort_by_key(|u| u.pid);
     out
 }
 

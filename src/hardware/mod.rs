@@ -2,7 +2,7 @@
 //! With no NVIDIA driver the profile says "no GPU" and everything else still works.
 
 pub mod busy;
-mod gpu;
+pub mod gpu;
 mod host;
 pub mod rpc;
 
