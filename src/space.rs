@@ -255,7 +255,7 @@ fn default_confirm_top() -> u32 {
     2
 }
 fn default_confirm_rounds() -> u32 {
-    2
+    crate::stats::MIN_CLAIM_ROUNDS as u32
 }
 
 impl Default for Budget {
@@ -264,7 +264,7 @@ impl Default for Budget {
             trials: 20,
             minutes: 15.0,
             confirm_top: 2,
-            confirm_rounds: 2,
+            confirm_rounds: default_confirm_rounds(),
         }
     }
 }
@@ -660,6 +660,24 @@ mod tests {
     fn every_builtin_space_parses() {
         for (name, _) in BUILTIN {
             load(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+
+    /// Issue 52: the demo and cpu-only spaces raced at most 2 rounds while a claim needs 3,
+    /// so a first demo could never recommend anything.
+    #[test]
+    fn every_builtin_space_affords_the_rounds_a_claim_needs() {
+        let need = crate::stats::MIN_CLAIM_ROUNDS as u32;
+        for (name, _) in BUILTIN {
+            let b = load(name).unwrap().budget;
+            let race = b.confirm_rounds * (b.confirm_top.max(1) + 1);
+            assert!(
+                b.confirm_rounds >= need && b.trials >= race + 4,
+                "{name}: {} rounds of {} in {} launches",
+                b.confirm_rounds,
+                b.confirm_top,
+                b.trials
+            );
         }
     }
 

@@ -13,7 +13,8 @@ impl QtuneSearch {
     /// goes to the search first: the variants and the race get what it leaves.
     pub(super) fn race_reserve(ctx: &SearchContext) -> u32 {
         let b = &ctx.space.budget;
-        let race = b.confirm_rounds.max(2) * (b.confirm_top.max(1) + 1);
+        let race = b.confirm_rounds.max(crate::stats::MIN_CLAIM_ROUNDS as u32)
+            * (b.confirm_top.max(1) + 1);
         if b.trials >= race + Self::nominal_variants(ctx) + 3 {
             race
         } else {
