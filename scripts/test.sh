@@ -12,11 +12,17 @@ need() {
 need cargo "install Rust (rustup)"
 need python3 "install Python 3 with pip (Debian: apt-get install python3-pip)"
 need c++ "install a C++ compiler (Debian: apt-get install g++)"
-# The launch.sh test talks to the server with the real OpenAI Python client.
-if ! python3 -c 'import openai' 2>/dev/null; then
-  python3 -m pip install --quiet openai 2>/dev/null \
-    || python3 -m pip install --quiet --user openai \
-    || { echo "scripts/test.sh: cannot install the openai Python package (pip install openai)" >&2; exit 1; }
+# The launch.sh and recorder tests talk to the server with the real OpenAI and Anthropic Python
+# clients. They are installed into qtune's cache with `pip install --target` (as qtune installs
+# cmake), which a system Python that refuses `pip install` (PEP 668, Debian's) still allows,
+# and put first on PYTHONPATH for the tests' python3.
+qtune_cache="${QTUNE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/qtune}"
+test_python="$qtune_cache/test-python"
+export PYTHONPATH="$test_python${PYTHONPATH:+:$PYTHONPATH}"
+if ! python3 -c 'import openai, anthropic' 2>/dev/null; then
+  mkdir -p "$test_python"
+  python3 -m pip install --quiet --disable-pip-version-check --target "$test_python" openai anthropic \
+    || { echo "scripts/test.sh: cannot install the openai and anthropic Python packages into $test_python (pip install --target)" >&2; exit 1; }
 fi
 
 # The stages import one way (hardware -> model -> space -> search -> trial -> report), no circle.
