@@ -332,8 +332,13 @@ fn launch_sh_record_puts_the_proxy_on_the_users_port() {
         assert!(child.0.try_wait().unwrap().is_none(), "{}", text());
         health_ok(port) && health_ok(sport)
     });
+    // Issue 52: "ready" names the proxy's URL, the one a client copies; the server's own
+    // (which records nothing) was printed as ready before.
+    let ready = |p: u16| format!("ready: http://127.0.0.1:{p} ");
+    wait_until("the ready line", 30, || text().contains(&ready(port)));
+    assert!(!text().contains(&ready(sport)), "{}", text());
     assert!(
-        text().contains("recording what clients send on 127.0.0.1:"),
+        text().contains("recording what clients send to"),
         "{}",
         text()
     );

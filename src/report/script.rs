@@ -416,7 +416,7 @@ if command -v curl >/dev/null 2>&1; then
     fi
     sleep 0.5
   done
-  say "ready: $URL (OpenAI-compatible API at $URL/v1)"
+  [[ -n $RECORD ]] || say "ready: $URL (OpenAI-compatible API at $URL/v1)"
 else
   say "curl not found: not waiting for /health"
 fi

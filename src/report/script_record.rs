@@ -36,6 +36,12 @@ if [[ -n $RECORD ]]; then
     *:*) LISTEN="[$HOST]:$PORT" ;;
     *) LISTEN="$HOST:$PORT" ;;
   esac
+  # The address clients are given: the proxy's (a wildcard listen is reached on loopback).
+  case $HOST in
+    0.0.0.0) CLIENT_URL="http://127.0.0.1:$PORT" ;;
+    ::|'[::]') CLIENT_URL="http://[::1]:$PORT" ;;
+    *) CLIENT_URL="http://$LISTEN" ;;
+  esac
   HOST=127.0.0.1
   PORT=$((10#$SERVER_PORT))
 fi
@@ -46,7 +52,16 @@ fi
 const START: &str = r#"if [[ -n $RECORD ]]; then
   "$QTUNE" record --upstream "$URL" --listen "$LISTEN" --out "$RECORD" &
   record_pid=$!
-  say "recording what clients send on $LISTEN to $RECORD (the server is on $URL)"
+  # Ready once the proxy answers (it forwards /health to the server): the URL clients copy is
+  # the proxy's, never the server's, which records nothing.
+  if command -v curl >/dev/null 2>&1; then
+    deadline=$((SECONDS + 30))
+    until curl -fsS --max-time 2 "$CLIENT_URL/health" >/dev/null 2>&1; do
+      if ! kill -0 "$record_pid" 2>/dev/null || (( SECONDS >= deadline )); then break; fi
+      sleep 0.2
+    done
+  fi
+  say "ready: $CLIENT_URL (OpenAI-compatible API at $CLIENT_URL/v1), recording what clients send to $RECORD; the server behind it, $URL, records nothing"
   rc=0
   wait -n || rc=$?
   if ! kill -0 "$record_pid" 2>/dev/null; then
