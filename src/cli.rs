@@ -89,8 +89,14 @@ pub enum Command {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
-    /// Print qtune's man page (roff): `qtune man > ~/.local/share/man/man1/qtune.1`.
-    Man,
+    /// Print qtune's man page (roff), or write it and every subcommand's page (qtune-tune.1,
+    /// ...) into a folder: `qtune man --dir ~/.local/share/man/man1`.
+    Man {
+        /// Write qtune.1 and a page per subcommand into DIR (created if missing) instead of
+        /// printing qtune.1 alone.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Debug, Clone, Args)]

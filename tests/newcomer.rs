@@ -486,6 +486,32 @@ fn bare_qtune_helps_and_suggestions_name_only_listed_commands() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success() && out.contains("_qtune") && out.contains("compare"));
     let o = qtune(dir.path()).arg("man").output().unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(o.status.success() && out.contains(".TH qtune 1"), "{out}");
+    // Issue 52: every page qtune.1 names under SEE ALSO is written by `man --dir`.
+    let pages = dir.path().join("man1");
+    let o = qtune(dir.path())
+        .args(["man", "--dir"])
+        .arg(&pages)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let named: Vec<String> = out
+        .split("qtune\\-")
+        .skip(1)
+        .filter_map(|s| s.split_once("(1)").map(|(n, _)| n.replace("\\-", "-")))
+        .collect();
+    assert!(named.len() >= 15, "{named:?}");
+    for n in named {
+        let page = pages.join(format!("qtune-{n}.1"));
+        assert!(
+            page.is_file(),
+            "{} is named but not written",
+            page.display()
+        );
+    }
+    assert!(
+        !pages.join("qtune-help.1").exists(),
+        "no page for the help subcommand"
+    );
 }

@@ -159,13 +159,59 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             print!("{}", String::from_utf8_lossy(&out));
             Ok(())
         }
-        Command::Man => {
+        Command::Man { dir: None } => {
             let mut out = Vec::new();
-            clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(&mut out)?;
+            clap_mangen::Man::new(man_command()).render(&mut out)?;
             print!("{}", String::from_utf8_lossy(&out));
             Ok(())
         }
+        Command::Man { dir: Some(dir) } => {
+            for path in man_pages(&dir)? {
+                println!("{}", path.display());
+            }
+            Ok(())
+        }
     }
+}
+
+/// The command line as the man pages describe it (no `help` subcommand: it has no page).
+fn man_command() -> clap::Command {
+    let mut cmd = <Cli as clap::CommandFactory>::command().disable_help_subcommand(true);
+    cmd.build();
+    cmd
+}
+
+/// Every man page (qtune.1 and one per visible subcommand, as qtune.1's SEE ALSO names them)
+/// written into `dir`, each through a temporary file renamed into place (never half-written).
+fn man_pages(dir: &std::path::Path) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    use anyhow::Context;
+    fn walk(cmd: clap::Command, out: &mut Vec<(String, Vec<u8>)>) -> std::io::Result<()> {
+        for s in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            walk(s.clone(), out)?;
+        }
+        let man = clap_mangen::Man::new(cmd);
+        let mut page = Vec::new();
+        man.render(&mut page)?;
+        out.push((man.get_filename(), page));
+        Ok(())
+    }
+    let mut pages = Vec::new();
+    walk(man_command(), &mut pages)?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut written = Vec::new();
+    for (file, page) in pages {
+        let path = dir.join(&file);
+        let tmp = dir.join(format!(".{file}.qtune-tmp"));
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = crate::util::create_fresh(&tmp)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::io::Write::write_all(&mut f, &page)
+            .and_then(|_| f.sync_all())
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
 }
 
 fn tune_options(t: TuneArgs) -> crate::app::tune::TuneOptions {
