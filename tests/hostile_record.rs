@@ -3,6 +3,8 @@
 //! with the proxy's memory bounded, in front of the real llama-server; an upstream whose
 //! `/props` answer is 1 GiB, or never comes, is refused in one line in bounded memory and
 //! time (the fake server plays that upstream: a real one does neither on demand).
+//! Issue 53: stalled uploads and hundreds of idle connections from other clients never hold up
+//! a real client's requests, and the upstream's credentials are never printed or stored.
 
 mod support;
 
@@ -10,7 +12,9 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::record::{start_server, wait_exit, wait_until, Reap};
+use support::record::{
+    connect_from, start_record_at, start_server, stop_record, wait_exit, wait_until, Reap,
+};
 
 /// `qtune record` run by a small Python parent that forwards SIGINT to it and, once it
 /// exits, prints its peak resident memory (`maxrss_kib N`, getrusage of its children) on
@@ -181,4 +185,129 @@ fn an_upstream_whose_props_answer_is_a_gigabyte_is_refused_in_bounded_memory() {
 fn an_upstream_that_never_answers_is_refused_in_bounded_time() {
     // /props waits 30 s at most.
     refused_upstream("hang-props", "/props", Duration::from_secs(50));
+}
+
+/// One request of a real client (from 127.0.0.1) to the proxy at `port`: how long its whole
+/// answer took, and its status line. Given up after 20 s (a frozen recorder).
+fn ask(port: u16, method: &str, path: &str, body: &str) -> (Duration, String) {
+    let t0 = Instant::now();
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    let status = answer.lines().next().unwrap_or("no answer").to_string();
+    (t0.elapsed(), status)
+}
+
+/// The real client's requests: a bodiless one, a small one and a generation.
+fn client_round(port: u16) -> Vec<(Duration, String)> {
+    let chat = r#"{"messages":[{"role":"user","content":"Say hi."}],"max_tokens":1}"#;
+    vec![
+        ask(port, "GET", "/health", ""),
+        ask(port, "POST", "/tokenize", r#"{"content":"hello"}"#),
+        ask(port, "POST", "/v1/chat/completions", chat),
+    ]
+}
+
+/// Issue 53: 16 stalled uploads (each declares 64 MiB and sends one byte; four of them
+/// chunked) from one client and 600 idle connections (50 of them sending a head byte by
+/// byte, slowloris) from another, and a real client's requests are still answered within
+/// 2 s each. At 8dab55a the 16 reservations took the whole 1 GiB of body room and the
+/// 512 connection slots were all taken: nothing was answered. The upstream is given with
+/// credentials: they are used, and never printed or stored.
+#[test]
+fn stalled_uploads_and_idle_connections_never_hold_up_a_real_client() {
+    use std::net::Ipv4Addr;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(model) = support::smollm2() else {
+        return;
+    };
+    let Some((_server, sport)) = start_server(
+        dir.path(),
+        &model,
+        "hostile-busy.gguf",
+        &["-c", "2048", "-np", "1", "-t", "1"],
+    ) else {
+        return;
+    };
+    let out = dir.path().join("trace.jsonl");
+    let upstream = format!("http://qtune:s3cr3t-pw@127.0.0.1:{sport}");
+    let (mut rec, port) = start_record_at(&upstream, &out, dir.path());
+    // The same requests before: the bound allows for a slow box (never less than 2 s).
+    let before = client_round(port);
+    for (took, status) in &before {
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        assert!(*took < Duration::from_secs(20), "{took:?}");
+    }
+
+    let uploader = Ipv4Addr::new(127, 0, 0, 3);
+    let mut hostile = Vec::new();
+    for i in 0..16 {
+        let mut s = connect_from(uploader, port);
+        let framing = if i < 4 {
+            "Transfer-Encoding: chunked\r\n\r\n4000000\r\n{".to_string()
+        } else {
+            format!("Content-Length: {}\r\n\r\n{{", 64 << 20)
+        };
+        write!(
+            s,
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{framing}"
+        )
+        .unwrap();
+        hostile.push(s);
+    }
+    let idler = Ipv4Addr::new(127, 0, 0, 2);
+    for i in 0..600 {
+        let mut s = connect_from(idler, port);
+        if i % 12 == 0 {
+            let _ = s.write_all(b"GET /health HTTP/1.1\r\nHo");
+        }
+        hostile.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    for round in 0..3 {
+        for (i, (took, status)) in client_round(port).into_iter().enumerate() {
+            let bound = Duration::from_secs(2).max(before[i].0 * 3);
+            assert!(
+                status.starts_with("HTTP/1.1 200"),
+                "round {round}, request {i}: {status} after {took:?}"
+            );
+            assert!(
+                took < bound,
+                "round {round}, request {i}: answered after {took:?} (bound {bound:?})"
+            );
+        }
+    }
+    // Past its cap, the idle client's connections were answered 503 and closed at once.
+    let last = hostile.last_mut().unwrap();
+    last.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut refused = String::new();
+    let _ = last.read_to_string(&mut refused);
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    assert!(refused.contains("connections"), "{refused}");
+    drop(hostile);
+
+    stop_record(&mut rec, dir.path());
+    let err = std::fs::read_to_string(dir.path().join("record.err")).unwrap();
+    let trace = std::fs::read_to_string(&out).unwrap();
+    assert!(err.contains(&format!("127.0.0.1:{sport}")), "{err}");
+    for text in [&err, &trace] {
+        assert!(!text.contains("s3cr3t"), "the credentials leaked: {text}");
+    }
+    let lines: Vec<serde_json::Value> = trace
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["upstream"], format!("http://127.0.0.1:{sport}"));
+    let recorded = lines.iter().filter(|v| v["type"] == "request").count();
+    assert_eq!(recorded, 4, "the client's four generations are recorded");
 }

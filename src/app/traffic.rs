@@ -13,12 +13,14 @@ pub fn default_trace_path() -> PathBuf {
 }
 
 /// `--upstream`: an `http://host:port` URL without a trailing slash.
-fn upstream_url(u: &str) -> Result<String> {
-    let u = u.trim().trim_end_matches('/');
+fn upstream_url(given: &str) -> Result<String> {
+    let given = given.trim().trim_end_matches('/');
+    // Errors show it without any `user:password@` (they are kept for the requests only).
+    let u = &upstream::without_credentials(given);
     if u.starts_with("https://") {
         bail!("--upstream {u}: https is not supported; give the llama-server's plain http:// address (e.g. http://127.0.0.1:8081)");
     }
-    let rest = u.strip_prefix("http://").unwrap_or(u);
+    let rest = given.strip_prefix("http://").unwrap_or(given);
     if rest.is_empty() || rest.contains(['/', '?', '#', ' ']) {
         bail!("--upstream {u}: give the llama-server's address as http://HOST:PORT (e.g. http://127.0.0.1:8081)");
     }
@@ -41,6 +43,8 @@ fn listen_addr(l: &str) -> Result<std::net::SocketAddr> {
 /// `qtune record`.
 pub fn record(upstream: &str, listen: &str, out: Option<PathBuf>) -> Result<()> {
     let upstream = upstream_url(upstream)?;
+    // What is printed and stored: never its credentials.
+    let shown = upstream::without_credentials(&upstream);
     let listen = listen_addr(listen)?;
     if !listen.ip().is_loopback() {
         eprintln!(
@@ -48,7 +52,7 @@ pub fn record(upstream: &str, listen: &str, out: Option<PathBuf>) -> Result<()> 
              and what they send is recorded too"
         );
     }
-    if let Ok(up) = listen_addr(upstream.trim_start_matches("http://")) {
+    if let Ok(up) = listen_addr(shown.trim_start_matches("http://")) {
         if up.port() == listen.port() && (up.ip() == listen.ip() || listen.ip().is_unspecified()) {
             bail!("--listen {listen} is the upstream's own address: the proxy would forward to itself; give the llama-server another port");
         }
@@ -67,6 +71,7 @@ pub fn record(upstream: &str, listen: &str, out: Option<PathBuf>) -> Result<()> 
             listen,
             out: out.clone(),
             held_bytes: proxy::MAX_HELD,
+            limits: Default::default(),
         };
         let (tx, rx) = tokio::sync::watch::channel(0u32);
         use tokio::signal::unix::{signal, SignalKind};
@@ -97,7 +102,7 @@ pub fn record(upstream: &str, listen: &str, out: Option<PathBuf>) -> Result<()> 
         };
         let s = proxy::run(&opts, file, header, client, stop, stop_now, |addr| {
             eprintln!(
-                "qtune: recording: clients use http://{addr} (forwarded to {upstream}); the trace \
+                "qtune: recording: clients use http://{addr} (forwarded to {shown}); the trace \
                  {} holds their prompts (user-only). Ctrl-C stops.",
                 out.display()
             );

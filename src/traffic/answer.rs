@@ -1,12 +1,41 @@
 //! Reading an answer as it passes through the proxy: the server's `timings` (and usage) from
 //! a JSON answer or from a stream's server-sent events, one event at a time, holding at most
-//! [`MAX_KEPT`] bytes.
+//! [`MAX_KEPT`] bytes, and all answers together at most [`MAX_KEPT_ALL`].
 
 use super::trace::Timings;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// The most of one answer kept to read its timings (a non-streamed answer) or one event of a
 /// stream.
 pub const MAX_KEPT: usize = 16 << 20;
+
+/// The most kept for all answers at once (200 answers of 15 MiB each took 1.3 GB when the
+/// bound was per answer only). An answer that finds no room is forwarded all the same, and
+/// recorded without its timings.
+pub const MAX_KEPT_ALL: usize = 128 << 20;
+
+/// The room left for kept answers, bytes, shared by all of them.
+#[derive(Clone)]
+pub(super) struct Room(Arc<AtomicUsize>);
+
+impl Room {
+    pub fn new(bytes: usize) -> Room {
+        Room(Arc::new(AtomicUsize::new(bytes)))
+    }
+
+    fn take(&self, n: usize) -> bool {
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                left.checked_sub(n)
+            })
+            .is_ok()
+    }
+
+    fn give(&self, n: usize) {
+        self.0.fetch_add(n, Ordering::AcqRel);
+    }
+}
 
 /// What the proxy read from an answer as it passed.
 #[derive(Default)]
@@ -18,9 +47,69 @@ pub(super) struct Observed {
     /// A non-streamed answer, kept up to MAX_KEPT; or the current unfinished line of a stream.
     kept: Vec<u8>,
     pub overflow: bool,
+    /// The room shared with the other answers (None: only MAX_KEPT bounds this one).
+    room: Option<Room>,
+    /// What `kept` took from `room` (its capacity).
+    taken: usize,
+}
+
+impl Drop for Observed {
+    fn drop(&mut self) {
+        self.free();
+    }
 }
 
 impl Observed {
+    /// An answer read within `room`, shared with the other answers.
+    pub fn within(room: &Room) -> Observed {
+        Observed {
+            status: None,
+            first_byte_ms: None,
+            timings: None,
+            n_generated: None,
+            kept: Vec::new(),
+            overflow: false,
+            room: Some(room.clone()),
+            taken: 0,
+        }
+    }
+
+    /// Let go of what is kept, and give its room back.
+    fn free(&mut self) {
+        self.kept = Vec::new();
+        if let Some(r) = &self.room {
+            r.give(self.taken);
+        }
+        self.taken = 0;
+    }
+
+    /// Keep `more` after what is kept, if there is room for it (this answer's and all of
+    /// theirs); else nothing more is kept.
+    fn keep(&mut self, more: &[u8]) -> bool {
+        let len = self.kept.len() + more.len();
+        if len > MAX_KEPT {
+            return false;
+        }
+        if len > self.taken {
+            // Grown as a Vec grows (doubling), each step taken from the shared room first.
+            let cap = (self.taken * 2).clamp(len, MAX_KEPT);
+            if let Some(r) = &self.room {
+                if !r.take(cap - self.taken) {
+                    return false;
+                }
+            }
+            self.kept.reserve_exact(cap - self.kept.len());
+            self.taken = cap;
+        }
+        self.kept.extend_from_slice(more);
+        true
+    }
+
+    fn overflowed(&mut self) {
+        self.overflow = true;
+        self.free();
+    }
+
     fn take_json(&mut self, v: &serde_json::Value) {
         if let Some(t) = timings_of(&v["timings"]) {
             self.timings = Some(t);
@@ -35,27 +124,29 @@ impl Observed {
             return;
         }
         if !stream {
-            if self.kept.len() + chunk.len() > MAX_KEPT {
-                self.overflow = true;
-                self.kept = Vec::new();
-            } else {
-                self.kept.extend_from_slice(chunk);
+            if !self.keep(chunk) {
+                self.overflowed();
             }
             return;
         }
         // Server-sent events: read each complete line as it passes.
         let mut rest = chunk;
         while let Some(nl) = rest.iter().position(|b| *b == b'\n') {
-            self.kept.extend_from_slice(&rest[..nl]);
-            let line = std::mem::take(&mut self.kept);
-            self.event_line(&line);
+            if self.kept.is_empty() {
+                self.event_line(&rest[..nl]);
+            } else {
+                if !self.keep(&rest[..nl]) {
+                    self.overflowed();
+                    return;
+                }
+                let line = std::mem::take(&mut self.kept);
+                self.event_line(&line);
+                self.free();
+            }
             rest = &rest[nl + 1..];
         }
-        if self.kept.len() + rest.len() > MAX_KEPT {
-            self.overflow = true;
-            self.kept = Vec::new();
-        } else {
-            self.kept.extend_from_slice(rest);
+        if !self.keep(rest) {
+            self.overflowed();
         }
     }
 
@@ -74,15 +165,16 @@ impl Observed {
     }
 
     pub fn end(&mut self, stream: bool) {
+        let kept = std::mem::take(&mut self.kept);
         if stream {
-            let line = std::mem::take(&mut self.kept);
-            self.event_line(&line);
+            self.event_line(&kept);
         } else if !self.overflow {
-            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&self.kept) {
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&kept) {
                 self.take_json(&v);
             }
-            self.kept = Vec::new();
         }
+        drop(kept);
+        self.free();
     }
 }
 
@@ -123,5 +215,52 @@ mod tests {
             o.feed(true, &vec![b'x'; 1 << 20]);
         }
         assert!(o.overflow && o.kept.is_empty());
+    }
+
+    /// A non-streamed answer of `mib` MiB whose timings are at its end.
+    fn answer(mib: usize) -> Vec<u8> {
+        let mut a = b"{\"content\":\"".to_vec();
+        a.resize(mib << 20, b'x');
+        a.extend_from_slice(b"\",\"timings\":{\"cache_n\":0,\"prompt_n\":5,\"prompt_ms\":1.0,\"predicted_n\":7,\"predicted_ms\":9.0}}");
+        a
+    }
+
+    /// Issue 53: the bound holds over all answers at once, not per answer. With room for 32
+    /// MiB, two 15 MiB answers read at once are kept and read; a third is forwarded unread
+    /// (overflow), and the room comes back once an answer is done.
+    #[test]
+    fn answers_kept_at_once_share_one_bound() {
+        let room = Room::new(32 << 20);
+        let a = answer(15);
+        let mut seen: Vec<Observed> = (0..3).map(|_| Observed::within(&room)).collect();
+        for c in a.chunks(64 << 10) {
+            for o in seen.iter_mut() {
+                o.feed(false, c);
+            }
+        }
+        let kept: usize = seen.iter().map(|o| o.kept.capacity()).sum();
+        assert!(kept <= 32 << 20, "{kept} bytes kept");
+        assert_eq!(seen.iter().filter(|o| o.overflow).count(), 1);
+        for o in seen.iter_mut() {
+            o.end(false);
+        }
+        assert_eq!(seen.iter().filter(|o| o.timings.is_some()).count(), 2);
+        drop(seen);
+        assert_eq!(
+            room.0.load(Ordering::Acquire),
+            32 << 20,
+            "the room comes back"
+        );
+        // A stream's events hold room only while one is split across chunks.
+        let mut s = Observed::within(&room);
+        s.feed(
+            true,
+            b"data: {\"usage\":{\"completion_tokens\":3}}\n\ndata: {\"x\"",
+        );
+        assert!(room.0.load(Ordering::Acquire) < 32 << 20);
+        s.feed(true, b":1}\n\n");
+        assert_eq!(room.0.load(Ordering::Acquire), 32 << 20);
+        s.end(true);
+        assert_eq!(s.n_generated, Some(3));
     }
 }

@@ -10,6 +10,7 @@
 //! copied into a run directory, profile or report.
 
 mod answer;
+mod intake;
 pub mod plan;
 pub mod proxy;
 pub mod render;

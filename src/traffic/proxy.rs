@@ -3,19 +3,22 @@
 //! as it comes, and writes one trace line ([`super::trace::Request`]) per generation request.
 //!
 //! What it holds in memory is bounded: a request body of at most [`MAX_BODY`] bytes (else
-//! 413), at most [`MAX_HELD`] bytes of request bodies for all connections together (a request
-//! waits for room before its body is read; a generation request's body is kept until its
-//! prompt is tokenized, and parsed then, one at a time), at most [`MAX_CONNECTIONS`]
-//! connections at once (more wait to be accepted), an answer kept for reading its timings up
-//! to [`MAX_KEPT`] bytes (a stream's events are read as they pass, one event at a time), and at
+//! 413), at most [`MAX_HELD`] bytes of request bodies for all connections together (room
+//! taken as a body arrives, with a read deadline: see [`super::intake`]; a generation
+//! request's body is kept until its prompt is tokenized, and parsed then, one at a time), at
+//! most [`MAX_CONNECTIONS`] connections at once (more wait to be accepted) and
+//! [`intake::Limits::per_client`] from one address (more are refused), an answer kept for
+//! reading its timings up to [`MAX_KEPT`] bytes and all answers together up to
+//! [`MAX_KEPT_ALL`] (a stream's events are read as they pass, one event at a time), and at
 //! most [`CHANNEL_CHUNKS`] chunks queued towards a slow client (the upstream waits for it).
 
-use super::answer::{Observed, MAX_KEPT};
+use super::answer::{self, Observed, MAX_KEPT, MAX_KEPT_ALL};
+use super::intake::{self, BodyError};
 use super::trace::{self, Header, Line, Outcome, Request};
 use super::upstream;
 use anyhow::{Context, Result};
 use bytes::Bytes;
-use http_body_util::{combinators::BoxBody, BodyExt, Full, Limited};
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming};
 use hyper::{header, HeaderMap, Response, StatusCode};
 use std::collections::{BTreeMap, BTreeSet};
@@ -80,6 +83,8 @@ pub struct RecordOptions {
     pub out: std::path::PathBuf,
     /// The most request-body bytes held at once ([`MAX_HELD`] for `qtune record`).
     pub held_bytes: usize,
+    /// Deadlines and the per-client cap (the defaults for `qtune record`).
+    pub limits: intake::Limits,
 }
 
 /// What a finished recording did.
@@ -100,6 +105,8 @@ struct InFlight {
 
 struct State {
     upstream: String,
+    /// The upstream as printed: without credentials.
+    shown: String,
     client: reqwest::Client,
     /// The second try of a request whose kept-alive connection failed: a fresh connection.
     fresh: reqwest::Client,
@@ -108,17 +115,13 @@ struct State {
     other_requests: AtomicU64,
     inflight: Mutex<BTreeMap<u64, InFlight>>,
     out: Mutex<TraceWriter>,
-    /// Room for request bodies, in KiB (see [`MAX_HELD`]).
-    held: Arc<tokio::sync::Semaphore>,
-    /// All the room there is, in KiB (no request asks for more: it would wait forever).
-    held_total: usize,
+    /// Room for request bodies (see [`MAX_HELD`]).
+    room: intake::Room,
+    limits: intake::Limits,
+    /// Room for answers kept to read their timings (see [`MAX_KEPT_ALL`]).
+    kept: answer::Room,
     /// Prompts are parsed and tokenized one at a time (a parsed body costs more than its bytes).
     tokenizing: tokio::sync::Mutex<()>,
-}
-
-/// A body's size in the KiB units of [`State::held`].
-fn kib(bytes: usize) -> usize {
-    bytes.div_ceil(1024).max(1)
 }
 
 impl State {
@@ -237,6 +240,7 @@ pub async fn run(
     }
     let state = Arc::new(State {
         upstream: opts.upstream.clone(),
+        shown: upstream::without_credentials(&opts.upstream),
         client,
         fresh: upstream::client_with_pool(0)?,
         started: Instant::now(),
@@ -244,12 +248,14 @@ pub async fn run(
         other_requests: AtomicU64::new(0),
         inflight: Mutex::new(BTreeMap::new()),
         out: Mutex::new(writer),
-        held: Arc::new(tokio::sync::Semaphore::new(kib(opts.held_bytes))),
-        held_total: kib(opts.held_bytes),
+        room: intake::Room::new(opts.held_bytes),
+        limits: opts.limits,
+        kept: answer::Room::new(MAX_KEPT_ALL),
         tokenizing: tokio::sync::Mutex::new(()),
     });
     on_ready(listener.local_addr().unwrap_or(opts.listen));
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let clients = intake::Clients::default();
     tokio::pin!(stop);
     loop {
         let permit = tokio::select! {
@@ -260,7 +266,7 @@ pub async fn run(
             _ = &mut stop => break,
             a = listener.accept() => a,
         };
-        let (stream, _) = match accepted {
+        let (stream, from) = match accepted {
             Ok(a) => a,
             Err(e) => {
                 // Out of file descriptors and the like: wait and go on.
@@ -270,14 +276,22 @@ pub async fn run(
             }
         };
         let _ = stream.set_nodelay(true);
+        let cap = state.limits.per_client;
+        let Some(counted) = clients.admit(from.ip(), cap) else {
+            drop(permit);
+            tokio::spawn(intake::refuse(stream, cap));
+            continue;
+        };
         let st = state.clone();
         tokio::spawn(async move {
+            let idle = st.limits.header_idle;
             let svc = hyper::service::service_fn(move |req| handle(st.clone(), req));
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(60))
+                .header_read_timeout(idle)
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
                 .await;
+            drop(counted);
             drop(permit);
         });
     }
@@ -367,9 +381,9 @@ fn forwarded_headers(from: &HeaderMap) -> HeaderMap {
 struct Asked {
     endpoint: String,
     /// The body as it came, parsed only when its prompt is tokenized; it holds its room in
-    /// [`State::held`] until then.
+    /// [`State::room`] until then.
     body: Bytes,
-    _held: tokio::sync::OwnedSemaphorePermit,
+    _held: intake::Held,
     stream: bool,
     max_tokens: Option<i64>,
     /// Why its body was not read, when it was not (see [`MAX_BODY_VALUES`]).
@@ -412,43 +426,28 @@ async fn handle(
     if hint.lower() > MAX_BODY as u64 {
         return Ok(too_large());
     }
-    // Room for the body among all the requests' (a declared length, else the largest), taken
-    // before it is read; what it did not use is given back once it is.
-    let reserve = match hint.upper() {
-        Some(n) if n == hint.lower() => n as usize,
-        _ => MAX_BODY,
-    };
-    let mut held = match state
-        .held
-        .clone()
-        .acquire_many_owned(kib(reserve).min(state.held_total) as u32)
-        .await
-    {
-        Ok(p) => p,
-        Err(_) => {
-            return Ok(plain(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "qtune record: stopping",
-            ))
-        }
-    };
-    let body = match Limited::new(body, MAX_BODY).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                return Ok(too_large());
+    // Room for the body is taken as it arrives, within its read deadline.
+    let (body, held) =
+        match intake::read_body(body, &state.room, &state.limits, MAX_BODY).await {
+            Ok(b) => b,
+            Err(BodyError::TooLarge) => return Ok(too_large()),
+            Err(BodyError::TimedOut) => {
+                return Ok(plain(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "qtune record: the request body stopped coming",
+                ))
             }
-            return Ok(plain(
-                StatusCode::BAD_REQUEST,
-                &format!("qtune record: cannot read the request body: {e}"),
-            ));
-        }
-    };
-    if held.num_permits() > kib(body.len()) {
-        drop(held.split(held.num_permits() - kib(body.len())));
-    }
+            Err(BodyError::NoRoom) => return Ok(plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "qtune record: no room for the request body now (other bodies fill it); try again",
+            )),
+            Err(BodyError::Broken(e)) => {
+                return Ok(plain(
+                    StatusCode::BAD_REQUEST,
+                    &format!("qtune record: cannot read the request body: {e}"),
+                ))
+            }
+        };
     // A generation request's room goes with its body to its trace line; another's is given
     // back when this returns (its body sent on).
     let mut held = Some(held);
@@ -516,7 +515,7 @@ async fn handle(
         Err(e) => {
             let msg = format!(
                 "qtune record: the upstream {} did not answer: {e}",
-                state.upstream
+                state.shown
             );
             if let (Some(id), Some(a)) = (id, asked) {
                 let st = state.clone();
@@ -526,7 +525,7 @@ async fn handle(
                         id,
                         a,
                         None,
-                        Observed::default(),
+                        Observed::within(&st.kept),
                         Outcome::UpstreamFailed,
                     )
                     .await
@@ -600,7 +599,7 @@ async fn pump(
     rec: Option<(u64, Asked)>,
 ) {
     let stream = rec.as_ref().is_some_and(|(_, a)| a.stream);
-    let mut seen = Observed::default();
+    let mut seen = Observed::within(&state.kept);
     seen.status = Some(resp.status().as_u16());
     let ok = resp.status().is_success();
     let outcome = loop {
@@ -763,6 +762,20 @@ mod tests {
         tokio::sync::oneshot::Sender<()>,
         Proxy,
     ) {
+        start_with(dir, up_port, held_bytes, intake::Limits::default())
+    }
+
+    /// `start` with `limits`.
+    fn start_with(
+        dir: &std::path::Path,
+        up_port: u16,
+        held_bytes: usize,
+        limits: intake::Limits,
+    ) -> (
+        std::net::SocketAddr,
+        tokio::sync::oneshot::Sender<()>,
+        Proxy,
+    ) {
         let listen = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -772,6 +785,7 @@ mod tests {
             listen,
             out: dir.join("t.jsonl"),
             held_bytes,
+            limits,
         };
         let header = Header {
             format: crate::traffic::trace::FORMAT.to_string(),
@@ -917,6 +931,57 @@ mod tests {
             .recv_timeout(wait)
             .expect("the second goes through once there is room");
         assert!(second.join().unwrap().starts_with("HTTP/1.1 500"));
+        stop_tx.send(()).unwrap();
+        proxy.join().unwrap().unwrap();
+    }
+
+    /// Issue 53: a body that stops coming is answered 408 once its idle time is over (it
+    /// waited forever at 8dab55a), while other requests are answered meanwhile.
+    #[test]
+    fn a_body_that_stops_coming_is_answered_408() {
+        use std::io::{Read, Write};
+        let up = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let up_port = up.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for conn in up.incoming() {
+                std::thread::spawn(move || {
+                    let mut c = conn.unwrap();
+                    while read_request(&mut c) {
+                        let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}");
+                    }
+                });
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let limits = intake::Limits {
+            body_idle: Duration::from_secs(1),
+            ..Default::default()
+        };
+        let (addr, stop_tx, proxy) = start_with(dir.path(), up_port, MAX_HELD, limits);
+        let t0 = Instant::now();
+        let mut stalled = std::net::TcpStream::connect(addr).unwrap();
+        write!(
+            stalled,
+            "POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{{",
+            64 << 20
+        )
+        .unwrap();
+        let mut other = std::net::TcpStream::connect(addr).unwrap();
+        write!(
+            other,
+            "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        other.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        stalled
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let mut head = [0u8; 12];
+        stalled.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"HTTP/1.1 408", "after {:?}", t0.elapsed());
+        assert!(t0.elapsed() >= Duration::from_secs(1));
         stop_tx.send(()).unwrap();
         proxy.join().unwrap().unwrap();
     }

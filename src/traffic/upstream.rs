@@ -9,6 +9,28 @@ use std::time::Duration;
 /// The largest answer read from `/apply-template` or `/tokenize`.
 const MAX_ANSWER: usize = 256 << 20;
 
+/// The most token ids read from one `/tokenize` answer: past any context a server loads (a
+/// real prompt is a million tokens at most). Read straight into ids, never into JSON values
+/// (60 million ids parsed as values took 2.1 GB).
+pub const MAX_TOKENS: usize = 1 << 21;
+
+/// The largest `/tokenize` answer read: [`MAX_TOKENS`] ids of ten digits and a separator.
+const MAX_TOKENIZE_ANSWER: usize = MAX_TOKENS * 12 + (1 << 16);
+
+/// `url` as it may be printed or stored: without the `user:password@` it may hold (the
+/// requests still send them: reqwest turns them into basic authentication).
+pub fn without_credentials(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if scheme.is_empty() {
+        format!("{host}{tail}")
+    } else {
+        format!("{scheme}://{host}{tail}")
+    }
+}
+
 /// The largest answer read from `/props`, `/v1/models` or the tokenizer probe (a chat
 /// template is a few KiB; its whole `/props` well under 1 MiB).
 const MAX_PROPS: usize = 16 << 20;
@@ -16,9 +38,18 @@ const MAX_PROPS: usize = 16 << 20;
 /// The JSON of an answer read chunk by chunk up to `max` bytes: a larger one is an error,
 /// read no further (memory stays bounded whatever the upstream sends).
 async fn bounded_json(
-    mut r: reqwest::Response,
+    r: reqwest::Response,
     max: usize,
 ) -> std::result::Result<serde_json::Value, String> {
+    let bytes = bounded_bytes(r, max).await?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("its answer is not JSON: {e}"))
+}
+
+/// An answer's bytes, read chunk by chunk up to `max`.
+async fn bounded_bytes(
+    mut r: reqwest::Response,
+    max: usize,
+) -> std::result::Result<Vec<u8>, String> {
     let mut bytes = Vec::new();
     while let Some(c) = r.chunk().await.map_err(|e| format!("it broke off: {e}"))? {
         if bytes.len() + c.len() > max {
@@ -29,7 +60,7 @@ async fn bounded_json(
         }
         bytes.extend_from_slice(&c);
     }
-    serde_json::from_slice(&bytes).map_err(|e| format!("its answer is not JSON: {e}"))
+    Ok(bytes)
 }
 
 /// The server's `/props`, read as [`upstream_header`] reads it (30 s, at most
@@ -48,6 +79,7 @@ pub async fn props(client: &reqwest::Client, url: &str) -> Option<serde_json::Va
 /// Ask the upstream what it serves, for the trace's header. Fails when it does not answer
 /// like a llama-server.
 pub async fn upstream_header(client: &reqwest::Client, upstream: &str) -> Result<Header> {
+    let shown = without_credentials(upstream);
     let get = |path: &str| {
         let url = format!("{upstream}{path}");
         let c = client.clone();
@@ -71,20 +103,20 @@ pub async fn upstream_header(client: &reqwest::Client, upstream: &str) -> Result
         .await
         .with_context(|| {
             format!(
-                "cannot reach the llama-server at {upstream}: start it first \
+                "cannot reach the llama-server at {shown}: start it first \
                  (e.g. llama-server -m MODEL --port 8081), or check its address"
             )
         })?;
     if !props.status().is_success() {
         anyhow::bail!(
-            "{upstream}/props answered {}: is this a llama-server? (a loading server answers 503: \
+            "{shown}/props answered {}: is this a llama-server? (a loading server answers 503: \
              wait until it is ready)",
             props.status()
         );
     }
     let props: serde_json::Value = bounded_json(props, MAX_PROPS)
         .await
-        .map_err(|e| anyhow::anyhow!("{upstream}/props: {e}: is this a llama-server?"))?;
+        .map_err(|e| anyhow::anyhow!("{shown}/props: {e}: is this a llama-server?"))?;
     let models = get("/v1/models").await.unwrap_or_default();
     let meta = &models["data"][0]["meta"];
     let sha = |s: &str| {
@@ -99,11 +131,14 @@ pub async fn upstream_header(client: &reqwest::Client, upstream: &str) -> Result
         .await
         .ok();
     let tokenizer_sha256 = match probe {
-        Some(r) if r.status().is_success() => bounded_json(r, MAX_PROPS)
+        Some(r) if r.status().is_success() => bounded_bytes(r, MAX_PROPS)
             .await
             .ok()
-            .and_then(|v| v["tokens"].as_array().cloned())
-            .map(|t| trace::tokenizer_sha256(&t)),
+            .and_then(|b| token_ids(&b).ok())
+            .map(|t| {
+                let t: Vec<serde_json::Value> = t.into_iter().map(Into::into).collect();
+                trace::tokenizer_sha256(&t)
+            }),
         _ => None,
     };
     Ok(Header {
@@ -111,7 +146,7 @@ pub async fn upstream_header(client: &reqwest::Client, upstream: &str) -> Result
         version: trace::VERSION,
         qtune_version: env!("CARGO_PKG_VERSION").into(),
         started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        upstream: upstream.into(),
+        upstream: shown,
         server: ServerInfo {
             build_info: props["build_info"].as_str().map(String::from),
             model_file: props["model_path"].as_str().and_then(|p| {
@@ -187,23 +222,59 @@ pub async fn prompt_tokens(
         }
         p
     };
-    let v = post_json(
+    let answer = post(
         client,
         upstream,
         "/tokenize",
         &serde_json::json!({"content": prompt, "add_special": true, "parse_special": true}),
+        MAX_TOKENIZE_ANSWER,
     )
     .await?;
-    v["tokens"]
-        .as_array()
-        .ok_or("the server's /tokenize answered no tokens")?
-        .iter()
-        .map(|t| {
-            t.as_u64()
-                .and_then(|t| u32::try_from(t).ok())
-                .ok_or_else(|| "the server's /tokenize answered a bad token id".to_string())
-        })
-        .collect()
+    token_ids(&answer)
+}
+
+/// The ids of a `/tokenize` answer, read straight into a `Vec<u32>` of at most
+/// [`MAX_TOKENS`] (its other fields are skipped unread).
+pub fn token_ids(answer: &[u8]) -> std::result::Result<Vec<u32>, String> {
+    struct Ids(Vec<u32>);
+    impl<'de> serde::Deserialize<'de> for Ids {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+            struct Visit;
+            impl<'de> serde::de::Visitor<'de> for Visit {
+                type Value = Ids;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a list of token ids")
+                }
+                fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                    self,
+                    mut seq: A,
+                ) -> std::result::Result<Ids, A::Error> {
+                    use serde::de::Error;
+                    let mut ids = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
+                    while let Some(id) = seq.next_element::<u32>()? {
+                        if ids.len() == MAX_TOKENS {
+                            return Err(A::Error::custom(format!(
+                                "more than {} tokens, past any context",
+                                crate::util::fmt_thousands(MAX_TOKENS as f64)
+                            )));
+                        }
+                        ids.push(id);
+                    }
+                    Ok(Ids(ids))
+                }
+            }
+            d.deserialize_seq(Visit)
+        }
+    }
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        tokens: Option<Ids>,
+    }
+    let a: Answer = serde_json::from_slice(answer)
+        .map_err(|e| format!("the server's /tokenize answer: {e}"))?;
+    a.tokens
+        .map(|t| t.0)
+        .ok_or_else(|| "the server's /tokenize answered no tokens".into())
 }
 
 pub async fn post_json(
@@ -212,6 +283,18 @@ pub async fn post_json(
     path: &str,
     body: &serde_json::Value,
 ) -> std::result::Result<serde_json::Value, String> {
+    let bytes = post(client, upstream, path, body, MAX_ANSWER).await?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("the server's {path} answer: {e}"))
+}
+
+/// POST `body` to `upstream` + `path`: the answer's bytes, at most `max` of them.
+async fn post(
+    client: &reqwest::Client,
+    upstream: &str,
+    path: &str,
+    body: &serde_json::Value,
+    max: usize,
+) -> std::result::Result<Vec<u8>, String> {
     // Twice at most: these calls change nothing, and one may meet a connection the server is
     // just closing.
     let send = || {
@@ -236,10 +319,53 @@ pub async fn post_json(
         .await
         .map_err(|e| format!("the server's {path} broke off: {e}"))?
     {
-        if bytes.len() + c.len() > MAX_ANSWER {
-            return Err(format!("the server's {path} answer is too large"));
+        if bytes.len() + c.len() > max {
+            return Err(format!(
+                "the server's {path} answer is larger than {} MiB",
+                max >> 20
+            ));
         }
         bytes.extend_from_slice(&c);
     }
-    serde_json::from_slice(&bytes).map_err(|e| format!("the server's {path} answer: {e}"))
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_never_leave_the_url_shown() {
+        let u = "http://user:p%40ss@127.0.0.1:8081";
+        assert_eq!(without_credentials(u), "http://127.0.0.1:8081");
+        assert_eq!(
+            without_credentials("http://a:b@h:1/props?x=@"),
+            "http://h:1/props?x=@"
+        );
+        assert_eq!(without_credentials("http://[::1]:80"), "http://[::1]:80");
+        assert_eq!(without_credentials("u:p@host:1"), "host:1");
+    }
+
+    #[test]
+    fn a_tokenize_answer_is_read_as_ids_up_to_a_bound_in_tokens() {
+        let ok = token_ids(br#"{"tokens":[1,2,3],"other":{"x":[1,2]}}"#).unwrap();
+        assert_eq!(ok, vec![1, 2, 3]);
+        assert!(token_ids(br#"{"tokens":[1,-2]}"#).is_err());
+        assert!(token_ids(br#"{"tokens":[4294967296]}"#).is_err());
+        assert!(token_ids(br#"{"nothing":1}"#)
+            .unwrap_err()
+            .contains("no tokens"));
+        // One id past the bound, under the byte bound: refused, never held as JSON values.
+        let mut big = b"{\"tokens\":[".to_vec();
+        for _ in 0..MAX_TOKENS {
+            big.extend_from_slice(b"7,");
+        }
+        big.extend_from_slice(b"7]}");
+        assert!(big.len() < MAX_TOKENIZE_ANSWER);
+        let e = token_ids(&big).unwrap_err();
+        assert!(e.contains("more than 2,097,152 tokens"), "{e}");
+        big.truncate(big.len() - 4);
+        big.extend_from_slice(b"]}");
+        assert_eq!(token_ids(&big).unwrap().len(), MAX_TOKENS);
+    }
 }

@@ -68,11 +68,15 @@ pub fn start_server(dir: &Path, model: &Path, link: &str, args: &[&str]) -> Opti
 /// `qtune record` in front of `upstream`, writing `out`; its stdout and stderr go to
 /// `dir/record.out` and `dir/record.err`.
 pub fn start_record(upstream: u16, out: &Path, dir: &Path) -> (Reap, u16) {
+    start_record_at(&format!("http://127.0.0.1:{upstream}/"), out, dir)
+}
+
+/// `start_record` towards the upstream URL `upstream` as given.
+pub fn start_record_at(upstream: &str, out: &Path, dir: &Path) -> (Reap, u16) {
     let port = super::free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_qtune"))
         .env_remove("QTUNE_LOG")
-        .args(["record", "--upstream"])
-        .arg(format!("http://127.0.0.1:{upstream}/"))
+        .args(["record", "--upstream", upstream])
         .args(["--listen", &format!("127.0.0.1:{port}"), "--out"])
         .arg(out)
         .stdout(std::fs::File::create(dir.join("record.out")).unwrap())
@@ -90,4 +94,31 @@ pub fn stop_record(rec: &mut Reap, dir: &Path) {
     let st = wait_exit(&mut rec.0, 60);
     let err = std::fs::read_to_string(dir.join("record.err")).unwrap_or_default();
     assert!(st.success(), "{st:?}\n{err}");
+}
+
+/// A TCP connection to 127.0.0.1:`port` from the loopback address `from` (another client, as
+/// the proxy sees it: 127.0.0.2, 127.0.0.3, ...).
+pub fn connect_from(from: std::net::Ipv4Addr, port: u16) -> std::net::TcpStream {
+    use std::os::fd::FromRawFd;
+    let addr = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let stream = std::net::TcpStream::from_raw_fd(fd);
+        let src = addr(from, 0);
+        let r = libc::bind(fd, &src as *const _ as *const libc::sockaddr, len);
+        assert_eq!(r, 0, "bind {from}: {}", std::io::Error::last_os_error());
+        let dst = addr(std::net::Ipv4Addr::LOCALHOST, port);
+        let r = libc::connect(fd, &dst as *const _ as *const libc::sockaddr, len);
+        assert_eq!(r, 0, "connect: {}", std::io::Error::last_os_error());
+        stream
+    }
 }
