@@ -170,9 +170,20 @@ pub fn run_logged(program: &Path, args: &[String], log: &Path) -> Result<(bool, 
         .with_context(|| format!("cannot run {}", program.display()))?;
     let pgid = child.id() as i32;
     crate::trial::cleanup::register(pgid);
+    let started = std::time::Instant::now();
+    let mut said = started;
     let status = loop {
         if let Some(st) = child.try_wait()? {
             break st;
+        }
+        // A run takes minutes: every 15 s, how far it is (issue 52: nothing was printed).
+        if said.elapsed() >= PROGRESS_EVERY {
+            said = std::time::Instant::now();
+            let text =
+                String::from_utf8_lossy(&std::fs::read(log).unwrap_or_default()).into_owned();
+            if let Some(line) = progress_line(&text, started.elapsed().as_secs_f64()) {
+                eprintln!("qtune quality: {line}");
+            }
         }
         if let Some(signal) = crate::trial::cleanup::interrupted() {
             // SAFETY: signalling the group we created.
@@ -188,6 +199,59 @@ pub fn run_logged(program: &Path, args: &[String], log: &Path) -> Result<(bool, 
     crate::trial::cleanup::unregister(pgid);
     let text = String::from_utf8_lossy(&std::fs::read(log).unwrap_or_default()).into_owned();
     Ok((status.success(), text))
+}
+
+/// How often a running llama-perplexity's progress is said.
+const PROGRESS_EVERY: Duration = Duration::from_secs(15);
+
+/// How far a llama-perplexity run is, from its output so far: "chunk 12 of 40 (30 %), 1m20s so
+/// far, about 3m07s left". None before it has said how many chunks it scores.
+pub fn progress_line(out: &str, elapsed_s: f64) -> Option<String> {
+    let total: u32 = out
+        .lines()
+        .find_map(|l| {
+            l.split_once(" over ")?
+                .1
+                .split_once(" chunks")?
+                .0
+                .trim()
+                .parse()
+                .ok()
+        })
+        .filter(|n: &u32| *n > 0)?;
+    // Perplexity runs print "[k]ppl," per chunk; KL-divergence runs a table row per chunk that
+    // starts with its number.
+    let mut done = 0u32;
+    for l in out.lines() {
+        for part in l.split('[').skip(1) {
+            if let Some(k) = part
+                .split_once(']')
+                .and_then(|(k, _)| k.parse::<u32>().ok())
+            {
+                done = done.max(k);
+            }
+        }
+        let t = l.trim_start();
+        let lead: String = t.chars().take_while(char::is_ascii_digit).collect();
+        if !lead.is_empty() && t[lead.len()..].starts_with(char::is_whitespace) && l.len() > 20 {
+            if let Ok(k) = lead.parse::<u32>() {
+                done = done.max(k);
+            }
+        }
+    }
+    let done = done.min(total);
+    let so_far = crate::util::duration_text(elapsed_s);
+    if done == 0 {
+        return Some(format!(
+            "0 of {total} chunks, {so_far} so far (loading the model)"
+        ));
+    }
+    let left = elapsed_s / f64::from(done) * f64::from(total - done);
+    Some(format!(
+        "chunk {done} of {total} ({} %), {so_far} so far, about {} left",
+        done * 100 / total,
+        crate::util::duration_text(left)
+    ))
 }
 
 /// What the reference run said.
@@ -357,6 +421,27 @@ mod tests {
         assert_eq!(k.ppl_ratio, Some(1.002301));
         assert_eq!(k.ppl, Some(12.345678));
         assert_eq!(parse_kld("perplexity: failed to decode\n"), None);
+    }
+
+    #[test]
+    fn progress_is_read_from_the_output_so_far() {
+        assert_eq!(progress_line("loading model\n", 20.0), None);
+        let ppl = "perplexity: calculating perplexity over 40 chunks, n_ctx=512, batch_size=512, n_seq=1\n\
+                   perplexity: 2.10 seconds per pass - ETA 1.40 minutes\n[1]12.5,[2]11.9,[3]11.2,";
+        assert_eq!(
+            progress_line(ppl, 30.0).unwrap(),
+            "chunk 3 of 40 (7 %), 30s so far, about 6m10s left"
+        );
+        let kld = "kl_divergence: calculating KL divergence over 8 chunks\n\
+                   chunk             PPL          ln(PPL(Q)/PPL(base))\n   1       12.3456 ±    1.2345       0.01234 ±    0.00123\n   2       12.1 ±  1.1   0.01 ±  0.001\n";
+        assert!(progress_line(kld, 10.0)
+            .unwrap()
+            .starts_with("chunk 2 of 8 (25 %)"));
+        assert!(
+            progress_line("kl: computing over 5 chunks, n_ctx=512\n", 3.0)
+                .unwrap()
+                .starts_with("0 of 5 chunks")
+        );
     }
 
     #[test]
