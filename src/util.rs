@@ -406,6 +406,26 @@ pub fn write_new_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// A timeout a user sets in seconds with environment variable `name`: `default` when unset or
+/// empty; a one-line error for a value that is not a whole number from 1 to `max`. The cap
+/// holds: a bound the user can raise without limit is no bound (issue 53).
+pub fn env_seconds(name: &str, default: u64, max: u64) -> Result<std::time::Duration> {
+    let Some(v) = std::env::var_os(name).filter(|v| !v.is_empty()) else {
+        return Ok(std::time::Duration::from_secs(default));
+    };
+    let text = v.to_string_lossy();
+    match text.trim().parse::<u64>() {
+        Ok(s) if (1..=max).contains(&s) => Ok(std::time::Duration::from_secs(s)),
+        _ => anyhow::bail!(
+            "{name}={} is not a timeout qtune takes: give whole seconds from 1 to {max}",
+            text.chars()
+                .filter(|c| !c.is_control())
+                .take(40)
+                .collect::<String>()
+        ),
+    }
+}
+
 /// qtune's cache: `$QTUNE_CACHE_DIR`, else `$XDG_CACHE_HOME/qtune`, else `~/.cache/qtune`.
 pub fn cache_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("QTUNE_CACHE_DIR") {

@@ -346,3 +346,77 @@ fn the_unedited_inputs_are_valid() {
     std::fs::write(&p, base_gguf()).unwrap();
     qtune::model::layout::from_gguf(&gguf::read(&p).unwrap()).unwrap();
 }
+
+/// One launch's numbers: depth-0 samples at `gen0` and `pp0` tok/s, and one workload request
+/// of 1,000 new prompt tokens read at `pp` tok/s that generates at `gen` tok/s.
+fn launch(gen0: f64, pp0: f64, gen: f64, pp: f64) -> qtune::trial::Metrics {
+    use qtune::trial::{Metrics, Stat};
+    use qtune::workloads::{Shape, ShapeTiming};
+    let shape = ShapeTiming {
+        shape: Shape {
+            name: "chat".into(),
+            held: 500,
+            new: 1000,
+            gen: 100,
+            weight: 1.0,
+        },
+        cache_n: 500,
+        prompt_n: 1000,
+        prompt_ms: 1000.0 / pp * 1000.0,
+        gen_tps: gen,
+        gen_measured: 100,
+    };
+    Metrics {
+        gen_tps: Stat::from_samples(&[gen0 * 0.99, gen0, gen0 * 1.01]).unwrap(),
+        prompt_tps: Stat::from_samples(&[pp0 * 0.99, pp0, pp0 * 1.01]).unwrap(),
+        ttft_ms: Stat::from_samples(&[100.0]).unwrap(),
+        gen_tps_at_depth: None,
+        request_s: shape.request_s(),
+        shapes: vec![shape],
+        replay: None,
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Issue 53: for any factor of 100 or more between a workload request's speed and the
+    /// same launch's depth-0 samples, in generation or prompt processing, whichever of the two
+    /// is the faster, the trial is never ok (the absolute ceiling alone let 49,000 tok/s
+    /// beside 25 pass).
+    #[test]
+    fn a_workload_100x_off_its_own_samples_is_never_ok(
+        factor in 100.0f64..1e4,
+        field in 0usize..2,
+        workload_faster in any::<bool>(),
+        gen0 in 1.0f64..400.0,
+        pp0 in 20.0f64..4000.0,
+    ) {
+        use qtune::trial::plausible::{implausible_speed, SpeedCeiling};
+        let off = |base: f64| if workload_faster { base * factor } else { base / factor };
+        let (gen, pp) = if field == 0 { (off(gen0), pp0) } else { (gen0, off(pp0)) };
+        let m = launch(gen0, pp0, gen, pp);
+        let v = implausible_speed(&m, &SpeedCeiling::ABSOLUTE);
+        prop_assert!(v.is_some(), "ok: gen {gen} against {gen0}, prompt {pp} against {pp0}");
+        let v = v.unwrap();
+        prop_assert_eq!(v.kind, qtune::trial::OutcomeKind::Implausible);
+        prop_assert_eq!(v.message.lines().count(), 1);
+    }
+
+    /// The same launch with the two within 50x (depth and a cached prefix move real speeds a
+    /// few times) is ok: the check is by factor, not a blanket refusal.
+    #[test]
+    fn a_workload_within_50x_of_its_samples_is_ok(
+        factor in 1.0f64..50.0,
+        field in 0usize..2,
+        workload_faster in any::<bool>(),
+        gen0 in 1.0f64..400.0,
+        pp0 in 20.0f64..4000.0,
+    ) {
+        use qtune::trial::plausible::{implausible_speed, SpeedCeiling};
+        let off = |base: f64| if workload_faster { base * factor } else { base / factor };
+        let (gen, pp) = if field == 0 { (off(gen0), pp0) } else { (gen0, off(pp0)) };
+        let v = implausible_speed(&launch(gen0, pp0, gen, pp), &SpeedCeiling::ABSOLUTE);
+        prop_assert!(v.is_none(), "{:?}", v.map(|v| v.message));
+    }
+}

@@ -127,3 +127,67 @@ fn compare_and_plan_flags_past_their_range_are_refused() {
         assert!(o.stdout.is_empty(), "no command printed");
     }
 }
+
+/// Issue 53: a server whose searched configs (those with `-ub`) report 49,000 tok/s
+/// generation on the workload's requests alone, under the absolute ceiling of 50,000, while
+/// the same launch's depth-0 samples read about 50: over 100x apart in one launch, so those
+/// trials are implausible and none is recommended; no status says "proven" beside a broken
+/// measurement.
+#[test]
+fn workload_speeds_that_disagree_with_their_own_samples_never_win() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let fake = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-llama-server");
+    let o = qtune()
+        .args(["tune", "--space", "demo", "--budget-trials", "5", "--model"])
+        .arg(tiny())
+        .arg("--server")
+        .arg(&fake)
+        .arg("--out")
+        .arg(&run)
+        .env("QTUNE_ALLOW_BUSY", "1") // a shared test box: the fake server's timings are fixed
+        .env("FAKE_GEN_TPS", "49000")
+        .env("FAKE_PROMPT_MS", "1")
+        .env("FAKE_WORKLOAD_ONLY", "1")
+        .env("FAKE_BOGUS_ARG", "-ub")
+        .output()
+        .unwrap();
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let journal: Vec<qtune::trial::TrialOutcome> =
+        std::fs::read_to_string(run.join("journal.jsonl"))
+            .unwrap_or_else(|e| panic!("{e}: {all}"))
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+    let faked: Vec<_> = journal
+        .iter()
+        .filter(|t| t.config.ubatch.is_some())
+        .collect();
+    assert!(!faked.is_empty(), "{all}");
+    for t in &faked {
+        assert_eq!(
+            t.kind,
+            qtune::trial::OutcomeKind::Implausible,
+            "{}\n{all}",
+            t.message
+        );
+        assert!(t.message.contains("apart"), "{}", t.message);
+    }
+    if run.join("results.json").is_file() {
+        let (_, r) = qtune::run::read_result(&run).unwrap();
+        if let Some(w) = &r.winner {
+            assert!(w.config.ubatch.is_none(), "a faked config won: {all}");
+        }
+    }
+    let report = std::fs::read_to_string(run.join("report.md")).unwrap_or_default();
+    for text in [&all, &report] {
+        assert!(
+            !(text.contains("proven faster") && text.contains("broken measurement")),
+            "{text}"
+        );
+    }
+}

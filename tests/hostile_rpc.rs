@@ -254,3 +254,19 @@ fn a_worker_with_slow_round_trips_gets_no_absurd_write_speed() {
     let mbs = w["write_mb_s"].as_f64().unwrap();
     assert!(mbs > 0.0 && mbs < 100_000.0, "write {mbs} MB/s: {w}");
 }
+
+/// Issue 53: three workers that never answer are probed at once: one answer limit (30 s) in
+/// all, not three one after the other; each is named in its own line.
+#[test]
+fn dead_workers_are_probed_at_once() {
+    let addrs: Vec<String> = (0..3).map(|_| worker(Worker::Silent)).collect();
+    let (o, took) = hw(&addrs.join(","), Duration::from_secs(150));
+    let all = output_text(&o);
+    assert!(took < Duration::from_secs(75), "took {took:?}: {all}");
+    assert!(!o.status.success(), "{all}");
+    for a in &addrs {
+        let lines: Vec<&str> = all.lines().filter(|l| l.contains(a.as_str())).collect();
+        assert_eq!(lines.len(), 1, "{a}: {all}");
+        assert!(lines[0].contains("no whole answer within 30 s"), "{all}");
+    }
+}

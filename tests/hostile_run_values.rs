@@ -238,3 +238,123 @@ fn every_committed_run_passes_the_schema() {
     }
     assert!(n >= 60, "only {n} committed results found");
 }
+
+/// Issue 53: the race's reason (`race.outcome.reason`, and an arm's) is text from the results
+/// file like any other: report.md escapes it (no tag, link or code span starts in it) and the
+/// terminal summary shows no escape sequence of it. It reached report.md raw.
+#[test]
+fn the_race_reason_is_escaped_in_report_md() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    finished_run(&tmp.path().join("m.gguf"), &run);
+    let hostile = "<img src=x onerror=alert(1)> [click](http://evil.example) \u{1b}[2J";
+    let mut had_race = false;
+    edit(&run, |v| {
+        if v["race"].is_object() {
+            had_race = true;
+            v["race"]["outcome"]["reason"] = hostile.into();
+        }
+    });
+    assert!(had_race, "the replayed tune has a race");
+    let o = qtune().arg("report").arg(&run).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let md = std::fs::read_to_string(run.join("report.md")).unwrap();
+    assert!(md.contains("onerror=alert(1)"), "the reason is shown: {md}");
+    for live in ["<img", "[click](", "\u{1b}"] {
+        assert!(!md.contains(live), "{live:?} raw in report.md:\n{md}");
+    }
+    assert!(!text(&o).contains('\u{1b}'), "{}", text(&o));
+}
+
+/// Issue 53: resuming with the same `--space` the tune started with is accepted (it said the
+/// space "is not the space this tune started with": the run's space has its mixes resolved);
+/// another space is still refused.
+#[test]
+fn resuming_with_the_same_space_is_accepted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    finished_run(&tmp.path().join("m.gguf"), &run);
+    let resume = |space: &str| {
+        qtune()
+            .args(["tune", "--resume"])
+            .arg(&run)
+            .arg("--replay")
+            .arg(fixture_journal())
+            .args(["--space", space])
+            .output()
+            .unwrap()
+    };
+    let o = resume("quick");
+    assert!(!text(&o).contains("is not the space"), "{}", text(&o));
+    assert!(o.status.success(), "{}", text(&o));
+    let err = one_line_failure(&resume("demo"));
+    assert!(err.contains("--space demo is not the space"), "{err}");
+}
+
+/// Issue 53: a server that daemonizes a helper (out of its process group) outlives a
+/// SIGKILLed tune; `--resume` finds it from the run's record of its last server, stops it and
+/// names it. It ran on unnoticed.
+#[test]
+fn resume_stops_what_a_sigkilled_tunes_server_left_running() {
+    use std::time::{Duration, Instant};
+    use support::trial::{alive, fake_server};
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let pidfile = tmp.path().join("daemon.pid");
+    let mut tune = qtune()
+        .args(["tune", "--space", "demo", "--model"])
+        .arg(tiny())
+        .arg("--server")
+        .arg(fake_server())
+        .arg("--out")
+        .arg(&run)
+        .env("QTUNE_ALLOW_BUSY", "1")
+        .env("FAKE_DAEMON", &pidfile)
+        .env("FAKE_MODE", "slow-ok")
+        .env("FAKE_DELAY_S", "60")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let pid: u32 = loop {
+        let text = std::fs::read_to_string(&pidfile).unwrap_or_default();
+        if let Ok(p) = text.trim().parse() {
+            break p;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "no daemon");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    tune.kill().unwrap(); // SIGKILL: no handler of qtune's runs
+    tune.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let survived = alive(pid);
+    let o = qtune()
+        .args(["tune", "--resume"])
+        .arg(&run)
+        .arg("--server")
+        .arg(fake_server())
+        .args(["--space", "quick"]) // refused after the check: the test needs no more
+        .output()
+        .unwrap();
+    let gone = !alive(pid);
+    if !gone {
+        unsafe {
+            libc::kill(pid as i32, libc::SIGKILL);
+        }
+    }
+    assert!(
+        survived,
+        "the daemonized helper died with the tune: nothing to find"
+    );
+    let all = text(&o);
+    assert!(
+        gone,
+        "--resume left the daemonized helper {pid} running: {all}"
+    );
+    assert!(
+        all.contains("outlived the qtune") && all.contains(&pid.to_string()),
+        "{all}"
+    );
+}

@@ -461,3 +461,94 @@ fn a_header_claiming_a_50_gib_string_is_refused_without_reading_it() {
         assert!(e.contains(what), "{e}");
     }
 }
+
+/// A split model's part `no` of `count` as `dir/Bomb-NNNNN-of-CCCCC.gguf`: its header (with
+/// `split.tensors.count` when given) and `n` small tensors, the file as long as they need.
+fn bomb_part(dir: &Path, no: u16, count: u32, claimed: Option<i32>, n: usize) {
+    use qtune::model::ggml_type::GgmlType;
+    use qtune::model::gguf::{encode_header, GgufValue, TensorSpec};
+    let mut md = vec![
+        (
+            "general.architecture".to_string(),
+            GgufValue::String("qwen3moe".into()),
+        ),
+        ("split.no".into(), GgufValue::U16(no)),
+        ("split.count".into(), GgufValue::U32(count)),
+    ];
+    if let Some(c) = claimed {
+        md.push(("split.tensors.count".into(), GgufValue::I32(c)));
+    }
+    let ts: Vec<TensorSpec> = (0..n)
+        .map(|i| TensorSpec {
+            name: format!("p{no}.t{i}"),
+            dims: vec![32],
+            ggml_type: GgmlType::F32,
+        })
+        .collect();
+    let (h, _) = encode_header(&md, &ts, 32).unwrap();
+    let f = dir.join(format!("Bomb-{:05}-of-{count:05}.gguf", no + 1));
+    std::fs::write(&f, &h).unwrap();
+    let len = h.len() as u64 + n as u64 * 128 + 4096;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
+
+/// Issue 53: a split-model bomb over `plan -m http://` (a header claiming 99,999 parts of
+/// 1.2 M tensors each fetched 15 parts and held 2.4 GB within the 30 s limit). Every claim is
+/// bounded before it is acted on: the parts count, the tensors the parts say they hold, the
+/// tensors one part's header holds (counted before they are read); and a user-set timeout is
+/// capped (raising `QTUNE_HTTP_TIMEOUT_S` removed the bound).
+#[test]
+fn a_split_model_bomb_over_http_is_refused_before_it_is_fetched() {
+    let plan = |url: &str, envs: &[(&str, &str)]| {
+        one_line_error(&qtune(&["plan", "--box", "rtx-4090", "-m", url], envs))
+    };
+    // 99,999 parts: refused from the first part's header, nothing else fetched.
+    let d = tempfile::tempdir().unwrap();
+    bomb_part(d.path(), 0, 99_999, Some(4), 2);
+    bomb_part(d.path(), 1, 99_999, None, 2);
+    let s = RangeServer::start(d.path(), "ok");
+    let e = plan(&s.url("Bomb-00001-of-99999.gguf"), &[]);
+    assert!(e.contains("99999 parts") && e.contains("256"), "{e}");
+    assert_eq!(s.log().len(), 1, "{:?}", s.log());
+
+    // The first part says its parts hold 3.6 M tensors.
+    let d = tempfile::tempdir().unwrap();
+    bomb_part(d.path(), 0, 3, Some(3_600_000), 2);
+    let s = RangeServer::start(d.path(), "ok");
+    let e = plan(&s.url("Bomb-00001-of-00003.gguf"), &[]);
+    assert!(
+        e.contains("3600000 tensors") && e.contains("corrupt"),
+        "{e}"
+    );
+    assert_eq!(s.log().len(), 1, "{:?}", s.log());
+
+    // The first part says 4, and the second's header holds 150,000: refused from its count,
+    // before its tensor infos are read; the third part is never asked for.
+    let d = tempfile::tempdir().unwrap();
+    bomb_part(d.path(), 0, 3, Some(4), 2);
+    bomb_part(d.path(), 1, 3, None, 150_000);
+    bomb_part(d.path(), 2, 3, None, 2);
+    let s = RangeServer::start(d.path(), "ok");
+    let e = plan(&s.url("Bomb-00001-of-00003.gguf"), &[]);
+    assert!(e.contains("claims 150000 tensors"), "{e}");
+    std::thread::sleep(Duration::from_millis(500));
+    let log = s.log();
+    assert!(
+        log.iter().all(|l| !l.contains("Bomb-00003")),
+        "the third part fetched: {log:?}"
+    );
+
+    // A user-set timeout past the cap, or not a number, is a one-line error.
+    for v in ["3600", "301", "0", "forever"] {
+        let e = plan("http://127.0.0.1:9/m.gguf", &[("QTUNE_HTTP_TIMEOUT_S", v)]);
+        assert!(
+            e.contains("QTUNE_HTTP_TIMEOUT_S") && e.contains("1 to 300"),
+            "{v}: {e}"
+        );
+    }
+}

@@ -327,3 +327,73 @@ fn list_marks_invalid_profiles_without_failing() {
     );
     assert!(out.contains("40.0 t/s"), "{out}");
 }
+
+/// Issue 53: the numbers of a profile are checked by their class, not value by value (0 was
+/// refused, 1e-300 imported and `plan` printed 300-digit speeds at "confidence: high"). For
+/// each class, several values past its floor or its bound are refused in one line that never
+/// prints a long number; `plan --profile` refuses the same file.
+#[test]
+fn numbers_are_checked_by_their_class() {
+    let subnormal = f64::MIN_POSITIVE / 4.0;
+    let cases: [(&str, &[&str], &[f64]); 5] = [
+        (
+            "hardware.mem_bandwidth_gbs",
+            &["hardware", "mem_bandwidth_gbs"],
+            &[1e-300, 1e-12, subnormal, 1e-3, 1e300],
+        ),
+        (
+            "winner.tg.median",
+            &["winner", "tg", "median"],
+            &[1e-300, 1e-12, subnormal, 49_000.0 * 2.0, 1e300],
+        ),
+        (
+            "winner.pp.median",
+            &["winner", "pp", "median"],
+            &[1e-300, subnormal, 1e7, 1e300],
+        ),
+        ("front[0].tg", &["front", "0", "tg"], &[1e-300, 1e-12, 1e9]),
+        (
+            "winner.tg.spread_pct",
+            &["winner", "tg", "spread_pct"],
+            &[-1e-300, 1e300],
+        ),
+    ];
+    for (key, path, values) in cases {
+        for &x in values {
+            let case = format!("{key} = {x:e}");
+            mutated(
+                &case,
+                |v| {
+                    let mut at = &mut *v;
+                    for p in path {
+                        at = match p.parse::<usize>() {
+                            Ok(i) => &mut at[i],
+                            Err(_) => &mut at[*p],
+                        };
+                    }
+                    *at = Value::from(x);
+                },
+                &[key, "is not a sane"],
+            );
+        }
+    }
+    // The message shows the value as written, never as 300 digits.
+    let cwd = tempfile::tempdir().unwrap();
+    let mut v = valid();
+    v["hardware"]["mem_bandwidth_gbs"] = Value::from(1e-300);
+    write(cwd.path(), "p.yaml", &yaml(&v));
+    let model = qtune::fixtures::tiny_moe("tiny-qwen35moe").expect("the tiny MoE model");
+    let args = [
+        "plan",
+        "--model",
+        model.to_str().unwrap(),
+        "--profile",
+        "p.yaml",
+    ];
+    let o = qtune(cwd.path(), &args);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "accepted:\n{}{err}", stdout(&o));
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("hardware.mem_bandwidth_gbs = 1e-300"), "{err}");
+    assert!(err.len() < 300, "{err}");
+}

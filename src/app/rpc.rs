@@ -120,10 +120,25 @@ pub fn serve(a: Serve) -> Result<()> {
 }
 
 /// Measure every worker of `--rpc LIST` (devices, memory, link); an unreachable one is an
-/// error in the list.
+/// error in the list. The workers are probed at once, each in a thread (N dead workers cost
+/// one answer limit, not N one after the other); their link speeds are measured one at a
+/// time all the same ([`crate::rpc::probe::measure`]).
 pub fn measure_workers(list: &str) -> Result<Vec<Result<crate::rpc::probe::WorkerInfo, String>>> {
     let workers = crate::rpc::parse_workers(list).map_err(anyhow::Error::msg)?;
-    Ok(workers.iter().map(crate::rpc::probe::measure).collect())
+    Ok(std::thread::scope(|s| {
+        let probes: Vec<_> = workers
+            .iter()
+            .map(|w| s.spawn(move || crate::rpc::probe::measure(w)))
+            .collect();
+        probes
+            .into_iter()
+            .zip(&workers)
+            .map(|(p, w)| {
+                p.join()
+                    .unwrap_or_else(|_| Err(format!("worker {w}: its probe failed")))
+            })
+            .collect()
+    }))
 }
 
 /// Whether `server` uses the workers: `llama-server --rpc LIST --list-devices` lists one

@@ -300,6 +300,10 @@ fn prepare(
             );
         }
         let lock = crate::run::lock(dir)?;
+        // Before anything else: what a SIGKILLed tune's last server left running.
+        if let Some(note) = crate::trial::leftover::sweep(dir) {
+            eprintln!("qtune: warning: {}", crate::escape::terminal(&note));
+        }
         let inputs = crate::run::read_inputs(dir).context("cannot resume")?;
         if let Some(m) = opts.model.as_ref() {
             if absolute(m)? != inputs.model_path && *m != inputs.model_path {

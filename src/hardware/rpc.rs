@@ -365,6 +365,10 @@ pub fn measure(w: &Worker) -> Result<WorkerInfo, String> {
             free_mib: free >> 20,
         });
     }
+    // The round trips and the link speed are measured one worker at a time (the workers are
+    // probed at once, and share the head's link): what each measures is its own.
+    static LINK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _link = LINK.lock().unwrap_or_else(|e| e.into_inner());
     let mut trips = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();

@@ -14,8 +14,24 @@ use std::time::Duration;
 /// server can send.
 pub const MAX_HEADER_BYTES: u64 = gguf::MAX_HEADER_BYTES;
 
-/// Seconds a URL's header may take, the connection included (`QTUNE_HTTP_TIMEOUT_S` overrides).
+/// Seconds a URL's header may take, the connection included (`QTUNE_HTTP_TIMEOUT_S` overrides,
+/// up to [`MAX_HTTP_TIMEOUT_S`]).
 pub const HTTP_TIMEOUT_S: u64 = 30;
+
+/// The longest `QTUNE_HTTP_TIMEOUT_S` may make it: past this a user-set timeout is refused
+/// (with [`MAX_URL_PARTS`] and [`MAX_URL_BYTES`], what a server can make qtune do is bounded).
+pub const MAX_HTTP_TIMEOUT_S: u64 = 300;
+
+/// The most parts a split model's header over HTTP may name: the largest published models
+/// (1 TB in 50 GB files, or llama-gguf-split's 128 tensors a part) come in a few dozen.
+pub const MAX_URL_PARTS: u64 = 256;
+
+/// The most tensors the parts' headers over HTTP may hold in all: a hundred times a large
+/// MoE model's thousand or so (each held tensor takes memory until the plan is made).
+pub const MAX_URL_TENSORS: u64 = 1 << 17;
+
+/// The most bytes read over HTTP for all parts' headers together.
+pub const MAX_URL_BYTES: u64 = 256 << 20;
 
 /// The command that fetches a model's header (its first 16 MiB) for `qtune plan -m`.
 pub const CURL_HEADER: &str = "curl -L -r 0-16777215 URL -o head.gguf";
@@ -127,19 +143,21 @@ pub fn load_for_plan(model: &Path) -> Result<PlanSource> {
     })
 }
 
-fn timeout() -> Duration {
-    let s = std::env::var("QTUNE_HTTP_TIMEOUT_S")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|&s| (1..=3600).contains(&s))
-        .unwrap_or(HTTP_TIMEOUT_S);
-    Duration::from_secs(s)
+fn timeout() -> Result<Duration> {
+    crate::util::env_seconds("QTUNE_HTTP_TIMEOUT_S", HTTP_TIMEOUT_S, MAX_HTTP_TIMEOUT_S)
+}
+
+/// What is left of the bounds on the headers read over HTTP ([`MAX_URL_TENSORS`],
+/// [`MAX_URL_BYTES`]), spent part by part.
+struct Room {
+    tensors: u64,
+    bytes: u64,
 }
 
 fn from_url(url: &str) -> Result<PlanSource> {
     let parsed = reqwest::Url::parse(url)
         .map_err(|e| anyhow!("{} is not a URL qtune can read ({e})", shown(url, 200)))?;
-    let limit = timeout();
+    let limit = timeout()?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -179,15 +197,38 @@ fn from_url(url: &str) -> Result<PlanSource> {
 /// is a split model's first (the same address, the part's name in place of its own): the
 /// whole model's header, the bytes read in all, and the number of files.
 async fn fetch_parts(url: &str, parsed: &reqwest::Url, file: &str) -> Result<(GgufFile, u64, u64)> {
-    let (mut whole, mut read) = fetch(url).await?;
-    let Some(split) = super::split::Split::of(&whole, file, &shown(url, 200))? else {
+    let shown_url = shown(url, 200);
+    let mut room = Room {
+        tensors: MAX_URL_TENSORS,
+        bytes: MAX_URL_BYTES,
+    };
+    let (mut whole, mut read) = fetch(url, &mut room).await?;
+    let Some(split) = super::split::Split::of(&whole, file, &shown_url)? else {
         return Ok((whole, read, 1));
     };
+    if split.count > MAX_URL_PARTS {
+        bail!(
+            "{shown_url} says it is the first of {} parts: more than the {MAX_URL_PARTS} qtune \
+             reads over HTTP; fetch each part's header with `{CURL_HEADER}` and pass -m with the \
+             first",
+            split.count
+        );
+    }
+    // The tensors the first part says all parts hold bound what the others may add.
+    if let Some(n) = whole.get_u64("split.tensors.count") {
+        if n > MAX_URL_TENSORS {
+            bail!(
+                "{shown_url} says its parts hold {n} tensors: more than the {MAX_URL_TENSORS} a \
+                 model's headers may hold over HTTP; the header is corrupt"
+            );
+        }
+        room.tensors = n.saturating_sub(whole.tensors.len() as u64);
+    }
     let dir = parsed.path().rsplit_once('/').map_or("", |(d, _)| d);
     for i in 1..split.count {
         let mut part_url = parsed.clone();
         part_url.set_path(&format!("{dir}/{}", split.part_name(i)));
-        let (part, n) = fetch(part_url.as_str()).await?;
+        let (part, n) = fetch(part_url.as_str(), &mut room).await?;
         split.add(&mut whole, i, part, &shown(part_url.as_str(), 200))?;
         read += n;
     }
@@ -212,7 +253,7 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 /// GET the first [`MAX_HEADER_BYTES`] of `url` and parse its header as soon as the bytes so far
 /// hold it, then drop the connection: the header, and what is in flight, is all that is read.
-async fn fetch(url: &str) -> Result<(GgufFile, u64)> {
+async fn fetch(url: &str, room: &mut Room) -> Result<(GgufFile, u64)> {
     let shown_url = shown(url, 200);
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::custom(|a| {
@@ -264,7 +305,8 @@ async fn fetch(url: &str) -> Result<(GgufFile, u64)> {
     }
     let total: Option<u64> = range.and_then(|(_, t)| t.trim().parse().ok());
     let name = PathBuf::from(url);
-    let max = MAX_HEADER_BYTES as usize;
+    // The bytes left of all parts' room: a part past it is refused as a header past 64 MiB is.
+    let max = MAX_HEADER_BYTES.min(room.bytes) as usize;
     let mut buf: Vec<u8> = Vec::new();
     // Parse at 1 MiB, then each time half as much again has come.
     let mut next = 1usize << 20;
@@ -282,8 +324,23 @@ async fn fetch(url: &str) -> Result<(GgufFile, u64)> {
         if !(done || full || buf.len() >= next) {
             continue;
         }
+        // The tensor count is known before the tensor infos are parsed (and held): GGUF's
+        // magic, version, then the count.
+        if let Some(n) = buf.get(8..16).filter(|_| buf.starts_with(b"GGUF")) {
+            let n = u64::from_le_bytes(n.try_into().expect("8 bytes"));
+            if n > room.tensors {
+                bail!(
+                    "{shown_url} claims {n} tensors, past the {} left of the {MAX_URL_TENSORS} a \
+                     model's headers may hold over HTTP (all parts together): not a model qtune \
+                     can plan",
+                    room.tensors
+                );
+            }
+        }
         match gguf::parse_bytes(&buf, &name, Extent::HeaderOnly) {
             Ok(g) => {
+                room.tensors = room.tensors.saturating_sub(g.tensors.len() as u64);
+                room.bytes = room.bytes.saturating_sub(buf.len() as u64);
                 if let Some(t) = total.filter(|&t| t < g.file_len) {
                     bail!(
                         "{shown_url} is cut off: {t} bytes on the server, but its tensors need \
@@ -296,6 +353,11 @@ async fn fetch(url: &str) -> Result<(GgufFile, u64)> {
             Err(GgufError::Truncated { .. }) if !done && !full => {
                 next = buf.len() + buf.len() / 2;
             }
+            Err(GgufError::Truncated { .. }) if full && (max as u64) < MAX_HEADER_BYTES => bail!(
+                "{shown_url}: the parts' GGUF headers go on past {} MiB in all, more than any \
+                 model's: not a model qtune can plan",
+                MAX_URL_BYTES >> 20
+            ),
             Err(GgufError::Truncated { .. }) if full => bail!(
                 "{shown_url}: its GGUF header goes on past {} MiB, more than any model's: not \
                  a model qtune can plan",

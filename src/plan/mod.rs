@@ -259,9 +259,20 @@ fn p_ncmoe(profile: Option<&Profile>) -> Option<u32> {
     profile.and_then(|p| p.winner.config.n_cpu_moe)
 }
 
-/// A speed for a reason: "10,512 tok/s".
+/// A speed for a reason: "10,512 tok/s"; "no believable speed" for one that is not finite or
+/// is past the trials' absolute ceiling (never a number of 300 digits).
 fn fmt_tps(v: f64) -> String {
-    format!("{} tok/s", crate::util::fmt_thousands(v))
+    match shown_tps(v) {
+        Some(_) => format!("{} tok/s", crate::util::fmt_thousands(v)),
+        None => "no believable speed".to_string(),
+    }
+}
+
+/// A predicted speed as a plan prints it ("1234"), or None where it is no speed: not finite,
+/// negative, or past the trials' absolute prompt ceiling.
+pub(crate) fn shown_tps(v: f64) -> Option<String> {
+    let max = crate::trial::plausible::SpeedCeiling::ABSOLUTE.prompt_tps;
+    (v.is_finite() && (0.0..=max).contains(&v)).then(|| format!("{v:.0}"))
 }
 
 #[cfg(test)]

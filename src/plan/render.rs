@@ -30,7 +30,10 @@ pub fn plan_text(plan: &Plan, model: &Path) -> String {
         let _ = writeln!(o, "  compared (predicted, not measured; * the plan's):");
         for c in &plan.compared {
             let speed = match (c.tg_tps, c.pp_tps) {
-                (Some(tg), Some(pp)) => format!("tg {tg:.0}, pp {pp:.0} tok/s"),
+                (Some(tg), Some(pp)) => match (super::shown_tps(tg), super::shown_tps(pp)) {
+                    (Some(tg), Some(pp)) => format!("tg {tg}, pp {pp} tok/s"),
+                    _ => "no believable speed".to_string(),
+                },
                 _ => "does not fit".to_string(),
             };
             let mark = if c.chosen { '*' } else { ' ' };

@@ -86,11 +86,61 @@ pub(crate) fn check_range<T: PartialOrd + std::fmt::Display + Copy>(
     Ok(())
 }
 
-/// A measured speed: finite, positive (a speed of 0 makes every prediction from it infinite),
-/// at most a billion tokens per second.
-pub(crate) fn check_speed(key: &str, v: f64) -> Result<()> {
-    if !v.is_finite() || v <= 0.0 || v > 1e9 {
-        bail!("{key} = {v} is not a sane speed (finite, above 0, at most 1e9)");
+/// The class of an imported number: each class has one range, a physical floor under every
+/// positive quantity (1e-300 is no measurement, and a prediction divided by it is 300 digits
+/// long) and the bounds a real measurement stays under. Every number a profile holds is
+/// checked by its class in [`check_number`], not value by value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Class {
+    /// Generation speed, tok/s: from a token in 100 s to the trials' absolute ceiling.
+    GenSpeed,
+    /// Prompt processing speed, tok/s: the same floor, the prompt ceiling.
+    PromptSpeed,
+    /// Host memory bandwidth, GB/s: from an old laptop's hundredth to far past any box's.
+    Bandwidth,
+    /// A spread, percent of the median: 0 (one sample) or more, bounded.
+    SpreadPct,
+    /// A gain, percent: from -100 (nothing left) up, bounded.
+    GainPct,
+}
+
+impl Class {
+    /// The range (inclusive), and what it is called in the message.
+    fn range(self) -> (f64, f64, &'static str) {
+        use crate::trial::plausible::SpeedCeiling;
+        match self {
+            Class::GenSpeed => (
+                0.01,
+                SpeedCeiling::ABSOLUTE.gen_tps,
+                "generation speed (tok/s)",
+            ),
+            Class::PromptSpeed => (
+                0.01,
+                SpeedCeiling::ABSOLUTE.prompt_tps,
+                "prompt speed (tok/s)",
+            ),
+            Class::Bandwidth => (0.1, 100_000.0, "memory bandwidth (GB/s)"),
+            Class::SpreadPct => (0.0, 100_000.0, "spread (%)"),
+            Class::GainPct => (-100.0, 1e6, "gain (%)"),
+        }
+    }
+}
+
+/// An imported number of `class`: finite and within its class's range, else a one-line error
+/// naming the key, the value and the range.
+pub(crate) fn check_number(key: &str, v: f64, class: Class) -> Result<()> {
+    let (lo, hi, what) = class.range();
+    if !(v.is_finite() && (lo..=hi).contains(&v)) {
+        // Never 300 digits: 1e-300 as written, not as a decimal.
+        let shown = if v == 0.0 || !v.is_finite() || (1e-3..1e9).contains(&v.abs()) {
+            format!("{v}")
+        } else {
+            format!("{v:e}")
+        };
+        bail!(
+            "{key} = {shown} is not a sane {what}: it must be from {lo} to {hi}; fix it or \
+             delete the key"
+        );
     }
     Ok(())
 }
@@ -192,12 +242,7 @@ pub fn validate(p: &Profile) -> Result<()> {
     check_range("hardware.logical_cores", h.logical_cores, 1, 65536)?;
     check_range("hardware.ram_total_mib", h.ram_total_mib, 0, 1 << 30)?;
     if let Some(b) = h.mem_bandwidth_gbs {
-        // Zero would make the speed model's host-memory time infinite ("tg inf tok/s").
-        if !b.is_finite() || b <= 0.0 || b > 100_000.0 {
-            bail!(
-                "hardware.mem_bandwidth_gbs = {b} is not a sane bandwidth (above 0, at most 100000 GB/s): fix it or delete the key"
-            );
-        }
+        check_number("hardware.mem_bandwidth_gbs", b, Class::Bandwidth)?;
     }
 
     let m = &p.model;
@@ -241,20 +286,19 @@ pub fn validate(p: &Profile) -> Result<()> {
 
     let w = &p.winner;
     check_config("winner.config", &w.config)?;
-    for (key, s) in [("winner.tg", &w.tg), ("winner.pp", &w.pp)] {
-        check_speed(&format!("{key}.median"), s.median)?;
-        if !s.spread_pct.is_finite() || !(0.0..=100_000.0).contains(&s.spread_pct) {
-            bail!("{key}.spread_pct = {} is not a sane spread", s.spread_pct);
-        }
+    for (key, s, class) in [
+        ("winner.tg", &w.tg, Class::GenSpeed),
+        ("winner.pp", &w.pp, Class::PromptSpeed),
+    ] {
+        check_number(&format!("{key}.median"), s.median, class)?;
+        check_number(&format!("{key}.spread_pct"), s.spread_pct, Class::SpreadPct)?;
         check_range(&format!("{key}.samples"), s.samples, 1, 100_000)?;
     }
     if let Some(v) = w.peak_vram_mib {
         check_vram("winner.peak_vram_mib", v)?;
     }
     if let Some(g) = w.gen_gain_pct {
-        if !g.is_finite() || !(-100.0..=1e6).contains(&g) {
-            bail!("winner.gen_gain_pct = {g} is not a sane gain");
-        }
+        check_number("winner.gen_gain_pct", g, Class::GainPct)?;
     }
 
     if p.front.len() > MAX_FRONT {
@@ -263,10 +307,10 @@ pub fn validate(p: &Profile) -> Result<()> {
     for (i, f) in p.front.iter().enumerate() {
         check_config(&format!("front[{i}].config"), &f.config)?;
         if let Some(v) = f.tg {
-            check_speed(&format!("front[{i}].tg"), v)?;
+            check_number(&format!("front[{i}].tg"), v, Class::GenSpeed)?;
         }
         if let Some(v) = f.pp {
-            check_speed(&format!("front[{i}].pp"), v)?;
+            check_number(&format!("front[{i}].pp"), v, Class::PromptSpeed)?;
         }
         if let Some(v) = f.peak_vram_mib {
             check_vram(&format!("front[{i}].peak_vram_mib"), v)?;

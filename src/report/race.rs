@@ -7,6 +7,9 @@ use crate::run::TuneResult;
 use crate::stats::race::ArmStatus;
 use crate::stats::Band;
 
+/// How outside text is escaped where the lines go.
+pub type Esc = fn(&str) -> String;
+
 /// `generation +4.1 % [−1.2, +9.6] (95 %, 6 rounds), prompt +61.0 % [...]`, or `not raced`.
 pub fn gains(
     gen: Option<&crate::stats::Comparison>,
@@ -19,8 +22,9 @@ pub fn gains(
     }
 }
 
-/// An arm's status; `over`: the race ended by itself (not cut off by the tune's budget).
-fn status(s: &ArmStatus, over: bool) -> String {
+/// An arm's status; `over`: the race ended by itself (not cut off by the tune's budget); its
+/// reason, read from a results file, through `esc`.
+fn status(s: &ArmStatus, over: bool, esc: Esc) -> String {
     match s {
         ArmStatus::Racing if over => "raced to the end".into(),
         ArmStatus::Racing => "still racing when the budget ended the tune".into(),
@@ -28,10 +32,10 @@ fn status(s: &ArmStatus, over: bool) -> String {
             after_round,
             reason,
         } => {
-            format!("dropped after round {after_round}: {reason}")
+            format!("dropped after round {after_round}: {}", esc(reason))
         }
         ArmStatus::Failed { round } => format!("failed in round {round}"),
-        ArmStatus::NotRaced { reason } => format!("not raced: {reason}"),
+        ArmStatus::NotRaced { reason } => format!("not raced: {}", esc(reason)),
     }
 }
 
@@ -50,7 +54,11 @@ fn reference_name(r: &TuneResult) -> Option<&str> {
 /// workload's time per request as the objective, each config's line states it per request,
 /// generation and prompt follow as a secondary line, and the two baselines' own comparison
 /// says which became the reference.
-pub fn lines(r: &TuneResult) -> Vec<String> {
+///
+/// The race's reasons come from the results file, which anyone may have edited: each goes
+/// through `esc` ([`crate::escape::terminal`] for the terminal, [`crate::escape::markdown`]
+/// for report.md), as other outside text does.
+pub fn lines(r: &TuneResult, esc: Esc) -> Vec<String> {
     let Some(race) = &r.race else {
         return Vec::new();
     };
@@ -74,7 +82,7 @@ pub fn lines(r: &TuneResult) -> Vec<String> {
         "race against {against}: {}, {} (each: the reference and every candidate, order alternating){noise}; {}",
         crate::util::count(o.launches as u64, "launch", "launches"),
         crate::util::count(o.rounds.len() as u64, "round", "rounds"),
-        o.reason
+        esc(&o.reason)
     ));
     if by_request {
         if let Some(c) = o.second_vs_first.as_ref().and_then(|v| v.request.as_ref()) {
@@ -100,7 +108,7 @@ pub fn lines(r: &TuneResult) -> Vec<String> {
                         req,
                         Band::default()
                     ),
-                    status(&c.status, over)
+                    status(&c.status, over, esc)
                 ));
                 out.push(format!(
                     "    {}",
@@ -111,7 +119,7 @@ pub fn lines(r: &TuneResult) -> Vec<String> {
                 "  {}: {} ({})",
                 cfg.label(),
                 gains(v.map(|v| &v.gen), v.map(|v| &v.prompt)),
-                status(&c.status, over)
+                status(&c.status, over, esc)
             )),
         }
     }

@@ -85,7 +85,7 @@ pub fn table(r: &TuneResult) -> String {
         out.push_str(&line);
         out.push('\n');
     }
-    for line in super::race::lines(r) {
+    for line in super::race::lines(r, crate::escape::terminal) {
         out.push_str(&line);
         out.push('\n');
     }

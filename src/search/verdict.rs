@@ -263,9 +263,16 @@ pub fn decide(
     let status = if kept {
         crate::run::VerdictStatus::Kept
     } else {
+        // A race whose ratios are no measurement ("broken measurement") proves nothing.
+        let measured = |v: &crate::stats::PairedVerdict| {
+            v.gen.is_plausible()
+                && v.prompt.is_plausible()
+                && v.request.as_ref().is_none_or(|c| c.is_plausible())
+        };
         match (race, &paired) {
-            (Some(r), Some(_))
-                if r.outcome.winner.and_then(|i| r.candidates.get(i)) == Some(&config) =>
+            (Some(r), Some(v))
+                if r.outcome.winner.and_then(|i| r.candidates.get(i)) == Some(&config)
+                    && measured(v) =>
             {
                 crate::run::VerdictStatus::Proven
             }

@@ -208,11 +208,16 @@ impl Comparison {
     }
 
     /// Better / Worse / Tie / Undecided against the practical band. A tie (the interval
-    /// inside the band) comes first: a gain too small to matter is not a win.
+    /// inside the band) comes first: a gain too small to matter is not a win. A ratio that is
+    /// no measurement ([`Comparison::is_plausible`]) decides nothing: "broken measurement"
+    /// is never beside "proven faster".
     pub fn decide(&self, band: Band) -> Decision {
         let (Some(lo), Some(hi)) = (self.lo_log, self.hi_log) else {
             return Decision::Undecided;
         };
+        if !self.is_plausible() {
+            return Decision::Undecided;
+        }
         let b = band.log_half_width();
         if lo >= -b && hi <= b {
             Decision::Tie
@@ -625,6 +630,11 @@ mod tests {
         assert!(per.contains("implausible") && per.len() < 120, "{per}");
         let fine = Comparison::from_pairs(&[(1.05, 1.0), (1.03, 1.0)], 0.95).unwrap();
         assert!(fine.is_plausible() && fine.to_string().starts_with("+4"));
+        // Issue 53: 0.01 s against 20.36 s over three tight rounds decides nothing.
+        let broken =
+            Comparison::from_pairs(&[(2036.0, 1.0), (2030.0, 1.0), (2040.0, 1.0)], 0.95).unwrap();
+        assert!(!broken.is_plausible());
+        assert_eq!(broken.claim(Band::default()), Decision::Undecided);
     }
 
     #[test]

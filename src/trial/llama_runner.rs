@@ -356,6 +356,8 @@ impl LlamaServerRunner {
 
         let pace = self.pace.or_else(|| (self.predicted_pace)(config));
         let mut draft = self.launch_and_measure(config, &log_path, pace);
+        // Every server of the trial is ended by now (each one's handle dropped).
+        super::leftover::clear(&self.run_dir);
         if let Some(w) = vram_drift_warning(self.free_vram_at_start_mib, free_now) {
             draft.warnings.push(w);
         }
@@ -437,6 +439,15 @@ impl LlamaServerRunner {
             };
             drop(log_file);
             self.last_pid = Some(proc.pid());
+            // For `--resume` after a SIGKILL: what to look for (see `leftover`).
+            super::leftover::record(
+                &self.run_dir,
+                &super::leftover::Live {
+                    pgid: proc.pid() as i32,
+                    port,
+                    token: proc.token().to_string(),
+                },
+            );
             let base_url = format!("http://127.0.0.1:{port}");
             self.doing.set(Some(super::phase::Doing::Loading {
                 pid: proc.pid(),

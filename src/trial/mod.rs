@@ -8,6 +8,7 @@ pub const LOGS_DIR: &str = "logs";
 pub mod classify;
 pub mod cleanup;
 pub mod journal;
+pub mod leftover;
 pub mod llama_runner;
 pub mod logparse;
 pub mod phase;

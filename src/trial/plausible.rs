@@ -144,6 +144,7 @@ pub fn implausible_speed(m: &super::Metrics, ceiling: &SpeedCeiling) -> Option<V
             bad.push(why);
         }
     }
+    bad.extend(disagreement(m));
     if let Some(r) = m.request_s {
         if !(r.is_finite() && r > 0.0) {
             bad.push(format!(
@@ -160,6 +161,80 @@ pub fn implausible_speed(m: &super::Metrics, ceiling: &SpeedCeiling) -> Option<V
         ),
         evidence: bad,
     })
+}
+
+/// Past this factor either way between two readings of one speed in one launch (a workload
+/// request's against the depth-0 samples' median), the readings are no measurement: depth,
+/// a cached prefix or a longer prompt moves a real server's speed by a few times, never by
+/// two orders of magnitude. Checked beside the absolute ceiling, which a faked speed just
+/// under it passes (issue 53: 49,000 tok/s generation beside 25 tok/s samples).
+pub const DISAGREEMENT: f64 = 100.0;
+
+/// A workload request that reads fewer prompt tokens than this is not called too slow
+/// against the depth-0 prompt speed: a few tokens are read at about generation speed. Too
+/// fast is checked at any length.
+pub const SHORT_PROMPT: u32 = 256;
+
+/// Where this launch's own readings of one speed disagree by [`DISAGREEMENT`] or more: each
+/// workload request's generation and prompt speed, the sample at depth and each replayed
+/// request's generation, against the median of the depth-0 samples (generation, prompt).
+fn disagreement(m: &super::Metrics) -> Vec<String> {
+    let usable = |v: f64| v.is_finite() && v > 0.0;
+    let (gen0, pp0) = (m.gen_tps.median, m.prompt_tps.median);
+    let mut bad = Vec::new();
+    let mut check = |what: String, v: f64, base: f64, slower_too: bool| {
+        if !(usable(v) && usable(base)) {
+            return; // not a number at all: the checks above name it
+        }
+        let apart = (v / base).max(base / v);
+        // 1e-9: a factor of exactly 100 that division rounds to 99.99999999999999.
+        if apart * (1.0 + 1e-9) >= DISAGREEMENT && (v > base || slower_too) {
+            bad.push(format!(
+                "{what} {} tok/s against {} tok/s in the same launch's depth-0 samples, {}x apart",
+                fmt_speed(v),
+                fmt_speed(base),
+                if apart < 1e6 {
+                    format!("{apart:.0}")
+                } else {
+                    format!("{apart:.0e}")
+                }
+            ));
+        }
+    };
+    for t in &m.shapes {
+        let name = &t.shape.name;
+        check(
+            format!("the '{name}' request's generation"),
+            t.gen_tps,
+            gen0,
+            true,
+        );
+        if let Some(tps) = t.prompt_tps() {
+            let long = t.prompt_n >= SHORT_PROMPT;
+            check(
+                format!("the '{name}' request's prompt processing"),
+                tps,
+                pp0,
+                long,
+            );
+        }
+    }
+    if let Some(d) = &m.gen_tps_at_depth {
+        check("generation at depth".into(), d.median, gen0, true);
+    }
+    if let Some(r) = &m.replay {
+        for q in &r.requests {
+            if let Some(tps) = q.gen_tps() {
+                check(
+                    format!("replayed request {}'s generation", q.id),
+                    tps,
+                    gen0,
+                    false,
+                );
+            }
+        }
+    }
+    bad
 }
 
 /// Why a speed (tok/s) cannot be real, if it cannot.

@@ -110,6 +110,11 @@ impl ServerProcess {
         self.child.id()
     }
 
+    /// The value of [`TOKEN_VAR`] in its environment (and its daemons').
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
     /// How the process ended, if it has (non-blocking; reaps it).
     pub fn try_exit(&mut self) -> Option<ExitInfo> {
         if self.exit.is_none() {
@@ -220,7 +225,7 @@ fn group_has_live_member(pgid: i32) -> bool {
 
 /// Live processes (not zombies) other than qtune whose environment holds `TOKEN_VAR=token`
 /// (only those of this user can be read, which are the only ones a server can start).
-fn processes_with_token(token: &str) -> Vec<u32> {
+pub(crate) fn processes_with_token(token: &str) -> Vec<u32> {
     let needle = format!("{TOKEN_VAR}={token}");
     let me = std::process::id();
     let Ok(dir) = std::fs::read_dir("/proc") else {

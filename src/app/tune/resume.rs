@@ -36,10 +36,21 @@ pub(super) fn verify_resume(
         if let Some(c) = opts.ctx {
             asked.fixed.ctx = c;
         }
+        // The space as the tune made it when it started: its context fitted to the model's,
+        // its workload's mixes resolved for that context (issue 53: the same --space was
+        // called another space, its mixes unresolved).
+        asked.fixed.ctx =
+            crate::app::preflight::check_ctx(asked.fixed.ctx, opts.ctx.is_some(), layout)?.0;
+        asked
+            .workload
+            .resolve(asked.fixed.ctx)
+            .with_context(|| format!("cannot resume {shown}"))?;
         // The thread cap is the box's, measured when the tune started.
         asked.fixed.threads_cap = inputs.space.fixed.threads_cap;
-        // So are the workers (measured then; --rpc is not needed again).
+        // So are the workers (measured then; --rpc is not needed again), and the engine (the
+        // server's, checked below).
         asked.fixed.rpc_workers = inputs.space.fixed.rpc_workers.clone();
+        asked.fixed.engine = inputs.space.fixed.engine;
         if asked != inputs.space {
             anyhow::bail!(
                 "cannot resume {shown}: --space {name} is not the space this tune started with (its space is in {}); drop --space to continue, or start a new tune",

@@ -243,7 +243,7 @@ fn no_winner(m: &mut String) {
 /// The race in the words of [`super::race::lines`]: a line of its own is a paragraph, an
 /// indented one a list item, a deeper one a nested item.
 fn race_section(m: &mut String, r: &TuneResult, title: &str) {
-    let race = super::race::lines(r);
+    let race = super::race::lines(r, crate::escape::markdown);
     if race.is_empty() {
         return;
     }
