@@ -498,6 +498,102 @@ pub fn count(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
+/// The order of every table of configs (the summary, report.md, `profile show`, `compare`): the lowest time per request first; rows without one after, the fastest
+/// in generation first (a tune whose launches measured no time per request); none last.
+pub fn by_time(a: Option<f64>, a_gen: f64, b: Option<f64>, b_gen: f64) -> std::cmp::Ordering {
+    match (a, b) {
+        (Some(x), Some(y)) => x.total_cmp(&y),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => b_gen.total_cmp(&a_gen),
+    }
+}
+
+/// Every line qtune prints fits this many columns.
+pub const COLUMNS: usize = 100;
+
+/// `text` wrapped at spaces to `width` columns (characters), each line after the first indented
+/// by `indent`; a word longer than a line (a path, a command) stays whole on a line of its own.
+/// Line breaks in `text` are kept (each line wrapped on its own, indented the same).
+pub fn wrap(text: &str, width: usize, indent: &str) -> String {
+    let mut out: Vec<String> = Vec::new();
+    for (n, para) in text.split('\n').enumerate() {
+        let mut line = if n == 0 {
+            String::new()
+        } else {
+            indent.to_string()
+        };
+        let mut empty = true;
+        for word in para.split(' ').filter(|w| !w.is_empty()) {
+            let len = line.chars().count();
+            if !empty && len + 1 + word.chars().count() > width {
+                out.push(std::mem::replace(&mut line, indent.to_string()));
+                empty = true;
+            }
+            if !empty {
+                line.push(' ');
+            }
+            line.push_str(word);
+            empty = false;
+        }
+        out.push(line);
+    }
+    out.join("\n")
+}
+
+/// `text` with each line longer than [`COLUMNS`] wrapped ([`wrap`]), its continuation lines
+/// indented two spaces past the line's own indent: what a command prints on a terminal.
+pub fn fit(text: &str) -> String {
+    text.split('\n')
+        .map(|l| {
+            if l.chars().count() <= COLUMNS {
+                return l.to_string();
+            }
+            let lead = &l[..l.len() - l.trim_start().len()];
+            wrap(
+                l.trim_start(),
+                COLUMNS.saturating_sub(lead.len()).max(20),
+                "  ",
+            )
+            .split('\n')
+            .map(|w| format!("{lead}{w}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A shell command to copy, indented by `indent`, broken before its options (` --x`) with a
+/// `\` at each line's end where it is wider than [`COLUMNS`]: the shell reads it as typed on one
+/// line. An option with its value stays whole, however long.
+pub fn shell_fit(command: &str, indent: &str) -> String {
+    let width = COLUMNS.saturating_sub(indent.len() + 2);
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for (i, part) in command.split(" --").enumerate() {
+        let part = if i == 0 {
+            part.to_string()
+        } else {
+            format!("--{part}")
+        };
+        if !line.is_empty() && line.chars().count() + 1 + part.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(&part);
+    }
+    lines.push(line);
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| format!("{indent}{}{l}", if i == 0 { "" } else { "  " }))
+        .collect::<Vec<_>>()
+        .join(" \\\n")
+}
+
 /// A memory bandwidth as every command prints it: one decimal below 100 GB/s (a host's RAM:
 /// `0.2 GB/s` from a debug build is not `0 GB/s`), none above (a card's `717 GB/s`).
 pub fn gbs(v: f64) -> String {

@@ -13,8 +13,96 @@ fn journal() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/replay-tiny-moe/journal.jsonl")
 }
 
-fn stop_line(out: &str) -> Option<&str> {
-    out.lines().find(|l| l.starts_with("qtune: stopped: "))
+/// The stop's words (wrapped to 100 columns: joined again), and the command on its own lines
+/// after them (broken with `\` at 100 columns: joined as the shell reads it).
+fn stop(out: &str) -> Option<(String, String)> {
+    let mut lines = out
+        .lines()
+        .skip_while(|l| !l.starts_with("qtune: stopped: "));
+    let mut words = vec![lines.next()?.to_string()];
+    while let Some(l) = lines.next() {
+        if let Some(c) = l.strip_prefix("  qtune tune ") {
+            let mut command = format!("qtune tune {c}");
+            while let Some(head) = command.strip_suffix(" \\") {
+                command = format!("{head} {}", lines.next()?.trim());
+            }
+            return Some((words.join(" "), command));
+        }
+        words.push(l.trim().to_string());
+    }
+    None
+}
+
+fn stop_line(out: &str) -> Option<String> {
+    stop(out).map(|(words, command)| format!("{words} {command}"))
+}
+
+/// Run a printed `qtune tune ...` command word by word (the test's paths have no spaces).
+fn run_printed(command: &str) -> std::process::Output {
+    let words: Vec<&str> = command.split(' ').collect();
+    assert_eq!(words[0], "qtune", "{command}");
+    qtune().args(&words[1..]).output().unwrap()
+}
+
+fn results(run: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap()
+}
+
+/// The race decided: no budget stop, and a winner or a reason that is not a budget's.
+fn assert_decided(run: &std::path::Path, out: &str) {
+    let r = results(run);
+    assert!(stop_line(out).is_none(), "{out}");
+    assert!(r.get("budget_stop").is_none(), "{:#}", r["budget_stop"]);
+    let reason = r["race"]["outcome"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        r["race"]["outcome"]["winner"].is_number()
+            || !(reason.contains("not over")
+                || reason.starts_with("no race ran")
+                || reason.starts_with("the budget of ")),
+        "the race did not decide: {reason}\n{out}"
+    );
+}
+
+/// Issue 52: a race whose launches ran out before a claim ("the budget of 3 launches is spent")
+/// said nothing, and the stop's `--resume` offered twice the budget whatever the race needed.
+/// Every budget that leaves the race undecided prints the command, on its own line, with the
+/// launches the race's rounds need; run as printed, it decides.
+#[test]
+fn every_undecided_race_prints_the_resume_that_decides_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = qtune::fixtures::tiny_moe("tiny-qwen35moe").unwrap();
+    // 12: the budget reserved the race no launch; 13: the race's 3 launches were spent.
+    for budget in ["12", "13"] {
+        let run = tmp.path().join(format!("run-{budget}"));
+        let o = qtune()
+            .arg("tune")
+            .arg("--model")
+            .arg(&model)
+            .arg("--replay")
+            .arg(journal())
+            .args(["--space", "quick", "--budget-trials", budget, "--out"])
+            .arg(&run)
+            .output()
+            .unwrap();
+        let out = text(&o);
+        assert!(o.status.success(), "{out}");
+        let (words, command) = stop(&out).unwrap_or_else(|| panic!("{budget}: no stop:\n{out}"));
+        assert!(words.contains("the launch budget "), "{words}");
+        assert!(
+            words.ends_with("to give the race the rounds it needs to decide:"),
+            "{words}"
+        );
+        let start = format!(
+            "qtune tune --replay {} --resume {} --budget-trials ",
+            journal().display(),
+            run.display()
+        );
+        assert!(command.starts_with(&start), "{command}\nwanted: {start}N");
+        let o = run_printed(&command);
+        let out = text(&o);
+        assert!(o.status.success(), "{out}");
+        assert_decided(&run, &out);
+    }
 }
 
 #[test]
@@ -40,42 +128,35 @@ fn a_budget_too_small_for_the_race_is_said_and_resume_with_more_finishes_the_tun
         "{line}"
     );
     assert!(line.contains("the race got no paired round"), "{line}");
-    let command = format!(
-        "qtune tune --replay {} --resume {} --budget-trials 20",
+    let (_, command) = stop(&out).unwrap();
+    let start = format!(
+        "qtune tune --replay {} --resume {} --budget-trials ",
         journal().display(),
         run.display()
     );
-    assert!(line.ends_with(&command), "{line}\nwanted: {command}");
-    let results: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap();
-    assert_eq!(results["budget_stop"]["by"], "launches", "{results:#}");
-    assert_eq!(results["budget_stop"]["launches"], 10);
+    assert!(command.starts_with(&start), "{command}\nwanted: {start}N");
+    let n: u32 = command[start.len()..].parse().unwrap();
+    let r = results(&run);
+    assert_eq!(r["budget_stop"]["by"], "launches", "{r:#}");
+    assert_eq!(r["budget_stop"]["launches"], 10);
 
     // The command it printed: the tune goes on with the larger budget and its race decides.
-    let o = qtune()
-        .args(["tune", "--replay"])
-        .arg(journal())
-        .arg("--resume")
-        .arg(&run)
-        .args(["--budget-trials", "20"])
-        .output()
-        .unwrap();
+    let o = run_printed(&command);
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(
-        out.contains("launch budget 10 -> 20 (a new total, launches already made included)"),
+        out.contains(&format!(
+            "launch budget 10 -> {n} (a new total, launches already made included)"
+        )),
         "{out}"
     );
-    assert!(stop_line(&out).is_none(), "{out}");
-    let results: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap();
-    assert!(results.get("budget_stop").is_none(), "{results:#}");
-    let trials = results["trials"].as_array().unwrap().len();
-    assert!(trials > 10 && trials <= 20, "{trials} trials");
+    assert_decided(&run, &out);
+    let trials = results(&run)["trials"].as_array().unwrap().len();
+    assert!(trials > 10 && trials <= n as usize, "{trials} trials");
     assert!(
-        results["race"]["outcome"]["winner"].is_number(),
+        results(&run)["race"]["outcome"]["winner"].is_number(),
         "the race decided: {:#}",
-        results["race"]["outcome"]["reason"]
+        results(&run)["race"]["outcome"]["reason"]
     );
 }
 
@@ -147,40 +228,43 @@ fn a_minutes_budget_cut_off_prints_the_command_and_resume_with_more_minutes_goes
             .any(|l| l.starts_with("launch ") && l.contains(" · confirm, round 1 of at most ")),
         "{out}"
     );
-    let command = format!(
-        "qtune tune --replay {} --resume {} --budget-minutes 4",
+    // The command: the launches the race needs, and the minutes they take at the mean launch.
+    let (_, command) = stop(&out).unwrap();
+    let start = format!(
+        "qtune tune --replay {} --resume {} --budget-trials ",
         journal().display(),
         run.display()
     );
-    assert!(line.ends_with(&command), "{line}\nwanted: {command}");
-    let read = |run: &std::path::Path| -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(run.join("results.json")).unwrap()).unwrap()
-    };
-    let first = read(&run);
+    assert!(
+        command.starts_with(&start),
+        "{command}\nwanted: {start}N --budget-minutes M"
+    );
+    let (n, m) = command[start.len()..]
+        .split_once(" --budget-minutes ")
+        .unwrap_or_else(|| panic!("{command}"));
+    let (n, m): (u32, f64) = (n.parse().unwrap(), m.parse().unwrap());
+    assert!(n > 20 && m > 2.0, "{command}");
+    let first = results(&run);
     assert_eq!(first["budget_stop"]["by"], "minutes", "{first:#}");
     let launched = first["trials"].as_array().unwrap().len();
 
-    // The command it printed: the minutes budget becomes 4 and the tune launches more.
-    let o = qtune()
-        .args(["tune", "--replay"])
-        .arg(journal())
-        .arg("--resume")
-        .arg(&run)
-        .args(["--budget-minutes", "4"])
-        .output()
-        .unwrap();
+    // The command it printed: both budgets grow, the tune launches more and its race decides.
+    let o = run_printed(&command);
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(
-        out.contains("minutes budget 2 -> 4 (a new total, minutes already spent included)"),
+        out.contains(&format!(
+            "minutes budget 2 -> {m} (a new total, minutes already spent included)"
+        )),
         "{out}"
     );
-    let second = read(&run);
+    let second = results(&run);
     let now = second["trials"].as_array().unwrap().len();
     assert!(now > launched, "{launched} then {now} launches:\n{out}");
-    assert_eq!(second["space"]["budget"]["minutes"], 4.0, "{second:#}");
+    assert_eq!(second["space"]["budget"]["minutes"], m, "{second:#}");
     assert!(
-        second["minutes_used"].as_f64().unwrap() <= 4.0,
+        second["minutes_used"].as_f64().unwrap() <= m,
         "the new total holds: {second:#}"
     );
+    assert_decided(&run, &out);
 }

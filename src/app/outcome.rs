@@ -48,10 +48,16 @@ pub fn print_outcome(
     resume: &str,
 ) -> Result<()> {
     // Said even with --quiet and --json (on stderr): a tune the budget cut short.
-    let stop = result
-        .budget_stop
-        .as_ref()
-        .map(|s| format!("qtune: {}", s.line(resume)));
+    // The reason wrapped to the terminal's 100 columns, the command whole on its own line.
+    let stop = result.budget_stop.as_ref().map(|s| {
+        let line = s.line(resume);
+        let (why, command) = line.split_once('\n').unwrap_or((&line, ""));
+        format!(
+            "{}\n{}",
+            crate::util::wrap(&format!("qtune: {why}"), crate::util::COLUMNS, "  "),
+            crate::util::shell_fit(command, "  ")
+        )
+    });
     if json || quiet {
         if let Some(s) = &stop {
             eprintln!("{s}");
@@ -70,7 +76,9 @@ pub fn print_outcome(
     if !quiet {
         eprintln!(
             "{}",
-            crate::escape::terminal_lines(&crate::report::summary::table(result))
+            crate::util::fit(&crate::escape::terminal_lines(
+                &crate::report::summary::table(result)
+            ))
         );
         if let Some(s) = &stop {
             eprintln!("{}", crate::escape::terminal_lines(s));

@@ -66,7 +66,7 @@ pub fn plan_box(o: BoxPlanOptions) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&p)?);
         return Ok(());
     }
-    eprint!("{}", box_plan_text(&p));
+    eprint!("{}", crate::util::fit(&box_plan_text(&p)));
     if p.command.is_empty() {
         bail!("{}", p.why);
     }

@@ -257,7 +257,7 @@ impl Progress {
                 };
                 if let Some(l) = line {
                     if !stop.load(Ordering::Relaxed) {
-                        print_line(&bar, &l);
+                        print_line(&bar, &crate::util::fit(&l));
                     }
                 }
             }
@@ -300,6 +300,7 @@ impl Drop for Progress {
     }
 }
 
+/// Print `line` (already fitted to the columns, [`crate::util::fit`]) above the bar.
 fn print_line(bar: &ProgressBar, line: &str) {
     if bar.is_hidden() {
         eprintln!("{line}");
@@ -323,7 +324,7 @@ impl crate::search::Watch for Progress {
             .and_then(|mut b| b.as_mut().and_then(|w| w.check(launch, config.threads)));
         // Said under --quiet too, as the check at the start is.
         if let Some(l) = busy {
-            print_line(&self.bar, &crate::escape::terminal(&l));
+            print_line(&self.bar, &crate::util::fit(&crate::escape::terminal(&l)));
         }
         let flags = crate::config::shell_line(&config.server_args());
         let line = {
@@ -346,7 +347,7 @@ impl crate::search::Watch for Progress {
         }
         let line = crate::escape::terminal(&line);
         self.bar.set_message(line.clone());
-        print_line(&self.bar, &self.bold(&line));
+        print_line(&self.bar, &self.bold(&crate::util::fit(&line)));
     }
 
     fn finished(&self, line: &str) {
@@ -360,7 +361,10 @@ impl crate::search::Watch for Progress {
             return;
         }
         // A trial's line may quote its server's log: shown escaped, never raw.
-        print_line(&self.bar, &crate::escape::terminal_lines(line));
+        print_line(
+            &self.bar,
+            &crate::util::fit(&crate::escape::terminal_lines(line)),
+        );
     }
 }
 

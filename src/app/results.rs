@@ -154,7 +154,10 @@ pub fn plan(
         // Only a whole file has the weights a measurement is keyed by.
         None => plan.quality = crate::plan::known_quality::for_file(model, &layout),
     }
-    eprint!("{}", terminal_lines(&crate::plan::plan_text(&plan, model)));
+    eprint!(
+        "{}",
+        crate::util::fit(&terminal_lines(&crate::plan::plan_text(&plan, model)))
+    );
     if !plan.fits {
         bail!(
             "no placement fits this GPU's budget of {}: free VRAM, lower --ctx or use a smaller quantization",

@@ -259,14 +259,16 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
             opts.allow_busy,
             "add --allow-busy (or set QTUNE_ALLOW_BUSY=1)",
         )? {
-            match w.strip_prefix("note: ") {
-                Some(info) => eprintln!("qtune: {info}"),
-                None => eprintln!("qtune: warning: {w}"),
-            }
+            let line = match w.strip_prefix("note: ") {
+                Some(info) => format!("qtune: {info}"),
+                None => format!("qtune: warning: {w}"),
+            };
+            eprintln!("{}", crate::util::fit(&line));
         }
     }
     for w in crate::space::host_warnings(&space, hardware.host.logical_cores, layout.n_blocks) {
-        eprintln!("qtune: warning: {}", crate::escape::terminal_lines(&w));
+        let w = crate::escape::terminal_lines(&w);
+        eprintln!("{}", crate::util::fit(&format!("qtune: warning: {w}")));
     }
     Ok(Checked {
         model,
@@ -353,7 +355,8 @@ fn prepare(
     let mut space = space;
     let quality =
         crate::quality::floor::apply(&mut space, &model, Some(&server_path), &mut |line| {
-            eprintln!("qtune: {}", crate::escape::terminal_lines(&line))
+            let line = crate::escape::terminal_lines(&line);
+            eprintln!("{}", crate::util::fit(&format!("qtune: {line}")))
         })?;
     let free = hardware.free_vram_mib();
     let start = match &opts.from_profile {
@@ -503,7 +506,7 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
             &run_dir,
             &baselines,
         ) {
-            eprintln!("{line}");
+            eprintln!("{}", crate::util::fit(&line));
         }
     }
     if !resume.done.is_empty() {
@@ -515,7 +518,7 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
     }
     if opts.resume.is_some() {
         for n in &notes {
-            eprintln!("qtune: {n}");
+            eprintln!("{}", crate::util::fit(&format!("qtune: {n}")));
         }
     }
     let doing = crate::trial::phase::PhaseCell::default();
@@ -570,7 +573,8 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
                 let kept = Journal::read(&run_dir).map(|j| j.len()).unwrap_or(0);
                 return Err(e.context(crate::util::ResumeHint {
                     message: format!(
-                        "interrupted: {kept} finished trials kept in {} (continue with the command below)",
+                        "interrupted: {} kept in {} (continue with the command below)",
+                        crate::util::count(kept as u64, "finished trial", "finished trials"),
                         run_dir.join(crate::trial::journal::FILE_NAME).display(),
                     ),
                     command: resume_command(opts, &run_dir),
@@ -665,7 +669,7 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
     for line in banner.iter().filter(|_| !opts.quiet) {
         match line.strip_prefix("  run directory: ") {
             Some(dir) => eprintln!("  run directory: {dir} (not created: a dry run)"),
-            None => eprintln!("{line}"),
+            None => eprintln!("{}", crate::util::fit(line)),
         }
     }
     println!(

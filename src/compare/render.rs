@@ -40,15 +40,42 @@ pub fn render_text(r: &CompareResult) -> String {
     );
     // Each command's engine, where one is not llama.cpp (two servers, or ik_llama.cpp's).
     let engines = r.commands.iter().any(|c| !c.config.engine.is_llama_cpp());
-    for c in &r.commands {
+    // The objective first: each command's time per request on the verdict's workload (the
+    // median the verdict prints below), the lowest first.
+    let verdict_times = r
+        .workloads
+        .iter()
+        .find(|w| Some(w.workload.as_str()) == verdict_workload(r))
+        .map(|w| w.median_request_s.clone());
+    let mut order: Vec<(usize, Option<f64>, f64)> = r
+        .commands
+        .iter()
+        .enumerate()
+        .map(|(i, _)| {
+            let t = verdict_times
+                .as_ref()
+                .and_then(|v| v.get(i).copied().flatten());
+            (i, t, 0.0)
+        })
+        .collect();
+    if verdict_times.is_some() {
+        order.sort_by(|a, b| crate::util::by_time(a.1, a.2, b.1, b.2).then(a.0.cmp(&b.0)));
+    }
+    for (i, t, _) in order {
+        let c = &r.commands[i];
         let engine = if engines {
             format!("  ({})", c.config.engine)
         } else {
             String::new()
         };
+        let time = match (&verdict_times, t) {
+            (None, _) => String::new(),
+            (Some(_), Some(t)) => format!("{} s/request  ", shown(t, 2)),
+            (Some(_), None) => "- s/request  ".to_string(),
+        };
         let _ = writeln!(
             s,
-            "  {}  {}{engine}",
+            "  {}  {time}{}{engine}",
             crate::escape::terminal(&c.name),
             crate::escape::terminal(&c.line)
         );
@@ -85,17 +112,7 @@ pub fn render_text(r: &CompareResult) -> String {
         (r.confidence * 100.0).round(),
         r.band_pct
     );
-    // With `--workload`, the verdict is that workload's time per request; the others are
-    // measured in the same rounds, not the verdict.
-    let chosen = match &r.workload.replay {
-        Some(rw) => Some(rw.name.as_str()),
-        None => r
-            .workload
-            .mix
-            .as_ref()
-            .and(r.workload.objective_mix())
-            .map(|m| m.name.as_str()),
-    };
+    let chosen = verdict_workload(r);
     for a in &r.against_first {
         let name = command_name(a.command);
         match &a.verdict {
@@ -216,6 +233,20 @@ pub fn render_text(r: &CompareResult) -> String {
         let _ = writeln!(s, "warning: {w}");
     }
     s
+}
+
+/// With `--workload`, the verdict is that workload's time per request; the others are
+/// measured in the same rounds, not the verdict (None: no workload was asked for).
+fn verdict_workload(r: &CompareResult) -> Option<&str> {
+    match &r.workload.replay {
+        Some(rw) => Some(rw.name.as_str()),
+        None => r
+            .workload
+            .mix
+            .as_ref()
+            .and(r.workload.objective_mix())
+            .map(|m| m.name.as_str()),
+    }
 }
 
 /// `A 1.86 s, B 1.96 s`: one time per command, `-` where it has none, `implausible` where the

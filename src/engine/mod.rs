@@ -146,8 +146,9 @@ pub trait LaunchArgs {
     }
 
     /// The flags for narrow places (a table cell, a plot legend, a one-line verdict):
-    /// [`Self::flags`] without `-c` and `-np`, which every config of one tune shares. Nothing
-    /// is renamed, only dropped; a config with no other flag reads `server defaults`.
+    /// [`Self::flags`] without `-c` and `-np`, which every config of one tune shares (but the
+    /// slots lever's `-np N -kvu`, which keeps both). Nothing is renamed, only dropped; a
+    /// config with no other flag reads `server defaults`.
     fn label(&self) -> String {
         let parts = self.label_parts();
         if parts.is_empty() {
@@ -160,6 +161,8 @@ pub trait LaunchArgs {
     /// shell-quoted: what a plot keeps of a label when it drops the flags every config shares.
     fn label_parts(&self) -> Vec<String> {
         let args = self.server_args();
+        // The slots lever (`-np N -kvu`) varies `-np`: it stays in that config's label.
+        let slots = args.iter().any(|a| a == "-kvu" || a == "-no-kvu");
         let mut parts = Vec::new();
         let mut i = 0;
         while i < args.len() {
@@ -170,7 +173,7 @@ pub trait LaunchArgs {
             } else {
                 1
             };
-            if !matches!(args[i].as_str(), "-c" | "-np") {
+            if args[i] != "-c" && (args[i] != "-np" || slots) {
                 parts.push(crate::escape::shell_line(&args[i..i + n]));
             }
             i += n;

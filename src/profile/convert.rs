@@ -209,7 +209,6 @@ pub fn measured_front(r: &TuneResult) -> Vec<FrontPoint> {
     let mut front: Vec<FrontPoint> = by_config
         .into_iter()
         .map(|(config, a)| FrontPoint {
-            config,
             tg: Stat::from_samples(&a.tg)
                 .map(|s| s.median)
                 .filter(|v| v.is_finite()),
@@ -223,6 +222,11 @@ pub fn measured_front(r: &TuneResult) -> Vec<FrontPoint> {
                 a.last_failure.unwrap_or(OutcomeKind::Crash)
             },
             pareto: false,
+            request_s: r
+                .objective_time(&config, None)
+                .map(|t| t.seconds)
+                .filter(|v| v.is_finite()),
+            config,
         })
         .collect();
     // Pareto: fastest generation for the least peak VRAM, among the points that ran.
@@ -241,10 +245,16 @@ pub fn measured_front(r: &TuneResult) -> Vec<FrontPoint> {
     for k in crate::run::pareto::front(&points, Goal::Min, Goal::Max) {
         front[eligible[k]].pareto = true;
     }
+    // The tune's objective first: the lowest time per request, failures last.
     front.sort_by(|a, b| {
-        let ka = (a.outcome != OutcomeKind::Ok, -a.tg.unwrap_or(-1.0));
-        let kb = (b.outcome != OutcomeKind::Ok, -b.tg.unwrap_or(-1.0));
-        ka.0.cmp(&kb.0).then(ka.1.total_cmp(&kb.1))
+        (a.outcome != OutcomeKind::Ok)
+            .cmp(&(b.outcome != OutcomeKind::Ok))
+            .then(crate::util::by_time(
+                a.request_s,
+                a.tg.unwrap_or(-1.0),
+                b.request_s,
+                b.tg.unwrap_or(-1.0),
+            ))
     });
     front.truncate(MAX_FRONT);
     front

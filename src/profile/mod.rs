@@ -115,6 +115,7 @@ pub(crate) mod tests {
                 peak_vram_mib: Some(14000),
                 outcome: OutcomeKind::Ok,
                 pareto: true,
+                request_s: None,
             }],
             quality: None,
         }

@@ -208,12 +208,22 @@ pub fn show_text(p: &Profile) -> String {
             let _ = writeln!(o, "  {l}");
         }
     }
-    let _ = writeln!(o, "Measured configs ({}):", p.front.len());
+    let _ = writeln!(
+        o,
+        "Measured configs ({}; the lowest time per request first; * the winner):",
+        p.front.len()
+    );
+    let _ = writeln!(
+        o,
+        "    {:>9} {:>8} {:>8} {:>12}  {:<12} config",
+        "s/request", "tg t/s", "pp t/s", "peak VRAM", "outcome"
+    );
     for f in &p.front {
         let _ = writeln!(
             o,
-            "  {} {:>8} {:>8} {:>12}  {:<12} {}",
-            if f.pareto { "*" } else { " " },
+            "  {} {:>9} {:>8} {:>8} {:>12}  {:<12} {}",
+            if f.config == w.config { "*" } else { " " },
+            f.request_s.map_or("-".into(), |v| format!("{v:.2}")),
             f.tg.map_or("-".into(), |v| format!("{v:.2}")),
             f.pp.map_or("-".into(), |v| format!("{v:.1}")),
             f.peak_vram_mib.map_or("-".into(), mib),

@@ -152,4 +152,8 @@ pub struct FrontPoint {
     /// On the Pareto front of generation speed against peak VRAM.
     #[serde(default)]
     pub pareto: bool,
+    /// Time per request on the tune's own workload, seconds: the median over the config's
+    /// launches, the number the tune's summary printed (None in older profiles).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_s: Option<f64>,
 }

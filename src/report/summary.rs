@@ -49,37 +49,70 @@ pub fn table(r: &TuneResult) -> String {
         searched,
         r.minutes_used
     ));
-    // The confirmation first (what decided), then every other config once: its launches
-    // pooled, the fastest in generation first, the ones that failed last.
-    let mut rows: Vec<Vec<String>> = Vec::new();
+    // Every config once, in the tune's objective: the lowest time per request first (the
+    // number the verdict prints, [`TuneResult::objective_time`]), the ones that failed last.
+    let mut rows: Vec<(Option<f64>, f64, Vec<String>)> = Vec::new();
     let label = |baseline: bool, c: &crate::config::LaunchConfig| {
         format!("{}{}", if baseline { "[baseline] " } else { "" }, c.label())
     };
+    let time = |c: &crate::config::LaunchConfig, stored: Option<f64>| {
+        r.objective_time(c, stored).map(|t| t.seconds)
+    };
     for c in &r.confirmation {
-        rows.push(vec![
-            label(c.is_baseline, &c.config),
-            stat(c.gen_tps.as_ref()),
-            stat(c.prompt_tps.as_ref()),
-            c.peak_vram_mib.map_or("-".into(), |v| fmt_mib(v as f64)),
-            format!(
-                "confirmed ({})",
-                crate::util::count(c.trial_ids.len() as u64, "round", "rounds")
-            ),
-        ]);
+        let stored = r
+            .winner
+            .as_ref()
+            .filter(|w| w.config == c.config)
+            .and_then(|w| w.request_s);
+        let t = time(&c.config, stored);
+        let mut outcome = format!(
+            "confirmed ({})",
+            crate::util::count(c.trial_ids.len() as u64, "round", "rounds")
+        );
+        if r.winner.as_ref().is_some_and(|w| w.config == c.config) {
+            outcome.push_str(", recommended");
+        }
+        rows.push((
+            t,
+            c.gen_tps.as_ref().map_or(f64::NEG_INFINITY, |s| s.median),
+            vec![
+                label(c.is_baseline, &c.config),
+                seconds(t),
+                stat(c.gen_tps.as_ref()),
+                stat(c.prompt_tps.as_ref()),
+                c.peak_vram_mib.map_or("-".into(), |v| fmt_mib(v as f64)),
+                outcome,
+            ],
+        ));
     }
     for g in pooled_configs(r) {
-        rows.push(vec![
-            label(g.baseline, &g.config),
-            stat(g.gen.as_ref()),
-            stat(g.prompt.as_ref()),
-            g.peak_vram_mib.map_or("-".into(), |v| fmt_mib(v as f64)),
-            g.outcome,
-        ]);
+        let t = time(&g.config, None);
+        rows.push((
+            t,
+            g.gen.as_ref().map_or(f64::NEG_INFINITY, |s| s.median),
+            vec![
+                label(g.baseline, &g.config),
+                seconds(t),
+                stat(g.gen.as_ref()),
+                stat(g.prompt.as_ref()),
+                g.peak_vram_mib.map_or("-".into(), |v| fmt_mib(v as f64)),
+                g.outcome,
+            ],
+        ));
     }
-    out.push_str(&crate::util::text_table(
-        &["config", "tg t/s", "pp t/s", "peak VRAM", "outcome"],
+    rows.sort_by(|a, b| crate::util::by_time(a.0, a.1, b.0, b.1));
+    let rows: Vec<Vec<String>> = rows.into_iter().map(|(_, _, row)| row).collect();
+    out.push_str(&stacked_table(
+        &[
+            "config",
+            "s/request",
+            "tg t/s",
+            "pp t/s",
+            "peak VRAM",
+            "outcome",
+        ],
         &rows,
-        &[1, 2, 3],
+        &[1, 2, 3, 4],
     ));
     for line in verdict_lines(r) {
         out.push_str(&line);
@@ -107,7 +140,7 @@ struct Pooled {
 
 /// Every config launched outside the confirmation and not in it, once: the samples of its
 /// launches pooled, the highest peak, `ok (3 launches)` or its failure (`oom-load`, or
-/// `ok 1, oom-runtime 1` for mixed outcomes). Ranked: fastest generation first, failures last.
+/// `ok 1, oom-runtime 1` for mixed outcomes), in trial order ([`table`] sorts them).
 fn pooled_configs(r: &TuneResult) -> Vec<Pooled> {
     let confirmed: Vec<&crate::config::LaunchConfig> =
         r.confirmation.iter().map(|c| &c.config).collect();
@@ -124,7 +157,7 @@ fn pooled_configs(r: &TuneResult) -> Vec<Pooled> {
             None => groups.push((t.config.clone(), vec![t])),
         }
     }
-    let mut out: Vec<Pooled> = groups
+    let out: Vec<Pooled> = groups
         .into_iter()
         .map(|(config, ts)| {
             let samples = |f: &dyn Fn(&crate::trial::Metrics) -> &crate::trial::Stat| {
@@ -161,11 +194,35 @@ fn pooled_configs(r: &TuneResult) -> Vec<Pooled> {
             }
         })
         .collect();
-    out.sort_by(|a, b| {
-        let key = |p: &Pooled| p.gen.as_ref().map_or(f64::NEG_INFINITY, |s| s.median);
-        key(b).total_cmp(&key(a))
-    });
     out
+}
+
+/// A table whose first column is a config's label: as one table where it fits the terminal's
+/// columns, else stacked (each label on a line of its own above its row's other columns).
+pub fn stacked_table(header: &[&str], rows: &[Vec<String>], right: &[usize]) -> String {
+    let t = crate::util::text_table(header, rows, right);
+    if t.lines().all(|l| l.chars().count() <= crate::util::COLUMNS) {
+        return t;
+    }
+    let rest: Vec<Vec<String>> = rows.iter().map(|r| r[1..].to_vec()).collect();
+    let right: Vec<usize> = right.iter().filter(|&&i| i > 0).map(|i| i - 1).collect();
+    let t = crate::util::text_table(&header[1..], &rest, &right);
+    let mut out = format!("{} (on its own line), then:\n", header[0]);
+    for (i, line) in t.lines().enumerate() {
+        if i > 0 {
+            out.push_str(&crate::util::fit(&rows[i - 1][0]));
+            out.push('\n');
+        }
+        out.push_str("    ");
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// A time per request in the tables (`-` for none).
+fn seconds(t: Option<f64>) -> String {
+    t.map_or("-".into(), |t| format!("{t:.2}"))
 }
 
 /// A config in llama.cpp's own flags: `-ngl 999 --n-cpu-moe 12 -ub 2048 -ctk q8_0 ...`
@@ -515,17 +572,13 @@ mod tests {
     }
 
     /// Issue 43: the table showed the baseline again for each of its launches, unsorted. Each
-    /// config is one row (its launches pooled), the fastest first, the failures last.
+    /// config is one row (its launches pooled). Issue 52: sorted by generation, a single lucky
+    /// launch sat above the recommendation; the rows lead with the time per request the verdict
+    /// prints and are sorted by it, the lowest first, the confirmed configs among them.
     #[test]
-    fn the_table_shows_each_config_once_fastest_first() {
+    fn the_table_shows_each_config_once_lowest_time_per_request_first() {
         let r = crate::run::sample::committed("gpu-h100-workload3/work35-16");
         let t = table(&r);
-        let rows: Vec<&str> = t
-            .lines()
-            .skip_while(|l| !l.starts_with("config"))
-            .skip(1)
-            .take_while(|l| !l.trim().is_empty() && !l.starts_with("recommended"))
-            .collect();
         // Columns are two spaces apart or more; a config's flags have single spaces.
         let cols = |l: &str| -> Vec<String> {
             l.split("  ")
@@ -534,23 +587,52 @@ mod tests {
                 .map(String::from)
                 .collect()
         };
+        let mut lines = t.lines().skip_while(|l| !l.starts_with("config"));
+        let stacked = lines.next().unwrap().contains("(on its own line)");
+        if stacked {
+            lines.next(); // the numbers' header
+        }
+        let mut rows: Vec<String> = Vec::new();
+        while let Some(l) = lines.next() {
+            if l.trim().is_empty() || l.starts_with("recommended") {
+                break;
+            }
+            // Stacked: the config on its own line, its numbers indented under it.
+            let numbers = if stacked { lines.next() } else { None };
+            match numbers {
+                Some(n) => rows.push(format!("{l}  {n}")),
+                None => rows.push(l.to_string()),
+            }
+        }
+        let fitted = crate::util::fit(&t);
+        assert!(
+            fitted
+                .lines()
+                .all(|l| l.chars().count() <= crate::util::COLUMNS),
+            "{fitted}"
+        );
         let mut labels: Vec<String> = rows.iter().map(|l| cols(l)[0].clone()).collect();
         let n = labels.len();
         labels.sort_unstable();
         labels.dedup();
         assert_eq!(labels.len(), n, "a config twice:\n{t}");
-        let tg: Vec<f64> = rows
+        let times: Vec<f64> = rows
             .iter()
-            .filter(|l| !l.contains("confirmed ("))
-            .map(|l| {
-                let c = cols(l);
-                c[1].split(' ').next().unwrap().parse::<f64>().unwrap()
-            })
+            .filter_map(|l| cols(l)[1].parse::<f64>().ok())
             .collect();
-        assert!(tg.len() >= 4, "{t}");
+        assert!(times.len() >= 4, "{t}");
         assert!(
-            tg.windows(2).all(|w| w[0] >= w[1]),
-            "not fastest first: {tg:?}\n{t}"
+            times.windows(2).all(|w| w[0] <= w[1]),
+            "not lowest time first: {times:?}\n{t}"
         );
+        // The recommendation's row prints the verdict's number.
+        let w = r.winner.as_ref().unwrap();
+        let mine = r.objective_time(&w.config, w.request_s).unwrap().seconds;
+        let row = rows
+            .iter()
+            .find(|l| l.contains("recommended"))
+            .unwrap_or_else(|| panic!("no recommended row:\n{t}"));
+        assert_eq!(cols(row)[1], format!("{mine:.2}"), "{t}");
+        assert!(t.contains(&format!("time per request: {mine:.2} s")), "{t}");
     }
 }

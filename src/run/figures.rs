@@ -31,16 +31,23 @@ pub struct RequestTime {
 pub fn launch_times(trials: &[TrialOutcome], config: &LaunchConfig, mix: Option<&Mix>) -> Vec<f64> {
     trials
         .iter()
-        .filter(|t| &t.config == config && (t.kind.is_ok() || t.kind == OutcomeKind::Spill))
-        .filter_map(|t| {
-            let m = t.metrics.as_ref()?;
-            match mix {
-                Some(mix) => m.request_s_of(mix),
-                None => m.request_s,
-            }
-        })
-        .filter(|t| t.is_finite() && *t > 0.0)
+        .filter(|t| &t.config == config)
+        .filter_map(|t| launch_time(t, mix))
         .collect()
+}
+
+/// One launch's time per request on `mix` (None: the single request of a tune without a mix),
+/// as [`launch_times`] counts it: None for a launch that failed or measured none.
+pub fn launch_time(t: &TrialOutcome, mix: Option<&Mix>) -> Option<f64> {
+    if !(t.kind.is_ok() || t.kind == OutcomeKind::Spill) {
+        return None;
+    }
+    let m = t.metrics.as_ref()?;
+    match mix {
+        Some(mix) => m.request_s_of(mix),
+        None => m.request_s,
+    }
+    .filter(|t| t.is_finite() && *t > 0.0)
 }
 
 /// The median of `ln` values (NaN for none): the statistic [`request_time`] takes.

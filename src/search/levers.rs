@@ -203,6 +203,17 @@ mod tests {
         assert!(args[0].ends_with("--spec-type ngram-mod"));
         assert!(args[1].contains("-np 2") && args[1].ends_with("-kvu"));
         assert!(args[2].contains("-np 4"));
+        // Issue 52: the slots lever was labelled `-kvu`; its label carries all its flags.
+        let slots = p.configs[1].label();
+        assert!(
+            slots.contains("-np 2") && slots.ends_with("-kvu"),
+            "{slots}"
+        );
+        assert!(
+            !p.configs[0].label().contains("-np"),
+            "{}",
+            p.configs[0].label()
+        );
         // Every variant keeps the rest of the best config.
         assert!(p.configs.iter().all(|c| c.ctx == 8192));
     }

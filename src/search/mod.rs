@@ -246,8 +246,12 @@ fn budget_stop(
     race: Option<&crate::run::RaceReport>,
     clock: &dyn Clock,
 ) -> Option<crate::run::BudgetStop> {
-    let undecided =
-        |reason: &str| reason == "the race is not over" || reason.starts_with("no race ran");
+    // Undecided: not over, never run, or its launches spent before a claim (a budget's doing,
+    // whatever the race calls it).
+    let spent = |reason: &str| reason.starts_with("the budget of ");
+    let undecided = |reason: &str| {
+        reason == "the race is not over" || reason.starts_with("no race ran") || spent(reason)
+    };
     if race.is_some_and(|r| r.outcome.winner.is_some() || !undecided(&r.outcome.reason)) {
         return None;
     }
@@ -261,38 +265,80 @@ fn budget_stop(
         .map(|o| o.duration_s)
         .collect();
     let mean = ran.iter().sum::<f64>() / ran.len().max(1) as f64;
-    let by = if launches >= b.trials {
-        "launches"
-    } else if elapsed + mean > b.minutes * 60.0 {
+    // A race left undecided was stopped by a budget: the minutes where they ran out, else the
+    // launches (all made, or too few left for its next round: a budget that reserved the race
+    // none leaves it "no race ran"). Without a race (nothing to race), only a budget used up.
+    let by = if elapsed + mean > b.minutes * 60.0 && launches < b.trials {
         "minutes"
+    } else if launches >= b.trials || race.is_some() {
+        "launches"
     } else {
         return None;
     };
+    let race_rounds = race.map_or(0, |r| paired_rounds(&r.outcome));
     Some(crate::run::BudgetStop {
         by: by.into(),
         launches,
         budget_launches: b.trials,
         minutes: elapsed / 60.0,
         budget_minutes: b.minutes,
-        // Paired rounds: those that measured every arm they launched (a round the budget cut
-        // after the reference's launch pairs nothing).
-        race_rounds: race.map_or(0, |r| {
-            r.outcome
-                .rounds
-                .iter()
-                .filter(|round| {
-                    round
-                        .order
-                        .iter()
-                        .all(|&a| round.samples.get(a).is_some_and(Option::is_some))
-                })
-                .count() as u32
-        }),
+        race_rounds,
+        decide_launches: race.map(|r| launches + decide_rounds(&r.outcome, race_rounds)),
+        mean_launch_s: (mean > 0.0).then_some(mean),
         race: race.map_or_else(
             || "no race ran: the search had not finished".to_string(),
             |r| r.outcome.reason.clone(),
         ),
     })
+}
+
+/// Paired rounds: those that measured every arm they launched (a round the budget cut after
+/// the reference's launch pairs nothing).
+fn paired_rounds(o: &crate::stats::race::RaceOutcome) -> u32 {
+    o.rounds
+        .iter()
+        .filter(|round| {
+            round
+                .order
+                .iter()
+                .all(|&a| round.samples.get(a).is_some_and(Option::is_some))
+        })
+        .count() as u32
+}
+
+/// Launches an undecided race still needs: the rounds it sized itself for (at least the 3 a
+/// claim needs, ending on a look: claims are looked at every 2 rounds from the 3rd), or the
+/// next look past the rounds it has, times every arm that may still race (candidates not
+/// failed or dropped, and the baselines still launched).
+fn decide_rounds(o: &crate::stats::race::RaceOutcome, paired: u32) -> u32 {
+    use crate::stats::race::ArmStatus;
+    let (min, every) = (3u32, 2u32);
+    let on_look = |n: u32| {
+        if n <= min {
+            min
+        } else {
+            n + (n - min) % every
+        }
+    };
+    let sized = o
+        .noise
+        .as_ref()
+        .map_or(min, |n| n.rounds_to_resolve.max(min));
+    let target = on_look(sized).max(on_look(paired + 1));
+    let open = |s: &ArmStatus| matches!(s, ArmStatus::Racing | ArmStatus::NotRaced { .. });
+    let candidates = o
+        .candidates
+        .iter()
+        .filter(|c| open(&c.status))
+        .count()
+        .max(1);
+    let baselines = o
+        .baseline_status
+        .iter()
+        .filter(|s| **s == ArmStatus::Racing)
+        .count()
+        .max(1);
+    (target - paired) * (candidates + baselines) as u32
 }
 
 /// The trials' own warnings, with one summary line for the noisy ones.

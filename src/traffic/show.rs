@@ -225,10 +225,13 @@ pub fn render(t: &Trace, s: &Shown, name: &str) -> String {
     .ok();
     let _ = writeln!(
         o,
-        "model: {} (context {} tokens per slot, {} slots)",
+        "model: {} (context {} tokens per slot, {})",
         crate::escape::terminal(h.server.model_file.as_deref().unwrap_or("unknown")),
         opt(h.model.n_ctx),
-        opt(h.server.slots)
+        match h.server.slots {
+            Some(1) => "1 slot".to_string(),
+            v => format!("{} slots", opt(v)),
+        }
     );
     let _ = writeln!(
         o,

@@ -26,6 +26,23 @@ pub(super) fn space_for(
         space.budget.trials = t;
     }
     if let Some(m) = opts.budget_minutes {
+        // Minutes alone: the launch cap follows from them at the space's own pace (its
+        // launches per minute), never below the space's cap, so the minutes are what end it.
+        if opts.budget_trials.is_none() && space.budget.minutes > 0.0 && m > space.budget.minutes {
+            let (trials, minutes) = (space.budget.trials, space.budget.minutes);
+            let sized = (f64::from(trials) * m / minutes).round().min(10_000.0) as u32;
+            space.budget.trials = sized.max(trials);
+            eprintln!(
+                "qtune: --budget-minutes {} alone: up to {} (the space's pace, {} in {}; \
+                 --budget-trials N sets the cap)",
+                crate::util::minutes(m)
+                    .trim_end_matches(" minutes")
+                    .trim_end_matches(" minute"),
+                crate::util::count(u64::from(space.budget.trials), "launch", "launches"),
+                trials,
+                crate::util::minutes(minutes)
+            );
+        }
         space.budget.minutes = m;
     }
     if let Some(w) = &opts.workload {
@@ -46,7 +63,8 @@ pub(super) fn space_for(
     }
     crate::space::validate(&space).map_err(|(_, msg)| anyhow::anyhow!("{msg}"))?;
     for note in space.workload.resolve(space.fixed.ctx)? {
-        eprintln!("qtune: {}", crate::escape::terminal_lines(&note));
+        let note = crate::escape::terminal_lines(&note);
+        eprintln!("{}", crate::util::fit(&format!("qtune: {note}")));
     }
     Ok((space, note))
 }

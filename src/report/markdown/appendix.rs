@@ -143,9 +143,9 @@ pub(super) fn search(m: &mut String, r: &TuneResult) {
     );
     let _ = writeln!(
         m,
-        "- **Fixed:** context {} tokens, {} slot(s), load mode {}",
+        "- **Fixed:** context {} tokens, {}, load mode {}",
         s.fixed.ctx,
-        s.fixed.parallel,
+        crate::util::count(u64::from(s.fixed.parallel), "slot", "slots"),
         s.load_modes()
             .iter()
             .map(|m| m.as_str())
@@ -153,17 +153,33 @@ pub(super) fn search(m: &mut String, r: &TuneResult) {
             .join(" / ")
     );
     let w = &s.workload;
-    let _ = writeln!(
-        m,
-        "- **Workload per trial:** {} prompt tokens, {} generated, {} measured request(s){}{}",
-        w.prompt_tokens,
-        w.gen_tokens,
-        w.repetitions,
-        if w.warmup { " after a warm-up" } else { "" },
-        w.context_depth
-            .map(|d| format!(", generation also measured at depth {d}"))
-            .unwrap_or_default()
-    );
+    // What each launch sent, and nothing it did not: a replay sends the trace's requests only.
+    match &w.replay {
+        Some(t) => {
+            let _ = writeln!(
+                m,
+                "- **Workload per trial:** the trace {}, {}",
+                code(&t.name),
+                text(&t.plan.describe())
+            );
+        }
+        None => {
+            let _ = writeln!(
+                m,
+                "- **Workload per trial:** {} prompt tokens, {} generated, {} measured request(s){}{}{}",
+                w.prompt_tokens,
+                w.gen_tokens,
+                w.repetitions,
+                if w.warmup { " after a warm-up" } else { "" },
+                w.context_depth
+                    .map(|d| format!(", generation also measured at depth {d}"))
+                    .unwrap_or_default(),
+                w.objective_mix()
+                    .map(|x| format!("; then the workload {}", text(&x.describe())))
+                    .unwrap_or_default()
+            );
+        }
+    }
     let vary = serde_json::to_string(&s.vary).unwrap_or_default();
     let _ = writeln!(m, "- **Varied:** {}", code(&vary));
     let _ = writeln!(
@@ -179,10 +195,16 @@ pub(super) fn search(m: &mut String, r: &TuneResult) {
         .iter()
         .filter(|t| t.kind == OutcomeKind::Skipped)
         .count();
+    // The budget as it stands after any `--resume` (run.json keeps the new total), and the
+    // rounds the race ran, not the ones planned.
+    let rounds = r.race.as_ref().map_or(0, |x| x.outcome.rounds.len() as u64);
     let _ = writeln!(
         m,
-        "- **Budget:** {} search trials, {} minutes; top {} confirmed over {} interleaved rounds",
-        b.trials, b.minutes, b.confirm_top, b.confirm_rounds
+        "- **Budget:** {}, {}; top {} raced against the baselines: {} interleaved",
+        crate::util::count(u64::from(b.trials), "launch", "launches"),
+        crate::util::minutes(b.minutes),
+        b.confirm_top,
+        crate::util::count(rounds, "round", "rounds"),
     );
     let _ = writeln!(
         m,
@@ -204,10 +226,17 @@ pub(super) fn confirmation(m: &mut String, r: &TuneResult) {
     let _ = writeln!(m, "## Confirmation (interleaved re-measurement)\n");
     let _ = writeln!(
         m,
-        "| candidate | generation (tok/s) | prompt (tok/s) | peak VRAM | trials |"
+        "| candidate | time per request (s) | generation (tok/s) | prompt (tok/s) | peak VRAM | trials |"
     );
-    let _ = writeln!(m, "|---|---:|---:|---:|---|");
-    for c in &r.confirmation {
+    let _ = writeln!(m, "|---|---:|---:|---:|---:|---|");
+    let time = |c: &LaunchConfig| r.objective_time(c, None).map(|t| t.seconds);
+    let mut rows: Vec<&crate::run::Confirmed> = r.confirmation.iter().collect();
+    rows.sort_by(|a, b| {
+        let gen =
+            |c: &crate::run::Confirmed| c.gen_tps.as_ref().map_or(f64::NEG_INFINITY, |s| s.median);
+        crate::util::by_time(time(&a.config), gen(a), time(&b.config), gen(b))
+    });
+    for c in rows {
         let name = if c.is_baseline {
             format!("baseline: `{}`", c.config.label())
         } else {
@@ -215,8 +244,9 @@ pub(super) fn confirmation(m: &mut String, r: &TuneResult) {
         };
         let _ = writeln!(
             m,
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             cell(&name),
+            time(&c.config).map_or("–".to_string(), |x| format!("{x:.2}")),
             c.gen_tps.as_ref().map_or("failed".to_string(), tps),
             c.prompt_tps.as_ref().map_or("failed".to_string(), tps),
             vram(c.peak_vram_mib),
@@ -234,11 +264,23 @@ pub(super) fn trials(m: &mut String, r: &TuneResult) {
     }
     let _ = writeln!(
         m,
-        "| # | role | config | outcome | generation (tok/s) | prompt (tok/s) | tg % of bound | peak VRAM | time | note |"
+        "| # | time per request (s) | role | config | outcome | generation (tok/s) | prompt (tok/s) | tg % of bound | peak VRAM | time | note |"
     );
-    let _ = writeln!(m, "|---:|---|---|---|---:|---:|---:|---:|---:|---|");
+    let _ = writeln!(m, "|---:|---:|---|---|---|---:|---:|---:|---:|---:|---|");
     let sb = crate::model::speed::SpeedBox::from_hardware(&r.hardware);
-    for t in &r.trials {
+    // The tune's objective first: each launch's own time per request (the numbers the
+    // summary's medians are taken over), the lowest first; launches without one after.
+    let mix = r.space.workload.objective_mix();
+    let mut sorted: Vec<(&TrialOutcome, Option<f64>)> = r
+        .trials
+        .iter()
+        .map(|t| (t, crate::run::figures::launch_time(t, mix)))
+        .collect();
+    sorted.sort_by(|a, b| {
+        let gen = |t: &TrialOutcome| t.gen_tps().unwrap_or(f64::NEG_INFINITY);
+        crate::util::by_time(a.1, gen(a.0), b.1, gen(b.0))
+    });
+    for (t, time) in sorted {
         let (g, p) = match &t.metrics {
             Some(x) => (
                 format!(
@@ -261,8 +303,9 @@ pub(super) fn trials(m: &mut String, r: &TuneResult) {
         };
         let _ = writeln!(
             m,
-            "| {} | {} | `{}` | {} | {} | {} | {} | {} | {:.0} s | {} |",
+            "| {} | {} | {} | `{}` | {} | {} | {} | {} | {} | {:.0} s | {} |",
             t.id,
+            time.map_or("–".to_string(), |x| format!("{x:.2}")),
             role(t.role),
             cell(&t.config.label()),
             outcome_cell(t),
@@ -276,7 +319,8 @@ pub(super) fn trials(m: &mut String, r: &TuneResult) {
     }
     let _ = writeln!(
         m,
-        "\nGeneration: median ± half the spread of the trial's requests. tg % of bound: the \
+        "\nSorted by time per request: each launch's own (the summary's is the median over a \
+         config's launches). Generation: median ± half the spread of the trial's requests. tg % of bound: the \
          measured generation as a share of the speed model's bound for that config (weight and KV \
          bytes over GPU and host bandwidth, no overheads; a config that places itself is modelled \
          as its fit is expected to place it on one GPU, `–` where it cannot be). A failed trial's note is its one-line diagnosis; its log is under `logs/`.\n"

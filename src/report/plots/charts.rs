@@ -12,8 +12,8 @@ where
 {
     let pts: Vec<&Point> = d.points.iter().filter(|p| p.vram.is_some()).collect();
     let xy: Vec<(f64, f64)> = pts.iter().map(|p| (p.vram.unwrap_or(0.0), p.tg)).collect();
-    let front_idx = pareto::front(&xy, Goal::Min, Goal::Max);
-    let front_pts: Vec<&Point> = front_idx.iter().map(|&i| pts[i]).collect();
+    let marked = marks(d, false, |m| m.vram.map(|v| (v, m.tg)));
+    let front_pts = front_points(&pts, &xy, &marked, (Goal::Min, Goal::Max));
     let caption = front_caption(
         &front_pts,
         d.winner.as_ref(),
@@ -39,7 +39,7 @@ where
         item(Sym::Line, C_FRONT, "Pareto front (fastest for its VRAM)"),
         item(Sym::Dot, C_POINT, "trial (ok), #id"),
     ];
-    draw_front_and_points(&mut chart, &pts, &xy, (Goal::Min, Goal::Max))?;
+    draw_front_and_points(&mut chart, &xy, &marked, (Goal::Min, Goal::Max))?;
     chart.draw_series(
         pts.iter()
             .map(|p| id_label!(p.id, (p.vram.unwrap_or(0.0), p.tg))),
@@ -86,8 +86,8 @@ where
 {
     let pts: Vec<&Point> = d.points.iter().collect();
     let xy: Vec<(f64, f64)> = pts.iter().map(|p| (p.pp, p.tg)).collect();
-    let front_idx = pareto::front(&xy, Goal::Max, Goal::Max);
-    let front_pts: Vec<&Point> = front_idx.iter().map(|&i| pts[i]).collect();
+    let marked = marks(d, true, |m| Some((m.pp, m.tg)));
+    let front_pts = front_points(&pts, &xy, &marked, (Goal::Max, Goal::Max));
     let mut caption = front_caption(
         &front_pts,
         d.winner.as_ref(),
@@ -119,7 +119,7 @@ where
         item(Sym::Line, C_FRONT, "Pareto front (faster at both)"),
         item(Sym::Dot, C_POINT, "trial (ok), #id"),
     ];
-    draw_front_and_points(&mut chart, &pts, &xy, (Goal::Max, Goal::Max))?;
+    draw_front_and_points(&mut chart, &xy, &marked, (Goal::Max, Goal::Max))?;
     chart.draw_series(d.points.iter().map(|p| id_label!(p.id, (p.pp, p.tg))))?;
     draw_markers(&mut chart, d, |m| Some((m.pp, m.tg)), &mut legend)?;
     draw_picks(&mut chart, d, &mut legend)?;

@@ -399,17 +399,22 @@ pub(super) type Chart<'a, DB> = ChartContext<
 
 /// The Pareto front (a staircase, its points ringed) under every ok trial's point; returns the
 /// front's points.
-pub(super) fn draw_front_and_points<'p, DB: DrawingBackend>(
+pub(super) fn draw_front_and_points<DB: DrawingBackend>(
     chart: &mut Chart<'_, DB>,
-    pts: &[&'p Point],
     xy: &[(f64, f64)],
+    marks: &[(f64, f64)],
     (gx, gy): (Goal, Goal),
-) -> Result<Vec<&'p Point>>
+) -> Result<()>
 where
     DB::ErrorType: 'static,
 {
-    let idx = pareto::front(xy, gx, gy);
-    let front: Vec<(f64, f64)> = idx.iter().map(|&i| xy[i]).collect();
+    // The front of everything the chart marks (trials, the recommendation's and the
+    // baselines' markers, the picks): no mark on the chart dominates it.
+    let all: Vec<(f64, f64)> = xy.iter().chain(marks).copied().collect();
+    let front: Vec<(f64, f64)> = pareto::front(&all, gx, gy)
+        .into_iter()
+        .map(|i| all[i])
+        .collect();
     chart.draw_series(LineSeries::new(
         pareto::staircase(&front, gx, gy),
         C_FRONT.stroke_width(3),
@@ -420,7 +425,39 @@ where
             .map(|&c| Circle::new(c, 9, C_FRONT.stroke_width(3))),
     )?;
     chart.draw_series(xy.iter().map(|&c| Circle::new(c, 5, C_POINT.filled())))?;
-    Ok(idx.into_iter().map(|i| pts[i]).collect())
+    Ok(())
+}
+
+/// The trials on the front of everything the chart marks ([`draw_front_and_points`]): `xy`
+/// are the trials' coordinates (in `pts` order), `marks` the other marks'.
+pub(super) fn front_points<'p>(
+    pts: &[&'p Point],
+    xy: &[(f64, f64)],
+    marks: &[(f64, f64)],
+    (gx, gy): (Goal, Goal),
+) -> Vec<&'p Point> {
+    let all: Vec<(f64, f64)> = xy.iter().chain(marks).copied().collect();
+    pareto::front(&all, gx, gy)
+        .into_iter()
+        .filter(|&i| i < pts.len())
+        .map(|i| pts[i])
+        .collect()
+}
+
+/// Where the chart marks the recommendation, the baselines and (`picks`) each workload's
+/// pick, at `at`'s coordinates.
+pub(super) fn marks(
+    d: &PlotData,
+    picks: bool,
+    at: impl Fn(&Marker) -> Option<(f64, f64)>,
+) -> Vec<(f64, f64)> {
+    let picked = d.picks.iter().filter(|_| picks).map(|p| &p.at);
+    d.baselines
+        .iter()
+        .chain(d.winner.as_ref())
+        .chain(picked)
+        .filter_map(at)
+        .collect()
 }
 
 /// The recommended config and each baseline at their measured values, labelled in the legend.

@@ -165,6 +165,8 @@ pub struct PlotData {
     pub modelled: Vec<(u32, f64, f64)>,
     /// Time per request on each workload, reference against pick (`plot-objective`).
     pub objective: Vec<objective::WorkloadBars>,
+    /// The tune replayed a trace (its objective is the replay's time per request).
+    pub replay: bool,
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -346,6 +348,7 @@ impl PlotData {
             .unwrap_or_default();
         PlotData {
             objective: objective::workload_bars(r),
+            replay: r.space.workload.replay.is_some(),
             modelled,
             // Drawn text from outside: no control character (an SVG could not hold it).
             model: crate::escape::terminal(
@@ -423,9 +426,11 @@ impl PlotData {
             } else {
                 "no GPU, so no VRAM was measured".into()
             }),
-            "plot-objective" if self.objective.is_empty() => {
-                Some("the tune measured no workload's time per request (a single request)".into())
-            }
+            "plot-objective" if self.objective.is_empty() => Some(if self.replay {
+                "the trace's replay gave no time per request to compare (no winner)".into()
+            } else {
+                "the tune measured no workload's time per request (a single request)".into()
+            }),
             "plot-tg-pp" if self.points.is_empty() => Some("no trial completed".into()),
             "plot-ncmoe" if !self.has_ncmoe() => Some(if self.has_gpu {
                 "this run did not vary --n-cpu-moe (a dense model, or a space without it)".into()

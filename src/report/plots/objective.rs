@@ -21,6 +21,9 @@ pub struct WorkloadBars {
 
 /// The bars of every workload the tune measured, the tune's own first.
 pub fn workload_bars(r: &TuneResult) -> Vec<WorkloadBars> {
+    if let Some(t) = &r.space.workload.replay {
+        return trace_bars(r, &t.name).into_iter().collect();
+    }
     let own = r.space.workload.objective_mix().map(|m| m.name.clone());
     r.workload_picks()
         .iter()
@@ -53,6 +56,25 @@ pub fn workload_bars(r: &TuneResult) -> Vec<WorkloadBars> {
         })
         .filter(|b| b.reference.is_some() || b.pick.is_some())
         .collect()
+}
+
+/// A replayed trace's one pair: the verdict's reference against its recommendation, each at
+/// the time per request the verdict prints ([`TuneResult::objective_time`]).
+fn trace_bars(r: &TuneResult, name: &str) -> Option<WorkloadBars> {
+    let w = r.winner.as_ref()?;
+    let rf = w.reference.as_ref();
+    let reference =
+        rf.and_then(|b| Some((b.name.clone(), r.objective_time(&b.config, b.request_s)?)));
+    let pick = match rf {
+        Some(b) if b.config == w.config => None,
+        _ => r.objective_time(&w.config, w.request_s),
+    };
+    (reference.is_some() || pick.is_some()).then(|| WorkloadBars {
+        workload: name.to_string(),
+        raced: w.request_vs_baseline.is_some(),
+        reference,
+        pick,
+    })
 }
 
 pub(super) fn draw_objective<DB: DrawingBackend>(
