@@ -10,6 +10,8 @@
 //! copied into a run directory, profile or report.
 
 mod answer;
+mod convert;
+mod ordered;
 pub mod plan;
 pub mod proxy;
 pub mod render;

@@ -48,5 +48,6 @@ pub(super) fn space_for(
     for note in space.workload.resolve(space.fixed.ctx)? {
         eprintln!("qtune: {}", crate::escape::terminal_lines(&note));
     }
+    space.workload.check_vocab(layout.n_vocab)?;
     Ok((space, note))
 }
