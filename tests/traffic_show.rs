@@ -182,8 +182,10 @@ fn bad_traces_get_one_line_errors() {
         "not in the trace",
     );
 
-    // Counts near 2^64 never wrap past the context check (it read "47 generated").
-    let huge = format!("{HEADER}\n{}\n", req(1, 0.0, 1.0, &[5], 0, 1, &[])).replace(
+    // Counts near 2^64 never wrap past the context check: 50 prompt tokens and 2^64 - 3
+    // generated wrapped to 47 and passed it (a debug build panicked).
+    let fifty: Vec<u32> = (0..50).collect();
+    let huge = format!("{HEADER}\n{}\n", req(1, 0.0, 1.0, &fifty, 0, 50, &[])).replace(
         "\"n_generated\":4",
         &format!("\"n_generated\":{}", u64::MAX - 2),
     );
