@@ -556,7 +556,7 @@ pub fn compare(
     let model = parsed[0].model.clone();
     // The model is checked as `qtune tune` checks it (missing, a folder, not a GGUF, an
     // unsupported architecture: the same one-line error), before any server is looked for.
-    crate::model::load(&model)?;
+    let n_vocab = crate::model::load(&model)?.n_vocab;
     let servers = servers_for(opts.server.as_deref(), &mut parsed)?;
     let server = servers[0].clone();
     let meta = std::fs::metadata(&model)
@@ -617,6 +617,7 @@ pub fn compare(
         for note in workload.resolve(ctx)? {
             eprintln!("qtune: {note}");
         }
+        workload.check_vocab(n_vocab)?;
     }
     let dir = opts.out.clone().unwrap_or_else(|| default_dir(&model));
     if dir.join(RESULT_FILE).exists() {

@@ -369,3 +369,136 @@ fn launch_sh_record_puts_the_proxy_on_the_users_port() {
     );
     support::servers::assert_none_left("launch-record-smollm2.gguf", "after launch.sh stopped");
 }
+
+/// A stand-in upstream that answers 503 to everything for `loading` (a llama-server loading
+/// its model), then `{}` (200) to everything but `/props`' own answer; its port.
+fn loading_upstream(loading: Duration) -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let t0 = std::time::Instant::now();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(mut c) = c else { continue };
+            std::thread::spawn(move || {
+                let _ = c.set_read_timeout(Some(Duration::from_secs(10)));
+                let mut buf = Vec::new();
+                let mut b = [0u8; 4096];
+                // The head, then the body its Content-Length declares.
+                loop {
+                    let Ok(n) = c.read(&mut b) else { return };
+                    if n == 0 {
+                        return;
+                    }
+                    buf.extend_from_slice(&b[..n]);
+                    let text = String::from_utf8_lossy(&buf).to_ascii_lowercase();
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let len = text
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if buf.len() >= end + 4 + len {
+                            break;
+                        }
+                    }
+                }
+                let head = String::from_utf8_lossy(&buf).into_owned();
+                let (status, body) = if t0.elapsed() < loading {
+                    (
+                        "503 Service Unavailable",
+                        r#"{"error":{"code":503,"message":"Loading model"}}"#,
+                    )
+                } else if head.starts_with("GET /props") {
+                    ("200 OK", r#"{"build_info":"b11434","total_slots":1}"#)
+                } else {
+                    ("200 OK", "{}")
+                };
+                let _ = write!(
+                    c,
+                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    port
+}
+
+/// `qtune record` started while its upstream still loads its model waits for it, saying so,
+/// instead of exiting (issue 52). A POST that looks like generation on a path it does not
+/// record is forwarded and named in a warning, at once and at the end.
+#[test]
+fn record_waits_for_a_loading_upstream_and_warns_of_unrecorded_generation() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = loading_upstream(Duration::from_secs(3));
+    let out = dir.path().join("t.jsonl");
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_qtune"))
+        .env_remove("QTUNE_LOG")
+        .args(["record", "--upstream"])
+        .arg(format!("http://127.0.0.1:{up}"))
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--out"])
+        .arg(&out)
+        .stdout(std::fs::File::create(dir.path().join("record.out")).unwrap())
+        .stderr(std::fs::File::create(dir.path().join("record.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut rec = Reap(child);
+    let err = || std::fs::read_to_string(dir.path().join("record.err")).unwrap_or_default();
+    wait_until("qtune record", 60, || {
+        let exited = rec.0.try_wait().unwrap();
+        assert!(
+            exited.is_none(),
+            "qtune record exited: {exited:?}\n{}",
+            err()
+        );
+        health_ok(port)
+    });
+    assert!(
+        err().contains("is loading its model (503): waiting for it (up to 600 s)"),
+        "{}",
+        err()
+    );
+    for path in [
+        "/api/generate",
+        "/v1/engines/x/completions",
+        "/api/generate",
+    ] {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write!(
+            s,
+            "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+    signal(&rec.0, libc::SIGINT);
+    let st = wait_exit(&mut rec.0, 60);
+    let err = err();
+    assert!(st.success(), "{st:?}\n{err}");
+    let warned: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("warning: POST"))
+        .collect();
+    assert_eq!(warned.len(), 2, "once per path: {err}");
+    assert!(
+        warned[0].ends_with("POST /api/generate looks like generation: forwarded, not recorded"),
+        "{err}"
+    );
+    assert!(
+        warned[1].contains("POST /v1/engines/x/completions looks like generation"),
+        "{err}"
+    );
+    assert!(
+        err.contains("3 generation-looking requests were forwarded unrecorded"),
+        "{err}"
+    );
+    assert!(
+        err.lines()
+            .filter(|l| l.contains("warning") || l.contains("loading"))
+            .all(|l| l.chars().count() <= 100),
+        "{err}"
+    );
+}

@@ -8,6 +8,8 @@ use std::path::Path;
 
 const HEADER: &str = r#"{"type":"header","format":"qtune-trace","version":1,"qtune_version":"0.1.0","started_at":"2026-11-26T00:00:00Z","upstream":"http://127.0.0.1:8081","server":{"build_info":"b11434","model_file":"m.gguf","slots":2,"chat_template_sha256":null},"model":{"n_vocab":100,"n_ctx":64,"n_ctx_train":64,"n_params":1,"size_bytes":1},"tokenizer_sha256":"x"}"#;
 
+const END: &str = r#"{"type":"end","ended_at":"2026-11-26T00:01:00Z","requests":1,"interrupted":0,"other_requests":0}"#;
+
 fn req(id: u64, at: f64, end: f64, tokens: &[u32], cache: u64, read: u64, over: &[u64]) -> String {
     serde_json::json!({
         "type": "request", "id": id, "endpoint": "/v1/chat/completions", "stream": id % 2 == 0,
@@ -173,12 +175,63 @@ fn bad_traces_get_one_line_errors() {
         "outside the model's vocabulary",
     );
 
-    let ghost = format!("{HEADER}\n{}\n", req(1, 0.0, 1.0, &[5], 0, 1, &[9]));
+    // A complete trace (its end line written) that names a request it does not hold lies.
+    let ghost = format!("{HEADER}\n{}\n{END}\n", req(1, 0.0, 1.0, &[5], 0, 1, &[9]));
     one_line_error(
         &write(d, "ghost.jsonl", ghost.as_bytes()),
         "not in the trace",
     );
 
+    // Counts near 2^64 never wrap past the context check: 50 prompt tokens and 2^64 - 3
+    // generated wrapped to 47 and passed it (a debug build panicked).
+    let fifty: Vec<u32> = (0..50).collect();
+    let huge = format!("{HEADER}\n{}\n", req(1, 0.0, 1.0, &fifty, 0, 50, &[])).replace(
+        "\"n_generated\":4",
+        &format!("\"n_generated\":{}", u64::MAX - 2),
+    );
+    one_line_error(
+        &write(d, "huge.jsonl", huge.as_bytes()),
+        "n_generated is 18446744073709551613",
+    );
+    let cached = format!("{HEADER}\n{}\n", req(1, 0.0, 1.0, &[5], u64::MAX, 2, &[]));
+    one_line_error(
+        &write(d, "cached.jsonl", cached.as_bytes()),
+        "timings.cache_n is 18446744073709551615",
+    );
+    let ctx = HEADER.replace("\"n_ctx\":64,", &format!("\"n_ctx\":{},", u64::MAX));
+    let ctx = format!("{ctx}\n{}\n", req(1, 0.0, 1.0, &[5], 0, 1, &[]));
+    one_line_error(&write(d, "ctx.jsonl", ctx.as_bytes()), "model.n_ctx is");
+
     one_line_error(d, "is a directory");
     one_line_error(&d.join("missing.jsonl"), "cannot read the trace");
+}
+
+/// A recorder killed with SIGKILL leaves no end line, and its last finished requests name the
+/// ones still in flight, which never got a line: the trace reads, those ids dropped.
+#[test]
+fn a_trace_cut_short_by_a_killed_recorder_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = format!(
+        "{HEADER}\n{}\n{}\n",
+        req(1, 0.0, 100.0, &[1, 2, 3], 0, 3, &[2, 8]),
+        req(2, 10.0, 50.0, &[7, 8], 0, 2, &[1, 8, 9])
+    );
+    let p = write(dir.path(), "killed.jsonl", body.as_bytes());
+    let o = qtune()
+        .args(["trace", "show", "--json"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", support::output_text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["summary"]["requests"], 2, "{v}");
+    assert_eq!(v["summary"]["complete"], false, "{v}");
+    assert_eq!(v["summary"]["max_concurrent"], 2, "{v}");
+    let o = qtune().args(["trace", "show"]).arg(&p).output().unwrap();
+    assert!(o.status.success(), "{}", support::output_text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("no end line"),
+        "{}",
+        support::output_text(&o)
+    );
 }

@@ -433,6 +433,24 @@ fn bad_traces_are_refused_with_one_line_before_anything_is_launched() {
         &ok.replace("\"outcome\":\"ok\"", "\"outcome\":\"client_gone\""),
     );
     refused(dir.path(), &t, "can be replayed");
+    // Recorded with another tokenizer (the header's vocabulary is 200,000 tokens; the tiny
+    // model's 151,936): refused before the first launch, with no --resume hint.
+    write_trace(&t, &ok);
+    refused(
+        dir.path(),
+        &t,
+        "recorded with another tokenizer (a vocabulary of 200,000",
+    );
+    // A token id outside the model's vocabulary (every trial read as a crash).
+    // (The header names no vocabulary: the model's is what counts.)
+    let same = HEADER.replace("\"n_vocab\":200000,", "");
+    let oov = format!("{same}\n{}\n", request(1, 0.0, 8, 4)).replacen("[1,", "[151936,", 1);
+    write_trace(&t, &oov);
+    refused(
+        dir.path(),
+        &t,
+        "token id 151936, outside this model's vocabulary",
+    );
     // A trace without its end line is fine: the plan says so (checked in the unit tests); a
     // trace that is not named .jsonl is recognised by its header.
     let y = dir.path().join("session.trace");
@@ -451,7 +469,9 @@ fn a_trace_of_another_tokenizer_stops_the_tune_with_one_line() {
     };
     let model = qtune::fixtures::tiny_moe("tiny-qwen35moe").expect("the tiny MoE model");
     let t = dir.path().join("other.jsonl");
-    let header = HEADER.replace(
+    // Its vocabulary is the model's size (another size is refused before any launch): only a
+    // launched server can tell its tokenizer apart.
+    let header = HEADER.replace("200000", "151936").replace(
         "\"model\":",
         &format!("\"tokenizer_sha256\":\"{}\",\"model\":", "ab".repeat(32)),
     );
@@ -477,6 +497,8 @@ fn a_trace_of_another_tokenizer_stops_the_tune_with_one_line() {
         errors[0].contains("was recorded with another tokenizer"),
         "{err}"
     );
+    // No resume can help: the same trace meets the same tokenizer.
+    assert!(!err.contains("--resume"), "{err}");
     // No trial of it was journaled: nothing was measured.
     let journal = std::fs::read_to_string(run.join("journal.jsonl")).unwrap_or_default();
     assert_eq!(journal.lines().count(), 0, "{journal}");
@@ -552,4 +574,103 @@ fn a_replayed_chat_keeps_the_checkpoints_of_the_live_chat() {
     );
     let v = compare(dir.path(), &model, args, &trace, &["EDITED", "u3w7 "]);
     assert_replayed_as_recorded(&v, &rec);
+}
+
+/// Claude Code's traffic (issue 52): `/v1/messages` sent by the real `anthropic` client (a
+/// system prompt as a string and as blocks, a tool, a tool_use answered by a tool_result,
+/// `messages.create` and `messages.stream`) and one `/v1/responses` request of the `openai`
+/// client, recorded through `qtune record`, shown and replayed. Each recorded prompt has the
+/// length the server itself counts (`count_tokens`, the answer's usage).
+#[test]
+fn claude_code_messages_and_responses_are_recorded_and_replayed() {
+    let clients = Command::new("python3")
+        .args(["-c", "import anthropic, openai"])
+        .output();
+    if !clients.is_ok_and(|o| o.status.success()) {
+        support::require::missing("python3 with the anthropic and openai packages");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Some(model) = support::smollm2() else {
+        return;
+    };
+    let args = "-c 8192 -np 1 -t 1";
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/record-anthropic.py");
+    let mut seen = serde_json::Value::Null;
+    let client = |port: u16| {
+        let o = Command::new("python3")
+            .arg(&script)
+            .arg(format!("http://127.0.0.1:{port}"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", output_text(&o));
+        seen = serde_json::from_slice(&o.stdout).unwrap();
+    };
+    let server_args: Vec<&str> = args.split(' ').collect();
+    let Some(trace) = record_session(dir.path(), &model, "smollm2.gguf", &server_args, client)
+    else {
+        return;
+    };
+    let err = std::fs::read_to_string(dir.path().join("record.err")).unwrap();
+    assert!(err.contains("recorded 4 generation requests"), "{err}");
+    assert!(!err.contains("warning"), "{err}");
+    let rec = recorded(&trace);
+    assert_eq!(rec.len(), 4, "{rec:?}");
+    for (r, name) in rec.iter().zip(["create", "stream", "later", "responses"]) {
+        let c = &seen[name];
+        let what = format!("{name}: recorded {r}, the client saw {c}");
+        let endpoint = if name == "responses" {
+            "/v1/responses"
+        } else {
+            "/v1/messages"
+        };
+        assert_eq!(r["endpoint"], endpoint, "{what}");
+        assert_eq!(r["outcome"], "ok", "{what}");
+        assert_eq!(r["stream"], c["stream"], "{what}");
+        assert!(r.get("note").is_none(), "{what}");
+        let len = r["prompt_tokens"].as_array().expect(&what).len() as u64;
+        if let Some(counted) = c["counted"].as_u64() {
+            // The server's own conversion, template and tokenizer count the same prompt.
+            assert_eq!(len, counted, "{what}");
+        } else {
+            assert_eq!(len, c["input_tokens"].as_u64().unwrap(), "{what}");
+        }
+        assert_eq!(r["n_generated"], c["output_tokens"], "{what}");
+        assert_eq!(r["max_tokens"], 8, "{what}");
+    }
+    assert!(seen["stream"]["events"].as_u64().unwrap() > 3, "{seen}");
+    // The third turn's prompt extends the second's conversation: trace show links them.
+    let o = Command::new(env!("CARGO_BIN_EXE_qtune"))
+        .args(["trace", "show", "--json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", output_text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["summary"]["requests"], 4, "{v}");
+    assert_eq!(v["summary"]["complete"], true, "{v}");
+    assert_eq!(v["requests"][2]["parent"], 2, "{v}");
+    let shared = common_prefix(&rec[2], &rec[1]);
+    assert!(
+        shared * 10 >= rec[1]["prompt_tokens"].as_array().unwrap().len() as u64 * 9,
+        "turn 3 shares {shared} tokens with turn 2"
+    );
+    // Replayed in each launch with the recorded prompts and lengths; the third turn finds
+    // the second's prompt in the cache.
+    let private = ["terse coding agent", "main.py", "read_file"];
+    let v = compare(dir.path(), &model, args, &trace, &private);
+    for l in v["rounds"][0]["launches"].as_array().unwrap() {
+        assert_eq!(l["outcome"], "ok", "{l}");
+        let reps = l["replay"]["requests"].as_array().unwrap();
+        assert_eq!(reps.len(), 4, "{l}");
+        for (got, want) in reps.iter().zip(&rec) {
+            let len = want["prompt_tokens"].as_array().unwrap().len() as u64;
+            assert_eq!(got["prompt_tokens"].as_u64(), Some(len), "{got} {want}");
+            assert_eq!(got["generated"], want["n_generated"], "{got} {want}");
+        }
+        assert!(
+            reps[2]["cache_n"].as_u64().unwrap() >= shared.saturating_sub(8),
+            "{l}"
+        );
+    }
 }

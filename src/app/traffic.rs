@@ -121,6 +121,14 @@ pub fn record(upstream: &str, listen: &str, out: Option<PathBuf>) -> Result<()> 
             s.other_requests,
             if s.other_requests == 1 { "" } else { "s" },
         );
+        if s.unrecorded > 0 {
+            eprintln!(
+                "qtune: warning: {} generation-looking request{} forwarded unrecorded (paths \
+                 above)",
+                s.unrecorded,
+                if s.unrecorded == 1 { " was" } else { "s were" },
+            );
+        }
         println!("{}", out.display());
         Ok(())
     })

@@ -326,6 +326,11 @@ fn prepare(
             r.reload()
                 .with_context(|| format!("cannot resume {}", dir.display()))?;
         }
+        inputs
+            .space
+            .workload
+            .check_vocab(layout.n_vocab)
+            .with_context(|| format!("cannot resume {}", dir.display()))?;
         let notes = extend_budget(opts, &mut inputs)?;
         if !notes.is_empty() {
             crate::run::write_inputs(dir, &inputs)?;

@@ -129,7 +129,9 @@ pub fn tune(
         .map_err(|e| {
             if e.downcast_ref::<crate::trial::cleanup::Interrupted>()
                 .is_some()
+                || e.downcast_ref::<crate::trial::Fatal>().is_some()
             {
+                // Interrupted: the caller says how to go on. Fatal: nothing can.
                 return e;
             }
             // Failed mid-tune: the journal keeps every finished trial.

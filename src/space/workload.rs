@@ -85,6 +85,17 @@ impl Workload {
         Ok(notes)
     }
 
+    /// Refuse a replayed trace the model cannot replay (another tokenizer, token ids outside
+    /// its `n_vocab`), before anything is launched: one line naming the file.
+    pub fn check_vocab(&self, n_vocab: u32) -> Result<(), crate::workloads::WorkloadError> {
+        match &self.replay {
+            Some(r) => r.check_vocab(n_vocab).map_err(|e| {
+                crate::workloads::WorkloadError::Trace(format!("the trace {}: {e}", r.name))
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// The mix the objective is computed for (None: the single request of the old form).
     pub fn objective_mix(&self) -> Option<&crate::workloads::Mix> {
         if self.replay.is_some() {

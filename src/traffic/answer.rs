@@ -44,6 +44,9 @@ pub(super) struct Observed {
     pub first_byte_ms: Option<f64>,
     pub timings: Option<Timings>,
     pub n_generated: Option<u64>,
+    /// The prompt's length as the server counted it (cached and read), where its answer says:
+    /// the recorded prompt must have as many tokens.
+    pub prompt_counted: Option<u64>,
     /// A non-streamed answer, kept up to MAX_KEPT; or the current unfinished line of a stream.
     kept: Vec<u8>,
     pub overflow: bool,
@@ -67,6 +70,7 @@ impl Observed {
             first_byte_ms: None,
             timings: None,
             n_generated: None,
+            prompt_counted: None,
             kept: Vec::new(),
             overflow: false,
             room: Some(room.clone()),
@@ -111,11 +115,28 @@ impl Observed {
     }
 
     fn take_json(&mut self, v: &serde_json::Value) {
+        if let Some(n) = [&v["usage"], &v["response"]["usage"], &v["message"]["usage"]]
+            .iter()
+            .find_map(|u| prompt_count(u))
+        {
+            self.prompt_counted = Some(n);
+        }
         if let Some(t) = timings_of(&v["timings"]) {
             self.timings = Some(t);
             self.n_generated = Some(t.predicted_n);
-        } else if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
-            self.n_generated = self.n_generated.or(Some(n));
+            self.prompt_counted = t.cache_n.checked_add(t.prompt_n);
+        } else if self.timings.is_none() {
+            // The usage of a chat answer, of an Anthropic message (its stream's last
+            // `message_delta` counts them all; `message_start` says 0) or of a Responses answer
+            // (its stream's `response.completed`): the latest wins.
+            let usage = [&v["usage"], &v["response"]["usage"]];
+            if let Some(n) = usage.iter().find_map(|u| {
+                u["completion_tokens"]
+                    .as_u64()
+                    .or_else(|| u["output_tokens"].as_u64())
+            }) {
+                self.n_generated = Some(n);
+            }
         }
     }
 
@@ -175,6 +196,20 @@ impl Observed {
         }
         drop(kept);
         self.free();
+    }
+}
+
+/// The prompt's whole length in a usage object: a chat answer's `prompt_tokens`; a Responses
+/// answer's `input_tokens`; an Anthropic message's `input_tokens` (the tokens read) plus its
+/// `cache_read_input_tokens`.
+fn prompt_count(u: &serde_json::Value) -> Option<u64> {
+    if let Some(n) = u["prompt_tokens"].as_u64() {
+        return Some(n);
+    }
+    let input = u["input_tokens"].as_u64()?;
+    match u["cache_read_input_tokens"].as_u64() {
+        Some(c) => input.checked_add(c),
+        None => Some(input),
     }
 }
 

@@ -10,7 +10,9 @@
 //! copied into a run directory, profile or report.
 
 mod answer;
+mod convert;
 mod intake;
+mod ordered;
 pub mod plan;
 pub mod proxy;
 pub mod render;

@@ -290,6 +290,42 @@ impl ReplayWorkload {
         }
     }
 
+    /// Refuse a trace this model cannot replay, before anything is launched: one recorded
+    /// with a vocabulary of another size (another tokenizer: its ids mean other text here),
+    /// or holding a token id outside this model's `n_vocab` tokens (the GGUF's tokenizer;
+    /// the server would fail every request, and every trial would read as a crash). 0: the
+    /// model's vocabulary is unknown, nothing to check.
+    pub fn check_vocab(&self, n_vocab: u32) -> Result<(), TraceError> {
+        let Some(t) = &self.trace else {
+            return Ok(());
+        };
+        if n_vocab == 0 {
+            return Ok(());
+        }
+        let redo =
+            "record the session again with this model, or tune the model it was recorded with";
+        if let Some(v) = t.header.model.n_vocab.filter(|&v| v != u64::from(n_vocab)) {
+            return Err(TraceError(format!(
+                "it was recorded with another tokenizer (a vocabulary of {} tokens; this model's \
+                 has {}): its token ids mean other text here; {redo}",
+                crate::util::fmt_thousands(v as f64),
+                crate::util::fmt_thousands(f64::from(n_vocab))
+            )));
+        }
+        for r in &t.requests {
+            let ids = r.prompt_tokens.as_deref().unwrap_or_default();
+            if let Some(bad) = ids.iter().find(|&&id| id >= n_vocab) {
+                return Err(TraceError(format!(
+                    "request {} holds token id {bad}, outside this model's vocabulary ({} \
+                     tokens): it was recorded with another tokenizer; {redo}",
+                    r.id,
+                    crate::util::fmt_thousands(f64::from(n_vocab))
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Read the trace file again for a resumed tune: refused when its bytes changed.
     pub fn reload(&mut self) -> anyhow::Result<()> {
         let Some(file) = &self.file else {

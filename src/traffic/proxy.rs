@@ -54,7 +54,31 @@ const GENERATION_PATHS: &[&str] = &[
     "/v1/completions",
     "/completions",
     "/completion",
+    // Claude Code's (the Anthropic Messages API) and the OpenAI Responses API: the server
+    // renders both through its chat template.
+    "/v1/messages",
+    "/v1/responses",
+    "/responses",
 ];
+
+/// The last path segments of requests that look like generation (`POST .../completions`,
+/// `.../messages`, ...): one of these on a path not in [`GENERATION_PATHS`] is forwarded
+/// unrecorded, and the recorder says so.
+const GENERATION_LIKE: &[&str] = &[
+    "completions",
+    "completion",
+    "messages",
+    "responses",
+    "generate",
+    "infill",
+    "chat",
+];
+
+/// Whether a POST to `path` looks like a generation request that is not recorded.
+fn generation_like(path: &str) -> bool {
+    let last = path.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+    GENERATION_LIKE.contains(&last) && !GENERATION_PATHS.contains(&path)
+}
 
 /// Headers that belong to one hop (RFC 9110 §7.6.1) and are not forwarded, plus `host` (the
 /// upstream's is set from its URL) and `content-length` (set from the body forwarded).
@@ -88,12 +112,19 @@ pub struct RecordOptions {
 }
 
 /// What a finished recording did.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RecordSummary {
     pub requests: u64,
     pub interrupted: u64,
     pub other_requests: u64,
+    /// Of the other requests, those that looked like generation ([`generation_like`]) and
+    /// were forwarded unrecorded: how many, and their paths (the first [`MAX_NAMED`]).
+    pub unrecorded: u64,
+    pub unrecorded_paths: Vec<String>,
 }
+
+/// The most distinct unrecorded paths a recording names.
+const MAX_NAMED: usize = 8;
 
 /// A request between its arrival and its trace line.
 struct InFlight {
@@ -113,6 +144,8 @@ struct State {
     started: Instant,
     next_id: AtomicU64,
     other_requests: AtomicU64,
+    /// Generation-looking requests forwarded unrecorded: their count and first paths.
+    unrecorded: Mutex<(u64, Vec<String>)>,
     inflight: Mutex<BTreeMap<u64, InFlight>>,
     out: Mutex<TraceWriter>,
     /// Room for request bodies (see [`MAX_HELD`]).
@@ -246,6 +279,7 @@ pub async fn run(
         started: Instant::now(),
         next_id: AtomicU64::new(1),
         other_requests: AtomicU64::new(0),
+        unrecorded: Mutex::new((0, Vec::new())),
         inflight: Mutex::new(BTreeMap::new()),
         out: Mutex::new(writer),
         room: intake::Room::new(opts.held_bytes),
@@ -335,10 +369,13 @@ pub async fn run(
     if let Some(e) = &w.failed {
         anyhow::bail!("the trace {} is incomplete: {e}", w.path.display());
     }
+    let (unrecorded, unrecorded_paths) = state.unrecorded.lock().unwrap().clone();
     Ok(RecordSummary {
         requests: w.requests,
         interrupted: w.interrupted,
         other_requests: other,
+        unrecorded,
+        unrecorded_paths,
     })
 }
 
@@ -396,6 +433,8 @@ struct Head {
     stream: Option<serde_json::Value>,
     max_tokens: Option<serde_json::Value>,
     max_completion_tokens: Option<serde_json::Value>,
+    /// The Responses API's limit.
+    max_output_tokens: Option<serde_json::Value>,
     n_predict: Option<serde_json::Value>,
 }
 
@@ -474,6 +513,7 @@ async fn handle(
                 stream: v.stream.and_then(|s| s.as_bool()).unwrap_or(false),
                 max_tokens: int(&v.max_tokens)
                     .or_else(|| int(&v.max_completion_tokens))
+                    .or_else(|| int(&v.max_output_tokens))
                     .or_else(|| int(&v.n_predict)),
                 body: body.clone(),
                 _held: held.take().expect("taken once"),
@@ -483,6 +523,9 @@ async fn handle(
         Some(a) => Some(register(&state, a)),
         None => {
             state.other_requests.fetch_add(1, Ordering::Relaxed);
+            if parts.method == hyper::Method::POST && generation_like(&path) {
+                note_unrecorded(&state, &path);
+            }
             None
         }
     };
@@ -549,6 +592,20 @@ async fn handle(
     Ok(out
         .body(body)
         .unwrap_or_else(|_| plain(StatusCode::BAD_GATEWAY, "qtune record: bad upstream header")))
+}
+
+/// Count a generation-looking request forwarded unrecorded; the first of each path (up to
+/// [`MAX_NAMED`]) is said at once.
+fn note_unrecorded(state: &State, path: &str) {
+    let mut u = state.unrecorded.lock().unwrap();
+    u.0 += 1;
+    if u.1.len() < MAX_NAMED && !u.1.iter().any(|p| p == path) {
+        u.1.push(path.to_string());
+        eprintln!(
+            "qtune: warning: POST {} looks like generation: forwarded, not recorded",
+            crate::escape::terminal(path)
+        );
+    }
 }
 
 /// Register a generation request as in flight: its id, and the overlaps both ways.
@@ -642,6 +699,7 @@ async fn finish(
     seen: Observed,
     outcome: Outcome,
 ) {
+    let counted = seen.prompt_counted;
     {
         let mut map = state.inflight.lock().unwrap();
         let Some(f) = map.get_mut(&id) else {
@@ -664,8 +722,20 @@ async fn finish(
         _ if asked.unread.is_some() => Err(asked.unread.clone().unwrap_or_default()),
         Some(s) if (200..300).contains(&s) => {
             let _one_at_a_time = state.tokenizing.lock().await;
-            let body: serde_json::Value = serde_json::from_slice(&asked.body).unwrap_or_default();
-            upstream::prompt_tokens(&state.client, &state.upstream, &asked.endpoint, &body).await
+            // Read with its keys in their order: the body the server rendered.
+            let body: super::ordered::J = serde_json::from_slice(&asked.body).unwrap_or_default();
+            upstream::prompt_tokens(&state.client, &state.upstream, &asked.endpoint, &body)
+                .await
+                .and_then(|t| match counted {
+                    // The server's own count of the prompt it read: a rendering that differs
+                    // is not this request's prompt.
+                    Some(n) if n != t.len() as u64 => Err(format!(
+                        "the server read a prompt of {n} tokens, qtune rendered {}: its prompt \
+                         is not recorded",
+                        t.len()
+                    )),
+                    _ => Ok(t),
+                })
         }
         Some(s) => Err(format!(
             "the server answered {s}: its prompt was not tokenized"

@@ -94,7 +94,7 @@ async fn caps(client: &reqwest::Client, url: &str) -> Caps {
 }
 
 async fn tokens(client: &reqwest::Client, url: &str, body: &Value) -> Result<Vec<u32>> {
-    upstream::prompt_tokens(client, url, ENDPOINT, body)
+    upstream::prompt_tokens(client, url, ENDPOINT, &super::ordered::J::from(body))
         .await
         .map_err(|e| anyhow::anyhow!("cannot render the session through {url}: {e}"))
 }

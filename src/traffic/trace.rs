@@ -17,6 +17,10 @@ pub const VERSION: u32 = 1;
 pub const MAX_TRACE_BYTES: u64 = 1 << 30;
 /// The most requests a trace may hold.
 pub const MAX_REQUESTS: usize = 100_000;
+/// The most tokens any one count of a trace may say (a context, a prompt, a generation): no
+/// llama-server context holds more than `u32` tokens. With [`MAX_REQUESTS`] requests, sums of
+/// counts stay far below `u64::MAX`.
+pub const MAX_COUNT: u64 = u32::MAX as u64;
 /// The text whose token ids fingerprint the upstream's tokenizer (`tokenizer_sha256`): plain
 /// words, code, digits, non-Latin text and a chat-template marker.
 pub const TOKENIZER_PROBE: &str = "qtune tokenizer probe: Hello, world! def f(x):\n    return x ** 2  # 12345 67.89\n\u{4e2d}\u{6587} \u{00e9}t\u{00e9} <|im_start|>user <think> </s> [INST]";
@@ -87,7 +91,11 @@ pub struct ServerInfo {
 pub fn is_chat_endpoint(endpoint: &str) -> bool {
     matches!(
         endpoint,
-        "/v1/chat/completions" | "/chat/completions" | "/v1/messages"
+        "/v1/chat/completions"
+            | "/chat/completions"
+            | "/v1/messages"
+            | "/v1/responses"
+            | "/responses"
     )
 }
 
@@ -406,6 +414,9 @@ pub fn parse(bytes: &[u8]) -> Result<Trace, TraceError> {
         return Err(err("the file has no header line: not a trace"));
     };
     requests.sort_by_key(|r| r.id);
+    if end.is_none() {
+        drop_unfinished_overlaps(&mut requests);
+    }
     check(&header, &requests)?;
     Ok(Trace {
         header,
@@ -414,14 +425,45 @@ pub fn parse(bytes: &[u8]) -> Result<Trace, TraceError> {
     })
 }
 
+/// A trace cut short (no end line: the recorder was killed) lists, in its requests'
+/// `overlapped`, requests that were still in flight and never got a line: those ids are
+/// dropped (they never ended, so nothing waits for them). A complete trace keeps them, and
+/// [`check`] refuses one that names a request it does not hold.
+fn drop_unfinished_overlaps(requests: &mut [Request]) {
+    let ids: std::collections::HashSet<u64> = requests.iter().map(|r| r.id).collect();
+    for r in requests {
+        r.overlapped.retain(|o| ids.contains(o));
+    }
+}
+
 /// The checks a replay relies on: unique ids, times that go forward, counts a server could
-/// have produced.
+/// have produced (each at most [`MAX_COUNT`], their sums checked).
 fn check(h: &Header, requests: &[Request]) -> Result<(), TraceError> {
     let ids: std::collections::HashSet<u64> = requests.iter().map(|r| r.id).collect();
     let mut prev: Option<&Request> = None;
     let ctx = h.model.n_ctx;
+    for (name, v) in [("n_ctx", ctx), ("n_ctx_train", h.model.n_ctx_train)] {
+        if let Some(v) = v.filter(|&v| v > MAX_COUNT) {
+            return Err(err(format!(
+                "line 1's model.{name} is {v}: no llama-server context holds more than {MAX_COUNT} tokens"
+            )));
+        }
+    }
     for r in requests {
         let at = |what: String| err(format!("request {}: {what}", r.id));
+        let timings = r.timings.as_ref();
+        for (name, v) in [
+            ("n_generated", r.n_generated),
+            ("timings.cache_n", timings.map(|t| t.cache_n)),
+            ("timings.prompt_n", timings.map(|t| t.prompt_n)),
+            ("timings.predicted_n", timings.map(|t| t.predicted_n)),
+        ] {
+            if let Some(v) = v.filter(|&v| v > MAX_COUNT) {
+                return Err(at(format!(
+                    "{name} is {v}: no request holds more than {MAX_COUNT} tokens"
+                )));
+            }
+        }
         if let Some(p) = prev {
             if p.id == r.id {
                 return Err(at("its id appears twice".into()));
@@ -463,7 +505,7 @@ fn check(h: &Header, requests: &[Request]) -> Result<(), TraceError> {
         let n_prompt = r.prompt_tokens.as_ref().map_or(0, |t| t.len() as u64);
         let n_gen = r.n_generated.unwrap_or(0);
         if let Some(c) = ctx {
-            if n_prompt + n_gen > c {
+            if n_prompt.checked_add(n_gen).is_none_or(|n| n > c) {
                 return Err(at(format!(
                     "{} prompt and {} generated tokens are longer than the server's context \
                      ({} tokens per slot): no server could have run it",
@@ -481,7 +523,9 @@ fn check(h: &Header, requests: &[Request]) -> Result<(), TraceError> {
             }
         }
         if let Some(t) = &r.timings {
-            if t.cache_n + t.prompt_n > ctx.unwrap_or(u64::MAX)
+            if t.cache_n
+                .checked_add(t.prompt_n)
+                .is_none_or(|n| n > ctx.unwrap_or(u64::MAX))
                 || t.predicted_n > ctx.unwrap_or(u64::MAX)
                 || !(t.prompt_ms.is_finite() && t.prompt_ms >= 0.0)
                 || !(t.predicted_ms.is_finite() && t.predicted_ms >= 0.0)

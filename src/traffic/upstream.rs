@@ -2,6 +2,7 @@
 //! recording proxy ([`super::proxy`]) and the built-in session's renderer
 //! ([`super::render`]), so a recorded prompt and a rendered one are tokenized alike.
 
+use super::ordered::J;
 use super::trace::{self, Header, ModelInfo, ServerInfo};
 use anyhow::{Context, Result};
 use std::time::Duration;
@@ -34,6 +35,9 @@ pub fn without_credentials(url: &str) -> String {
 /// The largest answer read from `/props`, `/v1/models` or the tokenizer probe (a chat
 /// template is a few KiB; its whole `/props` well under 1 MiB).
 const MAX_PROPS: usize = 16 << 20;
+
+/// How long `qtune record` waits for an upstream that is still loading its model (503).
+pub const LOADING_WAIT: Duration = Duration::from_secs(600);
 
 /// The JSON of an answer read chunk by chunk up to `max` bytes: a larger one is an error,
 /// read no further (memory stays bounded whatever the upstream sends).
@@ -96,21 +100,44 @@ pub async fn upstream_header(client: &reqwest::Client, upstream: &str) -> Result
             }
         }
     };
-    let props = client
-        .get(format!("{upstream}/props"))
-        .timeout(Duration::from_secs(30))
-        .send()
-        .await
-        .with_context(|| {
-            format!(
-                "cannot reach the llama-server at {shown}: start it first \
-                 (e.g. llama-server -m MODEL --port 8081), or check its address"
-            )
-        })?;
+    // A server still loading its model answers 503: wait for it, as launch.sh does.
+    let deadline = std::time::Instant::now() + LOADING_WAIT;
+    let mut waiting = false;
+    let props = loop {
+        let r = client
+            .get(format!("{upstream}/props"))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot reach the llama-server at {shown}: start it first \
+                     (e.g. llama-server -m MODEL --port 8081), or check its address"
+                )
+            })?;
+        if r.status() != reqwest::StatusCode::SERVICE_UNAVAILABLE
+            || std::time::Instant::now() >= deadline
+        {
+            break r;
+        }
+        if !waiting {
+            eprintln!(
+                "qtune: {shown} is loading its model (503): waiting for it (up to {} s)",
+                LOADING_WAIT.as_secs()
+            );
+            waiting = true;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    if props.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE {
+        anyhow::bail!(
+            "{shown} still answers 503 (loading) after {} s: check its log",
+            LOADING_WAIT.as_secs()
+        );
+    }
     if !props.status().is_success() {
         anyhow::bail!(
-            "{shown}/props answered {}: is this a llama-server? (a loading server answers 503: \
-             wait until it is ready)",
+            "{shown}/props answered {}: is this a llama-server?",
             props.status()
         );
     }
@@ -200,27 +227,41 @@ pub async fn prompt_tokens(
     client: &reqwest::Client,
     upstream: &str,
     endpoint: &str,
-    body: &serde_json::Value,
+    body: &J,
 ) -> std::result::Result<Vec<u32>, String> {
     let chat = endpoint.ends_with("chat/completions");
-    let prompt = if chat {
+    // Claude Code's Messages API and OpenAI's Responses API: the server renders them as the
+    // chat request they convert to.
+    let converted = if endpoint.ends_with("/messages") {
+        Some(super::convert::anthropic_to_chat(body)?)
+    } else if endpoint.ends_with("/responses") {
+        Some(super::convert::responses_to_chat(body)?)
+    } else {
+        None
+    };
+    let prompt = if let Some(c) = &converted {
+        let v = post_json(client, upstream, "/apply-template", c).await?;
+        v.get("prompt")
+            .cloned()
+            .ok_or("the server's /apply-template answered no prompt")?
+    } else if chat {
         let v = post_json(client, upstream, "/apply-template", body).await?;
         v.get("prompt")
             .cloned()
             .ok_or("the server's /apply-template answered no prompt")?
     } else {
-        let p = body
-            .get("prompt")
-            .cloned()
-            .ok_or("the request has no prompt")?;
+        if !body.has("prompt") {
+            return Err("the request has no prompt".into());
+        }
+        let p = body.at("prompt");
         let several = p.as_array().is_some_and(|items| {
-            items.iter().any(|i| i.is_array() || i.is_object())
-                || (items.len() > 1 && items.iter().all(|i| i.is_string()))
+            items.iter().any(|i| matches!(i, J::Arr(_) | J::Obj(_)))
+                || (items.len() > 1 && items.iter().all(|i| matches!(i, J::Str(_))))
         });
         if several {
             return Err("several prompts in one request: not recorded".into());
         }
-        p
+        serde_json::to_value(p).map_err(|e| e.to_string())?
     };
     let answer = post(
         client,
@@ -277,22 +318,22 @@ pub fn token_ids(answer: &[u8]) -> std::result::Result<Vec<u32>, String> {
         .ok_or_else(|| "the server's /tokenize answered no tokens".into())
 }
 
-pub async fn post_json(
+pub async fn post_json<B: serde::Serialize + ?Sized>(
     client: &reqwest::Client,
     upstream: &str,
     path: &str,
-    body: &serde_json::Value,
+    body: &B,
 ) -> std::result::Result<serde_json::Value, String> {
     let bytes = post(client, upstream, path, body, MAX_ANSWER).await?;
     serde_json::from_slice(&bytes).map_err(|e| format!("the server's {path} answer: {e}"))
 }
 
 /// POST `body` to `upstream` + `path`: the answer's bytes, at most `max` of them.
-async fn post(
+async fn post<B: serde::Serialize + ?Sized>(
     client: &reqwest::Client,
     upstream: &str,
     path: &str,
-    body: &serde_json::Value,
+    body: &B,
     max: usize,
 ) -> std::result::Result<Vec<u8>, String> {
     // Twice at most: these calls change nothing, and one may meet a connection the server is

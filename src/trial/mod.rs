@@ -362,11 +362,17 @@ pub trait TrialRunner {
     }
     /// After a launch: Some(why) when it found that no trial can give a result (a replayed
     /// trace recorded with another tokenizer). That launch is not journaled, and the tune or
-    /// comparison stops with this line.
+    /// comparison stops with this line ([`Fatal`]).
     fn fatal(&self) -> Option<String> {
         None
     }
 }
+
+/// The error a search stops with when [`TrialRunner::fatal`] says no trial can give a result:
+/// no `--resume` can go on (the same inputs meet the same refusal).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Fatal(pub String);
 
 #[cfg(test)]
 mod tests {

@@ -66,5 +66,6 @@ pub(super) fn space_for(
         let note = crate::escape::terminal_lines(&note);
         eprintln!("{}", crate::util::fit(&format!("qtune: {note}")));
     }
+    space.workload.check_vocab(layout.n_vocab)?;
     Ok((space, note))
 }

@@ -79,7 +79,7 @@ impl TuneProblem {
         }
         let outcome = self.runner.borrow_mut().run(config, role);
         if let Some(why) = self.runner.borrow().fatal() {
-            return Err(ArgminError::msg(why));
+            return Err(ArgminError::new(crate::trial::Fatal(why)));
         }
         match interrupted() {
             Some(e) => Err(e),
