@@ -83,6 +83,10 @@ impl Default for Objective {
     }
 }
 
+/// Fewer paired rounds than this make no claim: no interval is printed and nothing is decided
+/// on them (the statistics' `Comparison::too_noisy`). Spaces reserve at least this many.
+pub const MIN_CLAIM_ROUNDS: usize = 3;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -255,7 +255,7 @@ fn default_confirm_top() -> u32 {
     2
 }
 fn default_confirm_rounds() -> u32 {
-    crate::stats::MIN_CLAIM_ROUNDS as u32
+    crate::objective::MIN_CLAIM_ROUNDS as u32
 }
 
 impl Default for Budget {
@@ -667,7 +667,7 @@ mod tests {
     /// so a first demo could never recommend anything.
     #[test]
     fn every_builtin_space_affords_the_rounds_a_claim_needs() {
-        let need = crate::stats::MIN_CLAIM_ROUNDS as u32;
+        let need = crate::objective::MIN_CLAIM_ROUNDS as u32;
         for (name, _) in BUILTIN {
             let b = load(name).unwrap().budget;
             let race = b.confirm_rounds * (b.confirm_top.max(1) + 1);

@@ -259,9 +259,8 @@ impl Comparison {
     }
 }
 
-/// Fewer paired rounds than this make no claim: no interval is printed and nothing is decided
-/// on them ([`Comparison::too_noisy`]).
-pub const MIN_CLAIM_ROUNDS: usize = 3;
+/// The fewest paired rounds a claim rests on ([`crate::objective::MIN_CLAIM_ROUNDS`]).
+pub use crate::objective::MIN_CLAIM_ROUNDS;
 
 /// An undecided interval reaching further than this either way (±25 % as a ratio) is too wide
 /// to say anything: it is not printed ([`Comparison::too_noisy`]).
