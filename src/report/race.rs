@@ -100,12 +100,14 @@ pub fn lines(r: &TuneResult, esc: Esc) -> Vec<String> {
         let v = c.vs_reference.as_ref();
         match v.and_then(|v| v.request.as_ref()).filter(|_| by_request) {
             Some(req) => {
+                let claim = c.claim.as_ref().and_then(|v| v.request.as_ref());
                 out.push(format!(
                     "  {} ({})",
-                    ran(
+                    ran_claimed(
                         &format!("`{}`", cfg.label()),
                         "the reference",
                         req,
+                        claim,
                         Band::default()
                     ),
                     status(&c.status, over, esc)
@@ -142,6 +144,38 @@ pub fn lines(r: &TuneResult, esc: Esc) -> Vec<String> {
     out
 }
 
+/// [`ran`] at the reporting confidence, and where the race's own claim (at its stricter
+/// confidence, split over its looks and candidates) decides otherwise, that decision beside it:
+/// `... (95 % CI 1.02×–1.20×, 4 rounds: better at 95 %; undecided at the race's 98.75 %)`. A
+/// line that said "better" beside a verdict that kept the reference contradicted it (issue 52).
+pub fn ran_claimed(
+    name: &str,
+    reference: &str,
+    c: &crate::stats::Comparison,
+    claim: Option<&crate::stats::Comparison>,
+    band: Band,
+) -> String {
+    let line = ran(name, reference, c, band);
+    let Some(cl) = claim else {
+        return line;
+    };
+    if c.too_noisy().is_some() || !c.is_plausible() || !cl.is_plausible() {
+        return line;
+    }
+    let (shown, decided) = (c.decide(band), cl.decide(band));
+    if shown == decided || cl.too_noisy().is_some() {
+        return line;
+    }
+    match line.strip_suffix(')') {
+        Some(head) => format!(
+            "{head} at {} %; {decided} at the race's {} %)",
+            crate::stats::fmt_level(c.confidence),
+            crate::stats::fmt_level(cl.confidence)
+        ),
+        None => line,
+    }
+}
+
 /// A requests-per-second comparison (the ratio of times per request) in hyperfine's words:
 /// `'B' ran 1.15× faster than 'A' (95 % CI 1.06×–1.24×, 4 rounds: better)`. Where the rounds
 /// support no claim ([`crate::stats::Comparison::too_noisy`]) no interval is printed:
@@ -175,4 +209,31 @@ pub fn ran(name: &str, reference: &str, c: &crate::stats::Comparison, band: Band
         }
     };
     format!("{name} ran {shown:.2}× {word} than {reference} ({why})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The GPU machine's agent-session tune (issue 52): 4 rounds of 1.11x whose 95 % interval
+    /// cleared the band while the race's claim, at 98.75 % over its looks, did not: the line
+    /// said "better" beside a verdict that kept the reference.
+    #[test]
+    fn a_line_never_says_better_where_the_race_decided_otherwise() {
+        let logs = [0.17, 0.06, 0.09, 0.10];
+        let shown = crate::stats::Comparison::from_log_ratios(&logs, 0.95).unwrap();
+        let claim = crate::stats::Comparison::from_log_ratios(&logs, 0.9875).unwrap();
+        assert_eq!(shown.decide(Band::default()).to_string(), "better");
+        assert_eq!(claim.decide(Band::default()).to_string(), "undecided");
+        let line = ran_claimed("B", "A", &shown, Some(&claim), Band::default());
+        assert!(
+            line.ends_with("4 rounds: better at 95 %; undecided at the race's 98.8 %)"),
+            "{line}"
+        );
+        // Where both agree, the line is ran's.
+        assert_eq!(
+            ran_claimed("B", "A", &shown, Some(&shown), Band::default()),
+            ran("B", "A", &shown, Band::default())
+        );
+    }
 }
