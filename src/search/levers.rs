@@ -29,7 +29,13 @@ pub struct WorkloadTraits {
     /// Its chat requests are replayed with their message delimiters (the trace knows them),
     /// so the server keeps checkpoints at user messages as it did live.
     pub chat_checkpoints: bool,
+    /// The model has random weights (`qtune synth`, its GGUF's name says so): its answers
+    /// loop, so speculation is never tried on it ([`SYNTHETIC_NO_SPECULATION`]).
+    pub synthetic: bool,
 }
+
+/// Why speculative decoding is not tried on a random-weight model.
+pub const SYNTHETIC_NO_SPECULATION: &str = "speculative decoding: not ranked, the model has random weights (qtune synth): its answers loop and n-gram drafts predict a loop perfectly (every draft accepted), so any gain would be the model's artifact; the same config races without speculation instead";
 
 /// Why `--checkpoint-min-step` is not tried on a replay without message delimiters. The
 /// pinned llama.cpp keeps a recurrent model's context checkpoints near the end of every
@@ -86,6 +92,7 @@ impl WorkloadTraits {
             diverges,
             recurrent,
             chat_checkpoints,
+            synthetic: false,
         }
     }
 }
@@ -101,7 +108,9 @@ pub struct LeverPlan {
 pub fn propose(levers: &Levers, best: &LaunchConfig, traits: &WorkloadTraits) -> LeverPlan {
     let mut plan = LeverPlan::default();
     if !levers.speculative.is_empty() {
-        if traits.real_text {
+        if traits.synthetic {
+            plan.skipped.push(SYNTHETIC_NO_SPECULATION.to_string());
+        } else if traits.real_text {
             for &t in &levers.speculative {
                 plan.configs.push(LaunchConfig {
                     spec_type: Some(t),
@@ -155,6 +164,60 @@ pub fn propose(levers: &Levers, best: &LaunchConfig, traits: &WorkloadTraits) ->
     plan
 }
 
+/// A line for each speculative config the tune measured: the acceptance over its launches
+/// ("ngram-mod: 61 % of drafted tokens accepted (1234 of 2020, 8 requests)"), and, for one
+/// whose answers looped, that it was not ranked.
+pub fn acceptance_lines(history: &[crate::trial::TrialOutcome]) -> Vec<String> {
+    use crate::trial::acceptance::{self, Acceptance};
+    use crate::trial::OutcomeKind;
+    let mut seen: Vec<&LaunchConfig> = Vec::new();
+    let mut out = Vec::new();
+    for o in history {
+        let Some(spec) = o.config.spec_type else {
+            continue;
+        };
+        if seen.contains(&&o.config) {
+            continue;
+        }
+        seen.push(&o.config);
+        let mut sum: Option<Acceptance> = None;
+        let mut ids: Vec<String> = Vec::new();
+        let mut looped = false;
+        for t in history.iter().filter(|t| t.config == o.config) {
+            let Some(a) = t.metrics.as_ref().and_then(acceptance::of_metrics) else {
+                continue;
+            };
+            looped |= t.kind == OutcomeKind::Degenerate;
+            ids.push(t.id.to_string());
+            sum = Some(match sum {
+                None => a,
+                Some(s) => Acceptance {
+                    drafted: s.drafted + a.drafted,
+                    accepted: s.accepted + a.accepted,
+                    requests: s.requests + a.requests,
+                },
+            });
+        }
+        let Some(a) = sum else {
+            continue;
+        };
+        let which = format!(
+            "{} {}",
+            if ids.len() == 1 { "trial" } else { "trials" },
+            ids.join(", ")
+        );
+        out.push(if looped {
+            format!(
+                "{} in {which}: the answers loop (n-gram drafts predict a loop perfectly), so speculation is not ranked; the same config races without it",
+                a.line(spec.as_str())
+            )
+        } else {
+            format!("{} in {which}", a.line(spec.as_str()))
+        });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,6 +252,7 @@ mod tests {
             diverges: true,
             recurrent: true,
             chat_checkpoints: false,
+            synthetic: false,
         };
         let p = propose(&levers(), &best, &traits);
         // Checkpoints are said, not tried: without the chat's message delimiters a replay
@@ -267,6 +331,20 @@ mod tests {
             .configs
             .iter()
             .any(|c| c.checkpoint_min_step == Some(1024)));
+    }
+
+    #[test]
+    fn a_random_weight_model_never_tries_speculation_and_says_why_in_one_line() {
+        let best = LaunchConfig::baseline(8192);
+        let traits = WorkloadTraits {
+            real_text: true,
+            synthetic: true,
+            ..Default::default()
+        };
+        let p = propose(&levers(), &best, &traits);
+        assert!(p.configs.iter().all(|c| c.spec_type.is_none()), "{p:?}");
+        assert_eq!(p.skipped[0], SYNTHETIC_NO_SPECULATION);
+        assert!(!SYNTHETIC_NO_SPECULATION.contains('\n'));
     }
 
     #[test]

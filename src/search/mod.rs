@@ -93,7 +93,7 @@ pub fn context(
         speed: Some(crate::model::speed::SpeedBox::from_hardware(hw)),
         workload_traits: {
             let recurrent = layout.recurrent_state_bytes.iter().any(|b| *b > 0);
-            match inputs
+            let mut traits = match inputs
                 .space
                 .workload
                 .replay
@@ -105,7 +105,9 @@ pub fn context(
                     recurrent,
                     ..Default::default()
                 },
-            }
+            };
+            traits.synthetic = crate::model::speed::is_synthetic(layout);
+            traits
         },
     }
 }
@@ -166,6 +168,7 @@ pub fn tune(
         race.as_ref(),
     );
     warnings.extend(trial_warnings(&history));
+    warnings.extend(levers::acceptance_lines(&history));
     // The levers past placement the workload could not show, and why: one line for request
     // shapes of filler text (none of them can show there), else one per lever.
     if !ctx.space.vary.levers.is_empty() {

@@ -410,6 +410,18 @@ impl LlamaServerRunner {
                 draft.metrics = None;
             }
         }
+        // Speculation whose drafts were all but all accepted: the answers loop, and its speed
+        // is not credited (the numbers stay in the metrics, journaled).
+        if draft.kind == OutcomeKind::Ok {
+            if let Some(v) = draft
+                .metrics
+                .as_ref()
+                .and_then(|m| super::acceptance::degenerate(config, m))
+            {
+                draft.kind = v.kind;
+                draft.message = v.message;
+            }
+        }
         // Believable speeds set the pace of the next trials' timeouts (the slowest so far).
         if let Some(p) = draft.metrics.as_ref().and_then(workload::Pace::of) {
             self.pace = Some(self.pace.map_or(p, |q| q.slower(p)));

@@ -5,6 +5,7 @@
 /// The folder of a run directory where each trial's server log goes (`logs/trial-<id>.log`).
 pub const LOGS_DIR: &str = "logs";
 
+pub mod acceptance;
 pub mod classify;
 pub mod cleanup;
 pub mod journal;
@@ -56,6 +57,11 @@ pub enum OutcomeKind {
     /// the head): no measurement of the config, and not its fault. The message names the
     /// worker.
     RpcWorkerLost,
+    /// Speculative decoding whose drafts were accepted at or above
+    /// [`acceptance::LOOP_ACCEPTANCE`] over the launch: the model's answers loop (a
+    /// random-weight model does), and n-gram drafts predict a loop perfectly. Measured, never
+    /// ranked: its speed is the model's artifact, not what real answers get.
+    Degenerate,
 }
 
 impl OutcomeKind {
@@ -73,6 +79,7 @@ impl OutcomeKind {
             OutcomeKind::Implausible => "implausible",
             OutcomeKind::PortConflict => "port-conflict",
             OutcomeKind::RpcWorkerLost => "rpc-worker-lost",
+            OutcomeKind::Degenerate => "degenerate",
         }
     }
 

@@ -40,6 +40,13 @@ pub struct ReplayedRequest {
     pub in_flight: u32,
     /// Wall clock from sending it to the end of its answer, seconds.
     pub request_s: f64,
+    /// Speculative decoding (`--spec-type`): the tokens the server drafted for this request,
+    /// and of these the ones it accepted (its `timings.draft_n`, `draft_n_accepted`). Absent
+    /// where it drafted nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_n: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_n_accepted: Option<u32>,
 }
 
 impl ReplayedRequest {
@@ -73,6 +80,10 @@ pub struct ReplayTiming {
     /// slow. Absent in results written before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub aggregate_tps: Option<f64>,
+    /// Speculative decoding's acceptance over the whole replay (the requests' drafted and
+    /// accepted tokens summed); absent where the server drafted nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acceptance: Option<super::acceptance::Acceptance>,
 }
 
 /// The aggregate generation of a replay: the requests' generated tokens over its wall clock
@@ -240,6 +251,9 @@ pub async fn replay(
         mean_s: times.iter().sum::<f64>() / times.len().max(1) as f64,
         p90_s: p90(&times).unwrap_or(0.0),
         aggregate_tps: aggregate_tps(&requests, wall_s),
+        acceptance: super::acceptance::Acceptance::of(
+            requests.iter().map(|q| (q.draft_n, q.draft_n_accepted)),
+        ),
         requests,
         wall_s,
     })
@@ -311,6 +325,8 @@ async fn one(
         predicted_ms: t.predicted_ms,
         in_flight,
         request_s,
+        draft_n: t.draft_n.map(clamp),
+        draft_n_accepted: t.draft_n_accepted.map(clamp),
     })
 }
 

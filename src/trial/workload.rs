@@ -40,6 +40,13 @@ pub struct Timings {
     pub predicted_n: i64,
     pub predicted_ms: f64,
     pub predicted_per_second: f64,
+    /// Speculative decoding's tokens drafted, and of these accepted, for this request: the
+    /// pinned llama-server's `timings.draft_n` and `timings.draft_n_accepted`, present only
+    /// where it drafted something (server-common.cpp, `server_slot_stats::to_json`).
+    #[serde(default)]
+    pub draft_n: Option<i64>,
+    #[serde(default)]
+    pub draft_n_accepted: Option<i64>,
 }
 
 fn cache_n_absent() -> i64 {
