@@ -76,11 +76,18 @@ fn a_tune_on_a_busy_box_warns_first_and_gives_every_launch_the_free_cores() {
         .position(|l| l.starts_with("launch 1/"))
         .unwrap_or_else(|| panic!("no launch line:\n{out}"));
     assert!(warning < first_launch, "the warning comes first:\n{out}");
+    // The warning as one line: stderr is wrapped at 100 columns, its continuations indented.
+    let lines: Vec<&str> = out.lines().collect();
+    let mut whole = lines[warning].to_string();
+    for l in lines[warning + 1..]
+        .iter()
+        .take_while(|l| l.starts_with("  "))
+    {
+        whole.push(' ');
+        whole.push_str(l.trim());
+    }
     assert!(
-        out.lines()
-            .nth(warning)
-            .unwrap()
-            .contains("every launch gets -t 1 (the free cores), the baseline included"),
+        whole.contains("every launch gets -t 1 (the free cores), the baseline included"),
         "{out}"
     );
     let results: serde_json::Value =
@@ -94,7 +101,11 @@ fn a_tune_on_a_busy_box_warns_first_and_gives_every_launch_the_free_cores() {
         );
     }
     assert!(
-        out.contains("every launch ran with at most -t 1, the baseline included"),
+        out.lines()
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join(" ")
+            .contains("every launch ran with at most -t 1, the baseline included"),
         "the verdict says fewer threads is this box's finding:\n{out}"
     );
 }

@@ -113,8 +113,8 @@ fn a_speed_past_the_predicted_ceiling_is_implausible() {
 /// No line gives the bogus number as a gain, a speed in a table or a verdict: it appears
 /// only in the one-line reason a trial is implausible.
 fn no_absurd_gain(all: &str) {
-    for line in all
-        .lines()
+    for line in support::unwrapped(all)
+        .iter()
         .filter(|l| l.contains("e300") || l.contains("e30"))
     {
         assert!(

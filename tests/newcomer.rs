@@ -111,7 +111,15 @@ fn runs_go_to_the_data_directory_and_the_run_directory_is_printed_at_start_and_e
         let run = runs.join(&made[0]);
         assert!(run.join("report.md").is_file(), "{var}: {}", run.display());
         let said = format!("run directory: {}", run.display());
-        assert_eq!(stderr(&o).matches(&said).count(), 2, "{var}: {}", text(&o));
+        assert_eq!(
+            support::unwrapped(&stderr(&o))
+                .join("\n")
+                .matches(&said)
+                .count(),
+            2,
+            "{var}: {}",
+            text(&o)
+        );
         assert!(
             entries(&cwd).is_empty(),
             "{var}: wrote into the current directory"

@@ -117,7 +117,7 @@ fn a_plan_prints_within_100_columns() {
     }
 }
 
-const HEADER: &str = r#"{"type":"header","format":"qtune-trace","version":1,"qtune_version":"0","started_at":"2026-11-26T00:00:00Z","upstream":"http://x","model":{"n_vocab":200000,"n_ctx":100000}}"#;
+const HEADER: &str = r#"{"type":"header","format":"qtune-trace","version":1,"qtune_version":"0","started_at":"2026-11-26T00:00:00Z","upstream":"http://x","model":{"n_vocab":151936,"n_ctx":100000}}"#;
 
 fn request(id: u64, arrived: f64, prompt_len: usize, gen: u64) -> String {
     let prompt: Vec<u32> = (1..=prompt_len as u32).collect();

@@ -307,8 +307,15 @@ fn sigint_stops_the_tune_cleanly_and_keeps_the_journal() {
     assert!(kept > 0, "finished trials kept");
     // It says what it kept and the exact command that continues.
     let err = String::from_utf8_lossy(&out.stderr);
+    let kept_words = if kept == 1 {
+        "1 finished trial kept".to_string()
+    } else {
+        format!("{kept} finished trials kept")
+    };
     assert!(
-        err.contains(&format!("interrupted: {kept} finished trials kept")),
+        support::unwrapped(&err)
+            .join("\n")
+            .contains(&format!("interrupted: {kept_words}")),
         "{err}"
     );
     // The command on a line of its own, after the error line (issue 33).

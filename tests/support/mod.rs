@@ -84,6 +84,30 @@ pub fn output_text(o: &std::process::Output) -> String {
     )
 }
 
+/// Printed text as its logical lines: qtune wraps what it prints at 100 columns, each
+/// continuation indented two spaces past the line it continues; such lines are joined back
+/// (one space between). A line indented two past the one before it is taken for a
+/// continuation, so a block's first indented line joins its heading: fine for `contains`.
+#[allow(dead_code)]
+pub fn unwrapped(text: &str) -> Vec<String> {
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let mut out: Vec<String> = Vec::new();
+    let mut lead = 0usize;
+    for l in text.lines() {
+        match out.last_mut() {
+            Some(last) if !l.trim().is_empty() && indent(l) == lead + 2 => {
+                last.push(' ');
+                last.push_str(l.trim());
+            }
+            _ => {
+                lead = indent(l);
+                out.push(l.to_string());
+            }
+        }
+    }
+    out
+}
+
 /// The real qtune binary, without the caller's `QTUNE_LOG` (its log lines would mix into the
 /// output a test reads).
 pub fn qtune() -> Command {
