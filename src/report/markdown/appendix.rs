@@ -159,7 +159,7 @@ pub(super) fn search(m: &mut String, r: &TuneResult) {
             let _ = writeln!(
                 m,
                 "- **Workload per trial:** the trace {}, {}",
-                code(&t.name),
+                text(&t.name),
                 text(&t.plan.describe())
             );
         }
