@@ -147,7 +147,8 @@ impl Manifest {
         self.with_role(role).map(|r| r.id.clone()).collect()
     }
 
-    /// The single-GPU groups `FITTED` is fitted on: every run but those planned with it.
+    /// The single-GPU groups `FITTED` is fitted on: every run but those planned with it (and
+    /// the `not-fitted` ones, which [`groups_where`] never reads).
     pub fn fit_groups(&self) -> Vec<Group> {
         let out = self.ids("planned-with-fitted");
         groups_where(|f| !in_any(f, &out))
@@ -225,9 +226,13 @@ pub fn measured(journal: &Path, kinds: &[&str]) -> Vec<(LaunchConfig, f64, f64)>
         .collect()
 }
 
+/// The config groups of the journals `keep` accepts, never those of a `not-fitted` run (a
+/// demo of the tiny model on a whole card, a tune on a replayed trace: added after FITTED and
+/// kept out of every fit).
 pub fn groups_where(keep: impl Fn(&Path) -> bool) -> Vec<Group> {
+    let never = manifest().ids("not-fitted");
     let mut files = evidence::journals("");
-    files.retain(|f| keep(f));
+    files.retain(|f| keep(f) && !in_any(f, &never));
     type Key = (String, u32, String, String);
     type Acc = (Group, Vec<f64>, Vec<f64>, Vec<f64>);
     let mut by: BTreeMap<Key, Acc> = BTreeMap::new();
