@@ -90,7 +90,9 @@ if ! ls -d "$runs"/*demo* >/dev/null 2>&1; then
   echo "fresh-path: FAILED: the demo's run directory is not under $runs" >&2
   exit 1
 fi
-if ! grep -q "^  run directory: $runs/" "$log"; then
+# The banner's line, whether the path fits beside its label or is wrapped onto the next line
+# (qtune wraps what it prints at 100 columns).
+if ! grep -A1 '^  run directory:' "$log" | tr -s ' \n' ' ' | grep -q "run directory: $runs/"; then
   echo "fresh-path: FAILED: the demo's banner does not name its run directory under $runs" >&2
   exit 1
 fi
