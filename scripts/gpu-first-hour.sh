@@ -41,6 +41,24 @@ stamp() { # prefix each line with the UTC time (the phases' times are read off i
   while IFS= read -r l; do printf '%s %s\n' "$(date -u +%T)" "$l"; done
 }
 
+# The ballast: a process holding all but $1 MiB of the GPU, so qtune, --fit and llama-server see
+# that much free (it says "ready", then sleeps).
+start_ballast() {
+  cat > "$W/ballast.py" <<'PY'
+import sys, time, torch
+keep = int(sys.argv[1]) << 20
+free, total = torch.cuda.mem_get_info()
+x = torch.empty(free - keep, dtype=torch.uint8, device="cuda")
+x.fill_(1)
+torch.cuda.synchronize()
+print(f"ready free={torch.cuda.mem_get_info()[0] >> 20} MiB", flush=True)
+time.sleep(1e9)
+PY
+  setsid python3 -u "$W/ballast.py" "$1" > "$W/ballast.out" 2>&1 < /dev/null &
+  for _ in $(seq 1 120); do grep -q ready "$W/ballast.out" 2>/dev/null && break; sleep 0.5; done
+  say "ballast: $(cat "$W/ballast.out")"
+}
+
 case "${1:-}" in
   demo)
     mkdir -p "$HOME/.cargo/bin" "$HOME/.cache/qtune/src"
@@ -61,19 +79,7 @@ case "${1:-}" in
     t0=$SECONDS
     qtune synth "$MODEL" --shape qwen3.5-35b-a3b --ftype q4_k_m > /dev/null || exit 1
     echo "synth after $((SECONDS - t0)) s"
-    cat > "$W/ballast.py" <<'PY'
-import sys, time, torch
-keep = int(sys.argv[1]) << 20
-free, total = torch.cuda.mem_get_info()
-x = torch.empty(free - keep, dtype=torch.uint8, device="cuda")
-x.fill_(1)
-torch.cuda.synchronize()
-print(f"ready free={torch.cuda.mem_get_info()[0] >> 20} MiB", flush=True)
-time.sleep(1e9)
-PY
-    setsid python3 -u "$W/ballast.py" $((GIB * 1024)) > "$W/ballast.out" 2>&1 < /dev/null &
-    for _ in $(seq 1 120); do grep -q ready "$W/ballast.out" 2>/dev/null && break; sleep 0.5; done
-    say "ballast: $(cat "$W/ballast.out")"
+    start_ballast $((GIB * 1024))
     echo "emulated card: ${GIB} GiB free of $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)" > "$W/card.txt"
     say "tune: qtune --model 35B --workload agent-session --ctx $CTX --budget-minutes $BUDGET"
     setsid bash -c "cd '$W' && date -u +%s > tune.start && qtune --model '$MODEL' --workload agent-session \
@@ -120,19 +126,7 @@ PY
     export QTUNE_VOCAB_DIR="$ROOT/.gpu2/vocab"
     qtune server check || exit 1
     [ -f "$MODEL" ] || qtune synth "$MODEL" --shape qwen3.5-35b-a3b --ftype q4_k_m > /dev/null || exit 1
-    cat > "$W/ballast.py" <<'PY'
-import sys, time, torch
-keep = int(sys.argv[1]) << 20
-free, total = torch.cuda.mem_get_info()
-x = torch.empty(free - keep, dtype=torch.uint8, device="cuda")
-x.fill_(1)
-torch.cuda.synchronize()
-print(f"ready free={torch.cuda.mem_get_info()[0] >> 20} MiB", flush=True)
-time.sleep(1e9)
-PY
-    python3 -u "$W/ballast.py" $((GIB * 1024)) > "$W/ballast.out" 2>&1 &
-    for _ in $(seq 1 120); do grep -q ready "$W/ballast.out" 2>/dev/null && break; sleep 0.5; done
-    say "ballast: $(cat "$W/ballast.out")"
+    start_ballast $((GIB * 1024))
     card="emulated card: ${GIB} GiB free of $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)"
     s="$b/bin/llama-server -m $MODEL -c $CTX -np 1"
     say "compare, ${ROUNDS:-4} rounds: B=$REF C=$CAND"
