@@ -213,7 +213,7 @@ fn thirty_random_kill_interrupt_and_torn_tail_cycles_leave_a_valid_run_directory
                     "cycle {cycle}: {:?} {err}",
                     out.status
                 );
-                assert!(err.contains("finished trials kept"), "{err}");
+                assert!(err.contains(" finished trial"), "{err}");
                 assert!(
                     err.contains(&format!("--resume {}", run.display())),
                     "{err}"
@@ -226,7 +226,7 @@ fn thirty_random_kill_interrupt_and_torn_tail_cycles_leave_a_valid_run_directory
                     "cycle {cycle}: {:?} {err}",
                     out.status
                 );
-                assert!(err.contains("finished trials kept"), "{err}");
+                assert!(err.contains(" finished trial"), "{err}");
             }
         }
         assert!(
@@ -379,7 +379,7 @@ fn real_servers_are_gone_after_every_kill_and_interrupt_cycle() {
             "SIGKILL" => assert_eq!(out.status.signal(), Some(9), "{err}"),
             "SIGINT" => {
                 assert_eq!(out.status.code(), Some(130), "{err}");
-                assert!(err.contains("finished trials kept"), "{err}");
+                assert!(err.contains(" finished trial"), "{err}");
                 assert!(
                     err.contains(&format!("qtune tune --resume {}", run.display())),
                     "{err}"
