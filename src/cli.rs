@@ -117,11 +117,11 @@ pub struct TuneArgs {
     /// most the model's trained context).
     #[arg(long)]
     pub ctx: Option<u32>,
-    /// What you run: chat, agent, long-doc or a workload YAML file (request shapes of filler
-    /// text); agent-session, chat-session or subagents-session (a coding agent's session, a
-    /// chat, or three sub-agents at once, of real text, rendered by the model's own chat
-    /// template and replayed); or a trace FILE.jsonl from
-    /// `qtune record`. The tune minimizes its time per request (overrides the space's workload).
+    /// What you run: agent (a coding agent's session; also agent-session), chat-session or
+    /// subagents-session (a chat, or three sub-agents at once), of real text rendered by the
+    /// model's own chat template and replayed; chat, agent-shapes, long-doc or a workload YAML
+    /// file (request shapes of filler text); or a trace FILE.jsonl from `qtune record`. The
+    /// tune minimizes its time per request (overrides the space's workload).
     #[arg(long)]
     pub workload: Option<String>,
     /// Most search trials (overrides the space's budget).
@@ -328,10 +328,10 @@ pub struct CompareArgs {
     /// Measured requests per launch (overrides the space's workload).
     #[arg(long)]
     pub repetitions: Option<u32>,
-    /// Compare the commands on time per request for this workload: chat, agent, long-doc or a
-    /// YAML file (every built-in mix is measured in each launch, this one decides); or
-    /// agent-session, chat-session, subagents-session or a trace FILE.jsonl, replayed in each
-    /// launch.
+    /// Compare the commands on time per request for this workload: agent (the agent
+    /// session), chat-session, subagents-session or a trace FILE.jsonl, replayed in each
+    /// launch; or chat, agent-shapes, long-doc or a YAML file (request shapes: every built-in
+    /// mix is measured in each launch, this one decides).
     #[arg(long)]
     pub workload: Option<String>,
     /// Differences smaller than this many percent are a tie.
@@ -585,7 +585,7 @@ pub struct PlanArgs {
     /// Quantizations of --shape to plan, comma-separated (q4_k_m, q4_k_l, mxfp4_moe, q8_0).
     #[arg(long, value_delimiter = ',', requires = "shape")]
     pub quant: Vec<String>,
-    /// The workload the recommendation is for (chat, agent, long-doc or a YAML file); every
+    /// The workload the recommendation is for (chat, agent-shapes, long-doc or a YAML file); every
     /// built-in's time per request is shown. Only with --box or --shape.
     #[arg(long)]
     pub workload: Option<String>,

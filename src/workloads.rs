@@ -5,7 +5,9 @@
 //! The objective of a tune is the **time per request** (time to first token plus generation
 //! time) averaged over the mix with its weights: a chat turn is mostly generation, an agent turn
 //! deep in a long context pays attention over the held tokens, a long document is mostly
-//! prompt processing. Built-ins: `chat`, `agent`, `long-doc`; any YAML file of the same form.
+//! prompt processing. Built-ins: `chat`, `agent-shapes`, `long-doc`; any YAML file of the same form.
+//! (`--workload agent` is the built-in agent session of real text, not these shapes:
+//! [`crate::trial::session_render`].)
 
 use serde::{Deserialize, Serialize};
 
@@ -55,7 +57,10 @@ pub struct Mix {
 /// The built-in workloads, embedded so the binary works anywhere.
 pub const BUILTIN: [(&str, &str); 3] = [
     ("chat", include_str!("../workloads/chat.yaml")),
-    ("agent", include_str!("../workloads/agent.yaml")),
+    (
+        "agent-shapes",
+        include_str!("../workloads/agent-shapes.yaml"),
+    ),
     ("long-doc", include_str!("../workloads/long-doc.yaml")),
 ];
 
@@ -71,8 +76,11 @@ pub const MAX_SHAPE_TOKENS: u32 = 1_048_576;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
-    #[error("unknown workload '{0}': give one of chat, agent, long-doc, agent-session, chat-session, subagents-session, a YAML file or a trace FILE.jsonl")]
+    #[error("unknown workload '{0}': give agent, chat-session or subagents-session (sessions of real text), chat, agent-shapes or long-doc (request shapes), a YAML file or a trace FILE.jsonl")]
     Unknown(String),
+    /// A built-in session where only request shapes are taken (a space file, `plan`).
+    #[error("'{0}' is a built-in session of real text, rendered by a real llama-server: tune and compare take it as --workload {0}; here give chat, agent-shapes, long-doc or a YAML file")]
+    SessionHere(String),
     #[error("cannot read workload {path}: {message}")]
     Read { path: String, message: String },
     #[error("{path}: {message}")]
@@ -90,6 +98,18 @@ pub fn builtins() -> Vec<Mix> {
         .collect()
 }
 
+/// The built-in session (`crate::trial::session_render`) that `--workload name` names:
+/// `agent` is the agent session of real text (issue 52; its request shapes of filler text are
+/// `agent-shapes`), and each session also answers to its full name.
+pub fn session_name(name: &str) -> Option<&'static str> {
+    match name {
+        "agent" | "agent-session" => Some("agent-session"),
+        "chat-session" => Some("chat-session"),
+        "subagents-session" => Some("subagents-session"),
+        _ => None,
+    }
+}
+
 /// The longest workload or shape name.
 const MAX_NAME_CHARS: usize = 64;
 
@@ -97,6 +117,9 @@ const MAX_NAME_CHARS: usize = 64;
 pub fn load(name_or_path: &str) -> Result<Mix, WorkloadError> {
     if let Some((n, text)) = BUILTIN.iter().find(|(n, _)| *n == name_or_path) {
         return parse(text, n);
+    }
+    if session_name(name_or_path).is_some() {
+        return Err(WorkloadError::SessionHere(name_or_path.to_string()));
     }
     let path = std::path::Path::new(name_or_path);
     if !name_or_path.contains('/') && !name_or_path.ends_with(".yaml") && !path.exists() {
@@ -306,7 +329,7 @@ mod tests {
     fn builtins_parse_and_cover_chat_agent_and_a_long_document() {
         let b = builtins();
         let names: Vec<&str> = b.iter().map(|m| m.name.as_str()).collect();
-        assert_eq!(names, ["chat", "agent", "long-doc"]);
+        assert_eq!(names, ["chat", "agent-shapes", "long-doc"]);
         assert!(b[1].shapes[0].held >= 20_000, "an agent turn is deep");
         assert_eq!(b[2].shapes[0].held, 0, "a document is read fresh");
         // All three fit the default space's 32k context unscaled.
@@ -315,9 +338,26 @@ mod tests {
         }
     }
 
+    /// Issue 52: `--workload agent` is the agent session of real text; the filler shapes
+    /// answer to `agent-shapes`, and a place that takes only shapes says so in one line.
+    #[test]
+    fn agent_names_the_session_and_the_shapes_have_their_own_name() {
+        assert_eq!(session_name("agent"), Some("agent-session"));
+        assert_eq!(session_name("agent-session"), Some("agent-session"));
+        assert_eq!(session_name("chat"), None, "chat stays the request shapes");
+        assert_eq!(session_name("agent-shapes"), None);
+        let e = load("agent").unwrap_err().to_string();
+        assert!(
+            e.contains("--workload agent") && e.contains("agent-shapes"),
+            "{e}"
+        );
+        assert!(!e.contains('\n'), "{e}");
+        assert!(load("agent-shapes").unwrap().shapes[0].held >= 20_000);
+    }
+
     #[test]
     fn a_shape_too_long_for_the_context_is_scaled_and_said() {
-        let agent = load("agent").unwrap();
+        let agent = load("agent-shapes").unwrap();
         let (f, notes) = agent.fitted(4096);
         assert_eq!(notes.len(), 1);
         assert!(notes[0].contains("does not fit -c 4096"), "{}", notes[0]);

@@ -101,7 +101,7 @@ fn compare_runs_interleaved_rounds_and_prints_no_interval_from_two_rounds() {
     assert!(Path::new(&out_dir.join("logs")).is_dir());
 }
 
-/// `compare --workload agent`: the verdict is agent's time per request; chat and long-doc,
+/// `compare --workload agent-shapes`: the verdict is its time per request; chat and long-doc,
 /// measured in the same rounds, follow under "measured, not raced"; no generation-first
 /// "verdict:" line contradicts it; 2 rounds print no interval.
 #[test]
@@ -119,7 +119,15 @@ fn compare_with_a_workload_gives_that_workloads_verdict_and_the_others_below() {
     let b = format!("llama-server -m {} -c 1024 -np 1 -t 1 -ub 256", m.display());
     let out = qtune()
         .env("QTUNE_LLAMA_SERVER", &server)
-        .args(["compare", &a, &b, "--rounds", "2", "--workload", "agent"])
+        .args([
+            "compare",
+            &a,
+            &b,
+            "--rounds",
+            "2",
+            "--workload",
+            "agent-shapes",
+        ])
         .args(["--prompt-tokens", "16", "--gen-tokens", "4"])
         .args(["--repetitions", "1", "--out"])
         .arg(dir.path().join("cmp"))
@@ -136,7 +144,7 @@ fn compare_with_a_workload_gives_that_workloads_verdict_and_the_others_below() {
             .position(|l| l.starts_with(prefix))
             .unwrap_or_else(|| panic!("no line starting {prefix:?}:\n{stdout}"))
     };
-    let verdict = at("verdict on agent (time per request, medians): A ");
+    let verdict = at("verdict on agent-shapes (time per request, medians): A ");
     assert!(
         lines[verdict + 1].starts_with("  B ran ")
             && lines[verdict + 1].contains("than A (undecided: "),
@@ -148,7 +156,10 @@ fn compare_with_a_workload_gives_that_workloads_verdict_and_the_others_below() {
         let i = at(&format!("  {w} (time per request, medians): A "));
         assert!(i > others, "{w} under measured, not raced:\n{stdout}");
     }
-    assert!(!stdout.contains("  agent (time per request"), "{stdout}");
+    assert!(
+        !stdout.contains("  agent-shapes (time per request"),
+        "{stdout}"
+    );
     // No generation-first verdict beside agent's, and no interval from 2 rounds.
     assert!(!stdout.contains("verdict: "), "{stdout}");
     assert!(

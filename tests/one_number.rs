@@ -1,5 +1,5 @@
 //! One number per (config, workload), issue 43: a real tiny tune (the real CPU llama-server,
-//! tiny-qwen35moe) with `--workload agent`, whose summary, report.md and results.json are parsed
+//! tiny-qwen35moe) with `--workload agent-shapes`, whose summary, report.md and results.json are parsed
 //! and compared: the verdict is agent's, the other workloads are "measured, not raced", and
 //! every time per request reads the same in all three (`--json` prints results.json itself:
 //! tests/tune_cli.rs checks that). Asserts no speed.
@@ -43,7 +43,7 @@ fn a_workload_tune_prints_one_time_per_request_everywhere_and_the_workloads_verd
             "--budget-trials",
             "4",
             "--workload",
-            "agent",
+            "agent-shapes",
         ])
         .arg("--out")
         .arg(&run)
@@ -65,9 +65,12 @@ fn a_workload_tune_prints_one_time_per_request_everywhere_and_the_workloads_verd
     assert!(json["report"].as_str().unwrap().ends_with("report.md"));
 
     // The verdict is agent's.
-    assert_eq!(verdict["workload"], "agent", "{verdict}");
-    assert!(stderr.contains("recommended for agent: "), "{stderr}");
-    assert!(md.contains("**Recommended for agent:**"), "{md}");
+    assert_eq!(verdict["workload"], "agent-shapes", "{verdict}");
+    assert!(
+        stderr.contains("recommended for agent-shapes: "),
+        "{stderr}"
+    );
+    assert!(md.contains("**Recommended for agent-shapes:**"), "{md}");
 
     // Its time per request: one number in the summary, report.md and results.json.
     let secs = |v: &serde_json::Value| format!("{:.2}", v.as_f64().expect("a time"));
@@ -103,7 +106,10 @@ fn a_workload_tune_prints_one_time_per_request_everywhere_and_the_workloads_verd
     }
     // The stored pick of agent says the same.
     let picks = json["workload_picks"].as_array().expect("workload picks");
-    let agent = picks.iter().find(|p| p["workload"] == "agent").unwrap();
+    let agent = picks
+        .iter()
+        .find(|p| p["workload"] == "agent-shapes")
+        .unwrap();
     assert_eq!(secs(&agent["request_s"]), mine, "{agent}");
 
     // The others: measured, not raced; agent is not among them; each one number everywhere.
@@ -121,12 +127,12 @@ fn a_workload_tune_prints_one_time_per_request_everywhere_and_the_workloads_verd
         .take_while(|l| l.starts_with("  "))
         .collect();
     assert!(
-        !block.iter().any(|l| l.starts_with("  agent: ")),
+        !block.iter().any(|l| l.starts_with("  agent-shapes: ")),
         "{stderr}"
     );
     for o in others {
         let w = o["workload"].as_str().unwrap();
-        assert_ne!(w, "agent");
+        assert_ne!(w, "agent-shapes");
         let t = secs(&o["time_per_request_s"]);
         let line = block
             .iter()

@@ -122,7 +122,7 @@ fn the_json_has_each_quants_predictions_and_the_command_to_start_with() {
             .iter()
             .map(|w| w["workload"].as_str().unwrap())
             .collect();
-        assert_eq!(names, ["chat", "agent", "long-doc"]);
+        assert_eq!(names, ["chat", "agent-shapes", "long-doc"]);
         for w in q["per_workload"].as_array().unwrap() {
             let (s, lo, hi) = (
                 w["request_s"].as_f64().unwrap(),

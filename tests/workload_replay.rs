@@ -182,7 +182,7 @@ fn a_pick_slower_than_the_reference_is_never_the_headline() {
             (94.0, 1500.0)
         }
     }
-    for workload in ["chat", "agent"] {
+    for workload in ["chat", "agent-shapes"] {
         let (w, _) = tune(&context(workload), slower, 1.0);
         if let Some(c) = &w.request_vs_baseline {
             assert!(
@@ -228,7 +228,7 @@ fn one_tune_names_a_command_for_every_workload_and_luck_is_not_a_lead() {
     let r = result_of(&ctx, w, history);
     let picks = r.workload_picks();
     let names: Vec<&str> = picks.iter().map(|p| p.workload.as_str()).collect();
-    assert_eq!(names, ["chat", "agent", "long-doc"]);
+    assert_eq!(names, ["chat", "agent-shapes", "long-doc"]);
     // The tune's own workload: the verdict, not a median of its own.
     assert_eq!(picks[0].basis, Some(PickBasis::Verdict));
     assert_eq!(picks[0].config, chat_pick);
@@ -424,7 +424,7 @@ fn a_fit_target_that_loaded_the_same_buffers_is_not_raced_again() {
 /// race gets its rounds.
 #[test]
 fn an_agent_sessions_levers_leave_the_exploration_its_launches() {
-    let mut ctx = context("agent");
+    let mut ctx = context("agent-shapes");
     ctx.workload_traits = qtune::search::levers::WorkloadTraits {
         real_text: true,
         max_overlap: 2,

@@ -119,7 +119,7 @@ pub fn propose(levers: &Levers, best: &LaunchConfig, traits: &WorkloadTraits) ->
             }
         } else {
             plan.skipped.push(
-                "speculative decoding: not tried, the workload's text is filler (its drafts would be accepted on repetition, not on what you run); tune with --workload agent or a recorded trace"
+                "speculative decoding: not tried, the workload's text is filler (its drafts would be accepted on repetition, not on what you run); tune with --workload agent (the agent session) or a recorded trace"
                     .to_string(),
             );
         }

@@ -196,7 +196,7 @@ pub fn tune(
             }
         } else {
             warnings.push(
-                "speculative decoding, context checkpoints and parallel slots were not tried: this workload is request shapes of filler text, which cannot show them (--workload agent-session, or a trace of yours from qtune record, can)"
+                "speculative decoding, context checkpoints and parallel slots were not tried: this workload is request shapes of filler text, which cannot show them (--workload agent, the agent session, or a trace of yours from qtune record, can)"
                     .to_string(),
             );
         }

@@ -1,5 +1,5 @@
-//! `--workload agent-session`, `chat-session` and `subagents-session`: the built-in sessions of real
-//! text ([`crate::traffic::session`]), rendered through the model's own chat template by a
+//! `--workload agent` (or `agent-session`), `chat-session` and `subagents-session`: the
+//! built-in sessions of real text ([`crate::traffic::session`]), rendered through the model's own chat template by a
 //! short-lived llama-server (nothing offloaded, the model memory-mapped), written as a trace
 //! and then replayed in every launch like a recorded one ([`crate::traffic::plan`]).
 //!
@@ -11,17 +11,16 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The built-in session names `--workload` takes.
-pub const NAMES: [&str; 3] = ["agent-session", "chat-session", "subagents-session"];
-
-/// Is `name` one of the built-in sessions?
+/// Is `name` one of the built-in sessions (`agent` is the agent session)?
 pub fn is_session(name: &str) -> bool {
-    NAMES.contains(&name)
+    crate::workloads::session_name(name).is_some()
 }
 
 /// The trace of the built-in session `name` for `model` at context `ctx`: the kept one when
 /// it exists, else rendered by a short-lived `server`.
 pub fn trace_for(name: &str, server: &Path, model: &Path, ctx: u32) -> Result<PathBuf> {
+    // `agent` and `agent-session` are one session: one trace, named by its full name.
+    let name = crate::workloads::session_name(name).unwrap_or(name);
     let kind = match name {
         "agent-session" => crate::traffic::session::Kind::Agent,
         "chat-session" => crate::traffic::session::Kind::Chat,
