@@ -420,10 +420,15 @@ pub enum RpcCommand {
 
 #[derive(Debug, Clone, Args)]
 pub struct RpcServeArgs {
-    /// Address to listen on: the one the head box reaches this box at (a private or VPN
-    /// address for a second box; loopback to try it on one box).
+    /// The address to listen on, as `qtune record --listen` takes it: the one the head box
+    /// reaches this box at (a private or VPN address for a second box; loopback to try it on
+    /// one box), e.g. 192.168.1.20:50052 or [fd00::2]:50052. Default: 127.0.0.1:50052.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["host", "port"])]
+    pub listen: Option<String>,
+    /// The host part alone (the port stays 50052 unless --port names another).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
+    /// The port part alone.
     #[arg(long, default_value_t = crate::rpc::DEFAULT_PORT)]
     pub port: u16,
     /// Devices to lend, comma-separated as the worker names them (e.g. CUDA0,CPU); default:

@@ -79,17 +79,11 @@ impl Drop for Worker {
 #[test]
 fn serve_refuses_a_public_address_warns_on_a_private_one_and_prints_the_head_argument() {
     let sh = Path::new("/bin/sh"); // any file: --dry-run runs nothing
+                                   // `--listen HOST:PORT`, as `qtune record --listen` takes it (issue 52).
     let run = |host: &str, extra: &[&str]| {
         qtune()
-            .args([
-                "rpc",
-                "serve",
-                "--dry-run",
-                "--host",
-                host,
-                "--port",
-                "50111",
-            ])
+            .args(["rpc", "serve", "--dry-run", "--listen"])
+            .arg(format!("{host}:50111"))
             .arg("--rpc-server")
             .arg(sh)
             .args(extra)
@@ -108,6 +102,39 @@ fn serve_refuses_a_public_address_warns_on_a_private_one_and_prints_the_head_arg
         "{err}"
     );
     assert!(!err.contains("warning"), "loopback is quiet: {err}");
+
+    // The parts alone still work, and a --listen without its port is one line.
+    let o = qtune()
+        .args([
+            "rpc",
+            "serve",
+            "--dry-run",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "50112",
+        ])
+        .arg("--rpc-server")
+        .arg(sh)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", output_text(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim_end().lines().last(),
+        Some("--rpc 127.0.0.1:50112")
+    );
+    let o = qtune()
+        .args(["rpc", "serve", "--dry-run", "--listen", "127.0.0.1"])
+        .arg("--rpc-server")
+        .arg(sh)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{}", output_text(&o));
+    assert!(
+        err.starts_with("qtune: error: --listen: ") && err.lines().count() == 1,
+        "{err}"
+    );
 
     let o = run("192.168.1.20", &[]);
     let err = String::from_utf8_lossy(&o.stderr);
@@ -366,7 +393,7 @@ fn a_tune_places_the_model_over_two_workers_against_the_naive_split_and_goes_on_
     // The launch script names each worker's command and checks they answer.
     let script = std::fs::read_to_string(run.join("launch.sh")).unwrap();
     assert!(
-        script.contains(&format!("qtune rpc serve --host 127.0.0.1 --port {b_port}"))
+        script.contains(&format!("qtune rpc serve --listen 127.0.0.1:{b_port}"))
             && script.contains("/dev/tcp/"),
         "{script}"
     );

@@ -51,6 +51,8 @@ pub fn rpc_server_path(server: Option<PathBuf>) -> Result<()> {
 /// What `qtune rpc serve` was asked (the command line's flags, as the CLI parsed them).
 #[derive(Debug, Clone)]
 pub struct Serve {
+    /// `--listen HOST:PORT`, which replaces host and port.
+    pub listen: Option<String>,
     pub host: String,
     pub port: u16,
     pub device: Vec<String>,
@@ -63,7 +65,13 @@ pub struct Serve {
 
 /// `qtune rpc serve`: check the address, print the worker's command and the head's `--rpc`,
 /// then become the worker (exec: signals reach it directly, a service manager stops it).
-pub fn serve(a: Serve) -> Result<()> {
+pub fn serve(mut a: Serve) -> Result<()> {
+    if let Some(l) = &a.listen {
+        let w: crate::config::rpc::Worker = l
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!("--listen: {e}"))?;
+        (a.host, a.port) = (w.host, w.port);
+    }
     let warning = crate::rpc::bind_policy(&a.host, a.allow_public).map_err(anyhow::Error::msg)?;
     if a.threads == Some(0) {
         bail!("--threads 0 is not a thread count: give 1 or more, or leave it out");

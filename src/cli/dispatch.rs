@@ -53,6 +53,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             ..
         }) => app::rpc::rpc_server_path(server),
         Command::Rpc(RpcCommand::Serve(s)) => app::rpc::serve(app::rpc::Serve {
+            listen: s.listen,
             host: s.host,
             port: s.port,
             device: s.device,

@@ -137,9 +137,8 @@ pub fn serve_argv(rpc_server: &str, o: &ServeOptions) -> Vec<String> {
 /// script and unit tell the user to run there).
 pub fn serve_command_line(w: &Worker) -> String {
     format!(
-        "qtune rpc serve --host {} --port {}",
-        crate::escape::shell_quote(&w.host),
-        w.port
+        "qtune rpc serve --listen {}",
+        crate::escape::shell_quote(&w.to_string())
     )
 }
 
@@ -195,7 +194,7 @@ pub fn script_block(c: &LaunchConfig) -> String {
     s.push_str(
         r#"  RPC_HOST=${RPC_WORKER%:*}; RPC_HOST=${RPC_HOST#[}; RPC_HOST=${RPC_HOST%]}
   if ! (exec 3<>"/dev/tcp/$RPC_HOST/${RPC_WORKER##*:}") 2>/dev/null; then
-    echo "launch.sh: RPC worker $RPC_WORKER does not answer: start it on its box (qtune rpc serve --host $RPC_HOST --port ${RPC_WORKER##*:})" >&2
+    echo "launch.sh: RPC worker $RPC_WORKER does not answer: start it on its box (qtune rpc serve --listen $RPC_WORKER)" >&2
     exit 1
   fi
 done
