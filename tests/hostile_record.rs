@@ -311,3 +311,68 @@ fn stalled_uploads_and_idle_connections_never_hold_up_a_real_client() {
     let recorded = lines.iter().filter(|v| v["type"] == "request").count();
     assert_eq!(recorded, 4, "the client's four generations are recorded");
 }
+
+/// Issue 53, the fourth probe: hostile bodies on the recorder's new routes, `/v1/messages`
+/// (Claude Code's) and `/v1/responses` (tests/fixtures/hostile-messages.py: not JSON, the
+/// wrong types, a 10,000-deep nesting, a tool schema past serde's 128 levels, lone
+/// surrogates, a cut billing header, 2,000 messages, a 4 MiB string, duplicate keys), sent raw
+/// through `qtune record` in front of the real server. Each is answered (the recorder forwards,
+/// the server judges), `/health` right after each within 2 s, nothing panics, the trace reads,
+/// and a body qtune cannot parse says so instead of "the request has no messages".
+#[test]
+fn hostile_messages_and_responses_bodies_are_forwarded_and_never_break_the_recorder() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(model) = support::smollm2() else {
+        return;
+    };
+    let Some((_server, sport)) = start_server(
+        dir.path(),
+        &model,
+        "hostile-messages.gguf",
+        &["-c", "2048", "-np", "1", "-t", "1"],
+    ) else {
+        return;
+    };
+    let trace = dir.path().join("trace.jsonl");
+    let (mut rec, port) = support::record::start_record(sport, &trace, dir.path());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hostile-messages.py");
+    let o = Command::new("python3")
+        .arg(&script)
+        .arg(format!("http://127.0.0.1:{port}"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let cases: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let cases = cases.as_object().unwrap();
+    assert!(cases.len() >= 30, "{cases:?}");
+    for (name, c) in cases {
+        let status = c["status"].as_u64();
+        assert!(
+            status.is_some_and(|s| (200..600).contains(&s)),
+            "{name}: no answer: {c}"
+        );
+        assert_eq!(c["health"], 200, "{name}: {c}");
+        assert!(c["health_s"].as_f64().unwrap() < 2.0, "{name}: {c}");
+    }
+    stop_record(&mut rec, dir.path());
+    let err = std::fs::read_to_string(dir.path().join("record.err")).unwrap();
+    assert!(!err.contains("panicked"), "{err}");
+    let show = Command::new(env!("CARGO_BIN_EXE_qtune"))
+        .args(["trace", "show"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        show.status.success(),
+        "{}",
+        String::from_utf8_lossy(&show.stderr)
+    );
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let deep = cases["messages-tool-deep-schema"]["status"].as_u64();
+    if deep == Some(200) {
+        assert!(
+            text.contains("qtune cannot read its body as JSON (recursion limit exceeded"),
+            "{text}"
+        );
+    }
+}

@@ -723,19 +723,27 @@ async fn finish(
         Some(s) if (200..300).contains(&s) => {
             let _one_at_a_time = state.tokenizing.lock().await;
             // Read with its keys in their order: the body the server rendered.
-            let body: super::ordered::J = serde_json::from_slice(&asked.body).unwrap_or_default();
-            upstream::prompt_tokens(&state.client, &state.upstream, &asked.endpoint, &body)
-                .await
-                .and_then(|t| match counted {
-                    // The server's own count of the prompt it read: a rendering that differs
-                    // is not this request's prompt.
-                    Some(n) if n != t.len() as u64 => Err(format!(
-                        "the server read a prompt of {n} tokens, qtune rendered {}: its prompt \
+            // A body the server read but serde does not (nested past its 128 levels, say)
+            // is named as such, not as a body without messages.
+            match serde_json::from_slice::<super::ordered::J>(&asked.body) {
+                Err(e) => Err(format!(
+                    "qtune cannot read its body as JSON ({e}): its prompt is not recorded"
+                )),
+                Ok(body) => {
+                    upstream::prompt_tokens(&state.client, &state.upstream, &asked.endpoint, &body)
+                        .await
+                }
+            }
+            .and_then(|t| match counted {
+                // The server's own count of the prompt it read: a rendering that differs
+                // is not this request's prompt.
+                Some(n) if n != t.len() as u64 => Err(format!(
+                    "the server read a prompt of {n} tokens, qtune rendered {}: its prompt \
                          is not recorded",
-                        t.len()
-                    )),
-                    _ => Ok(t),
-                })
+                    t.len()
+                )),
+                _ => Ok(t),
+            })
         }
         Some(s) => Err(format!(
             "the server answered {s}: its prompt was not tokenized"
