@@ -29,6 +29,22 @@ pub struct Cli {
 }
 
 /// What `qtune` alone prints: the help, and where a newcomer starts.
+/// `--budget-minutes`: a finite number of minutes above 0 and at most a week (issue 53: the
+/// class of input, so `inf`, `nan`, `-1` and `1e9` are refused alike, in one line).
+fn budget_minutes(s: &str) -> Result<f64, String> {
+    let m: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of minutes"))?;
+    if !m.is_finite() || m <= 0.0 || m > crate::space::MAX_BUDGET_MINUTES {
+        return Err(format!(
+            "'{s}' is not a budget: give minutes above 0 and at most {} (a week)",
+            crate::space::MAX_BUDGET_MINUTES as u32
+        ));
+    }
+    Ok(m)
+}
+
 pub fn bare_help() -> String {
     let mut cmd = <Cli as clap::CommandFactory>::command();
     format!(
@@ -128,7 +144,7 @@ pub struct TuneArgs {
     #[arg(long)]
     pub budget_trials: Option<u32>,
     /// Wall-clock limit in minutes (overrides the space's budget).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = budget_minutes)]
     pub budget_minutes: Option<f64>,
     /// Run directory (default: ~/.local/share/qtune/runs/<date>-<model>-<host>/, under
     /// $XDG_DATA_HOME if set; QTUNE_DATA_DIR moves it).

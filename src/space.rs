@@ -236,6 +236,9 @@ fn default_parallel() -> u32 {
     1
 }
 
+/// The longest tune budget, minutes: a week (a longer one is a typo, not a plan).
+pub const MAX_BUDGET_MINUTES: f64 = 7.0 * 24.0 * 60.0;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Budget {
@@ -581,10 +584,17 @@ pub fn validate(s: &SearchSpace) -> Result<(), (&'static str, String)> {
     if let Some(f) = &s.quality {
         validate_quality_floor(f)?;
     }
-    if s.budget.trials == 0 || !s.budget.minutes.is_finite() || s.budget.minutes <= 0.0 {
+    if s.budget.trials == 0
+        || !s.budget.minutes.is_finite()
+        || s.budget.minutes <= 0.0
+        || s.budget.minutes > MAX_BUDGET_MINUTES
+    {
         return Err((
             "budget",
-            "budget trials and minutes must be positive".into(),
+            format!(
+                "budget trials must be at least 1, and minutes above 0 and at most {} (a week)",
+                MAX_BUDGET_MINUTES as u32
+            ),
         ));
     }
     Ok(())
@@ -814,6 +824,19 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert_eq!(err, "t.yaml: line 10: min_top1_pct 120 is outside 0..=100");
+    }
+
+    /// Issue 53: a budget is refused by its class (not finite, not above 0, past a week),
+    /// from a space file as from `--budget-minutes`.
+    #[test]
+    fn budgets_past_a_week_or_not_finite_are_refused() {
+        for minutes in ["1e300", ".inf", ".nan", "0", "-3", "10081"] {
+            let text = format!("{SMALL}budget:\n  trials: 4\n  minutes: {minutes}\n");
+            let err = parse(&text, "t.yaml").map(|_| ()).unwrap_err().to_string();
+            assert!(err.contains("at most 10080 (a week)"), "{minutes}: {err}");
+        }
+        let ok = format!("{SMALL}budget:\n  trials: 4\n  minutes: 10080\n");
+        assert!(parse(&ok, "t.yaml").is_ok());
     }
 
     #[test]

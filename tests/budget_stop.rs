@@ -268,3 +268,30 @@ fn a_minutes_budget_cut_off_prints_the_command_and_resume_with_more_minutes_goes
     );
     assert_decided(&run, &out);
 }
+
+/// Issue 53: `--budget-minutes` is refused by its class, before anything else is read: not a
+/// number, not finite, not above 0, past a week. One error, no panic, exit 2 (a usage error).
+#[test]
+fn a_budget_in_minutes_that_is_not_one_is_refused_by_its_class() {
+    for v in ["inf", "nan", "-1", "0", "1e9", "10081", "abc", "1e-400"] {
+        let o = qtune()
+            .args([
+                "tune",
+                "--model",
+                "/nonexistent.gguf",
+                "--budget-minutes",
+                v,
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{v}: {err}");
+        let first = err.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("error: invalid value")
+                && (first.contains("is not a budget") || first.contains("not a number")),
+            "{v}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{v}: {err}");
+    }
+}
