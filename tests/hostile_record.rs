@@ -312,6 +312,58 @@ fn stalled_uploads_and_idle_connections_never_hold_up_a_real_client() {
     assert_eq!(recorded, 4, "the client's four generations are recorded");
 }
 
+/// Issue 53: four addresses at the per-address cap (4 x 128 = 512 idle connections) used to
+/// fill every connection the recorder serves; the last 64 are kept for light clients, so a
+/// real client's requests are still answered within 2 s (or 3x the same before), and a busy
+/// address's next connection is answered 503 at once instead of waiting.
+#[test]
+fn four_busy_addresses_never_lock_out_a_real_client() {
+    use std::net::Ipv4Addr;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(model) = support::smollm2() else {
+        return;
+    };
+    let Some((_server, sport)) = start_server(
+        dir.path(),
+        &model,
+        "hostile-four.gguf",
+        &["-c", "2048", "-np", "1", "-t", "1"],
+    ) else {
+        return;
+    };
+    let out = dir.path().join("trace.jsonl");
+    let (mut rec, port) = support::record::start_record(sport, &out, dir.path());
+    let before = client_round(port);
+    let mut idle = Vec::new();
+    for i in 2..6 {
+        for _ in 0..128 {
+            idle.push(connect_from(Ipv4Addr::new(127, 0, 0, i), port));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    for (i, (took, status)) in client_round(port).into_iter().enumerate() {
+        let bound = Duration::from_secs(2).max(before[i].0 * 3);
+        assert!(status.starts_with("HTTP/1.1 200"), "request {i}: {status}");
+        assert!(
+            took < bound,
+            "request {i}: answered after {took:?} (bound {bound:?})"
+        );
+    }
+    let mut more = connect_from(Ipv4Addr::new(127, 0, 0, 5), port);
+    more.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let t0 = Instant::now();
+    let mut refused = String::new();
+    let _ = more.read_to_string(&mut refused);
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    assert!(
+        refused.contains("connections are open already"),
+        "{refused}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    drop(idle);
+    stop_record(&mut rec, dir.path());
+}
+
 /// Issue 53, the fourth probe: hostile bodies on the recorder's new routes, `/v1/messages`
 /// (Claude Code's) and `/v1/responses` (tests/fixtures/hostile-messages.py: not JSON, the
 /// wrong types, a 10,000-deep nesting, a tool schema past serde's 128 levels, lone

@@ -179,9 +179,26 @@ pub async fn read_body(
     Ok((body, held))
 }
 
-/// The connections open from each client address.
+/// Connections kept for light clients: once all but this many of the recorder's connections
+/// are open, only an address holding fewer than [`LIGHT`] gets one more. An agent holds a few
+/// connections; four addresses at the per-address cap (4 x 128 = 512) used to fill them all
+/// and leave a real client waiting (issue 53).
+pub const RESERVED: usize = 64;
+/// An address holding fewer connections than this may take a reserved one.
+pub const LIGHT: usize = 8;
+
+/// The connections open from each client address, and in all.
 #[derive(Clone, Default)]
 pub struct Clients(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+/// Why a connection was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Its address has this many open already.
+    Client(usize),
+    /// The recorder has this many open (the reserve too, or the address is not light).
+    Full(usize),
+}
 
 /// One connection counted against its address, until dropped.
 pub struct Counted {
@@ -202,27 +219,36 @@ impl Drop for Counted {
 }
 
 impl Clients {
-    /// Count one more connection from `ip`; None when it has `cap` already.
-    pub fn admit(&self, ip: IpAddr, cap: usize) -> Option<Counted> {
+    /// Count one more connection from `ip`: refused when it has `cap` open already, or when
+    /// `total` are open in all, or `total - RESERVED` and `ip` is not light.
+    pub fn admit(&self, ip: IpAddr, cap: usize, total: usize) -> Result<Counted, Refused> {
         let mut m = self.0.lock().unwrap();
-        let n = m.entry(ip).or_insert(0);
-        if *n >= cap {
-            return None;
+        let open: usize = m.values().sum();
+        let n = m.get(&ip).copied().unwrap_or(0);
+        if n >= cap {
+            return Err(Refused::Client(n));
         }
-        *n += 1;
-        Some(Counted {
+        if open >= total || (open >= total.saturating_sub(RESERVED) && n >= LIGHT) {
+            return Err(Refused::Full(open));
+        }
+        *m.entry(ip).or_insert(0) += 1;
+        Ok(Counted {
             clients: self.clone(),
             ip,
         })
     }
 }
 
-/// Answer a connection over its address's cap 503 and close it (a second at most).
-pub async fn refuse(mut stream: tokio::net::TcpStream, cap: usize) {
+/// Answer a connection that was not admitted 503 and close it (a second at most).
+pub async fn refuse(mut stream: tokio::net::TcpStream, why: Refused) {
     use tokio::io::AsyncWriteExt;
+    let what = match why {
+        Refused::Client(n) => format!("this client has {n} connections open already"),
+        Refused::Full(n) => format!("{n} connections are open already"),
+    };
     let body = format!(
-        "{{\"error\":{{\"code\":503,\"message\":\"qtune record: this client has {cap} connections \
-         open already\",\"type\":\"qtune_record_error\"}}}}"
+        "{{\"error\":{{\"code\":503,\"message\":\"qtune record: {what}\",\
+         \"type\":\"qtune_record_error\"}}}}"
     );
     let answer = format!(
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n\
@@ -281,14 +307,48 @@ mod tests {
         let c = Clients::default();
         let a: IpAddr = "127.0.0.2".parse().unwrap();
         let b: IpAddr = "127.0.0.3".parse().unwrap();
-        let held: Vec<Counted> = (0..3).map(|_| c.admit(a, 3).unwrap()).collect();
-        assert!(c.admit(a, 3).is_none());
-        assert!(c.admit(b, 3).is_some());
+        let held: Vec<Counted> = (0..3).map(|_| c.admit(a, 3, 512).unwrap()).collect();
+        assert_eq!(c.admit(a, 3, 512).err(), Some(Refused::Client(3)));
+        assert!(c.admit(b, 3, 512).is_ok());
         drop(held);
-        assert!(c.admit(a, 3).is_some());
+        assert!(c.admit(a, 3, 512).is_ok());
         assert!(
             c.0.lock().unwrap().is_empty(),
             "every connection is uncounted"
         );
+    }
+
+    /// Four addresses at the per-address cap fill what is not reserved; a fifth, light
+    /// address still gets in, and the heavy ones get no reserved connection.
+    #[test]
+    fn heavy_addresses_never_take_the_reserve_of_light_ones() {
+        let c = Clients::default();
+        let ip = |i: u8| -> IpAddr { std::net::Ipv4Addr::new(127, 0, 0, i).into() };
+        let mut held = Vec::new();
+        let mut refused = 0;
+        for i in 2..6 {
+            for _ in 0..128 {
+                match c.admit(ip(i), 128, 512) {
+                    Ok(k) => held.push(k),
+                    Err(_) => refused += 1,
+                }
+            }
+        }
+        assert_eq!(held.len(), 512 - RESERVED);
+        assert_eq!(refused, RESERVED);
+        assert_eq!(c.admit(ip(5), 128, 512).err(), Some(Refused::Full(448)));
+        // A light client: its LIGHT connections, then no more of the reserve.
+        for _ in 0..LIGHT {
+            held.push(c.admit(ip(9), 128, 512).expect("a light client gets in"));
+        }
+        assert!(c.admit(ip(9), 128, 512).is_err());
+        // Light clients together stop at the total.
+        for i in 10..40 {
+            while let Ok(k) = c.admit(ip(i), 128, 512) {
+                held.push(k);
+            }
+        }
+        assert_eq!(held.len(), 512);
+        assert_eq!(c.admit(ip(200), 128, 512).err(), Some(Refused::Full(512)));
     }
 }

@@ -6,8 +6,9 @@
 //! 413), at most [`MAX_HELD`] bytes of request bodies for all connections together (room
 //! taken as a body arrives, with a read deadline: see [`super::intake`]; a generation
 //! request's body is kept until its prompt is tokenized, and parsed then, one at a time), at
-//! most [`MAX_CONNECTIONS`] connections at once (more wait to be accepted) and
-//! [`intake::Limits::per_client`] from one address (more are refused), an answer kept for
+//! most [`MAX_CONNECTIONS`] connections at once, the last [`intake::RESERVED`] of them only
+//! for an address holding fewer than [`intake::LIGHT`], and [`intake::Limits::per_client`]
+//! from one address (more are answered 503 at once), an answer kept for
 //! reading its timings up to [`MAX_KEPT`] bytes and all answers together up to
 //! [`MAX_KEPT_ALL`] (a stream's events are read as they pass, one event at a time), and at
 //! most [`CHANNEL_CHUNKS`] chunks queued towards a slow client (the upstream waits for it).
@@ -288,14 +289,9 @@ pub async fn run(
         tokenizing: tokio::sync::Mutex::new(()),
     });
     on_ready(listener.local_addr().unwrap_or(opts.listen));
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let clients = intake::Clients::default();
     tokio::pin!(stop);
     loop {
-        let permit = tokio::select! {
-            _ = &mut stop => break,
-            p = slots.clone().acquire_owned() => p.expect("the semaphore is never closed"),
-        };
         let accepted = tokio::select! {
             _ = &mut stop => break,
             a = listener.accept() => a,
@@ -310,11 +306,12 @@ pub async fn run(
             }
         };
         let _ = stream.set_nodelay(true);
-        let cap = state.limits.per_client;
-        let Some(counted) = clients.admit(from.ip(), cap) else {
-            drop(permit);
-            tokio::spawn(intake::refuse(stream, cap));
-            continue;
+        let counted = match clients.admit(from.ip(), state.limits.per_client, MAX_CONNECTIONS) {
+            Ok(c) => c,
+            Err(why) => {
+                tokio::spawn(intake::refuse(stream, why));
+                continue;
+            }
         };
         let st = state.clone();
         tokio::spawn(async move {
@@ -326,7 +323,6 @@ pub async fn run(
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
                 .await;
             drop(counted);
-            drop(permit);
         });
     }
     drop(listener);
