@@ -225,17 +225,26 @@ fn disagreement(m: &super::Metrics) -> Vec<String> {
     if let Some(r) = &m.replay {
         for q in &r.requests {
             if let Some(tps) = q.gen_tps() {
-                check(
-                    format!("replayed request {}'s generation", q.id),
-                    tps,
-                    gen0,
-                    false,
-                );
+                let what = format!("replayed request {}'s generation", q.id);
+                check(what.clone(), tps, gen0, false);
+                // Too slow too, where it generated enough to time (a few tokens are noise),
+                // with the requests in flight beside it sharing the server: N at once each
+                // generate about 1/N as fast, never 100x slower than the launch's own samples
+                // (a faked slow reference would make any candidate "faster").
+                let shared = tps * f64::from(q.in_flight + 1);
+                if q.generated >= SHORT_GEN && shared < gen0 {
+                    check(what, shared, gen0, true);
+                }
             }
         }
     }
     bad
 }
+
+/// A replayed request that generated fewer tokens than this is not called too slow against
+/// the depth-0 generation speed (its time is mostly the first tokens' noise). Too fast is
+/// checked at any length.
+pub const SHORT_GEN: u32 = 32;
 
 /// Why a speed (tok/s) cannot be real, if it cannot.
 fn speed_problem(v: f64, max: f64, source: &str) -> Option<String> {
@@ -446,5 +455,61 @@ mod tests {
         let mut cached = shape(0.0, 40.0);
         cached.prompt_n = 0;
         assert!(implausible_speed(&m(cached), &c).is_none());
+    }
+
+    /// Issue 53: a replayed request's generation 100x slower than the launch's own samples
+    /// is no measurement either (a faked slow reference makes any candidate "faster"), once
+    /// it generated enough tokens to time and allowing for the requests in flight beside it.
+    #[test]
+    fn a_replayed_request_100x_slower_than_its_samples_is_implausible() {
+        use super::super::replay_trace::{ReplayTiming, ReplayedRequest};
+        use super::super::{Metrics, Stat};
+        let launch = |generated: u32, gen_tps: f64, in_flight: u32| {
+            let q = ReplayedRequest {
+                id: 7,
+                prompt_tokens: 100,
+                cache_n: 0,
+                prompt_n: 100,
+                generated,
+                prompt_ms: 100.0,
+                predicted_ms: f64::from(generated - 1) / gen_tps * 1000.0,
+                in_flight,
+                request_s: 1.0,
+                draft_n: None,
+                draft_n_accepted: None,
+            };
+            Metrics {
+                gen_tps: Stat::from_samples(&[50.0]).unwrap(),
+                prompt_tps: Stat::from_samples(&[1000.0]).unwrap(),
+                ttft_ms: Stat::from_samples(&[10.0]).unwrap(),
+                gen_tps_at_depth: None,
+                request_s: Some(1.0),
+                shapes: Vec::new(),
+                replay: Some(ReplayTiming {
+                    workload: "t".into(),
+                    in_trace: 1,
+                    requests: vec![q],
+                    mean_s: 1.0,
+                    p90_s: 1.0,
+                    wall_s: 1000.0,
+                    aggregate_tps: None,
+                    acceptance: None,
+                }),
+            }
+        };
+        let c = SpeedCeiling::ABSOLUTE;
+        // 0.4 tok/s against 50: 125x apart.
+        let v = implausible_speed(&launch(64, 0.4, 0), &c).expect("implausible");
+        assert!(
+            v.message.contains("replayed request 7's generation"),
+            "{}",
+            v.message
+        );
+        assert!(v.message.contains("125x apart"), "{}", v.message);
+        // Four in flight beside it share the server: 0.4 x 5 = 2 tok/s, 25x apart: believable.
+        assert!(implausible_speed(&launch(64, 0.4, 4), &c).is_none());
+        // A few tokens are not timed for slowness; a few times slower is depth, not a fake.
+        assert!(implausible_speed(&launch(8, 0.4, 0), &c).is_none());
+        assert!(implausible_speed(&launch(64, 10.0, 0), &c).is_none());
     }
 }
