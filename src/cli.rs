@@ -45,6 +45,12 @@ fn budget_minutes(s: &str) -> Result<f64, String> {
     Ok(m)
 }
 
+/// `--rpc`: checked as the list it is (addresses, duplicates, how many) before anything is
+/// measured or launched; kept as given.
+fn rpc_list(s: &str) -> Result<String, String> {
+    crate::config::rpc::parse_workers(s).map(|_| s.to_string())
+}
+
 pub fn bare_help() -> String {
     let mut cmd = <Cli as clap::CommandFactory>::command();
     format!(
@@ -160,7 +166,7 @@ pub struct TuneArgs {
     /// RPC workers to spread the model over (host:port,...; each started with
     /// `qtune rpc serve` on its box): every launch gets `--rpc`, the baseline is the server's
     /// own spread, and the tune tries layer splits (-ts) and expert placements over them.
-    #[arg(long, value_name = "HOST:PORT,...", conflicts_with = "resume")]
+    #[arg(long, value_name = "HOST:PORT,...", conflicts_with = "resume", value_parser = rpc_list)]
     pub rpc: Option<String>,
     /// Host for the printed launch command (trials always use 127.0.0.1).
     #[arg(long, default_value = "127.0.0.1")]
@@ -422,7 +428,7 @@ pub struct HwArgs {
     pub no_bandwidth: bool,
     /// Also measure these RPC workers (host:port,...): their devices and free memory, the
     /// link's latency and write bandwidth.
-    #[arg(long, value_name = "HOST:PORT,...")]
+    #[arg(long, value_name = "HOST:PORT,...", value_parser = rpc_list)]
     pub rpc: Option<String>,
 }
 

@@ -60,11 +60,21 @@ impl std::str::FromStr for Worker {
     }
 }
 
+/// The most workers one `--rpc` names: llama.cpp places a model on at most 16 devices
+/// (`llama_max_devices()`), and every worker lends one at least.
+pub const MAX_WORKERS: usize = 16;
+
 /// `host:port,host:port`, in the order given; duplicates are an error (llama.cpp would
-/// register the same devices twice).
+/// register the same devices twice), and so are more than [`MAX_WORKERS`].
 pub fn parse_workers(list: &str) -> Result<Vec<Worker>, String> {
     let mut out: Vec<Worker> = Vec::new();
     for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if out.len() == MAX_WORKERS {
+            return Err(format!(
+                "--rpc names more than {MAX_WORKERS} workers: llama.cpp places a model on at \
+                 most 16 devices"
+            ));
+        }
         let w: Worker = part.parse()?;
         if out.contains(&w) {
             return Err(format!("worker {w} is named twice in --rpc"));

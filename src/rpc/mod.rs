@@ -288,6 +288,11 @@ mod tests {
         );
         assert!(parse_workers("a:1,a:1").unwrap_err().contains("twice"));
         assert!(parse_workers(" , ").unwrap_err().contains("no worker"));
+        let many: Vec<String> = (0..17).map(|i| format!("10.0.0.{i}:50052")).collect();
+        assert!(parse_workers(&many[..16].join(",")).is_ok());
+        assert!(parse_workers(&many.join(","))
+            .unwrap_err()
+            .contains("more than 16 workers"));
     }
 
     #[test]
