@@ -48,10 +48,7 @@ impl Sample {
         let s = Sample {
             gen_tps: o.gen_tps()?,
             prompt_tps: o.prompt_tps()?,
-            request_rate: o
-                .request_s()
-                .filter(|t| t.is_finite() && *t > 0.0)
-                .map(|t| 1.0 / t),
+            request_rate: o.request_s().and_then(crate::objective::request_rate),
         };
         s.is_valid().then_some(s)
     }
@@ -74,14 +71,16 @@ impl Sample {
             && self.request_rate.is_none_or(|r| r.is_finite() && r > 0.0)
     }
 
+    /// The launch's value of what a paired comparison judges `m` on
+    /// ([`Metric::judged_on`]: generation at depth and the blend on generation).
     pub fn get(&self, m: Metric) -> f64 {
-        match m {
-            Metric::Gen => self.gen_tps,
-            Metric::Prompt => self.prompt_tps,
-            Metric::Request => self.request_rate.unwrap_or(f64::NAN),
-            // Not measured per launch: a paired comparison judges these on generation.
-            Metric::GenAtDepth | Metric::Blend => self.gen_tps,
+        crate::objective::Rates {
+            gen_tps: self.gen_tps,
+            prompt_tps: self.prompt_tps,
+            gen_at_depth_tps: None,
+            request_rate: self.request_rate,
         }
+        .judged(m)
     }
 }
 
@@ -443,10 +442,10 @@ impl PairedVerdict {
     /// The comparison of metric `m` (time per request falls back to generation where it was
     /// not measured; generation at depth and the blend are judged on generation).
     pub fn comparison(&self, m: Metric) -> &Comparison {
-        match m {
-            Metric::Gen | Metric::GenAtDepth | Metric::Blend => &self.gen,
+        match m.judged_on() {
             Metric::Prompt => &self.prompt,
             Metric::Request => self.request.as_ref().unwrap_or(&self.gen),
+            _ => &self.gen,
         }
     }
 

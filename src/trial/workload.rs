@@ -232,7 +232,11 @@ impl Pace {
     /// The timeout of a request that reads `prompt` tokens and generates `gen` at this pace:
     /// [`Self::FACTOR`] times the time it should take, at least [`Self::FLOOR`], at most `max`.
     pub fn timeout(&self, prompt: usize, gen: u32, max: Duration) -> Duration {
-        let expected = prompt as f64 / self.prompt_tps + f64::from(gen) / self.gen_tps;
+        let expected = crate::objective::request_seconds(
+            prompt as f64 / self.prompt_tps,
+            f64::from(gen),
+            self.gen_tps,
+        );
         let secs = (expected * Self::FACTOR).clamp(Self::FLOOR.as_secs_f64(), 1.0e7);
         Duration::from_secs_f64(secs).min(max)
     }

@@ -169,17 +169,8 @@ pub struct PlotData {
     pub replay: bool,
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
+fn median(v: Vec<f64>) -> Option<f64> {
+    crate::objective::median(&v)
 }
 
 fn flags(c: &crate::config::LaunchConfig) -> String {
