@@ -6,7 +6,7 @@ use super::{free_port, vram_drift_warning, LlamaServerRunner, ServerProcess, PAS
 use crate::config::{shell_line, LaunchConfig};
 use crate::trial::classify::{self, Failure, Observation, Phase, Verdict};
 use crate::trial::plausible;
-use crate::trial::workload::{self, Measured, Session};
+use crate::trial::workload::{self, Measured, ServerSession};
 use crate::trial::{Metrics, OutcomeKind, ReportedMemory};
 use anyhow::{Context, Result};
 use std::io::Write;
@@ -349,7 +349,7 @@ impl LlamaServerRunner {
         });
         let result: Result<Result<Measured, String>, Failure> = {
             let mut exited = || proc.try_exit();
-            let mut session = Session {
+            let mut session = ServerSession {
                 client,
                 base_url: base_url.to_string(),
                 request_timeout,
