@@ -75,7 +75,7 @@ pub enum Command {
     Synth(SynthArgs),
     /// Find, check or build llama-server.
     #[command(subcommand)]
-    Server(ServerCommand),
+    Server(ServerSubcommand),
     /// llama.cpp's RPC workers: lend this box's devices to a head box's llama-server.
     #[command(subcommand)]
     Rpc(RpcCommand),
@@ -513,7 +513,7 @@ pub struct SynthArgs {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ServerCommand {
+pub enum ServerSubcommand {
     /// Print the llama-server qtune will use: --server, QTUNE_LLAMA_SERVER, PATH, cache
     /// (with --engine ik: --server, QTUNE_IK_SERVER, cache).
     Path {

@@ -9,6 +9,7 @@
 
 mod render;
 use crate::config::{parse_command, split_shell_line, LaunchConfig};
+use crate::objective::median;
 use crate::space::Workload;
 use crate::stats::{abba_order, Band, PairedVerdict, Sample};
 use crate::trial::{TrialOutcome, TrialRole, TrialRunner};
@@ -116,10 +117,6 @@ pub struct AgainstFirst {
     pub prompt_ratios: Vec<f64>,
     pub gen_median_ratio: Option<f64>,
     pub prompt_median_ratio: Option<f64>,
-}
-
-fn median(v: &[f64]) -> Option<f64> {
-    crate::trial::Stat::from_samples(v).map(|s| s.median)
 }
 
 /// Everything a comparison measured and concluded: `compare.json`.

@@ -29,6 +29,13 @@
 //!   text in code.
 //!
 //! The stored values stay raw (JSON is data): only what is shown is escaped.
+//!
+//! Why not the `shlex` crate for [`shell_quote`] (issue 55 asked; measured with shlex 1.3,
+//! `shlex::try_quote`): it single-quotes a line break or an ESC as the raw character
+//! (`"a\nb"` becomes `'a`, a line break, `b'`; `"x\x1by"` keeps its ESC), so a `launch.sh`
+//! command would span two lines and a terminal showing it would act on the escape. Here such
+//! a word is written in bash's `$'...'` quoting, one line and nothing raw; plain words and
+//! `$(...)` are quoted alike by both.
 
 /// A character a reader cannot see or that changes how the text around it reads: a control
 /// character (C0, DEL, C1: line breaks, ESC, BEL, NUL...), a Unicode line or paragraph

@@ -236,8 +236,7 @@ impl Mix {
     /// several times counts with its mean time); None when one of the mix's shapes was not
     /// measured or a measurement is unusable.
     pub fn request_s(&self, measured: &[ShapeTiming]) -> Option<f64> {
-        let mut sum = 0.0;
-        let mut weights = 0.0;
+        let mut parts = Vec::with_capacity(self.shapes.len());
         for s in &self.shapes {
             let times = measured
                 .iter()
@@ -247,11 +246,9 @@ impl Mix {
             if times.is_empty() {
                 return None;
             }
-            let r = times.iter().sum::<f64>() / times.len() as f64;
-            sum += s.weight * r;
-            weights += s.weight;
+            parts.push((s.weight, times.iter().sum::<f64>() / times.len() as f64));
         }
-        (weights > 0.0).then(|| sum / weights)
+        crate::objective::weighted_mean(parts)
     }
 
     /// One line for people: "chat (2,000 held + 150 new → 400 generated)".
@@ -296,9 +293,11 @@ impl ShapeTiming {
     /// Time to first token plus the time to generate `shape.gen` tokens at the measured speed,
     /// seconds. None for a measurement that cannot be real (non-finite, zero or negative).
     pub fn request_s(&self) -> Option<f64> {
-        let ok = |x: f64| x.is_finite() && x > 0.0;
-        (ok(self.prompt_ms) && ok(self.gen_tps))
-            .then(|| self.prompt_ms / 1000.0 + f64::from(self.shape.gen) / self.gen_tps)
+        crate::objective::measured_request_seconds(
+            self.prompt_ms,
+            f64::from(self.shape.gen),
+            self.gen_tps,
+        )
     }
 
     /// Prompt tokens per second of this request.

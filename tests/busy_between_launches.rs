@@ -7,7 +7,7 @@
 
 mod support;
 
-use qtune::app::progress::{Budget, BusyWatch, Progress};
+use qtune::app::progress::{BusyWatch, Progress, TuneBudget};
 use qtune::config::LaunchConfig;
 use qtune::hardware::busy::{Busy, Scripted};
 use qtune::run::RunInputs;
@@ -96,7 +96,7 @@ fn launches_on_a_box_that_got_busy_are_noted_in_the_journal_results_and_verdict(
     // Quiet for two launches, busy (both cores taken by others) for the next two, then quiet.
     let script = [cores(0.1), cores(0.1), cores(1.9), cores(1.9), cores(0.1)];
     let progress = Progress::new(
-        Budget {
+        TuneBudget {
             launches: 24,
             minutes: 60.0,
             launches_done: 0,

@@ -17,7 +17,7 @@ pub const HEARTBEAT: Duration = Duration::from_secs(15);
 
 /// The tune's budget and what earlier sessions (a resumed tune) already spent.
 #[derive(Debug, Clone, Copy)]
-pub struct Budget {
+pub struct TuneBudget {
     pub launches: u32,
     pub minutes: f64,
     pub launches_done: u32,
@@ -25,7 +25,7 @@ pub struct Budget {
 }
 
 struct State {
-    budget: Budget,
+    budget: TuneBudget,
     started: Instant,
     /// The launch now running (1-based over the whole tune), its role and start.
     launch: u32,
@@ -193,7 +193,7 @@ pub struct Progress {
 }
 
 impl Progress {
-    pub fn new(budget: Budget, quiet: bool) -> Self {
+    pub fn new(budget: TuneBudget, quiet: bool) -> Self {
         let bar = if quiet {
             ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden())
         } else {

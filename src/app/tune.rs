@@ -538,7 +538,7 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
         (doing.clone(), busy_note.clone()),
     )?;
     let mut progress = super::progress::Progress::new(
-        super::progress::Budget {
+        super::progress::TuneBudget {
             launches: inputs.space.budget.trials,
             minutes: inputs.space.budget.minutes,
             launches_done: resume.done.len() as u32,

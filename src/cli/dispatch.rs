@@ -42,12 +42,12 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             (Some(out), Some(shape)) => app::info::synth(&out, &shape, &s.ftype),
             _ => anyhow::bail!("qtune synth needs OUT.gguf and --shape (or --test-models)"),
         },
-        Command::Server(ServerCommand::Path {
+        Command::Server(ServerSubcommand::Path {
             server,
             rpc_server: false,
             engine,
         }) => app::info::server_path(server, engine),
-        Command::Server(ServerCommand::Path {
+        Command::Server(ServerSubcommand::Path {
             server,
             rpc_server: true,
             ..
@@ -63,10 +63,10 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             rpc_server: s.rpc_server,
             dry_run: s.dry_run,
         }),
-        Command::Server(ServerCommand::Check { server, engine }) => {
+        Command::Server(ServerSubcommand::Check { server, engine }) => {
             app::info::server_check(server, engine)
         }
-        Command::Server(ServerCommand::Build { cuda, cpu, engine }) => {
+        Command::Server(ServerSubcommand::Build { cuda, cpu, engine }) => {
             app::info::server_build(cuda, cpu, engine)
         }
         Command::Report(r) => app::results::report(&r.dir),

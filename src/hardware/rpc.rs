@@ -325,9 +325,9 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+/// The median of the measurements (5 each: the middle one), NaN for none.
+fn median(v: Vec<f64>) -> f64 {
+    crate::objective::median(&v).unwrap_or(f64::NAN)
 }
 
 /// Measure one worker: devices, memory, latency and write bandwidth.

@@ -26,7 +26,7 @@ pub struct DeltaNet {
 
 /// A model shape that `qtune synth` can write.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Shape {
+pub struct SynthShape {
     pub name: &'static str,
     pub arch: &'static str,
     /// `general.name` written into the file.
@@ -63,8 +63,8 @@ pub const SHAPES: [&str; 4] = [
 ];
 
 /// The shape called `name` (one of [`SHAPES`]).
-pub fn shape_by_name(name: &str) -> Result<Shape> {
-    let qwen35 = Shape {
+pub fn shape_by_name(name: &str) -> Result<SynthShape> {
+    let qwen35 = SynthShape {
         name: "qwen3.5-35b-a3b",
         arch: "qwen35moe",
         model_name: "Qwen3.5-35B-A3B (qtune synthetic, random weights)",
@@ -93,7 +93,7 @@ pub fn shape_by_name(name: &str) -> Result<Shape> {
             full_attention_interval: 4,
         }),
     };
-    let qwen3 = Shape {
+    let qwen3 = SynthShape {
         name: "qwen3-30b-a3b",
         arch: "qwen3moe",
         model_name: "Qwen3-30B-A3B (qtune synthetic, random weights)",
@@ -118,7 +118,7 @@ pub fn shape_by_name(name: &str) -> Result<Shape> {
     Ok(match name {
         "qwen3.5-35b-a3b" => qwen35,
         "qwen3-30b-a3b" => qwen3,
-        "tiny-qwen35moe" => Shape {
+        "tiny-qwen35moe" => SynthShape {
             name: "tiny-qwen35moe",
             model_name: "tiny qwen35moe (qtune synthetic, random weights)",
             n_blocks: 4,
@@ -145,7 +145,7 @@ pub fn shape_by_name(name: &str) -> Result<Shape> {
             }),
             ..qwen35
         },
-        "tiny-qwen3moe" => Shape {
+        "tiny-qwen3moe" => SynthShape {
             name: "tiny-qwen3moe",
             model_name: "tiny qwen3moe (qtune synthetic, random weights)",
             n_blocks: 4,
@@ -267,11 +267,11 @@ struct PlannedTensor {
 }
 
 /// The tensors of a shape in file order, with their types.
-pub fn tensor_specs(shape: &Shape, ftype: SynthFtype) -> Vec<TensorSpec> {
+pub fn tensor_specs(shape: &SynthShape, ftype: SynthFtype) -> Vec<TensorSpec> {
     plan(shape, ftype).into_iter().map(|p| p.spec).collect()
 }
 
-fn plan(s: &Shape, ftype: SynthFtype) -> Vec<PlannedTensor> {
+fn plan(s: &SynthShape, ftype: SynthFtype) -> Vec<PlannedTensor> {
     let e = s.n_embd as u64;
     let v = s.n_vocab as u64;
     let x = s.n_experts as u64;
@@ -412,7 +412,7 @@ pub fn default_vocab_dir() -> PathBuf {
 /// The header's key-value pairs. Without a vocabulary folder (`None`: a layout for planning,
 /// which no server loads) there is no tokenizer, and `<arch>.vocab_size` says its size.
 fn metadata(
-    shape: &Shape,
+    shape: &SynthShape,
     ftype: SynthFtype,
     vocab_dir: Option<&Path>,
 ) -> Result<Vec<(String, GgufValue)>> {
@@ -469,7 +469,7 @@ fn metadata(
 }
 
 /// The general and architecture keys of a shape's header (no tokenizer).
-fn hparams(shape: &Shape, ftype: SynthFtype) -> Vec<(String, GgufValue)> {
+fn hparams(shape: &SynthShape, ftype: SynthFtype) -> Vec<(String, GgufValue)> {
     let a = shape.arch;
     let k = |s: &str| format!("{a}.{s}");
     let u32v = GgufValue::U32;
@@ -575,14 +575,14 @@ fn quant_chunk(ty: GgmlType, rng: &mut Rng, target_bytes: usize) -> Vec<u8> {
 
 /// Writes a random-weight GGUF of `shape` to `path` (atomically: a temp file renamed at the end;
 /// nothing is left behind on error). Returns the file size.
-pub fn write_synthetic(path: &Path, shape: &Shape, ftype: SynthFtype) -> Result<u64> {
+pub fn write_synthetic(path: &Path, shape: &SynthShape, ftype: SynthFtype) -> Result<u64> {
     write_synthetic_with_vocab(path, shape, ftype, &default_vocab_dir())
 }
 
 /// [`write_synthetic`] with an explicit directory holding `ggml-vocab-*.gguf`.
 pub fn write_synthetic_with_vocab(
     path: &Path,
-    shape: &Shape,
+    shape: &SynthShape,
     ftype: SynthFtype,
     vocab_dir: &Path,
 ) -> Result<u64> {
@@ -593,7 +593,7 @@ pub fn write_synthetic_with_vocab(
 /// all)` after each tensor (a 21 GB model is written in minutes: `qtune synth` shows it).
 pub fn write_synthetic_reporting(
     path: &Path,
-    shape: &Shape,
+    shape: &SynthShape,
     ftype: SynthFtype,
     vocab_dir: &Path,
     progress: &mut dyn FnMut(u64, u64),
@@ -664,11 +664,11 @@ fn root_cause(e: &anyhow::Error) -> String {
 }
 
 /// Size of the file [`write_synthetic`] would write, without writing it.
-pub fn synthetic_file_size(shape: &Shape, ftype: SynthFtype, vocab_dir: &Path) -> Result<u64> {
+pub fn synthetic_file_size(shape: &SynthShape, ftype: SynthFtype, vocab_dir: &Path) -> Result<u64> {
     file_size(shape, ftype, Some(vocab_dir))
 }
 
-fn file_size(shape: &Shape, ftype: SynthFtype, vocab_dir: Option<&Path>) -> Result<u64> {
+fn file_size(shape: &SynthShape, ftype: SynthFtype, vocab_dir: Option<&Path>) -> Result<u64> {
     let md = metadata(shape, ftype, vocab_dir)?;
     let specs = tensor_specs(shape, ftype);
     let (header, offsets) = gguf::encode_header(&md, &specs, gguf::DEFAULT_ALIGNMENT)?;
@@ -712,7 +712,7 @@ pub fn planned_layout(name: &str, ftype: SynthFtype) -> Result<super::ModelLayou
 /// without disk space. For tests and quick inspection of full shapes; not loadable by a server.
 pub fn write_sparse_header(
     path: &Path,
-    shape: &Shape,
+    shape: &SynthShape,
     ftype: SynthFtype,
     vocab_dir: &Path,
 ) -> Result<u64> {
@@ -721,7 +721,7 @@ pub fn write_sparse_header(
 
 fn write_sparse(
     path: &Path,
-    shape: &Shape,
+    shape: &SynthShape,
     ftype: SynthFtype,
     vocab_dir: Option<&Path>,
 ) -> Result<u64> {

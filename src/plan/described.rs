@@ -276,7 +276,8 @@ pub fn workload_time(
     ctx: u32,
 ) -> Option<WorkloadTime> {
     let (fitted, _) = w.fitted(ctx);
-    let (mut sum, mut lo, mut hi, mut weights) = (0.0, 0.0, 0.0, 0.0);
+    // (weight, time, fastest time, slowest time) of each request of the mix.
+    let mut parts = Vec::with_capacity(fitted.shapes.len());
     for s in &fitted.shapes {
         let pp = speed::predict(layout, cfg, sb, has_gpu, s.new.max(1), &FITTED)?.pp;
         let tg = speed::predict(
@@ -288,17 +289,24 @@ pub fn workload_time(
             &FITTED,
         )?
         .tg;
-        let t = |pp: f64, tg: f64| f64::from(s.new) / pp + f64::from(s.gen) / tg;
-        sum += s.weight * t(pp.tps, tg.tps);
-        lo += s.weight * t(pp.high, tg.high);
-        hi += s.weight * t(pp.low, tg.low);
-        weights += s.weight;
+        let t = |pp: f64, tg: f64| {
+            crate::objective::request_seconds(f64::from(s.new) / pp, f64::from(s.gen), tg)
+        };
+        parts.push((
+            s.weight,
+            t(pp.tps, tg.tps),
+            t(pp.high, tg.high),
+            t(pp.low, tg.low),
+        ));
     }
-    (weights > 0.0).then(|| WorkloadTime {
+    let mean = |f: fn(&(f64, f64, f64, f64)) -> f64| {
+        crate::objective::weighted_mean(parts.iter().map(|p| (p.0, f(p))))
+    };
+    Some(WorkloadTime {
         workload: w.name.clone(),
-        request_s: sum / weights,
-        low_s: lo / weights,
-        high_s: hi / weights,
+        request_s: mean(|p| p.1)?,
+        low_s: mean(|p| p.2)?,
+        high_s: mean(|p| p.3)?,
     })
 }
 

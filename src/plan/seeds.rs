@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 
 /// A row's measured generation speeds (tok/s) for the seed's four workloads, or an OOM.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Measured {
+pub enum SeedResult {
     Speeds(Vec<f64>),
     /// The launch ran out of GPU memory.
     Oom,
@@ -34,7 +34,7 @@ pub struct SeedRow {
     /// The flags as qtune spells them (`-c 65536 -np 1 ...`); no placement flags: the server's
     /// own fit.
     pub flags: String,
-    pub measured: Measured,
+    pub measured: SeedResult,
     /// VRAM the seed reports in use, MiB (nvidia-smi's MB).
     pub vram_mib: Option<f64>,
     pub note: String,
@@ -82,7 +82,7 @@ pub fn parse_rows(csv: &str) -> Result<Vec<SeedRow>> {
             }
         };
         let measured = if f[6] == "OOM" {
-            Measured::Oom
+            SeedResult::Oom
         } else {
             let v: Vec<f64> = f[6..10]
                 .iter()
@@ -94,7 +94,7 @@ pub fn parse_rows(csv: &str) -> Result<Vec<SeedRow>> {
             if v.is_empty() {
                 bail!("line {}: no speed", i + 1);
             }
-            Measured::Speeds(v)
+            SeedResult::Speeds(v)
         };
         rows.push(SeedRow {
             cite: f[0].into(),
@@ -200,7 +200,7 @@ pub fn table(csv: &str) -> Result<String> {
         let layout = &layouts.iter().find(|(k, _)| *k == key).unwrap().1;
         let p = predict_row(row, layout)?;
         let (measured, predicted, error) = match (&row.measured, p.tg) {
-            (Measured::Oom, _) => {
+            (SeedResult::Oom, _) => {
                 oom_n += 1;
                 let agree = !p.fits;
                 if agree {
@@ -216,7 +216,7 @@ pub fn table(csv: &str) -> Result<String> {
                     if agree { "agrees" } else { "misses" }.to_string(),
                 )
             }
-            (Measured::Speeds(v), Some(tg)) => {
+            (SeedResult::Speeds(v), Some(tg)) => {
                 let mean = v.iter().sum::<f64>() / v.len() as f64;
                 let err = (tg.tps - mean) / mean * 100.0;
                 rows_n += 1;
@@ -248,7 +248,7 @@ pub fn table(csv: &str) -> Result<String> {
                     format!("{err:+.0} %"),
                 )
             }
-            (Measured::Speeds(v), None) => (
+            (SeedResult::Speeds(v), None) => (
                 v.iter()
                     .map(|x| format!("{x}"))
                     .collect::<Vec<_>>()
@@ -291,9 +291,9 @@ mod tests {
         assert_eq!(rows.len(), 2);
         assert_eq!(
             rows[0].measured,
-            Measured::Speeds(vec![74.7, 72.9, 73.7, 76.1])
+            SeedResult::Speeds(vec![74.7, 72.9, 73.7, 76.1])
         );
-        assert_eq!(rows[1].measured, Measured::Oom);
+        assert_eq!(rows[1].measured, SeedResult::Oom);
         assert!(parse_rows("a,b\n").is_err());
         assert!(parse_rows(&format!("{HEADER}\n1,2,3\n")).is_err());
     }

@@ -287,7 +287,7 @@ fn reference_phrase(rf: &crate::run::Reference, r: &TuneResult) -> String {
 
 /// The one verdict, worded once: the terminal prints it as lines ([`verdict_lines`]), report.md
 /// as a list.
-pub struct Verdict {
+pub struct VerdictText {
     /// The tune's workload, by name.
     pub workload: String,
     /// The recommended config in llama.cpp's flags.
@@ -299,7 +299,7 @@ pub struct Verdict {
 
 /// What is recommended in llama.cpp's flags, one number per metric against the reference with
 /// its interval, and how sure it is (None without a winner).
-pub fn verdict(r: &TuneResult) -> Option<Verdict> {
+pub fn verdict(r: &TuneResult) -> Option<VerdictText> {
     let w = r.winner.as_ref()?;
     let mut facts = Vec::new();
     if let Some(m) = r.space.workload.objective_mix() {
@@ -348,7 +348,7 @@ pub fn verdict(r: &TuneResult) -> Option<Verdict> {
         }
     };
     facts.push(format!("status: {status}"));
-    Some(Verdict {
+    Some(VerdictText {
         workload: r.space.workload.name(),
         flags: flags(&w.config),
         facts,

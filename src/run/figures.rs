@@ -50,10 +50,9 @@ pub fn launch_time(t: &TrialOutcome, mix: Option<&Mix>) -> Option<f64> {
     .filter(|t| t.is_finite() && *t > 0.0)
 }
 
-/// The median of `ln` values (NaN for none): the statistic [`request_time`] takes.
-pub fn log_median(logs: &[f64]) -> f64 {
-    crate::trial::Stat::from_samples(logs).map_or(f64::NAN, |s| s.median)
-}
+/// The median of `ln` values (NaN for none): the statistic [`request_time`] takes
+/// ([`crate::objective::log_median`]).
+pub use crate::objective::log_median;
 
 /// [`RequestTime`] from launch times, seconds (None for none).
 pub fn from_times(times: &[f64]) -> Option<RequestTime> {

@@ -16,7 +16,7 @@ use crate::config::{Base, KvType, LaunchConfig};
 use crate::engine::LaunchArgs;
 use crate::model::speed::{self, PickInput, SpeedBox, SpeedPrediction, FITTED, PICK_TIE_PCT};
 use crate::model::ModelLayout;
-use crate::objective::{Metric, Objective};
+use crate::objective::{request_seconds, Objective, Rates};
 use crate::placement::{propose, Limits};
 
 /// The config the speed model rates best on this box, by the tune's objective
@@ -176,20 +176,19 @@ pub fn predicted_objective(
     reference: Option<&SpeedPrediction>,
     request_tokens: (f64, f64),
 ) -> f64 {
-    match obj.metric {
-        // Requests per second: new prompt tokens at the predicted prompt speed plus generated
-        // tokens at the predicted generation speed, per request (`request_tokens`).
-        Metric::Request => {
-            let (new, gen) = request_tokens;
-            1.0 / (new / p.pp.tps.max(1e-9) + gen / p.tg.tps.max(1e-9)).max(1e-12)
+    // Requests per second: new prompt tokens at the predicted prompt speed plus generated
+    // tokens at the predicted generation speed, per request (`request_tokens`).
+    let rates = |p: &SpeedPrediction| {
+        let (new, gen) = request_tokens;
+        let request_s = request_seconds(new / p.pp.tps.max(1e-9), gen, p.tg.tps.max(1e-9));
+        Rates {
+            gen_tps: p.tg.tps,
+            prompt_tps: p.pp.tps,
+            gen_at_depth_tps: None,
+            request_rate: Some(1.0 / request_s.max(1e-12)),
         }
-        Metric::Gen | Metric::GenAtDepth => p.tg.tps,
-        Metric::Prompt => p.pp.tps,
-        Metric::Blend => {
-            let (g, pp) = reference.map_or((1.0, 1.0), |r| (r.tg.tps, r.pp.tps));
-            obj.gen_weight * p.tg.tps / g.max(1e-9) + obj.prompt_weight * p.pp.tps / pp.max(1e-9)
-        }
-    }
+    };
+    obj.score(&rates(p), reference.map(rates).as_ref())
 }
 
 /// Indices of `configs` from the highest predicted objective to the lowest, so a search can
@@ -230,6 +229,7 @@ pub fn order_by_predicted(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::objective::Metric;
 
     #[test]
     fn the_noise_band_is_two_sigma_of_a_launch_difference_at_least_the_tie() {

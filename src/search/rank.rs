@@ -1,7 +1,7 @@
 //! Ranking trials: the space's objective turned into one comparable number, with generation
 //! ties (within `tie_pct`) broken by prompt speed.
 
-use crate::objective::{Metric, Objective};
+use crate::objective::{request_rate, Metric, Objective, Rates};
 use crate::trial::{Stat, TrialOutcome};
 
 /// The measured speeds of one config (possibly pooled over several trials).
@@ -39,8 +39,8 @@ impl Speeds {
             if !keep(o) {
                 continue;
             }
-            if let Some(t) = o.request_s().filter(|t| t.is_finite() && *t > 0.0) {
-                r.push(1.0 / t);
+            if let Some(rate) = o.request_s().and_then(request_rate) {
+                r.push(rate);
             }
             if let Some(m) = &o.metrics {
                 g.extend(&m.gen_tps.samples);
@@ -58,32 +58,24 @@ impl Speeds {
         })
     }
 
-    /// The primary value the objective ranks by (higher is better).
-    pub fn primary(&self, obj: &Objective, reference: Option<&Speeds>) -> f64 {
-        match obj.metric {
-            Metric::Gen => self.gen.median,
-            Metric::Prompt => self.prompt.median,
-            Metric::GenAtDepth => self
-                .gen_at_depth
-                .as_ref()
-                .map_or(self.gen.median, |s| s.median),
-            Metric::Request => self.request.as_ref().map_or(self.gen.median, |s| s.median),
-            Metric::Blend => {
-                let (gr, pr) = reference
-                    .map(|r| (r.gen.median, r.prompt.median))
-                    .unwrap_or((1.0, 1.0));
-                obj.gen_weight * self.gen.median / gr.max(1e-9)
-                    + obj.prompt_weight * self.prompt.median / pr.max(1e-9)
-            }
+    /// The medians, as the objective reads them.
+    pub fn rates(&self) -> Rates {
+        Rates {
+            gen_tps: self.gen.median,
+            prompt_tps: self.prompt.median,
+            gen_at_depth_tps: self.gen_at_depth.as_ref().map(|s| s.median),
+            request_rate: self.request.as_ref().map(|s| s.median),
         }
+    }
+
+    /// The primary value the objective ranks by (higher is better): [`Objective::score`].
+    pub fn primary(&self, obj: &Objective, reference: Option<&Speeds>) -> f64 {
+        obj.score(&self.rates(), reference.map(Speeds::rates).as_ref())
     }
 
     /// The tie-break value: prompt speed, or generation when prompt is primary.
     fn secondary(&self, obj: &Objective) -> f64 {
-        match obj.metric {
-            Metric::Prompt => self.gen.median,
-            _ => self.prompt.median,
-        }
+        obj.tie_break(&self.rates())
     }
 }
 

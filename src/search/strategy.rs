@@ -48,7 +48,7 @@ pub use dry_run::{first_launches, PlannedLaunch};
 pub use problem::TuneProblem;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Phase {
+pub enum SearchPhase {
     Baseline,
     Explore,
     /// The incumbent with the space's other load modes, placement styles (the fit candidate
@@ -62,7 +62,7 @@ pub enum Phase {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct QtuneSearch {
     pub history: Vec<TrialOutcome>,
-    pub phase: Phase,
+    pub phase: SearchPhase,
     /// Best base so far and the dimension being stepped.
     incumbent: Option<Base>,
     dim: usize,
@@ -112,7 +112,7 @@ impl QtuneSearch {
     pub fn new() -> Self {
         QtuneSearch {
             history: Vec::new(),
-            phase: Phase::Baseline,
+            phase: SearchPhase::Baseline,
             incumbent: None,
             dim: 0,
             queue: VecDeque::new(),
@@ -141,14 +141,14 @@ impl QtuneSearch {
     /// A finished search given a larger budget (`--resume DIR --budget-trials N`): the race
     /// goes on where it has candidates; else the exploration goes on from where it stopped.
     pub fn reopen(&mut self) {
-        if self.phase != Phase::Done {
+        if self.phase != SearchPhase::Done {
             return;
         }
         if self.race_candidates.is_empty() {
-            self.phase = Phase::Explore;
+            self.phase = SearchPhase::Explore;
             self.variants = None;
         } else {
-            self.phase = Phase::Confirm;
+            self.phase = SearchPhase::Confirm;
         }
     }
 
@@ -180,7 +180,7 @@ impl QtuneSearch {
                 return Some(p);
             }
             match self.phase {
-                Phase::Baseline => {
+                SearchPhase::Baseline => {
                     // The baseline first, and again right after it (when the budget races):
                     // the box's launch-to-launch noise, measured before anything is decided,
                     // sizes the race (how many candidates it can resolve).
@@ -206,9 +206,9 @@ impl QtuneSearch {
                             return Some((second, TrialRole::SecondBaseline));
                         }
                     }
-                    self.phase = Phase::Explore;
+                    self.phase = SearchPhase::Explore;
                 }
-                Phase::Explore => {
+                SearchPhase::Explore => {
                     if let Some(ch) = self.undecided.take() {
                         self.decide(ctx, ch);
                         continue;
@@ -225,7 +225,7 @@ impl QtuneSearch {
                                 continue;
                             }
                         }
-                        self.phase = Phase::Variants;
+                        self.phase = SearchPhase::Variants;
                         continue;
                     }
                     if !self.pick_chosen {
@@ -248,7 +248,7 @@ impl QtuneSearch {
                         // starting point when nothing has run yet).
                         let inc = self.incumbent.clone().unwrap_or_else(|| ctx.start_base());
                         if self.dim >= 4 {
-                            self.phase = Phase::Variants;
+                            self.phase = SearchPhase::Variants;
                             continue;
                         }
                         self.queue = ctx.alternatives(&inc, self.dim).into();
@@ -269,7 +269,7 @@ impl QtuneSearch {
                     }
                     self.decide(ctx, base);
                 }
-                Phase::Variants => {
+                SearchPhase::Variants => {
                     if self.variants.is_none() {
                         let v = self.build_variants(ctx);
                         self.variant_configs = v.iter().cloned().collect();
@@ -283,19 +283,19 @@ impl QtuneSearch {
                         Some(cfg) if room => return Some((cfg, TrialRole::Search)),
                         _ => {
                             self.variants = Some(VecDeque::new());
-                            self.phase = Phase::Confirm;
+                            self.phase = SearchPhase::Confirm;
                             self.plan_confirmation(ctx);
                         }
                     }
                 }
-                Phase::Confirm => {
+                SearchPhase::Confirm => {
                     if let Some(next) = self.next_race_launch(ctx) {
                         return Some(next);
                     }
-                    self.phase = Phase::Done;
+                    self.phase = SearchPhase::Done;
                     return None;
                 }
-                Phase::Done => return None,
+                SearchPhase::Done => return None,
             }
         }
     }
@@ -387,7 +387,7 @@ impl Solver<TuneProblem, TuneState> for QtuneSearch {
                 "the search proposed {} again after it was skipped (predicted not to fit); it stopped there",
                 cfg.label()
             ));
-            self.phase = Phase::Done;
+            self.phase = SearchPhase::Done;
             return Ok((
                 state.terminate_with(TerminationReason::SolverConverged),
                 None,
@@ -409,7 +409,7 @@ impl Solver<TuneProblem, TuneState> for QtuneSearch {
     }
 
     fn terminate(&mut self, _state: &TuneState) -> TerminationStatus {
-        if self.phase == Phase::Done {
+        if self.phase == SearchPhase::Done {
             TerminationStatus::Terminated(TerminationReason::SolverConverged)
         } else {
             TerminationStatus::NotTerminated

@@ -369,11 +369,9 @@ fn headline(
         // The user asked for prompt speed: the raced config with the best weighted paired
         // gain (prompt alone for `metric: prompt`); its generation price is shown by
         // `objective_price`.
-        let (gw, pw) = match obj.metric {
-            crate::objective::Metric::Blend => (obj.gen_weight, obj.prompt_weight),
-            _ => (0.0, 1.0),
+        let score = |v: &crate::stats::PairedVerdict| {
+            obj.paired_log_gain(v.gen.mean_log, v.prompt.mean_log)
         };
-        let score = |v: &crate::stats::PairedVerdict| gw * v.gen.mean_log + pw * v.prompt.mean_log;
         return raced(r)
             .filter(|(_, v)| score(v) > 0.0)
             .max_by(|a, b| score(a.1).total_cmp(&score(b.1)))
@@ -534,14 +532,9 @@ fn gen_between(
     crate::stats::Comparison::from_pairs(&pairs, 0.95)
 }
 
-/// Does the objective weigh prompt speed (`metric: prompt`, or `blend` with a prompt weight)?
+/// Does the objective weigh prompt speed? [`crate::objective::Objective::weighs_prompt`].
 fn is_prompt_heavy(obj: &crate::objective::Objective) -> bool {
-    use crate::objective::Metric;
-    match obj.metric {
-        Metric::Prompt => true,
-        Metric::Blend => obj.prompt_weight > 0.0,
-        Metric::Gen | Metric::GenAtDepth | Metric::Request => false,
-    }
+    obj.weighs_prompt()
 }
 
 /// Under an objective that weighs prompt speed (`metric: prompt`, or `blend` with a prompt
@@ -554,18 +547,11 @@ pub fn objective_price(
     prompt_gain: Option<f64>,
     paired: Option<&crate::stats::PairedVerdict>,
 ) -> Option<String> {
-    use crate::objective::Metric;
     let g = gen_gain?;
     if !is_prompt_heavy(obj) || g >= 0.0 {
         return None;
     }
-    let objective = match obj.metric {
-        Metric::Prompt => "metric: prompt".to_string(),
-        _ => format!(
-            "metric: blend, gen_weight {}, prompt_weight {}",
-            obj.gen_weight, obj.prompt_weight
-        ),
-    };
+    let objective = obj.prompt_weighing_spec();
     let (gen, prompt) = match paired {
         Some(v) => (v.gen.to_string(), v.prompt.to_string()),
         None => (

@@ -144,7 +144,11 @@ impl Workload {
     pub fn single_request_s(&self, gen_tps: f64, prompt_tps: f64) -> Option<f64> {
         let ok = |x: f64| x.is_finite() && x > 0.0;
         (ok(gen_tps) && ok(prompt_tps)).then(|| {
-            f64::from(self.prompt_tokens) / prompt_tps + f64::from(self.gen_tokens) / gen_tps
+            crate::objective::request_seconds(
+                f64::from(self.prompt_tokens) / prompt_tps,
+                f64::from(self.gen_tokens),
+                gen_tps,
+            )
         })
     }
 }

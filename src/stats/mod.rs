@@ -48,10 +48,7 @@ impl Sample {
         let s = Sample {
             gen_tps: o.gen_tps()?,
             prompt_tps: o.prompt_tps()?,
-            request_rate: o
-                .request_s()
-                .filter(|t| t.is_finite() && *t > 0.0)
-                .map(|t| 1.0 / t),
+            request_rate: o.request_s().and_then(crate::objective::request_rate),
         };
         s.is_valid().then_some(s)
     }
@@ -74,14 +71,16 @@ impl Sample {
             && self.request_rate.is_none_or(|r| r.is_finite() && r > 0.0)
     }
 
+    /// The launch's value of what a paired comparison judges `m` on
+    /// ([`Metric::judged_on`]: generation at depth and the blend on generation).
     pub fn get(&self, m: Metric) -> f64 {
-        match m {
-            Metric::Gen => self.gen_tps,
-            Metric::Prompt => self.prompt_tps,
-            Metric::Request => self.request_rate.unwrap_or(f64::NAN),
-            // Not measured per launch: a paired comparison judges these on generation.
-            Metric::GenAtDepth | Metric::Blend => self.gen_tps,
+        crate::objective::Rates {
+            gen_tps: self.gen_tps,
+            prompt_tps: self.prompt_tps,
+            gen_at_depth_tps: None,
+            request_rate: self.request_rate,
         }
+        .judged(m)
     }
 }
 
@@ -443,10 +442,10 @@ impl PairedVerdict {
     /// The comparison of metric `m` (time per request falls back to generation where it was
     /// not measured; generation at depth and the blend are judged on generation).
     pub fn comparison(&self, m: Metric) -> &Comparison {
-        match m {
-            Metric::Gen | Metric::GenAtDepth | Metric::Blend => &self.gen,
+        match m.judged_on() {
             Metric::Prompt => &self.prompt,
             Metric::Request => self.request.as_ref().unwrap_or(&self.gen),
+            _ => &self.gen,
         }
     }
 
@@ -477,137 +476,28 @@ pub fn abba_order(n: usize, round: usize) -> Vec<usize> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Student's t distribution (no dependency: the regularized incomplete beta function and a
-// bisection are enough for the quantiles a confidence interval needs).
-
-fn ln_gamma(x: f64) -> f64 {
-    // Lanczos approximation (g = 7, n = 9), accurate to ~1e-15 for x > 0.
-    const G: [f64; 9] = [
-        0.999_999_999_999_809_9,
-        676.520_368_121_885_1,
-        -1_259.139_216_722_402_8,
-        771.323_428_777_653_1,
-        -176.615_029_162_140_6,
-        12.507_343_278_686_905,
-        -0.138_571_095_265_720_12,
-        9.984_369_578_019_572e-6,
-        1.505_632_735_149_311_6e-7,
-    ];
-    if x < 0.5 {
-        let pi = std::f64::consts::PI;
-        return (pi / (pi * x).sin()).ln() - ln_gamma(1.0 - x);
-    }
-    let x = x - 1.0;
-    let mut a = G[0];
-    let t = x + 7.5;
-    for (i, g) in G.iter().enumerate().skip(1) {
-        a += g / (x + i as f64);
-    }
-    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + a.ln()
-}
-
-/// Continued fraction of the incomplete beta function (modified Lentz).
-fn beta_cf(a: f64, b: f64, x: f64) -> f64 {
-    const EPS: f64 = 1e-15;
-    const TINY: f64 = 1e-300;
-    let (qab, qap, qam) = (a + b, a + 1.0, a - 1.0);
-    let mut c = 1.0;
-    let mut d = 1.0 - qab * x / qap;
-    if d.abs() < TINY {
-        d = TINY;
-    }
-    d = 1.0 / d;
-    let mut h = d;
-    for m in 1..=300 {
-        let m = m as f64;
-        let m2 = 2.0 * m;
-        let aa = m * (b - m) * x / ((qam + m2) * (a + m2));
-        d = 1.0 + aa * d;
-        if d.abs() < TINY {
-            d = TINY;
-        }
-        c = 1.0 + aa / c;
-        if c.abs() < TINY {
-            c = TINY;
-        }
-        d = 1.0 / d;
-        h *= d * c;
-        let aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2));
-        d = 1.0 + aa * d;
-        if d.abs() < TINY {
-            d = TINY;
-        }
-        c = 1.0 + aa / c;
-        if c.abs() < TINY {
-            c = TINY;
-        }
-        d = 1.0 / d;
-        let del = d * c;
-        h *= del;
-        if (del - 1.0).abs() < EPS {
-            break;
-        }
-    }
-    h
-}
-
-/// The regularized incomplete beta function I_x(a, b).
-fn beta_reg(a: f64, b: f64, x: f64) -> f64 {
-    if x <= 0.0 {
-        return 0.0;
-    }
-    if x >= 1.0 {
-        return 1.0;
-    }
-    let ln_front = ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln();
-    let front = ln_front.exp();
-    if x < (a + 1.0) / (a + b + 2.0) {
-        front * beta_cf(a, b, x) / a
-    } else {
-        1.0 - front * beta_cf(b, a, 1.0 - x) / b
-    }
-}
+// Student's t distribution, from statrs (issue 55: it replaced a hand-written incomplete beta
+// function and bisection; the quantiles agree with the tables to 1e-4, below what is printed).
 
 /// P(T ≤ t) for Student's t with `df` degrees of freedom.
 pub fn t_cdf(t: f64, df: f64) -> f64 {
-    let x = df / (df + t * t);
-    let tail = 0.5 * beta_reg(df / 2.0, 0.5, x);
-    if t >= 0.0 {
-        1.0 - tail
-    } else {
-        tail
-    }
+    use statrs::distribution::{ContinuousCDF, StudentsT};
+    StudentsT::new(0.0, 1.0, df).map_or(f64::NAN, |d| d.cdf(t))
 }
 
 /// The `p` quantile of Student's t with `df` degrees of freedom (e.g. `t_quantile(0.975, 5)`
-/// = 2.5706). `p` is clamped to (0, 1); `df` must be positive.
+/// = 2.5706). `p` is clamped to (0, 1); `df` must be positive (NaN otherwise).
 pub fn t_quantile(p: f64, df: f64) -> f64 {
+    use statrs::distribution::{ContinuousCDF, StudentsT};
     let p = p.clamp(1e-12, 1.0 - 1e-12);
-    if p < 0.5 {
-        return -t_quantile(1.0 - p, df);
-    }
-    let (mut lo, mut hi) = (0.0_f64, 1.0_f64);
-    while t_cdf(hi, df) < p && hi < 1e12 {
-        lo = hi;
-        hi *= 2.0;
-    }
-    for _ in 0..200 {
-        let mid = 0.5 * (lo + hi);
-        if t_cdf(mid, df) < p {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-        if hi - lo < 1e-12 * hi.max(1.0) {
-            break;
-        }
-    }
-    0.5 * (lo + hi)
+    StudentsT::new(0.0, 1.0, df).map_or(f64::NAN, |d| d.inverse_cdf(p))
 }
 
-/// The standard normal quantile (the t quantile at a very large df).
+/// The standard normal quantile (Student's t at an infinite df).
 pub fn z_quantile(p: f64) -> f64 {
-    t_quantile(p, 1e9)
+    use statrs::distribution::{ContinuousCDF, Normal};
+    let p = p.clamp(1e-12, 1.0 - 1e-12);
+    Normal::new(0.0, 1.0).map_or(f64::NAN, |d| d.inverse_cdf(p))
 }
 
 #[cfg(test)]

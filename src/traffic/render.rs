@@ -9,7 +9,7 @@
 //! that request and its answer end within the last tenth below the context (below a quarter of
 //! it for the sub-agents' session, [`Kind::share`]).
 
-use super::session::{self, ChatRequest, Kind, Session, Source};
+use super::session::{self, ChatRequest, Kind, Session, StdlibFile};
 use super::trace::{End, Header, Line, Outcome, Request, Trace};
 use super::upstream;
 use anyhow::{bail, Result};
@@ -107,7 +107,7 @@ pub async fn render(
     url: &str,
     kind: Kind,
     ctx: Option<u64>,
-    sources: &[Source],
+    sources: &[StdlibFile],
     what: &str,
 ) -> Result<Trace> {
     let mut header: Header = upstream::upstream_header(client, url).await?;

@@ -122,11 +122,7 @@ impl Stat {
         let mut s: Vec<f64> = samples.to_vec();
         s.sort_by(|a, b| a.total_cmp(b));
         let n = s.len();
-        let median = if n % 2 == 1 {
-            s[n / 2]
-        } else {
-            (s[n / 2 - 1] + s[n / 2]) / 2.0
-        };
+        let median = crate::objective::median_of_sorted(&s)?;
         let (min, max) = (s[0], s[n - 1]);
         let spread_pct = if median > 0.0 {
             (max - min) / median * 100.0

@@ -14,7 +14,7 @@
 //! way as one read from a file. Nothing of the prompts is kept: only counts and times.
 
 use super::classify::Failure;
-use super::workload::{Measured, Session, Timings};
+use super::workload::{Measured, RequestTimings, ServerSession};
 use super::{Metrics, Stat};
 use crate::traffic::plan::ReplayPlan;
 use crate::traffic::trace::{Request, Trace};
@@ -106,11 +106,11 @@ pub fn p90(v: &[f64]) -> Option<f64> {
 
 #[derive(Deserialize)]
 struct CompletionResponse {
-    timings: Timings,
+    timings: RequestTimings,
 }
 
 /// The `tokenizer_sha256` of the launched server, as the recorder computes it.
-pub async fn tokenizer_sha256(session: &mut Session<'_>) -> Result<String, Failure> {
+pub async fn tokenizer_sha256(session: &mut ServerSession<'_>) -> Result<String, Failure> {
     let body = serde_json::json!({
         "content": crate::traffic::trace::TOKENIZER_PROBE,
         "add_special": true,
@@ -150,7 +150,7 @@ fn waits_for(reqs: &[&Request]) -> Vec<Vec<usize>> {
 
 /// Replay `plan`'s requests of `trace` against the session's server (see the module's doc).
 pub async fn replay(
-    session: &mut Session<'_>,
+    session: &mut ServerSession<'_>,
     trace: &Trace,
     plan: &ReplayPlan,
     name: &str,
@@ -339,7 +339,7 @@ const MIN_PROMPT_SAMPLE: u32 = 16;
 /// metrics are the replayed requests' own (generation of each; prompt of each that read at
 /// least [`MIN_PROMPT_SAMPLE`] tokens, else of all); the objective is the replay's mean time.
 pub async fn measure(
-    session: &mut Session<'_>,
+    session: &mut ServerSession<'_>,
     w: &crate::space::Workload,
     r: &crate::traffic::plan::ReplayWorkload,
 ) -> Result<Measured, Failure> {

@@ -3,7 +3,7 @@
 //! (sent as an array of ids, so no tokenizer round trip can change its length), `n_predict =
 //! gen_tokens` with `ignore_eos`, no prompt cache, greedy sampling; then, `repetitions` times,
 //! every request of the workload's mixes, whole, with the prompt cache as a user's server
-//! uses it ([`Session::measure_shape`]). Speeds come from the server's own `timings`.
+//! uses it ([`ServerSession::measure_shape`]). Speeds come from the server's own `timings`.
 
 use super::classify::{ExitInfo, Failure};
 use super::{Metrics, Stat};
@@ -29,7 +29,7 @@ remain, painted in bold stripes so that they can be recognised by day as well as
 
 /// What the server reported for one request (`timings` in the `/completion` response).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
-pub struct Timings {
+pub struct RequestTimings {
     /// Prompt tokens taken from the prompt cache. ik_llama.cpp's timings have no `cache_n`
     /// (read as -1 here, then as its `tokens_evaluated` less `prompt_n`).
     #[serde(default = "cache_n_absent")]
@@ -55,7 +55,7 @@ fn cache_n_absent() -> i64 {
 
 #[derive(Deserialize)]
 struct CompletionResponse {
-    timings: Timings,
+    timings: RequestTimings,
     /// The whole prompt's tokens (ik_llama.cpp's answer; llama.cpp's has it too).
     #[serde(default)]
     tokens_evaluated: Option<i64>,
@@ -64,7 +64,7 @@ struct CompletionResponse {
 impl CompletionResponse {
     /// The timings, with `cache_n` where the server left it out: the prompt's tokens it did
     /// not read (ik_llama.cpp), else none.
-    fn into_timings(self) -> Timings {
+    fn into_timings(self) -> RequestTimings {
         let mut t = self.timings;
         if t.cache_n < 0 {
             t.cache_n = self
@@ -232,14 +232,18 @@ impl Pace {
     /// The timeout of a request that reads `prompt` tokens and generates `gen` at this pace:
     /// [`Self::FACTOR`] times the time it should take, at least [`Self::FLOOR`], at most `max`.
     pub fn timeout(&self, prompt: usize, gen: u32, max: Duration) -> Duration {
-        let expected = prompt as f64 / self.prompt_tps + f64::from(gen) / self.gen_tps;
+        let expected = crate::objective::request_seconds(
+            prompt as f64 / self.prompt_tps,
+            f64::from(gen),
+            self.gen_tps,
+        );
         let secs = (expected * Self::FACTOR).clamp(Self::FLOOR.as_secs_f64(), 1.0e7);
         Duration::from_secs_f64(secs).min(max)
     }
 }
 
 /// The HTTP side of a trial, bound to one server.
-pub struct Session<'a> {
+pub struct ServerSession<'a> {
     pub client: &'a reqwest::Client,
     pub base_url: String,
     /// The longest any request waits (the whole request, headers and body).
@@ -254,7 +258,7 @@ pub struct Session<'a> {
     pub doing: Option<&'a super::phase::PhaseCell>,
 }
 
-impl Session<'_> {
+impl ServerSession<'_> {
     /// Run `fut` while watching the process; a dead server ends the wait at once.
     pub(super) async fn watched<T>(
         &mut self,
@@ -343,7 +347,11 @@ impl Session<'_> {
     }
 
     /// One `/completion` with these prompt ids; checks the server generated every token.
-    pub async fn complete(&mut self, ids: &[u32], n_predict: u32) -> Result<Timings, Failure> {
+    pub async fn complete(
+        &mut self,
+        ids: &[u32],
+        n_predict: u32,
+    ) -> Result<RequestTimings, Failure> {
         self.complete_cached(ids, n_predict, false).await
     }
 
@@ -353,7 +361,7 @@ impl Session<'_> {
         ids: &[u32],
         n_predict: u32,
         cache_prompt: bool,
-    ) -> Result<Timings, Failure> {
+    ) -> Result<RequestTimings, Failure> {
         let body = serde_json::json!({
             "prompt": ids,
             "n_predict": n_predict,

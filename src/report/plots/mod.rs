@@ -138,7 +138,7 @@ pub struct Marker {
 
 /// One config that is the best command for one workload or more, where it measured.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Pick {
+pub struct PickMark {
     pub at: Marker,
     /// `workload: config` for each workload it is the pick of (`chat: fit-target`,
     /// `long-doc: --n-cpu-moe 13 -b 2048 -ub 2048`).
@@ -157,7 +157,7 @@ pub struct PlotData {
     pub baselines: Vec<Marker>,
     /// Each workload's best command ([`TuneResult::workload_picks`]), one per config: picks
     /// of the same config share it, with a label each.
-    pub picks: Vec<Pick>,
+    pub picks: Vec<PickMark>,
     pub budget: Option<f64>,
     pub has_gpu: bool,
     /// The speed model's generation for the winner's config at each --n-cpu-moe (empty when
@@ -169,17 +169,8 @@ pub struct PlotData {
     pub replay: bool,
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
+fn median(v: Vec<f64>) -> Option<f64> {
+    crate::objective::median(&v)
 }
 
 fn flags(c: &crate::config::LaunchConfig) -> String {
@@ -321,7 +312,7 @@ impl PlotData {
                     Some(w) if winner_config == Some(c) => w.clone(),
                     _ => measured(r, c)?,
                 };
-                Some(Pick { at, labels })
+                Some(PickMark { at, labels })
             })
             .collect();
         let modelled = r

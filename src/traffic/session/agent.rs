@@ -5,7 +5,7 @@
 //! partial read that brings the deepest request to the budget.
 
 use super::text::{self, Func};
-use super::{ChatRequest, Script, Source};
+use super::{ChatRequest, Script, StdlibFile};
 use serde_json::{json, Value};
 
 const SYSTEM: &str = "You are an interactive coding agent working in a checkout of CPython's \
@@ -117,7 +117,7 @@ struct View<'a> {
 
 /// Read `src` within `share` characters: the whole file when it fits, else lines from just
 /// before its first function.
-fn view<'a>(src: &'a Source, share: usize) -> View<'a> {
+fn view<'a>(src: &'a StdlibFile, share: usize) -> View<'a> {
     let lines: Vec<&str> = src.text.lines().collect();
     let whole = text::numbered(&lines, 1);
     if whole.chars().count() <= share {
@@ -153,7 +153,7 @@ fn view<'a>(src: &'a Source, share: usize) -> View<'a> {
 
 impl View<'_> {
     /// The functions the read showed (public first).
-    fn funcs(&self, src: &Source) -> Vec<Func> {
+    fn funcs(&self, src: &StdlibFile) -> Vec<Func> {
         let all = text::functions(&src.text);
         let seen: Vec<Func> = all
             .into_iter()
@@ -181,10 +181,10 @@ const TASKS: &[&str] = &[
     "Please tidy up `{f}` in {path}: make the control flow easier to follow without changing what it does, and run the tests.",
 ];
 
-pub fn build(budget: usize, sources: &[Source]) -> Vec<ChatRequest> {
+pub fn build(budget: usize, sources: &[StdlibFile]) -> Vec<ChatRequest> {
     let mut s = Script::new(SYSTEM, tools(false));
     let mut next = 0usize;
-    let mut take = |n: usize| -> &Source {
+    let mut take = |n: usize| -> &StdlibFile {
         let src = &sources[next % sources.len()];
         next += n;
         src
@@ -201,7 +201,7 @@ pub fn build(budget: usize, sources: &[Source]) -> Vec<ChatRequest> {
     );
     s.ask();
     let n_subs = if budget > 12 * MIN_CYCLE { 3 } else { 2 };
-    let subs: Vec<&Source> = (0..n_subs).map(|_| take(1)).collect();
+    let subs: Vec<&StdlibFile> = (0..n_subs).map(|_| take(1)).collect();
     let share = (budget / 16).max(600);
     let prompts: Vec<String> = subs
         .iter()
@@ -343,7 +343,13 @@ pub fn build(budget: usize, sources: &[Source]) -> Vec<ChatRequest> {
 /// One work cycle on `src`: read, grep, edit, test (a failure), fix, test (passing), report.
 /// With `may_rewrite`, a short file read whole is written back whole (the longest answer of a
 /// session; once, since agents mostly edit by diff); returns whether it was.
-fn work(s: &mut Script, src: &Source, v: &View, sources: &[Source], may_rewrite: bool) -> bool {
+fn work(
+    s: &mut Script,
+    src: &StdlibFile,
+    v: &View,
+    sources: &[StdlibFile],
+    may_rewrite: bool,
+) -> bool {
     let funcs = v.funcs(src);
     let f1 = &funcs[0];
     let f2 = funcs.get(1).unwrap_or(f1);

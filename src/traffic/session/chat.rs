@@ -4,7 +4,7 @@
 //! deepest request to the budget.
 
 use super::text::{self, Func};
-use super::{ChatRequest, Msg, Script, Source};
+use super::{ChatRequest, Msg, Script, StdlibFile};
 
 const SYSTEM: &str = "You are a helpful assistant who knows Python well. Answer questions about \
 code clearly and briefly; quote the lines you talk about.";
@@ -39,7 +39,7 @@ fn paste<'a>(lines: &[&'a str], funcs: &[Func], i: usize, chars: usize) -> (Vec<
 /// The turns a chat has, about, whatever its depth.
 const TURNS: usize = 20;
 
-pub fn build(budget: usize, sources: &[Source]) -> Vec<ChatRequest> {
+pub fn build(budget: usize, sources: &[StdlibFile]) -> Vec<ChatRequest> {
     let mut s = Script::new(SYSTEM, Vec::new());
     let mut turn = 0usize;
     'files: for src in sources.iter().cycle().take(sources.len() * 4) {

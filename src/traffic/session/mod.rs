@@ -95,7 +95,7 @@ impl Kind {
 
 /// One standard-library file.
 #[derive(Debug, Clone)]
-pub struct Source {
+pub struct StdlibFile {
     /// As a CPython checkout names it, e.g. `Lib/json/decoder.py`.
     pub path: String,
     pub text: String,
@@ -142,7 +142,7 @@ pub struct Session {
 }
 
 /// Build a session whose deepest request holds about `budget_chars` characters of text.
-pub fn build(kind: Kind, budget_chars: usize, sources: &[Source]) -> Session {
+pub fn build(kind: Kind, budget_chars: usize, sources: &[StdlibFile]) -> Session {
     let requests = match kind {
         Kind::Agent => agent::build(budget_chars, sources),
         Kind::Chat => chat::build(budget_chars, sources),
@@ -211,16 +211,16 @@ fn stdlib_dir_with(py: &std::ffi::OsStr) -> Result<PathBuf> {
 /// The session's source files from the standard-library folder: [`PREFERRED`] in order, then,
 /// when fewer than [`MIN_SOURCES`] of them are there, the folder's other top-level `.py`
 /// files by name.
-pub fn load_sources(dir: &Path) -> Result<Vec<Source>> {
-    let read = |rel: &str| -> Option<Source> {
+pub fn load_sources(dir: &Path) -> Result<Vec<StdlibFile>> {
+    let read = |rel: &str| -> Option<StdlibFile> {
         let bytes = crate::util::read_bounded(&dir.join(rel), MAX_SOURCE).ok()?;
         let text = String::from_utf8(bytes).ok()?;
-        (text.lines().count() >= 20 && !text.contains('\0')).then(|| Source {
+        (text.lines().count() >= 20 && !text.contains('\0')).then(|| StdlibFile {
             path: format!("Lib/{rel}"),
             text: text.replace("\r\n", "\n").replace('\t', "    "),
         })
     };
-    let mut out: Vec<Source> = PREFERRED.iter().filter_map(|r| read(r)).collect();
+    let mut out: Vec<StdlibFile> = PREFERRED.iter().filter_map(|r| read(r)).collect();
     if out.len() < MIN_SOURCES {
         let mut names: Vec<String> = std::fs::read_dir(dir)
             .with_context(|| format!("cannot list Python's standard library {}", dir.display()))?

@@ -8,7 +8,7 @@
 
 use super::agent::{tools, SUB_SYSTEM};
 use super::text;
-use super::{ChatRequest, Script, Source};
+use super::{ChatRequest, Script, StdlibFile};
 use serde_json::json;
 
 /// Sub-agents sending at once.
@@ -28,7 +28,7 @@ type Read = (String, usize, usize, String, Vec<String>);
 
 /// One sub-agent's files, read in order a piece at a time.
 struct Reader<'a> {
-    files: Vec<&'a Source>,
+    files: Vec<&'a StdlibFile>,
     file: usize,
     line: usize,
 }
@@ -98,10 +98,10 @@ impl<'a> Reader<'a> {
     }
 }
 
-pub fn build(budget: usize, sources: &[Source]) -> Vec<ChatRequest> {
+pub fn build(budget: usize, sources: &[StdlibFile]) -> Vec<ChatRequest> {
     let mut agents: Vec<(Script, Reader, Vec<Vec<String>>)> = (0..AGENTS)
         .map(|i| {
-            let files: Vec<&Source> = sources.iter().skip(i).step_by(AGENTS).collect();
+            let files: Vec<&StdlibFile> = sources.iter().skip(i).step_by(AGENTS).collect();
             let mut s = Script::new(SUB_SYSTEM, tools(true));
             s.user(format!(
                 "Read {} and list the public functions that validate their arguments, with \

@@ -1,6 +1,6 @@
 use super::*;
 
-fn stdlib() -> Vec<Source> {
+fn stdlib() -> Vec<StdlibFile> {
     let dir = stdlib_dir().expect("python3 is needed by the built-in session's tests");
     load_sources(&dir).unwrap()
 }

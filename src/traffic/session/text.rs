@@ -208,7 +208,7 @@ pub fn module_name(path: &str) -> String {
 
 /// Lines of every source holding `word`, as `grep -n` prints them over several files (at
 /// most `max` lines).
-pub fn grep(sources: &[super::Source], word: &str, max: usize) -> String {
+pub fn grep(sources: &[super::StdlibFile], word: &str, max: usize) -> String {
     let mut s = String::new();
     let mut n = 0;
     for src in sources {
