@@ -47,6 +47,9 @@ pub(super) struct Observed {
     /// The prompt's length as the server counted it (cached and read), where its answer says:
     /// the recorded prompt must have as many tokens.
     pub prompt_counted: Option<u64>,
+    /// The generated text read so far (issue 54: tokenized after the answer ends), at most
+    /// [`super::answers::MAX_TEXT`] bytes; `None` once past that.
+    pub text: Option<String>,
     /// A non-streamed answer, kept up to MAX_KEPT; or the current unfinished line of a stream.
     kept: Vec<u8>,
     pub overflow: bool,
@@ -71,6 +74,7 @@ impl Observed {
             timings: None,
             n_generated: None,
             prompt_counted: None,
+            text: Some(String::new()),
             kept: Vec::new(),
             overflow: false,
             room: Some(room.clone()),
@@ -111,10 +115,17 @@ impl Observed {
 
     fn overflowed(&mut self) {
         self.overflow = true;
+        self.text = None;
         self.free();
     }
 
     fn take_json(&mut self, v: &serde_json::Value) {
+        if let Some(text) = &mut self.text {
+            text.push_str(&super::answers::text_of(v));
+            if text.len() > super::answers::MAX_TEXT {
+                self.text = None;
+            }
+        }
         if let Some(n) = [&v["usage"], &v["response"]["usage"], &v["message"]["usage"]]
             .iter()
             .find_map(|u| prompt_count(u))
@@ -175,9 +186,8 @@ impl Observed {
         let Some(data) = line.strip_prefix(b"data:") else {
             return;
         };
-        // Only the events that carry timings or usage are parsed (the last ones).
-        let has = |needle: &[u8]| data.windows(needle.len()).any(|w| w == needle);
-        if !has(b"\"timings\"") && !has(b"\"usage\"") {
+        // Every event is read: its text, and the last ones' timings or usage.
+        if data.trim_ascii() == b"[DONE]" {
             return;
         }
         if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data.trim_ascii()) {
