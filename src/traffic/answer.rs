@@ -57,11 +57,16 @@ pub(super) struct Observed {
     room: Option<Room>,
     /// What `kept` took from `room` (its capacity).
     taken: usize,
+    /// What `text` took from `room`: the answers' texts share its bound.
+    text_taken: usize,
 }
 
 impl Drop for Observed {
     fn drop(&mut self) {
         self.free();
+        if let Some(r) = &self.room {
+            r.give(self.text_taken);
+        }
     }
 }
 
@@ -79,6 +84,7 @@ impl Observed {
             overflow: false,
             room: Some(room.clone()),
             taken: 0,
+            text_taken: 0,
         }
     }
 
@@ -121,9 +127,18 @@ impl Observed {
 
     fn take_json(&mut self, v: &serde_json::Value) {
         if let Some(text) = &mut self.text {
-            text.push_str(&super::answers::text_of(v));
-            if text.len() > super::answers::MAX_TEXT {
+            let more = super::answers::text_of(v);
+            let fits = text.len() + more.len() <= super::answers::MAX_TEXT
+                && self.room.as_ref().is_none_or(|r| r.take(more.len()));
+            if fits {
+                text.push_str(&more);
+                self.text_taken += more.len();
+            } else {
+                // Past its bound, or no room left: the answer is not tokenized.
                 self.text = None;
+                if let Some(r) = &self.room {
+                    r.give(std::mem::take(&mut self.text_taken));
+                }
             }
         }
         if let Some(n) = [&v["usage"], &v["response"]["usage"], &v["message"]["usage"]]
@@ -239,7 +254,8 @@ mod tests {
 
     #[test]
     fn stream_events_are_read_across_chunk_boundaries() {
-        let mut o = Observed::default();
+        let room = Room::new(1 << 20);
+        let mut o = Observed::within(&room);
         let events = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n\
                       data: {\"choices\":[],\"usage\":{\"completion_tokens\":7},\"timings\":{\"cache_n\":3,\"prompt_n\":5,\"prompt_ms\":1.5,\"predicted_n\":7,\"predicted_ms\":9.0}}\n\n\
                       data: [DONE]\n\n";
@@ -250,6 +266,11 @@ mod tests {
         let t = o.timings.unwrap();
         assert_eq!((t.cache_n, t.prompt_n, t.predicted_n), (3, 5, 7));
         assert_eq!(o.n_generated, Some(7));
+        // The answer's text (issue 54), held within the shared room until the answer goes.
+        assert_eq!(o.text.as_deref(), Some("hi"));
+        assert_eq!(room.0.load(Ordering::Acquire), (1 << 20) - 2);
+        drop(o);
+        assert_eq!(room.0.load(Ordering::Acquire), 1 << 20);
     }
 
     #[test]

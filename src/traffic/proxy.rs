@@ -744,9 +744,7 @@ async fn finish(
         )),
         None => Err("the upstream did not answer: its prompt was not tokenized".into()),
     };
-    // The answer's tokens (issue 54), asked of the server after the answer ended, as the
-    // prompt's are; a request whose prompt was not recorded is not predicted, so neither is
-    // asked for.
+    // The answer's tokens (issue 54), asked after the answer ended, where its prompt's are.
     let answer = match (&tokens, outcome, answer_text) {
         (Ok(_), Outcome::Ok, Some(text)) => {
             let _one_at_a_time = state.tokenizing.lock().await;
@@ -759,13 +757,10 @@ async fn finish(
         return;
     };
     drop(map);
-    match answer {
-        Some(Ok(t)) => f.line.answer_tokens = Some(t),
-        Some(Err(why)) => {
-            f.line.note = Some(format!("its answer was not tokenized: {why}"));
-        }
-        None => {}
+    if let Some(Err(why)) = &answer {
+        f.line.note = Some(format!("its answer was not tokenized: {why}"));
     }
+    f.line.answer_tokens = answer.and_then(Result::ok);
     match tokens {
         Ok(t) => f.line.prompt_tokens = Some(t),
         Err(why) => {

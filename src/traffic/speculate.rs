@@ -365,8 +365,8 @@ impl Prediction {
     }
 
     /// What `trace show` prints, each line under 100 columns: "speculative decoding
-    /// (ngram-mod), predicted: 61 % of 1,290 drafted tokens accepted (12 of 12 requests)", then
-    /// the predicted time.
+    /// (ngram-mod), predicted from 12 of 12 requests' answers:", then "  61 % of 1,290 drafted
+    /// tokens accepted; generation 0.74x the time, a request 0.95x".
     pub fn lines(&self) -> Vec<String> {
         let n = crate::util::fmt_thousands;
         let head = "speculative decoding (ngram-mod), predicted";
@@ -376,33 +376,30 @@ impl Prediction {
                 "  or 'qtune trace session --answers')".into(),
             ];
         }
-        let of = format!(
-            "{} of {} requests",
+        let mut out = vec![format!(
+            "{head} from {} of {} requests' answers:",
             self.predicted,
             self.predicted + self.without_answers
-        );
+        )];
         let Some(a) = self.acceptance() else {
-            return vec![format!("{head}: nothing drafted ({of}), so it cannot pay")];
+            out.push("  nothing would be drafted, so it cannot pay".into());
+            return out;
         };
-        vec![
-            format!(
-                "{head}: {:.0} % of {} drafted tokens accepted ({of})",
-                a * 100.0,
-                n(self.drafted as f64)
-            ),
-            format!(
-                "  time with it: generation {:.2}x{}{}",
-                self.gen_ratio,
-                self.request_ratio
-                    .map(|r| format!(", a request {r:.2}x"))
-                    .unwrap_or_default(),
-                if self.cannot_pay() {
-                    " (it cannot pay)"
-                } else {
-                    ""
-                }
-            ),
-        ]
+        out.push(format!(
+            "  {:.0} % of {} drafted tokens accepted; generation {:.2}x the time{}{}",
+            a * 100.0,
+            n(self.drafted as f64),
+            self.gen_ratio,
+            self.request_ratio
+                .map(|r| format!(", a request {r:.2}x"))
+                .unwrap_or_default(),
+            if self.cannot_pay() {
+                " (it cannot pay)"
+            } else {
+                ""
+            }
+        ));
+        out
     }
 }
 
