@@ -414,6 +414,10 @@ pub enum TraceCommand {
         /// ~/.local/share/qtune/traces/session-<kind>-<time>.jsonl (QTUNE_DATA_DIR moves it).
         #[arg(long, value_name = "FILE.jsonl")]
         out: Option<PathBuf>,
+        /// Also ask the server for each request's greedy answer (as a replay generates it) and
+        /// keep its tokens, so 'trace show' predicts speculative decoding's acceptance.
+        #[arg(long)]
+        answers: bool,
     },
 }
 
@@ -612,8 +616,10 @@ pub struct PlanArgs {
     /// Quantizations of --shape to plan, comma-separated (q4_k_m, q4_k_l, mxfp4_moe, q8_0).
     #[arg(long, value_delimiter = ',', requires = "shape")]
     pub quant: Vec<String>,
-    /// The workload the recommendation is for (chat, agent-shapes, long-doc or a YAML file); every
-    /// built-in's time per request is shown. Only with --box or --shape.
+    /// The workload the recommendation is for (chat, agent-shapes, long-doc or a YAML file);
+    /// every built-in's time per request is shown. Or a trace FILE.jsonl with answer tokens:
+    /// its answers predict speculative decoding on the box, and the command adds
+    /// `--spec-type ngram-mod` where it pays. Only with --box or --shape.
     #[arg(long)]
     pub workload: Option<String>,
     /// With --box: the host's physical cores instead of the box's.

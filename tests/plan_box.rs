@@ -444,3 +444,75 @@ fn the_new_quant_recipes_are_files_the_real_server_loads_and_runs() {
         assert!(text.contains(has_type), "{ftype}: {has_type}:\n{text}");
     }
 }
+
+/// A trace of one request with these prompt and answer tokens (a header that says nothing of
+/// the server, as a trace may).
+fn answer_trace(dir: &Path, name: &str, prompt: &[u32], answer: &[u32]) -> String {
+    let header = r#"{"type":"header","format":"qtune-trace","version":1,"qtune_version":"0","started_at":"2026-11-28T00:00:00Z","upstream":"http://127.0.0.1:8080"}"#;
+    let req = serde_json::json!({"type": "request", "id": 1, "endpoint": "/completion",
+        "stream": false, "arrived_ms": 0.0, "first_byte_ms": null, "ended_ms": 1.0,
+        "status": 200, "outcome": "ok", "prompt_tokens": prompt,
+        "n_generated": answer.len(), "max_tokens": null, "timings": null,
+        "answer_tokens": answer});
+    let p = dir.join(name);
+    std::fs::write(&p, format!("{header}\n{req}\n")).unwrap();
+    p.display().to_string()
+}
+
+/// Issue 54: `plan --box B --workload FILE.jsonl` predicts ngram-mod from the trace's answers
+/// on box B, and adds `--spec-type ngram-mod` to the command only where it pays. The token
+/// streams are made up: this checks the wiring (the drafter's counts against the real
+/// server's are tests/spec_predict.rs's, on SmolLM2's own answers).
+#[test]
+fn a_trace_with_answers_adds_speculation_to_the_plan_only_where_it_pays() {
+    let dir = tempfile::tempdir().unwrap();
+    // A 300-token run the answer re-emits whole; and an answer of new tokens.
+    let run: Vec<u32> = (1000..1300).collect();
+    let mut prompt = vec![1, 2, 3];
+    prompt.extend(&run);
+    prompt.extend([4, 5, 6]);
+    let repeats = answer_trace(dir.path(), "repeats.jsonl", &prompt, &run);
+    let fresh: Vec<u32> = (5000..5300).collect();
+    let new = answer_trace(dir.path(), "new.jsonl", &prompt, &fresh);
+    let base = [
+        "--box",
+        "rtx-4090",
+        "--shape",
+        "qwen3.5-35b-a3b",
+        "--quant",
+        "q4_k_m",
+        "--workload",
+    ];
+    let mut args: Vec<&str> = base.to_vec();
+    args.push(&repeats);
+    let v = plan_json(&args);
+    let cmd: Vec<&str> = v["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        cmd.windows(2).any(|w| w == ["--spec-type", "ngram-mod"]),
+        "{v}"
+    );
+    let s = &v["speculation"];
+    assert!(s["accepted"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(s["accepted"], s["drafted"], "{s}");
+    let mut args: Vec<&str> = base.to_vec();
+    args.push(&new);
+    let mut all = vec!["plan"];
+    all.extend_from_slice(&args);
+    let o = qtune(&all);
+    let text = support::output_text(&o);
+    assert!(o.status.success(), "{text}");
+    assert!(!text.contains("--spec-type"), "{text}");
+    assert!(
+        text.contains("nothing would be drafted, so it cannot pay"),
+        "{text}"
+    );
+    assert!(
+        text.contains("so the command leaves speculative decoding off"),
+        "{text}"
+    );
+}

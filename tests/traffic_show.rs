@@ -174,6 +174,15 @@ fn bad_traces_get_one_line_errors() {
         &write(d, "vocab.jsonl", vocab.as_bytes()),
         "outside the model's vocabulary",
     );
+    // An answer's tokens are held to the vocabulary too (issue 54).
+    let mut answer: serde_json::Value =
+        serde_json::from_str(&req(1, 0.0, 1.0, &[5, 6], 0, 2, &[])).unwrap();
+    answer["answer_tokens"] = serde_json::json!([7, 100]);
+    let answer = format!("{HEADER}\n{answer}\n");
+    one_line_error(
+        &write(d, "answer-vocab.jsonl", answer.as_bytes()),
+        "token id 100 is outside the model's vocabulary",
+    );
 
     // A complete trace (its end line written) that names a request it does not hold lies.
     let ghost = format!("{HEADER}\n{}\n{END}\n", req(1, 0.0, 1.0, &[5], 0, 1, &[9]));

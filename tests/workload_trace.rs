@@ -64,6 +64,7 @@ fn compare(
     for e in walk(&out) {
         let body = String::from_utf8_lossy(&std::fs::read(&e).unwrap()).into_owned();
         assert!(!body.contains("\"prompt_tokens\":["), "{}", e.display());
+        assert!(!body.contains("answer_tokens"), "{}", e.display());
         for p in private {
             assert!(!body.contains(p), "{p:?} in {}", e.display());
         }
@@ -637,6 +638,10 @@ fn claude_code_messages_and_responses_are_recorded_and_replayed() {
         }
         assert_eq!(r["n_generated"], c["output_tokens"], "{what}");
         assert_eq!(r["max_tokens"], 8, "{what}");
+        // The answer's text, streamed or not, read from the Anthropic and Responses events
+        // and tokenized by the server (issue 54): about as many tokens as were generated.
+        let answer = r["answer_tokens"].as_array().expect(&what).len() as u64;
+        assert!((1..=10).contains(&answer), "{what}");
     }
     assert!(seen["stream"]["events"].as_u64().unwrap() > 3, "{seen}");
     // The third turn's prompt extends the second's conversation: trace show links them.

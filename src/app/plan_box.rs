@@ -47,7 +47,13 @@ pub fn plan_box(o: BoxPlanOptions) -> Result<()> {
         None => ("this box".to_string(), crate::hardware::probe(true)),
     };
     let mut workloads = crate::workloads::builtins();
-    let main = match o.workload.as_deref() {
+    // A recorded trace: the plan's times are the default mix's; the trace predicts
+    // speculative decoding (issue 54).
+    let trace = match o.workload.as_deref().filter(|w| w.ends_with(".jsonl")) {
+        Some(w) => Some(crate::traffic::trace::read(std::path::Path::new(w))?),
+        None => None,
+    };
+    let main = match o.workload.as_deref().filter(|_| trace.is_none()) {
         None => workloads
             .iter()
             .position(|w| w.name == crate::workloads::DEFAULT)
@@ -61,12 +67,22 @@ pub fn plan_box(o: BoxPlanOptions) -> Result<()> {
         },
     };
     let ctx = o.ctx.unwrap_or(BOX_PLAN_CTX);
-    let p = plan(&name, &hw, &models, ctx, o.headroom_mib, &workloads, main);
+    let mut p = plan(&name, &hw, &models, ctx, o.headroom_mib, &workloads, main);
+    let spec = trace.as_ref().map(|t| speculation(t, &mut p));
     if o.json {
+        if let Some((_, pred)) = &spec {
+            let mut v = serde_json::to_value(&p)?;
+            v["speculation"] = serde_json::to_value(pred)?;
+            println!("{}", serde_json::to_string_pretty(&v)?);
+            return Ok(());
+        }
         println!("{}", serde_json::to_string_pretty(&p)?);
         return Ok(());
     }
     eprint!("{}", crate::util::fit(&box_plan_text(&p)));
+    if let Some((lines, _)) = &spec {
+        eprint!("{}", crate::util::fit(&(lines.join("\n") + "\n")));
+    }
     if p.command.is_empty() {
         bail!("{}", p.why);
     }
@@ -139,4 +155,41 @@ fn models(o: &BoxPlanOptions) -> Result<Vec<PlanModel>> {
         });
     }
     Ok(out)
+}
+
+/// Speculative decoding on the planned box, predicted from the trace's answers: its lines,
+/// and `--spec-type ngram-mod` added to the command where it pays. The box's own predicted
+/// speeds (the recommended quantization's generation and prompt) price the verify batches.
+fn speculation(
+    t: &crate::traffic::trace::Trace,
+    p: &mut crate::plan::described::BoxPlan,
+) -> (Vec<String>, crate::traffic::speculate::Prediction) {
+    use crate::traffic::speculate::{predict_on, NgramMod, Speeds};
+    let q = p
+        .recommended
+        .as_ref()
+        .and_then(|r| p.quants.iter().find(|q| &q.quant == r));
+    let speeds = q.and_then(|q| match (&q.generation, &q.prompt) {
+        (Some(g), Some(pp)) if g.tps > 0.0 && pp.tps > 0.0 => Some(Speeds {
+            gen_ms: 1000.0 / g.tps,
+            prompt_ms: 1000.0 / pp.tps,
+        }),
+        _ => None,
+    });
+    let pred = predict_on(
+        t,
+        NgramMod::default(),
+        speeds.or_else(|| Speeds::of(&t.requests)),
+    );
+    let mut lines = pred.lines();
+    if pred.predicted > 0 && !p.command.is_empty() {
+        if pred.cannot_pay() {
+            lines.push("  so the command leaves speculative decoding off".into());
+        } else {
+            p.command
+                .extend(["--spec-type".to_string(), "ngram-mod".to_string()]);
+            lines.push("  so the command adds --spec-type ngram-mod".into());
+        }
+    }
+    (lines, pred)
 }

@@ -1,6 +1,6 @@
 //! `qtune record` and `qtune trace show`: wiring and printing for [`crate::traffic`].
 
-use crate::traffic::{proxy, render, session, show, trace, upstream};
+use crate::traffic::{proxy, render, session, show, speculate, trace, upstream};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
@@ -144,10 +144,14 @@ pub fn trace_show(path: &Path, json: bool) -> Result<()> {
             "header": t.header,
             "summary": shown.summary,
             "requests": shown.requests,
+            "speculation": speculate::predict(&t, speculate::NgramMod::default()),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print!("{}", show::render(&t, &shown, &path.display().to_string()));
+        for l in speculate::predict(&t, speculate::NgramMod::default()).lines() {
+            println!("{l}");
+        }
     }
     Ok(())
 }
@@ -159,6 +163,7 @@ pub fn trace_session(
     server: &str,
     ctx: Option<u64>,
     out: Option<PathBuf>,
+    answers: bool,
 ) -> Result<()> {
     let kind = match kind {
         "agent" => session::Kind::Agent,
@@ -195,7 +200,15 @@ pub fn trace_session(
         .context("cannot start the async runtime")?;
     let t = rt.block_on(async {
         let client = upstream::client()?;
-        render::render(&client, &url, kind, ctx, &sources, &what).await
+        let mut t = render::render(&client, &url, kind, ctx, &sources, &what).await?;
+        if answers {
+            eprintln!(
+                "qtune: asking {url} for the greedy answer of each of {} requests",
+                t.requests.len()
+            );
+            crate::traffic::answers::greedy(&client, &url, &mut t).await?;
+        }
+        anyhow::Ok(t)
     })?;
     let text = render::to_jsonl(&t)?;
     // What replay will read must pass its checks.

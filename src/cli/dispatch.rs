@@ -152,7 +152,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             server,
             ctx,
             out,
-        }) => app::traffic::trace_session(&kind, &server, ctx, out),
+            answers,
+        }) => app::traffic::trace_session(&kind, &server, ctx, out, answers),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             let mut out = Vec::new();

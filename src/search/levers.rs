@@ -32,6 +32,47 @@ pub struct WorkloadTraits {
     /// The model has random weights (`qtune synth`, its GGUF's name says so): its answers
     /// loop, so speculation is never tried on it ([`SYNTHETIC_NO_SPECULATION`]).
     pub synthetic: bool,
+    /// The trace's answers predict that `--spec-type ngram-mod` cannot pay
+    /// ([`crate::traffic::speculate`]): it is not tried ([`SpecForecast::line`]).
+    pub spec_cannot_pay: Option<SpecForecast>,
+}
+
+/// What the trace's answers predict for `--spec-type ngram-mod`, where it cannot pay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpecForecast {
+    pub drafted: u64,
+    pub accepted: u64,
+    /// Generation time with it over without, in thousandths.
+    pub gen_ratio_milli: u32,
+}
+
+impl SpecForecast {
+    /// The prediction over `trace`'s answers, where it says ngram-mod cannot pay; None where
+    /// it can, or where the trace holds no answers to predict from.
+    pub fn cannot_pay(trace: &crate::traffic::trace::Trace) -> Option<SpecForecast> {
+        use crate::traffic::speculate;
+        let p = speculate::predict(trace, speculate::NgramMod::default());
+        p.cannot_pay().then(|| SpecForecast {
+            drafted: p.drafted,
+            accepted: p.accepted,
+            gen_ratio_milli: (p.gen_ratio * 1000.0).round().clamp(0.0, 1e9) as u32,
+        })
+    }
+
+    /// The tune's one line.
+    pub fn line(&self) -> String {
+        let acc = if self.drafted == 0 {
+            "nothing would be drafted".to_string()
+        } else {
+            format!(
+                "{:.0} % of {} drafted tokens accepted, generation {:.2}x the time",
+                self.accepted as f64 * 100.0 / self.drafted as f64,
+                self.drafted,
+                f64::from(self.gen_ratio_milli) / 1000.0
+            )
+        };
+        format!("speculative decoding (ngram-mod): not tried, predicted from the trace's answers not to pay ({acc})")
+    }
 }
 
 /// Why speculative decoding is not tried on a random-weight model.
@@ -93,6 +134,7 @@ impl WorkloadTraits {
             recurrent,
             chat_checkpoints,
             synthetic: false,
+            spec_cannot_pay: SpecForecast::cannot_pay(trace),
         }
     }
 }
@@ -111,7 +153,13 @@ pub fn propose(levers: &Levers, best: &LaunchConfig, traits: &WorkloadTraits) ->
         if traits.synthetic {
             plan.skipped.push(SYNTHETIC_NO_SPECULATION.to_string());
         } else if traits.real_text {
-            for &t in &levers.speculative {
+            if let Some(f) = traits.spec_cannot_pay {
+                plan.skipped.push(f.line());
+            }
+            let vetoed = |t: crate::config::SpecType| {
+                traits.spec_cannot_pay.is_some() && t == crate::config::SpecType::NgramMod
+            };
+            for &t in levers.speculative.iter().filter(|&&t| !vetoed(t)) {
                 plan.configs.push(LaunchConfig {
                     spec_type: Some(t),
                     ..best.clone()
@@ -253,6 +301,7 @@ mod tests {
             recurrent: true,
             chat_checkpoints: false,
             synthetic: false,
+            spec_cannot_pay: None,
         };
         let p = propose(&levers(), &best, &traits);
         // Checkpoints are said, not tried: without the chat's message delimiters a replay
@@ -331,6 +380,42 @@ mod tests {
             .configs
             .iter()
             .any(|c| c.checkpoint_min_step == Some(1024)));
+    }
+
+    #[test]
+    fn speculation_predicted_not_to_pay_is_not_tried_and_says_so_in_one_line() {
+        let best = LaunchConfig::baseline(8192);
+        let f = SpecForecast {
+            drafted: 31,
+            accepted: 0,
+            gen_ratio_milli: 1006,
+        };
+        let traits = WorkloadTraits {
+            real_text: true,
+            spec_cannot_pay: Some(f),
+            ..Default::default()
+        };
+        let mut lv = levers();
+        lv.speculative = vec![SpecType::NgramMod, SpecType::NgramSimple];
+        let p = propose(&lv, &best, &traits);
+        let specs: Vec<_> = p.configs.iter().filter_map(|c| c.spec_type).collect();
+        // ngram-mod is predicted; the others are not, and are still tried.
+        assert_eq!(specs, vec![SpecType::NgramSimple], "{p:?}");
+        assert_eq!(
+            p.skipped[0],
+            "speculative decoding (ngram-mod): not tried, predicted from the trace's answers \
+             not to pay (0 % of 31 drafted tokens accepted, generation 1.01x the time)"
+        );
+        // Without a forecast it is tried.
+        let traits = WorkloadTraits {
+            spec_cannot_pay: None,
+            ..traits
+        };
+        let p = propose(&lv, &best, &traits);
+        assert!(p
+            .configs
+            .iter()
+            .any(|c| c.spec_type == Some(SpecType::NgramMod)));
     }
 
     #[test]

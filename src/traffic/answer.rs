@@ -47,6 +47,9 @@ pub(super) struct Observed {
     /// The prompt's length as the server counted it (cached and read), where its answer says:
     /// the recorded prompt must have as many tokens.
     pub prompt_counted: Option<u64>,
+    /// The generated text read so far (issue 54: tokenized after the answer ends), at most
+    /// [`super::answers::MAX_TEXT`] bytes; `None` once past that.
+    pub text: Option<String>,
     /// A non-streamed answer, kept up to MAX_KEPT; or the current unfinished line of a stream.
     kept: Vec<u8>,
     pub overflow: bool,
@@ -54,11 +57,16 @@ pub(super) struct Observed {
     room: Option<Room>,
     /// What `kept` took from `room` (its capacity).
     taken: usize,
+    /// What `text` took from `room`: the answers' texts share its bound.
+    text_taken: usize,
 }
 
 impl Drop for Observed {
     fn drop(&mut self) {
         self.free();
+        if let Some(r) = &self.room {
+            r.give(self.text_taken);
+        }
     }
 }
 
@@ -71,10 +79,12 @@ impl Observed {
             timings: None,
             n_generated: None,
             prompt_counted: None,
+            text: Some(String::new()),
             kept: Vec::new(),
             overflow: false,
             room: Some(room.clone()),
             taken: 0,
+            text_taken: 0,
         }
     }
 
@@ -111,10 +121,26 @@ impl Observed {
 
     fn overflowed(&mut self) {
         self.overflow = true;
+        self.text = None;
         self.free();
     }
 
     fn take_json(&mut self, v: &serde_json::Value) {
+        if let Some(text) = &mut self.text {
+            let more = super::answers::text_of(v);
+            let fits = text.len() + more.len() <= super::answers::MAX_TEXT
+                && self.room.as_ref().is_none_or(|r| r.take(more.len()));
+            if fits {
+                text.push_str(&more);
+                self.text_taken += more.len();
+            } else {
+                // Past its bound, or no room left: the answer is not tokenized.
+                self.text = None;
+                if let Some(r) = &self.room {
+                    r.give(std::mem::take(&mut self.text_taken));
+                }
+            }
+        }
         if let Some(n) = [&v["usage"], &v["response"]["usage"], &v["message"]["usage"]]
             .iter()
             .find_map(|u| prompt_count(u))
@@ -175,9 +201,8 @@ impl Observed {
         let Some(data) = line.strip_prefix(b"data:") else {
             return;
         };
-        // Only the events that carry timings or usage are parsed (the last ones).
-        let has = |needle: &[u8]| data.windows(needle.len()).any(|w| w == needle);
-        if !has(b"\"timings\"") && !has(b"\"usage\"") {
+        // Every event is read: its text, and the last ones' timings or usage.
+        if data.trim_ascii() == b"[DONE]" {
             return;
         }
         if let Ok(v) = serde_json::from_slice::<serde_json::Value>(data.trim_ascii()) {
@@ -229,7 +254,8 @@ mod tests {
 
     #[test]
     fn stream_events_are_read_across_chunk_boundaries() {
-        let mut o = Observed::default();
+        let room = Room::new(1 << 20);
+        let mut o = Observed::within(&room);
         let events = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n\
                       data: {\"choices\":[],\"usage\":{\"completion_tokens\":7},\"timings\":{\"cache_n\":3,\"prompt_n\":5,\"prompt_ms\":1.5,\"predicted_n\":7,\"predicted_ms\":9.0}}\n\n\
                       data: [DONE]\n\n";
@@ -240,6 +266,11 @@ mod tests {
         let t = o.timings.unwrap();
         assert_eq!((t.cache_n, t.prompt_n, t.predicted_n), (3, 5, 7));
         assert_eq!(o.n_generated, Some(7));
+        // The answer's text (issue 54), held within the shared room until the answer goes.
+        assert_eq!(o.text.as_deref(), Some("hi"));
+        assert_eq!(room.0.load(Ordering::Acquire), (1 << 20) - 2);
+        drop(o);
+        assert_eq!(room.0.load(Ordering::Acquire), 1 << 20);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! copied into a run directory, profile or report.
 
 mod answer;
+pub mod answers;
 mod convert;
 mod intake;
 mod ordered;
@@ -18,5 +19,6 @@ pub mod proxy;
 pub mod render;
 pub mod session;
 pub mod show;
+pub mod speculate;
 pub mod trace;
 pub mod upstream;

@@ -417,6 +417,7 @@ mod tests {
                 predicted_n: gen,
                 predicted_ms: 1.0,
             }),
+            answer_tokens: None,
             note: None,
         }
     }

@@ -634,6 +634,7 @@ fn register(state: &State, a: &Asked) -> u64 {
                 n_generated: None,
                 max_tokens: a.max_tokens,
                 timings: None,
+                answer_tokens: None,
                 note: None,
             },
             overlapped,
@@ -696,6 +697,7 @@ async fn finish(
     outcome: Outcome,
 ) {
     let counted = seen.prompt_counted;
+    let answer_text = seen.text.clone().filter(|t| !t.is_empty());
     {
         let mut map = state.inflight.lock().unwrap();
         let Some(f) = map.get_mut(&id) else {
@@ -746,11 +748,23 @@ async fn finish(
         )),
         None => Err("the upstream did not answer: its prompt was not tokenized".into()),
     };
+    // The answer's tokens (issue 54), asked after the answer ended, where its prompt's are.
+    let answer = match (&tokens, outcome, answer_text) {
+        (Ok(_), Outcome::Ok, Some(text)) => {
+            let _one_at_a_time = state.tokenizing.lock().await;
+            Some(super::answers::tokenize(&state.client, &state.upstream, &text).await)
+        }
+        _ => None,
+    };
     let mut map = state.inflight.lock().unwrap();
     let Some(mut f) = map.remove(&id) else {
         return;
     };
     drop(map);
+    if let Some(Err(why)) = &answer {
+        f.line.note = Some(format!("its answer was not tokenized: {why}"));
+    }
+    f.line.answer_tokens = answer.and_then(Result::ok);
     match tokens {
         Ok(t) => f.line.prompt_tokens = Some(t),
         Err(why) => {

@@ -240,6 +240,7 @@ pub fn requests(s: &Session, prompts: Vec<Vec<u32>>, n_ctx: u64) -> Vec<Request>
             n_generated: Some(gen),
             max_tokens: Some(gen as i64),
             timings: None,
+            answer_tokens: None,
             note: Some(
                 "scripted by qtune, not run: no timings; the times give only order and overlap"
                     .into(),

@@ -234,6 +234,11 @@ pub struct Request {
     /// The limit the client asked for (`max_tokens`, `max_completion_tokens` or `n_predict`).
     pub max_tokens: Option<i64>,
     pub timings: Option<Timings>,
+    /// The answer as the server tokenizes it (issue 54): the generated text tokenized after the
+    /// answer ended, or (`trace session --answers`) the greedy answer's own token ids. What
+    /// `trace show` predicts speculative decoding's acceptance from. Absent in older traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_tokens: Option<Vec<u32>>,
     /// Why something is missing, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -515,8 +520,9 @@ fn check(h: &Header, requests: &[Request]) -> Result<(), TraceError> {
                 )));
             }
         }
-        if let (Some(v), Some(t)) = (h.model.n_vocab, &r.prompt_tokens) {
-            if let Some(bad) = t.iter().find(|&&t| u64::from(t) >= v) {
+        if let Some(v) = h.model.n_vocab {
+            let tokens = r.prompt_tokens.iter().chain(&r.answer_tokens).flatten();
+            if let Some(bad) = tokens.into_iter().find(|&&t| u64::from(t) >= v) {
                 return Err(at(format!(
                     "token id {bad} is outside the model's vocabulary ({v} tokens)"
                 )));
