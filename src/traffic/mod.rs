@@ -21,4 +21,5 @@ pub mod session;
 pub mod show;
 pub mod speculate;
 pub mod trace;
+pub mod trace_file;
 pub mod upstream;

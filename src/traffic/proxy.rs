@@ -16,6 +16,8 @@
 use super::answer::{self, Observed, MAX_KEPT, MAX_KEPT_ALL};
 use super::intake::{self, BodyError};
 use super::trace::{self, Header, Line, Outcome, Request};
+pub use super::trace_file::create_trace_file;
+use super::trace_file::TraceWriter;
 use super::upstream;
 use anyhow::{Context, Result};
 use bytes::Bytes;
@@ -23,7 +25,6 @@ use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming};
 use hyper::{header, HeaderMap, Response, StatusCode};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -163,82 +164,6 @@ impl State {
         // Microsecond resolution is plenty, and keeps the trace short.
         (self.started.elapsed().as_secs_f64() * 1e6).round() / 1000.0
     }
-}
-
-/// The trace file: one line per write, flushed at once (a stop or crash loses no finished
-/// request).
-struct TraceWriter {
-    file: std::fs::File,
-    path: std::path::PathBuf,
-    requests: u64,
-    interrupted: u64,
-    failed: Option<String>,
-}
-
-impl TraceWriter {
-    fn write(&mut self, line: &Line) {
-        if self.failed.is_some() {
-            return;
-        }
-        let mut text = match serde_json::to_string(line) {
-            Ok(t) => t,
-            Err(e) => {
-                self.failed = Some(e.to_string());
-                return;
-            }
-        };
-        text.push('\n');
-        if let Err(e) = self.file.write_all(text.as_bytes()) {
-            eprintln!(
-                "qtune: error: cannot write the trace {}: {e}; requests are still forwarded",
-                self.path.display()
-            );
-            self.failed = Some(e.to_string());
-            return;
-        }
-        if let Line::Request(r) = line {
-            self.requests += 1;
-            if r.outcome == Outcome::Interrupted {
-                self.interrupted += 1;
-            }
-        }
-    }
-}
-
-/// Create the trace file for writing: user-only (0600), never over an existing file; its
-/// folder is made user-only (0700) when qtune creates it.
-pub fn create_trace_file(path: &std::path::Path) -> Result<std::fs::File> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        if !dir.exists() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .with_context(|| {
-                    format!(
-                        "cannot create the trace's folder {}: choose another --out",
-                        dir.display()
-                    )
-                })?;
-        }
-    }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                anyhow::anyhow!(
-                    "{} already exists: qtune never writes over a trace; give another --out",
-                    path.display()
-                )
-            } else {
-                anyhow::anyhow!("cannot create the trace {}: {e}", path.display())
-            }
-        })
 }
 
 /// Run the proxy until `stop` resolves (a first SIGINT/SIGTERM), then finish the requests in
