@@ -194,10 +194,7 @@ pub struct Fixed {
     pub threads_cap: Option<u32>,
     /// The engine every launch of the tune uses: the one `--server` (or the cache) is. Not a
     /// space file's setting; absent: llama.cpp.
-    #[serde(
-        default,
-        skip_serializing_if = "crate::config::EngineKind::is_llama_cpp"
-    )]
+    #[serde(default, skip_serializing_if = "crate::config::EngineKind::is_default")]
     pub engine: crate::config::EngineKind,
     /// The head's RPC workers (`qtune tune --rpc`), as measured when the tune started: every
     /// launch, the baseline included, gets `--rpc` with their addresses, and the placements

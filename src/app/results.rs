@@ -267,7 +267,7 @@ mod tests {
         let svc = &v["services"]["llama-server"];
         assert_eq!(
             svc["image"].as_str(),
-            Some(crate::report::script::server_image(true).as_str())
+            crate::engine::Engine::server_image(&crate::engine::LlamaCpp, true).as_deref()
         );
         assert_eq!(svc["ports"][0]["published"].as_str(), Some("9123"));
         assert_eq!(svc["ports"][0]["host_ip"].as_str(), Some("0.0.0.0"));

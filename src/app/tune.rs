@@ -227,7 +227,10 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
         if opts.replay.is_some() {
             anyhow::bail!("--rpc launches real workers' devices: it cannot be replayed");
         }
-        if let Some(s) = server.as_ref().filter(|s| !s.engine.is_llama_cpp()) {
+        if let Some(s) = server
+            .as_ref()
+            .filter(|s| !crate::engine::of(s.engine).caps().rpc)
+        {
             anyhow::bail!(
                 "--rpc needs llama.cpp's llama-server: {} is {}'s, which qtune builds without RPC",
                 s.path.display(),
@@ -238,7 +241,7 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
     }
     super::preflight::check_moe(&model, &layout, opts.allow_dense)?;
     let mut notes: Vec<String> = space_note.into_iter().collect();
-    if let Some(s) = server.as_ref().filter(|s| !s.engine.is_llama_cpp()) {
+    if let Some(s) = server.as_ref().filter(|s| !s.engine.is_default()) {
         // Every launch of the tune, baselines included, in the server's own dialect.
         space.fixed.engine = s.engine;
         notes.push(format!(

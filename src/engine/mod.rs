@@ -122,11 +122,88 @@ pub trait Engine {
         vec!["-lv".to_string(), "4".to_string()]
     }
 
-    /// The settings of `config` this engine cannot express (its flags, as llama.cpp names
-    /// them): empty when it can launch `config` as meant. [`Engine::server_args`] leaves them
-    /// out; the search does not propose such a config.
-    fn unsupported(&self, _config: &LaunchConfig) -> Vec<&'static str> {
-        Vec::new()
+    /// The official server image of the engine at qtune's pinned build (a CUDA image when
+    /// `gpu`), for a compose file: None where the engine publishes none.
+    fn server_image(&self, _gpu: bool) -> Option<String> {
+        None
+    }
+
+    /// What the engine can do: the settings of a [`LaunchConfig`] it has a flag for, and what
+    /// its server and its answers offer. The rest of qtune asks this, never which engine it is.
+    fn caps(&self) -> Caps;
+}
+
+/// What one engine can do. Every field true is llama.cpp: a config that uses only what its
+/// engine has is launched as meant; one that needs more is not proposed ([`Caps::unsupported`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// `--load-mode dio` (direct I/O).
+    pub direct_io: bool,
+    /// `--no-op-offload`.
+    pub no_op_offload: bool,
+    /// `--checkpoint-min-step`.
+    pub checkpoint_min_step: bool,
+    /// `-kvu` / `-no-kvu`: one KV pool for every slot, or not.
+    pub kv_unified: bool,
+    /// `--rpc` and `-ot` rules naming an RPC device (qtune's build of the engine has RPC).
+    pub rpc: bool,
+    /// `-sm row` and `-sm tensor`.
+    pub split_row_tensor: bool,
+    /// A `--fit-target` per card (an auto-fit headroom for each device, not one for all).
+    pub fit_target_per_card: bool,
+}
+
+impl Caps {
+    /// llama.cpp: every setting qtune varies.
+    pub const ALL: Caps = Caps {
+        direct_io: true,
+        no_op_offload: true,
+        checkpoint_min_step: true,
+        kv_unified: true,
+        rpc: true,
+        split_row_tensor: true,
+        fit_target_per_card: true,
+    };
+
+    /// The settings of `config` these caps lack (their flags, as llama.cpp names them): empty
+    /// when the engine can launch `config` as meant. [`Engine::server_args`] leaves them out;
+    /// the search does not propose such a config.
+    pub fn unsupported(&self, c: &LaunchConfig) -> Vec<&'static str> {
+        use crate::config::{LoadMode, SplitMode};
+        let mut out = Vec::new();
+        if !self.direct_io && c.load_mode == LoadMode::Dio {
+            out.push("--load-mode dio");
+        }
+        if !self.no_op_offload && !c.op_offload {
+            out.push("--no-op-offload");
+        }
+        if !self.checkpoint_min_step && c.checkpoint_min_step.is_some() {
+            out.push("--checkpoint-min-step");
+        }
+        if !self.kv_unified && c.kv_unified.is_some() {
+            out.push("-kvu/-no-kvu");
+        }
+        if !self.rpc && (!c.rpc.is_empty() || !c.rpc_experts.is_empty()) {
+            out.push("--rpc");
+        }
+        if !self.split_row_tensor
+            && matches!(c.split_mode, Some(SplitMode::Row | SplitMode::Tensor))
+        {
+            out.push("-sm row/tensor");
+        }
+        if !self.fit_target_per_card
+            && c.fit_target_mib
+                .iter()
+                .any(|&m| Some(&m) != c.fit_target_mib.first())
+        {
+            out.push("a --fit-target per card");
+        }
+        out
+    }
+
+    /// Whether the engine can launch `config` as meant.
+    pub fn expresses(&self, c: &LaunchConfig) -> bool {
+        self.unsupported(c).is_empty()
     }
 }
 

@@ -13,7 +13,7 @@
 //! - fused MoE is on by default (`-no-fmoe` turns it off); `-rtr` repacks and implies no mmap.
 //!   qtune passes neither yet.
 
-use super::{Engine, EngineKind};
+use super::{Caps, Engine, EngineKind};
 use crate::config::{LaunchConfig, LoadMode, SplitMode};
 use crate::space::SearchSpace;
 
@@ -88,34 +88,19 @@ impl Engine for IkLlama {
         vec!["--log-disable".to_string()]
     }
 
-    fn unsupported(&self, c: &LaunchConfig) -> Vec<&'static str> {
-        let mut out = Vec::new();
-        if c.load_mode == LoadMode::Dio {
-            out.push("--load-mode dio");
+    /// ik has `--rpc`, but qtune builds it without GGML_RPC; it has no `--load-mode`
+    /// (direct I/O), `--no-op-offload`, `--checkpoint-min-step`, `-kvu`, `-sm row`/`tensor`,
+    /// and one `--fit-margin` for every device.
+    fn caps(&self) -> Caps {
+        Caps {
+            direct_io: false,
+            no_op_offload: false,
+            checkpoint_min_step: false,
+            kv_unified: false,
+            rpc: false,
+            split_row_tensor: false,
+            fit_target_per_card: false,
         }
-        if !c.op_offload {
-            out.push("--no-op-offload");
-        }
-        if c.checkpoint_min_step.is_some() {
-            out.push("--checkpoint-min-step");
-        }
-        if c.kv_unified.is_some() {
-            out.push("-kvu/-no-kvu");
-        }
-        if !c.rpc.is_empty() || !c.rpc_experts.is_empty() {
-            // ik has --rpc, but qtune builds it without GGML_RPC.
-            out.push("--rpc");
-        }
-        if matches!(c.split_mode, Some(SplitMode::Row | SplitMode::Tensor)) {
-            out.push("-sm row/tensor");
-        }
-        if c.fit_target_mib
-            .iter()
-            .any(|&m| Some(&m) != c.fit_target_mib.first())
-        {
-            out.push("a --fit-target per card");
-        }
-        out
     }
 }
 
@@ -161,7 +146,7 @@ mod tests {
             c.server_args().join(" "),
             "-c 4096 -np 1 --n-cpu-moe 3 -t 2 -ub 256 -ctk q8_0 -ctv q8_0 -fa on --no-mmap --mlock --spec-type ngram-mod"
         );
-        assert!(e.unsupported(&c).is_empty());
+        assert!(e.caps().expresses(&c));
         // The same config as llama.cpp renders it: the seam picks the dialect.
         let l = LaunchConfig {
             engine: EngineKind::LlamaCpp,
@@ -193,7 +178,7 @@ mod tests {
             ..LaunchConfig::baseline(2048)
         };
         assert_eq!(
-            IkLlama.unsupported(&c),
+            IkLlama.caps().unsupported(&c),
             vec![
                 "--load-mode dio",
                 "--no-op-offload",
@@ -202,7 +187,7 @@ mod tests {
             ]
         );
         assert_eq!(c.server_args().join(" "), "-c 2048 -np 1");
-        assert!(crate::engine::LlamaCpp.unsupported(&c).is_empty());
+        assert!(crate::engine::LlamaCpp.caps().expresses(&c));
     }
 
     /// The engine is part of a saved config only when it is not llama.cpp: every file written

@@ -1,6 +1,6 @@
 //! llama.cpp's `llama-server`: its flags, and the two commands a user could type without qtune.
 
-use super::Engine;
+use super::{Caps, Engine};
 use crate::config::{LaunchConfig, LoadMode};
 use crate::space::SearchSpace;
 
@@ -81,6 +81,21 @@ impl Engine for LlamaCpp {
     fn fit_baseline(&self, space: &SearchSpace, headroom_mib: u32, cards: usize) -> LaunchConfig {
         self.default_baseline(space)
             .with_fit_targets(vec![headroom_mib; cards.max(1)])
+    }
+
+    fn caps(&self) -> Caps {
+        Caps::ALL
+    }
+
+    /// The official llama.cpp server image at qtune's pinned llama.cpp build: CUDA 12 when the
+    /// winner uses a GPU, else the CPU image.
+    fn server_image(&self, gpu: bool) -> Option<String> {
+        let tag = crate::server_binary::BUILD_TAG;
+        Some(if gpu {
+            format!("ghcr.io/ggml-org/llama.cpp:server-cuda12-{tag}")
+        } else {
+            format!("ghcr.io/ggml-org/llama.cpp:server-{tag}")
+        })
     }
 }
 
