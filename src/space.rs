@@ -203,6 +203,18 @@ pub struct Fixed {
     pub rpc_workers: Vec<crate::hardware::rpc::WorkerInfo>,
 }
 
+impl Fixed {
+    /// What the engine's baselines are launched with ([`crate::engine::Engine::default_baseline`]).
+    pub fn baseline_inputs(&self) -> crate::engine::BaselineInputs {
+        crate::engine::BaselineInputs {
+            ctx: self.ctx,
+            parallel: self.parallel,
+            threads_cap: self.threads_cap,
+            rpc: crate::hardware::rpc::addresses(&self.rpc_workers),
+        }
+    }
+}
+
 impl SearchSpace {
     /// The load modes to try, the first being the starting point.
     pub fn load_modes(&self) -> Vec<crate::config::LoadMode> {

@@ -165,7 +165,7 @@ pub fn plan(
                 .map_or("-".into(), |b| crate::util::fmt_mib(b as f64))
         );
     }
-    let server = crate::server_binary::locate(None)
+    let server = crate::engine::binary::locate(None)
         .map(|(p, _)| p)
         .unwrap_or_else(|| PathBuf::from("llama-server"));
     let argv = plan.config.command(

@@ -194,12 +194,12 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
         ),
         // A dry run launches nothing, and builds nothing either.
         None if opts.dry_run => {
-            let s = crate::server_binary::resolve(opts.server.as_deref())?;
+            let s = crate::engine::binary::resolve(opts.server.as_deref())?;
             (absolute(&s.path)?, s.version.clone(), Some(s))
         }
         None => {
             let s =
-                crate::server_binary::resolve_or_build(opts.server.as_deref(), &super::info::say)?;
+                crate::engine::binary::resolve_or_build(opts.server.as_deref(), &super::info::say)?;
             (absolute(&s.path)?, s.version.clone(), Some(s))
         }
     };
@@ -453,7 +453,7 @@ fn runner_and_clock(
         return Ok((Box::new(runner), Arc::new(clock)));
     }
     let server =
-        crate::server_binary::check(&inputs.server_path, crate::server_binary::Source::Flag)?;
+        crate::engine::binary::check(&inputs.server_path, crate::engine::binary::Source::Flag)?;
     let hw = &inputs.hardware;
     let runner = crate::trial::llama_runner::LlamaServerRunner::new(
         &server.path,
@@ -700,11 +700,11 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
 /// `qtune demo`: obtain a server (building it if needed), synthesize the tiny MoE model and
 /// run a small tune end to end.
 pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>, allow_busy: bool) -> Result<()> {
-    let server = crate::server_binary::resolve_or_build(server.as_deref(), &super::info::say)?;
+    let server = crate::engine::binary::resolve_or_build(server.as_deref(), &super::info::say)?;
     eprintln!(
         "qtune demo: llama-server {} ({})",
         crate::escape::terminal_path(&server.path),
-        crate::escape::terminal(&crate::server_binary::short_version(&server.version))
+        crate::escape::terminal(&crate::engine::binary::short_version(&server.version))
     );
     let model = crate::fixtures::tiny_moe("tiny-qwen35moe")?;
     eprintln!(

@@ -55,10 +55,10 @@ pub fn locate(explicit: Option<&Path>, server: Option<&Path>) -> Result<PathBuf>
     if let Some(p) = std::env::var_os("QTUNE_LLAMA_PERPLEXITY").filter(|p| !p.is_empty()) {
         return check_file(Path::new(&p), "QTUNE_LLAMA_PERPLEXITY");
     }
-    let (server_path, _) = crate::server_binary::locate(server).with_context(|| {
+    let (server_path, _) = crate::engine::binary::locate(server).with_context(|| {
         format!(
             "llama-perplexity not found: no llama-server to look beside (looked at --server, QTUNE_LLAMA_SERVER, PATH and {}); run 'qtune server build', or pass --perplexity PATH",
-            crate::server_binary::llama_cpp_dir().display()
+            crate::engine::binary::llama_cpp_dir().display()
         )
     })?;
     let sibling = server_path

@@ -537,7 +537,7 @@ pub fn compose_file(r: &TuneResult, host: &str, port: u16) -> Result<String> {
         ver = one_line(&r.qtune_version),
         model = one_line(&super::markdown::model_title(r)),
         label = one_line(&w.config.flags()),
-        tag = crate::server_binary::BUILD_TAG,
+        tag = crate::engine::binary::BUILD_TAG,
         url_host = if is_loopback(host) || host_ip == "0.0.0.0" || host_ip == "::" {
             "127.0.0.1".to_string()
         } else {

@@ -13,9 +13,12 @@
 //! - fused MoE is on by default (`-no-fmoe` turns it off); `-rtr` repacks and implies no mmap.
 //!   qtune passes neither yet.
 
-use super::{Caps, Engine, EngineKind};
+use super::{BaselineInputs, Caps, Engine, EngineKind, ServerBinary};
 use crate::config::{LaunchConfig, LoadMode, SplitMode};
-use crate::space::SearchSpace;
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+
+pub mod server;
 
 /// ik_llama.cpp's `llama-server` (`qtune server build --engine ik`, or the user's own).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -68,16 +71,21 @@ impl Engine for IkLlama {
 
     /// The server's default, as llama.cpp's: the space's context and slots, `-t` at a busy
     /// box's free cores.
-    fn default_baseline(&self, space: &SearchSpace) -> LaunchConfig {
+    fn default_baseline(&self, fixed: &BaselineInputs) -> LaunchConfig {
         LaunchConfig {
             engine: EngineKind::IkLlama,
-            ..super::LlamaCpp.default_baseline(space)
+            ..super::LlamaCpp.default_baseline(fixed)
         }
     }
 
     /// `--fit --fit-margin <headroom>`: ik's auto-fit takes one margin for every device.
-    fn fit_baseline(&self, space: &SearchSpace, headroom_mib: u32, _cards: usize) -> LaunchConfig {
-        self.default_baseline(space)
+    fn fit_baseline(
+        &self,
+        fixed: &BaselineInputs,
+        headroom_mib: u32,
+        _cards: usize,
+    ) -> LaunchConfig {
+        self.default_baseline(fixed)
             .with_fit_targets(vec![headroom_mib])
     }
 
@@ -100,7 +108,39 @@ impl Engine for IkLlama {
             rpc: false,
             split_row_tensor: false,
             fit_target_per_card: false,
+            cuda_build: false,
         }
+    }
+
+    fn required_flags(&self) -> &'static [&'static str] {
+        &server::REQUIRED_FLAGS
+    }
+
+    /// ik's help names `--run-time-repack` and `--fit-margin`, flags llama.cpp does not have.
+    fn recognizes(&self, help: &str) -> bool {
+        super::server::help_has_flag(help, "--run-time-repack")
+            || super::server::help_has_flag(help, "--fit-margin")
+    }
+
+    fn build_command(&self) -> &'static str {
+        "qtune server build --engine ik"
+    }
+
+    /// qtune's build has no build number, and reads as its source package
+    /// (`ik-llama-cpp-python 0.1.5`).
+    fn version_text(&self, raw: &str) -> String {
+        if raw.contains(server::VERSION_TAG) {
+            return server::SDIST.replace("==", " ");
+        }
+        super::server::short_version(raw)
+    }
+
+    fn resolve(&self, explicit: Option<&Path>) -> Result<ServerBinary> {
+        server::resolve(explicit)
+    }
+
+    fn build(&self, cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
+        server::build(cuda, say)
     }
 }
 
@@ -114,7 +154,6 @@ mod tests {
     use super::*;
     use crate::config::{FlashAttn, KvType};
     use crate::engine::LaunchArgs;
-    use std::path::Path;
 
     /// ik's dialect: `--fit` a switch with `--fit-margin`, no `--load-mode` (`--no-mmap`,
     /// `--mlock`), no `-lv`; what it shares with llama.cpp reads the same.
@@ -123,11 +162,12 @@ mod tests {
         let mut space = crate::space::load("default").unwrap();
         space.fixed.ctx = 4096;
         let e = IkLlama;
-        let base = e.default_baseline(&space);
+        let base = e.default_baseline(&space.fixed.baseline_inputs());
         assert_eq!(base.engine, EngineKind::IkLlama);
         assert_eq!(base.server_args().join(" "), "-c 4096 -np 1");
         assert_eq!(
-            e.server_args(&e.fit_baseline(&space, 1024, 2)).join(" "),
+            e.server_args(&e.fit_baseline(&space.fixed.baseline_inputs(), 1024, 2))
+                .join(" "),
             "-c 4096 -np 1 --fit --fit-margin 1024"
         );
         let c = LaunchConfig {
@@ -212,9 +252,9 @@ mod tests {
     #[test]
     fn the_engine_is_told_from_the_help() {
         let ik = "-rtr, --run-time-repack     repack tensors\n--fit-margin N   MiB\n";
-        assert_eq!(crate::server_binary::identify(ik), EngineKind::IkLlama);
+        assert_eq!(crate::engine::server::identify(ik), EngineKind::IkLlama);
         let llama = "--fit [on|off]\n--fit-target MiB0,MiB1\n-ncmoe, --n-cpu-moe N\n";
-        assert_eq!(crate::server_binary::identify(llama), EngineKind::LlamaCpp);
+        assert_eq!(crate::engine::server::identify(llama), EngineKind::LlamaCpp);
         assert_eq!("ik".parse::<EngineKind>(), Ok(EngineKind::IkLlama));
         assert_eq!("llama.cpp".parse::<EngineKind>(), Ok(EngineKind::LlamaCpp));
         assert!("vllm"

@@ -1,11 +1,16 @@
 //! llama.cpp's `llama-server`: its flags, and the two commands a user could type without qtune.
 
-use super::{Caps, Engine};
+use super::{BaselineInputs, Caps, Engine, ServerBinary, ServerCommand};
 use crate::config::{LaunchConfig, LoadMode};
-use crate::space::SearchSpace;
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+
+pub mod auto;
+pub mod parse;
+pub mod server;
 
 /// llama.cpp's `llama-server` (the pinned build, or the user's own with the flags
-/// `server_binary` checks for).
+/// `server::check` checks for).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LlamaCpp;
 
@@ -68,18 +73,23 @@ impl Engine for LlamaCpp {
     /// What a user gets without qtune, in this space's context and slots; on a busy box (the
     /// space's `threads_cap`), with `-t` at the free cores: the default threads would spin on
     /// cores other processes hold and collapse (the banner says so).
-    fn default_baseline(&self, space: &SearchSpace) -> LaunchConfig {
+    fn default_baseline(&self, fixed: &BaselineInputs) -> LaunchConfig {
         LaunchConfig {
-            parallel: space.fixed.parallel,
-            threads: space.fixed.threads_cap,
-            rpc: crate::hardware::rpc::addresses(&space.fixed.rpc_workers),
-            ..LaunchConfig::baseline(space.fixed.ctx)
+            parallel: fixed.parallel,
+            threads: fixed.threads_cap,
+            rpc: fixed.rpc.clone(),
+            ..LaunchConfig::baseline(fixed.ctx)
         }
     }
 
     /// `--fit on --fit-target <headroom>`, one target per card, over the default baseline.
-    fn fit_baseline(&self, space: &SearchSpace, headroom_mib: u32, cards: usize) -> LaunchConfig {
-        self.default_baseline(space)
+    fn fit_baseline(
+        &self,
+        fixed: &BaselineInputs,
+        headroom_mib: u32,
+        cards: usize,
+    ) -> LaunchConfig {
+        self.default_baseline(fixed)
             .with_fit_targets(vec![headroom_mib; cards.max(1)])
     }
 
@@ -87,10 +97,34 @@ impl Engine for LlamaCpp {
         Caps::ALL
     }
 
+    fn required_flags(&self) -> &'static [&'static str] {
+        &server::REQUIRED_FLAGS
+    }
+
+    fn parse_command(&self, argv: &[String]) -> Result<ServerCommand, String> {
+        parse::parse_command(argv)
+    }
+
+    fn build_command(&self) -> &'static str {
+        "qtune server build"
+    }
+
+    fn pinned_version(&self, raw: &str, path: &Path) -> String {
+        server::pinned_version(raw, path)
+    }
+
+    fn resolve(&self, explicit: Option<&Path>) -> Result<ServerBinary> {
+        server::resolve(explicit)
+    }
+
+    fn build(&self, cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
+        server::build(cuda, say)
+    }
+
     /// The official llama.cpp server image at qtune's pinned llama.cpp build: CUDA 12 when the
     /// winner uses a GPU, else the CPU image.
     fn server_image(&self, gpu: bool) -> Option<String> {
-        let tag = crate::server_binary::BUILD_TAG;
+        let tag = server::BUILD_TAG;
         Some(if gpu {
             format!("ghcr.io/ggml-org/llama.cpp:server-cuda12-{tag}")
         } else {
@@ -102,7 +136,6 @@ impl Engine for LlamaCpp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
 
     /// The two baselines as a user would type them: the server's default in the space's
     /// context (with `-t` at the busy box's free cores), and `--fit on --fit-target` with
@@ -113,24 +146,28 @@ mod tests {
         space.fixed.ctx = 8192;
         let e = LlamaCpp;
         assert_eq!(
-            e.server_args(&e.default_baseline(&space)).join(" "),
+            e.server_args(&e.default_baseline(&space.fixed.baseline_inputs()))
+                .join(" "),
             "-c 8192 -np 1"
         );
         assert_eq!(
-            e.server_args(&e.fit_baseline(&space, 512, 2)).join(" "),
+            e.server_args(&e.fit_baseline(&space.fixed.baseline_inputs(), 512, 2))
+                .join(" "),
             "-c 8192 -np 1 --fit on --fit-target 512,512"
         );
         assert_eq!(
-            e.server_args(&e.fit_baseline(&space, 1024, 0)).join(" "),
+            e.server_args(&e.fit_baseline(&space.fixed.baseline_inputs(), 1024, 0))
+                .join(" "),
             "-c 8192 -np 1 --fit on --fit-target 1024"
         );
         space.fixed.threads_cap = Some(3);
         assert_eq!(
-            e.server_args(&e.default_baseline(&space)).join(" "),
+            e.server_args(&e.default_baseline(&space.fixed.baseline_inputs()))
+                .join(" "),
             "-c 8192 -np 1 -t 3"
         );
         let argv = e.command(
-            &e.default_baseline(&space),
+            &e.default_baseline(&space.fixed.baseline_inputs()),
             Path::new("/srv"),
             Path::new("/m.gguf"),
             "127.0.0.1",

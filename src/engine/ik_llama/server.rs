@@ -6,11 +6,12 @@
 //! The build is counted as done only by a stamp written after it succeeded: an interrupted
 //! build (a half-linked binary included) is built again, incrementally.
 
-use super::{
-    build_tools, check, ensure_sdist_source, require_tool, run_build_with_progress, SdistSource,
-    ServerBinary, Source,
-};
 use crate::config::EngineKind;
+use crate::engine::build::{
+    build_tools, ensure_sdist_source, require_tool, run_build_with_progress, run_configure,
+    SdistSource,
+};
+use crate::engine::server::{check, ServerBinary, Source};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -132,7 +133,7 @@ pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
         .arg(&dir)
         .args(configure_args())
         .arg(format!("-DCMAKE_MAKE_PROGRAM={}", tools.ninja.display()));
-    super::run_configure(&mut configure, &dir, "ik_llama.cpp", say)?;
+    run_configure(&mut configure, &dir, "ik_llama.cpp", say)?;
     run_build_with_progress(&dir, &tools.cmake, &BUILD_TARGETS, "ik_llama.cpp", say)?;
     if !target.is_file() {
         bail!("the build finished but {} is missing", target.display());
