@@ -27,6 +27,7 @@ fi
 
 # The stages import one way (hardware -> model -> space -> search -> trial -> report), no circle.
 python3 scripts/import-graph.py src > /dev/null || { python3 scripts/import-graph.py src | tail -5; exit 1; }
+python3 scripts/engine-seam.py src > /dev/null || { python3 scripts/engine-seam.py src | tail -20; exit 1; }  # engine flags stay in src/engine/ (issue 56)
 # The tracked tree stays at or under 5 MB (issue 44): the biggest files are named when it is not.
 python3 scripts/tree-size.py
 cargo build --quiet

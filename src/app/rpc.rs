@@ -144,14 +144,9 @@ pub fn measure_workers(list: &str) -> Result<Vec<Result<crate::rpc::probe::Worke
 /// Whether `server` uses the workers: `llama-server --rpc LIST --list-devices` lists one
 /// `RPCn` device per worker device (a build without RPC rejects `--rpc`).
 pub fn check_head(server: &Path, workers: &[crate::rpc::probe::WorkerInfo]) -> Result<()> {
-    let (_, text) = crate::engine::binary::run_captured(
-        std::process::Command::new(server)
-            .arg("--rpc")
-            .arg(crate::rpc::addresses(workers).join(","))
-            .arg("--list-devices"),
-        std::time::Duration::from_secs(60),
-    )
-    .with_context(|| format!("cannot run {}", crate::escape::terminal_path(server)))?;
+    let text =
+        crate::engine::server::list_devices_with_rpc(server, &crate::rpc::addresses(workers))
+            .with_context(|| format!("cannot run {}", crate::escape::terminal_path(server)))?;
     let listed = crate::engine::binary::parse_devices(&text).unwrap_or_default();
     let rpc = listed.iter().filter(|l| l.starts_with("RPC")).count();
     let want: usize = workers.iter().map(|w| w.devices.len()).sum();

@@ -7,7 +7,9 @@
 //! argv, what it can express, the two baselines (the server's default, and its own auto-fit
 //! with the user's headroom), its container image, and finding and building its server
 //! (`<engine>/server.rs`). What every engine's server shares: checking a binary and telling
-//! its engine from its `--help` ([`server`]), and building from a PyPI sdist ([`build`]).
+//! its engine from its `--help` ([`server`]), building from a PyPI sdist ([`build`]), reading
+//! a log in every engine's dialect ([`log`]: buffer sizes, OOM, bad flag, port taken) and a
+//! `/completion` answer ([`answer`]: timings and cached tokens).
 //! [`binary`] names them for the later stages. A config names its engine
 //! ([`LaunchConfig::engine`], llama.cpp when absent, so older results read as before).
 //! A third engine is a new folder, one [`EngineKind`] variant and one arm of [`of`].
@@ -16,10 +18,12 @@ use crate::config::LaunchConfig;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 
+pub mod answer;
 pub mod binary;
 pub mod build;
 pub mod ik_llama;
 pub mod llama_cpp;
+pub mod log;
 pub mod server;
 
 pub use llama_cpp::parse::{canonical_flag, FLAG_SPELLINGS};
@@ -207,6 +211,10 @@ pub trait Engine {
     /// Build the pinned server into qtune's cache (`cuda`: with CUDA); returns its path.
     /// `say` gets the progress lines.
     fn build(&self, cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf>;
+
+    /// What the engine's server logs: the lines that say what went wrong, and how it names
+    /// its buffers ([`log`] reads every engine's lines in every log).
+    fn log_dialect(&self) -> log::LogDialect;
 
     /// What the engine can do: the settings of a [`LaunchConfig`] it has a flag for, and what
     /// its server and its answers offer. The rest of qtune asks this, never which engine it is.

@@ -142,6 +142,19 @@ pub(crate) fn run_captured(
     Ok((status.is_some_and(|s| s.success()), text))
 }
 
+/// What `server --rpc WORKERS --list-devices` prints (stdout and stderr): with RPC, one `RPCn`
+/// device per worker device; a build without RPC rejects `--rpc`.
+pub fn list_devices_with_rpc(server: &Path, workers: &[String]) -> std::io::Result<String> {
+    run_captured(
+        Command::new(server)
+            .arg("--rpc")
+            .arg(workers.join(","))
+            .arg("--list-devices"),
+        Duration::from_secs(60),
+    )
+    .map(|(_, text)| text)
+}
+
 /// Check that `path` runs as llama-server and knows every flag qtune passes.
 pub fn check(path: &Path, source: Source) -> Result<ServerBinary> {
     let from = source.describe();

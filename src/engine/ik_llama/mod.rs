@@ -13,12 +13,25 @@
 //! - fused MoE is on by default (`-no-fmoe` turns it off); `-rtr` repacks and implies no mmap.
 //!   qtune passes neither yet.
 
+use super::log::LogDialect;
 use super::{BaselineInputs, Caps, Engine, EngineKind, ServerBinary};
 use crate::config::{LaunchConfig, LoadMode, SplitMode};
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 
 pub mod server;
+
+/// ik's own levers, in its spellings (read from the pinned `common/common.cpp`): run-time
+/// repack, fused MoE off, the attention batch cap, smart expert reduction (lossy), huge
+/// pages. qtune passes none of them yet (issue 56, part 4); they are named here so that the
+/// seam check (`scripts/engine-seam.py`) keeps them inside `src/engine/`.
+pub const OWN_FLAGS: &[&[&str]] = &[
+    &["-rtr", "--run-time-repack"],
+    &["-no-fmoe", "--no-fused-moe"],
+    &["-amb", "--attention-max-batch"],
+    &["-ser", "--smart-expert-reduction"],
+    &["-thp", "--transparent-huge-pages"],
+];
 
 /// ik_llama.cpp's `llama-server` (`qtune server build --engine ik`, or the user's own).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -112,13 +125,27 @@ impl Engine for IkLlama {
         }
     }
 
+    /// ik's load and memory lines are llama.cpp's own, but for its weights' buffers
+    /// (`llm_load_tensors:        CPU buffer size = ...`, no "model") and its port line.
+    fn log_dialect(&self) -> LogDialect {
+        use super::llama_cpp::{BAD_FLAG, OOM, OOM_BENIGN};
+        LogDialect {
+            bad_flag: BAD_FLAG,
+            oom: OOM,
+            oom_benign: OOM_BENIGN,
+            // examples/server/server.cpp
+            bind_failed: "couldn't bind to server socket",
+            weights_buffer_prefix: Some("llm_load_tensors:"),
+        }
+    }
+
     fn required_flags(&self) -> &'static [&'static str] {
         &server::REQUIRED_FLAGS
     }
 
     /// ik's help names `--run-time-repack` and `--fit-margin`, flags llama.cpp does not have.
     fn recognizes(&self, help: &str) -> bool {
-        super::server::help_has_flag(help, "--run-time-repack")
+        super::server::help_has_flag(help, OWN_FLAGS[0][1])
             || super::server::help_has_flag(help, "--fit-margin")
     }
 

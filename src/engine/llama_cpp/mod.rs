@@ -1,5 +1,6 @@
 //! llama.cpp's `llama-server`: its flags, and the two commands a user could type without qtune.
 
+use super::log::LogDialect;
 use super::{BaselineInputs, Caps, Engine, ServerBinary, ServerCommand};
 use crate::config::{LaunchConfig, LoadMode};
 use anyhow::Result;
@@ -8,6 +9,38 @@ use std::path::{Path, PathBuf};
 pub mod auto;
 pub mod parse;
 pub mod server;
+
+/// Lines that mean llama-server rejected its command line.
+pub(crate) const BAD_FLAG: &[&str] = &[
+    "error: invalid argument:",
+    "error while handling argument",
+    "error while handling environment variable",
+    "unknown argument",
+    "unsupported cache type",
+    "error: unknown value for",
+    "expected value for argument",
+];
+
+/// Lines that mean an allocation failed (GPU or host). Matched case-insensitively.
+pub(crate) const OOM: &[&str] = &[
+    "out of memory",
+    "cudamalloc failed",
+    "hipmalloc failed",
+    "failed to allocate",
+    "unable to allocate",
+    "cublas_status_alloc_failed",
+    "erroroutofdevicememory",
+    "std::bad_alloc",
+    "cannot allocate memory",
+];
+
+/// Debug lines that contain an OOM word but are harmless: the server falls back and goes on.
+pub(crate) const OOM_BENIGN: &[&str] = &[
+    "pinned memory",
+    "failed to allocate graph, reserving",
+    "async uploads",
+    "falling back",
+];
 
 /// llama.cpp's `llama-server` (the pinned build, or the user's own with the flags
 /// `server::check` checks for).
@@ -97,6 +130,17 @@ impl Engine for LlamaCpp {
         Caps::ALL
     }
 
+    fn log_dialect(&self) -> LogDialect {
+        LogDialect {
+            bad_flag: BAD_FLAG,
+            oom: OOM,
+            oom_benign: OOM_BENIGN,
+            // tools/server/server-http.cpp
+            bind_failed: "couldn't bind HTTP server socket",
+            weights_buffer_prefix: None,
+        }
+    }
+
     fn required_flags(&self) -> &'static [&'static str] {
         &server::REQUIRED_FLAGS
     }
@@ -131,6 +175,36 @@ impl Engine for LlamaCpp {
             format!("ghcr.io/ggml-org/llama.cpp:server-{tag}")
         })
     }
+}
+
+/// llama.cpp's `llama-perplexity` flags for `qtune quality`: the model, context, batch,
+/// flash attention on, the KV cache types and the threads.
+pub fn perplexity_args(
+    model: &Path,
+    ctx: u32,
+    batch: u32,
+    kv: [crate::config::KvType; 2],
+    threads: Option<u32>,
+) -> Vec<String> {
+    let mut a = vec![
+        "-m".to_string(),
+        model.display().to_string(),
+        "-c".into(),
+        ctx.to_string(),
+        "-b".into(),
+        batch.to_string(),
+        "-fa".into(),
+        "on".into(),
+        "-ctk".into(),
+        kv[0].as_str().into(),
+        "-ctv".into(),
+        kv[1].as_str().into(),
+    ];
+    if let Some(t) = threads {
+        a.push("-t".into());
+        a.push(t.to_string());
+    }
+    a
 }
 
 #[cfg(test)]
