@@ -99,13 +99,16 @@ def main():
     for p in rust_files(SRC):
         if os.path.commonpath([os.path.abspath(p), os.path.abspath(ENGINE)]) == os.path.abspath(ENGINE):
             continue
-        text = strip_tests(open(p).read())
+        whole = open(p).read()
+        text = strip_tests(whole)
         for at, body in literals(text):
             for m in word.finditer(body):
-                line = text.count('\n', 0, at) + 1
+                # The line in the file itself (test modules left in), where the text is unique.
+                found = whole.find('"' + body + '"')
+                line = whole.count('\n', 0, found) + 1 if found >= 0 else text.count('\n', 0, at) + 1
                 shown = body if len(body) <= 60 else body[:57] + '...'
                 where = os.path.relpath(p, os.path.join(SRC, '..'))
-                hits.append((m.group(1), f'{where}:~{line}: "{shown}" spells {m.group(1)}'))
+                hits.append((m.group(1), f'{where}:{line}: "{shown}" spells {m.group(1)}'))
     count = {}
     for f, _ in hits:
         count[f] = count.get(f, 0) + 1
