@@ -206,6 +206,18 @@ pub(crate) fn ensure_sdist_source(spec: &SdistSource, say: &dyn Fn(&str)) -> Res
     Ok(src)
 }
 
+/// nvcc: on `PATH`, else `CUDACXX`, else the toolkit's usual place.
+pub fn find_nvcc() -> Option<PathBuf> {
+    which::which("nvcc")
+        .ok()
+        .or_else(|| {
+            std::env::var_os("CUDACXX")
+                .map(PathBuf::from)
+                .filter(|p| p.is_file())
+        })
+        .or_else(|| Some(PathBuf::from("/usr/local/cuda/bin/nvcc")).filter(|p| p.is_file()))
+}
+
 /// CUDA architectures for this box's GPUs, e.g. "90", from the compute capability NVML reports.
 pub(crate) fn cuda_architectures() -> Result<String> {
     let hw = crate::hardware::probe(false);

@@ -10,7 +10,7 @@ use super::server::{build, locate};
 use crate::engine::server::{check, ServerBinary, Source};
 use crate::hardware::HardwareProfile;
 use anyhow::{bail, Result};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Core-seconds a build of the pinned tree takes: the CPU build ran 70 s on 16 cores and about
 /// 10 minutes on 2; the CUDA build (one architecture) 273-297 s on 16 cores (the GPU machine,
@@ -62,17 +62,7 @@ pub fn plan_from(found: Option<ServerBinary>, hw: &HardwareProfile) -> Plan {
     }
 }
 
-/// nvcc: on `PATH`, else `CUDACXX`, else the toolkit's usual place.
-pub fn find_nvcc() -> Option<PathBuf> {
-    which::which("nvcc")
-        .ok()
-        .or_else(|| {
-            std::env::var_os("CUDACXX")
-                .map(PathBuf::from)
-                .filter(|p| p.is_file())
-        })
-        .or_else(|| Some(PathBuf::from("/usr/local/cuda/bin/nvcc")).filter(|p| p.is_file()))
-}
+pub use crate::engine::build::find_nvcc;
 
 /// About how long a build takes on `cores`, in words ("about 5 minutes").
 fn estimate(cuda: bool, cores: u32) -> String {
