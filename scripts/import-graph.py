@@ -7,10 +7,11 @@ them); lowest first:
     util, clock, config,         the vocabulary every stage shares (objective: the metric
     objective                    that ranks trials and decides comparisons)
     hardware                     what the box is
-    server_binary                finding, checking and building the llama-server binary
+    engine                       what is particular to one inference server (llama.cpp,
+                                 ik_llama.cpp): its flags, its logs and answers, and finding,
+                                 checking and building its server
     model                        the GGUF, memory and speed prediction
     space                        search spaces (what is varied, the workload, the objective)
-    engine                       what is particular to one inference server (llama.cpp)
     trial                        one launch: the TrialRunner the search drives, the journal
     stats                        paired comparisons and the race, over trials
     fixtures, quality            test models; what a KV cache type costs
@@ -33,12 +34,12 @@ import os, re, sys
 from collections import defaultdict
 
 SRC = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), '..', 'src')
-LAYERS = [['util', 'clock', 'config', 'escape', 'objective'], ['hardware'], ['server_binary', 'server'], ['model'], ['workloads', 'space', 'traffic'],
-          ['engine'], ['trial'], ['stats'], ['fixtures', 'quality'], ['run'], ['placement', 'rpc'], ['search'],
+LAYERS = [['util', 'clock', 'config', 'escape', 'objective'], ['hardware'], ['engine', 'server'], ['model'], ['workloads', 'space', 'traffic'],
+          ['trial'], ['stats'], ['fixtures', 'quality'], ['run'], ['placement', 'rpc'], ['search'],
           ['report', 'profile'], ['plan'], ['compare'], ['app'], ['cli']]
 RANK = {m: i for i, layer in enumerate(LAYERS) for m in layer}
 # Within one layer, these uses are allowed (one direction only).
-SAME_LAYER_OK = {('server', 'server_binary'), ('quality', 'fixtures'), ('util', 'config'), ('config', 'util'),
+SAME_LAYER_OK = {('server', 'engine'), ('quality', 'fixtures'), ('util', 'config'), ('config', 'util'),
                  ('config', 'escape'), ('space', 'workloads'), ('space', 'traffic'), ('workloads', 'util'),
                  ('clock', 'util')}
 

@@ -33,6 +33,7 @@ python3 scripts/import-graph.py src > /dev/null || { python3 scripts/import-grap
 # self-test first: a planted 801-line file and a planted 10-line copy must both be caught.
 python3 scripts/house-rules.py --self-test
 python3 scripts/house-rules.py
+python3 scripts/engine-seam.py src > /dev/null || { python3 scripts/engine-seam.py src | tail -20; exit 1; }  # engine flags stay in src/engine/ (issue 56)
 cargo build --quiet
 # The server and models come from the same code paths users run (qtune server build, synth).
 ./target/debug/qtune server build

@@ -539,7 +539,7 @@ pub enum ServerSubcommand {
         engine: crate::config::EngineKind,
     },
     /// Build llama-server from the pinned llama.cpp source into qtune's cache (with --engine
-    /// ik: ik_llama.cpp's, from the PyPI sdist ik-llama-cpp-python 0.1.5, CPU only).
+    /// ik: ik_llama.cpp's, from the PyPI sdist ik-llama-cpp-python 0.1.5: CPU unless --cuda).
     Build {
         /// Build with CUDA for the compute capability NVML reports (the default where NVML
         /// sees a GPU; needs the CUDA toolkit's nvcc).

@@ -8,7 +8,8 @@
 //! a launch's requests give its median, never independent samples.
 
 mod render;
-use crate::config::{parse_command, split_shell_line, LaunchConfig};
+use crate::config::{split_shell_line, LaunchConfig};
+use crate::engine::parse_command;
 use crate::objective::median;
 use crate::space::Workload;
 use crate::stats::{abba_order, Band, PairedVerdict, Sample};
@@ -355,7 +356,7 @@ fn parse_all(commands: &[String]) -> Result<Vec<Parsed>> {
 fn servers_for(
     explicit: Option<&Path>,
     parsed: &mut [Parsed],
-) -> Result<Vec<crate::server_binary::ServerBinary>> {
+) -> Result<Vec<crate::engine::binary::ServerBinary>> {
     let mut names: Vec<String> = Vec::new();
     if explicit.is_none() {
         for p in parsed.iter() {
@@ -365,15 +366,15 @@ fn servers_for(
         }
     }
     let servers = if explicit.is_some() {
-        vec![crate::server_binary::resolve(explicit)?]
+        vec![crate::engine::binary::resolve(explicit)?]
     } else {
         names
             .iter()
             .map(|n| {
                 if n.contains('/') {
-                    crate::server_binary::resolve(Some(Path::new(n)))
+                    crate::engine::binary::resolve(Some(Path::new(n)))
                 } else {
-                    crate::server_binary::resolve(None)
+                    crate::engine::binary::resolve(None)
                 }
             })
             .collect::<Result<Vec<_>>>()?

@@ -6,7 +6,7 @@
 //! `config` holds [`config::LaunchConfig`], the vocabulary every stage shares; `run` holds the
 //! finished run (the one reader and writer of a run directory's results); `clock` is the time a
 //! tune reads; `stats` holds paired comparisons and racing (the launch is the unit of evidence);
-//! `compare` re-measures launch commands in interleaved rounds; `server_binary` finds, checks and builds the `llama-server` binary; `traffic` records the user's real requests through a proxy (`qtune record`) and reads them back (`qtune trace show`). `app` has one function per
+//! `compare` re-measures launch commands in interleaved rounds; `engine` is what is particular to one inference server (its flags, logs, and finding, checking and building its server); `traffic` records the user's real requests through a proxy (`qtune record`) and reads them back (`qtune trace show`). `app` has one function per
 //! subcommand: it wires the stages and prints. `cli` only parses and calls `app`.
 
 // Closed pipes (issue 33: `qtune plan --json | head`, `qtune tune ... 2>&1 | head`): std's
@@ -48,7 +48,6 @@ pub mod report;
 pub mod rpc;
 pub mod run;
 pub mod search;
-pub mod server_binary;
 pub mod space;
 pub mod stats;
 pub mod traffic;

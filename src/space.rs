@@ -194,16 +194,25 @@ pub struct Fixed {
     pub threads_cap: Option<u32>,
     /// The engine every launch of the tune uses: the one `--server` (or the cache) is. Not a
     /// space file's setting; absent: llama.cpp.
-    #[serde(
-        default,
-        skip_serializing_if = "crate::config::EngineKind::is_llama_cpp"
-    )]
+    #[serde(default, skip_serializing_if = "crate::config::EngineKind::is_default")]
     pub engine: crate::config::EngineKind,
     /// The head's RPC workers (`qtune tune --rpc`), as measured when the tune started: every
     /// launch, the baseline included, gets `--rpc` with their addresses, and the placements
     /// split the layers over their devices.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rpc_workers: Vec<crate::hardware::rpc::WorkerInfo>,
+}
+
+impl Fixed {
+    /// What the engine's baselines are launched with ([`crate::engine::Engine::default_baseline`]).
+    pub fn baseline_inputs(&self) -> crate::engine::BaselineInputs {
+        crate::engine::BaselineInputs {
+            ctx: self.ctx,
+            parallel: self.parallel,
+            threads_cap: self.threads_cap,
+            rpc: crate::hardware::rpc::addresses(&self.rpc_workers),
+        }
+    }
 }
 
 impl SearchSpace {

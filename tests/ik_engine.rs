@@ -114,8 +114,14 @@ fn an_unfinished_ik_build_is_not_a_server_and_the_build_refuses_clearly() {
         .unwrap();
     let text = support::output_text(&out);
     assert!(!out.status.success(), "{text}");
+    // The CUDA build (issue 56) needs nvcc and a GPU NVML sees: without either (this box), one
+    // line naming what is missing, before anything is downloaded or configured.
     assert!(
-        text.contains("qtune builds ik_llama.cpp for the CPU only so far"),
+        text.contains("'nvcc' not found") || text.contains("--cuda needs an NVIDIA GPU"),
+        "{text}"
+    );
+    assert!(
+        !cache.join("ik_llama.cpp").join("0.1.5-cuda").exists(),
         "{text}"
     );
 

@@ -12,7 +12,7 @@ fn a_cpu_only_server_is_refused_where_the_box_has_a_gpu() {
         return;
     };
     let server =
-        qtune::server_binary::check(&path, qtune::server_binary::Source::Flag).expect("checks");
+        qtune::engine::binary::check(&path, qtune::engine::binary::Source::Flag).expect("checks");
     assert_eq!(
         server.devices.as_deref(),
         Some(&[][..]),
@@ -58,14 +58,14 @@ fn a_cpu_only_server_is_refused_where_the_box_has_a_gpu() {
 fn devices_are_read_from_list_devices() {
     let cuda = "ggml_cuda_init: found 1 CUDA devices:\n  Device 0: NVIDIA H100 80GB HBM3, compute capability 9.0\nAvailable devices:\n  CUDA0: NVIDIA H100 80GB HBM3 (81079 MiB, 80577 MiB free)\n";
     assert_eq!(
-        qtune::server_binary::parse_devices(cuda).unwrap(),
+        qtune::engine::binary::parse_devices(cuda).unwrap(),
         vec!["CUDA0: NVIDIA H100 80GB HBM3 (81079 MiB, 80577 MiB free)".to_string()]
     );
     assert_eq!(
-        qtune::server_binary::parse_devices("Available devices:\n  (none)\n").unwrap(),
+        qtune::engine::binary::parse_devices("Available devices:\n  (none)\n").unwrap(),
         Vec::<String>::new()
     );
-    assert!(qtune::server_binary::parse_devices("error: unknown argument").is_none());
+    assert!(qtune::engine::binary::parse_devices("error: unknown argument").is_none());
 }
 
 /// Issue 52: on a GPU box the README's first path built the CPU server and then refused it.
@@ -76,8 +76,8 @@ fn devices_are_read_from_list_devices() {
 /// GPU is a hand-made profile.
 #[test]
 fn a_gpu_box_without_a_named_server_builds_the_cuda_one() {
-    use qtune::server_binary::auto::{build_line, plan_from, Plan};
-    use qtune::server_binary::Source;
+    use qtune::engine::binary::auto::{build_line, plan_from, Plan};
+    use qtune::engine::binary::Source;
     let Some(path) = support::real_server() else {
         return;
     };
@@ -86,7 +86,7 @@ fn a_gpu_box_without_a_named_server_builds_the_cuda_one() {
         .build();
     let no_gpu = FakeBox::new().build();
     let cpu_build = |source| {
-        let mut s = qtune::server_binary::check(&path, Source::Flag).expect("checks");
+        let mut s = qtune::engine::binary::check(&path, Source::Flag).expect("checks");
         s.source = source;
         s
     };

@@ -50,7 +50,7 @@ pub fn hw(format: Format, measure_bandwidth: bool, rpc: Option<String>) -> Resul
         .iter()
         .filter_map(|w| w.as_ref().ok().cloned())
         .collect();
-    if let (false, Some((server, _))) = (ok.is_empty(), crate::server_binary::locate(None)) {
+    if let (false, Some((server, _))) = (ok.is_empty(), crate::engine::binary::locate(None)) {
         if let Err(e) = super::rpc::check_head(&server, &ok) {
             eprintln!("qtune: warning: {e:#}");
         }
@@ -155,11 +155,8 @@ pub fn synth(out: &Path, shape: &str, ftype: &str) -> Result<()> {
 fn resolve_engine(
     explicit: Option<PathBuf>,
     engine: EngineKind,
-) -> Result<crate::server_binary::ServerBinary> {
-    match engine {
-        EngineKind::LlamaCpp => crate::server_binary::resolve(explicit.as_deref()),
-        EngineKind::IkLlama => crate::server_binary::ik::resolve(explicit.as_deref()),
-    }
+) -> Result<crate::engine::binary::ServerBinary> {
+    crate::engine::of(engine).resolve(explicit.as_deref())
 }
 
 /// `qtune server path [--engine ik]`.
@@ -178,7 +175,7 @@ pub fn server_check(explicit: Option<PathBuf>, engine: EngineKind) -> Result<()>
         s.source.describe(),
         s.engine,
         crate::escape::terminal(&s.version_text()),
-        crate::server_binary::required_flags(s.engine).join(" ")
+        crate::engine::of(s.engine).required_flags().join(" ")
     );
     println!("devices: {}", s.backend());
     let hw = crate::hardware::probe(false);
@@ -188,30 +185,29 @@ pub fn server_check(explicit: Option<PathBuf>, engine: EngineKind) -> Result<()>
     Ok(())
 }
 
-/// `qtune server build [--cuda|--cpu] [--engine ik]`. Without either, llama.cpp's is built
-/// with CUDA where NVML sees a GPU (what a tune on this box needs), and the first line says so.
+/// `qtune server build [--cuda|--cpu] [--engine ik]`. Without either, an engine qtune builds
+/// with CUDA (llama.cpp) is built with CUDA where NVML sees a GPU (what a tune on this box
+/// needs), and the first line says so.
 pub fn server_build(cuda: bool, cpu: bool, engine: EngineKind) -> Result<()> {
-    let cuda = if cuda || cpu || engine != EngineKind::LlamaCpp {
+    let dialect = crate::engine::of(engine);
+    let cuda = if cuda || cpu || !dialect.caps().cuda_build {
         cuda
     } else {
         let hw = crate::hardware::probe(false);
         let gpu = hw.has_gpu();
         if gpu
-            && !crate::server_binary::is_built(&crate::server_binary::build_dir(true).join("bin"))
+            && !crate::engine::binary::is_built(&crate::engine::binary::build_dir(true).join("bin"))
         {
-            say(&crate::server_binary::auto::build_line(
+            say(&crate::engine::binary::auto::build_line(
                 true,
                 &hw,
-                crate::server_binary::auto::find_nvcc().as_deref(),
+                crate::engine::binary::auto::find_nvcc().as_deref(),
             )?);
         }
         gpu
     };
-    let path = match engine {
-        EngineKind::LlamaCpp => crate::server_binary::build(cuda, &say)?,
-        EngineKind::IkLlama => crate::server_binary::ik::build(cuda, &say)?,
-    };
-    let s = crate::server_binary::check(&path, crate::server_binary::Source::Cache)?;
+    let path = dialect.build(cuda, &say)?;
+    let s = crate::engine::binary::check(&path, crate::engine::binary::Source::Cache)?;
     println!("{}", s.path.display());
     Ok(())
 }

@@ -134,7 +134,7 @@ pub fn calibrate(
     out: &Path,
 ) -> Result<()> {
     crate::trial::cleanup::install_handlers();
-    let server = crate::server_binary::resolve(server)?;
+    let server = crate::engine::binary::resolve(server)?;
     let ubatches: Vec<Option<u32>> = if ubatches.is_empty() {
         vec![None]
     } else {

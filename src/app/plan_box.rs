@@ -186,9 +186,19 @@ fn speculation(
         if pred.cannot_pay() {
             lines.push("  so the command leaves speculative decoding off".into());
         } else {
-            p.command
-                .extend(["--spec-type".to_string(), "ngram-mod".to_string()]);
-            lines.push("  so the command adds --spec-type ngram-mod".into());
+            // The engine renders the flags: the same config's args with speculation, less
+            // those without it.
+            use crate::config::{LaunchConfig, SpecType};
+            let engine = crate::engine::of(crate::config::EngineKind::default());
+            let plain = LaunchConfig::baseline(p.ctx);
+            let off = engine.server_args(&plain);
+            let on = engine.server_args(&LaunchConfig {
+                spec_type: Some(SpecType::NgramMod),
+                ..plain
+            });
+            let added: Vec<String> = on.into_iter().filter(|a| !off.contains(a)).collect();
+            lines.push(format!("  so the command adds {}", added.join(" ")));
+            p.command.extend(added);
         }
     }
     (lines, pred)

@@ -289,7 +289,7 @@ pub fn banner(
 /// devices passes.
 pub fn check_server_backend(
     hw: &HardwareProfile,
-    server: &crate::server_binary::ServerBinary,
+    server: &crate::engine::binary::ServerBinary,
 ) -> Result<()> {
     let Some(gpu) = hw.gpus.first() else {
         return Ok(());

@@ -165,7 +165,7 @@ pub fn plan(
                 .map_or("-".into(), |b| crate::util::fmt_mib(b as f64))
         );
     }
-    let server = crate::server_binary::locate(None)
+    let server = crate::engine::binary::locate(None)
         .map(|(p, _)| p)
         .unwrap_or_else(|| PathBuf::from("llama-server"));
     let argv = plan.config.command(
@@ -267,7 +267,7 @@ mod tests {
         let svc = &v["services"]["llama-server"];
         assert_eq!(
             svc["image"].as_str(),
-            Some(crate::report::script::server_image(true).as_str())
+            crate::engine::Engine::server_image(&crate::engine::LlamaCpp, true).as_deref()
         );
         assert_eq!(svc["ports"][0]["published"].as_str(), Some("9123"));
         assert_eq!(svc["ports"][0]["host_ip"].as_str(), Some("0.0.0.0"));

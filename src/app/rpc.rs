@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 /// Where the worker binary is: `--rpc-server`, `QTUNE_RPC_SERVER`, next to the llama-server
 /// qtune uses (`qtune server build` puts both in one `bin/`), or `PATH`.
 pub fn find_rpc_server(explicit: Option<&Path>, server: Option<&Path>) -> Result<PathBuf> {
-    let name = crate::server_binary::RPC_SERVER;
+    let name = crate::engine::binary::RPC_SERVER;
     if let Some(p) = explicit {
         return check_file(p, "--rpc-server");
     }
@@ -15,7 +15,7 @@ pub fn find_rpc_server(explicit: Option<&Path>, server: Option<&Path>) -> Result
         return check_file(Path::new(&p), "QTUNE_RPC_SERVER");
     }
     let near =
-        crate::server_binary::locate(server).and_then(|(p, _)| p.parent().map(|d| d.join(name)));
+        crate::engine::binary::locate(server).and_then(|(p, _)| p.parent().map(|d| d.join(name)));
     if let Some(p) = near.as_ref().filter(|p| p.is_file()) {
         return Ok(p.clone());
     }
@@ -152,15 +152,10 @@ pub fn measure_workers(list: &str) -> Result<Vec<Result<crate::rpc::probe::Worke
 /// Whether `server` uses the workers: `llama-server --rpc LIST --list-devices` lists one
 /// `RPCn` device per worker device (a build without RPC rejects `--rpc`).
 pub fn check_head(server: &Path, workers: &[crate::rpc::probe::WorkerInfo]) -> Result<()> {
-    let (_, text) = crate::server_binary::run_captured(
-        std::process::Command::new(server)
-            .arg("--rpc")
-            .arg(crate::rpc::addresses(workers).join(","))
-            .arg("--list-devices"),
-        std::time::Duration::from_secs(60),
-    )
-    .with_context(|| format!("cannot run {}", crate::escape::terminal_path(server)))?;
-    let listed = crate::server_binary::parse_devices(&text).unwrap_or_default();
+    let text =
+        crate::engine::server::list_devices_with_rpc(server, &crate::rpc::addresses(workers))
+            .with_context(|| format!("cannot run {}", crate::escape::terminal_path(server)))?;
+    let listed = crate::engine::binary::parse_devices(&text).unwrap_or_default();
     let rpc = listed.iter().filter(|l| l.starts_with("RPC")).count();
     let want: usize = workers.iter().map(|w| w.devices.len()).sum();
     if rpc != want {

@@ -194,12 +194,12 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
         ),
         // A dry run launches nothing, and builds nothing either.
         None if opts.dry_run => {
-            let s = crate::server_binary::resolve(opts.server.as_deref())?;
+            let s = crate::engine::binary::resolve(opts.server.as_deref())?;
             (absolute(&s.path)?, s.version.clone(), Some(s))
         }
         None => {
             let s =
-                crate::server_binary::resolve_or_build(opts.server.as_deref(), &super::info::say)?;
+                crate::engine::binary::resolve_or_build(opts.server.as_deref(), &super::info::say)?;
             (absolute(&s.path)?, s.version.clone(), Some(s))
         }
     };
@@ -227,7 +227,10 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
         if opts.replay.is_some() {
             anyhow::bail!("--rpc launches real workers' devices: it cannot be replayed");
         }
-        if let Some(s) = server.as_ref().filter(|s| !s.engine.is_llama_cpp()) {
+        if let Some(s) = server
+            .as_ref()
+            .filter(|s| !crate::engine::of(s.engine).caps().rpc)
+        {
             anyhow::bail!(
                 "--rpc needs llama.cpp's llama-server: {} is {}'s, which qtune builds without RPC",
                 s.path.display(),
@@ -238,7 +241,7 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
     }
     super::preflight::check_moe(&model, &layout, opts.allow_dense)?;
     let mut notes: Vec<String> = space_note.into_iter().collect();
-    if let Some(s) = server.as_ref().filter(|s| !s.engine.is_llama_cpp()) {
+    if let Some(s) = server.as_ref().filter(|s| !s.engine.is_default()) {
         // Every launch of the tune, baselines included, in the server's own dialect.
         space.fixed.engine = s.engine;
         notes.push(format!(
@@ -450,7 +453,7 @@ fn runner_and_clock(
         return Ok((Box::new(runner), Arc::new(clock)));
     }
     let server =
-        crate::server_binary::check(&inputs.server_path, crate::server_binary::Source::Flag)?;
+        crate::engine::binary::check(&inputs.server_path, crate::engine::binary::Source::Flag)?;
     let hw = &inputs.hardware;
     let runner = crate::trial::llama_runner::LlamaServerRunner::new(
         &server.path,
@@ -697,11 +700,11 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
 /// `qtune demo`: obtain a server (building it if needed), synthesize the tiny MoE model and
 /// run a small tune end to end.
 pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>, allow_busy: bool) -> Result<()> {
-    let server = crate::server_binary::resolve_or_build(server.as_deref(), &super::info::say)?;
+    let server = crate::engine::binary::resolve_or_build(server.as_deref(), &super::info::say)?;
     eprintln!(
         "qtune demo: llama-server {} ({})",
         crate::escape::terminal_path(&server.path),
-        crate::escape::terminal(&crate::server_binary::short_version(&server.version))
+        crate::escape::terminal(&crate::engine::binary::short_version(&server.version))
     );
     let model = crate::fixtures::tiny_moe("tiny-qwen35moe")?;
     eprintln!(

@@ -39,7 +39,7 @@ pub fn render_text(r: &CompareResult) -> String {
         r.rounds_asked,
     );
     // Each command's engine, where one is not llama.cpp (two servers, or ik_llama.cpp's).
-    let engines = r.commands.iter().any(|c| !c.config.engine.is_llama_cpp());
+    let engines = r.commands.iter().any(|c| !c.config.engine.is_default());
     // The objective first: each command's time per request on the verdict's workload (the
     // median the verdict prints below), the lowest first.
     let verdict_times = r

@@ -45,9 +45,11 @@ impl EngineKind {
         }
     }
 
-    /// serde's `skip_serializing_if`: llama.cpp, the default, is not written.
-    pub fn is_llama_cpp(&self) -> bool {
-        *self == EngineKind::LlamaCpp
+    /// Whether this is the default engine (llama.cpp): serde's `skip_serializing_if` (the
+    /// default is not written), and what a message need not name. What an engine can do is
+    /// [`crate::engine::Caps`], not this.
+    pub fn is_default(&self) -> bool {
+        *self == EngineKind::default()
     }
 }
 

@@ -439,7 +439,7 @@ pub struct LaunchConfig {
     /// The server this config is for, whose dialect renders it
     /// ([`crate::engine::LaunchArgs`]); absent: llama.cpp (every file written before qtune
     /// knew a second engine).
-    #[serde(default, skip_serializing_if = "EngineKind::is_llama_cpp")]
+    #[serde(default, skip_serializing_if = "EngineKind::is_default")]
     pub engine: EngineKind,
 }
 

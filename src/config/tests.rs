@@ -1,6 +1,6 @@
 //! Tests of `config`: rendering, placement rules, parsing back.
 use super::*;
-use crate::engine::LaunchArgs;
+use crate::engine::{parse_command, LaunchArgs};
 use std::path::Path;
 
 #[test]

@@ -1,23 +1,33 @@
-//! The engine seam (issue 44): what is particular to one inference server, in one place per
-//! engine, so that the rest of qtune works over engine-neutral [`LaunchConfig`]s.
+//! The engine seam (issues 44, 56): what is particular to one inference server, in one place
+//! per engine, so that the rest of qtune works over engine-neutral [`LaunchConfig`]s and asks
+//! an engine what it can do ([`Caps`]), never which one it is.
 //!
 //! Two engines: llama.cpp's `llama-server` ([`LlamaCpp`], the default) and ik_llama.cpp's
-//! ([`IkLlama`]). Each owns rendering a config to argv, the flags it cannot express, and the
-//! two baselines (the server's default, and its own auto-fit with the user's headroom). A
-//! config names its engine ([`LaunchConfig::engine`], llama.cpp when absent, so older results
-//! read as before); `server_binary` tells which engine a server binary is from its `--help`.
-//! Still outside the seam, for the next steps: checking and building the server
-//! (`server_binary`, which builds both), parsing a command line back (`config::parse`), the
-//! log dialect (`trial::logparse`, `trial::classify`'s pattern tables: ik's load and memory
-//! lines are llama.cpp's own), the container image (`report::script`) and `placement`'s fit
-//! prediction.
+//! ([`IkLlama`]), one folder each (`llama_cpp/`, `ik_llama/`). Each owns rendering a config to
+//! argv, what it can express, the two baselines (the server's default, and its own auto-fit
+//! with the user's headroom), its container image, and finding and building its server
+//! (`<engine>/server.rs`). What every engine's server shares: checking a binary and telling
+//! its engine from its `--help` ([`server`]), building from a PyPI sdist ([`build`]), reading
+//! a log in every engine's dialect ([`log`]: buffer sizes, OOM, bad flag, port taken) and a
+//! `/completion` answer ([`answer`]: timings and cached tokens).
+//! [`binary`] names them for the later stages. A config names its engine
+//! ([`LaunchConfig::engine`], llama.cpp when absent, so older results read as before).
+//! A third engine is a new folder, one [`EngineKind`] variant and one arm of [`of`].
 
 use crate::config::LaunchConfig;
-use crate::space::SearchSpace;
-use std::path::Path;
+use anyhow::Result;
+use std::path::{Path, PathBuf};
 
+pub mod answer;
+pub mod binary;
+pub mod build;
 pub mod ik_llama;
 pub mod llama_cpp;
+pub mod log;
+pub mod server;
+
+pub use llama_cpp::parse::{canonical_flag, FLAG_SPELLINGS};
+pub use server::ServerBinary;
 
 pub use ik_llama::IkLlama;
 pub use llama_cpp::LlamaCpp;
@@ -77,6 +87,39 @@ fn batch_flags(c: &crate::config::LaunchConfig, push: &mut dyn FnMut(&str, Strin
     }
 }
 
+/// A `llama-server` command line read back into its parts (see [`parse_command`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ServerCommand {
+    /// The first word: the server binary as written (`llama-server`, or a path).
+    pub server: String,
+    /// `-m`.
+    pub model: Option<std::path::PathBuf>,
+    /// `--host` / `--port`, when given (trials ignore them: they listen on 127.0.0.1).
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    pub config: LaunchConfig,
+}
+
+/// Read back a `llama-server` argv as qtune renders it, in llama.cpp's spelling (the only
+/// dialect read back so far; see [`Engine::parse_command`]).
+pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
+    LlamaCpp.parse_command(argv)
+}
+
+/// What a tune's baselines are launched with, from its search space's fixed settings
+/// (`SearchSpace::fixed.baseline_inputs()`): the engine sits below the search space.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BaselineInputs {
+    /// Context size.
+    pub ctx: u32,
+    /// Slots (`-np`).
+    pub parallel: u32,
+    /// At most this many threads (a busy box's free cores).
+    pub threads_cap: Option<u32>,
+    /// The RPC workers' addresses, every launch's `--rpc`.
+    pub rpc: Vec<String>,
+}
+
 /// What qtune needs of an inference server's dialect.
 pub trait Engine {
     /// The engine's name, as the user reads it (`llama.cpp`).
@@ -110,11 +153,12 @@ pub trait Engine {
     }
 
     /// What a user gets without qtune in this space: the first baseline.
-    fn default_baseline(&self, space: &SearchSpace) -> LaunchConfig;
+    fn default_baseline(&self, fixed: &BaselineInputs) -> LaunchConfig;
 
     /// The engine's own auto-fit keeping `headroom_mib` free on each of `cards` cards: the
     /// second baseline, the best command a user who asks for that headroom could type.
-    fn fit_baseline(&self, space: &SearchSpace, headroom_mib: u32, cards: usize) -> LaunchConfig;
+    fn fit_baseline(&self, fixed: &BaselineInputs, headroom_mib: u32, cards: usize)
+        -> LaunchConfig;
 
     /// The flags that make the server log what qtune reads (buffer sizes, the memory
     /// breakdown): llama.cpp's `-lv 4`.
@@ -122,11 +166,135 @@ pub trait Engine {
         vec!["-lv".to_string(), "4".to_string()]
     }
 
-    /// The settings of `config` this engine cannot express (its flags, as llama.cpp names
-    /// them): empty when it can launch `config` as meant. [`Engine::server_args`] leaves them
-    /// out; the search does not propose such a config.
-    fn unsupported(&self, _config: &LaunchConfig) -> Vec<&'static str> {
-        Vec::new()
+    /// The official server image of the engine at qtune's pinned build (a CUDA image when
+    /// `gpu`), for a compose file: None where the engine publishes none.
+    fn server_image(&self, _gpu: bool) -> Option<String> {
+        None
+    }
+
+    /// Read back a command as qtune renders it for this engine ([`Engine::command`]): the
+    /// binary, `-m`, the config's flags, `--host`, `--port`; any other flag is one clear error.
+    fn parse_command(&self, _argv: &[String]) -> Result<ServerCommand, String> {
+        Err(format!(
+            "qtune reads back only llama.cpp's commands, not {}'s",
+            self.name()
+        ))
+    }
+
+    /// The flags qtune passes to this engine's server: a server without them is too old or
+    /// not this engine's.
+    fn required_flags(&self) -> &'static [&'static str];
+
+    /// Whether a server's `--help` is this engine's (by flags only it has). The default
+    /// engine is what no other recognizes.
+    fn recognizes(&self, _help: &str) -> bool {
+        false
+    }
+
+    /// The command that builds this engine's pinned server (`qtune server build`).
+    fn build_command(&self) -> &'static str;
+
+    /// A server's `--version` line as this engine's build of the pinned source should read
+    /// (`path`: where the server is); any other version as it says.
+    fn pinned_version(&self, raw: &str, _path: &Path) -> String {
+        raw.to_string()
+    }
+
+    /// A server's version in words (`b11434`).
+    fn version_text(&self, raw: &str) -> String {
+        server::short_version(raw)
+    }
+
+    /// Find and check this engine's server: `explicit` (`--server`), else its usual places.
+    fn resolve(&self, explicit: Option<&Path>) -> Result<ServerBinary>;
+
+    /// Build the pinned server into qtune's cache (`cuda`: with CUDA); returns its path.
+    /// `say` gets the progress lines.
+    fn build(&self, cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf>;
+
+    /// What the engine's server logs: the lines that say what went wrong, and how it names
+    /// its buffers ([`log`] reads every engine's lines in every log).
+    fn log_dialect(&self) -> log::LogDialect;
+
+    /// What the engine can do: the settings of a [`LaunchConfig`] it has a flag for, and what
+    /// its server and its answers offer. The rest of qtune asks this, never which engine it is.
+    fn caps(&self) -> Caps;
+}
+
+/// What one engine can do. Every field true is llama.cpp: a config that uses only what its
+/// engine has is launched as meant; one that needs more is not proposed ([`Caps::unsupported`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// `--load-mode dio` (direct I/O).
+    pub direct_io: bool,
+    /// `--no-op-offload`.
+    pub no_op_offload: bool,
+    /// `--checkpoint-min-step`.
+    pub checkpoint_min_step: bool,
+    /// `-kvu` / `-no-kvu`: one KV pool for every slot, or not.
+    pub kv_unified: bool,
+    /// `--rpc` and `-ot` rules naming an RPC device (qtune's build of the engine has RPC).
+    pub rpc: bool,
+    /// `-sm row` and `-sm tensor`.
+    pub split_row_tensor: bool,
+    /// A `--fit-target` per card (an auto-fit headroom for each device, not one for all).
+    pub fit_target_per_card: bool,
+    /// qtune builds its server with CUDA (`qtune server build` picks CUDA on a GPU box).
+    pub cuda_build: bool,
+}
+
+impl Caps {
+    /// llama.cpp: every setting qtune varies.
+    pub const ALL: Caps = Caps {
+        direct_io: true,
+        no_op_offload: true,
+        checkpoint_min_step: true,
+        kv_unified: true,
+        rpc: true,
+        split_row_tensor: true,
+        fit_target_per_card: true,
+        cuda_build: true,
+    };
+
+    /// The settings of `config` these caps lack (their flags, as llama.cpp names them): empty
+    /// when the engine can launch `config` as meant. [`Engine::server_args`] leaves them out;
+    /// the search does not propose such a config.
+    pub fn unsupported(&self, c: &LaunchConfig) -> Vec<&'static str> {
+        use crate::config::{LoadMode, SplitMode};
+        let mut out = Vec::new();
+        if !self.direct_io && c.load_mode == LoadMode::Dio {
+            out.push("--load-mode dio");
+        }
+        if !self.no_op_offload && !c.op_offload {
+            out.push("--no-op-offload");
+        }
+        if !self.checkpoint_min_step && c.checkpoint_min_step.is_some() {
+            out.push("--checkpoint-min-step");
+        }
+        if !self.kv_unified && c.kv_unified.is_some() {
+            out.push("-kvu/-no-kvu");
+        }
+        if !self.rpc && (!c.rpc.is_empty() || !c.rpc_experts.is_empty()) {
+            out.push("--rpc");
+        }
+        if !self.split_row_tensor
+            && matches!(c.split_mode, Some(SplitMode::Row | SplitMode::Tensor))
+        {
+            out.push("-sm row/tensor");
+        }
+        if !self.fit_target_per_card
+            && c.fit_target_mib
+                .iter()
+                .any(|&m| Some(&m) != c.fit_target_mib.first())
+        {
+            out.push("a --fit-target per card");
+        }
+        out
+    }
+
+    /// Whether the engine can launch `config` as meant.
+    pub fn expresses(&self, c: &LaunchConfig) -> bool {
+        self.unsupported(c).is_empty()
     }
 }
 

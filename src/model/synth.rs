@@ -406,7 +406,7 @@ pub fn default_vocab_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("QTUNE_VOCAB_DIR") {
         return PathBuf::from(d);
     }
-    crate::server_binary::llama_cpp_source_dir().join("models")
+    crate::engine::binary::llama_cpp_source_dir().join("models")
 }
 
 /// The header's key-value pairs. Without a vocabulary folder (`None`: a layout for planning,

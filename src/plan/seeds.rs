@@ -122,7 +122,7 @@ fn row_box(row: &SeedRow) -> Result<HardwareProfile> {
 fn row_config(row: &SeedRow) -> Result<LaunchConfig> {
     let mut argv = vec!["llama-server".to_string()];
     argv.extend(row.flags.split_whitespace().map(String::from));
-    crate::config::parse_command(&argv)
+    crate::engine::parse_command(&argv)
         .map(|c| c.config)
         .map_err(|e| anyhow::anyhow!("{}: {e}", row.cite))
 }

@@ -114,7 +114,7 @@ pub fn show_text(p: &Profile) -> String {
         "  created {} with qtune {} and llama.cpp {}",
         p.created,
         p.qtune_version,
-        crate::server_binary::short_version(&p.llama_cpp_version)
+        crate::engine::binary::short_version(&p.llama_cpp_version)
     );
     let m = &p.model;
     let _ = writeln!(

@@ -55,10 +55,10 @@ pub fn locate(explicit: Option<&Path>, server: Option<&Path>) -> Result<PathBuf>
     if let Some(p) = std::env::var_os("QTUNE_LLAMA_PERPLEXITY").filter(|p| !p.is_empty()) {
         return check_file(Path::new(&p), "QTUNE_LLAMA_PERPLEXITY");
     }
-    let (server_path, _) = crate::server_binary::locate(server).with_context(|| {
+    let (server_path, _) = crate::engine::binary::locate(server).with_context(|| {
         format!(
             "llama-perplexity not found: no llama-server to look beside (looked at --server, QTUNE_LLAMA_SERVER, PATH and {}); run 'qtune server build', or pass --perplexity PATH",
-            crate::server_binary::llama_cpp_dir().display()
+            crate::engine::binary::llama_cpp_dir().display()
         )
     })?;
     let sibling = server_path
@@ -91,33 +91,15 @@ pub fn batch_for(ctx: u32) -> u32 {
     ctx.min(2048)
 }
 
-/// Arguments shared by the reference and the candidates: same context, batch and attention
-/// path, so the KV cache type is the only difference.
+/// Arguments shared by the reference and the candidates ([`crate::engine::llama_cpp::perplexity_args`]):
+/// same context, batch and attention path, so the KV cache type is the only difference.
 fn common_args(
     model: &Path,
     ctx: u32,
     kv: [crate::config::KvType; 2],
     threads: Option<u32>,
 ) -> Vec<String> {
-    let mut a = vec![
-        "-m".to_string(),
-        model.display().to_string(),
-        "-c".into(),
-        ctx.to_string(),
-        "-b".into(),
-        batch_for(ctx).to_string(),
-        "-fa".into(),
-        "on".into(),
-        "-ctk".into(),
-        kv[0].as_str().into(),
-        "-ctv".into(),
-        kv[1].as_str().into(),
-    ];
-    if let Some(t) = threads {
-        a.push("-t".into());
-        a.push(t.to_string());
-    }
-    a
+    crate::engine::llama_cpp::perplexity_args(model, ctx, batch_for(ctx), kv, threads)
 }
 
 /// The reference run: f16 KV, saves the log-probabilities to `logits`.

@@ -496,17 +496,6 @@ pub fn systemd_unit(r: &TuneResult, script: &Path, unit: &Path) -> Result<String
     ))
 }
 
-/// The official llama.cpp server image at qtune's pinned llama.cpp build: CUDA 12 when the
-/// winner uses a GPU, else the CPU image.
-pub fn server_image(gpu: bool) -> String {
-    let tag = crate::server_binary::BUILD_TAG;
-    if gpu {
-        format!("ghcr.io/ggml-org/llama.cpp:server-cuda12-{tag}")
-    } else {
-        format!("ghcr.io/ggml-org/llama.cpp:server-{tag}")
-    }
-}
-
 /// A docker compose file that serves the winner with the official llama.cpp server image:
 /// the model bind-mounted read-only, the port published on `host` only, the GPUs reserved
 /// when the winner uses one. Errors when the run has no winner.
@@ -516,13 +505,14 @@ pub fn compose_file(r: &TuneResult, host: &str, port: u16) -> Result<String> {
             "this run has no winner (every configuration failed; see its report.md): nothing to serve"
         );
     };
-    if !w.config.engine.is_llama_cpp() {
+    let engine = crate::engine::of(w.config.engine);
+    let uses_gpu = r.hardware.has_gpu() && w.config.n_gpu_layers != Some(0);
+    let Some(image) = engine.server_image(uses_gpu) else {
         bail!(
             "the winner runs on {}, which has no official server image for a compose file: serve it with the launch script (qtune script without --compose, or with --systemd)",
             w.config.engine
         );
-    }
-    let uses_gpu = r.hardware.has_gpu() && w.config.n_gpu_layers != Some(0);
+    };
     let alias = model_alias(r);
     const IN_MODEL: &str = "/models/model.gguf";
     let mut argv: Vec<String> = vec!["-m".into(), IN_MODEL.into()];
@@ -547,7 +537,7 @@ pub fn compose_file(r: &TuneResult, host: &str, port: u16) -> Result<String> {
         ver = one_line(&r.qtune_version),
         model = one_line(&super::markdown::model_title(r)),
         label = one_line(&w.config.flags()),
-        tag = crate::server_binary::BUILD_TAG,
+        tag = crate::engine::binary::BUILD_TAG,
         url_host = if is_loopback(host) || host_ip == "0.0.0.0" || host_ip == "::" {
             "127.0.0.1".to_string()
         } else {
@@ -569,7 +559,7 @@ pub fn compose_file(r: &TuneResult, host: &str, port: u16) -> Result<String> {
         );
     }
     let _ = writeln!(m, "services:\n  llama-server:");
-    let _ = writeln!(m, "    image: {}", compose_string(&server_image(uses_gpu)));
+    let _ = writeln!(m, "    image: {}", compose_string(&image));
     let _ = writeln!(m, "    command:");
     for a in &argv {
         let _ = writeln!(m, "      - {}", compose_string(a));

@@ -4,8 +4,9 @@
 //! it replaces, so a slower server is never a surprise. Kept apart from `script.rs`, whose
 //! template holds one line that calls [`CHECK`].
 
-use crate::config::{LaunchConfig, FLAG_SPELLINGS};
+use crate::config::LaunchConfig;
 use crate::engine::LaunchArgs;
+use crate::engine::FLAG_SPELLINGS;
 use crate::escape::shell_quote;
 
 /// A bash function `tuned_flag FLAG`: prints the tuned flag and its value (`-c 32768`) when

@@ -150,7 +150,7 @@ pub fn worker_commands(c: &LaunchConfig) -> Vec<String> {
         .filter_map(|a| a.parse::<Worker>().ok())
         .map(|w| {
             let bare = serve_argv(
-                crate::server_binary::RPC_SERVER,
+                crate::engine::binary::RPC_SERVER,
                 &ServeOptions {
                     host: w.host.clone(),
                     port: w.port,
@@ -409,9 +409,9 @@ mod tests {
         let rpc_at = argv.iter().position(|a| a == "--rpc").unwrap();
         let ot_at = argv.iter().position(|a| a == "-ot").unwrap();
         assert!(rpc_at < ot_at, "--rpc before any -ot: {argv:?}");
-        let back = crate::config::parse_command(&argv).unwrap();
+        let back = crate::engine::parse_command(&argv).unwrap();
         assert_eq!(back.config, c);
-        let bad = crate::config::parse_command(
+        let bad = crate::engine::parse_command(
             &["llama-server", "-c", "1", "-np", "1", "--rpc", "nowhere"].map(String::from),
         )
         .unwrap_err();

@@ -444,7 +444,7 @@ impl TuneResult {
 /// What a user gets without qtune in this space: the engine's default baseline
 /// ([`crate::engine::Engine::default_baseline`]).
 pub fn baseline_of(space: &SearchSpace) -> LaunchConfig {
-    crate::engine::of(space.fixed.engine).default_baseline(space)
+    crate::engine::of(space.fixed.engine).default_baseline(&space.fixed.baseline_inputs())
 }
 
 #[cfg(test)]

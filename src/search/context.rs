@@ -267,7 +267,11 @@ impl SearchContext {
         }
         let cards = self.gpus.len().max(1);
         let engine = crate::engine::of(self.space.fixed.engine);
-        Some(engine.fit_baseline(&self.space, self.fit_target_mib, cards))
+        Some(engine.fit_baseline(
+            &self.space.fixed.baseline_inputs(),
+            self.fit_target_mib,
+            cards,
+        ))
     }
 
     /// Two GPUs or more and a MoE model: the layers are split over the cards (`-ts`) and the

@@ -184,7 +184,7 @@ pub fn tune(
             let mut lacking: Vec<&str> = plan
                 .configs
                 .iter()
-                .flat_map(|c| crate::engine::of(c.engine).unsupported(c))
+                .flat_map(|c| crate::engine::of(c.engine).caps().unsupported(c))
                 .collect();
             lacking.dedup();
             if !lacking.is_empty() {

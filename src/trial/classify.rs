@@ -126,57 +126,12 @@ pub struct Verdict {
 /// At most this many evidence lines.
 pub const MAX_EVIDENCE: usize = 8;
 
-/// Lines that mean llama-server rejected its command line.
-const BAD_FLAG: &[&str] = &[
-    "error: invalid argument:",
-    "error while handling argument",
-    "error while handling environment variable",
-    "unknown argument",
-    "unsupported cache type",
-    "error: unknown value for",
-    "expected value for argument",
-];
+use crate::engine::log::is_bad_flag_line;
+pub use crate::engine::log::is_oom_line;
 
-/// Lines that mean an allocation failed (GPU or host). Matched case-insensitively.
-const OOM: &[&str] = &[
-    "out of memory",
-    "cudamalloc failed",
-    "hipmalloc failed",
-    "failed to allocate",
-    "unable to allocate",
-    "cublas_status_alloc_failed",
-    "erroroutofdevicememory",
-    "std::bad_alloc",
-    "cannot allocate memory",
-];
-
-/// Debug lines that contain an OOM word but are harmless: the server falls back and goes on.
-const OOM_BENIGN: &[&str] = &[
-    "pinned memory",
-    "failed to allocate graph, reserving",
-    "async uploads",
-    "falling back",
-];
-
-fn is_bad_flag_line(line: &str) -> bool {
-    let l = line.to_ascii_lowercase();
-    BAD_FLAG.iter().any(|p| l.contains(p))
-}
-
-/// True when one log line reports a failed allocation.
-pub fn is_oom_line(line: &str) -> bool {
-    let l = line.to_ascii_lowercase();
-    OOM.iter().any(|p| l.contains(p)) && !OOM_BENIGN.iter().any(|p| l.contains(p))
-}
-
-/// The server's line when its port is taken (tools/server/server-http.cpp).
-pub const BIND_FAILED: &str = "couldn't bind HTTP server socket";
-/// ik_llama.cpp's line for the same (examples/server/server.cpp).
-pub const IK_BIND_FAILED: &str = "couldn't bind to server socket";
-
-/// Whether the log says the server could not listen on its port (either engine's line).
+/// Whether the log says the server could not listen on its port (any engine's line).
 pub fn says_bind_failed(log: &str) -> bool {
-    log.contains(BIND_FAILED) || log.contains(IK_BIND_FAILED)
+    log.lines().any(crate::engine::log::is_bind_failed_line)
 }
 
 /// A port-conflict verdict when the server exited after saying it could not listen on its
@@ -186,7 +141,7 @@ fn port_conflict(log: &str, exit: Option<ExitInfo>) -> Option<Verdict> {
     exit?;
     let line = log
         .lines()
-        .find(|l| l.contains(BIND_FAILED) || l.contains(IK_BIND_FAILED))?;
+        .find(|l| crate::engine::log::is_bind_failed_line(l))?;
     Some(Verdict {
         kind: OutcomeKind::PortConflict,
         message: "llama-server could not listen on the port qtune gave it: another program took it first (a lost race for a free port), so this is no measurement of the config; if it repeats, something on this box is grabbing free ports".into(),
@@ -230,7 +185,7 @@ fn rpc_worker_lost(log: &str) -> Option<Verdict> {
     })
 }
 
-pub use super::logparse::LOG_HEADER;
+pub use super::LOG_HEADER;
 
 fn non_empty_lines(text: &str) -> Vec<&str> {
     text.lines()

@@ -11,7 +11,8 @@ pub mod cleanup;
 pub mod journal;
 pub mod leftover;
 pub mod llama_runner;
-pub mod logparse;
+/// The engines' log dialect, read where a trial reads its log (`trial::logparse` before issue 56).
+pub use crate::engine::log as logparse;
 pub mod phase;
 pub mod plausible;
 pub mod process;
@@ -185,14 +186,10 @@ pub enum TrialRole {
     SecondBaseline,
 }
 
-/// Memory the server itself reported in its log (MiB), per device name ("CUDA0", "CPU", ...).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ReportedMemory {
-    pub model_mib: std::collections::BTreeMap<String, f64>,
-    pub kv_mib: std::collections::BTreeMap<String, f64>,
-    pub recurrent_mib: std::collections::BTreeMap<String, f64>,
-    pub compute_mib: std::collections::BTreeMap<String, f64>,
-}
+pub use crate::engine::log::ReportedMemory;
+
+/// The first line of every trial log: qtune's own, naming the command it ran.
+pub const LOG_HEADER: &str = "# qtune: ";
 
 /// One finished trial, as journaled the moment it ends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -51,10 +51,7 @@ pub fn name_lost_worker(message: &mut String, log: &str) {
 
 /// The `--rpc` list in a trial log's header line (the command).
 pub fn workers_in_header(log: &str) -> Vec<String> {
-    let Some(header) = log
-        .lines()
-        .find(|l| l.starts_with(super::logparse::LOG_HEADER))
-    else {
+    let Some(header) = log.lines().find(|l| l.starts_with(super::LOG_HEADER)) else {
         return Vec::new();
     };
     let words: Vec<&str> = header.split_whitespace().collect();

@@ -71,26 +71,15 @@ pub fn trace_for(name: &str, server: &Path, model: &Path, ctx: u32) -> Result<Pa
             .replace("python", "Python "))
     );
     let port = super::process::free_port()?;
-    let argv: Vec<String> = vec![
-        server.display().to_string(),
-        "-m".into(),
-        model.display().to_string(),
-        "-c".into(),
-        ctx.to_string(),
-        "-np".into(),
-        "1".into(),
-        "-ngl".into(),
-        "0".into(),
-        "--fit".into(),
-        "off".into(),
-        "-t".into(),
-        "1".into(),
-        "--no-warmup".into(),
-        "--host".into(),
-        "127.0.0.1".into(),
-        "--port".into(),
-        port.to_string(),
-    ];
+    // llama-server on the CPU, one slot, one thread: only its tokenizer and template are used.
+    let config = crate::config::LaunchConfig {
+        n_gpu_layers: Some(0),
+        fit: Some(false),
+        threads: Some(1),
+        ..crate::config::LaunchConfig::baseline(ctx)
+    };
+    let mut argv = crate::engine::LaunchArgs::command(&config, server, model, "127.0.0.1", port);
+    argv.push("--no-warmup".into());
     let (log, log_path) = create_render_log(&std::env::temp_dir())?;
     let mut proc = super::process::ServerProcess::spawn(&argv, &log, &[])?;
     let url = format!("http://127.0.0.1:{port}");

@@ -42,7 +42,7 @@ pub fn server() -> Result<PathBuf, String> {
             Err(format!("QTUNE_LLAMA_SERVER={} is not a file", p.display()))
         };
     }
-    let p = qtune::server_binary::cached_server(false);
+    let p = qtune::engine::binary::cached_server(false);
     if p.is_file() {
         Ok(p)
     } else {
@@ -80,12 +80,12 @@ pub fn ik_server() -> Result<PathBuf, String> {
             Err(format!("QTUNE_IK_SERVER={} is not a file", p.display()))
         };
     }
-    if qtune::server_binary::ik::is_built() {
-        Ok(qtune::server_binary::ik::cached_server())
+    if qtune::engine::binary::ik::is_built() {
+        Ok(qtune::engine::binary::ik::cached_server())
     } else {
         Err(format!(
             "no ik_llama.cpp server at {} (run `qtune server build --engine ik` or set QTUNE_IK_SERVER)",
-            qtune::server_binary::ik::cached_server().display()
+            qtune::engine::binary::ik::cached_server().display()
         ))
     }
 }

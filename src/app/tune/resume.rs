@@ -69,17 +69,18 @@ pub(super) fn verify_resume(
             }
         }
         let server =
-            crate::server_binary::check(&inputs.server_path, crate::server_binary::Source::Flag)
+            crate::engine::binary::check(&inputs.server_path, crate::engine::binary::Source::Flag)
                 .with_context(|| format!("cannot resume {shown}"))?;
         // A run.json written before qtune named its own pinned build `b11434` holds the raw
         // version of the same binary.
-        let was = crate::server_binary::pinned_version(&inputs.server_version, &inputs.server_path);
+        let was =
+            crate::engine::binary::pinned_version(&inputs.server_version, &inputs.server_path);
         if server.version != was {
             anyhow::bail!(
                 "cannot resume {shown}: the server {} changed since the tune started (it was {}, now {}): restore it, or start a new tune",
                 inputs.server_path.display(),
-                crate::escape::terminal(&crate::server_binary::short_version(&inputs.server_version)),
-                crate::escape::terminal(&crate::server_binary::short_version(&server.version))
+                crate::escape::terminal(&crate::engine::binary::short_version(&inputs.server_version)),
+                crate::escape::terminal(&crate::engine::binary::short_version(&server.version))
             );
         }
         if let (Some(want), Some(now)) = (inputs.server_bytes, file_bytes(&inputs.server_path)) {

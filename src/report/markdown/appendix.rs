@@ -124,7 +124,7 @@ pub(super) fn model(m: &mut String, r: &TuneResult) {
         m,
         "Server: {} ({})\n",
         code(&r.server_path.display().to_string()),
-        text(&crate::server_binary::short_version(&r.server_version))
+        text(&crate::engine::binary::short_version(&r.server_version))
     );
 }
 

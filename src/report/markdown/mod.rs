@@ -224,7 +224,7 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
         m,
         "\n<sub>qtune {} · {} · started {} · finished {}</sub>",
         r.qtune_version,
-        text(&crate::server_binary::short_version(&r.server_version)),
+        text(&crate::engine::binary::short_version(&r.server_version)),
         r.started_at,
         r.finished_at
     );

@@ -289,5 +289,5 @@ impl QtuneSearch {
 /// Whether the config's engine can launch it as meant (ik_llama.cpp has no
 /// `--checkpoint-min-step`, `-kvu`, `--no-op-offload`...): a config it cannot is not proposed.
 fn expressible(c: &LaunchConfig) -> bool {
-    crate::engine::of(c.engine).unsupported(c).is_empty()
+    crate::engine::of(c.engine).caps().expresses(c)
 }

@@ -13,9 +13,25 @@
 //! - fused MoE is on by default (`-no-fmoe` turns it off); `-rtr` repacks and implies no mmap.
 //!   qtune passes neither yet.
 
-use super::{Engine, EngineKind};
+use super::log::LogDialect;
+use super::{BaselineInputs, Caps, Engine, EngineKind, ServerBinary};
 use crate::config::{LaunchConfig, LoadMode, SplitMode};
-use crate::space::SearchSpace;
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+
+pub mod server;
+
+/// ik's own levers, in its spellings (read from the pinned `common/common.cpp`): run-time
+/// repack, fused MoE off, the attention batch cap, smart expert reduction (lossy), huge
+/// pages. qtune passes none of them yet (issue 56, part 4); they are named here so that the
+/// seam check (`scripts/engine-seam.py`) keeps them inside `src/engine/`.
+pub const OWN_FLAGS: &[&[&str]] = &[
+    &["-rtr", "--run-time-repack"],
+    &["-no-fmoe", "--no-fused-moe"],
+    &["-amb", "--attention-max-batch"],
+    &["-ser", "--smart-expert-reduction"],
+    &["-thp", "--transparent-huge-pages"],
+];
 
 /// ik_llama.cpp's `llama-server` (`qtune server build --engine ik`, or the user's own).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -68,16 +84,21 @@ impl Engine for IkLlama {
 
     /// The server's default, as llama.cpp's: the space's context and slots, `-t` at a busy
     /// box's free cores.
-    fn default_baseline(&self, space: &SearchSpace) -> LaunchConfig {
+    fn default_baseline(&self, fixed: &BaselineInputs) -> LaunchConfig {
         LaunchConfig {
             engine: EngineKind::IkLlama,
-            ..super::LlamaCpp.default_baseline(space)
+            ..super::LlamaCpp.default_baseline(fixed)
         }
     }
 
     /// `--fit --fit-margin <headroom>`: ik's auto-fit takes one margin for every device.
-    fn fit_baseline(&self, space: &SearchSpace, headroom_mib: u32, _cards: usize) -> LaunchConfig {
-        self.default_baseline(space)
+    fn fit_baseline(
+        &self,
+        fixed: &BaselineInputs,
+        headroom_mib: u32,
+        _cards: usize,
+    ) -> LaunchConfig {
+        self.default_baseline(fixed)
             .with_fit_targets(vec![headroom_mib])
     }
 
@@ -88,34 +109,65 @@ impl Engine for IkLlama {
         vec!["--log-disable".to_string()]
     }
 
-    fn unsupported(&self, c: &LaunchConfig) -> Vec<&'static str> {
-        let mut out = Vec::new();
-        if c.load_mode == LoadMode::Dio {
-            out.push("--load-mode dio");
+    /// ik has `--rpc`, but qtune builds it without GGML_RPC; it has no `--load-mode`
+    /// (direct I/O), `--no-op-offload`, `--checkpoint-min-step`, `-kvu`, `-sm row`/`tensor`,
+    /// and one `--fit-margin` for every device.
+    fn caps(&self) -> Caps {
+        Caps {
+            direct_io: false,
+            no_op_offload: false,
+            checkpoint_min_step: false,
+            kv_unified: false,
+            rpc: false,
+            split_row_tensor: false,
+            fit_target_per_card: false,
+            cuda_build: false,
         }
-        if !c.op_offload {
-            out.push("--no-op-offload");
+    }
+
+    /// ik's load and memory lines are llama.cpp's own, but for its weights' buffers
+    /// (`llm_load_tensors:        CPU buffer size = ...`, no "model") and its port line.
+    fn log_dialect(&self) -> LogDialect {
+        use super::llama_cpp::{BAD_FLAG, OOM, OOM_BENIGN};
+        LogDialect {
+            bad_flag: BAD_FLAG,
+            oom: OOM,
+            oom_benign: OOM_BENIGN,
+            // examples/server/server.cpp
+            bind_failed: "couldn't bind to server socket",
+            weights_buffer_prefix: Some("llm_load_tensors:"),
         }
-        if c.checkpoint_min_step.is_some() {
-            out.push("--checkpoint-min-step");
+    }
+
+    fn required_flags(&self) -> &'static [&'static str] {
+        &server::REQUIRED_FLAGS
+    }
+
+    /// ik's help names `--run-time-repack` and `--fit-margin`, flags llama.cpp does not have.
+    fn recognizes(&self, help: &str) -> bool {
+        super::server::help_has_flag(help, OWN_FLAGS[0][1])
+            || super::server::help_has_flag(help, "--fit-margin")
+    }
+
+    fn build_command(&self) -> &'static str {
+        "qtune server build --engine ik"
+    }
+
+    /// qtune's build has no build number, and reads as its source package
+    /// (`ik-llama-cpp-python 0.1.5`).
+    fn version_text(&self, raw: &str) -> String {
+        if raw.contains(server::VERSION_TAG) {
+            return server::SDIST.replace("==", " ");
         }
-        if c.kv_unified.is_some() {
-            out.push("-kvu/-no-kvu");
-        }
-        if !c.rpc.is_empty() || !c.rpc_experts.is_empty() {
-            // ik has --rpc, but qtune builds it without GGML_RPC.
-            out.push("--rpc");
-        }
-        if matches!(c.split_mode, Some(SplitMode::Row | SplitMode::Tensor)) {
-            out.push("-sm row/tensor");
-        }
-        if c.fit_target_mib
-            .iter()
-            .any(|&m| Some(&m) != c.fit_target_mib.first())
-        {
-            out.push("a --fit-target per card");
-        }
-        out
+        super::server::short_version(raw)
+    }
+
+    fn resolve(&self, explicit: Option<&Path>) -> Result<ServerBinary> {
+        server::resolve(explicit)
+    }
+
+    fn build(&self, cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
+        server::build(cuda, say)
     }
 }
 
@@ -129,7 +181,6 @@ mod tests {
     use super::*;
     use crate::config::{FlashAttn, KvType};
     use crate::engine::LaunchArgs;
-    use std::path::Path;
 
     /// ik's dialect: `--fit` a switch with `--fit-margin`, no `--load-mode` (`--no-mmap`,
     /// `--mlock`), no `-lv`; what it shares with llama.cpp reads the same.
@@ -138,11 +189,12 @@ mod tests {
         let mut space = crate::space::load("default").unwrap();
         space.fixed.ctx = 4096;
         let e = IkLlama;
-        let base = e.default_baseline(&space);
+        let base = e.default_baseline(&space.fixed.baseline_inputs());
         assert_eq!(base.engine, EngineKind::IkLlama);
         assert_eq!(base.server_args().join(" "), "-c 4096 -np 1");
         assert_eq!(
-            e.server_args(&e.fit_baseline(&space, 1024, 2)).join(" "),
+            e.server_args(&e.fit_baseline(&space.fixed.baseline_inputs(), 1024, 2))
+                .join(" "),
             "-c 4096 -np 1 --fit --fit-margin 1024"
         );
         let c = LaunchConfig {
@@ -161,7 +213,7 @@ mod tests {
             c.server_args().join(" "),
             "-c 4096 -np 1 --n-cpu-moe 3 -t 2 -ub 256 -ctk q8_0 -ctv q8_0 -fa on --no-mmap --mlock --spec-type ngram-mod"
         );
-        assert!(e.unsupported(&c).is_empty());
+        assert!(e.caps().expresses(&c));
         // The same config as llama.cpp renders it: the seam picks the dialect.
         let l = LaunchConfig {
             engine: EngineKind::LlamaCpp,
@@ -193,7 +245,7 @@ mod tests {
             ..LaunchConfig::baseline(2048)
         };
         assert_eq!(
-            IkLlama.unsupported(&c),
+            IkLlama.caps().unsupported(&c),
             vec![
                 "--load-mode dio",
                 "--no-op-offload",
@@ -202,7 +254,7 @@ mod tests {
             ]
         );
         assert_eq!(c.server_args().join(" "), "-c 2048 -np 1");
-        assert!(crate::engine::LlamaCpp.unsupported(&c).is_empty());
+        assert!(crate::engine::LlamaCpp.caps().expresses(&c));
     }
 
     /// The engine is part of a saved config only when it is not llama.cpp: every file written
@@ -227,9 +279,9 @@ mod tests {
     #[test]
     fn the_engine_is_told_from_the_help() {
         let ik = "-rtr, --run-time-repack     repack tensors\n--fit-margin N   MiB\n";
-        assert_eq!(crate::server_binary::identify(ik), EngineKind::IkLlama);
+        assert_eq!(crate::engine::server::identify(ik), EngineKind::IkLlama);
         let llama = "--fit [on|off]\n--fit-target MiB0,MiB1\n-ncmoe, --n-cpu-moe N\n";
-        assert_eq!(crate::server_binary::identify(llama), EngineKind::LlamaCpp);
+        assert_eq!(crate::engine::server::identify(llama), EngineKind::LlamaCpp);
         assert_eq!("ik".parse::<EngineKind>(), Ok(EngineKind::IkLlama));
         assert_eq!("llama.cpp".parse::<EngineKind>(), Ok(EngineKind::LlamaCpp));
         assert!("vllm"

@@ -1,4 +1,5 @@
-//! Parsing what `llama-server` reports about its memory (`-lv 4` or higher):
+//! The log dialect: what a server's log says went wrong ([`LogDialect`], one per engine), and
+//! what `llama-server` reports about its memory (`-lv 4` or higher):
 //!
 //! ```text
 //! load_tensors:   CPU_Mapped model buffer size =    92.10 MiB
@@ -16,11 +17,60 @@
 //! CPU_REPACK, CUDA0, CUDA_Host, ROCm0, Vulkan0, ...) do not matter. Only the last model load of
 //! the log counts (a log that holds a failed load and a retry reports the retry).
 
-use super::ReportedMemory;
-
-/// The first line of every trial log: qtune's own, naming the command it ran.
-pub const LOG_HEADER: &str = "# qtune: ";
 use std::collections::BTreeMap;
+
+/// Memory the server itself reported in its log (MiB), per device name ("CUDA0", "CPU", ...).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ReportedMemory {
+    pub model_mib: BTreeMap<String, f64>,
+    pub kv_mib: BTreeMap<String, f64>,
+    pub recurrent_mib: BTreeMap<String, f64>,
+    pub compute_mib: BTreeMap<String, f64>,
+}
+
+/// What an engine's server logs, as qtune reads it: the lines that say what went wrong, and
+/// how its weights' buffers are named. Lines are matched by their text in any trial's log
+/// (every engine's lines are known in every log, so a log reads the same whichever server
+/// wrote it).
+#[derive(Debug, Clone, Copy)]
+pub struct LogDialect {
+    /// Lines that mean the server rejected its command line (matched case-insensitively).
+    pub bad_flag: &'static [&'static str],
+    /// Lines that mean an allocation failed, GPU or host (matched case-insensitively).
+    pub oom: &'static [&'static str],
+    /// Lines that contain an OOM word but are harmless: the server falls back and goes on.
+    pub oom_benign: &'static [&'static str],
+    /// The server's line when its port is taken.
+    pub bind_failed: &'static str,
+    /// A log prefix under which `<DEV> buffer size = ...` names the weights' buffers without
+    /// "model" (ik_llama.cpp's `llm_load_tensors:`).
+    pub weights_buffer_prefix: Option<&'static str>,
+}
+
+/// Every engine's log dialect.
+fn dialects() -> impl Iterator<Item = LogDialect> {
+    crate::config::EngineKind::ALL
+        .into_iter()
+        .map(|k| super::of(k).log_dialect())
+}
+
+/// True when one log line says the server rejected its command line.
+pub fn is_bad_flag_line(line: &str) -> bool {
+    let l = line.to_ascii_lowercase();
+    dialects().any(|d| d.bad_flag.iter().any(|p| l.contains(p)))
+}
+
+/// True when one log line reports a failed allocation.
+pub fn is_oom_line(line: &str) -> bool {
+    let l = line.to_ascii_lowercase();
+    dialects().any(|d| d.oom.iter().any(|p| l.contains(p)))
+        && !dialects().any(|d| d.oom_benign.iter().any(|p| l.contains(p)))
+}
+
+/// Whether one log line says the server could not listen on its port (any engine's line).
+pub fn is_bind_failed_line(line: &str) -> bool {
+    dialects().any(|d| line.contains(d.bind_failed))
+}
 
 /// Parse every memory figure llama-server printed. Output buffers count as compute.
 pub fn parse_reported_memory(log: &str) -> ReportedMemory {
@@ -88,10 +138,12 @@ fn parse_buffer_line(line: &str) -> Option<(String, BufferKind, f64)> {
         .iter()
         .find_map(|(m, k)| line.find(m).map(|at| (at, *k, *m)))
         .or_else(|| {
-            // ik_llama.cpp names its weights' buffers without "model":
-            // `llm_load_tensors:        CPU buffer size =   101.21 MiB`.
+            // An engine that names its weights' buffers without "model" (ik_llama.cpp:
+            // `llm_load_tensors:        CPU buffer size =   101.21 MiB`).
             let m = " buffer size";
-            line.contains("llm_load_tensors:")
+            dialects()
+                .filter_map(|d| d.weights_buffer_prefix)
+                .any(|p| line.contains(p))
                 .then(|| line.find(m))
                 .flatten()
                 .map(|at| (at, BufferKind::Model, m))

@@ -1,16 +1,17 @@
-//! ik_llama.cpp's `llama-server`: found (`--server`, `QTUNE_IK_SERVER`, qtune's cache), checked
-//! and built from the pinned source, the PyPI sdist `ik-llama-cpp-python==0.1.5`, whose
+//! ik_llama.cpp's `llama-server`: found (`--server`, `QTUNE_IK_SERVER`, qtune's cache: the CUDA
+//! build first, as llama.cpp's), checked and built (CPU, or `--cuda`) from the pinned source, the PyPI sdist `ik-llama-cpp-python==0.1.5`, whose
 //! `vendor/ik_llama.cpp` is the whole tree (its own top-level CMake turns the server off, so
 //! qtune builds the vendored tree directly).
 //!
 //! The build is counted as done only by a stamp written after it succeeded: an interrupted
 //! build (a half-linked binary included) is built again, incrementally.
 
-use super::{
-    build_tools, check, ensure_sdist_source, require_tool, run_build_with_progress, SdistSource,
-    ServerBinary, Source,
-};
 use crate::config::EngineKind;
+use crate::engine::build::{
+    build_tools, cuda_architectures, ensure_sdist_source, find_nvcc, require_tool,
+    run_build_with_progress, run_configure, SdistSource,
+};
+use crate::engine::server::{check, ServerBinary, Source};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,24 +37,39 @@ pub fn source_dir() -> PathBuf {
     dir().join(format!("src-{VERSION}"))
 }
 
-/// The build directory (CPU); the server lands in its `bin/`.
+/// The build directory of a flavour (`cuda`: the CUDA build); the server lands in its `bin/`.
+pub fn build_dir_of(cuda: bool) -> PathBuf {
+    dir().join(format!("{VERSION}-{}", if cuda { "cuda" } else { "cpu" }))
+}
+
+/// The CPU build directory.
 pub fn build_dir() -> PathBuf {
-    dir().join(format!("{VERSION}-cpu"))
+    build_dir_of(false)
 }
 
-/// The cached server (may not exist, or be half-built: see [`is_built`]).
+/// The cached server of a flavour (may not exist, or be half-built: see [`is_built_of`]).
+pub fn cached_server_of(cuda: bool) -> PathBuf {
+    build_dir_of(cuda).join("bin").join("llama-server")
+}
+
+/// The cached CPU server.
 pub fn cached_server() -> PathBuf {
-    build_dir().join("bin").join("llama-server")
+    cached_server_of(false)
 }
 
-/// Written once the build succeeded.
-fn stamp() -> PathBuf {
-    build_dir().join("qtune-built")
+/// Written once the build of a flavour succeeded.
+fn stamp(cuda: bool) -> PathBuf {
+    build_dir_of(cuda).join("qtune-built")
 }
 
-/// Whether the cached server was built to the end.
+/// Whether the cached server of a flavour was built to the end.
+pub fn is_built_of(cuda: bool) -> bool {
+    stamp(cuda).is_file() && cached_server_of(cuda).is_file()
+}
+
+/// Whether the cached CPU server was built to the end.
 pub fn is_built() -> bool {
-    stamp().is_file() && cached_server().is_file()
+    is_built_of(false)
 }
 
 /// Which ik_llama.cpp server would be used, without checking it: `--server`, then
@@ -65,7 +81,11 @@ pub fn locate(explicit: Option<&Path>) -> Option<(PathBuf, Source)> {
     if let Some(p) = std::env::var_os(ENV).filter(|p| !p.is_empty()) {
         return Some((PathBuf::from(p), Source::IkEnv));
     }
-    is_built().then(|| (cached_server(), Source::Cache))
+    // The CUDA build first, as llama.cpp's cache is looked at.
+    [true, false]
+        .into_iter()
+        .find(|&cuda| is_built_of(cuda))
+        .map(|cuda| (cached_server_of(cuda), Source::Cache))
 }
 
 /// Find and check the ik_llama.cpp server: it must be ik_llama.cpp's.
@@ -88,16 +108,13 @@ pub fn resolve(explicit: Option<&Path>) -> Result<ServerBinary> {
     Ok(s)
 }
 
-/// Build ik_llama.cpp's llama-server (CPU) from the pinned source into qtune's cache; returns
-/// its path. cmake and ninja come from PATH or PyPI like llama.cpp's build.
+/// Build ik_llama.cpp's llama-server from the pinned source into qtune's cache, for the CPU or
+/// (`cuda`) with CUDA for the compute capability NVML reports; returns its path. cmake and
+/// ninja come from PATH or PyPI like llama.cpp's build; a CUDA build needs nvcc and a GPU,
+/// checked before anything is downloaded.
 pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
-    if cuda {
-        bail!(
-            "qtune builds ik_llama.cpp for the CPU only so far: run 'qtune server build --engine ik' without --cuda, or build ik_llama.cpp with CUDA yourself and pass --server"
-        );
-    }
-    let target = cached_server();
-    if is_built() {
+    let target = cached_server_of(cuda);
+    if is_built_of(cuda) {
         say(&format!("qtune: {} is already built", target.display()));
         return Ok(target);
     }
@@ -106,6 +123,16 @@ pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
         "install a C++ compiler (Debian: apt-get install g++)",
     )?;
     require_tool("cc", "install a C compiler (Debian: apt-get install gcc)")?;
+    let gpu = if cuda {
+        let nvcc = find_nvcc().ok_or_else(|| {
+            anyhow::anyhow!(
+                "'nvcc' not found (PATH, CUDACXX, /usr/local/cuda/bin): install the CUDA toolkit to build ik_llama.cpp with CUDA"
+            )
+        })?;
+        Some((cuda_architectures()?, nvcc))
+    } else {
+        None
+    };
     let tools = build_tools(say)?;
     let src = ensure_sdist_source(
         &SdistSource {
@@ -120,34 +147,40 @@ pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
         say,
     )?;
     write_build_info_script(&src)?;
-    let dir = build_dir();
+    let dir = build_dir_of(cuda);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     // A stamp left from an earlier build of another source must not count this one as done.
-    let _ = std::fs::remove_file(stamp());
+    let _ = std::fs::remove_file(stamp(cuda));
     let mut configure = Command::new(&tools.cmake);
     configure
         .arg("-S")
         .arg(&src)
         .arg("-B")
         .arg(&dir)
-        .args(configure_args())
+        .args(configure_args(
+            gpu.as_ref()
+                .map(|(archs, nvcc)| (archs.as_str(), nvcc.as_path())),
+        ))
         .arg(format!("-DCMAKE_MAKE_PROGRAM={}", tools.ninja.display()));
-    super::run_configure(&mut configure, &dir, "ik_llama.cpp", say)?;
+    run_configure(&mut configure, &dir, "ik_llama.cpp", say)?;
     run_build_with_progress(&dir, &tools.cmake, &BUILD_TARGETS, "ik_llama.cpp", say)?;
     if !target.is_file() {
         bail!("the build finished but {} is missing", target.display());
     }
-    crate::util::write_atomic(&stamp(), format!("{SDIST}\n").as_bytes())
-        .with_context(|| format!("cannot write {}", stamp().display()))?;
+    crate::util::write_atomic(&stamp(cuda), format!("{SDIST}\n").as_bytes())
+        .with_context(|| format!("cannot write {}", stamp(cuda).display()))?;
     Ok(target)
 }
 
-/// The configure flags: a portable (AVX2, not `-march=native`) static CPU build of the server,
-/// which ik keeps among its examples. Its IQK flash-attention kernels are built for the KV
-/// types qtune tries (f16, q8_0, q6_0, bf16), not every quantized type (`GGML_IQK_FA_ALL_QUANTS` off: fewer
-/// kernels to compile on a small box).
-fn configure_args() -> [&'static str; 10] {
-    [
+/// The configure flags: a portable (AVX2, not `-march=native`) build of the server, which ik
+/// keeps among its examples. Its IQK flash-attention kernels are built for the KV types qtune
+/// tries (f16, q8_0, q6_0, bf16), not every quantized type (`GGML_IQK_FA_ALL_QUANTS` off: fewer
+/// kernels to compile on a small box). The CPU build is static; with `cuda` (the CUDA
+/// architectures, `90`, and nvcc) it is llama.cpp's CUDA build's flags: `GGML_CUDA` on, the
+/// architectures NVML reports, nvcc named, shared libraries (the CUDA runtime is a shared
+/// library anyway), flash attention's CUDA kernels for the default types only.
+fn configure_args(cuda: Option<(&str, &Path)>) -> Vec<String> {
+    let mut a: Vec<String> = [
         "-G",
         "Ninja",
         "-DCMAKE_BUILD_TYPE=Release",
@@ -156,9 +189,19 @@ fn configure_args() -> [&'static str; 10] {
         "-DLLAMA_BUILD_TESTS=OFF",
         "-DLLAMA_BUILD_EXAMPLES=ON",
         "-DLLAMA_BUILD_SERVER=ON",
-        "-DBUILD_SHARED_LIBS=OFF",
         "-DGGML_IQK_FA_ALL_QUANTS=OFF",
     ]
+    .map(String::from)
+    .to_vec();
+    match cuda {
+        None => a.push("-DBUILD_SHARED_LIBS=OFF".into()),
+        Some((archs, nvcc)) => a.extend([
+            "-DGGML_CUDA=ON".into(),
+            format!("-DCMAKE_CUDA_ARCHITECTURES={archs}"),
+            format!("-DCMAKE_CUDA_COMPILER={}", nvcc.display()),
+        ]),
+    }
+    a
 }
 
 /// The script `common/CMakeLists.txt` runs to write `common/build-info.cpp`, which the sdist
@@ -191,4 +234,31 @@ fn write_build_info_script(src: &Path) -> Result<()> {
         .with_context(|| format!("cannot create {}", path.display()))?;
     crate::util::write_atomic(&path, BUILD_INFO_SCRIPT.as_bytes())
         .with_context(|| format!("cannot write {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cmake flags of both builds: the CPU one static, the CUDA one for the architectures
+    /// NVML reports, with the nvcc found; each in its own folder.
+    #[test]
+    fn the_cuda_build_configures_ggml_cuda_for_the_cards_architectures() {
+        let cpu = configure_args(None).join(" ");
+        assert!(
+            cpu.ends_with("-DGGML_IQK_FA_ALL_QUANTS=OFF -DBUILD_SHARED_LIBS=OFF"),
+            "{cpu}"
+        );
+        assert!(!cpu.contains("CUDA"), "{cpu}");
+        let nvcc = Path::new("/usr/local/cuda/bin/nvcc");
+        let gpu = configure_args(Some(("86;90", nvcc)));
+        assert_eq!(
+            gpu[gpu.len() - 3..].join(" "),
+            "-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=86;90 -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc"
+        );
+        assert!(!gpu.iter().any(|a| a.starts_with("-DBUILD_SHARED_LIBS")));
+        assert!(gpu.iter().any(|a| a == "-DGGML_NATIVE=OFF"));
+        assert!(build_dir_of(true).ends_with("ik_llama.cpp/0.1.5-cuda"));
+        assert!(cached_server_of(false).starts_with(build_dir()));
+    }
 }

@@ -6,10 +6,11 @@
 //! needs (the CUDA toolkit) is checked before anything is built, and the first line says what it
 //! builds, why and about how long it takes.
 
-use super::{build, check, locate, ServerBinary, Source};
+use super::server::{build, locate};
+use crate::engine::server::{check, ServerBinary, Source};
 use crate::hardware::HardwareProfile;
 use anyhow::{bail, Result};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Core-seconds a build of the pinned tree takes: the CPU build ran 70 s on 16 cores and about
 /// 10 minutes on 2; the CUDA build (one architecture) 273-297 s on 16 cores (the GPU machine,
@@ -61,17 +62,7 @@ pub fn plan_from(found: Option<ServerBinary>, hw: &HardwareProfile) -> Plan {
     }
 }
 
-/// nvcc: on `PATH`, else `CUDACXX`, else the toolkit's usual place.
-pub fn find_nvcc() -> Option<PathBuf> {
-    which::which("nvcc")
-        .ok()
-        .or_else(|| {
-            std::env::var_os("CUDACXX")
-                .map(PathBuf::from)
-                .filter(|p| p.is_file())
-        })
-        .or_else(|| Some(PathBuf::from("/usr/local/cuda/bin/nvcc")).filter(|p| p.is_file()))
-}
+pub use crate::engine::build::find_nvcc;
 
 /// About how long a build takes on `cores`, in words ("about 5 minutes").
 fn estimate(cuda: bool, cores: u32) -> String {
@@ -91,7 +82,7 @@ fn estimate(cuda: bool, cores: u32) -> String {
 /// The line said before a build: what is built, why, and about how long it takes. A CUDA build
 /// without the CUDA toolkit is an error naming what to install, before anything is built.
 pub fn build_line(cuda: bool, hw: &HardwareProfile, nvcc: Option<&Path>) -> Result<String> {
-    let dir = super::llama_cpp_dir();
+    let dir = super::server::llama_cpp_dir();
     let cores = hw.host.logical_cores;
     if !cuda {
         return Ok(format!(
@@ -121,7 +112,7 @@ pub fn build_line(cuda: bool, hw: &HardwareProfile, nvcc: Option<&Path>) -> Resu
 /// a GPU). `say` gets the progress lines.
 pub fn resolve_or_build(explicit: Option<&Path>, say: &dyn Fn(&str)) -> Result<ServerBinary> {
     if explicit.is_some() {
-        return super::resolve(explicit);
+        return super::server::resolve(explicit);
     }
     let found = match locate(None) {
         Some((p, s)) => Some(check(&p, s)?),
@@ -136,7 +127,7 @@ pub fn resolve_or_build(explicit: Option<&Path>, say: &dyn Fn(&str)) -> Result<S
         say(&n);
     }
     let nvcc = find_nvcc();
-    let already = super::is_built(&super::build_dir(cuda).join("bin"));
+    let already = super::server::is_built(&super::server::build_dir(cuda).join("bin"));
     if !already {
         say(&build_line(cuda, &hw, nvcc.as_deref())?);
     }

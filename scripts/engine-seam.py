@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""The engine seam (issue 56): an inference server's flag spellings live in src/engine/ only.
+
+The banned spellings are taken from the engine modules themselves: every string literal in
+src/engine/ (its non-test code, the sdist build's cmake flags in build.rs left out) that is a
+server flag (`"-ctk"`, `"--fit-margin"`), or starts with one (`"--load-mode dio"`), and every
+spelling in a `&[...]` table there (FLAG_SPELLINGS, REQUIRED_FLAGS). A few words every program
+shares are not an engine's (GENERIC, below). Then every string literal in the rest of src/
+(test modules and `tests.rs` files exempt, as are tests/ and docs/) that holds one of them as
+a word is an error: `file:line: "literal" spells FLAG`. A third engine with other spellings is
+then an edit under src/engine/ only.
+
+Exit 1 when there is any, 0 otherwise (it prints how many spellings it checked).
+
+Literals there when the check came are counted per flag in scripts/engine-seam-allowed.txt:
+more than counted fails, fewer asks for the count to be lowered (`--update` rewrites it).
+
+usage: scripts/engine-seam.py [SRC_DIR] [--update]
+"""
+import importlib.util
+import os
+import re
+import sys
+
+SRC = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] != '--update' else os.path.join(os.path.dirname(__file__), '..', 'src')
+ENGINE = os.path.join(SRC, 'engine')
+
+# The import graph's test-module stripper: the same notion of "test code".
+_spec = importlib.util.spec_from_file_location(
+    'import_graph_strip', os.path.join(os.path.dirname(__file__), 'import-graph.py'))
+_src = open(_spec.origin).read()
+_src = _src[:_src.index('\ndef module_of')]  # only the helpers, not the graph walk
+_mod = {'__file__': _spec.origin}
+exec(compile(_src, _spec.origin, 'exec'), _mod)
+strip_tests = _mod['strip_tests']
+
+# Words every program (or every server) has, and qtune's own flags of the same spelling
+# (`qtune tune --server`, `--rpc`; `qtune rpc serve --threads`): not one engine's spelling.
+GENERIC = {'--help', '-h', '--version', '--host', '--port', '-m', '--model', '--server', '--rpc',
+           '--threads'}
+# A server flag: lowercase after the dashes (cmake's -S, -B, -G, -D... are not the server's).
+FLAG = re.compile(r'^(--?[a-z][a-z0-9-]*)(?:$|[ =])')
+# The literals outside src/engine/ that spelled a flag when the check came (issue 56), counted
+# per flag: a ratchet. More than this many of a flag is an error; fewer is said, so that the
+# count is lowered in the same commit. Not per file, so that splitting a file moves nothing.
+ALLOWED = os.path.join(os.path.dirname(__file__), 'engine-seam-allowed.txt')
+# "..." literals (escapes skipped) and raw r"..." / r#"..."# literals.
+LITERAL = re.compile(r'r(#*)"(.*?)"\1|"((?:\\.|[^"\\])*)"', re.S)
+
+
+def literals(text):
+    """(offset, content) of every string literal, comments left out."""
+    out = []
+    i = 0
+    for m in LITERAL.finditer(text):
+        if m.start() < i:
+            continue
+        # A literal inside a `//` comment is not code.
+        line_start = text.rfind('\n', 0, m.start()) + 1
+        if '//' in text[line_start:m.start()] and not re.search(
+                r'"[^"]*//', text[line_start:m.start()]):
+            continue
+        # A char literal's quote ('"') is not the start of a string.
+        if m.start() > 0 and text[m.start() - 1] == "'" and text[m.start() + 1:m.start() + 2] == "'":
+            continue
+        body = m.group(2) if m.group(2) is not None else m.group(3)
+        out.append((m.start(), body))
+        i = m.end()
+    return out
+
+
+def rust_files(root):
+    for d, _, files in os.walk(root):
+        for f in sorted(files):
+            if f.endswith('.rs') and f != 'tests.rs':
+                yield os.path.join(d, f)
+
+
+def spellings():
+    found = set()
+    for p in rust_files(ENGINE):
+        if os.path.basename(p) == 'build.rs':
+            continue
+        for _, body in literals(strip_tests(open(p).read())):
+            m = FLAG.match(body)
+            if m:
+                found.add(m.group(1))
+    return sorted(found - GENERIC)
+
+
+def main():
+    flags = spellings()
+    if not flags:
+        print('engine-seam: no flag spelling found under src/engine/ (is SRC right?)')
+        return 1
+    word = re.compile(r'(?<![\w-])(' + '|'.join(re.escape(f) for f in sorted(
+        flags, key=len, reverse=True)) + r')(?![\w-])')
+    hits = []
+    for p in rust_files(SRC):
+        if os.path.commonpath([os.path.abspath(p), os.path.abspath(ENGINE)]) == os.path.abspath(ENGINE):
+            continue
+        whole = open(p).read()
+        text = strip_tests(whole)
+        for at, body in literals(text):
+            for m in word.finditer(body):
+                # The line in the file itself (test modules left in), where the text is unique.
+                found = whole.find('"' + body + '"')
+                line = whole.count('\n', 0, found) + 1 if found >= 0 else text.count('\n', 0, at) + 1
+                shown = body if len(body) <= 60 else body[:57] + '...'
+                where = os.path.relpath(p, os.path.join(SRC, '..'))
+                hits.append((m.group(1), f'{where}:{line}: "{shown}" spells {m.group(1)}'))
+    count = {}
+    for f, _ in hits:
+        count[f] = count.get(f, 0) + 1
+    if '--update' in sys.argv:
+        with open(ALLOWED, 'w') as out:
+            out.write('# scripts/engine-seam.py: string literals outside src/engine/ that spell an engine\n'
+                      '# flag, per flag, as the tree had them (a ratchet: lower a count when one goes).\n')
+            for f in sorted(count):
+                out.write(f'{f} {count[f]}\n')
+        print(f'engine-seam: wrote {ALLOWED} ({len(hits)} literals)')
+        return 0
+    allowed = {}
+    if os.path.exists(ALLOWED):
+        for line in open(ALLOWED):
+            line = line.split('#')[0].split()
+            if len(line) == 2:
+                allowed[line[0]] = int(line[1])
+    over = sorted(f for f in count if count[f] > allowed.get(f, 0))
+    under = sorted(f for f in allowed if count.get(f, 0) < allowed[f])
+    for f in under:
+        print(f'engine-seam: {f} is spelled {count.get(f, 0)} times outside src/engine/, '
+              f'{allowed[f]} allowed: lower its count in {os.path.basename(ALLOWED)}')
+    if over:
+        for f in over:
+            for g, text in hits:
+                if g == f:
+                    print(text)
+        print(f'engine-seam: {", ".join(over)} spelled outside src/engine/ more often than '
+              f'{os.path.basename(ALLOWED)} allows (of {len(flags)} spellings the engines use): '
+              f'render or name the flag through crate::engine')
+        return 1
+    print(f'engine-seam: {len(hits)} known literals outside src/engine/ spell an engine flag '
+          f'({len(flags)} spellings checked), none new')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
