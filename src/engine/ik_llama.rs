@@ -99,6 +99,10 @@ impl Engine for IkLlama {
         if c.checkpoint_min_step.is_some() {
             out.push("--checkpoint-min-step");
         }
+        if c.spec_type.is_some_and(|t| t.is_mtp()) {
+            // ik_llama.cpp drafts with MTP through its own flags, not --spec-type draft-mtp.
+            out.push("--spec-type draft-mtp");
+        }
         if c.kv_unified.is_some() {
             out.push("-kvu/-no-kvu");
         }

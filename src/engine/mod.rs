@@ -18,6 +18,7 @@ use std::path::Path;
 
 pub mod ik_llama;
 pub mod llama_cpp;
+pub mod mtp;
 
 pub use ik_llama::IkLlama;
 pub use llama_cpp::LlamaCpp;

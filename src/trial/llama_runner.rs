@@ -126,6 +126,9 @@ pub struct LlamaServerRunner {
     doing: super::phase::PhaseCell,
     /// The box as each launch starts, when it got busy ([`Self::with_busy_note`]).
     busy: super::phase::BusyNote,
+    /// The model has random weights and this is a tune: a speculative launch is measured for
+    /// its cost only, never credited ([`Self::with_random_weights`]).
+    random_weights: bool,
 }
 
 impl LlamaServerRunner {
@@ -187,7 +190,17 @@ impl LlamaServerRunner {
             model_bytes,
             doing: super::phase::PhaseCell::default(),
             busy: super::phase::BusyNote::default(),
+            random_weights: false,
         })
+    }
+
+    /// The tune's model has random weights (`qtune synth`): whatever a speculative launch's
+    /// drafts, it is journaled `degenerate` with its speeds, measured for its cost and never
+    /// ranked ([`super::acceptance::cost_only`]). `qtune compare` leaves it off: there the user
+    /// measures that cost.
+    pub fn with_random_weights(mut self, random: bool) -> Self {
+        self.random_weights = random;
+        self
     }
 
     /// Say each launch's step (loading, the request being measured) in `cell`, which the
@@ -413,11 +426,13 @@ impl LlamaServerRunner {
         // Speculation whose drafts were all but all accepted: the answers loop, and its speed
         // is not credited (the numbers stay in the metrics, journaled).
         if draft.kind == OutcomeKind::Ok {
-            if let Some(v) = draft
-                .metrics
-                .as_ref()
-                .and_then(|m| super::acceptance::degenerate(config, m))
-            {
+            if let Some(v) = draft.metrics.as_ref().and_then(|m| {
+                super::acceptance::degenerate(config, m).or_else(|| {
+                    self.random_weights
+                        .then(|| super::acceptance::cost_only(config, m))
+                        .flatten()
+                })
+            }) {
                 draft.kind = v.kind;
                 draft.message = v.message;
             }
