@@ -264,6 +264,9 @@ struct Parts {
     plain_compute_gpu_mib: f64,
     /// One micro-batch's graph inputs a pipeline copy holds (attention mask, activations), MiB.
     pipeline_input_mib: f64,
+    /// What `--spec-type draft-mtp` put on the GPUs ([`add_mtp_context`]): weights (bytes),
+    /// KV and compute (MiB). The block is the last before the output layer: on its card.
+    mtp_gpu: (u64, f64, f64),
 }
 
 fn predict_parts(
@@ -488,8 +491,15 @@ fn predict_parts(
         b.compute_host_mib = (t * 4.0 * (layout.n_embd as f64 + host_ffn) + attn_bytes) / MIB;
     }
 
+    let mut mtp_gpu = (0, 0.0, 0.0);
     if mtp {
+        let before = (b.weights_gpu_bytes, b.kv_gpu_mib, b.compute_gpu_mib);
         add_mtp_context(&mut b, layout, cfg, ngl > nb, repack, t, kv_cells(cfg));
+        mtp_gpu = (
+            b.weights_gpu_bytes - before.0,
+            b.kv_gpu_mib - before.1,
+            b.compute_gpu_mib - before.2,
+        );
     }
 
     let gpu_mib = b.weights_gpu_mib() + b.kv_gpu_mib + b.recurrent_gpu_mib + b.compute_gpu_mib;
@@ -519,9 +529,10 @@ fn predict_parts(
         ngl,
         host_expert_bytes,
         kv_block_mib,
-        n_seq,
+        n_seq: n_seq * rs_copies,
         plain_compute_gpu_mib,
         pipeline_input_mib: (attn_bytes + t * 4.0 * layout.n_embd as f64) / MIB,
+        mtp_gpu,
     };
     (prediction, parts)
 }
@@ -643,6 +654,10 @@ pub fn predict_devices_with(
         if layout.output_bytes == 0 {
             o.weights_bytes += layout.token_embd_bytes;
         }
+        // The MTP block and its context's KV (its compute buffer below).
+        let (w, kv, _) = parts.mtp_gpu;
+        o.weights_bytes += w;
+        o.kv_mib += kv;
     }
     let pipeline = parts.ngl > nb
         && cfg
@@ -657,10 +672,12 @@ pub fn predict_devices_with(
             > 1;
     for o in &mut out {
         let used = o.blocks.is_some() || o.output_layer || o.weights_bytes > 0;
+        // The MTP draft context's compute buffer, on the output layer's card.
+        let draft = if o.output_layer { parts.mtp_gpu.2 } else { 0.0 };
         if o.device == 0 && parts.ngl > 0 {
-            o.compute_mib = p.breakdown.compute_gpu_mib;
+            o.compute_mib = p.breakdown.compute_gpu_mib - parts.mtp_gpu.2 + draft;
         } else if used {
-            o.compute_mib = parts.plain_compute_gpu_mib;
+            o.compute_mib = parts.plain_compute_gpu_mib + draft;
         }
         if pipeline && used {
             o.compute_mib += (PIPELINE_COPIES - 1.0) * parts.pipeline_input_mib;
@@ -829,6 +846,23 @@ mod tests {
             assert!(drafting.compute_gpu_mib > plain.compute_gpu_mib);
             assert!((drafting.output_host_mib - 2.0 * plain.output_host_mib).abs() < 1e-9);
         }
+        // Two cards: the block and its context go with the output layer, the state copies with
+        // their blocks; weights and KV add up to the one-card prediction.
+        let two = |c: &LaunchConfig| predict_devices_with(&l, c, &[1.0, 1.0], caps(), &CPU_COMPUTE);
+        let (plain, drafting) = (two(&cfg(None, None)), two(&cfg(mtp, None)));
+        let [a, b] = [&drafting.gpu_devices[0], &drafting.gpu_devices[1]];
+        assert!(b.output_layer);
+        assert_eq!(a.weights_bytes, plain.gpu_devices[0].weights_bytes);
+        assert_eq!(
+            b.weights_bytes - plain.gpu_devices[1].weights_bytes,
+            111 << 20
+        );
+        let one = p(&cfg(mtp, None), true);
+        assert_eq!(a.weights_bytes + b.weights_bytes, one.weights_gpu_bytes);
+        assert!((a.kv_mib + b.kv_mib - one.kv_gpu_mib).abs() < 1e-9);
+        assert!((a.recurrent_mib + b.recurrent_mib - one.recurrent_gpu_mib).abs() < 1e-9);
+        assert!(b.compute_mib > plain.gpu_devices[1].compute_mib);
+        assert_eq!(a.compute_mib, plain.gpu_devices[0].compute_mib);
         // On the CPU, all of it is host memory.
         let (plain, drafting) = (p(&cfg(None, None), false), p(&cfg(mtp, None), false));
         assert_eq!(
