@@ -181,6 +181,28 @@ fn a_gguf_without_the_mtp_layer_is_not_launched_with_it_and_one_line_says_why() 
         1,
         "{text}"
     );
+    // `qtune compare` says the same before any launch.
+    let o = support::qtune()
+        .current_dir(tmp.path())
+        .env("QTUNE_DATA_DIR", tmp.path().join("data"))
+        .args(["compare", "--rounds", "1", "--out", "cmp", "--server"])
+        .arg(&server)
+        .arg(format!("llama-server -m {} -c 2048 -np 1", model.display()))
+        .arg(format!(
+            "llama-server -m {} -c 2048 -np 1 --spec-type draft-mtp",
+            model.display()
+        ))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{}", output_text(&o));
+    assert!(
+        err.contains("--spec-type draft-mtp cannot run in `llama-server")
+            && err.contains("this GGUF has no MTP layer (qwen35moe.nextn_predict_layers = 0"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(!tmp.path().join("cmp").join("journal.jsonl").exists());
     // The arch line: qwen3moe has no MTP graph in the pinned build.
     let q3 = qtune::model::load(&qtune::fixtures::tiny_moe("tiny-qwen3moe").unwrap()).unwrap();
     let line = qtune::engine::mtp::unavailable(&q3, true).unwrap();
