@@ -126,8 +126,7 @@ pub struct LlamaServerRunner {
     doing: super::phase::PhaseCell,
     /// The box as each launch starts, when it got busy ([`Self::with_busy_note`]).
     busy: super::phase::BusyNote,
-    /// The model has random weights and this is a tune: a speculative launch is measured for
-    /// its cost only, never credited ([`Self::with_random_weights`]).
+    /// A tune of a random-weight model ([`Self::with_random_weights`]).
     random_weights: bool,
 }
 
@@ -194,10 +193,8 @@ impl LlamaServerRunner {
         })
     }
 
-    /// The tune's model has random weights (`qtune synth`): whatever a speculative launch's
-    /// drafts, it is journaled `degenerate` with its speeds, measured for its cost and never
-    /// ranked ([`super::acceptance::cost_only`]). `qtune compare` leaves it off: there the user
-    /// measures that cost.
+    /// A tune of a random-weight model: a speculative launch is measured for its cost, never
+    /// ranked ([`super::acceptance::cost_only`]); not in `compare`, which measures that cost.
     pub fn with_random_weights(mut self, random: bool) -> Self {
         self.random_weights = random;
         self
