@@ -557,6 +557,21 @@ pub fn compare(
     let n_vocab = crate::model::load(&model)?.n_vocab;
     let servers = servers_for(opts.server.as_deref(), &mut parsed)?;
     let server = servers[0].clone();
+    // Drafting with MTP where the server or the file cannot: one line, before any launch.
+    if let Some(p) = parsed
+        .iter()
+        .find(|p| p.config.spec_type.is_some_and(|t| t.is_mtp()))
+    {
+        let s = servers.iter().find(|s| s.engine == p.config.engine);
+        let offers = crate::engine::mtp::server_offers_mtp(&s.unwrap_or(&server).path);
+        let layout = crate::model::load(&model)?;
+        if let Some(why) =
+            crate::engine::mtp::unavailable(&layout.arch, layout.details.mtp_layers, offers)
+        {
+            let why = why.trim_start_matches("MTP: not tried, ");
+            bail!("--spec-type draft-mtp cannot run in `{}`: {why}", p.line);
+        }
+    }
     let meta = std::fs::metadata(&model)
         .with_context(|| format!("cannot read the model {}", model.display()))?;
     let mut workload = crate::space::load(&opts.space)?.workload;

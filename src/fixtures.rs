@@ -91,13 +91,21 @@ pub fn smollm2() -> Result<PathBuf> {
     Ok(out)
 }
 
-/// A tiny synthetic MoE model of `shape` (see [`TINY_SHAPES`]), Q4_K_M type mix.
+/// A tiny synthetic MoE model of `shape` (see [`TINY_SHAPES`]), Q4_K_M type mix. A shape with
+/// an MTP layer (tiny-qwen35moe) is cached in the `mtp/` folder, so a file written before
+/// `qtune synth` wrote that layer is never taken for it (the file's name, which tests and
+/// unit names derive from, stays the shape's).
 pub fn tiny_moe(shape: &str) -> Result<PathBuf> {
-    let out = models_dir().join(format!("{shape}-q4_k_m.gguf"));
+    let shape = crate::model::synth::shape_by_name(shape)?;
+    let dir = match shape.nextn_layers {
+        0 => models_dir(),
+        _ => models_dir().join("mtp"),
+    };
+    let out = dir.join(format!("{}-q4_k_m.gguf", shape.name));
     if out.is_file() {
         return Ok(out);
     }
-    let shape = crate::model::synth::shape_by_name(shape)?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     crate::model::synth::write_synthetic(
         &out,
         &shape,

@@ -802,7 +802,7 @@ mod tests {
                 "  levers: {checkpoint_min_step: [0]}",
                 "outside 1..=1048576",
             ),
-            ("  levers: {speculative: [draft-mtp]}", "line 4"),
+            ("  levers: {speculative: [draft-simple]}", "line 4"),
             ("  levers: {slots: [2]}", "line 4"),
         ] {
             let err = parse(&with(line), "t.yaml").unwrap_err().to_string();
@@ -811,11 +811,14 @@ mod tests {
         let fit = SMALL.replace("  ctx: 4096\n", "  ctx: 4096\n  fit_target_mib: 2000000\n");
         let err = parse(&fit, "t.yaml").unwrap_err().to_string();
         assert!(err.contains("line 6: fit_target_mib 2000000"), "{err}");
-        let ok = with("  load_mode: [none, mmap+mlock]\n  placement: [last, fit]\n  levers: {speculative: [ngram-mod], checkpoint_min_step: [1024], parallel: [2, 4]}");
+        let ok = with("  load_mode: [none, mmap+mlock]\n  placement: [last, fit]\n  levers: {speculative: [ngram-mod, draft-mtp], checkpoint_min_step: [1024], parallel: [2, 4]}");
         let s = parse(&ok, "t.yaml").unwrap();
         assert_eq!(
             s.vary.levers.speculative,
-            [crate::config::SpecType::NgramMod]
+            [
+                crate::config::SpecType::NgramMod,
+                crate::config::SpecType::DraftMtp
+            ]
         );
         assert_eq!(s.vary.levers.parallel, [2, 4]);
         assert_eq!(

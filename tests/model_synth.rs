@@ -63,9 +63,25 @@ fn full_shapes_have_the_real_sizes() {
     let q35 = synth::shape_by_name("qwen3.5-35b-a3b").unwrap();
     let n = synth::synthetic_file_size(&q35, synth::SynthFtype::Q4KM, &vocab_dir()).unwrap();
     println!("qwen3.5-35b-a3b q4_k_m: {n} bytes");
-    // The lead's writer made 21,117,790,336 bytes; tensor data is identical, headers
-    // (tokenizer padding names, general.* keys) differ by a few KB.
-    assert!(n.abs_diff(21_117_790_336) < 64 * 1024, "{n}");
+    // The lead's writer made 21,117,790,336 bytes without the MTP block; tensor data is
+    // identical, headers (tokenizer padding names, general.* keys) differ by a few KB.
+    let trunk = synth::SynthShape {
+        nextn_layers: 0,
+        ..q35.clone()
+    };
+    let n0 = synth::synthetic_file_size(&trunk, synth::SynthFtype::Q4KM, &vocab_dir()).unwrap();
+    assert!(n0.abs_diff(21_117_790_336) < 64 * 1024, "{n0}");
+    // The MTP block (546,703,360 bytes) moves block 35's attn_v from Q6_K to Q4_K (270,336
+    // bytes less): the quantizer's more-bits rule counts 11 attention blocks, not 10. Its 20
+    // tensors' header entries and one key add about a KB.
+    let data = |s: &synth::SynthShape| -> u64 {
+        synth::tensor_specs(s, synth::SynthFtype::Q4KM)
+            .iter()
+            .map(|t| t.bytes().unwrap())
+            .sum()
+    };
+    assert_eq!(data(&q35) - data(&trunk), 546_703_360 - 270_336);
+    assert!((n - n0).abs_diff(546_703_360 - 270_336) < 4096, "{n} {n0}");
     let specs = synth::tensor_specs(&q35, synth::SynthFtype::Q4KM);
     let data: u64 = specs.iter().map(|t| t.bytes().unwrap()).sum();
     println!("qwen3.5-35b-a3b q4_k_m tensor data: {data} bytes");
@@ -116,9 +132,26 @@ fn full_shapes_read_back_and_weights_add_up() {
                 n_cpu_moe: ncmoe,
                 ..LaunchConfig::baseline(32768)
             };
+            // The MTP block (Qwen3.5's) is loaded only to draft with it.
             let b = memory::predict(&l, &cfg, gpu).breakdown;
+            let mtp = l.details.mtp_bytes;
+            assert_eq!(
+                b.weights_gpu_bytes + b.weights_host_bytes + mtp,
+                l.tensor_bytes
+            );
+            let drafting = LaunchConfig {
+                spec_type: Some(qtune::config::SpecType::DraftMtp),
+                ..cfg
+            };
+            let b = memory::predict(&l, &drafting, gpu).breakdown;
             assert_eq!(b.weights_gpu_bytes + b.weights_host_bytes, l.tensor_bytes);
         }
+        let mtp_bytes = if name == "qwen3.5-35b-a3b" {
+            546_703_360
+        } else {
+            0
+        };
+        assert_eq!(l.details.mtp_bytes, mtp_bytes);
         if name == "qwen3.5-35b-a3b" {
             // 30 delta-net blocks: conv (4-1)*(4096+2*16*128) + state 128*4096 floats each.
             assert_eq!(l.recurrent_state_bytes[0], (3 * 8192 + 128 * 4096) * 4);

@@ -433,6 +433,7 @@ fn an_agent_sessions_levers_leave_the_exploration_its_launches() {
         chat_checkpoints: false,
         synthetic: false,
         spec_cannot_pay: None,
+        mtp_unavailable: None,
     };
     assert_eq!(ctx.space.budget.trials, 20);
     let (_, history) = tune(&ctx, trade, 0.5);

@@ -477,7 +477,8 @@ fn runner_and_clock(
     .with_speed_ceiling(crate::trial::plausible::ceiling_for(layout, hw))
     .with_predicted_pace(crate::trial::plausible::pace_for(layout, hw))
     .with_phase(doing)
-    .with_busy_note(busy);
+    .with_busy_note(busy)
+    .with_random_weights(crate::model::speed::is_synthetic(layout));
     Ok((Box::new(runner), crate::clock::system()))
 }
 

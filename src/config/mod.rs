@@ -293,9 +293,10 @@ impl std::str::FromStr for SplitMode {
     }
 }
 
-/// Speculative decoding that needs no draft model (`--spec-type`): drafts are taken from
-/// n-grams of the request's own context (text the model re-emits: code it edits, files it
-/// quotes) and verified in one batch. Each type keeps the server's own draft lengths.
+/// Speculative decoding that needs no separate draft model (`--spec-type`): drafts are taken
+/// from n-grams of the request's own context (text the model re-emits: code it edits, files it
+/// quotes), or from the model's own multi-token-prediction layer (`draft-mtp`, where the GGUF
+/// carries one), and verified in one batch. Each type keeps the server's own draft lengths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SpecType {
@@ -305,13 +306,17 @@ pub enum SpecType {
     NgramSimple,
     /// A map of n-grams with their continuations (12-token lookup, up to 48 drafted).
     NgramMapK,
+    /// The model's own MTP ("NextN") layer drafts the next tokens (Qwen3.5 carries one); the
+    /// server loads that layer and a second context for it.
+    DraftMtp,
 }
 
 impl SpecType {
-    pub const ALL: [SpecType; 3] = [
+    pub const ALL: [SpecType; 4] = [
         SpecType::NgramMod,
         SpecType::NgramSimple,
         SpecType::NgramMapK,
+        SpecType::DraftMtp,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -319,7 +324,13 @@ impl SpecType {
             SpecType::NgramMod => "ngram-mod",
             SpecType::NgramSimple => "ngram-simple",
             SpecType::NgramMapK => "ngram-map-k",
+            SpecType::DraftMtp => "draft-mtp",
         }
+    }
+
+    /// Drafts with the model's MTP layer (not from the context's n-grams).
+    pub fn is_mtp(self) -> bool {
+        self == SpecType::DraftMtp
     }
 }
 
@@ -337,7 +348,7 @@ impl std::str::FromStr for SpecType {
             .find(|t| t.as_str() == s)
             .ok_or_else(|| {
                 format!(
-                    "--spec-type: qtune tunes ngram-mod, ngram-simple or ngram-map-k (no draft model), not '{s}'"
+                    "--spec-type: qtune tunes ngram-mod, ngram-simple, ngram-map-k or draft-mtp (no separate draft model), not '{s}'"
                 )
             })
     }

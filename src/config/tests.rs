@@ -554,12 +554,22 @@ fn the_levers_render_and_read_back_as_the_server_spells_them() {
     assert_eq!(u.config.kv_unified, Some(true));
     let both = parse_command(&words("llama-server -m m.gguf -c 8192 -np 2 -kvu -no-kvu"));
     assert!(both.unwrap_err().contains("not both"));
-    // A type that needs a draft model is refused in one line that names what qtune tunes.
-    let e = parse_command(&words(
+    // The model's own MTP layer drafts without a separate model: read back (issue 54).
+    let m = parse_command(&words(
         "llama-server -m m.gguf -c 8192 -np 1 --spec-type draft-mtp",
     ))
+    .unwrap();
+    assert_eq!(m.config.spec_type, Some(SpecType::DraftMtp));
+    assert!(m.config.label().ends_with("--spec-type draft-mtp"));
+    // A type that needs a draft model is refused in one line that names what qtune tunes.
+    let e = parse_command(&words(
+        "llama-server -m m.gguf -c 8192 -np 1 --spec-type draft-simple",
+    ))
     .unwrap_err();
-    assert!(e.contains("ngram-mod, ngram-simple or ngram-map-k"), "{e}");
+    assert!(
+        e.contains("ngram-mod, ngram-simple, ngram-map-k or draft-mtp") && !e.contains('\n'),
+        "{e}"
+    );
     // A config without levers is still the plain baseline.
     assert_eq!(LaunchConfig::baseline(8192).label(), "server defaults");
     assert!(

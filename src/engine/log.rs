@@ -78,12 +78,22 @@ pub fn parse_reported_memory(log: &str) -> ReportedMemory {
     let mut output: BTreeMap<String, f64> = BTreeMap::new();
     let mut seen_buffer_line = false;
     let mut table = ReportedMemory::default();
+    // Compute buffers of the contexts before the latest: a second context over the same
+    // model (`--spec-type draft-mtp`'s) holds its own beside the main one's.
+    let mut earlier_contexts: BTreeMap<String, f64> = BTreeMap::new();
     for line in log.lines() {
         if line.contains("load_tensors: loading model tensors") {
             // A new load starts: forget the previous one.
             rep = ReportedMemory::default();
             output.clear();
+            earlier_contexts.clear();
             seen_buffer_line = false;
+            continue;
+        }
+        if line.contains("llama_context: constructing llama_context") {
+            for (dev, mib) in std::mem::take(&mut rep.compute_mib) {
+                *earlier_contexts.entry(dev).or_insert(0.0) += mib;
+            }
             continue;
         }
         if let Some((dev, kind, mib)) = parse_buffer_line(line) {
@@ -110,7 +120,7 @@ pub fn parse_reported_memory(log: &str) -> ReportedMemory {
     if !seen_buffer_line {
         return table;
     }
-    for (dev, mib) in output {
+    for (dev, mib) in output.into_iter().chain(earlier_contexts) {
         *rep.compute_mib.entry(dev).or_insert(0.0) += mib;
     }
     rep
@@ -258,6 +268,34 @@ mod tests {
         assert!((r.compute_mib["CPU"] - 8.10).abs() < 1e-9);
         assert!((host_total_mib(&r) - (56.04 + 3.71 + 1.0 + 0.21 + 8.10)).abs() < 1e-9);
         assert_eq!(gpu_total_mib(&r), 0.0);
+    }
+
+    /// `--spec-type draft-mtp` (the pinned CPU server, tiny-qwen35moe with its MTP layer): a
+    /// second context over the model, with its own KV, output and compute buffers (reserved
+    /// twice); its compute buffer adds to the main context's, a re-reserve replaces its own.
+    #[test]
+    fn an_mtp_draft_context_adds_its_buffers() {
+        let log = "\
+0.05.445.507 I load_tensors: loading model tensors, this can take a while... (load_mode = mmap)
+0.05.446.712 I load_tensors:   CPU_Mapped model buffer size =    57.22 MiB
+0.05.478.383 I llama_context: constructing llama_context
+0.05.478.469 I llama_context:        CPU  output buffer size =     0.58 MiB
+0.05.478.560 I llama_kv_cache:        CPU KV buffer size =     2.00 MiB
+0.05.478.964 I llama_memory_recurrent:        CPU RS buffer size =     0.82 MiB
+0.05.510.834 I sched_reserve:        CPU compute buffer size =     9.52 MiB
+0.07.554.004 I common_speculative_init_result: creating MTP draft context against the target model 'tiny.gguf'
+0.07.554.055 I llama_context: constructing llama_context
+0.07.554.156 I llama_context:        CPU  output buffer size =     0.58 MiB
+0.07.554.233 I llama_kv_cache:        CPU KV buffer size =     2.00 MiB
+0.07.594.449 I sched_reserve:        CPU compute buffer size =     7.02 MiB
+0.07.603.130 I sched_reserve:        CPU compute buffer size =     7.02 MiB
+";
+        let r = parse_reported_memory(log);
+        assert_eq!(r.kv_mib["CPU"], 4.00);
+        assert!(
+            (r.compute_mib["CPU"] - (9.52 + 7.02 + 2.0 * 0.58)).abs() < 1e-9,
+            "{r:?}"
+        );
     }
 
     /// ik_llama.cpp's buffer lines (its CPU server and tiny-qwen3moe): the weights' line

@@ -24,6 +24,7 @@ pub mod build;
 pub mod ik_llama;
 pub mod llama_cpp;
 pub mod log;
+pub mod mtp;
 pub mod server;
 
 pub use llama_cpp::parse::{canonical_flag, FLAG_SPELLINGS};
@@ -241,6 +242,8 @@ pub struct Caps {
     pub fit_target_per_card: bool,
     /// qtune builds its server with CUDA (`qtune server build` picks CUDA on a GPU box).
     pub cuda_build: bool,
+    /// `--spec-type draft-mtp`: drafting with the model's own MTP layer (issue 54).
+    pub draft_mtp: bool,
 }
 
 impl Caps {
@@ -254,6 +257,7 @@ impl Caps {
         split_row_tensor: true,
         fit_target_per_card: true,
         cuda_build: true,
+        draft_mtp: true,
     };
 
     /// The settings of `config` these caps lack (their flags, as llama.cpp names them): empty
@@ -288,6 +292,9 @@ impl Caps {
                 .any(|&m| Some(&m) != c.fit_target_mib.first())
         {
             out.push("a --fit-target per card");
+        }
+        if !self.draft_mtp && c.spec_type.is_some_and(|t| t.is_mtp()) {
+            out.push("--spec-type draft-mtp");
         }
         out
     }

@@ -216,6 +216,15 @@ pub fn render_text(r: &InspectReport) -> String {
         },
         mib(l.tensor_bytes)
     );
+    if l.details.mtp_layers > 0 {
+        let _ = writeln!(
+            s,
+            "MTP       {} block{} · {} · loaded only to draft with it (--spec-type draft-mtp)",
+            l.details.mtp_layers,
+            if l.details.mtp_layers == 1 { "" } else { "s" },
+            mib(l.details.mtp_bytes)
+        );
+    }
     let types: Vec<String> = l
         .bytes_by_type
         .iter()

@@ -264,10 +264,12 @@ pub fn from_gguf(g: &GgufFile) -> Result<ModelLayout> {
     let mut token_embd_bytes = 0;
     let mut output_bytes = 0;
     let mut other_bytes = 0;
+    let mut mtp_bytes = 0;
     let mut bytes_by_type: BTreeMap<String, u64> = BTreeMap::new();
     let mut expert_proj = vec![super::ExpertProjBytes::default(); nb];
     let mut cpu_repack = vec![BlockBytes::default(); nb];
     let mut cpu_repack_output = 0;
+    let mut mtp_repack_bytes = 0;
     for t in &g.tensors {
         let repack = if cpu_repacks(t) { t.n_bytes } else { 0 };
         match classify(&t.name) {
@@ -281,6 +283,13 @@ pub fn from_gguf(g: &GgufFile) -> Result<ModelLayout> {
                 cpu_repack[il as usize].rest += repack
             }
             TensorClass::Output => cpu_repack_output += repack,
+            TensorClass::RoutedExperts(il)
+            | TensorClass::SharedExperts(il)
+            | TensorClass::BlockRest(il)
+                if il < n_layer_all =>
+            {
+                mtp_repack_bytes += repack
+            }
             _ => {}
         }
     }
@@ -304,7 +313,14 @@ pub fn from_gguf(g: &GgufFile) -> Result<ModelLayout> {
             TensorClass::BlockRest(il) if block(il) => blocks[il as usize].rest += t.n_bytes,
             TensorClass::TokenEmbd => token_embd_bytes += t.n_bytes,
             TensorClass::Output => output_bytes += t.n_bytes,
-            // Tensors of MTP blocks beyond n_blocks and everything else.
+            // Tensors of MTP blocks beyond n_blocks: loaded only to draft with them.
+            TensorClass::RoutedExperts(il)
+            | TensorClass::SharedExperts(il)
+            | TensorClass::BlockRest(il)
+                if il < n_layer_all =>
+            {
+                mtp_bytes += t.n_bytes
+            }
             _ => other_bytes += t.n_bytes,
         }
     }
@@ -363,6 +379,9 @@ pub fn from_gguf(g: &GgufFile) -> Result<ModelLayout> {
                 .min();
             matches!((g.tensor("output.weight").map(|t| t.offset), first_block), (Some(o), Some(b)) if o < b)
         },
+        mtp_layers: n_nextn,
+        mtp_bytes,
+        mtp_repack_bytes,
     };
 
     Ok(ModelLayout {

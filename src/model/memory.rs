@@ -171,6 +171,62 @@ fn kv_row_bytes(t: KvType, n: u64) -> f64 {
     (n.div_ceil(blk) * bytes) as f64
 }
 
+/// Tokens the server drafts per step with `--spec-type draft-mtp` (its `--spec-draft-n-max`
+/// default, 3, in the pinned build).
+pub const MTP_DRAFT_N_MAX: u64 = 3;
+
+/// KV cells of one stream: the padded context, split between slots without `-kvu`.
+fn kv_cells(cfg: &LaunchConfig) -> (u64, u64) {
+    let ctx = padded_ctx(cfg.ctx) as u64;
+    let streams = if cfg.kv_unified == Some(true) {
+        1
+    } else {
+        cfg.parallel.max(1) as u64
+    };
+    (ctx / streams, streams)
+}
+
+/// What `--spec-type draft-mtp` adds beside the main context (the pinned server, checked on
+/// the CPU against tiny-qwen35moe's buffers; `tests/spec_mtp.rs`): the MTP blocks' weights,
+/// which the server skips otherwise, on the GPU when every layer is (`gpu`); and a second
+/// context over them: its own KV of those blocks (f16: the draft's `-ctkd`/`-ctvd`
+/// default, whatever `-ctk` says), its logits buffer, and a compute buffer of about the
+/// attention mask plus six `n_embd` rows of f32 per micro-batch token (7.0 MiB measured for
+/// tiny-qwen35moe at `-c 4096 -ub 512`, an estimate elsewhere, unchecked on a GPU).
+fn add_mtp_context(
+    b: &mut MemoryBreakdown,
+    layout: &ModelLayout,
+    cfg: &LaunchConfig,
+    gpu: bool,
+    repack: bool,
+    ubatch: f64,
+    (stream_cells, streams): (u64, u64),
+) {
+    let d = &layout.details;
+    let kv_row =
+        2.0 * (layout.n_head_kv as u64 * layout.head_dim_k.max(layout.head_dim_v) as u64) as f64;
+    let kv_mib = d.mtp_layers as f64 * (stream_cells * streams) as f64 * 2.0 * kv_row / MIB;
+    let mask = if flash_attention_enabled(cfg) {
+        ubatch * stream_cells as f64 * 2.0
+    } else {
+        ubatch * stream_cells as f64 * (layout.n_head as f64 + 1.0) * 4.0
+    };
+    let compute_mib = (mask + ubatch * 4.0 * 6.0 * layout.n_embd as f64) / MIB;
+    b.output_host_mib += (layout.n_vocab as u64 * 4 * cfg.parallel.max(1) as u64) as f64 / MIB;
+    if gpu {
+        b.weights_gpu_bytes += d.mtp_bytes;
+        b.kv_gpu_mib += kv_mib;
+        b.compute_gpu_mib += compute_mib;
+    } else {
+        b.weights_host_bytes += d.mtp_bytes;
+        if repack {
+            b.repack_host_bytes += d.mtp_repack_bytes;
+        }
+        b.kv_host_mib += kv_mib;
+        b.compute_host_mib += compute_mib;
+    }
+}
+
 /// The context llama.cpp allocates for `-c ctx`: rounded up to a multiple of 256.
 pub fn padded_ctx(ctx: u32) -> u32 {
     ctx.max(1).div_ceil(256) * 256
@@ -208,6 +264,9 @@ struct Parts {
     plain_compute_gpu_mib: f64,
     /// One micro-batch's graph inputs a pipeline copy holds (attention mask, activations), MiB.
     pipeline_input_mib: f64,
+    /// What `--spec-type draft-mtp` put on the GPUs ([`add_mtp_context`]): weights (bytes),
+    /// KV and compute (MiB). The block is the last before the output layer: on its card.
+    mtp_gpu: (u64, f64, f64),
 }
 
 fn predict_parts(
@@ -332,6 +391,10 @@ fn predict_parts(
         layout.n_head_kv as u64 * layout.head_dim_v as u64,
     );
     let kv_block_mib = ctx as f64 * (k_row + v_row) / MIB;
+    // Drafting with the MTP layer keeps (1 + drafted) copies of the recurrent state per
+    // sequence, to roll a rejected draft back (`n_rs_seq`, the server's `--spec-draft-n-max`).
+    let mtp = cfg.spec_type.is_some_and(|t| t.is_mtp()) && details.mtp_layers > 0;
+    let rs_copies = if mtp { 1 + MTP_DRAFT_N_MAX } else { 1 };
     for il in 0..nb {
         let on_gpu = block_on_gpu(il);
         if layout.kv_blocks.get(il as usize).copied().unwrap_or(false) {
@@ -346,7 +409,7 @@ fn predict_parts(
             .get(il as usize)
             .copied()
             .unwrap_or(0);
-        let rs_mib = (rs * n_seq) as f64 / MIB;
+        let rs_mib = (rs * n_seq * rs_copies) as f64 / MIB;
         if on_gpu {
             b.recurrent_gpu_mib += rs_mib;
         } else {
@@ -428,6 +491,17 @@ fn predict_parts(
         b.compute_host_mib = (t * 4.0 * (layout.n_embd as f64 + host_ffn) + attn_bytes) / MIB;
     }
 
+    let mut mtp_gpu = (0, 0.0, 0.0);
+    if mtp {
+        let before = (b.weights_gpu_bytes, b.kv_gpu_mib, b.compute_gpu_mib);
+        add_mtp_context(&mut b, layout, cfg, ngl > nb, repack, t, kv_cells(cfg));
+        mtp_gpu = (
+            b.weights_gpu_bytes - before.0,
+            b.kv_gpu_mib - before.1,
+            b.compute_gpu_mib - before.2,
+        );
+    }
+
     let gpu_mib = b.weights_gpu_mib() + b.kv_gpu_mib + b.recurrent_gpu_mib + b.compute_gpu_mib;
     let host_mib = b.weights_host_mib()
         + b.mapped_span_host_bytes as f64 / MIB
@@ -455,9 +529,10 @@ fn predict_parts(
         ngl,
         host_expert_bytes,
         kv_block_mib,
-        n_seq,
+        n_seq: n_seq * rs_copies,
         plain_compute_gpu_mib,
         pipeline_input_mib: (attn_bytes + t * 4.0 * layout.n_embd as f64) / MIB,
+        mtp_gpu,
     };
     (prediction, parts)
 }
@@ -579,6 +654,10 @@ pub fn predict_devices_with(
         if layout.output_bytes == 0 {
             o.weights_bytes += layout.token_embd_bytes;
         }
+        // The MTP block and its context's KV (its compute buffer below).
+        let (w, kv, _) = parts.mtp_gpu;
+        o.weights_bytes += w;
+        o.kv_mib += kv;
     }
     let pipeline = parts.ngl > nb
         && cfg
@@ -593,10 +672,12 @@ pub fn predict_devices_with(
             > 1;
     for o in &mut out {
         let used = o.blocks.is_some() || o.output_layer || o.weights_bytes > 0;
+        // The MTP draft context's compute buffer, on the output layer's card.
+        let draft = if o.output_layer { parts.mtp_gpu.2 } else { 0.0 };
         if o.device == 0 && parts.ngl > 0 {
-            o.compute_mib = p.breakdown.compute_gpu_mib;
+            o.compute_mib = p.breakdown.compute_gpu_mib - parts.mtp_gpu.2 + draft;
         } else if used {
-            o.compute_mib = parts.plain_compute_gpu_mib;
+            o.compute_mib = parts.plain_compute_gpu_mib + draft;
         }
         if pipeline && used {
             o.compute_mib += (PIPELINE_COPIES - 1.0) * parts.pipeline_input_mib;
@@ -728,6 +809,71 @@ mod tests {
             let b = &p.breakdown;
             assert_eq!(b.weights_gpu_bytes + b.weights_host_bytes, l.tensor_bytes);
         }
+    }
+
+    /// `--spec-type draft-mtp` (issue 54) loads the MTP block, which the server skips
+    /// otherwise, and a second context beside the main one; any other type adds nothing here.
+    #[test]
+    fn drafting_with_mtp_loads_its_block_and_a_second_context() {
+        let mut l = moe(8);
+        l.kv_blocks = (0..8).map(|il| il % 4 == 3).collect();
+        l.recurrent_state_bytes = (0..8)
+            .map(|il| if il % 4 == 3 { 0 } else { 1 << 20 })
+            .collect();
+        l.details.mtp_layers = 1;
+        l.details.mtp_bytes = 111 << 20;
+        let cfg = |spec, ncmoe| LaunchConfig {
+            spec_type: spec,
+            n_cpu_moe: ncmoe,
+            ..gpu_cfg()
+        };
+        let p = |c: &LaunchConfig, gpu| predict_with(&l, c, gpu, caps(), &CPU_COMPUTE).breakdown;
+        let mtp = Some(crate::config::SpecType::DraftMtp);
+        let ngram = Some(crate::config::SpecType::NgramMod);
+        for ncmoe in [None, Some(8)] {
+            let (plain, drafting) = (p(&cfg(ngram, ncmoe), true), p(&cfg(mtp, ncmoe), true));
+            // The whole MTP block on the GPU, its experts too: --n-cpu-moe 8 names blocks 0-7.
+            assert_eq!(
+                drafting.weights_gpu_bytes - plain.weights_gpu_bytes,
+                111 << 20
+            );
+            assert_eq!(drafting.weights_host_bytes, plain.weights_host_bytes);
+            // One more KV block of 4096 f16 cells (2 heads of 128), on the GPU.
+            let kv = 4096.0 * 2.0 * 2.0 * 256.0 / MIB;
+            assert!((drafting.kv_gpu_mib - plain.kv_gpu_mib - kv).abs() < 1e-9);
+            // Four copies of the recurrent state (1 + 3 drafted) to roll a draft back.
+            assert!((drafting.recurrent_gpu_mib - 4.0 * plain.recurrent_gpu_mib).abs() < 1e-9);
+            assert!(drafting.compute_gpu_mib > plain.compute_gpu_mib);
+            assert!((drafting.output_host_mib - 2.0 * plain.output_host_mib).abs() < 1e-9);
+        }
+        // Two cards: the block and its context go with the output layer, the state copies with
+        // their blocks; weights and KV add up to the one-card prediction.
+        let two = |c: &LaunchConfig| predict_devices_with(&l, c, &[1.0, 1.0], caps(), &CPU_COMPUTE);
+        let (plain, drafting) = (two(&cfg(None, None)), two(&cfg(mtp, None)));
+        let [a, b] = [&drafting.gpu_devices[0], &drafting.gpu_devices[1]];
+        assert!(b.output_layer);
+        assert_eq!(a.weights_bytes, plain.gpu_devices[0].weights_bytes);
+        assert_eq!(
+            b.weights_bytes - plain.gpu_devices[1].weights_bytes,
+            111 << 20
+        );
+        let one = p(&cfg(mtp, None), true);
+        assert_eq!(a.weights_bytes + b.weights_bytes, one.weights_gpu_bytes);
+        assert!((a.kv_mib + b.kv_mib - one.kv_gpu_mib).abs() < 1e-9);
+        assert!((a.recurrent_mib + b.recurrent_mib - one.recurrent_gpu_mib).abs() < 1e-9);
+        assert!(b.compute_mib > plain.gpu_devices[1].compute_mib);
+        assert_eq!(a.compute_mib, plain.gpu_devices[0].compute_mib);
+        // On the CPU, all of it is host memory.
+        let (plain, drafting) = (p(&cfg(None, None), false), p(&cfg(mtp, None), false));
+        assert_eq!(
+            drafting.weights_host_bytes - plain.weights_host_bytes,
+            111 << 20
+        );
+        assert_eq!(drafting.weights_gpu_bytes, 0);
+        // A GGUF without the layer: nothing to load, nothing added.
+        l.details.mtp_layers = 0;
+        let p = |c: &LaunchConfig| predict_with(&l, c, true, caps(), &CPU_COMPUTE).gpu_mib;
+        assert_eq!(p(&cfg(mtp, None)), p(&cfg(None, None)));
     }
 
     #[test]

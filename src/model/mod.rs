@@ -59,6 +59,16 @@ pub struct Details {
     /// block is then split evenly over up, gate and down.
     #[serde(default)]
     pub expert_proj: Vec<ExpertProjBytes>,
+    /// Multi-token-prediction blocks after the trunk (`<arch>.nextn_predict_layers`): the
+    /// server loads them only to draft with them (`--spec-type draft-mtp`).
+    #[serde(default)]
+    pub mtp_layers: u32,
+    /// Tensor bytes of those blocks (not in [`ModelLayout::other_bytes`]).
+    #[serde(default)]
+    pub mtp_bytes: u64,
+    /// Of these, the bytes the x86 CPU backend repacks when they live on the host.
+    #[serde(default)]
+    pub mtp_repack_bytes: u64,
 }
 
 /// Routed-expert bytes of one block by projection (weights, biases and scales alike).

@@ -11,161 +11,8 @@ use super::gguf::{self, vtype, GgufValue, TensorSpec};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
-/// Gated-delta-net (linear attention) hyperparameters of hybrid shapes.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DeltaNet {
-    pub conv_kernel: u32,
-    pub state_size: u32,
-    /// Key heads.
-    pub group_count: u32,
-    /// Value heads.
-    pub time_step_rank: u32,
-    pub inner_size: u32,
-    pub full_attention_interval: u32,
-}
-
-/// A model shape that `qtune synth` can write.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SynthShape {
-    pub name: &'static str,
-    pub arch: &'static str,
-    /// `general.name` written into the file.
-    pub model_name: &'static str,
-    pub n_blocks: u32,
-    pub n_embd: u32,
-    pub n_head: u32,
-    pub n_head_kv: u32,
-    pub head_dim: u32,
-    pub n_experts: u32,
-    pub n_experts_used: u32,
-    pub expert_ff: u32,
-    /// Shared expert FFN size (`None`: no shared expert).
-    pub shared_ff: Option<u32>,
-    /// `feed_forward_length` key.
-    pub ff: u32,
-    pub n_vocab: u32,
-    pub ctx_train: u32,
-    pub rope_base: f32,
-    /// Rope dimensions (`rope.dimension_count`) and multi-rope sections, when used.
-    pub rope_dims: Option<u32>,
-    pub rope_sections: Option<[i32; 4]>,
-    /// Tokenizer source: `models/ggml-vocab-<vocab>.gguf` in the llama.cpp tree.
-    pub vocab: &'static str,
-    pub delta_net: Option<DeltaNet>,
-}
-
-/// Names accepted by [`shape_by_name`].
-pub const SHAPES: [&str; 4] = [
-    "qwen3.5-35b-a3b",
-    "qwen3-30b-a3b",
-    "tiny-qwen35moe",
-    "tiny-qwen3moe",
-];
-
-/// The shape called `name` (one of [`SHAPES`]).
-pub fn shape_by_name(name: &str) -> Result<SynthShape> {
-    let qwen35 = SynthShape {
-        name: "qwen3.5-35b-a3b",
-        arch: "qwen35moe",
-        model_name: "Qwen3.5-35B-A3B (qtune synthetic, random weights)",
-        n_blocks: 40,
-        n_embd: 2048,
-        n_head: 16,
-        n_head_kv: 2,
-        head_dim: 256,
-        n_experts: 256,
-        n_experts_used: 8,
-        expert_ff: 512,
-        shared_ff: Some(512),
-        ff: 512,
-        n_vocab: 248_320,
-        ctx_train: 262_144,
-        rope_base: 1.0e7,
-        rope_dims: Some(64),
-        rope_sections: Some([11, 11, 10, 0]),
-        vocab: "qwen35",
-        delta_net: Some(DeltaNet {
-            conv_kernel: 4,
-            state_size: 128,
-            group_count: 16,
-            time_step_rank: 32,
-            inner_size: 4096,
-            full_attention_interval: 4,
-        }),
-    };
-    let qwen3 = SynthShape {
-        name: "qwen3-30b-a3b",
-        arch: "qwen3moe",
-        model_name: "Qwen3-30B-A3B (qtune synthetic, random weights)",
-        n_blocks: 48,
-        n_embd: 2048,
-        n_head: 32,
-        n_head_kv: 4,
-        head_dim: 128,
-        n_experts: 128,
-        n_experts_used: 8,
-        expert_ff: 768,
-        shared_ff: None,
-        ff: 6144,
-        n_vocab: 151_936,
-        ctx_train: 40_960,
-        rope_base: 1.0e6,
-        rope_dims: None,
-        rope_sections: None,
-        vocab: "qwen2",
-        delta_net: None,
-    };
-    Ok(match name {
-        "qwen3.5-35b-a3b" => qwen35,
-        "qwen3-30b-a3b" => qwen3,
-        "tiny-qwen35moe" => SynthShape {
-            name: "tiny-qwen35moe",
-            model_name: "tiny qwen35moe (qtune synthetic, random weights)",
-            n_blocks: 4,
-            n_embd: 256,
-            n_head: 4,
-            n_head_kv: 2,
-            head_dim: 64,
-            n_experts: 8,
-            n_experts_used: 2,
-            expert_ff: 256,
-            shared_ff: Some(256),
-            ff: 256,
-            n_vocab: 151_936,
-            ctx_train: 32_768,
-            rope_dims: Some(16),
-            rope_sections: Some([3, 3, 2, 0]),
-            delta_net: Some(DeltaNet {
-                conv_kernel: 4,
-                state_size: 64,
-                group_count: 2,
-                time_step_rank: 4,
-                inner_size: 256,
-                full_attention_interval: 4,
-            }),
-            ..qwen35
-        },
-        "tiny-qwen3moe" => SynthShape {
-            name: "tiny-qwen3moe",
-            model_name: "tiny qwen3moe (qtune synthetic, random weights)",
-            n_blocks: 4,
-            n_embd: 256,
-            n_head: 4,
-            n_head_kv: 2,
-            head_dim: 64,
-            n_experts: 8,
-            n_experts_used: 2,
-            expert_ff: 256,
-            ff: 768,
-            ctx_train: 32_768,
-            ..qwen3
-        },
-        other => bail!(
-            "unknown shape '{other}' (known shapes: {})",
-            SHAPES.join(", ")
-        ),
-    })
-}
+mod shapes;
+pub use shapes::*;
 
 /// Which tensor type mix to write: a quantization whose per-tensor recipe is known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -320,15 +167,19 @@ fn plan(s: &SynthShape, ftype: SynthFtype) -> Vec<PlannedTensor> {
     let hd = s.head_dim as u64;
     let q_dim = s.n_head as u64 * hd;
     let kv_dim = s.n_head_kv as u64 * hd;
+    // The MTP blocks follow the trunk's: full-attention blocks (never recurrent) with the
+    // trunk's MoE FFN and their own `nextn.*` tensors. llama.cpp's quantizer counts them in its
+    // "more bits" rules (`n_layer_all` blocks of ffn_down, every attn_v), so they shift the mix.
+    let n_all = n + s.nextn_layers;
     let is_recurrent = |il: u32| match &s.delta_net {
-        Some(d) => (il + 1) % d.full_attention_interval != 0,
+        Some(d) => il < n && (il + 1) % d.full_attention_interval != 0,
         None => false,
     };
-    let n_attn_v = (0..n).filter(|&il| !is_recurrent(il)).count() as u32;
+    let n_attn_v = (0..n_all).filter(|&il| !is_recurrent(il)).count() as u32;
     let mut i_attn_v = 0u32;
-    for il in 0..n {
+    for il in 0..n_all {
         let b = |t: &str| format!("blk.{il}.{t}");
-        let more = use_more_bits(il, n);
+        let more = use_more_bits(il, n_all);
         let down_ty = q(if more { GgmlType::Q6_K } else { GgmlType::Q4_K });
         push(b("attn_norm.weight"), vec![e], GgmlType::F32);
         if s.delta_net.is_some() {
@@ -393,6 +244,15 @@ fn plan(s: &SynthShape, ftype: SynthFtype) -> Vec<PlannedTensor> {
             push(b("ffn_gate_shexp.weight"), vec![e, sf], q(GgmlType::Q4_K));
             push(b("ffn_up_shexp.weight"), vec![e, sf], q(GgmlType::Q4_K));
             push(b("ffn_down_shexp.weight"), vec![sf, e], down_ty);
+        }
+        if il >= n {
+            // Qwen3.5's MTP head shares the embedding and output matrices: no
+            // `nextn.embed_tokens` or `nextn.shared_head_head` (llama.cpp's converter maps
+            // `mtp.fc`, `mtp.pre_fc_norm_*` and `mtp.norm` to these).
+            push(b("nextn.eh_proj.weight"), vec![2 * e, e], q(GgmlType::Q4_K));
+            push(b("nextn.enorm.weight"), vec![e], GgmlType::F32);
+            push(b("nextn.hnorm.weight"), vec![e], GgmlType::F32);
+            push(b("nextn.shared_head_norm.weight"), vec![e], GgmlType::F32);
         }
     }
     out
@@ -484,7 +344,7 @@ fn hparams(shape: &SynthShape, ftype: SynthFtype) -> Vec<(String, GgufValue)> {
         ("general.quantization_version".into(), u32v(2)),
         // Marks the weights as random: `qtune quality` refuses such a model.
         (SYNTHETIC_KEY.into(), GgufValue::Bool(true)),
-        (k("block_count"), u32v(shape.n_blocks)),
+        (k("block_count"), u32v(shape.n_blocks + shape.nextn_layers)),
         (k("context_length"), u32v(shape.ctx_train)),
         (k("embedding_length"), u32v(shape.n_embd)),
         (k("feed_forward_length"), u32v(shape.ff)),
@@ -498,6 +358,9 @@ fn hparams(shape: &SynthShape, ftype: SynthFtype) -> Vec<(String, GgufValue)> {
         (k("expert_used_count"), u32v(shape.n_experts_used)),
         (k("expert_feed_forward_length"), u32v(shape.expert_ff)),
     ];
+    if shape.nextn_layers > 0 {
+        md.push((k("nextn_predict_layers"), u32v(shape.nextn_layers)));
+    }
     if let Some(r) = shape.rope_dims {
         md.push((k("rope.dimension_count"), u32v(r)));
     }
@@ -770,6 +633,64 @@ mod tests {
         for s in SHAPES {
             assert_eq!(shape_by_name(s).unwrap().name, s);
         }
+    }
+
+    /// Qwen3.5-35B-A3B as llama.cpp's converter writes it (issue 54): 40 trunk blocks and one
+    /// MTP block (`block_count` 41, `nextn_predict_layers` 1), a full-attention block with the
+    /// trunk's MoE FFN and the `nextn.*` tensors; the quantizer's "more bits" rules count it.
+    #[test]
+    fn the_qwen35_shapes_carry_one_mtp_block_as_the_converter_writes_it() {
+        let shape = shape_by_name("qwen3.5-35b-a3b").unwrap();
+        let specs = tensor_specs(&shape, SynthFtype::Q4KM);
+        let ty = |n: &str| specs.iter().find(|t| t.name == n).map(|t| t.ggml_type);
+        let mtp: Vec<&TensorSpec> = specs
+            .iter()
+            .filter(|t| t.name.starts_with("blk.40."))
+            .collect();
+        assert_eq!(
+            mtp.len(),
+            20,
+            "{:?}",
+            mtp.iter().map(|t| &t.name).collect::<Vec<_>>()
+        );
+        assert!(!specs.iter().any(|t| t.name.starts_with("blk.41.")));
+        let proj = specs
+            .iter()
+            .find(|t| t.name == "blk.40.nextn.eh_proj.weight")
+            .unwrap();
+        assert_eq!(
+            (proj.dims.as_slice(), proj.ggml_type),
+            (&[4096, 2048][..], GgmlType::Q4_K)
+        );
+        assert!(ty("blk.40.attn_q.weight").is_some() && ty("blk.40.ssm_a").is_none());
+        // ffn_down over 41 blocks: the MTP block is in the last eighth (more bits); attn_v over
+        // 11 attention blocks: the 9th (block 35) no longer is, the 11th (MTP) is.
+        assert_eq!(ty("blk.40.ffn_down_exps.weight"), Some(GgmlType::Q6_K));
+        assert_eq!(ty("blk.35.attn_v.weight"), Some(GgmlType::Q4_K));
+        assert_eq!(ty("blk.39.attn_v.weight"), Some(GgmlType::Q6_K));
+        assert_eq!(ty("blk.40.attn_v.weight"), Some(GgmlType::Q6_K));
+        // 521.4 MiB: the routed experts (256 of them) are nearly all of it.
+        let bytes: u64 = mtp.iter().map(|t| t.bytes().unwrap()).sum();
+        assert_eq!(bytes, 546_703_360);
+        let md = hparams(&shape, SynthFtype::Q4KM);
+        let key = |k: &str| md.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(key("qwen35moe.block_count"), Some(GgufValue::U32(41)));
+        assert_eq!(
+            key("qwen35moe.nextn_predict_layers"),
+            Some(GgufValue::U32(1))
+        );
+        // The qwen3moe shapes have none, and no key saying so.
+        let q3 = shape_by_name("tiny-qwen3moe").unwrap();
+        assert!(!tensor_specs(&q3, SynthFtype::Q4KM)
+            .iter()
+            .any(|t| t.name.contains("nextn")));
+        assert_eq!(
+            hparams(&q3, SynthFtype::Q4KM)
+                .iter()
+                .filter(|(k, _)| k.contains("nextn"))
+                .count(),
+            0
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use crate::config::LaunchConfig;
 use crate::space::Levers;
 
 /// What the tune's workload can show, from its requests (a trace, or the built-in session).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WorkloadTraits {
     /// The prompts are real text (a recorded trace or the built-in session), not cycled filler.
     pub real_text: bool,
@@ -35,6 +35,10 @@ pub struct WorkloadTraits {
     /// The trace's answers predict that `--spec-type ngram-mod` cannot pay
     /// ([`crate::traffic::speculate`]): it is not tried ([`SpecForecast::line`]).
     pub spec_cannot_pay: Option<SpecForecast>,
+    /// Why `--spec-type draft-mtp` cannot run (the build, the architecture or the file: one
+    /// line from [`crate::engine::mtp::unavailable`]); None where it can, or where the space
+    /// does not ask for it.
+    pub mtp_unavailable: Option<String>,
 }
 
 /// What the trace's answers predict for `--spec-type ngram-mod`, where it cannot pay.
@@ -77,6 +81,12 @@ impl SpecForecast {
 
 /// Why speculative decoding is not tried on a random-weight model.
 pub const SYNTHETIC_NO_SPECULATION: &str = "speculative decoding: not ranked, the model has random weights (qtune synth): its answers loop and n-gram drafts predict a loop perfectly (every draft accepted), so any gain would be the model's artifact; the same config races without speculation instead";
+
+/// What `draft-mtp` listed in a space does on a random-weight model: its drafts come from a
+/// random MTP layer, so its acceptance means nothing, but what drafting and verifying cost
+/// does not depend on the weights. The user asked for it by listing it: it is launched and
+/// measured, and never ranked.
+pub const SYNTHETIC_MTP_COST_ONLY: &str = "MTP: measured for its cost only, not ranked: the model has random weights (qtune synth), so what its MTP layer drafts, and how much of it is accepted, means nothing; the verify and drafting cost does not depend on the weights";
 
 /// Why `--checkpoint-min-step` is not tried on a replay without message delimiters. The
 /// pinned llama.cpp keeps a recurrent model's context checkpoints near the end of every
@@ -135,6 +145,7 @@ impl WorkloadTraits {
             chat_checkpoints,
             synthetic: false,
             spec_cannot_pay: SpecForecast::cannot_pay(trace),
+            mtp_unavailable: None,
         }
     }
 }
@@ -149,7 +160,25 @@ pub struct LeverPlan {
 /// `best` with each of the space's levers that this workload can show.
 pub fn propose(levers: &Levers, best: &LaunchConfig, traits: &WorkloadTraits) -> LeverPlan {
     let mut plan = LeverPlan::default();
-    if !levers.speculative.is_empty() {
+    let with = |t| LaunchConfig {
+        spec_type: Some(t),
+        ..best.clone()
+    };
+    // The model's own MTP layer drafts from what the model predicts, not from the workload's
+    // text: tried on any workload where the build and the file can; on random weights for its
+    // cost only (the trial is journaled `degenerate`, never ranked).
+    if let Some(&t) = levers.speculative.iter().find(|t| t.is_mtp()) {
+        if let Some(why) = &traits.mtp_unavailable {
+            plan.skipped.push(why.clone());
+        } else {
+            plan.configs.push(with(t));
+            if traits.synthetic {
+                plan.skipped.push(SYNTHETIC_MTP_COST_ONLY.to_string());
+            }
+        }
+    }
+    let ngrams: Vec<_> = levers.speculative.iter().filter(|t| !t.is_mtp()).collect();
+    if !ngrams.is_empty() {
         if traits.synthetic {
             plan.skipped.push(SYNTHETIC_NO_SPECULATION.to_string());
         } else if traits.real_text {
@@ -159,12 +188,12 @@ pub fn propose(levers: &Levers, best: &LaunchConfig, traits: &WorkloadTraits) ->
             let vetoed = |t: crate::config::SpecType| {
                 traits.spec_cannot_pay.is_some() && t == crate::config::SpecType::NgramMod
             };
-            for &t in levers.speculative.iter().filter(|&&t| !vetoed(t)) {
-                plan.configs.push(LaunchConfig {
-                    spec_type: Some(t),
-                    ..best.clone()
-                });
-            }
+            plan.configs.extend(
+                ngrams
+                    .into_iter()
+                    .filter(|&&t| !vetoed(t))
+                    .map(|&t| with(t)),
+            );
         } else {
             plan.skipped.push(
                 "speculative decoding: not tried, the workload's text is filler (its drafts would be accepted on repetition, not on what you run); tune with --workload agent (the agent session) or a recorded trace"
@@ -230,12 +259,14 @@ pub fn acceptance_lines(history: &[crate::trial::TrialOutcome]) -> Vec<String> {
         seen.push(&o.config);
         let mut sum: Option<Acceptance> = None;
         let mut ids: Vec<String> = Vec::new();
-        let mut looped = false;
+        let (mut looped, mut cost_only) = (false, false);
         for t in history.iter().filter(|t| t.config == o.config) {
             let Some(a) = t.metrics.as_ref().and_then(acceptance::of_metrics) else {
                 continue;
             };
-            looped |= t.kind == OutcomeKind::Degenerate;
+            // Not ranked: its answers loop, or (random weights) it was measured for its cost.
+            looped |= t.kind == OutcomeKind::Degenerate && a.loops();
+            cost_only |= t.kind == OutcomeKind::Degenerate && !a.loops();
             ids.push(t.id.to_string());
             sum = Some(match sum {
                 None => a,
@@ -254,7 +285,12 @@ pub fn acceptance_lines(history: &[crate::trial::TrialOutcome]) -> Vec<String> {
             if ids.len() == 1 { "trial" } else { "trials" },
             ids.join(", ")
         );
-        out.push(if looped {
+        out.push(if cost_only && !looped {
+            format!(
+                "{} in {which}: measured for its cost only (random weights), not ranked",
+                a.line(spec.as_str())
+            )
+        } else if looped {
             format!(
                 "{} in {which}: the answers loop (n-gram drafts predict a loop perfectly), so speculation is not ranked; the same config races without it",
                 a.line(spec.as_str())
@@ -302,6 +338,7 @@ mod tests {
             chat_checkpoints: false,
             synthetic: false,
             spec_cannot_pay: None,
+            mtp_unavailable: None,
         };
         let p = propose(&levers(), &best, &traits);
         // Checkpoints are said, not tried: without the chat's message delimiters a replay
@@ -430,6 +467,48 @@ mod tests {
         assert!(p.configs.iter().all(|c| c.spec_type.is_none()), "{p:?}");
         assert_eq!(p.skipped[0], SYNTHETIC_NO_SPECULATION);
         assert!(!SYNTHETIC_NO_SPECULATION.contains('\n'));
+    }
+
+    #[test]
+    fn mtp_is_tried_where_it_can_run_for_its_cost_on_random_weights_and_else_says_why() {
+        let best = LaunchConfig::baseline(8192);
+        let both = Levers {
+            speculative: vec![SpecType::NgramMod, SpecType::DraftMtp],
+            ..Default::default()
+        };
+        let mtp = |p: &LeverPlan| {
+            p.configs
+                .iter()
+                .filter(|c| c.spec_type == Some(SpecType::DraftMtp))
+                .count()
+        };
+        // A real model on filler text: MTP drafts the model's own predictions, n-grams do not.
+        let p = propose(&both, &best, &WorkloadTraits::default());
+        assert_eq!((mtp(&p), p.configs.len()), (1, 1), "{p:?}");
+        assert!(p.skipped[0].starts_with("speculative decoding: not tried"));
+        // Random weights: MTP is launched for its cost, said in one line; n-grams never.
+        let synthetic = WorkloadTraits {
+            real_text: true,
+            synthetic: true,
+            ..Default::default()
+        };
+        let p = propose(&both, &best, &synthetic);
+        assert_eq!((mtp(&p), p.configs.len()), (1, 1), "{p:?}");
+        assert_eq!(
+            p.skipped,
+            [SYNTHETIC_MTP_COST_ONLY, SYNTHETIC_NO_SPECULATION].map(String::from)
+        );
+        // The build or the file cannot: the one line says which, nothing launched.
+        let why = "MTP: not tried, this GGUF has no MTP layer (qwen35moe.nextn_predict_layers = 0; a convert without --no-mtp keeps it)";
+        let lacking = WorkloadTraits {
+            real_text: true,
+            mtp_unavailable: Some(why.to_string()),
+            ..Default::default()
+        };
+        let p = propose(&both, &best, &lacking);
+        assert_eq!(mtp(&p), 0);
+        assert_eq!(p.configs.len(), 1);
+        assert_eq!(p.skipped, [why.to_string()]);
     }
 
     #[test]

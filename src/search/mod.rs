@@ -107,6 +107,22 @@ pub fn context(
                 },
             };
             traits.synthetic = crate::model::speed::is_synthetic(layout);
+            // The server is asked only where the space lists draft-mtp.
+            if inputs
+                .space
+                .vary
+                .levers
+                .speculative
+                .iter()
+                .any(|t| t.is_mtp())
+            {
+                let offers = crate::engine::mtp::server_offers_mtp(&inputs.server_path);
+                traits.mtp_unavailable = crate::engine::mtp::unavailable(
+                    &layout.arch,
+                    layout.details.mtp_layers,
+                    offers,
+                );
+            }
             traits
         },
     }
@@ -196,9 +212,13 @@ pub fn tune(
             }
         } else {
             warnings.push(
-                "speculative decoding, context checkpoints and parallel slots were not tried: this workload is request shapes of filler text, which cannot show them (--workload agent, the agent session, or a trace of yours from qtune record, can)"
+                "speculative decoding from n-grams, context checkpoints and parallel slots were not tried: this workload is request shapes of filler text, which cannot show them (--workload agent, the agent session, or a trace of yours from qtune record, can)"
                     .to_string(),
             );
+            // But MTP, whose drafts are the model's own predictions: tried, or why not.
+            let probe = crate::config::LaunchConfig::baseline(ctx.space.fixed.ctx);
+            let plan = levers::propose(&ctx.space.vary.levers, &probe, &ctx.workload_traits);
+            warnings.extend(plan.skipped.into_iter().filter(|l| l.starts_with("MTP")));
         }
     }
     let measured = history.iter().any(|o| o.kind.is_ok());

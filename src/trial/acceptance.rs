@@ -102,6 +102,24 @@ pub fn degenerate(config: &LaunchConfig, m: &Metrics) -> Option<Verdict> {
     })
 }
 
+/// The [`OutcomeKind::Degenerate`] verdict for any speculative launch on a random-weight model
+/// in a tune (`draft-mtp` listed in the space: the only speculation a tune launches there): its
+/// speeds are kept as its cost, never ranked. None for a launch without speculation.
+pub fn cost_only(config: &LaunchConfig, m: &Metrics) -> Option<Verdict> {
+    let spec = config.spec_type?;
+    let drafted = of_metrics(m).map_or_else(
+        || format!("{spec}: nothing drafted"),
+        |a| a.line(spec.as_str()),
+    );
+    Some(Verdict {
+        kind: OutcomeKind::Degenerate,
+        message: format!(
+            "{drafted}: measured for its cost only, the model has random weights (qtune synth), so what it drafts means nothing; not ranked"
+        ),
+        evidence: Vec::new(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,5 +164,44 @@ mod tests {
             "too few drafts"
         );
         assert!(at(MIN_DRAFTED as u32, MIN_DRAFTED as u32));
+    }
+
+    #[test]
+    fn on_random_weights_any_speculation_is_cost_only_and_no_speculation_is_not() {
+        use crate::config::SpecType;
+        let stat = super::super::Stat::from_samples(&[1.0]).unwrap();
+        let m = Metrics {
+            gen_tps: stat.clone(),
+            prompt_tps: stat.clone(),
+            ttft_ms: stat,
+            gen_tps_at_depth: None,
+            shapes: Vec::new(),
+            request_s: Some(1.0),
+            replay: Some(super::super::replay_trace::ReplayTiming {
+                workload: "agent-session".into(),
+                in_trace: 1,
+                requests: Vec::new(),
+                mean_s: 1.0,
+                p90_s: 1.0,
+                wall_s: 1.0,
+                aggregate_tps: None,
+                acceptance: Acceptance::of([req(Some(183), Some(0))]),
+            }),
+        };
+        let mtp = LaunchConfig {
+            spec_type: Some(SpecType::DraftMtp),
+            ..LaunchConfig::baseline(4096)
+        };
+        // Nothing accepted is no loop: only the random weights keep it from the ranking.
+        assert!(degenerate(&mtp, &m).is_none());
+        let v = cost_only(&mtp, &m).unwrap();
+        assert_eq!(v.kind, OutcomeKind::Degenerate);
+        assert!(
+            v.message
+                .starts_with("draft-mtp: 0 % of drafted tokens accepted (0 of 183, 1 request): measured for its cost only"),
+            "{}",
+            v.message
+        );
+        assert!(cost_only(&LaunchConfig::baseline(4096), &m).is_none());
     }
 }

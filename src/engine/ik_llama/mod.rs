@@ -122,6 +122,8 @@ impl Engine for IkLlama {
             split_row_tensor: false,
             fit_target_per_card: false,
             cuda_build: false,
+            // ik_llama.cpp drafts with MTP through its own flags, not --spec-type draft-mtp.
+            draft_mtp: false,
         }
     }
 

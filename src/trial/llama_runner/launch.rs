@@ -175,11 +175,13 @@ impl LlamaServerRunner {
         // Speculation whose drafts were all but all accepted: the answers loop, and its speed
         // is not credited (the numbers stay in the metrics, journaled).
         if draft.kind == OutcomeKind::Ok {
-            if let Some(v) = draft
-                .metrics
-                .as_ref()
-                .and_then(|m| crate::trial::acceptance::degenerate(config, m))
-            {
+            if let Some(v) = draft.metrics.as_ref().and_then(|m| {
+                crate::trial::acceptance::degenerate(config, m).or_else(|| {
+                    self.random_weights
+                        .then(|| crate::trial::acceptance::cost_only(config, m))
+                        .flatten()
+                })
+            }) {
                 draft.kind = v.kind;
                 draft.message = v.message;
             }

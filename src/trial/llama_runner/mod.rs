@@ -80,6 +80,8 @@ pub struct LlamaServerRunner {
     doing: super::phase::PhaseCell,
     /// The box as each launch starts, when it got busy ([`Self::with_busy_note`]).
     busy: super::phase::BusyNote,
+    /// A tune of a random-weight model ([`Self::with_random_weights`]).
+    random_weights: bool,
 }
 
 impl LlamaServerRunner {
@@ -141,7 +143,15 @@ impl LlamaServerRunner {
             model_bytes,
             doing: super::phase::PhaseCell::default(),
             busy: super::phase::BusyNote::default(),
+            random_weights: false,
         })
+    }
+
+    /// A tune of a random-weight model: a speculative launch is measured for its cost, never
+    /// ranked ([`super::acceptance::cost_only`]); not in `compare`, which measures that cost.
+    pub fn with_random_weights(mut self, random: bool) -> Self {
+        self.random_weights = random;
+        self
     }
 
     /// Say each launch's step (loading, the request being measured) in `cell`, which the
