@@ -19,12 +19,7 @@ use super::{Metrics, OutcomeKind, TrialOutcome};
 use crate::config::LaunchConfig;
 use serde::{Deserialize, Serialize};
 
-/// Requests of a replay whose answers are kept and compared: the first ones that overlapped
-/// no other in the recording (a request batched with another's tokens may round differently
-/// in any config, speculative or not). Four answers of a few hundred tokens each are enough to
-/// meet a token the drafts got wrong, which is where verification decides; they are kept in
-/// the journal, so more would grow it with every launch.
-pub const CHECKED_REQUESTS: usize = 4;
+pub use super::replay_trace::CHECKED_REQUESTS;
 
 /// Where two replays' answers first differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

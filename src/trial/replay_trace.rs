@@ -27,6 +27,14 @@ use crate::traffic::trace::{Request, Trace};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
+/// Requests of a replay whose answers are kept and compared: the first ones that overlapped
+/// no other in the recording (a request batched with another's tokens may round differently
+/// in any config, speculative or not). Four answers of a few hundred tokens each are enough to
+/// meet a token the drafts got wrong, which is where verification decides; they are kept in
+/// the journal, so more would grow it with every launch. The check is
+/// [`super::lossless`].
+pub const CHECKED_REQUESTS: usize = 4;
+
 /// One replayed request: counts and times, never its tokens.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReplayedRequest {
@@ -53,7 +61,7 @@ pub struct ReplayedRequest {
     pub draft_n: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft_n_accepted: Option<u32>,
-    /// The answer's token ids, greedy, for the first [`super::lossless::CHECKED_REQUESTS`]
+    /// The answer's token ids, greedy, for the first [`CHECKED_REQUESTS`]
     /// requests that overlapped no other (the losslessness check compares them); absent on
     /// the others.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -220,7 +228,7 @@ pub async fn replay(
     let checked: Vec<u64> = reqs
         .iter()
         .filter(|r| r.overlapped.is_empty())
-        .take(super::lossless::CHECKED_REQUESTS)
+        .take(CHECKED_REQUESTS)
         .map(|r| r.id)
         .collect();
     let jobs: Vec<Job> = reqs
