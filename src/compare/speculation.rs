@@ -20,6 +20,9 @@ pub struct SpeculationCheck {
     pub reference: Option<usize>,
     /// Its answers against that command's (the first differing launch, else the first).
     pub check: Option<Check>,
+    /// The outcomes of its launches that measured nothing (`degenerate`, ...), once each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_measured: Vec<String>,
 }
 
 /// The speculative commands' acceptance and losslessness over `rounds`.
@@ -47,7 +50,14 @@ pub fn checks(commands: &[ComparedCommand], rounds: &[CompareRound]) -> Vec<Spec
                     .collect()
             })
             .unwrap_or_default();
+        let mut not_measured: Vec<String> = Vec::new();
+        for l in rounds.iter().flat_map(|r| &r.launches) {
+            if l.command == i && l.replay.is_none() && !not_measured.contains(&l.outcome) {
+                not_measured.push(l.outcome.clone());
+            }
+        }
         out.push(SpeculationCheck {
+            not_measured,
             command: i,
             spec_type: spec.as_str().to_string(),
             acceptance: Acceptance::sum(replays(i).filter_map(|r| r.acceptance)),
@@ -68,11 +78,15 @@ pub fn lines(checks: &[SpeculationCheck]) -> Vec<String> {
     checks
         .iter()
         .map(|s| {
-            let drafted = s
-                .acceptance
-                .map_or(format!("{}: nothing drafted", s.spec_type), |a| {
-                    a.line(&s.spec_type)
-                });
+            let drafted = match (s.acceptance, s.not_measured.is_empty()) {
+                (Some(a), _) => a.line(&s.spec_type),
+                (None, true) => format!("{}: nothing drafted", s.spec_type),
+                (None, false) => format!(
+                    "{}: no launch measured ({}; see the warnings)",
+                    s.spec_type,
+                    s.not_measured.join(", ")
+                ),
+            };
             let checked = match (s.reference, &s.check) {
                 (Some(k), Some(c)) => {
                     lossless::check_phrase_against(c, &format!("{}'s", command_name(k)))
@@ -89,4 +103,48 @@ pub fn lines(checks: &[SpeculationCheck]) -> Vec<String> {
             format!("{}  {drafted}; {checked}", command_name(s.command))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trial::lossless::Divergence;
+
+    #[test]
+    fn each_speculative_command_says_what_it_accepted_and_how_its_answers_compared() {
+        let check = |acceptance, check, not_measured: &[&str]| SpeculationCheck {
+            command: 1,
+            spec_type: "ngram-mod".into(),
+            acceptance,
+            reference: Some(0),
+            check,
+            not_measured: not_measured.iter().map(|s| s.to_string()).collect(),
+        };
+        let a = Acceptance {
+            drafted: 200,
+            accepted: 122,
+            requests: 2,
+        };
+        let differs = Check::Differs(Divergence {
+            request: 3,
+            token: 57,
+            reference: Some(1234),
+            speculative: Some(987),
+        });
+        assert_eq!(
+            lines(&[
+                check(Some(a), Some(differs), &[]),
+                check(None, None, &["degenerate"]),
+            ]),
+            vec![
+                "B  ngram-mod: 61 % of drafted tokens accepted (122 of 200, 2 requests); not \
+                 lossless: request 3's answer differs at token 57 (id 1234 without speculation, \
+                 id 987 with it)"
+                    .to_string(),
+                "B  ngram-mod: no launch measured (degenerate; see the warnings); answers not \
+                 compared (no launch of A and B both kept answers)"
+                    .to_string(),
+            ]
+        );
+    }
 }
