@@ -6,12 +6,13 @@
 //! first token that differs makes the launch [`OutcomeKind::Lossy`]: measured, never ranked,
 //! and the message names the request and the token.
 //!
-//! The tolerance is none: an exact match. On the pinned CPU build, SmolLM2-135M gave the same
-//! tokens with `--spec-type ngram-mod` as without on every checked request (docs/results.md),
-//! so batched verification changed nothing there. A near-tie that the verify batch's numerics
-//! tip the other way would change the answer the user reads just the same; telling it apart
-//! needs each token's probabilities (`n_probs`), which would slow the very requests being
-//! timed. A divergence is reported with where it happened, so a user can judge it.
+//! The tolerance is none: an exact match, and it is strict. On the pinned CPU build, SmolLM2-135M
+//! on the agent session gave identical answers at `-c 2048`, but at `-c 4096` request 8
+//! differed at token 42, a near-tie (the reference's top two at 15.0 % and 12.5 %) that the KV
+//! the speculative launch had computed in verify batches tipped (docs/results.md). A tipped
+//! near-tie changes the answer the user reads all the same; telling it apart from a real fault
+//! needs each token's probabilities on both sides (`n_probs`), which would slow the very
+//! requests being timed: not done yet. A divergence is reported with where it happened.
 
 use super::classify::Verdict;
 use super::replay_trace::ReplayTiming;
