@@ -8,6 +8,7 @@
 //! a launch's requests give its median, never independent samples.
 
 mod render;
+pub mod speculation;
 use crate::config::{split_shell_line, LaunchConfig};
 use crate::engine::parse_command;
 use crate::objective::median;
@@ -147,6 +148,10 @@ pub struct CompareResult {
     /// and every command against every earlier one, paired by round.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workloads: Vec<WorkloadComparison>,
+    /// Each command with `--spec-type`: its acceptance, and its greedy answers against the
+    /// command that is the same config without it (issue 54).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub speculation: Vec<speculation::SpeculationCheck>,
 }
 
 /// The commands compared on one workload's time per request.
@@ -706,6 +711,7 @@ pub fn compare(
             against_first,
             peak_vram_mib,
             warnings,
+            speculation: speculation::checks(&commands, rounds),
             workloads: match &workload.replay {
                 Some(t) => vec![replay_comparison(
                     &t.name,

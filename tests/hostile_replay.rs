@@ -231,3 +231,101 @@ fn a_trace_repeating_an_overlapping_id_is_refused_as_it_is_read() {
         "{err}"
     );
 }
+
+/// A tune on a trace where the speculative config (`--spec-type ngram-mod`, the CPU space's
+/// lever) answers at once and every other config takes 0.3 s a request, so speculation would
+/// win; with FAKE_LOSSY_TOKEN its greedy answers differ from the same config's without it at
+/// token 5 (the real pinned server's do not: session_workload checks SmolLM2). The tune names
+/// the request and the token and does not recommend it (issue 54). The same tune without the
+/// fault recommends it, with its acceptance and "answers identical" beside the gain.
+#[test]
+fn a_speculative_config_whose_greedy_answers_differ_is_never_recommended() {
+    let Some(model) = support::smollm2() else {
+        return;
+    };
+    let tune = |lossy: bool| {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = tmp.path().join("model.gguf");
+        std::fs::copy(&model, &m).unwrap();
+        let trace = write_trace(&tmp.path().join("session.jsonl"), 8);
+        let space = tmp.path().join("spec.yaml");
+        std::fs::write(
+            &space,
+            "name: spec\nvary:\n  threads: [auto]\n  levers:\n    speculative: [ngram-mod]\n\
+             fixed:\n  ctx: 4096\n  parallel: 1\nworkload:\n  prompt_tokens: 32\n  \
+             gen_tokens: 8\n  repetitions: 1\nbudget:\n  trials: 12\n  minutes: 5\n  \
+             confirm_top: 1\n  confirm_rounds: 3\n",
+        )
+        .unwrap();
+        let out = tmp.path().join("run");
+        let mut cmd = qtune();
+        cmd.args(["tune", "--allow-dense", "--model"])
+            .arg(&m)
+            .arg("--server")
+            .arg(fake_server())
+            .arg("--space")
+            .arg(&space)
+            .arg("--workload")
+            .arg(&trace)
+            .arg("--out")
+            .arg(&out)
+            .env("QTUNE_ALLOW_BUSY", "1")
+            .env("FAKE_MODE", "slow-ok")
+            .env("FAKE_DELAY_S", "0.3")
+            .env("FAKE_FAST_ARG", "--spec-type");
+        if lossy {
+            cmd.env("FAKE_LOSSY_TOKEN", "5");
+        }
+        let o = cmd.output().unwrap();
+        let all = text(&o);
+        assert!(o.status.success(), "{all}");
+        let r: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+        (all, r)
+    };
+    let (all, r) = tune(true);
+    let spec: Vec<&serde_json::Value> = r["trials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["config"]["spec_type"] == "ngram-mod")
+        .collect();
+    assert!(!spec.is_empty(), "speculation was not launched:\n{all}");
+    for t in &spec {
+        assert_eq!(t["kind"], "lossy", "{t}");
+        let msg = t["message"].as_str().unwrap();
+        assert!(
+            msg.contains("request 1's answer differs at token 5"),
+            "{msg}"
+        );
+    }
+    assert!(
+        r["winner"]["config"]["spec_type"].is_null(),
+        "{}",
+        r["winner"]
+    );
+    let warnings = r["warnings"].to_string();
+    assert!(
+        warnings.contains("not lossless: request 1's answer differs at token 5"),
+        "{warnings}"
+    );
+    assert!(
+        all.lines()
+            .filter(|l| l.contains("not lossless") || l.contains("drafted tokens"))
+            .all(|l| l.chars().count() <= 100),
+        "{all}"
+    );
+    // Without the fault the same tune recommends it, and says what it accepted and checked.
+    let (all, r) = tune(false);
+    assert_eq!(r["winner"]["config"]["spec_type"], "ngram-mod", "{all}");
+    // The verdict names the acceptance and the check beside the gain.
+    let flat = all.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains("speculative decoding: ngram-mod: 50 % of drafted tokens accepted"),
+        "{all}"
+    );
+    assert!(
+        flat.contains("answers identical to the same config's without it (4 requests, 32 tokens"),
+        "{all}"
+    );
+}

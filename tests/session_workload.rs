@@ -233,4 +233,24 @@ fn a_speculative_launch_records_the_servers_drafted_and_accepted_tokens() {
         "{a}"
     );
     assert!(drafted > 0 && accepted <= drafted, "{a}");
+    // Losslessness (issue 54, item 3): at temperature 0 the speculative launch's answers are
+    // A's token for token on the checked requests (exact: the pinned CPU build's batched
+    // verification changes nothing on SmolLM2), and compare says so beside the acceptance.
+    let checked: Vec<&serde_json::Value> = reqs.iter().filter(|q| q["answer"].is_array()).collect();
+    assert!(
+        !checked.is_empty() && checked.len() <= qtune::trial::lossless::CHECKED_REQUESTS,
+        "{}",
+        spec[0]
+    );
+    let s = &v["speculation"][0];
+    assert_eq!(s["command"], 1, "{s}");
+    assert_eq!(s["reference"], 0, "{s}");
+    let same = &s["check"]["same"];
+    assert_eq!(same["requests"].as_u64(), Some(checked.len() as u64), "{s}");
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains("B ngram-mod: ") && flat.contains("answers identical to A's"),
+        "{text}"
+    );
+    eprintln!("SmolLM2, ngram-mod against none: {s}");
 }

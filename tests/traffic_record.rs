@@ -145,6 +145,17 @@ fn a_recorded_session_matches_what_the_client_and_server_saw() {
         );
     }
     assert_eq!(reqs[4]["endpoint"], "/completion");
+    // The client's sampling, as it sent it (issue 54): greedy turns, a sampling sub-agent.
+    for i in [0, 1, 2, 4] {
+        assert_eq!(reqs[i]["temperature"], 0.0, "{}", reqs[i]);
+        assert!(reqs[i]["top_p"].is_null(), "{}", reqs[i]);
+    }
+    assert_eq!(
+        (&reqs[3]["temperature"], &reqs[3]["top_p"]),
+        (&serde_json::json!(0.7), &serde_json::json!(0.9)),
+        "{}",
+        reqs[3]
+    );
     // The two at once name each other; the others overlap nothing.
     assert_eq!(reqs[2]["overlapped"], serde_json::json!([4]), "{}", reqs[2]);
     assert_eq!(reqs[3]["overlapped"], serde_json::json!([3]), "{}", reqs[3]);
@@ -195,6 +206,10 @@ fn a_recorded_session_matches_what_the_client_and_server_saw() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("client sampling: temperature 0-0.7, top_p 0.9, on 5 of 5 requests"),
+        "{text}"
+    );
     assert!(
         text.contains("5 requests (5 ok)") && text.contains("at most 2 at once"),
         "{text}"

@@ -228,6 +228,20 @@ pub fn render_text(r: &CompareResult) -> String {
             block(&mut s, w, false);
         }
     }
+    let spec = super::speculation::lines(&r.speculation);
+    if !spec.is_empty() {
+        let _ = writeln!(
+            s,
+            "speculative decoding (the server's own counts; answers greedy):"
+        );
+        for l in spec {
+            let _ = writeln!(
+                s,
+                "  {}",
+                crate::util::wrap(&l, crate::util::COLUMNS - 2, "      ")
+            );
+        }
+    }
     let _ = writeln!(s, "peak VRAM: {}", peaks.join(", "));
     for w in &r.warnings {
         let _ = writeln!(s, "warning: {w}");

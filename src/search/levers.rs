@@ -246,6 +246,7 @@ pub fn propose(levers: &Levers, best: &LaunchConfig, traits: &WorkloadTraits) ->
 /// whose answers looped, that it was not ranked.
 pub fn acceptance_lines(history: &[crate::trial::TrialOutcome]) -> Vec<String> {
     use crate::trial::acceptance::{self, Acceptance};
+    use crate::trial::lossless::{self, Check};
     use crate::trial::OutcomeKind;
     let mut seen: Vec<&LaunchConfig> = Vec::new();
     let mut out = Vec::new();
@@ -257,7 +258,7 @@ pub fn acceptance_lines(history: &[crate::trial::TrialOutcome]) -> Vec<String> {
             continue;
         }
         seen.push(&o.config);
-        let mut sum: Option<Acceptance> = None;
+        let mut all: Vec<Acceptance> = Vec::new();
         let mut ids: Vec<String> = Vec::new();
         let (mut looped, mut cost_only) = (false, false);
         for t in history.iter().filter(|t| t.config == o.config) {
@@ -268,16 +269,9 @@ pub fn acceptance_lines(history: &[crate::trial::TrialOutcome]) -> Vec<String> {
             looped |= t.kind == OutcomeKind::Degenerate && a.loops();
             cost_only |= t.kind == OutcomeKind::Degenerate && !a.loops();
             ids.push(t.id.to_string());
-            sum = Some(match sum {
-                None => a,
-                Some(s) => Acceptance {
-                    drafted: s.drafted + a.drafted,
-                    accepted: s.accepted + a.accepted,
-                    requests: s.requests + a.requests,
-                },
-            });
+            all.push(a);
         }
-        let Some(a) = sum else {
+        let Some(a) = Acceptance::sum(all) else {
             continue;
         };
         let which = format!(
@@ -285,18 +279,39 @@ pub fn acceptance_lines(history: &[crate::trial::TrialOutcome]) -> Vec<String> {
             if ids.len() == 1 { "trial" } else { "trials" },
             ids.join(", ")
         );
-        out.push(if cost_only && !looped {
-            format!(
+        // Losslessness: a launch whose answers differ says where; else the first compared.
+        let checks: Vec<Check> = history
+            .iter()
+            .filter(|t| t.config == o.config)
+            .filter_map(|t| lossless::check(&t.config, t.metrics.as_ref()?, history))
+            .collect();
+        let check = checks
+            .iter()
+            .find(|c| matches!(c, Check::Differs(_)))
+            .or(checks.first());
+        out.push(match (looped, check) {
+            (false, _) if cost_only => format!(
                 "{} in {which}: measured for its cost only (random weights), not ranked",
                 a.line(spec.as_str())
-            )
-        } else if looped {
-            format!(
+            ),
+            (true, _) => format!(
                 "{} in {which}: the answers loop (n-gram drafts predict a loop perfectly), so speculation is not ranked; the same config races without it",
                 a.line(spec.as_str())
-            )
-        } else {
-            format!("{} in {which}", a.line(spec.as_str()))
+            ),
+            (false, Some(c @ Check::Differs(_))) => format!(
+                "{} in {which}; {} at temperature 0, so it is not recommended",
+                a.line(spec.as_str()),
+                lossless::check_phrase(c)
+            ),
+            (false, Some(c)) => format!(
+                "{} in {which}; {}",
+                a.line(spec.as_str()),
+                lossless::check_phrase(c)
+            ),
+            (false, None) => format!(
+                "{} in {which}; losslessness not checked (no launch of the same config without it kept its answers)",
+                a.line(spec.as_str())
+            ),
         });
     }
     out

@@ -185,6 +185,15 @@ pub fn tune(
     );
     warnings.extend(trial_warnings(&history));
     warnings.extend(levers::acceptance_lines(&history));
+    // A trace whose clients sampled is replayed greedily: one line says so, and why.
+    warnings.extend(
+        ctx.space
+            .workload
+            .replay
+            .as_ref()
+            .and_then(|r| r.trace.as_ref())
+            .and_then(|t| crate::traffic::trace::greedy_replay_note(t)),
+    );
     // The levers past placement the workload could not show, and why: one line for request
     // shapes of filler text (none of them can show there), else one per lever.
     if !ctx.space.vary.levers.is_empty() {

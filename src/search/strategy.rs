@@ -397,6 +397,9 @@ impl Solver<TuneProblem, TuneState> for QtuneSearch {
             .then(|| self.race_step(&ctx, &cfg))
             .flatten();
         let outcome = problem.problem("trial_count", |p| p.evaluate(&cfg, role, race.as_ref()))?;
+        // A speculative launch whose greedy answers differ from the same config's without
+        // speculation is never ranked (issue 54).
+        let outcome = crate::trial::lossless::classify(outcome, &self.history);
         let cost = cost_of(&outcome, &ctx, self.baseline_speeds().as_ref());
         self.record(outcome.clone());
         let line = super::progress::line(&outcome, self.search_trials, ctx.space.budget.trials);

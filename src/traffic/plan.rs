@@ -410,6 +410,8 @@ mod tests {
             prompt_tokens: Some(prompt),
             n_generated: Some(gen),
             max_tokens: None,
+            temperature: None,
+            top_p: None,
             timings: Some(Timings {
                 cache_n: 0,
                 prompt_n: read,

@@ -344,6 +344,9 @@ struct Asked {
     _held: intake::Held,
     stream: bool,
     max_tokens: Option<i64>,
+    /// The sampling it asked for (`temperature`, `top_p`), where it sent a number.
+    temperature: Option<f64>,
+    top_p: Option<f64>,
     /// Why its body was not read, when it was not (see [`MAX_BODY_VALUES`]).
     unread: Option<String>,
 }
@@ -357,6 +360,8 @@ struct Head {
     /// The Responses API's limit.
     max_output_tokens: Option<serde_json::Value>,
     n_predict: Option<serde_json::Value>,
+    temperature: Option<serde_json::Value>,
+    top_p: Option<serde_json::Value>,
 }
 
 /// An upper bound of the JSON values in `body`: its separators and openings. Counted only
@@ -428,6 +433,12 @@ async fn handle(
             // The few fields read now; the rest is skipped (never parsed into memory).
             let v: Head = serde_json::from_slice(&body).unwrap_or_default();
             let int = |f: &Option<serde_json::Value>| f.as_ref().and_then(|v| v.as_i64());
+            // A finite number as sent (a string or an absurd value reads as absent).
+            let number = |f: &Option<serde_json::Value>| {
+                f.as_ref()
+                    .and_then(|v| v.as_f64())
+                    .filter(|x| x.is_finite() && (0.0..=1e6).contains(x))
+            };
             Asked {
                 unread,
                 endpoint: path.clone(),
@@ -436,6 +447,8 @@ async fn handle(
                     .or_else(|| int(&v.max_completion_tokens))
                     .or_else(|| int(&v.max_output_tokens))
                     .or_else(|| int(&v.n_predict)),
+                temperature: number(&v.temperature),
+                top_p: number(&v.top_p),
                 body: body.clone(),
                 _held: held.take().expect("taken once"),
             }
@@ -558,6 +571,8 @@ fn register(state: &State, a: &Asked) -> u64 {
                 prompt_tokens: None,
                 n_generated: None,
                 max_tokens: a.max_tokens,
+                temperature: a.temperature,
+                top_p: a.top_p,
                 timings: None,
                 answer_tokens: None,
                 note: None,

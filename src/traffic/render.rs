@@ -239,6 +239,8 @@ pub fn requests(s: &Session, prompts: Vec<Vec<u32>>, n_ctx: u64) -> Vec<Request>
             prompt_tokens: Some(p),
             n_generated: Some(gen),
             max_tokens: Some(gen as i64),
+            temperature: None,
+            top_p: None,
             timings: None,
             answer_tokens: None,
             note: Some(

@@ -293,6 +293,17 @@ pub fn render(t: &Trace, s: &Shown, name: &str) -> String {
         );
     }
     let _ = writeln!(o, "generated tokens: {}", n(m.generated_tokens));
+    if let Some(sampling) = crate::traffic::trace::client_sampling(t) {
+        let _ = writeln!(
+            o,
+            "{}",
+            crate::util::wrap(
+                &format!("client sampling: {sampling} (a replay is greedy: temperature 0)"),
+                crate::util::COLUMNS,
+                "  "
+            )
+        );
+    }
     if m.without_tokens > 0 {
         let _ = writeln!(
             o,

@@ -233,6 +233,13 @@ pub struct Request {
     pub n_generated: Option<u64>,
     /// The limit the client asked for (`max_tokens`, `max_completion_tokens` or `n_predict`).
     pub max_tokens: Option<i64>,
+    /// The sampling the client asked for (`temperature`, `top_p`); absent where it sent none
+    /// (the server's defaults applied) and in traces recorded before they were kept. A replay
+    /// is greedy whatever they say (`trial::replay_trace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
     pub timings: Option<Timings>,
     /// The answer as the server tokenizes it (issue 54): the generated text tokenized after the
     /// answer ended, or (`trace session --answers`) the greedy answer's own token ids. What
@@ -242,6 +249,53 @@ pub struct Request {
     /// Why something is missing, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+/// The sampling a trace's clients asked for: "temperature 0.7, top_p 0.95, on 10 of 12
+/// requests" (a range where they differ); None where no request sent either.
+pub fn client_sampling(t: &Trace) -> Option<String> {
+    let range = |v: Vec<f64>| -> Option<String> {
+        let lo = v.iter().copied().reduce(f64::min)?;
+        let hi = v.iter().copied().reduce(f64::max)?;
+        Some(if hi - lo < 1e-9 {
+            format!("{lo}")
+        } else {
+            format!("{lo}-{hi}")
+        })
+    };
+    let temps = range(t.requests.iter().filter_map(|r| r.temperature).collect());
+    let top_ps = range(t.requests.iter().filter_map(|r| r.top_p).collect());
+    let sent = t
+        .requests
+        .iter()
+        .filter(|r| r.temperature.is_some() || r.top_p.is_some())
+        .count();
+    if sent == 0 {
+        return None;
+    }
+    let parts: Vec<String> = [("temperature", temps), ("top_p", top_ps)]
+        .into_iter()
+        .filter_map(|(k, v)| Some(format!("{k} {}", v?)))
+        .collect();
+    Some(format!(
+        "{}, on {sent} of {} requests",
+        parts.join(", "),
+        t.requests.len()
+    ))
+}
+
+/// One line where the trace's clients sampled (a temperature above 0): a replay is greedy,
+/// and why. None where every request that sent a temperature sent 0, or none sent one.
+pub fn greedy_replay_note(t: &Trace) -> Option<String> {
+    t.requests
+        .iter()
+        .any(|r| r.temperature.is_some_and(|x| x > 0.0))
+        .then(|| {
+            format!(
+                "the replay is greedy (temperature 0) while the client sampled ({}): greedy answers are the same in every launch, so launches compare like for like and speculation's answers can be checked token for token; its acceptance at the client's sampling is usually lower than measured here",
+                client_sampling(t).unwrap_or_default()
+            )
+        })
 }
 
 /// The last line, written when the recorder stopped cleanly.
@@ -579,6 +633,54 @@ mod tests {
         assert!(!delimiters_ok(
             &serde_json::json!([{"role": "user", "delimiter": "a", "x": 1}])
         ));
+    }
+
+    #[test]
+    fn a_trace_that_sampled_says_its_replay_is_greedy_in_one_line() {
+        let line = |id: u64, sampling: &str| {
+            format!(
+                r#"{{"type":"request","id":{id},"endpoint":"/completion","stream":false,"arrived_ms":0,"first_byte_ms":null,"ended_ms":1,"status":200,"outcome":"ok","prompt_tokens":[1],"n_generated":1,"max_tokens":null,"timings":null{sampling}}}"#
+            )
+        };
+        let trace = |sampling: [&str; 3]| {
+            let mut body = r#"{"type":"header","format":"qtune-trace","version":1,"qtune_version":"0","started_at":"x","upstream":"u"}"#.to_string();
+            for (i, s) in sampling.iter().enumerate() {
+                body.push('\n');
+                body.push_str(&line(i as u64 + 1, s));
+            }
+            parse(body.as_bytes()).unwrap()
+        };
+        // Old traces (no sampling fields) read, and say nothing.
+        let old = trace(["", "", ""]);
+        assert_eq!(old.requests[0].temperature, None);
+        assert_eq!(
+            (client_sampling(&old), greedy_replay_note(&old)),
+            (None, None)
+        );
+        // A greedy client: the sampling is shown, no note.
+        let greedy = trace([r#","temperature":0"#, "", ""]);
+        assert_eq!(
+            client_sampling(&greedy).as_deref(),
+            Some("temperature 0, on 1 of 3 requests")
+        );
+        assert_eq!(greedy_replay_note(&greedy), None);
+        let sampled = trace([
+            r#","temperature":0"#,
+            r#","temperature":0.7,"top_p":0.95"#,
+            r#","top_p":0.9"#,
+        ]);
+        assert_eq!(
+            client_sampling(&sampled).as_deref(),
+            Some("temperature 0-0.7, top_p 0.9-0.95, on 3 of 3 requests")
+        );
+        let note = greedy_replay_note(&sampled).unwrap();
+        assert!(
+            note.starts_with(
+                "the replay is greedy (temperature 0) while the client sampled (temperature 0-0.7"
+            ),
+            "{note}"
+        );
+        assert!(!note.contains('\n'));
     }
 
     #[test]

@@ -53,6 +53,15 @@ impl Acceptance {
         (a.drafted > 0).then_some(a)
     }
 
+    /// The sum of several launches' acceptance; None for none.
+    pub fn sum(all: impl IntoIterator<Item = Acceptance>) -> Option<Acceptance> {
+        all.into_iter().reduce(|s, a| Acceptance {
+            drafted: s.drafted + a.drafted,
+            accepted: s.accepted + a.accepted,
+            requests: s.requests + a.requests,
+        })
+    }
+
     /// Accepted over drafted, 0 to 1.
     pub fn ratio(&self) -> f64 {
         if self.drafted == 0 {
@@ -146,6 +155,9 @@ mod tests {
         // More accepted than drafted is held to the drafts.
         let a = Acceptance::of([req(Some(10), Some(50))]).unwrap();
         assert_eq!(a.accepted, 10);
+        let two = Acceptance::sum([a, a]).unwrap();
+        assert_eq!((two.drafted, two.accepted, two.requests), (20, 20, 2));
+        assert_eq!(Acceptance::sum([]), None);
     }
 
     #[test]

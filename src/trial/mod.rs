@@ -13,6 +13,7 @@ pub mod leftover;
 pub mod llama_runner;
 /// The engines' log dialect, read where a trial reads its log (`trial::logparse` before issue 56).
 pub use crate::engine::log as logparse;
+pub mod lossless;
 pub mod phase;
 pub mod plausible;
 pub mod process;
@@ -63,6 +64,10 @@ pub enum OutcomeKind {
     /// random-weight model does), and n-gram drafts predict a loop perfectly. Measured, never
     /// ranked: its speed is the model's artifact, not what real answers get.
     Degenerate,
+    /// Speculative decoding whose greedy answers differ from the same config's without it
+    /// ([`lossless`]): it changes what the user reads. Measured, never ranked; the message
+    /// names the request and the token.
+    Lossy,
 }
 
 impl OutcomeKind {
@@ -81,6 +86,7 @@ impl OutcomeKind {
             OutcomeKind::PortConflict => "port-conflict",
             OutcomeKind::RpcWorkerLost => "rpc-worker-lost",
             OutcomeKind::Degenerate => "degenerate",
+            OutcomeKind::Lossy => "lossy",
         }
     }
 

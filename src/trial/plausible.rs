@@ -477,6 +477,7 @@ mod tests {
                 request_s: 1.0,
                 draft_n: None,
                 draft_n_accepted: None,
+                answer: None,
             };
             Metrics {
                 gen_tps: Stat::from_samples(&[50.0]).unwrap(),

@@ -10,8 +10,14 @@
 //! the 90th percentile is kept too, and the aggregate generation (all generated tokens over the
 //! replay's wall clock: what parallel slots trade against the time per request).
 //!
+//! Greedy, whatever the client sent (a trace records its `temperature` and `top_p`): the
+//! losslessness check ([`super::lossless`]) compares answers token for token, which only
+//! greedy decoding makes repeatable, and every launch then generates the same tokens, so their
+//! times compare like for like.
+//!
 //! It takes a [`Trace`] in memory ([`replay`]), so a trace built at run time replays the same
-//! way as one read from a file. Nothing of the prompts is kept: only counts and times.
+//! way as one read from a file. Nothing of the prompts is kept: only counts and times, and
+//! the answer tokens of the few requests the losslessness check compares.
 
 use super::classify::Failure;
 use super::workload::{Measured, RequestTimings, ServerSession};
@@ -20,6 +26,14 @@ use crate::traffic::plan::ReplayPlan;
 use crate::traffic::trace::{Request, Trace};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
+
+/// Requests of a replay whose answers are kept and compared: the first ones that overlapped
+/// no other in the recording (a request batched with another's tokens may round differently
+/// in any config, speculative or not). Four answers of a few hundred tokens each are enough to
+/// meet a token the drafts got wrong, which is where verification decides; they are kept in
+/// the journal, so more would grow it with every launch. The check is
+/// [`super::lossless`].
+pub const CHECKED_REQUESTS: usize = 4;
 
 /// One replayed request: counts and times, never its tokens.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,6 +61,11 @@ pub struct ReplayedRequest {
     pub draft_n: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft_n_accepted: Option<u32>,
+    /// The answer's token ids, greedy, for the first [`CHECKED_REQUESTS`]
+    /// requests that overlapped no other (the losslessness check compares them); absent on
+    /// the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<Vec<u32>>,
 }
 
 impl ReplayedRequest {
@@ -107,6 +126,19 @@ pub fn p90(v: &[f64]) -> Option<f64> {
 #[derive(Deserialize)]
 struct CompletionResponse {
     timings: RequestTimings,
+    /// The answer's token ids (with `return_tokens`); a reply without a readable list has none.
+    #[serde(default, deserialize_with = "token_ids")]
+    tokens: Option<Vec<u32>>,
+}
+
+/// A list of token ids, or None for anything else (a server's odd reply is not an error).
+fn token_ids<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<u32>>, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    Ok(v.as_array().and_then(|a| {
+        a.iter()
+            .map(|x| x.as_u64().and_then(|x| u32::try_from(x).ok()))
+            .collect()
+    }))
 }
 
 /// The `tokenizer_sha256` of the launched server, as the recorder computes it.
@@ -192,17 +224,23 @@ pub async fn replay(
     // A chat request goes with the message delimiters its server gave it live (where the
     // trace knows them): the server then keeps the same context checkpoints.
     let delimiters = trace.header.server.message_delimiters.clone();
-    let jobs: Vec<(u64, Vec<u32>, u32, Option<serde_json::Value>)> = reqs
+    // The answers kept for the losslessness check: the first requests alone in the recording.
+    let checked: Vec<u64> = reqs
         .iter()
-        .map(|r| {
-            (
-                r.id,
-                r.prompt_tokens.clone().unwrap_or_default(),
-                u32::try_from(r.n_generated.unwrap_or(1)).unwrap_or(u32::MAX),
-                delimiters
-                    .clone()
-                    .filter(|_| crate::traffic::trace::is_chat_endpoint(&r.endpoint)),
-            )
+        .filter(|r| r.overlapped.is_empty())
+        .take(CHECKED_REQUESTS)
+        .map(|r| r.id)
+        .collect();
+    let jobs: Vec<Job> = reqs
+        .iter()
+        .map(|r| Job {
+            id: r.id,
+            ids: r.prompt_tokens.clone().unwrap_or_default(),
+            n_predict: u32::try_from(r.n_generated.unwrap_or(1)).unwrap_or(u32::MAX),
+            delimiters: delimiters
+                .clone()
+                .filter(|_| crate::traffic::trace::is_chat_endpoint(&r.endpoint)),
+            keep_answer: checked.contains(&r.id),
         })
         .collect();
     let started = Instant::now();
@@ -215,18 +253,15 @@ pub async fn replay(
         let mut running = 0u32;
         loop {
             while next < n && waits[next].iter().all(|&j| done[j]) {
-                let (id, ids, n_predict, delims) = jobs[next].clone();
+                let job = jobs[next].clone();
                 let (client, url, timeout, i, in_flight) =
                     (client.clone(), url.clone(), timeouts[next], next, running);
                 set.spawn(async move {
-                    let r = tokio::time::timeout(
-                        timeout,
-                        one(&client, &url, id, &ids, n_predict, in_flight, delims),
-                    )
-                    .await
-                    .unwrap_or(Err(Failure::RequestTimeout {
-                        secs: timeout.as_secs_f64(),
-                    }));
+                    let r = tokio::time::timeout(timeout, one(&client, &url, &job, in_flight))
+                        .await
+                        .unwrap_or(Err(Failure::RequestTimeout {
+                            secs: timeout.as_secs_f64(),
+                        }));
                     (i, r)
                 });
                 running += 1;
@@ -259,17 +294,33 @@ pub async fn replay(
     })
 }
 
+/// One request to replay.
+#[derive(Clone)]
+struct Job {
+    id: u64,
+    /// The prompt's token ids.
+    ids: Vec<u32>,
+    n_predict: u32,
+    /// The chat's message delimiters, sent with a replayed chat request.
+    delimiters: Option<serde_json::Value>,
+    /// Ask for the answer's tokens and keep them (the losslessness check's requests).
+    keep_answer: bool,
+}
+
 /// One replayed request, timed by the wall clock; checks the server generated every token.
-/// `delimiters`: the chat's message delimiters, sent with a replayed chat request.
 async fn one(
     client: &reqwest::Client,
     url: &str,
-    id: u64,
-    ids: &[u32],
-    n_predict: u32,
+    job: &Job,
     in_flight: u32,
-    delimiters: Option<serde_json::Value>,
 ) -> Result<ReplayedRequest, Failure> {
+    let Job {
+        id,
+        ref ids,
+        n_predict,
+        ref delimiters,
+        keep_answer,
+    } = *job;
     let mut body = serde_json::json!({
         "prompt": ids,
         "n_predict": n_predict,
@@ -280,7 +331,10 @@ async fn one(
         "stream": false,
     });
     if let Some(d) = delimiters {
-        body["message_delimiters"] = d;
+        body["message_delimiters"] = d.clone();
+    }
+    if keep_answer {
+        body["return_tokens"] = serde_json::Value::Bool(true);
     }
     let t0 = Instant::now();
     let resp = client
@@ -298,11 +352,19 @@ async fn one(
             body: text,
         });
     }
-    let t = serde_json::from_str::<CompletionResponse>(&text)
-        .map_err(|e| {
-            Failure::BadResponse(format!("/completion returned no readable timings: {e}"))
-        })?
-        .timings;
+    let reply = serde_json::from_str::<CompletionResponse>(&text).map_err(|e| {
+        Failure::BadResponse(format!("/completion returned no readable timings: {e}"))
+    })?;
+    let t = reply.timings;
+    // The answer's tokens where asked for; a server that sends none (or a bad list) leaves
+    // the request unchecked.
+    let answer = if keep_answer {
+        reply
+            .tokens
+            .filter(|a| a.len() as u64 == u64::from(n_predict))
+    } else {
+        None
+    };
     if t.predicted_n != i64::from(n_predict) {
         return Err(Failure::BadResponse(format!(
             "it generated {} tokens instead of {n_predict} for replayed request {id} (context too small for the trace?)",
@@ -327,6 +389,7 @@ async fn one(
         request_s,
         draft_n: t.draft_n.map(clamp),
         draft_n_accepted: t.draft_n_accepted.map(clamp),
+        answer,
     })
 }
 

@@ -31,21 +31,30 @@ pub fn section(m: &mut String, r: &TuneResult) {
         mine.requests.len(),
         mine.in_trace
     );
+    // Speculative decoding: the server's drafted and accepted tokens, request by request.
+    let drafts = mine.requests.iter().any(|q| q.draft_n.is_some());
     let _ = writeln!(
         m,
-        "| request | prompt tokens | from the cache | read again | generated | in flight | {}recommendation, s |",
+        "| request | prompt tokens | from the cache | read again | generated | {}in flight | {}recommendation, s |",
+        if drafts { "accepted of drafted | " } else { "" },
         if reference.is_some() { "reference, s | " } else { "" }
     );
     let _ = writeln!(
         m,
-        "|---|---|---|---|---|---|{}---|",
+        "|---|---|---|---|---|---|{}{}---|",
+        if drafts { "---|" } else { "" },
         if reference.is_some() { "---|" } else { "" }
     );
     for q in &mine.requests {
         let theirs = reference.and_then(|t| t.requests.iter().find(|x| x.id == q.id));
+        let drafted = match (drafts, q.draft_n) {
+            (false, _) => String::new(),
+            (true, Some(n)) => format!("{} of {n} | ", q.draft_n_accepted.unwrap_or(0)),
+            (true, None) => "- | ".to_string(),
+        };
         let _ = writeln!(
             m,
-            "| {} | {} | {} | {} | {} | {} | {}{:.2} |",
+            "| {} | {} | {} | {} | {} | {drafted}{} | {}{:.2} |",
             q.id,
             q.prompt_tokens,
             q.cache_n,
@@ -61,6 +70,15 @@ pub fn section(m: &mut String, r: &TuneResult) {
         );
     }
     let _ = writeln!(m);
+    if let Some(f) = crate::report::summary::speculation_fact(r) {
+        let _ = writeln!(
+            m,
+            "Speculative {}. The answers compared are the first {} requests that ran alone, \
+             replayed greedily (temperature 0) by both configs.\n",
+            f.trim_start_matches("speculative "),
+            crate::trial::lossless::CHECKED_REQUESTS
+        );
+    }
     if let Some(f) = reread_fact(r) {
         let _ = writeln!(m, "In all, {f}.\n");
     }
