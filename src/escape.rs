@@ -97,6 +97,18 @@ pub fn shell_line(argv: &[String]) -> String {
         .join(" ")
 }
 
+/// A value the user gave, as an error message quotes it: one line, and at most `max`
+/// characters (the rest elided with "..."): a 100,000-character `-ot` rule is named by its
+/// first characters, not printed whole (issue 53).
+pub fn excerpt(text: &str, max: usize) -> String {
+    let line = one_line(text);
+    if line.chars().count() <= max {
+        return line;
+    }
+    let head: String = line.chars().take(max).collect();
+    format!("{head}... ({} characters)", line.chars().count())
+}
+
 /// Free text made safe for one comment line (or a one-line value): every control character
 /// (line breaks, carriage returns, escapes, NUL) and Unicode line or paragraph separator
 /// becomes a space, and trailing backslashes and spaces are dropped.

@@ -393,6 +393,7 @@ impl CpuExperts {
     /// qtune reads back only the placements it can predict.
     pub fn from_rules(rules: &[String]) -> Result<Self, String> {
         let foreign = |r: &str| {
+            let r = crate::escape::excerpt(r, 80);
             format!(
                 "-ot '{r}' is not an expert placement qtune renders (blk\\.(N|M)\\.ffn_..._exps=CPU)"
             )
@@ -524,6 +525,7 @@ impl GpuExperts {
             .and_then(|b| b.strip_suffix(')'))
             .and_then(parse_alternation);
         Some(blocks.map(|blocks| GpuExperts { device, blocks }).ok_or_else(|| {
+            let rule = crate::escape::excerpt(rule, 80);
             format!(
                 "-ot '{rule}' is not an expert placement qtune renders (blk\\.(N|M)\\.ffn_..._exps=CUDAn)"
             )

@@ -376,6 +376,17 @@ fn bad_commands_are_one_clear_error() {
     assert!(err("llama-server -c 1 -c 2 -np 1").contains("twice"));
     assert!(err("llama-server -c 4096 -np 1 -ctk q3").contains("unknown KV cache type"));
     assert!(err("llama-server -c 4096 -np 1 -t").contains("-t needs a value"));
+    // Issue 53: a value is quoted by its first characters, and -ts by what llama.cpp takes.
+    let long = format!("llama-server -c 4096 -np 1 -ot {}=CPU", "a".repeat(100_000));
+    let e = err(&long);
+    assert!(
+        e.len() < 400 && e.contains("(100004 characters)"),
+        "{}",
+        e.len()
+    );
+    let ts = |n: usize| format!("llama-server -c 4096 -np 1 -ts {}", vec!["1"; n].join(","));
+    assert!(err(&ts(16)).contains("-ts gives 16 proportions"));
+    assert!(parse_command(&words(&ts(15))).is_ok());
     assert!(err("-c 4096").contains("server binary"));
     assert!(err("llama-server stray -c 1 -np 1").contains("unexpected word 'stray'"));
     assert!(parse_command(&[]).is_err());

@@ -114,8 +114,10 @@ pub(crate) fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
             }
         };
         let num = |v: &str| -> Result<u32, String> {
-            v.parse::<u32>()
-                .map_err(|_| format!("{canon} takes a whole number, not '{v}'"))
+            v.parse::<u32>().map_err(|_| {
+                let v = crate::escape::excerpt(v, 60);
+                format!("{canon} takes a whole number, not '{v}'")
+            })
         };
         match canon {
             "-m" => model = Some(std::path::PathBuf::from(value)),
@@ -124,6 +126,14 @@ pub(crate) fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
             "-ngl" => cfg.n_gpu_layers = Some(num(&value)?),
             "-sm" => cfg.split_mode = Some(value.parse()?),
             "-ts" => {
+                // llama.cpp takes at most 15 proportions (common/arg.cpp: 16 or more is
+                // "got N input configs, but system only has 16 devices").
+                let n = value.split(',').count();
+                if n >= 16 {
+                    return Err(format!(
+                        "-ts gives {n} proportions: llama.cpp takes at most 15, one per device"
+                    ));
+                }
                 cfg.tensor_split = value
                     .split(',')
                     .map(|v| num(v.trim()))
