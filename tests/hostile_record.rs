@@ -226,22 +226,26 @@ fn two_hundred_large_answers_at_once_are_kept_in_bounded_memory() {
                 )
                 .unwrap();
                 let mut n = 0usize;
+                let mut head = Vec::new();
                 let mut buf = vec![0u8; 1 << 16];
                 while let Ok(k) = s.read(&mut buf) {
                     if k == 0 {
                         break;
                     }
+                    if head.len() < 512 {
+                        head.extend_from_slice(&buf[..k.min(512)]);
+                    }
                     n += k;
                 }
-                n
+                (n, String::from_utf8_lossy(&head).into_owned())
             })
         })
         .collect();
-    let got: Vec<usize> = clients.into_iter().map(|c| c.join().unwrap()).collect();
-    for n in &got {
+    let got: Vec<(usize, String)> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+    for (n, head) in &got {
         assert!(
             *n > 15 << 20,
-            "a client got {n} bytes, not its whole answer"
+            "a client got {n} bytes, not its whole answer: {head}"
         );
     }
     stop_record(&mut rec, dir.path());
