@@ -29,47 +29,15 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rust_source import block_end  # noqa: E402
+
 MAX_CODE_LINES = 800
 MAX_README_LINES = 300
 DUP_LINES = 10
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEST_MOD = re.compile(r'#\[cfg\(test\)\]\s*(pub(\(crate\))?\s+)?mod \w+\s*\{')
 ONLY_BRACKETS = re.compile(r'^[{}()\[\];,]*$')
-
-
-def block_end(text, j):
-    """The index just past the `}` that closes the block whose body starts at `j` (strings,
-    char literals and comments skipped)."""
-    depth = 1
-    while j < len(text) and depth:
-        c = text[j]
-        if text.startswith('//', j):
-            j = text.find('\n', j)
-            j = len(text) if j < 0 else j
-            continue
-        if text.startswith('/*', j):
-            j = text.find('*/', j) + 2
-            continue
-        m = re.match(r'r(#*)"', text[j:j + 10]) if c == 'r' and not (
-            text[j - 1].isalnum() or text[j - 1] == '_') else None
-        if m:
-            close = '"' + m.group(1)
-            j = text.find(close, j + len(m.group(0))) + len(close)
-            continue
-        if c == '"':
-            j += 1
-            while j < len(text) and text[j] != '"':
-                j += 2 if text[j] == '\\' else 1
-            j += 1
-            continue
-        if c == "'":
-            m = re.match(r"'(\\.|[^\\'])'", text[j:j + 5])
-            if m:
-                j += len(m.group(0))
-                continue
-        depth += {'{': 1, '}': -1}.get(c, 0)
-        j += 1
-    return j
 
 
 def non_test_lines(text):

@@ -33,6 +33,9 @@ usage: scripts/import-graph.py [SRC_DIR]
 import os, re, sys
 from collections import defaultdict
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rust_source import block_end  # noqa: E402
+
 SRC = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), '..', 'src')
 LAYERS = [['util', 'clock', 'config', 'escape', 'objective'], ['hardware'], ['engine', 'server'], ['model'], ['workloads', 'space', 'traffic'],
           ['trial'], ['stats'], ['fixtures', 'quality'], ['run'], ['placement', 'rpc'], ['search'],
@@ -42,41 +45,6 @@ RANK = {m: i for i, layer in enumerate(LAYERS) for m in layer}
 SAME_LAYER_OK = {('server', 'engine'), ('quality', 'fixtures'), ('util', 'config'), ('config', 'util'),
                  ('config', 'escape'), ('space', 'workloads'), ('space', 'traffic'), ('workloads', 'util'),
                  ('clock', 'util')}
-
-
-def block_end(text, j):
-    """The index just past the `}` that closes the block whose body starts at `j` (strings,
-    char literals and comments skipped)."""
-    depth = 1
-    while j < len(text) and depth:
-        c = text[j]
-        if text.startswith('//', j):
-            j = text.find('\n', j)
-            j = len(text) if j < 0 else j
-            continue
-        if text.startswith('/*', j):
-            j = text.find('*/', j) + 2
-            continue
-        m = re.match(r'r(#*)"', text[j:j + 10]) if c == 'r' and not (
-            text[j - 1].isalnum() or text[j - 1] == '_') else None
-        if m:
-            close = '"' + m.group(1)
-            j = text.find(close, j + len(m.group(0))) + len(close)
-            continue
-        if c == '"':
-            j += 1
-            while j < len(text) and text[j] != '"':
-                j += 2 if text[j] == '\\' else 1
-            j += 1
-            continue
-        if c == "'":
-            m = re.match(r"'(\\.|[^\\'])'", text[j:j + 5])
-            if m:
-                j += len(m.group(0))
-                continue
-        depth += {'{': 1, '}': -1}.get(c, 0)
-        j += 1
-    return j
 
 
 def strip_tests(text):
