@@ -18,10 +18,12 @@ use support::record::{
 
 /// `qtune record` run by a small Python parent that forwards SIGINT to it and, once it
 /// exits, prints its peak resident memory (`maxrss_kib N`, getrusage of its children) on
-/// stderr.
+/// stderr. The recorder dies with the parent (PR_SET_PDEATHSIG): a test that fails before
+/// it stops the recorder (and so kills only the parent) leaves no `qtune record` behind.
 fn record_measured(upstream: u16, listen: u16, dir: &Path) -> Reap {
-    let wrapper = "import resource, signal, subprocess, sys\n\
-p = subprocess.Popen(sys.argv[1:])\n\
+    let wrapper = "import ctypes, resource, signal, subprocess, sys\n\
+die = lambda: ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n\
+p = subprocess.Popen(sys.argv[1:], preexec_fn=die)\n\
 signal.signal(signal.SIGINT, lambda *a: p.send_signal(signal.SIGINT))\n\
 r = p.wait()\n\
 print('maxrss_kib', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n\
