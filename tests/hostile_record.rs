@@ -43,6 +43,14 @@ sys.exit(r)\n";
     Reap(child)
 }
 
+/// The real llama-server on SmolLM2 (linked into `dir` as `link`: each test's own name, so
+/// the servers left after it are its own) that every recorder test here forwards to: 2,048
+/// tokens of context, one slot, one thread. None after SKIP without the server or the model.
+fn smollm2_upstream(dir: &Path, link: &str) -> Option<(Reap, u16)> {
+    let model = support::smollm2()?;
+    start_server(dir, &model, link, &["-c", "2048", "-np", "1", "-t", "1"])
+}
+
 /// The peak resident memory the wrapper printed, MiB.
 fn peak_mib(dir: &Path) -> u64 {
     let err = std::fs::read_to_string(dir.join("record.err")).unwrap();
@@ -62,15 +70,7 @@ fn peak_mib(dir: &Path) -> u64 {
 #[test]
 fn a_request_body_of_millions_of_values_is_forwarded_in_bounded_memory() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(model) = support::smollm2() else {
-        return;
-    };
-    let Some((_server, sport)) = start_server(
-        dir.path(),
-        &model,
-        "hostile-record.gguf",
-        &["-c", "2048", "-np", "1", "-t", "1"],
-    ) else {
+    let Some((_server, sport)) = smollm2_upstream(dir.path(), "hostile-record.gguf") else {
         return;
     };
     let listen = support::free_port();
@@ -298,15 +298,7 @@ fn client_round(port: u16) -> Vec<(Duration, String)> {
 fn stalled_uploads_and_idle_connections_never_hold_up_a_real_client() {
     use std::net::Ipv4Addr;
     let dir = tempfile::tempdir().unwrap();
-    let Some(model) = support::smollm2() else {
-        return;
-    };
-    let Some((_server, sport)) = start_server(
-        dir.path(),
-        &model,
-        "hostile-busy.gguf",
-        &["-c", "2048", "-np", "1", "-t", "1"],
-    ) else {
+    let Some((_server, sport)) = smollm2_upstream(dir.path(), "hostile-busy.gguf") else {
         return;
     };
     let out = dir.path().join("trace.jsonl");
@@ -391,15 +383,7 @@ fn stalled_uploads_and_idle_connections_never_hold_up_a_real_client() {
 fn four_busy_addresses_never_lock_out_a_real_client() {
     use std::net::Ipv4Addr;
     let dir = tempfile::tempdir().unwrap();
-    let Some(model) = support::smollm2() else {
-        return;
-    };
-    let Some((_server, sport)) = start_server(
-        dir.path(),
-        &model,
-        "hostile-four.gguf",
-        &["-c", "2048", "-np", "1", "-t", "1"],
-    ) else {
+    let Some((_server, sport)) = smollm2_upstream(dir.path(), "hostile-four.gguf") else {
         return;
     };
     let out = dir.path().join("trace.jsonl");
@@ -445,15 +429,7 @@ fn four_busy_addresses_never_lock_out_a_real_client() {
 #[test]
 fn hostile_messages_and_responses_bodies_are_forwarded_and_never_break_the_recorder() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(model) = support::smollm2() else {
-        return;
-    };
-    let Some((_server, sport)) = start_server(
-        dir.path(),
-        &model,
-        "hostile-messages.gguf",
-        &["-c", "2048", "-np", "1", "-t", "1"],
-    ) else {
+    let Some((_server, sport)) = smollm2_upstream(dir.path(), "hostile-messages.gguf") else {
         return;
     };
     let trace = dir.path().join("trace.jsonl");
