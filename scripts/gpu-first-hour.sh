@@ -116,7 +116,10 @@ case "${1:-}" in
     ;;
   compare)
     # A later lease: the tune's raced candidate against the better baseline, ROUNDS paired
-    # rounds of `qtune compare --workload agent-session` (CAND and REF: flags after the model).
+    # rounds of `qtune compare --workload agent-session` (CAND and REF: flags after the model;
+    # CMP_ARGS replaces the workload flags). Issue 54's MTP verify cost is this phase with
+    # CAND = REF plus `--spec-type draft-mtp` (a random MTP layer's drafts are never accepted:
+    # what it adds is the drafting and the verify batches).
     # Carried: .gpu2/qtune.xz, .gpu2/cuda/cuda-bin.tar.xz.part-* (the pack phase's pieces, unpacked
     # where they were built: their RPATH) and .gpu2/vocab/ggml-vocab-qwen35.gguf.
     b="$HOME/.cache/qtune/llama.cpp/b11434-cuda"
@@ -129,13 +132,17 @@ case "${1:-}" in
     start_ballast $((GIB * 1024))
     card="emulated card: ${GIB} GiB free of $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)"
     s="$b/bin/llama-server -m $MODEL -c $CTX -np 1"
-    say "compare, ${ROUNDS:-4} rounds: B=$REF C=$CAND"
-    qtune compare "$s $REF" "$s $CAND" --workload agent-session --rounds "${ROUNDS:-4}" \
-      --out "$W/${CMP:-compare}" 2>&1 | cut -c1-200 | tail -40
-    echo "$card" > "$W/${CMP:-compare}/card.txt"
+    # The run folder is written straight into $OUT, so that a call cut short by its time limit
+    # still brings back the rounds that ended (each is journaled as it ends).
+    dir="$OUT/${CMP:-compare}"
+    echo "$card" > "$OUT/${CMP:-compare}-card.txt"
+    say "compare, ${ROUNDS:-4} rounds: B=$REF C=$CAND (${CMP_ARGS:---workload agent-session})"
+    # shellcheck disable=SC2086 # CMP_ARGS is a list of flags
+    qtune compare "$s $REF" "$s $CAND" ${CMP_ARGS:---workload agent-session} \
+      --rounds "${ROUNDS:-4}" --out "$dir" 2>&1 | cut -c1-200 | tail -40
     pkill -f ballast.py
-    tar -C "$W" -cJf "$OUT/${CMP:-compare}.tar.xz" "${CMP:-compare}" first-hour.log
-    ls -la "$OUT"
+    cp "$LOG" "$OUT/"
+    ls -la "$dir"
     ;;
   *)
     echo "usage: scripts/gpu-first-hour.sh demo|wait|pack|compare" >&2
