@@ -15,6 +15,8 @@ when there is any; prints one summary line and exits 0 when there is none.
   of one copy are reported once, as one span.
 - Every folder under docs/evidence/ is a run listed in docs/evidence/manifest.json (the
   manifest says what each run is and what reads it), and no run there lacks its folder.
+- Every run in the manifest has a non-empty "feeds": the docs/ section or table recomputed
+  from it, or "nothing in docs/ cites it: ..." (issue 55).
 - scripts/tree-size.py passes: the tracked tree outside docs/evidence at most 5 MB,
   docs/evidence at most 2 MB.
 
@@ -138,6 +140,9 @@ def check_evidence(repo):
            for d in sorted(folders - listed)]
     bad += [f'docs/evidence/manifest.json: run folder {d}/ does not exist'
             for d in sorted(listed - folders)]
+    bad += [f'docs/evidence/manifest.json: run {r.get("id", r["folder"])} has no "feeds" (the '
+            'docs/ section or table recomputed from it, or "nothing in docs/ cites it: ...")'
+            for r in runs if not (isinstance(r.get('feeds'), str) and r['feeds'].strip())]
     return bad
 
 
@@ -172,6 +177,13 @@ def self_test():
     def body(prefix, n):
         return ''.join(f'let {prefix}{k} = {k} * 3;\n' for k in range(n))
 
+    def evidence(feeds):
+        run = {'id': 'r1', 'folder': 'r1/'}
+        if feeds is not None:
+            run['feeds'] = feeds
+        return {'src/ok.rs': '', 'docs/evidence/r1/card.txt': '16\n',
+                'docs/evidence/manifest.json': json.dumps({'runs': [run]})}
+
     tests = '#[cfg(test)]\nmod tests {\n' + body('t', 500) + '}\n'
     cases = [
         ('a file of 800 lines of code passes', {'src/ok.rs': body('a', 800)}, []),
@@ -191,6 +203,11 @@ def self_test():
          ['src/a.rs:1-12 and src/m/c.rs:1-34: 12 lines']),
         ('a 301-line README fails', {'src/ok.rs': '', 'README.md': 'x\n' * 301},
          ['README.md: 301 lines']),
+        ('an evidence run with its feeds passes', evidence('docs/results.md, a table'), []),
+        ('an evidence run without feeds fails', evidence(None),
+         ['docs/evidence/manifest.json: run r1 has no "feeds"']),
+        ('an evidence run with empty feeds fails', evidence(' '),
+         ['docs/evidence/manifest.json: run r1 has no "feeds"']),
     ]
     failed = 0
     for name, files, want in cases:
@@ -215,7 +232,7 @@ def main(argv):
         print(f'house-rules: {b}')
     if not bad:
         print(f'house-rules: no file over {MAX_CODE_LINES} lines of code, README at most '
-              f'{MAX_README_LINES} lines, no {DUP_LINES}-line copy in src/, evidence listed, '
+              f'{MAX_README_LINES} lines, no {DUP_LINES}-line copy in src/, evidence listed with its feeds, '
               'tree within its size limits')
     return 1 if bad else 0
 
