@@ -38,12 +38,14 @@ python3 scripts/engine-seam.py src > /dev/null || { python3 scripts/engine-seam.
 cargo build --quiet
 # The server and models come from the same code paths users run (qtune server build, synth).
 ./target/debug/qtune server build
-# The second engine (issue 44): ik_llama.cpp's server, CPU (tests/ik_engine.rs).
+# The second engine (issue 44): ik_llama.cpp's server, CPU (tests/it/ik_engine.rs).
 ./target/debug/qtune server build --engine ik
 ./target/debug/qtune synth --test-models >/dev/null
 QTUNE_LLAMA_SERVER="$(./target/debug/qtune server path)"
 export QTUNE_LLAMA_SERVER
 export QTUNE_REQUIRE_SERVER=1
 
-# Integration tests start real servers: one test binary at a time, two tests at once.
+# Integration tests start real servers: two tests at once. They are one test binary,
+# tests/it (run one file's tests with `cargo test --test it FILE::`), and two of their own,
+# tests/hostile_fuzz.rs and tests/tune_cli.rs (tests/it/main.rs says why), one after another.
 cargo test --quiet -- --test-threads=2
