@@ -17,6 +17,9 @@ when there is any; prints one summary line and exits 0 when there is none.
   manifest says what each run is and what reads it), and no run there lacks its folder.
 - Every run in the manifest has a non-empty "feeds": the docs/ section or table recomputed
   from it, or "nothing in docs/ cites it: ..." (issue 55).
+- The integration tests are one binary (issue 55): every tests/it/NAME.rs but main.rs has its
+  `mod NAME;` line in tests/it/main.rs (a file without one is silently never compiled), and
+  tests/ holds no test binary of its own but those that need their own process (SEPARATE).
 - scripts/tree-size.py passes: the tracked tree outside docs/evidence at most 5 MB,
   docs/evidence at most 2 MB.
 
@@ -38,6 +41,9 @@ MAX_CODE_LINES = 800
 MAX_README_LINES = 300
 DUP_LINES = 10
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Test binaries kept out of tests/it (tests/it/main.rs says why): a test that reads its own
+# process's peak memory, and real tunes that need no other test's server beside them.
+SEPARATE = {'hostile_fuzz.rs', 'tune_cli.rs'}
 TEST_MOD = re.compile(r'#\[cfg\(test\)\]\s*(pub(\(crate\))?\s+)?mod \w+\s*\{')
 ONLY_BRACKETS = re.compile(r'^[{}()\[\];,]*$')
 
@@ -146,6 +152,21 @@ def check_evidence(repo):
     return bad
 
 
+def check_tests(repo):
+    tests = os.path.join(repo, 'tests')
+    it = os.path.join(tests, 'it')
+    if not os.path.isdir(it):
+        return []
+    main = open(os.path.join(it, 'main.rs'), encoding='utf-8').read()
+    declared = set(re.findall(r'(?m)^\s*(?:pub\s+)?mod\s+(\w+)\s*;', main))
+    bad = [f'tests/it/{f}: no `mod {f[:-3]};` in tests/it/main.rs (never compiled)'
+           for f in sorted(os.listdir(it))
+           if f.endswith('.rs') and f != 'main.rs' and f[:-3] not in declared]
+    bad += [f'tests/{f}: a test binary of its own; move it to tests/it/ (see tests/it/main.rs)'
+            for f in sorted(os.listdir(tests)) if f.endswith('.rs') and f not in SEPARATE]
+    return bad
+
+
 def check_tree_size(repo):
     r = subprocess.run([sys.executable, os.path.join(HERE, 'tree-size.py'), repo],
                        capture_output=True, text=True)
@@ -158,7 +179,7 @@ def check_tree_size(repo):
 def check(repo, tree_size=True):
     src = os.path.join(repo, 'src')
     bad = check_sizes(repo, src) + check_readme(repo) + check_duplicates(repo, src)
-    bad += check_evidence(repo)
+    bad += check_evidence(repo) + check_tests(repo)
     if tree_size:
         bad += check_tree_size(repo)
     return bad
@@ -208,6 +229,15 @@ def self_test():
          ['docs/evidence/manifest.json: run r1 has no "feeds"']),
         ('an evidence run with empty feeds fails', evidence(' '),
          ['docs/evidence/manifest.json: run r1 has no "feeds"']),
+        ('a test module with its mod line passes',
+         {'src/ok.rs': '', 'tests/it/main.rs': 'mod support;\nmod a;\n', 'tests/it/a.rs': '',
+          'tests/tune_cli.rs': ''}, []),
+        ('a test module without its mod line fails',
+         {'src/ok.rs': '', 'tests/it/main.rs': 'mod support;\n', 'tests/it/a.rs': ''},
+         ['tests/it/a.rs: no `mod a;`']),
+        ('a new test binary in tests/ fails',
+         {'src/ok.rs': '', 'tests/it/main.rs': '', 'tests/new_one.rs': ''},
+         ['tests/new_one.rs: a test binary of its own']),
     ]
     failed = 0
     for name, files, want in cases:
@@ -233,6 +263,7 @@ def main(argv):
     if not bad:
         print(f'house-rules: no file over {MAX_CODE_LINES} lines of code, README at most '
               f'{MAX_README_LINES} lines, no {DUP_LINES}-line copy in src/, evidence listed with its feeds, '
+              'every test file a module of tests/it, '
               'tree within its size limits')
     return 1 if bad else 0
 

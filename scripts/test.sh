@@ -29,9 +29,10 @@ fi
 python3 scripts/import-graph.py src > /dev/null || { python3 scripts/import-graph.py src | tail -5; exit 1; }
 # The house rules a script can check (issue 55): no src/ file over 800 lines of non-test code,
 # the README at most 300 lines, no 10-line literal copy in src/, every evidence run in the
-# manifest with the docs it feeds, and the tracked tree's size (scripts/tree-size.py: 5 MB,
-# docs/evidence 2 MB). Its self-test first: a planted 801-line file, a planted 10-line copy and
-# a run without "feeds" must all be caught.
+# manifest with the docs it feeds, every test file a module of tests/it (with its `mod` line),
+# and the tracked tree's size (scripts/tree-size.py: 5 MB, docs/evidence 2 MB). Its self-test
+# first: a planted 801-line file, a 10-line copy, a run without "feeds", a test file without
+# its `mod` line and a new test binary in tests/ must all be caught.
 python3 scripts/house-rules.py --self-test
 python3 scripts/house-rules.py
 python3 scripts/engine-seam.py src > /dev/null || { python3 scripts/engine-seam.py src | tail -20; exit 1; }  # engine flags stay in src/engine/ (issue 56)

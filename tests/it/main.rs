@@ -4,7 +4,12 @@
 //!
 //! A new test file goes here: write `tests/it/NAME.rs` (it reaches the shared helpers with
 //! `use crate::support;`, the speed model's replay with `use crate::support::replay;`) and
-//! add a `mod NAME;` line below, in alphabetical order.
+//! add a `mod NAME;` line below, in alphabetical order. A test file written as its own binary
+//! (`tests/NAME.rs` with `mod support;`) moves here mechanically: `git mv tests/NAME.rs
+//! tests/it/`, its `mod support;` becomes `use crate::support;` (a `#[path =
+//! "support/replay.rs"] mod replay;` becomes `use crate::support::replay;`), and its `mod` line
+//! goes below. A test that re-runs this binary on one of its own tests (`--exact`) names it with
+//! its module path (see trial_interrupt.rs).
 //!
 //! Run one file's tests with `cargo test --test it NAME::`, one test with
 //! `cargo test --test it NAME::TEST`.
@@ -14,8 +19,8 @@
 //! environment to the child `Command` instead. Two test files stay test binaries of their own,
 //! in tests/: `hostile_fuzz.rs` (it reads its own process's peak memory, RUSAGE_SELF) and
 //! `tune_cli.rs` (its real tunes on a minutes budget run with no other test's llama-server
-//! beside them, which only a process of their own guarantees); both reach `tests/it/support/`
-//! through a `#[path]`.
+//! beside them, which only a process of their own guarantees; it reaches `tests/it/support/`
+//! through a `#[path]`).
 
 mod support;
 
