@@ -4,13 +4,13 @@
 //! `cargo run --example refit` fits on every run in `FITTED`'s fit (docs/evidence/manifest.json:
 //! every single-GPU run but those planned with `FITTED`); `cargo run --example refit -- RUN...`
 //! also leaves out the named runs (by id) and prints how the refit predicts them.
-//! tests/speed_replay.rs checks that `FITTED` is this refit, to 5 %.
+//! tests/it/speed_replay.rs checks that `FITTED` is this refit, to 5 %.
 
-#[path = "../tests/support/evidence.rs"]
+#[path = "../tests/it/support/evidence.rs"]
 pub mod evidence;
-#[path = "../tests/support/replay.rs"]
+#[path = "../tests/it/support/replay.rs"]
 mod replay;
-/// What tests/support/replay.rs reaches as `crate::support`.
+/// What tests/it/support/replay.rs reaches as `crate::support`.
 mod support {
     pub use super::evidence;
 }

@@ -15,6 +15,11 @@ when there is any; prints one summary line and exits 0 when there is none.
   of one copy are reported once, as one span.
 - Every folder under docs/evidence/ is a run listed in docs/evidence/manifest.json (the
   manifest says what each run is and what reads it), and no run there lacks its folder.
+- Every run in the manifest has a non-empty "feeds": the docs/ section or table recomputed
+  from it, or "nothing in docs/ cites it: ..." (issue 55).
+- The integration tests are one binary (issue 55): every tests/it/NAME.rs but main.rs has its
+  `mod NAME;` line in tests/it/main.rs (a file without one is silently never compiled), and
+  tests/ holds no test binary of its own but those that need their own process (SEPARATE).
 - scripts/tree-size.py passes: the tracked tree outside docs/evidence at most 5 MB,
   docs/evidence at most 2 MB.
 
@@ -36,6 +41,9 @@ MAX_CODE_LINES = 800
 MAX_README_LINES = 300
 DUP_LINES = 10
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Test binaries kept out of tests/it (tests/it/main.rs says why): a test that reads its own
+# process's peak memory, and real tunes that need no other test's server beside them.
+SEPARATE = {'hostile_fuzz.rs', 'tune_cli.rs'}
 TEST_MOD = re.compile(r'#\[cfg\(test\)\]\s*(pub(\(crate\))?\s+)?mod \w+\s*\{')
 ONLY_BRACKETS = re.compile(r'^[{}()\[\];,]*$')
 
@@ -138,6 +146,24 @@ def check_evidence(repo):
            for d in sorted(folders - listed)]
     bad += [f'docs/evidence/manifest.json: run folder {d}/ does not exist'
             for d in sorted(listed - folders)]
+    bad += [f'docs/evidence/manifest.json: run {r.get("id", r["folder"])} has no "feeds" (the '
+            'docs/ section or table recomputed from it, or "nothing in docs/ cites it: ...")'
+            for r in runs if not (isinstance(r.get('feeds'), str) and r['feeds'].strip())]
+    return bad
+
+
+def check_tests(repo):
+    tests = os.path.join(repo, 'tests')
+    it = os.path.join(tests, 'it')
+    if not os.path.isdir(it):
+        return []
+    main = open(os.path.join(it, 'main.rs'), encoding='utf-8').read()
+    declared = set(re.findall(r'(?m)^\s*(?:pub\s+)?mod\s+(\w+)\s*;', main))
+    bad = [f'tests/it/{f}: no `mod {f[:-3]};` in tests/it/main.rs (never compiled)'
+           for f in sorted(os.listdir(it))
+           if f.endswith('.rs') and f != 'main.rs' and f[:-3] not in declared]
+    bad += [f'tests/{f}: a test binary of its own; move it to tests/it/ (see tests/it/main.rs)'
+            for f in sorted(os.listdir(tests)) if f.endswith('.rs') and f not in SEPARATE]
     return bad
 
 
@@ -153,7 +179,7 @@ def check_tree_size(repo):
 def check(repo, tree_size=True):
     src = os.path.join(repo, 'src')
     bad = check_sizes(repo, src) + check_readme(repo) + check_duplicates(repo, src)
-    bad += check_evidence(repo)
+    bad += check_evidence(repo) + check_tests(repo)
     if tree_size:
         bad += check_tree_size(repo)
     return bad
@@ -171,6 +197,13 @@ def self_test():
 
     def body(prefix, n):
         return ''.join(f'let {prefix}{k} = {k} * 3;\n' for k in range(n))
+
+    def evidence(feeds):
+        run = {'id': 'r1', 'folder': 'r1/'}
+        if feeds is not None:
+            run['feeds'] = feeds
+        return {'src/ok.rs': '', 'docs/evidence/r1/card.txt': '16\n',
+                'docs/evidence/manifest.json': json.dumps({'runs': [run]})}
 
     tests = '#[cfg(test)]\nmod tests {\n' + body('t', 500) + '}\n'
     cases = [
@@ -191,6 +224,20 @@ def self_test():
          ['src/a.rs:1-12 and src/m/c.rs:1-34: 12 lines']),
         ('a 301-line README fails', {'src/ok.rs': '', 'README.md': 'x\n' * 301},
          ['README.md: 301 lines']),
+        ('an evidence run with its feeds passes', evidence('docs/results.md, a table'), []),
+        ('an evidence run without feeds fails', evidence(None),
+         ['docs/evidence/manifest.json: run r1 has no "feeds"']),
+        ('an evidence run with empty feeds fails', evidence(' '),
+         ['docs/evidence/manifest.json: run r1 has no "feeds"']),
+        ('a test module with its mod line passes',
+         {'src/ok.rs': '', 'tests/it/main.rs': 'mod support;\nmod a;\n', 'tests/it/a.rs': '',
+          'tests/tune_cli.rs': ''}, []),
+        ('a test module without its mod line fails',
+         {'src/ok.rs': '', 'tests/it/main.rs': 'mod support;\n', 'tests/it/a.rs': ''},
+         ['tests/it/a.rs: no `mod a;`']),
+        ('a new test binary in tests/ fails',
+         {'src/ok.rs': '', 'tests/it/main.rs': '', 'tests/new_one.rs': ''},
+         ['tests/new_one.rs: a test binary of its own']),
     ]
     failed = 0
     for name, files, want in cases:
@@ -215,7 +262,8 @@ def main(argv):
         print(f'house-rules: {b}')
     if not bad:
         print(f'house-rules: no file over {MAX_CODE_LINES} lines of code, README at most '
-              f'{MAX_README_LINES} lines, no {DUP_LINES}-line copy in src/, evidence listed, '
+              f'{MAX_README_LINES} lines, no {DUP_LINES}-line copy in src/, evidence listed with its feeds, '
+              'every test file a module of tests/it, '
               'tree within its size limits')
     return 1 if bad else 0
 

@@ -29,20 +29,24 @@ fi
 python3 scripts/import-graph.py src > /dev/null || { python3 scripts/import-graph.py src | tail -5; exit 1; }
 # The house rules a script can check (issue 55): no src/ file over 800 lines of non-test code,
 # the README at most 300 lines, no 10-line literal copy in src/, every evidence run in the
-# manifest, and the tracked tree's size (scripts/tree-size.py: 5 MB, docs/evidence 2 MB). Its
-# self-test first: a planted 801-line file and a planted 10-line copy must both be caught.
+# manifest with the docs it feeds, every test file a module of tests/it (with its `mod` line),
+# and the tracked tree's size (scripts/tree-size.py: 5 MB, docs/evidence 2 MB). Its self-test
+# first: a planted 801-line file, a 10-line copy, a run without "feeds", a test file without
+# its `mod` line and a new test binary in tests/ must all be caught.
 python3 scripts/house-rules.py --self-test
 python3 scripts/house-rules.py
 python3 scripts/engine-seam.py src > /dev/null || { python3 scripts/engine-seam.py src | tail -20; exit 1; }  # engine flags stay in src/engine/ (issue 56)
 cargo build --quiet
 # The server and models come from the same code paths users run (qtune server build, synth).
 ./target/debug/qtune server build
-# The second engine (issue 44): ik_llama.cpp's server, CPU (tests/ik_engine.rs).
+# The second engine (issue 44): ik_llama.cpp's server, CPU (tests/it/ik_engine.rs).
 ./target/debug/qtune server build --engine ik
 ./target/debug/qtune synth --test-models >/dev/null
 QTUNE_LLAMA_SERVER="$(./target/debug/qtune server path)"
 export QTUNE_LLAMA_SERVER
 export QTUNE_REQUIRE_SERVER=1
 
-# Integration tests start real servers: one test binary at a time, two tests at once.
+# Integration tests start real servers: two tests at once. They are one test binary,
+# tests/it (run one file's tests with `cargo test --test it FILE::`), and two of their own,
+# tests/hostile_fuzz.rs and tests/tune_cli.rs (tests/it/main.rs says why), one after another.
 cargo test --quiet -- --test-threads=2

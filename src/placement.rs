@@ -210,7 +210,7 @@ pub fn server_default_stand_in(
 /// its last blocks is set by its pinned `-ot` placements; its default on 16 GiB, whose last
 /// blocks' experts are on the CPU memory-mapped, measured 1.62x that prediction in prompt on
 /// the H100 and 1.74x on the H200 (3 launches), while generation stays within the stated
-/// error (`tests/speed_replay.rs`, the server default's replay). Pinned and memory-mapped
+/// error (`tests/it/speed_replay.rs`, the server default's replay). Pinned and memory-mapped
 /// copies of the deep blocks do not agree on one touch; this end says so rather than hiding it.
 pub const SERVER_DEFAULT_PP_HIGH: f64 = 1.8;
 

@@ -3,6 +3,7 @@
 //! can be found by that path (and must be gone when qtune is).
 
 use qtune::engine::LaunchArgs;
+#[path = "it/support/mod.rs"]
 mod support;
 use support::qtune;
 use support::servers;

@@ -187,7 +187,7 @@ fn kv_cells(cfg: &LaunchConfig) -> (u64, u64) {
 }
 
 /// What `--spec-type draft-mtp` adds beside the main context (the pinned server, checked on
-/// the CPU against tiny-qwen35moe's buffers; `tests/spec_mtp.rs`): the MTP blocks' weights,
+/// the CPU against tiny-qwen35moe's buffers; `tests/it/spec_mtp.rs`): the MTP blocks' weights,
 /// which the server skips otherwise, on the GPU when every layer is (`gpu`); and a second
 /// context over them: its own KV of those blocks (f16: the draft's `-ctkd`/`-ctvd`
 /// default, whatever `-ctk` says), its logits buffer, and a compute buffer of about the

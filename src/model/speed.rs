@@ -20,8 +20,8 @@
 //!
 //! The constants are fitted by least squares on relative error to the GPU evidence in
 //! docs/evidence/ (its manifest.json names the runs); `cargo run --example refit` refits and
-//! prints them, and `tests/speed_replay.rs` checks them against held-out runs and trials
-//! (`cargo test --test speed_replay -- --nocapture` prints predicted vs measured per config).
+//! prints them, and `tests/it/speed_replay.rs` checks them against held-out runs and trials
+//! (`cargo test --test it speed_replay:: -- --nocapture` prints predicted vs measured per config).
 //! Intervals are the model's error on those runs, which includes the +-15 % launch-to-launch
 //! noise of the shared GPU machine. docs/how-it-works.md describes the model and its fit.
 
@@ -94,7 +94,7 @@ pub struct SpeedConstants {
 /// `last-split` placements). The thread exponent, the page-cache copy rate and the synthetic
 /// models' touch powers are chosen by grid search around the least-squares fit; the pinned
 /// copy rate is measured, not fitted. `cargo run --example refit` refits and prints them;
-/// `tests/speed_replay.rs` checks that they are that refit, and that a refit without a run
+/// `tests/it/speed_replay.rs` checks that they are that refit, and that a refit without a run
 /// predicts it within the stated error.
 ///
 /// - host: CPU expert reads run at 0.88x what `qtune hw` measured plus 0.17 ms per CPU block;

@@ -3,7 +3,7 @@
 //! that box, quant and placement. Nothing is fitted on them: the speed model's constants come
 //! from qtune's own runs (`crate::model::speed::FITTED`). `docs/seed-speeds.csv` holds the rows
 //! (each citing its seed file and line); [`table`] renders the table of docs/results.md, which
-//! `cargo run --example seed_table` prints and `tests/plan_box.rs` checks is current.
+//! `cargo run --example seed_table` prints and `tests/it/plan_box.rs` checks is current.
 
 use crate::config::LaunchConfig;
 use crate::hardware::HardwareProfile;

@@ -2,7 +2,7 @@
 //! The solver is one state machine whose steps share its state: this file holds the state and
 //! the phase loop (`next_action`); each phase's steps are in a submodule
 //! (`explore`, `variants`, `confirm`), and `problem` runs the trials. Its behaviour is tested
-//! through replayed landscapes in tests/search_replay.rs.
+//! through replayed landscapes in tests/it/search_replay.rs.
 //!
 //! 1. Baseline: what the user gets without qtune (no placement flags, the build auto-fits),
 //!    launched twice back to back when the budget races: the box's launch-to-launch noise.
