@@ -25,6 +25,7 @@ pub mod ik_llama;
 pub mod llama_cpp;
 pub mod log;
 pub mod mtp;
+pub mod select;
 pub mod server;
 
 pub use llama_cpp::parse::{canonical_flag, FLAG_SPELLINGS};

@@ -398,6 +398,7 @@ pub fn gpu_result(server: &Path, model: &Path) -> TuneResult {
         model_pick,
         workload_picks: Vec::new(),
         budget_stop: None,
+        engine_servers: Vec::new(),
     }
 }
 
@@ -511,6 +512,7 @@ pub fn cpu_result(server: &Path, model: &Path) -> TuneResult {
         model_pick: None,
         workload_picks: Vec::new(),
         budget_stop: None,
+        engine_servers: Vec::new(),
     }
 }
 

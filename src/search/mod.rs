@@ -163,7 +163,11 @@ pub fn tune(
     let mut warnings = solver.warnings.clone();
     let command = |c: &crate::config::LaunchConfig| {
         c.command(
-            &inputs.server_path,
+            crate::engine::select::server_for(
+                c.engine,
+                &inputs.server_path,
+                &inputs.engine_servers,
+            ),
             &inputs.model_path,
             &inputs.host,
             inputs.port,
@@ -263,6 +267,7 @@ pub fn tune(
         model_pick: solver.model_pick.clone(),
         workload_picks: Vec::new(),
         budget_stop: None,
+        engine_servers: inputs.engine_servers.clone(),
     };
     result.budget_stop = budget_stop(&solver, &ctx, result.race.as_ref(), clock.as_ref());
     result.workload_picks = result.workload_picks();

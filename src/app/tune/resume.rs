@@ -83,6 +83,7 @@ pub(super) fn verify_resume(
                 crate::escape::terminal(&crate::engine::binary::short_version(&server.version))
             );
         }
+        crate::app::engines::verify(dir, &inputs.engine_servers)?;
         if let (Some(want), Some(now)) = (inputs.server_bytes, file_bytes(&inputs.server_path)) {
             if want != now {
                 anyhow::bail!(
