@@ -260,6 +260,7 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
             o.path.display()
         ));
     }
+    space.fixed.also_engines = engine_servers.iter().map(|s| s.engine).collect();
     if let Some(s) = server.as_ref().filter(|s| !s.engine.is_default()) {
         // Every launch of the tune, baselines included, in the server's own dialect.
         space.fixed.engine = s.engine;

@@ -89,6 +89,7 @@ fn space(name: &str, moe: bool) -> SearchSpace {
             fit_target_mib: None,
             threads_cap: None,
             engine: Default::default(),
+            also_engines: Vec::new(),
             rpc_workers: Vec::new(),
         },
         workload: Workload::default(),

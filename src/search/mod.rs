@@ -16,6 +16,7 @@ use std::sync::Arc;
 pub mod candidates;
 mod checkpoint;
 pub mod context;
+pub mod engines;
 pub mod levers;
 pub mod pick;
 pub mod progress;
@@ -187,6 +188,14 @@ pub fn tune(
         &mut warnings,
         race.as_ref(),
     );
+    warnings.extend(engines::baseline_note(&ctx, &history));
+    if !engines::others(&ctx).is_empty()
+        || crate::engine::of(ctx.space.fixed.engine).caps().own_levers
+    {
+        // The engines' own levers skipped, each with its reason.
+        let best = (solver.race_candidates.first().cloned()).unwrap_or_else(|| ctx.baseline());
+        warnings.extend(engines::variants(&ctx, &best).1);
+    }
     warnings.extend(trial_warnings(&history));
     warnings.extend(levers::acceptance_lines(&history));
     // A trace whose clients sampled is replayed greedily: one line says so, and why.

@@ -51,6 +51,7 @@ pub(super) fn verify_resume(
         // server's, checked below).
         asked.fixed.rpc_workers = inputs.space.fixed.rpc_workers.clone();
         asked.fixed.engine = inputs.space.fixed.engine;
+        asked.fixed.also_engines = inputs.space.fixed.also_engines.clone();
         if asked != inputs.space {
             anyhow::bail!(
                 "cannot resume {shown}: --space {name} is not the space this tune started with (its space is in {}); drop --space to continue, or start a new tune",

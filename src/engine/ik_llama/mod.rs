@@ -79,7 +79,25 @@ impl Engine for IkLlama {
         if let Some(t) = c.spec_type {
             push_pair(&mut a, "--spec-type", t.to_string());
         }
+        let o = &c.engine_opts;
+        if o.no_fused_moe {
+            a.push(OWN_FLAGS[1][0].to_string());
+        }
+        if let Some(n) = o.attn_max_batch {
+            push_pair(&mut a, OWN_FLAGS[2][0], n.to_string());
+        }
+        if o.run_time_repack {
+            a.push(OWN_FLAGS[0][0].to_string());
+        }
         a
+    }
+
+    /// Fused MoE off (on by default: measured, not assumed, on a MoE model); `-amb` where
+    /// attention's compute buffer sits on a GPU; `-rtr` only where prompt processing stays on
+    /// the GPU (its repacked layouts have no CUDA kernels, so experts on the CPU would lose
+    /// op offload's prompt speed); `-ser` never (lossy: see [`own_levers`]).
+    fn own_levers(&self, c: &LaunchConfig, ctx: &super::LeverContext) -> super::OwnLevers {
+        own_levers(c, ctx)
     }
 
     /// The server's default, as llama.cpp's: the space's context and slots, `-t` at a busy
@@ -124,6 +142,7 @@ impl Engine for IkLlama {
             cuda_build: false,
             // ik_llama.cpp drafts with MTP through its own flags, not --spec-type draft-mtp.
             draft_mtp: false,
+            own_levers: true,
         }
     }
 
@@ -171,6 +190,52 @@ impl Engine for IkLlama {
     fn build(&self, cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
         server::build(cuda, say)
     }
+}
+
+/// The attention batch cap tried (`-amb 512`, the value ik's docs suggest for large batches).
+pub const AMB_TRIED: u32 = 512;
+
+/// ik's own levers on `c` ([`Engine::own_levers`]), each skipped lever with its reason.
+pub fn own_levers(c: &LaunchConfig, ctx: &super::LeverContext) -> super::OwnLevers {
+    let mut out = super::OwnLevers::default();
+    let with = |f: &dyn Fn(&mut crate::config::EngineOpts)| {
+        let mut v = c.clone();
+        f(&mut v.engine_opts);
+        v
+    };
+    if ctx.moe {
+        out.configs.push(with(&|o| o.no_fused_moe = true));
+    } else {
+        out.skipped
+            .push("ik_llama.cpp's fused MoE: not tried, the model has no experts".into());
+    }
+    if ctx.has_gpu {
+        out.configs
+            .push(with(&|o| o.attn_max_batch = Some(AMB_TRIED)));
+    } else {
+        out.skipped.push(
+            "ik_llama.cpp's -amb: not tried, it caps attention's compute buffer on a GPU and this box has none"
+                .into(),
+        );
+    }
+    if ctx.has_gpu && !ctx.experts_on_cpu {
+        out.configs.push(with(&|o| o.run_time_repack = true));
+    } else {
+        out.skipped.push(format!(
+            "ik_llama.cpp's -rtr: not tried, {}",
+            if ctx.has_gpu {
+                "experts sit on the CPU and its repacked layouts have no CUDA kernels for prompt processing"
+            } else {
+                "prompt processing runs on the CPU here (no GPU), where repacking was not shown to help"
+            }
+        ));
+    }
+    out.skipped.push(
+        "ik_llama.cpp's -ser (smart expert reduction): not tried, it is lossy (it changes the model's answers) and qtune's quality guard does not measure it yet"
+            .into(),
+    );
+    out.configs.retain(|v| v != c);
+    out
 }
 
 fn push_pair(a: &mut Vec<String>, k: &str, v: String) {
