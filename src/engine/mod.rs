@@ -102,10 +102,19 @@ pub struct ServerCommand {
     pub config: LaunchConfig,
 }
 
-/// Read back a `llama-server` argv as qtune renders it, in llama.cpp's spelling (the only
-/// dialect read back so far; see [`Engine::parse_command`]).
+/// Read back a `llama-server` argv as qtune renders it ([`Engine::parse_command`]): as
+/// ik_llama.cpp's where the binary is qtune's ik build (its path names `ik_llama`) or only
+/// ik's dialect reads it (`--fit --fit-margin`, `--no-mmap`, `-no-fmoe`, `-amb`, `-rtr`),
+/// else as llama.cpp's, whose error is the one said.
 pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
-    LlamaCpp.parse_command(argv)
+    if argv.first().is_some_and(|s| s.contains("ik_llama")) {
+        if let Ok(c) = IkLlama.parse_command(argv) {
+            return Ok(c);
+        }
+    }
+    LlamaCpp
+        .parse_command(argv)
+        .or_else(|e| IkLlama.parse_command(argv).map_err(|_| e))
 }
 
 /// What a tune's baselines are launched with, from its search space's fixed settings

@@ -7,8 +7,8 @@
 //! `space.fixed.also_engines`. The reference is decided on the baselines' launches before the
 //! race, so it stays the same while the race runs (and when a killed tune is resumed).
 
-use super::rank::{better, Speeds};
 use super::context::SearchContext;
+use super::rank::{better, Speeds};
 use crate::config::{EngineKind, LaunchConfig};
 use crate::trial::{TrialOutcome, TrialRole};
 

@@ -19,6 +19,7 @@ use crate::config::{LaunchConfig, LoadMode, SplitMode};
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 
+pub mod parse;
 pub mod server;
 
 /// ik's own levers, in its spellings (read from the pinned `common/common.cpp`): run-time
@@ -172,6 +173,10 @@ impl Engine for IkLlama {
 
     fn build_command(&self) -> &'static str {
         "qtune server build --engine ik"
+    }
+
+    fn parse_command(&self, argv: &[String]) -> Result<super::ServerCommand, String> {
+        parse::parse_command(argv)
     }
 
     /// qtune's build has no build number, and reads as its source package
@@ -355,5 +360,66 @@ mod tests {
             .parse::<EngineKind>()
             .unwrap_err()
             .contains("llama.cpp or ik"));
+    }
+
+    /// ik's own levers by the box (issue 56): fused MoE off on a MoE model, `-amb` only with a
+    /// GPU, `-rtr` only where prompt processing stays on the GPU; `-ser` always skipped as
+    /// lossy. llama.cpp has none of them (its caps lack them: the search never proposes one).
+    #[test]
+    fn iks_own_levers_follow_the_box() {
+        use crate::engine::LeverContext;
+        let c = LaunchConfig {
+            engine: EngineKind::IkLlama,
+            ..LaunchConfig::baseline(2048)
+        };
+        let args = |ctx: &LeverContext| -> Vec<String> {
+            own_levers(&c, ctx)
+                .configs
+                .iter()
+                .map(|v| v.server_args()[4..].join(" "))
+                .collect()
+        };
+        let cpu = LeverContext {
+            has_gpu: false,
+            experts_on_cpu: false,
+            moe: true,
+        };
+        assert_eq!(args(&cpu), vec!["-no-fmoe"]);
+        let skipped = own_levers(&c, &cpu).skipped.join("\n");
+        assert!(
+            skipped.contains("-amb: not tried") && skipped.contains("-rtr: not tried"),
+            "{skipped}"
+        );
+        assert!(
+            skipped.contains("-ser (smart expert reduction): not tried, it is lossy"),
+            "{skipped}"
+        );
+        let gpu = LeverContext {
+            has_gpu: true,
+            experts_on_cpu: false,
+            moe: true,
+        };
+        assert_eq!(args(&gpu), vec!["-no-fmoe", "-amb 512", "-rtr"]);
+        let hybrid = LeverContext {
+            experts_on_cpu: true,
+            ..gpu
+        };
+        assert_eq!(args(&hybrid), vec!["-no-fmoe", "-amb 512"]);
+        assert!(own_levers(&c, &hybrid)
+            .skipped
+            .join(" ")
+            .contains("no CUDA kernels"));
+        let dense = LeverContext { moe: false, ..gpu };
+        assert!(!args(&dense).contains(&"-no-fmoe".to_string()));
+        // llama.cpp has none of ik's levers: such a config is not proposed on it.
+        let on_llama = LaunchConfig {
+            engine: EngineKind::LlamaCpp,
+            ..own_levers(&c, &gpu).configs[0].clone()
+        };
+        assert!(!crate::engine::LlamaCpp.caps().expresses(&on_llama));
+        assert!(crate::engine::LlamaCpp
+            .own_levers(&on_llama, &gpu)
+            .configs
+            .is_empty());
     }
 }
