@@ -129,6 +129,10 @@ pub struct TuneArgs {
     /// llama-server to use (else QTUNE_LLAMA_SERVER, PATH, then qtune's cache).
     #[arg(long)]
     pub server: Option<PathBuf>,
+    /// Which engines to race: llama, ik (ik_llama.cpp) or both (default: both where both
+    /// servers are found and none is named by --server or QTUNE_LLAMA_SERVER).
+    #[arg(long, value_name = "llama|ik|both", conflicts_with = "resume")]
+    pub engine: Option<crate::engine::select::EngineChoice>,
     /// Search space: a YAML file or a built-in name (default, quick, cpu-only, long-context).
     #[arg(long)]
     pub space: Option<String>,

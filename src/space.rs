@@ -196,6 +196,10 @@ pub struct Fixed {
     /// space file's setting; absent: llama.cpp.
     #[serde(default, skip_serializing_if = "crate::config::EngineKind::is_default")]
     pub engine: crate::config::EngineKind,
+    /// The other engines the tune races (`qtune tune --engine both`): their baselines are
+    /// measured too and the search's best is tried on each. Not a space file's setting.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_engines: Vec<crate::config::EngineKind>,
     /// The head's RPC workers (`qtune tune --rpc`), as measured when the tune started: every
     /// launch, the baseline included, gets `--rpc` with their addresses, and the placements
     /// split the layers over their devices.

@@ -2,6 +2,7 @@
 //! printing; the stages only return values. `cli` parses and calls these.
 
 pub mod compare;
+pub mod engines;
 pub mod info;
 pub mod measure;
 pub mod outcome;

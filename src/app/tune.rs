@@ -24,6 +24,8 @@ pub struct TuneOptions {
     /// The model; with `--resume`, optional (the run directory knows it).
     pub model: Option<PathBuf>,
     pub server: Option<PathBuf>,
+    /// `--engine`: the engines raced (None: both where found, [`crate::engine::select`]).
+    pub engine: Option<crate::engine::select::EngineChoice>,
     pub space: Option<String>,
     pub headroom_mib: u64,
     pub ctx: Option<u32>,
@@ -165,6 +167,8 @@ struct Checked {
     model: PathBuf,
     server_path: PathBuf,
     server_version: String,
+    /// The other engines' servers raced (`--engine both`).
+    engine_servers: Vec<crate::engine::select::EngineServer>,
     layout: crate::model::ModelLayout,
     hardware: crate::hardware::HardwareProfile,
     space: SearchSpace,
@@ -184,6 +188,8 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
     let model = absolute(&model)?;
     // The model first: a wrong path is said before a server is built for it.
     let layout = crate::model::load(&model)?;
+    let mut notes: Vec<String> = Vec::new();
+    let mut engine_servers = Vec::new();
     let (server_path, server_version, server) = match &opts.replay {
         Some(r) => (
             opts.server
@@ -193,14 +199,20 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
             None,
         ),
         // A dry run launches nothing, and builds nothing either.
-        None if opts.dry_run => {
-            let s = crate::engine::binary::resolve(opts.server.as_deref())?;
-            (absolute(&s.path)?, s.version.clone(), Some(s))
-        }
         None => {
-            let s =
-                crate::engine::binary::resolve_or_build(opts.server.as_deref(), &super::info::say)?;
-            (absolute(&s.path)?, s.version.clone(), Some(s))
+            let t = super::engines::resolve(
+                opts.engine,
+                opts.server.as_deref(),
+                opts.rpc.is_some(),
+                !opts.dry_run,
+            )?;
+            engine_servers = t.others;
+            notes.extend(t.note);
+            (
+                absolute(&t.primary.path)?,
+                t.primary.version.clone(),
+                Some(t.primary),
+            )
         }
     };
     check_printable("llama-server", &server_path)?;
@@ -240,7 +252,15 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
         space.fixed.rpc_workers = super::rpc::tune_workers(list, &server_path)?;
     }
     super::preflight::check_moe(&model, &layout, opts.allow_dense)?;
-    let mut notes: Vec<String> = space_note.into_iter().collect();
+    notes.extend(space_note);
+    for o in &engine_servers {
+        notes.push(format!(
+            "engine: {} raced too ({})",
+            o.engine,
+            o.path.display()
+        ));
+    }
+    space.fixed.also_engines = engine_servers.iter().map(|s| s.engine).collect();
     if let Some(s) = server.as_ref().filter(|s| !s.engine.is_default()) {
         // Every launch of the tune, baselines included, in the server's own dialect.
         space.fixed.engine = s.engine;
@@ -277,6 +297,7 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
         model,
         server_path,
         server_version,
+        engine_servers,
         layout,
         hardware,
         space,
@@ -354,6 +375,7 @@ fn prepare(
         model,
         server_path,
         server_version,
+        engine_servers,
         layout,
         hardware,
         space,
@@ -399,6 +421,7 @@ fn prepare(
         quality,
         model_fingerprint: Some(layout.fingerprint.clone()),
         model_bytes: Some(layout.file_bytes),
+        engine_servers,
     };
     crate::run::write_inputs(&run_dir, &inputs)?;
     Ok((run_dir, inputs, layout, lock, notes))
@@ -455,30 +478,33 @@ fn runner_and_clock(
     let server =
         crate::engine::binary::check(&inputs.server_path, crate::engine::binary::Source::Flag)?;
     let hw = &inputs.hardware;
-    let runner = crate::trial::llama_runner::LlamaServerRunner::new(
-        &server.path,
-        &inputs.model_path,
-        layout.file_bytes,
-        inputs.space.workload.clone(),
-        run_dir,
-        journal,
-        inputs.vram_budget_mib,
-        crate::search::request_timeout(&inputs.space.workload),
-    )?
-    .with_first_id(resume.next_id)
-    .with_gpu_budgets(inputs.gpu_budgets.iter().map(|g| g.budget_mib).collect())
-    .with_env(crate::hardware::cuda_device_env(&inputs.gpu_budgets))
-    .with_free_vram_at_start(hw.has_gpu().then_some(inputs.free_vram_at_start_mib))
-    .with_deadline(budget_deadline(
-        started,
-        inputs.space.budget.minutes,
-        resume.elapsed_s,
-    ))
-    .with_speed_ceiling(crate::trial::plausible::ceiling_for(layout, hw))
-    .with_predicted_pace(crate::trial::plausible::pace_for(layout, hw))
-    .with_phase(doing)
-    .with_busy_note(busy)
-    .with_random_weights(crate::model::speed::is_synthetic(layout));
+    let runner = super::engines::with_servers(
+        crate::trial::llama_runner::LlamaServerRunner::new(
+            &server.path,
+            &inputs.model_path,
+            layout.file_bytes,
+            inputs.space.workload.clone(),
+            run_dir,
+            journal,
+            inputs.vram_budget_mib,
+            crate::search::request_timeout(&inputs.space.workload),
+        )?
+        .with_first_id(resume.next_id)
+        .with_gpu_budgets(inputs.gpu_budgets.iter().map(|g| g.budget_mib).collect())
+        .with_env(crate::hardware::cuda_device_env(&inputs.gpu_budgets))
+        .with_free_vram_at_start(hw.has_gpu().then_some(inputs.free_vram_at_start_mib))
+        .with_deadline(budget_deadline(
+            started,
+            inputs.space.budget.minutes,
+            resume.elapsed_s,
+        ))
+        .with_speed_ceiling(crate::trial::plausible::ceiling_for(layout, hw))
+        .with_predicted_pace(crate::trial::plausible::pace_for(layout, hw))
+        .with_phase(doing)
+        .with_busy_note(busy)
+        .with_random_weights(crate::model::speed::is_synthetic(layout)),
+        &inputs.engine_servers,
+    );
     Ok((Box::new(runner), crate::clock::system()))
 }
 
@@ -661,6 +687,7 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
         quality: None,
         model_fingerprint: Some(c.layout.fingerprint.clone()),
         model_bytes: Some(c.layout.file_bytes),
+        engine_servers: c.engine_servers.clone(),
     };
     let note = c.notes.join("; ");
     let ctx = crate::search::context(&inputs, &c.layout, crate::clock::system());
@@ -716,6 +743,7 @@ pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>, allow_busy: bool) -> 
         rpc: None,
         model: Some(model.clone()),
         server: Some(server.path),
+        engine: None,
         space: Some("demo".into()),
         headroom_mib: 512,
         ctx: None,

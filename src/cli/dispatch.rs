@@ -221,6 +221,7 @@ fn tune_options(t: TuneArgs) -> crate::app::tune::TuneOptions {
         rpc: t.rpc,
         model: t.model,
         server: t.server,
+        engine: t.engine,
         space: t.space,
         headroom_mib: t.target_vram_headroom,
         ctx: t.ctx,

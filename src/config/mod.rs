@@ -452,6 +452,33 @@ pub struct LaunchConfig {
     /// knew a second engine).
     #[serde(default, skip_serializing_if = "EngineKind::is_default")]
     pub engine: EngineKind,
+    /// An engine's own levers (ik_llama.cpp's fused MoE, attention batch cap, run-time
+    /// repack); absent: none, the engine's defaults.
+    #[serde(default, skip_serializing_if = "EngineOpts::is_default")]
+    pub engine_opts: EngineOpts,
+}
+
+/// Settings only some engines have a flag for ([`crate::engine::Caps::own_levers`]); each
+/// engine renders those it has.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineOpts {
+    /// Fused MoE turned off (ik_llama.cpp fuses the expert matmuls by default).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_fused_moe: bool,
+    /// The most tokens attention computes at once (ik_llama.cpp's attention max batch, MiB
+    /// of compute buffer traded for speed); None: the engine's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attn_max_batch: Option<u32>,
+    /// Repack the weights at load into the engine's interleaved layouts (no mmap).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub run_time_repack: bool,
+}
+
+impl EngineOpts {
+    pub fn is_default(&self) -> bool {
+        *self == EngineOpts::default()
+    }
 }
 
 fn load_mode_auto() -> LoadMode {
@@ -492,6 +519,7 @@ impl LaunchConfig {
             checkpoint_min_step: None,
             kv_unified: None,
             engine: EngineKind::LlamaCpp,
+            engine_opts: EngineOpts::default(),
         }
     }
 

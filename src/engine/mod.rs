@@ -25,6 +25,7 @@ pub mod ik_llama;
 pub mod llama_cpp;
 pub mod log;
 pub mod mtp;
+pub mod select;
 pub mod server;
 
 pub use llama_cpp::parse::{canonical_flag, FLAG_SPELLINGS};
@@ -101,10 +102,19 @@ pub struct ServerCommand {
     pub config: LaunchConfig,
 }
 
-/// Read back a `llama-server` argv as qtune renders it, in llama.cpp's spelling (the only
-/// dialect read back so far; see [`Engine::parse_command`]).
+/// Read back a `llama-server` argv as qtune renders it ([`Engine::parse_command`]): as
+/// ik_llama.cpp's where the binary is qtune's ik build (its path names `ik_llama`) or only
+/// ik's dialect reads it (`--fit --fit-margin`, `--no-mmap`, `-no-fmoe`, `-amb`, `-rtr`),
+/// else as llama.cpp's, whose error is the one said.
 pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
-    LlamaCpp.parse_command(argv)
+    if argv.first().is_some_and(|s| s.contains("ik_llama")) {
+        if let Ok(c) = IkLlama.parse_command(argv) {
+            return Ok(c);
+        }
+    }
+    LlamaCpp
+        .parse_command(argv)
+        .or_else(|e| IkLlama.parse_command(argv).map_err(|_| e))
 }
 
 /// What a tune's baselines are launched with, from its search space's fixed settings
@@ -220,6 +230,31 @@ pub trait Engine {
     /// What the engine can do: the settings of a [`LaunchConfig`] it has a flag for, and what
     /// its server and its answers offer. The rest of qtune asks this, never which engine it is.
     fn caps(&self) -> Caps;
+
+    /// The engine's own levers worth a launch on `config` (each a copy of it with one lever
+    /// set), and one line for each lever skipped, saying why. None by default.
+    fn own_levers(&self, _config: &LaunchConfig, _ctx: &LeverContext) -> OwnLevers {
+        OwnLevers::default()
+    }
+}
+
+/// What an engine's own levers depend on: the box and where the config puts the experts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeverContext {
+    /// The box has a GPU the server uses.
+    pub has_gpu: bool,
+    /// Routed experts sit on the CPU (prompt processing copies them to the GPU, or runs on
+    /// the CPU).
+    pub experts_on_cpu: bool,
+    /// The model has routed experts.
+    pub moe: bool,
+}
+
+/// [`Engine::own_levers`]: the configs to measure, and the levers skipped with their reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnLevers {
+    pub configs: Vec<LaunchConfig>,
+    pub skipped: Vec<String>,
 }
 
 /// What one engine can do. Every field true is llama.cpp: a config that uses only what its
@@ -244,10 +279,13 @@ pub struct Caps {
     pub cuda_build: bool,
     /// `--spec-type draft-mtp`: drafting with the model's own MTP layer (issue 54).
     pub draft_mtp: bool,
+    /// The levers of [`crate::config::EngineOpts`] (ik_llama.cpp's own: fused MoE off, the
+    /// attention batch cap, run-time repack).
+    pub own_levers: bool,
 }
 
 impl Caps {
-    /// llama.cpp: every setting qtune varies.
+    /// Every setting qtune varies (llama.cpp's are this without [`Caps::own_levers`]).
     pub const ALL: Caps = Caps {
         direct_io: true,
         no_op_offload: true,
@@ -258,6 +296,7 @@ impl Caps {
         fit_target_per_card: true,
         cuda_build: true,
         draft_mtp: true,
+        own_levers: true,
     };
 
     /// The settings of `config` these caps lack (their flags, as llama.cpp names them): empty
@@ -295,6 +334,9 @@ impl Caps {
         }
         if !self.draft_mtp && c.spec_type.is_some_and(|t| t.is_mtp()) {
             out.push("--spec-type draft-mtp");
+        }
+        if !self.own_levers && !c.engine_opts.is_default() {
+            out.push("ik_llama.cpp's fused MoE, attention batch or repack");
         }
         out
     }

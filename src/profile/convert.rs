@@ -122,7 +122,12 @@ pub fn from_tune(r: &TuneResult, name: Option<&str>) -> Result<Profile> {
         name: name.map_or_else(|| default_name(r), sanitize_name),
         created: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         qtune_version: sanitize_label(env!("CARGO_PKG_VERSION")),
-        llama_cpp_version: sanitize_label(&r.server_version),
+        // The winner's engine's server (`--engine both` races two).
+        llama_cpp_version: sanitize_label(crate::engine::select::version_for(
+            w.config.engine,
+            &r.server_version,
+            &r.engine_servers,
+        )),
         hardware: ProfileHardware {
             fingerprint: hw.fingerprint.clone(),
             gpus: hw

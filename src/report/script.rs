@@ -189,7 +189,11 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
     let _ = writeln!(
         m,
         "SERVER={}",
-        shell_quote(&r.server_path.display().to_string())
+        shell_quote(
+            &crate::engine::select::server_for(w.config.engine, &r.server_path, &r.engine_servers)
+                .display()
+                .to_string()
+        )
     );
     let _ = writeln!(
         m,

@@ -185,6 +185,10 @@ pub struct TuneResult {
     /// its own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_stop: Option<BudgetStop>,
+    /// The other engines' servers the tune raced (`--engine both`): the winner's launch
+    /// script starts its own engine's server. Empty where one engine was tuned.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub engine_servers: Vec<crate::engine::select::EngineServer>,
 }
 
 /// A number without a trailing `.0` (`5`, `2.5`).
@@ -337,6 +341,10 @@ pub struct RunInputs {
     /// The server binary's size when the tune started (its version is `server_version`).
     #[serde(default)]
     pub server_bytes: Option<u64>,
+    /// The other engines' servers the tune races (`--engine both`), each with its version:
+    /// empty where one engine is tuned (and in runs written before there were two).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub engine_servers: Vec<crate::engine::select::EngineServer>,
 }
 
 /// The VRAM budget of a tune or a plan: free VRAM minus headroom, never negative; None without

@@ -89,6 +89,7 @@ fn space(name: &str, moe: bool) -> SearchSpace {
             fit_target_mib: None,
             threads_cap: None,
             engine: Default::default(),
+            also_engines: Vec::new(),
             rpc_workers: Vec::new(),
         },
         workload: Workload::default(),
@@ -398,6 +399,7 @@ pub fn gpu_result(server: &Path, model: &Path) -> TuneResult {
         model_pick,
         workload_picks: Vec::new(),
         budget_stop: None,
+        engine_servers: Vec::new(),
     }
 }
 
@@ -511,6 +513,7 @@ pub fn cpu_result(server: &Path, model: &Path) -> TuneResult {
         model_pick: None,
         workload_picks: Vec::new(),
         budget_stop: None,
+        engine_servers: Vec::new(),
     }
 }
 

@@ -16,6 +16,7 @@ use std::sync::Arc;
 pub mod candidates;
 mod checkpoint;
 pub mod context;
+pub mod engines;
 pub mod levers;
 pub mod pick;
 pub mod progress;
@@ -163,7 +164,11 @@ pub fn tune(
     let mut warnings = solver.warnings.clone();
     let command = |c: &crate::config::LaunchConfig| {
         c.command(
-            &inputs.server_path,
+            crate::engine::select::server_for(
+                c.engine,
+                &inputs.server_path,
+                &inputs.engine_servers,
+            ),
             &inputs.model_path,
             &inputs.host,
             inputs.port,
@@ -183,6 +188,14 @@ pub fn tune(
         &mut warnings,
         race.as_ref(),
     );
+    warnings.extend(engines::baseline_note(&ctx, &history));
+    if !engines::others(&ctx).is_empty()
+        || crate::engine::of(ctx.space.fixed.engine).caps().own_levers
+    {
+        // The engines' own levers skipped, each with its reason.
+        let best = (solver.race_candidates.first().cloned()).unwrap_or_else(|| ctx.baseline());
+        warnings.extend(engines::variants(&ctx, &best).1);
+    }
     warnings.extend(trial_warnings(&history));
     warnings.extend(levers::acceptance_lines(&history));
     // A trace whose clients sampled is replayed greedily: one line says so, and why.
@@ -263,6 +276,7 @@ pub fn tune(
         model_pick: solver.model_pick.clone(),
         workload_picks: Vec::new(),
         budget_stop: None,
+        engine_servers: inputs.engine_servers.clone(),
     };
     result.budget_stop = budget_stop(&solver, &ctx, result.race.as_ref(), clock.as_ref());
     result.workload_picks = result.workload_picks();

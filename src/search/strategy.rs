@@ -197,13 +197,18 @@ impl QtuneSearch {
                         return Some((ctx.baseline(), TrialRole::Baseline));
                     }
                     // Then the best command the user could type without qtune, once.
-                    if let Some(second) = ctx.second_baseline() {
+                    // Then every other engine's baselines, once each (`--engine both`).
+                    for b in ctx
+                        .second_baseline()
+                        .into_iter()
+                        .chain(super::engines::other_baselines(ctx))
+                    {
                         if !self
                             .history
                             .iter()
-                            .any(|o| o.role == TrialRole::SecondBaseline)
+                            .any(|o| o.role == TrialRole::SecondBaseline && o.config == b)
                         {
-                            return Some((second, TrialRole::SecondBaseline));
+                            return Some((b, TrialRole::SecondBaseline));
                         }
                     }
                     self.phase = SearchPhase::Explore;

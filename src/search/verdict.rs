@@ -46,12 +46,11 @@ pub fn decide(
     warnings: &mut Vec<String>,
     race: Option<&crate::run::RaceReport>,
 ) -> (Vec<Confirmed>, Option<Winner>) {
-    let default_cfg = ctx.baseline();
-    let second_cfg = ctx
-        .second_baseline()
-        .filter(|b| history.iter().any(|o| &o.config == b));
-    let is_baseline =
-        |c: &LaunchConfig| *c == default_cfg || second_cfg.as_ref().is_some_and(|b| b == c);
+    // The reference engine's pair (the best of every engine's baselines, issue 56).
+    let (default_cfg, second_cfg) = super::engines::reference_pair(ctx, history);
+    let second_cfg = second_cfg.filter(|b| history.iter().any(|o| &o.config == b));
+    let all_baselines = super::engines::all_baselines(ctx);
+    let is_baseline = |c: &LaunchConfig| all_baselines.contains(c);
     // Every trial of a config counts against it: one failure or spill disqualifies it.
     let disqualified = |cfg: &LaunchConfig| {
         history.iter().filter(|o| &o.config == cfg).any(|o| {

@@ -41,6 +41,7 @@ fn inputs() -> RunInputs {
         model_fingerprint: None,
         model_bytes: None,
         server_bytes: None,
+        engine_servers: Vec::new(),
     }
 }
 

@@ -363,3 +363,120 @@ fn a_short_tune_runs_on_the_ik_server() {
     );
     assert!(!run2.exists(), "{text}");
 }
+
+/// `--engine both` (issue 56): a short tune launches on both engines, measures each engine's
+/// baseline, tries the search's best on ik with ik's own lever (fused MoE off), says why its
+/// other levers were skipped on a CPU box, records both servers, and the launch script starts
+/// the server of the winner's engine.
+#[test]
+fn engine_both_races_llama_cpp_and_ik() {
+    let Some(ik) = require::or_skip(require::ik_server(), "the real CPU ik_llama.cpp server")
+    else {
+        return;
+    };
+    let Some(llama) = require::or_skip(require::server(), "the real CPU llama-server") else {
+        return;
+    };
+    let Some(model) = require::or_skip(
+        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
+        "the tiny-qwen3moe test model (`qtune synth --test-models`)",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let m = model_in(dir.path(), &model, "both-tune-tiny-qwen3moe.gguf");
+    let run = dir.path().join("run");
+    let out = qtune()
+        .current_dir(dir.path())
+        .env("QTUNE_ALLOW_BUSY", "1")
+        .env("QTUNE_IK_SERVER", &ik)
+        .args(["tune", "--allow-busy", "--engine", "both", "--server"])
+        .arg(&llama)
+        .arg("--model")
+        .arg(&m)
+        .args([
+            "--space",
+            "demo",
+            "--budget-trials",
+            "8",
+            "--budget-minutes",
+            "3",
+        ])
+        .arg("--out")
+        .arg(&run)
+        .output()
+        .unwrap();
+    let text = support::output_text(&out);
+    assert!(out.status.success(), "{text}");
+    servers::assert_none_left(&m.display().to_string(), "after the tune");
+    assert!(text.contains("engine: ik_llama.cpp raced too"), "{text}");
+    assert!(
+        text.contains("engines raced: every engine's baselines"),
+        "{text}"
+    );
+    assert!(text.contains("ik_llama.cpp's -rtr: not tried"), "{text}");
+    assert!(
+        text.contains("-ser (smart expert reduction): not tried, it is lossy"),
+        "{text}"
+    );
+    let journal = std::fs::read_to_string(run.join("journal.jsonl")).unwrap();
+    let trials: Vec<serde_json::Value> = journal
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let engine = |t: &serde_json::Value| {
+        t["config"]["engine"]
+            .as_str()
+            .unwrap_or("llama.cpp")
+            .to_string()
+    };
+    let baselines: Vec<String> = trials
+        .iter()
+        .filter(|t| t["role"].as_str().is_some_and(|r| r.contains("baseline")))
+        .map(engine)
+        .collect();
+    assert!(
+        baselines.iter().any(|e| e == "llama.cpp") && baselines.iter().any(|e| e == "ik_llama.cpp"),
+        "{journal}"
+    );
+    let searched_on_ik = trials
+        .iter()
+        .filter(|t| t["role"] == "search" && engine(t) == "ik_llama.cpp")
+        .count();
+    assert!(searched_on_ik >= 1, "{journal}");
+    assert!(
+        trials
+            .iter()
+            .any(|t| t["config"]["engine_opts"]["no_fused_moe"] == true),
+        "{journal}"
+    );
+    for t in trials.iter().filter(|t| engine(t) == "ik_llama.cpp") {
+        assert_eq!(t["kind"], "ok", "{t}");
+    }
+    // Both servers recorded, each with its version (what --resume checks again).
+    let inputs = json(&run.join("run.json"));
+    assert_eq!(
+        inputs["engine_servers"][0]["engine"], "ik_llama.cpp",
+        "{inputs}"
+    );
+    assert_eq!(
+        inputs["space"]["fixed"]["also_engines"][0], "ik_llama.cpp",
+        "{inputs}"
+    );
+    // The launch script starts the winner's engine's server.
+    let results = json(&run.join("results.json"));
+    let winner = results["winner"]["config"]["engine"]
+        .as_str()
+        .unwrap_or("llama.cpp");
+    let want = if winner == "ik_llama.cpp" {
+        &ik
+    } else {
+        &llama
+    };
+    let script = std::fs::read_to_string(run.join("launch.sh")).unwrap();
+    let server_line = script.lines().find(|l| l.starts_with("SERVER=")).unwrap();
+    assert!(
+        server_line.contains(&want.display().to_string()),
+        "{winner}: {server_line}"
+    );
+}

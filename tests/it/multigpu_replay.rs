@@ -74,6 +74,7 @@ fn inputs(hw: HardwareProfile) -> RunInputs {
         model_fingerprint: None,
         model_bytes: None,
         server_bytes: None,
+        engine_servers: Vec::new(),
     }
 }
 

@@ -62,6 +62,7 @@ fn inputs(r: &TuneResult) -> RunInputs {
         model_fingerprint: None,
         model_bytes: None,
         server_bytes: None,
+        engine_servers: Vec::new(),
     }
 }
 

@@ -278,6 +278,7 @@ fn regenerate_replay_fixture() {
         model_fingerprint: None,
         model_bytes: None,
         server_bytes: None,
+        engine_servers: Vec::new(),
     };
     qtune::run::write_inputs(&dir, &inputs).unwrap();
     // Fewer CPU experts is faster; a larger batch helps prompts; q8_0 KV is a bit slower;

@@ -51,6 +51,7 @@ pub(super) fn verify_resume(
         // server's, checked below).
         asked.fixed.rpc_workers = inputs.space.fixed.rpc_workers.clone();
         asked.fixed.engine = inputs.space.fixed.engine;
+        asked.fixed.also_engines = inputs.space.fixed.also_engines.clone();
         if asked != inputs.space {
             anyhow::bail!(
                 "cannot resume {shown}: --space {name} is not the space this tune started with (its space is in {}); drop --space to continue, or start a new tune",
@@ -83,6 +84,7 @@ pub(super) fn verify_resume(
                 crate::escape::terminal(&crate::engine::binary::short_version(&server.version))
             );
         }
+        crate::app::engines::verify(dir, &inputs.engine_servers)?;
         if let (Some(want), Some(now)) = (inputs.server_bytes, file_bytes(&inputs.server_path)) {
             if want != now {
                 anyhow::bail!(

@@ -19,6 +19,7 @@ use crate::config::{LaunchConfig, LoadMode, SplitMode};
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 
+pub mod parse;
 pub mod server;
 
 /// ik's own levers, in its spellings (read from the pinned `common/common.cpp`): run-time
@@ -79,7 +80,25 @@ impl Engine for IkLlama {
         if let Some(t) = c.spec_type {
             push_pair(&mut a, "--spec-type", t.to_string());
         }
+        let o = &c.engine_opts;
+        if o.no_fused_moe {
+            a.push(OWN_FLAGS[1][0].to_string());
+        }
+        if let Some(n) = o.attn_max_batch {
+            push_pair(&mut a, OWN_FLAGS[2][0], n.to_string());
+        }
+        if o.run_time_repack {
+            a.push(OWN_FLAGS[0][0].to_string());
+        }
         a
+    }
+
+    /// Fused MoE off (on by default: measured, not assumed, on a MoE model); `-amb` where
+    /// attention's compute buffer sits on a GPU; `-rtr` only where prompt processing stays on
+    /// the GPU (its repacked layouts have no CUDA kernels, so experts on the CPU would lose
+    /// op offload's prompt speed); `-ser` never (lossy: see [`own_levers`]).
+    fn own_levers(&self, c: &LaunchConfig, ctx: &super::LeverContext) -> super::OwnLevers {
+        own_levers(c, ctx)
     }
 
     /// The server's default, as llama.cpp's: the space's context and slots, `-t` at a busy
@@ -124,6 +143,7 @@ impl Engine for IkLlama {
             cuda_build: false,
             // ik_llama.cpp drafts with MTP through its own flags, not --spec-type draft-mtp.
             draft_mtp: false,
+            own_levers: true,
         }
     }
 
@@ -155,6 +175,10 @@ impl Engine for IkLlama {
         "qtune server build --engine ik"
     }
 
+    fn parse_command(&self, argv: &[String]) -> Result<super::ServerCommand, String> {
+        parse::parse_command(argv)
+    }
+
     /// qtune's build has no build number, and reads as its source package
     /// (`ik-llama-cpp-python 0.1.5`).
     fn version_text(&self, raw: &str) -> String {
@@ -171,6 +195,52 @@ impl Engine for IkLlama {
     fn build(&self, cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
         server::build(cuda, say)
     }
+}
+
+/// The attention batch cap tried (`-amb 512`, the value ik's docs suggest for large batches).
+pub const AMB_TRIED: u32 = 512;
+
+/// ik's own levers on `c` ([`Engine::own_levers`]), each skipped lever with its reason.
+pub fn own_levers(c: &LaunchConfig, ctx: &super::LeverContext) -> super::OwnLevers {
+    let mut out = super::OwnLevers::default();
+    let with = |f: &dyn Fn(&mut crate::config::EngineOpts)| {
+        let mut v = c.clone();
+        f(&mut v.engine_opts);
+        v
+    };
+    if ctx.moe {
+        out.configs.push(with(&|o| o.no_fused_moe = true));
+    } else {
+        out.skipped
+            .push("ik_llama.cpp's fused MoE: not tried, the model has no experts".into());
+    }
+    if ctx.has_gpu {
+        out.configs
+            .push(with(&|o| o.attn_max_batch = Some(AMB_TRIED)));
+    } else {
+        out.skipped.push(
+            "ik_llama.cpp's -amb: not tried, it caps attention's compute buffer on a GPU and this box has none"
+                .into(),
+        );
+    }
+    if ctx.has_gpu && !ctx.experts_on_cpu {
+        out.configs.push(with(&|o| o.run_time_repack = true));
+    } else {
+        out.skipped.push(format!(
+            "ik_llama.cpp's -rtr: not tried, {}",
+            if ctx.has_gpu {
+                "experts sit on the CPU and its repacked layouts have no CUDA kernels for prompt processing"
+            } else {
+                "prompt processing runs on the CPU here (no GPU), where repacking was not shown to help"
+            }
+        ));
+    }
+    out.skipped.push(
+        "ik_llama.cpp's -ser (smart expert reduction): not tried, it is lossy (it changes the model's answers) and qtune's quality guard does not measure it yet"
+            .into(),
+    );
+    out.configs.retain(|v| v != c);
+    out
 }
 
 fn push_pair(a: &mut Vec<String>, k: &str, v: String) {
@@ -290,5 +360,66 @@ mod tests {
             .parse::<EngineKind>()
             .unwrap_err()
             .contains("llama.cpp or ik"));
+    }
+
+    /// ik's own levers by the box (issue 56): fused MoE off on a MoE model, `-amb` only with a
+    /// GPU, `-rtr` only where prompt processing stays on the GPU; `-ser` always skipped as
+    /// lossy. llama.cpp has none of them (its caps lack them: the search never proposes one).
+    #[test]
+    fn iks_own_levers_follow_the_box() {
+        use crate::engine::LeverContext;
+        let c = LaunchConfig {
+            engine: EngineKind::IkLlama,
+            ..LaunchConfig::baseline(2048)
+        };
+        let args = |ctx: &LeverContext| -> Vec<String> {
+            own_levers(&c, ctx)
+                .configs
+                .iter()
+                .map(|v| v.server_args()[4..].join(" "))
+                .collect()
+        };
+        let cpu = LeverContext {
+            has_gpu: false,
+            experts_on_cpu: false,
+            moe: true,
+        };
+        assert_eq!(args(&cpu), vec!["-no-fmoe"]);
+        let skipped = own_levers(&c, &cpu).skipped.join("\n");
+        assert!(
+            skipped.contains("-amb: not tried") && skipped.contains("-rtr: not tried"),
+            "{skipped}"
+        );
+        assert!(
+            skipped.contains("-ser (smart expert reduction): not tried, it is lossy"),
+            "{skipped}"
+        );
+        let gpu = LeverContext {
+            has_gpu: true,
+            experts_on_cpu: false,
+            moe: true,
+        };
+        assert_eq!(args(&gpu), vec!["-no-fmoe", "-amb 512", "-rtr"]);
+        let hybrid = LeverContext {
+            experts_on_cpu: true,
+            ..gpu
+        };
+        assert_eq!(args(&hybrid), vec!["-no-fmoe", "-amb 512"]);
+        assert!(own_levers(&c, &hybrid)
+            .skipped
+            .join(" ")
+            .contains("no CUDA kernels"));
+        let dense = LeverContext { moe: false, ..gpu };
+        assert!(!args(&dense).contains(&"-no-fmoe".to_string()));
+        // llama.cpp has none of ik's levers: such a config is not proposed on it.
+        let on_llama = LaunchConfig {
+            engine: EngineKind::LlamaCpp,
+            ..own_levers(&c, &gpu).configs[0].clone()
+        };
+        assert!(!crate::engine::LlamaCpp.caps().expresses(&on_llama));
+        assert!(crate::engine::LlamaCpp
+            .own_levers(&on_llama, &gpu)
+            .configs
+            .is_empty());
     }
 }

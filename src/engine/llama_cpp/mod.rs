@@ -126,8 +126,12 @@ impl Engine for LlamaCpp {
             .with_fit_targets(vec![headroom_mib; cards.max(1)])
     }
 
+    /// Every setting qtune varies but another engine's own levers.
     fn caps(&self) -> Caps {
-        Caps::ALL
+        Caps {
+            own_levers: false,
+            ..Caps::ALL
+        }
     }
 
     fn log_dialect(&self) -> LogDialect {

@@ -69,15 +69,16 @@ impl QtuneSearch {
     /// launched the second baseline (a tune by an older qtune, resumed or reported) keeps it,
     /// so that its rounds are rebuilt as they ran.
     pub fn race_baselines(&self, ctx: &SearchContext) -> Vec<LaunchConfig> {
-        let default = ctx.baseline();
+        // The reference engine's pair: the best of every engine's baselines (issue 56).
+        let (default, second) = crate::search::engines::reference_pair(ctx, &self.history);
         let mut out = vec![default.clone()];
-        let Some(second) = ctx.second_baseline() else {
+        let Some(second) = second else {
             return out;
         };
         if !self
             .history
             .iter()
-            .any(|o| o.role == TrialRole::SecondBaseline)
+            .any(|o| o.role == TrialRole::SecondBaseline && o.config == second)
         {
             return out;
         }
@@ -224,7 +225,7 @@ impl QtuneSearch {
 
     pub(super) fn plan_confirmation(&mut self, ctx: &SearchContext) {
         let b = &ctx.space.budget;
-        let baseline = ctx.baseline();
+        let baseline = crate::search::engines::reference_pair(ctx, &self.history).0;
         let baseline_ok = self
             .history
             .iter()

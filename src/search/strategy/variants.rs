@@ -33,7 +33,10 @@ impl QtuneSearch {
         } else {
             Self::nominal_variants(ctx) + levers
         };
-        let baselines = Self::probe_launches(ctx) + u32::from(ctx.second_baseline().is_some());
+        let baselines = Self::probe_launches(ctx)
+            + u32::from(ctx.second_baseline().is_some())
+            + crate::search::engines::other_baselines(ctx).len() as u32;
+        let wanted = wanted + crate::search::engines::variant_count(ctx);
         let most = ctx
             .space
             .budget
@@ -49,10 +52,7 @@ impl QtuneSearch {
         let obj = &ctx.space.objective;
         let reference = self.baseline_speeds();
         let mut best: Option<(LaunchConfig, Speeds)> = None;
-        for cfg in [Some(ctx.baseline()), ctx.second_baseline()]
-            .into_iter()
-            .flatten()
-        {
+        for cfg in crate::search::engines::all_baselines(ctx) {
             let ran = self.history.iter().filter(|o| {
                 o.config == cfg && matches!(o.role, TrialRole::Baseline | TrialRole::SecondBaseline)
             });
@@ -167,11 +167,15 @@ impl QtuneSearch {
                 .configs;
         levers.retain(expressible);
         let rpc = Self::rpc_placements(ctx, &best);
+        // The best config on each other engine, and the engines' own levers: first, as the
+        // engine is the largest lever left (issue 56).
+        let (engines, _) = crate::search::engines::variants(ctx, &best);
         if best.no_experts_on_cpu() {
             // Every expert on the GPU (or no GPU): no placement variant but the workers' would
             // change where anything sits.
             return rpc
                 .into_iter()
+                .chain(engines)
                 .chain(levers)
                 .filter(|c| !self.history.iter().any(|o| &o.config == c))
                 .collect();
@@ -243,6 +247,11 @@ impl QtuneSearch {
             .filter(|c| !seen.contains(c) && !self.history.iter().any(|o| &o.config == c))
             .collect();
         seen.extend(rpc.iter().cloned());
+        let engines: Vec<LaunchConfig> = engines
+            .into_iter()
+            .filter(|c| !seen.contains(c) && !self.history.iter().any(|o| &o.config == c))
+            .collect();
+        seen.extend(engines.iter().cloned());
         // The levers right after the placement variant the speed model rates best: the
         // workload's traits are why they are proposed (real text, an edited history,
         // requests at once), and on a small budget the placements it rates lower are the ones
@@ -254,6 +263,7 @@ impl QtuneSearch {
             .collect();
         let at = out.len().min(1);
         out.splice(at..at, levers);
+        out.splice(0..0, engines);
         out.splice(0..0, rpc);
         out.into()
     }

@@ -1,0 +1,145 @@
+//! An ik_llama.cpp command as qtune renders it ([`super::IkLlama`]'s `server_args`) read back
+//! into a [`LaunchConfig`]: its own spellings turned into llama.cpp's (`--fit` /
+//! `--fit-margin`, `--no-mmap` / `--mlock`), read by llama.cpp's parser, then its own levers
+//! (`-no-fmoe`, `-amb`, `-rtr`) set on the config.
+
+use super::OWN_FLAGS;
+use crate::config::{EngineKind, LaunchConfig};
+use crate::engine::{Engine, ServerCommand};
+
+/// Read back an ik_llama.cpp argv ([`crate::engine::Engine::parse_command`]).
+pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
+    let is = |a: &str, k: usize| OWN_FLAGS[k].contains(&a);
+    let mut rest: Vec<String> = Vec::new();
+    let (mut no_mmap, mut mlock, mut fit, mut margin) = (false, false, false, None);
+    let mut opts = crate::config::EngineOpts::default();
+    let mut i = 0;
+    while i < argv.len() {
+        let a = argv[i].as_str();
+        let value = || {
+            argv.get(i + 1)
+                .cloned()
+                .ok_or_else(|| format!("{a} needs a value"))
+        };
+        match a {
+            "--no-mmap" => no_mmap = true,
+            "--mlock" => mlock = true,
+            "--fit" => fit = true,
+            "--fit-margin" => {
+                margin = Some(value()?);
+                i += 1;
+            }
+            _ if is(a, 1) => opts.no_fused_moe = true,
+            _ if is(a, 0) => opts.run_time_repack = true,
+            _ if is(a, 2) => {
+                let v = value()?;
+                opts.attn_max_batch = Some(
+                    v.parse()
+                        .map_err(|_| format!("{a} takes a number of tokens, not '{v}'"))?,
+                );
+                i += 1;
+            }
+            _ => rest.push(argv[i].clone()),
+        }
+        i += 1;
+    }
+    if fit {
+        rest.extend(["--fit".to_string(), "on".to_string()]);
+    }
+    if let Some(m) = margin {
+        if !fit {
+            return Err("--fit-margin without --fit: ik's auto-fit is off".to_string());
+        }
+        rest.extend(["--fit-target".to_string(), m]);
+    }
+    let mode = match (no_mmap, mlock) {
+        (true, true) => Some("mlock"),
+        (true, false) => Some("none"),
+        (false, true) => Some("mmap+mlock"),
+        (false, false) => None,
+    };
+    if let Some(m) = mode {
+        rest.extend(["--load-mode".to_string(), m.to_string()]);
+    }
+    let mut cmd = crate::engine::LlamaCpp.parse_command(&rest)?;
+    cmd.config = LaunchConfig {
+        engine: EngineKind::IkLlama,
+        engine_opts: opts,
+        ..cmd.config
+    };
+    Ok(cmd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{FlashAttn, KvType, LoadMode};
+    use crate::engine::{IkLlama, LaunchArgs};
+    use std::path::Path;
+
+    /// Render then parse gives the same config, ik's own levers and dialect included.
+    #[test]
+    fn an_ik_command_reads_back_as_rendered() {
+        let base = LaunchConfig {
+            engine: EngineKind::IkLlama,
+            ..LaunchConfig::baseline(4096)
+        };
+        let cases = [
+            base.clone(),
+            LaunchConfig {
+                n_cpu_moe: Some(3),
+                threads: Some(2),
+                ubatch: Some(256),
+                cache_type_k: KvType::Q8_0,
+                cache_type_v: KvType::Q8_0,
+                flash_attn: FlashAttn::On,
+                load_mode: LoadMode::Mlock,
+                engine_opts: crate::config::EngineOpts {
+                    no_fused_moe: true,
+                    attn_max_batch: Some(512),
+                    run_time_repack: true,
+                },
+                ..base.clone()
+            },
+            LaunchConfig {
+                load_mode: LoadMode::MmapMlock,
+                ..base.clone().with_fit_targets(vec![1024])
+            },
+            LaunchConfig {
+                load_mode: LoadMode::None,
+                ..base.clone()
+            },
+        ];
+        for c in cases {
+            let argv = c.command(Path::new("/ik"), Path::new("/m.gguf"), "0.0.0.0", 9000);
+            let back = IkLlama.parse_command(&argv).unwrap();
+            assert_eq!(back.config, c, "{}", argv.join(" "));
+            assert_eq!(back.port, Some(9000));
+            assert_eq!(crate::engine::of(c.engine).name(), "ik_llama.cpp");
+        }
+        let bad: Vec<String> = ["ik", "-m", "m", "-c", "1", "-np", "1", "-amb", "x"]
+            .map(String::from)
+            .to_vec();
+        let e = IkLlama.parse_command(&bad).unwrap_err();
+        assert!(e.contains("-amb takes a number"), "{e}");
+        // What `qtune compare` and profiles read: ik's dialect is told from the words.
+        let argv: Vec<String> =
+            "llama-server -m m.gguf -c 2048 -np 1 --fit --fit-margin 512 -no-fmoe"
+                .split(' ')
+                .map(String::from)
+                .collect();
+        let c = crate::engine::parse_command(&argv).unwrap().config;
+        assert_eq!(
+            (c.engine, c.fit, c.engine_opts.no_fused_moe),
+            (EngineKind::IkLlama, Some(true), true)
+        );
+        let plain: Vec<String> = "llama-server -m m.gguf -c 2048 -np 1 --fit on"
+            .split(' ')
+            .map(String::from)
+            .collect();
+        assert_eq!(
+            crate::engine::parse_command(&plain).unwrap().config.engine,
+            EngineKind::LlamaCpp
+        );
+    }
+}

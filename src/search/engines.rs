@@ -1,0 +1,169 @@
+//! The engine as a tune dimension (`qtune tune --engine both`, issue 56): every engine's
+//! baselines are measured, the best of all of them is the reference, and the search's best
+//! config is tried on each other engine (with that engine's own levers) as a variant, so
+//! that both engines' candidates race on the workload.
+//!
+//! The search explores on the tune's first engine (`space.fixed.engine`); the others are
+//! `space.fixed.also_engines`. The reference is decided on the baselines' launches before the
+//! race, so it stays the same while the race runs (and when a killed tune is resumed).
+
+use super::context::SearchContext;
+use super::rank::{better, Speeds};
+use crate::config::{EngineKind, LaunchConfig};
+use crate::trial::{TrialOutcome, TrialRole};
+
+/// The other engines the tune races (none: one engine).
+pub fn others(ctx: &SearchContext) -> &[EngineKind] {
+    &ctx.space.fixed.also_engines
+}
+
+/// An engine's baselines: its server's default, and its own auto-fit where the tune measures
+/// that (a GPU, a space that races: [`SearchContext::second_baseline`]).
+pub fn pair_of(ctx: &SearchContext, engine: EngineKind) -> (LaunchConfig, Option<LaunchConfig>) {
+    if engine == ctx.space.fixed.engine {
+        return (ctx.baseline(), ctx.second_baseline());
+    }
+    let e = crate::engine::of(engine);
+    let inputs = ctx.space.fixed.baseline_inputs();
+    let fit = ctx
+        .second_baseline()
+        .map(|_| e.fit_baseline(&inputs, ctx.fit_target_mib, ctx.gpus.len().max(1)));
+    (e.default_baseline(&inputs), fit)
+}
+
+/// The other engines' baselines, launched once each after the first engine's.
+pub fn other_baselines(ctx: &SearchContext) -> Vec<LaunchConfig> {
+    let mut out = Vec::new();
+    for &e in others(ctx) {
+        let (default, fit) = pair_of(ctx, e);
+        out.push(default);
+        out.extend(fit);
+    }
+    out
+}
+
+/// The pooled speeds of a baseline's launches before the race.
+fn before_race(history: &[TrialOutcome], cfg: &LaunchConfig) -> Option<Speeds> {
+    Speeds::pooled_measured(history.iter().filter(|o| {
+        &o.config == cfg && matches!(o.role, TrialRole::Baseline | TrialRole::SecondBaseline)
+    }))
+}
+
+/// The engine whose baselines measured best before the race (by the objective): its pair is
+/// the reference. The first engine where one engine is tuned, where nothing measured, or on
+/// a tie.
+pub fn reference_engine(ctx: &SearchContext, history: &[TrialOutcome]) -> EngineKind {
+    let first = ctx.space.fixed.engine;
+    if others(ctx).is_empty() {
+        return first;
+    }
+    let obj = &ctx.space.objective;
+    let best_of = |e: EngineKind| -> Option<Speeds> {
+        let (d, f) = pair_of(ctx, e);
+        let mut best: Option<Speeds> = None;
+        for c in std::iter::once(d).chain(f) {
+            if let Some(s) = before_race(history, &c) {
+                if best.as_ref().is_none_or(|b| better(&s, b, obj, None)) {
+                    best = Some(s);
+                }
+            }
+        }
+        best
+    };
+    let mut pick = (first, best_of(first));
+    for &e in others(ctx) {
+        if let Some(s) = best_of(e) {
+            if pick.1.as_ref().is_none_or(|b| better(&s, b, obj, None)) {
+                pick = (e, Some(s));
+            }
+        }
+    }
+    pick.0
+}
+
+/// The reference pair: the default and (where measured) the auto-fit baseline of
+/// [`reference_engine`].
+pub fn reference_pair(
+    ctx: &SearchContext,
+    history: &[TrialOutcome],
+) -> (LaunchConfig, Option<LaunchConfig>) {
+    pair_of(ctx, reference_engine(ctx, history))
+}
+
+/// Every baseline of every engine the tune races, the first engine's first.
+pub fn all_baselines(ctx: &SearchContext) -> Vec<LaunchConfig> {
+    let mut out: Vec<LaunchConfig> = std::iter::once(ctx.baseline())
+        .chain(ctx.second_baseline())
+        .collect();
+    out.extend(other_baselines(ctx));
+    out
+}
+
+/// One line per engine raced: its best baseline's generation speed before the race, and
+/// which engine's baselines are the reference. None where one engine is tuned.
+pub fn baseline_note(ctx: &SearchContext, history: &[TrialOutcome]) -> Option<String> {
+    if others(ctx).is_empty() {
+        return None;
+    }
+    let mut parts = Vec::new();
+    for e in std::iter::once(ctx.space.fixed.engine).chain(others(ctx).iter().copied()) {
+        let (d, f) = pair_of(ctx, e);
+        let best = std::iter::once(d)
+            .chain(f)
+            .filter_map(|c| before_race(history, &c))
+            .map(|s| s.gen.median)
+            .fold(None, |a: Option<f64>, g| Some(a.map_or(g, |a| a.max(g))));
+        parts.push(match best {
+            Some(g) => format!("{e} {g:.1} tok/s"),
+            None => format!("{e} not measured"),
+        });
+    }
+    Some(format!(
+        "engines raced: every engine's baselines were measured (generation: {}); the reference is {}'s",
+        parts.join(", "),
+        reference_engine(ctx, history)
+    ))
+}
+
+/// The search's best config on each other engine, where that engine can express it
+/// ([`crate::engine::Caps`]), then that engine's own levers on it
+/// ([`crate::engine::Engine::own_levers`]); and the lines saying which levers were skipped.
+pub fn variants(ctx: &SearchContext, best: &LaunchConfig) -> (Vec<LaunchConfig>, Vec<String>) {
+    let mut out = Vec::new();
+    let mut skipped = Vec::new();
+    for &e in others(ctx)
+        .iter()
+        .chain(std::iter::once(&ctx.space.fixed.engine))
+    {
+        let on = LaunchConfig {
+            engine: e,
+            ..best.clone()
+        };
+        let engine = crate::engine::of(e);
+        if !engine.caps().expresses(&on) {
+            continue;
+        }
+        if e != best.engine {
+            out.push(on.clone());
+        }
+        let levers = engine.own_levers(&on, &lever_context(ctx, &on));
+        out.extend(levers.configs);
+        skipped.extend(levers.skipped);
+    }
+    (out, skipped)
+}
+
+/// What an engine's own levers need to know of the box and the config.
+fn lever_context(ctx: &SearchContext, c: &LaunchConfig) -> crate::engine::LeverContext {
+    crate::engine::LeverContext {
+        has_gpu: ctx.has_gpu,
+        experts_on_cpu: ctx.has_gpu && !c.no_experts_on_cpu(),
+        moe: ctx.layout.is_moe(),
+    }
+}
+
+/// How many launches [`variants`] would take, for the reserve the exploration leaves.
+pub fn variant_count(ctx: &SearchContext) -> u32 {
+    let probe = ctx.config(&ctx.start_base(), 0);
+    variants(ctx, &probe).0.len() as u32
+}
