@@ -4,6 +4,8 @@
 //! head's RPC devices and the placements over them. [`probe`] talks to a worker over the RPC
 //! protocol (devices, memory, link latency and bandwidth).
 
+pub mod link;
+
 pub use crate::config::rpc::*;
 pub use crate::hardware::rpc as probe;
 pub use crate::hardware::rpc::{addresses, head_devices, HeadDevices};
