@@ -203,8 +203,8 @@ pub fn link(
     let listener = std::net::TcpListener::bind((l.host.as_str(), l.port))
         .with_context(|| format!("cannot listen on {l}"))?;
     eprintln!(
-        "qtune: link {l} -> {t}: {gbit} Gbit/s each way ({:.1} MB/s, {} KiB burst), +{delay_ms} ms \
-         one way; on the head: --rpc {l}",
+        "qtune: link {l} -> {t}: {gbit} Gbit/s each way ({:.1} MB/s, {} KiB burst), \
+         +{delay_ms} ms one way\nqtune: on the head: --rpc {l}",
         spec.rate_bytes_s / 1e6,
         spec.burst_bytes >> 10
     );
