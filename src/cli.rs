@@ -446,6 +446,29 @@ pub enum RpcCommand {
     /// argument for the head box. It has no authentication: bind loopback or a private
     /// network; a public address is refused unless --allow-public.
     Serve(RpcServeArgs),
+    /// A loopback proxy of known rate in front of a worker: one box with a worker per GPU
+    /// stands in for two boxes on a 1 or 10 Gbit/s network (no root, no tc). Runs until
+    /// stopped; point the head's --rpc at --listen.
+    Link(RpcLinkArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RpcLinkArgs {
+    /// Where the head connects, e.g. 127.0.0.1:50062.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub listen: String,
+    /// The worker behind the link, e.g. 127.0.0.1:50052.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub to: String,
+    /// The link's rate in each direction, Gbit/s (10^9 bits per second).
+    #[arg(long)]
+    pub gbit: f64,
+    /// One-way delay added to every chunk, ms (the round trip grows by twice this).
+    #[arg(long, default_value_t = 0.0)]
+    pub delay_ms: f64,
+    /// Write the proxy's byte counters here (JSON, rewritten every 200 ms).
+    #[arg(long, value_name = "FILE")]
+    pub stats: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]

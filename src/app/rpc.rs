@@ -177,3 +177,36 @@ pub fn tune_workers(list: &str, server: &Path) -> Result<Vec<crate::rpc::probe::
     check_head(server, &out)?;
     Ok(out)
 }
+
+/// `qtune rpc link`: check the addresses and the rate, bind, say what to point the head at,
+/// then forward until stopped.
+pub fn link(
+    listen: &str,
+    to: &str,
+    gbit: f64,
+    delay_ms: f64,
+    stats: Option<PathBuf>,
+) -> Result<()> {
+    let l: crate::rpc::Worker = listen
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--listen: {e}"))?;
+    let t: crate::rpc::Worker = to
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--to: {e}"))?;
+    if l == t {
+        bail!("--listen and --to are both {l}: the link would forward to itself");
+    }
+    let spec = crate::rpc::link::LinkSpec::new(gbit, delay_ms).map_err(anyhow::Error::msg)?;
+    if let Some(w) = crate::rpc::bind_policy(&l.host, false).map_err(anyhow::Error::msg)? {
+        eprintln!("qtune: warning: {w}");
+    }
+    let listener = std::net::TcpListener::bind((l.host.as_str(), l.port))
+        .with_context(|| format!("cannot listen on {l}"))?;
+    eprintln!(
+        "qtune: link {l} -> {t}: {gbit} Gbit/s each way ({:.1} MB/s, {} KiB burst), \
+         +{delay_ms} ms one way\nqtune: on the head: --rpc {l}",
+        spec.rate_bytes_s / 1e6,
+        spec.burst_bytes >> 10
+    );
+    crate::rpc::link::run(listener, t.to_string(), spec, stats).map_err(anyhow::Error::msg)
+}

@@ -63,6 +63,9 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             rpc_server: s.rpc_server,
             dry_run: s.dry_run,
         }),
+        Command::Rpc(RpcCommand::Link(l)) => {
+            app::rpc::link(&l.listen, &l.to, l.gbit, l.delay_ms, l.stats)
+        }
         Command::Server(ServerSubcommand::Check { server, engine }) => {
             app::info::server_check(server, engine)
         }

@@ -25,6 +25,8 @@
 //! Intervals are the model's error on those runs, which includes the +-15 % launch-to-launch
 //! noise of the shared GPU machine. docs/how-it-works.md describes the model and its fit.
 
+pub mod link;
+
 use super::ModelLayout;
 use crate::config::LaunchConfig;
 use crate::hardware::HardwareProfile;
@@ -177,6 +179,10 @@ pub struct SpeedBox {
     /// threads (`qtune hw` measures it); empty: the fitted thread exponent is used.
     #[serde(default)]
     pub host_bw_share_by_threads: Vec<(u32, f64)>,
+    /// The links to the RPC workers (`tune --rpc`, as measured): a config over them pays
+    /// [`link::network`] per token and micro-batch. Empty: no network term.
+    #[serde(default)]
+    pub rpc_links: Vec<link::RpcLink>,
     /// Where the inputs came from, for the user.
     pub sources: Vec<String>,
 }
@@ -318,6 +324,7 @@ impl SpeedBox {
         };
         SpeedBox {
             host_bw_share_by_threads,
+            rpc_links: Vec::new(),
             gpu_bw_gbs,
             pcie_gbs,
             host_bw_gbs,
@@ -362,11 +369,14 @@ pub struct DecodeSplit {
     pub cpu_experts_ms: f64,
     /// Per-block launch and synchronisation overhead of the GPU.
     pub overhead_ms: f64,
+    /// The links to RPC workers ([`link::network`]).
+    #[serde(default)]
+    pub network_ms: f64,
 }
 
 impl DecodeSplit {
     pub fn total_ms(&self) -> f64 {
-        self.gpu_ms + self.cpu_experts_ms + self.overhead_ms
+        self.gpu_ms + self.cpu_experts_ms + self.overhead_ms + self.network_ms
     }
 }
 
@@ -379,6 +389,9 @@ pub struct PrefillSplit {
     pub gpu_ms: f64,
     /// CPU expert compute (no op offload).
     pub cpu_ms: f64,
+    /// The links to RPC workers ([`link::network`]).
+    #[serde(default)]
+    pub network_ms: f64,
     /// Tokens per micro-batch.
     pub ubatch: u32,
 }
@@ -548,6 +561,15 @@ pub fn predict(
     let host_bw = sb.host_bw_gbs * k.host_bw_fraction * thread_share * GB;
     let gpu_bw = sb.gpu_bw_gbs.unwrap_or(1.0) * GB;
 
+    let batch = cfg.batch.unwrap_or(2048);
+    let ub = cfg
+        .ubatch
+        .unwrap_or(512)
+        .min(batch)
+        .min(prompt_tokens)
+        .max(1);
+    // Over RPC workers, the links' cost (none without --rpc or measured links).
+    let net = link::network(layout, cfg, &sb.rpc_links, ub).unwrap_or_default();
     // The fixed cost of a CPU block (activations to the host and back, waking the threads)
     // counts with the CPU experts: it is what moving them to the GPU saves.
     let decode = if has_gpu {
@@ -556,12 +578,14 @@ pub fn predict(
             cpu_experts_ms: tb.cpu / host_bw * 1e3 + tb.cpu_blocks as f64 * k.cpu_block_overhead_ms,
             overhead_ms: (layout.n_blocks - tb.gpu_recurrent_blocks) as f64 * k.block_overhead_ms
                 + tb.gpu_recurrent_blocks as f64 * k.recurrent_block_overhead_ms,
+            network_ms: net.decode_ms,
         }
     } else {
         DecodeSplit {
             gpu_ms: 0.0,
             cpu_experts_ms: tb.cpu / host_bw * 1e3,
             overhead_ms: layout.n_blocks as f64 * k.cpu_block_overhead_ms,
+            network_ms: net.decode_ms,
         }
     };
     let tg = 1e3 / decode.total_ms();
@@ -569,16 +593,10 @@ pub fn predict(
         + tb.cpu / (sb.host_bw_gbs * thread_share * GB) * 1e3;
     let tg_bound_tps = 1e3 / raw_bw_ms.max(1e-9);
 
-    let batch = cfg.batch.unwrap_or(2048);
-    let ub = cfg
-        .ubatch
-        .unwrap_or(512)
-        .min(batch)
-        .min(prompt_tokens)
-        .max(1);
     let n_ub = prompt_tokens.div_ceil(ub);
     let mut prefill = PrefillSplit {
         ubatch: ub,
+        network_ms: net.prefill_ub_ms,
         ..Default::default()
     };
     if has_gpu {
@@ -609,7 +627,7 @@ pub fn predict(
     } else {
         prefill.cpu_ms = cpu_prefill_ms(ub, tb.active_total, sb, threads);
     }
-    let ub_ms = prefill.copy_ms + prefill.gpu_ms + prefill.cpu_ms;
+    let ub_ms = prefill.copy_ms + prefill.gpu_ms + prefill.cpu_ms + prefill.network_ms;
     let pp = prompt_tokens as f64 / (n_ub as f64 * ub_ms / 1e3);
     Some(SpeedPrediction {
         tg: Estimate::new(tg, k.tg_rel_err),

@@ -106,6 +106,7 @@ pub fn plan_speed(
             .unwrap_or(p.hardware.logical_cores)
             .max(1),
         host_bw_share_by_threads: Vec::new(),
+        rpc_links: Vec::new(),
         sources: Vec::new(),
     };
     let Some(theirs) = speed::predict(

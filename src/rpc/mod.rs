@@ -4,6 +4,8 @@
 //! head's RPC devices and the placements over them. [`probe`] talks to a worker over the RPC
 //! protocol (devices, memory, link latency and bandwidth).
 
+pub mod link;
+
 pub use crate::config::rpc::*;
 pub use crate::hardware::rpc as probe;
 pub use crate::hardware::rpc::{addresses, head_devices, HeadDevices};
@@ -258,6 +260,71 @@ pub fn placements(best: &LaunchConfig, devices: &HeadDevices, n_blocks: u32) -> 
     out
 }
 
+/// Why `cfg` would not fit a worker: the memory model's share of each device (the workers'
+/// first, then the local GPUs', as llama.cpp orders them) against each worker device's free
+/// memory as measured, less `headroom_mib`. `None` when every worker device holds its share
+/// (or its free memory was not measured).
+pub fn worker_overflow(
+    layout: &crate::model::ModelLayout,
+    cfg: &LaunchConfig,
+    devices: &HeadDevices,
+    headroom_mib: u64,
+) -> Option<String> {
+    let mean = {
+        let f: Vec<u64> = devices.remote.iter().filter_map(|(_, f)| *f).collect();
+        f.iter().sum::<u64>() as f64 / f.len().max(1) as f64
+    };
+    let mut free: Vec<f64> = devices
+        .remote
+        .iter()
+        .map(|(_, f)| f.map_or(mean, |f| f as f64))
+        .collect();
+    free.extend(std::iter::repeat_n(mean, devices.local_gpus));
+    let p = crate::model::memory::predict_devices(layout, cfg, &free);
+    // One device in all: the model's GPU share is that device's.
+    let shares: Vec<(usize, f64)> = if p.gpu_devices.is_empty() {
+        vec![(0, p.gpu_mib)]
+    } else {
+        p.gpu_devices
+            .iter()
+            .map(|d| (d.device as usize, d.total_mib))
+            .collect()
+    };
+    shares.into_iter().find_map(|(i, need)| {
+        let (name, free) = devices.remote.get(i)?;
+        let budget = free.map(|f| f.saturating_sub(headroom_mib) as f64)?;
+        (need > budget).then(|| {
+            format!(
+                "{name} would hold {need:.0} MiB, more than its {budget:.0} MiB ({} MiB free less \
+                 {headroom_mib} MiB headroom)",
+                budget as u64 + headroom_mib
+            )
+        })
+    })
+}
+
+/// [`placements`] less those a worker's free memory cannot hold ([`worker_overflow`]): what
+/// the search launches.
+pub fn placements_within(
+    best: &LaunchConfig,
+    devices: &HeadDevices,
+    layout: &crate::model::ModelLayout,
+    headroom_mib: u64,
+) -> Vec<LaunchConfig> {
+    placements(best, devices, layout.n_blocks)
+        .into_iter()
+        .filter(
+            |c| match worker_overflow(layout, c, devices, headroom_mib) {
+                Some(why) => {
+                    tracing::info!("RPC placement not tried: {why}");
+                    false
+                }
+                None => true,
+            },
+        )
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,6 +453,39 @@ mod tests {
         }
         // Without workers there is nothing to place.
         assert!(placements(&LaunchConfig::baseline(4096), &devices, 8).is_empty());
+    }
+
+    /// Each worker's free memory is its budget: a placement that puts more on a worker than
+    /// it has free (less the headroom) is not launched; one that fits is.
+    #[test]
+    fn a_placement_past_a_workers_free_memory_is_not_tried() {
+        // 8 blocks of 256 MiB routed experts and 16 MiB of the rest each: 2176 MiB in all.
+        let l = crate::model::ModelLayout::uniform(8, 8, 256 << 20, 16 << 20);
+        let mut best = LaunchConfig::baseline(1024);
+        best.rpc = vec!["127.0.0.1:50052".into()];
+        let names = |free: u64| HeadDevices {
+            remote: vec![("RPC0[127.0.0.1:50052]".into(), Some(free))],
+            local_gpus: 0,
+        };
+        let all = placements(&best, &names(1000), 8);
+        assert_eq!(
+            all.len(),
+            2,
+            "the whole model, and its experts on the head's CPU"
+        );
+        // 1000 MiB free less 64 of headroom: the experts on the head's CPU (about 350 MiB on
+        // the worker) fit, the whole model (about 2300 MiB) does not.
+        let kept = placements_within(&best, &names(1000), &l, 64);
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert!(kept[0].cpu_experts.is_some(), "{:?}", kept[0]);
+        let why = worker_overflow(&l, &all[0], &names(1000), 64).unwrap();
+        assert!(
+            why.contains("RPC0[127.0.0.1:50052] would hold") && why.contains("its 936 MiB"),
+            "{why}"
+        );
+        // A worker with room for everything keeps both; one with too little keeps none.
+        assert_eq!(placements_within(&best, &names(4000), &l, 64).len(), 2);
+        assert!(placements_within(&best, &names(300), &l, 64).is_empty());
     }
 
     /// What `qtune compare` reads back: `--rpc` and the expert rules on a worker's device.

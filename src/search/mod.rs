@@ -91,7 +91,10 @@ pub fn context(
         ram_available_mib: Some(hw.host.ram_available_mib as f64),
         fit_target_mib: inputs.headroom_mib.min(u64::from(u32::MAX)) as u32,
         gpus: inputs.gpu_budgets.clone(),
-        speed: Some(crate::model::speed::SpeedBox::from_hardware(hw)),
+        speed: Some(
+            crate::model::speed::SpeedBox::from_hardware(hw)
+                .with_links(&inputs.space.fixed.rpc_workers),
+        ),
         workload_traits: {
             let recurrent = layout.recurrent_state_bytes.iter().any(|b| *b > 0);
             let mut traits = match inputs

@@ -64,6 +64,7 @@ mod profile_roundtrip;
 mod quality_real;
 mod report_script;
 mod report_workloads;
+mod rpc_link;
 mod rpc_workers;
 mod run_dir_faults;
 mod run_dir_hostile;

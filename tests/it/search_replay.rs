@@ -516,6 +516,7 @@ fn h100_box() -> qtune::model::speed::SpeedBox {
         physical_cores: 16,
         host_bw_share_by_threads: Vec::new(),
         sources: Vec::new(),
+        rpc_links: Vec::new(),
     }
 }
 

@@ -449,6 +449,7 @@ fn the_plans_line_for_each_tuned_winner_meets_both_goals() {
                     physical_cores: 16,
                     host_bw_share_by_threads: Vec::new(),
                     sources: Vec::new(),
+                    rpc_links: Vec::new(),
                 };
                 let p =
                     speed::predict(&layout_of_cached(shape), &cfg, &sb, true, 2048, &k).unwrap();
@@ -655,6 +656,7 @@ fn the_server_default_is_predicted_from_the_placement_its_fit_is_expected_to_cho
             physical_cores: 16,
             host_bw_share_by_threads: Vec::new(),
             sources: Vec::new(),
+            rpc_links: Vec::new(),
         };
         let (stand_in, p) =
             qtune::placement::predict_server_default(&layout, &default_cfg(ctx), free, &sb, 2048)

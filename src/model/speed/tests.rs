@@ -17,6 +17,7 @@ pub(crate) fn gpu_box() -> SpeedBox {
         physical_cores: 8,
         host_bw_share_by_threads: Vec::new(),
         sources: Vec::new(),
+        rpc_links: Vec::new(),
     }
 }
 

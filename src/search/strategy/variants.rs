@@ -124,10 +124,11 @@ impl QtuneSearch {
         } else {
             0
         };
-        crate::rpc::placements(
+        crate::rpc::placements_within(
             best,
             &crate::rpc::head_devices(workers, local),
-            ctx.layout.n_blocks,
+            &ctx.layout,
+            u64::from(ctx.fit_target_mib),
         )
     }
 

@@ -311,6 +311,7 @@ pub fn speed_box(g: &Group) -> SpeedBox {
         physical_cores: 16,
         host_bw_share_by_threads: Vec::new(),
         sources: Vec::new(),
+        rpc_links: Vec::new(),
     }
 }
 
