@@ -287,6 +287,13 @@ pub struct ShapeTiming {
     /// Generation speed at this depth, tokens per second (measured over `gen_measured` tokens).
     pub gen_tps: f64,
     pub gen_measured: u32,
+    /// Speculative decoding (`--spec-type`): the tokens the server drafted for this request,
+    /// and of these the ones it accepted (its `timings.draft_n`, `draft_n_accepted`). Absent
+    /// where it drafted nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_n: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_n_accepted: Option<u32>,
 }
 
 impl ShapeTiming {
@@ -378,6 +385,8 @@ mod tests {
             prompt_ms,
             gen_tps,
             gen_measured: s.gen,
+            draft_n: None,
+            draft_n_accepted: None,
         };
         let m = vec![
             t(&mix.shapes[0], 500.0, 10.0),

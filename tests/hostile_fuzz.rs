@@ -365,6 +365,8 @@ fn launch(gen0: f64, pp0: f64, gen: f64, pp: f64) -> qtune::trial::Metrics {
         prompt_ms: 1000.0 / pp * 1000.0,
         gen_tps: gen,
         gen_measured: 100,
+        draft_n: None,
+        draft_n_accepted: None,
     };
     Metrics {
         gen_tps: Stat::from_samples(&[gen0 * 0.99, gen0, gen0 * 1.01]).unwrap(),

@@ -3,7 +3,7 @@
 //! those of the command that is the same config without speculation, where one is compared.
 
 use super::{command_name, CompareRound, ComparedCommand};
-use crate::trial::acceptance::Acceptance;
+use crate::trial::acceptance::{self, Acceptance};
 use crate::trial::lossless::{self, Check};
 use serde::{Deserialize, Serialize};
 
@@ -18,11 +18,25 @@ pub struct SpeculationCheck {
     pub acceptance: Option<Acceptance>,
     /// The command that is the same config without speculation, where there is one.
     pub reference: Option<usize>,
-    /// Its answers against that command's (the first differing launch, else the first).
+    /// Its answers against that command's (a lossy launch, else one at a near-tie, else the
+    /// first).
     pub check: Option<Check>,
-    /// The outcomes of its launches that measured nothing (`degenerate`, ...), once each.
+    /// The outcomes of its launches that measured nothing (`degenerate`, ...), once each;
+    /// never `ok`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_measured: Vec<String>,
+    /// Its launches that measured a trace's replay or the request shapes (their drafts are
+    /// counted in `acceptance`).
+    #[serde(default)]
+    pub measured: u32,
+    /// Its ok launches that measured only the fixed request (no trace, no `--workload`
+    /// shapes): their drafts are not kept.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub uncounted: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The speculative commands' acceptance and losslessness over `rounds`.
@@ -43,28 +57,51 @@ pub fn checks(commands: &[ComparedCommand], rounds: &[CompareRound]) -> Vec<Spec
         let reference = commands.iter().position(|k| k.config == want);
         let theirs = reference
             .and_then(|k| replays(k).find(|r| r.requests.iter().any(|q| q.answer.is_some())));
+        // Every launch's probes count for all: greedy answers repeat, so a launch that ran
+        // before the reference's (nothing to probe against yet) diverges where a later did.
+        let probes: Vec<lossless::TieProbe> =
+            replays(i).flat_map(|r| r.probes.iter().cloned()).collect();
         let all: Vec<Check> = theirs
             .map(|t| {
                 replays(i)
-                    .filter_map(|mine| lossless::compare(mine, t))
+                    .filter_map(|mine| lossless::compare_with(mine, t, &probes))
                     .collect()
             })
             .unwrap_or_default();
         let mut not_measured: Vec<String> = Vec::new();
+        let (mut measured, mut uncounted) = (0u32, 0u32);
+        let mut drafted = Vec::new();
         for l in rounds.iter().flat_map(|r| &r.launches) {
-            if l.command == i && l.replay.is_none() && !not_measured.contains(&l.outcome) {
+            if l.command != i {
+                continue;
+            }
+            // A launch with numbers measured (a trace's replay or the request shapes) counts
+            // its drafts; one without says why once (its outcome, never `ok`).
+            if l.replay.is_some() || !l.shapes.is_empty() {
+                measured += 1;
+                drafted.extend(match &l.replay {
+                    Some(r) => r.drafted(),
+                    None => acceptance::of_shapes(&l.shapes),
+                });
+            } else if l.gen_tps.is_some() {
+                uncounted += 1;
+            } else if !not_measured.contains(&l.outcome) {
                 not_measured.push(l.outcome.clone());
             }
         }
         out.push(SpeculationCheck {
             not_measured,
+            measured,
+            uncounted,
             command: i,
             spec_type: spec.as_str().to_string(),
-            acceptance: Acceptance::sum(replays(i).filter_map(|r| r.acceptance)),
+            acceptance: Acceptance::sum(drafted),
             reference,
+            // The worst launch: a lossy one, else one at a near-tie, else the first.
             check: all
                 .iter()
                 .find(|c| matches!(c, Check::Differs(_)))
+                .or(all.iter().find(|c| matches!(c, Check::NearTie { .. })))
                 .or(all.first())
                 .copied(),
         });
@@ -78,14 +115,18 @@ pub fn lines(checks: &[SpeculationCheck]) -> Vec<String> {
     checks
         .iter()
         .map(|s| {
-            let drafted = match (s.acceptance, s.not_measured.is_empty()) {
+            let drafted = match (s.acceptance, s.measured) {
                 (Some(a), _) => a.line(&s.spec_type),
-                (None, true) => format!("{}: nothing drafted", s.spec_type),
-                (None, false) => format!(
+                (None, 0) if s.uncounted > 0 => format!(
+                    "{}: drafts not counted on the fixed request (--workload chat counts them)",
+                    s.spec_type
+                ),
+                (None, 0) if !s.not_measured.is_empty() => format!(
                     "{}: no launch measured ({}; see the warnings)",
                     s.spec_type,
                     s.not_measured.join(", ")
                 ),
+                (None, _) => format!("{}: nothing drafted", s.spec_type),
             };
             let checked = match (s.reference, &s.check) {
                 (Some(k), Some(c)) => {
@@ -119,6 +160,8 @@ mod tests {
             reference: Some(0),
             check,
             not_measured: not_measured.iter().map(|s| s.to_string()).collect(),
+            measured: u32::from(not_measured.is_empty()),
+            uncounted: 0,
         };
         let a = Acceptance {
             drafted: 200,
@@ -145,6 +188,70 @@ mod tests {
                  compared (no launch of A and B both kept answers)"
                     .to_string(),
             ]
+        );
+    }
+
+    /// A request-shape comparison (no trace): the launches' shapes carry the drafts, and an ok
+    /// launch is never listed as "not measured" (on main it was: "no launch measured (ok)").
+    #[test]
+    fn a_shape_workload_counts_its_drafts_and_never_calls_ok_unmeasured() {
+        use crate::compare::CompareLaunch;
+        let command = |line: &str, spec| ComparedCommand {
+            name: String::new(),
+            line: line.into(),
+            config: crate::config::LaunchConfig {
+                spec_type: spec,
+                ..crate::config::LaunchConfig::baseline(4096)
+            },
+        };
+        let commands = [
+            command("A", None),
+            command("B", Some(crate::config::SpecType::NgramMod)),
+        ];
+        let launch = |c: usize, drafts: Option<(u32, u32)>| CompareLaunch {
+            command: c,
+            trial_id: 1,
+            outcome: "ok".into(),
+            gen_tps: Some(50.0),
+            prompt_tps: Some(500.0),
+            peak_vram_mib: None,
+            shapes: vec![acceptance::shape_drafting(
+                drafts.map(|d| d.0),
+                drafts.map(|d| d.1),
+            )],
+            peak_vram_per_gpu_mib: Vec::new(),
+            message: String::new(),
+            replay: None,
+        };
+        let rounds = |drafts| {
+            vec![CompareRound {
+                order: vec![0, 1],
+                launches: vec![launch(0, None), launch(1, drafts)],
+            }]
+        };
+        let c = checks(&commands, &rounds(Some((375, 150))));
+        assert_eq!(c.len(), 1);
+        let a = c[0].acceptance.expect("the shapes' drafts are counted");
+        assert_eq!((a.drafted, a.accepted, a.requests), (375, 150, 1));
+        assert!(c[0].not_measured.is_empty(), "{:?}", c[0].not_measured);
+        assert!(lines(&c)[0].starts_with("B  ngram-mod: 40 % of drafted tokens accepted"));
+        // An ok launch of the fixed request alone: its drafts are not kept, and it says so.
+        let mut fixed = rounds(Some((1, 1)));
+        fixed[0].launches[1].shapes.clear();
+        let c = checks(&commands, &fixed);
+        assert!(c[0].not_measured.is_empty(), "{:?}", c[0].not_measured);
+        assert!(
+            lines(&c)[0].starts_with("B  ngram-mod: drafts not counted on the fixed request"),
+            "{}",
+            lines(&c)[0]
+        );
+        // An ok launch that drafted nothing says so.
+        let c = checks(&commands, &rounds(None));
+        assert!(c[0].not_measured.is_empty(), "{:?}", c[0].not_measured);
+        assert!(
+            lines(&c)[0].starts_with("B  ngram-mod: nothing drafted;"),
+            "{}",
+            lines(&c)[0]
         );
     }
 }

@@ -288,6 +288,7 @@ pub fn acceptance_lines(history: &[crate::trial::TrialOutcome]) -> Vec<String> {
         let check = checks
             .iter()
             .find(|c| matches!(c, Check::Differs(_)))
+            .or(checks.iter().find(|c| matches!(c, Check::NearTie { .. })))
             .or(checks.first());
         out.push(match (looped, check) {
             (false, _) if cost_only => format!(

@@ -88,11 +88,18 @@ impl Acceptance {
     }
 }
 
-/// The launch's acceptance, where it replayed requests and the server drafted.
+/// The launch's acceptance, where the server drafted: over its replayed requests, else (a
+/// request-shape workload, no trace) over its measured shapes.
 pub fn of_metrics(m: &Metrics) -> Option<Acceptance> {
-    let r = m.replay.as_ref()?;
-    let counts = r.requests.iter().map(|q| (q.draft_n, q.draft_n_accepted));
-    r.acceptance.or_else(|| Acceptance::of(counts))
+    match &m.replay {
+        Some(r) => r.drafted(),
+        None => of_shapes(&m.shapes),
+    }
+}
+
+/// Drafted and accepted tokens over a launch's measured request shapes.
+pub fn of_shapes(shapes: &[crate::workloads::ShapeTiming]) -> Option<Acceptance> {
+    Acceptance::of(shapes.iter().map(|s| (s.draft_n, s.draft_n_accepted)))
 }
 
 /// The [`OutcomeKind::Degenerate`] verdict for a speculative launch whose answers loop; None
@@ -127,6 +134,30 @@ pub fn cost_only(config: &LaunchConfig, m: &Metrics) -> Option<Verdict> {
         ),
         evidence: Vec::new(),
     })
+}
+
+/// A measured chat shape (512 new tokens, 128 generated) with these drafts, for tests.
+#[cfg(test)]
+pub fn shape_drafting(
+    draft_n: Option<u32>,
+    draft_n_accepted: Option<u32>,
+) -> crate::workloads::ShapeTiming {
+    crate::workloads::ShapeTiming {
+        shape: crate::workloads::Shape {
+            name: "chat".into(),
+            held: 0,
+            new: 512,
+            gen: 128,
+            weight: 1.0,
+        },
+        cache_n: 0,
+        prompt_n: 512,
+        prompt_ms: 100.0,
+        gen_tps: 50.0,
+        gen_measured: 128,
+        draft_n,
+        draft_n_accepted,
+    }
 }
 
 #[cfg(test)]
@@ -178,6 +209,34 @@ mod tests {
         assert!(at(MIN_DRAFTED as u32, MIN_DRAFTED as u32));
     }
 
+    /// A request-shape workload (no trace) counts its shapes' drafts; before issue 54's
+    /// follow-up only a replay's were read, so a shape launch said "nothing drafted".
+    #[test]
+    fn a_shape_workload_counts_the_drafts_of_its_measured_shapes() {
+        let shape = shape_drafting;
+        let stat = super::super::Stat::from_samples(&[1.0]).unwrap();
+        let m = Metrics {
+            gen_tps: stat.clone(),
+            prompt_tps: stat.clone(),
+            ttft_ms: stat,
+            gen_tps_at_depth: None,
+            shapes: vec![
+                shape(Some(375), Some(0)),
+                shape(None, None),
+                shape(Some(25), Some(20)),
+            ],
+            request_s: Some(1.0),
+            replay: None,
+        };
+        let a = of_metrics(&m).expect("the shapes drafted");
+        assert_eq!((a.drafted, a.accepted, a.requests), (400, 20, 2));
+        let none = Metrics {
+            shapes: vec![shape(None, None)],
+            ..m
+        };
+        assert_eq!(of_metrics(&none), None);
+    }
+
     #[test]
     fn on_random_weights_any_speculation_is_cost_only_and_no_speculation_is_not() {
         use crate::config::SpecType;
@@ -198,6 +257,7 @@ mod tests {
                 wall_s: 1.0,
                 aggregate_tps: None,
                 acceptance: Acceptance::of([req(Some(183), Some(0))]),
+                probes: Vec::new(),
             }),
         };
         let mtp = LaunchConfig {

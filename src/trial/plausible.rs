@@ -424,6 +424,8 @@ mod tests {
             prompt_ms,
             gen_tps,
             gen_measured: 100,
+            draft_n: None,
+            draft_n_accepted: None,
         };
         let m = |s: ShapeTiming| Metrics {
             gen_tps: Stat::from_samples(&[50.0]).unwrap(),
@@ -495,6 +497,7 @@ mod tests {
                     wall_s: 1000.0,
                     aggregate_tps: None,
                     acceptance: None,
+                    probes: Vec::new(),
                 }),
             }
         };

@@ -358,6 +358,8 @@ impl TrialRunner for ReplayRunner {
                             prompt_ms: f64::from(s.new) / prompt_tps.median * 1000.0,
                             gen_tps: gen_tps.median,
                             gen_measured: s.gen,
+                            draft_n: None,
+                            draft_n_accepted: None,
                             shape: s,
                         })
                         .collect();

@@ -103,6 +103,41 @@ pub struct ReplayTiming {
     /// accepted tokens summed); absent where the server drafted nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub acceptance: Option<super::acceptance::Acceptance>,
+    /// A speculative launch's answers that left the reference's: the model's top candidates
+    /// at each first differing token, asked of this launch's server after the timed replay
+    /// ([`super::lossless::probe`]). Empty where nothing differed or nothing was compared.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub probes: Vec<TieProbe>,
+}
+
+/// One candidate for a token, as llama-server's `n_probs` lists it (`top_logprobs`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    pub id: u32,
+    /// Natural log of its probability (pre-sampling softmax).
+    pub logprob: f64,
+}
+
+/// The model's top candidates at a request's first token where a speculative answer left
+/// the reference's, most likely first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TieProbe {
+    pub request: u64,
+    /// Counted from 1, as [`Divergence::token`].
+    pub token: usize,
+    pub top: Vec<Candidate>,
+}
+
+impl ReplayTiming {
+    /// Drafted and accepted tokens over its requests; None where the server drafted nothing.
+    pub fn drafted(&self) -> Option<super::acceptance::Acceptance> {
+        let counts = self
+            .requests
+            .iter()
+            .map(|q| (q.draft_n, q.draft_n_accepted));
+        self.acceptance
+            .or_else(|| super::acceptance::Acceptance::of(counts))
+    }
 }
 
 /// The aggregate generation of a replay: the requests' generated tokens over its wall clock
@@ -291,6 +326,7 @@ pub async fn replay(
         ),
         requests,
         wall_s,
+        probes: Vec::new(),
     })
 }
 

@@ -390,6 +390,8 @@ impl ServerSession<'_> {
             prompt_ms: t.prompt_ms,
             gen_tps: t.predicted_per_second,
             gen_measured: n,
+            draft_n: t.draft_n.map(clamp),
+            draft_n_accepted: t.draft_n_accepted.map(clamp),
         })
     }
 

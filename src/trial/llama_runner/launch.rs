@@ -235,7 +235,7 @@ impl LlamaServerRunner {
                 Ok(()) => {
                     // Another program on the port may have answered /health in the server's
                     // place: the server then exits with the bind failure mid-measurement.
-                    let d = self.measure(proc, &base_url, log_path, pace);
+                    let d = self.measure(proc, &base_url, log_path, pace, config);
                     if d.kind == OutcomeKind::PortConflict && attempt < PORT_ATTEMPTS {
                         tracing::debug!("port {port} was taken by another program; retrying");
                         forget_attempt(log_path);
@@ -338,6 +338,7 @@ impl LlamaServerRunner {
         base_url: &str,
         log_path: &Path,
         pace: Option<workload::Pace>,
+        config: &LaunchConfig,
     ) -> Draft {
         // Everything the server logs from here on belongs to the measure phase.
         let healthy_at = std::fs::metadata(log_path).map(|m| m.len()).unwrap_or(0) as usize;
@@ -349,6 +350,11 @@ impl LlamaServerRunner {
             let want = r.trace.as_ref()?.header.tokenizer_sha256.clone()?;
             Some((r.name.clone(), want))
         });
+        let want = crate::trial::lossless::reference_of(config);
+        let reference = config
+            .spec_type
+            .and(self.reference_answers.iter().find(|(c, _)| *c == want))
+            .map(|(_, r)| r);
         let result: Result<Result<Measured, String>, Failure> = {
             let mut exited = || proc.try_exit();
             let mut session = ServerSession {
@@ -370,9 +376,19 @@ impl LlamaServerRunner {
                     }
                 }
                 match &workload.replay {
-                    Some(r) => crate::trial::replay_trace::measure(&mut session, &workload, r)
-                        .await
-                        .map(Ok),
+                    Some(r) => {
+                        let mut m =
+                            crate::trial::replay_trace::measure(&mut session, &workload, r).await?;
+                        // Greedy answers that left the reference's: a near-tie or a fault?
+                        if let (Some(mine), Some(theirs), Some(trace)) =
+                            (m.metrics.replay.as_mut(), reference, r.trace.as_ref())
+                        {
+                            mine.probes =
+                                crate::trial::lossless::probe(&mut session, trace, mine, theirs)
+                                    .await;
+                        }
+                        Ok(Ok(m))
+                    }
                     None => session.run(&workload).await.map(Ok),
                 }
             };
@@ -407,6 +423,13 @@ impl LlamaServerRunner {
         match result {
             Ok(m) => {
                 let exit = proc.stop(STOP_GRACE);
+                if let Some(r) = m.metrics.replay.as_ref().filter(|r| {
+                    config.spec_type.is_none()
+                        && r.requests.iter().any(|q| q.answer.is_some())
+                        && !self.reference_answers.iter().any(|(c, _)| c == config)
+                }) {
+                    self.reference_answers.push((config.clone(), r.clone()));
+                }
                 tracing::debug!("server stopped after the trial: {exit}");
                 let mut warnings = m.warnings;
                 warnings.extend(orphan_warning(&proc));

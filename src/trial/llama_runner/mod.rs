@@ -82,6 +82,10 @@ pub struct LlamaServerRunner {
     busy: super::phase::BusyNote,
     /// A tune of a random-weight model ([`Self::with_random_weights`]).
     random_weights: bool,
+    /// The first replay with kept answers of each config without speculation: where a
+    /// speculative launch's answers leave them, its server is probed for a near-tie
+    /// ([`crate::trial::lossless::probe`]) before it stops.
+    reference_answers: Vec<(LaunchConfig, crate::trial::replay_trace::ReplayTiming)>,
 }
 
 impl LlamaServerRunner {
@@ -144,6 +148,7 @@ impl LlamaServerRunner {
             doing: super::phase::PhaseCell::default(),
             busy: super::phase::BusyNote::default(),
             random_weights: false,
+            reference_answers: Vec::new(),
         })
     }
 
