@@ -103,18 +103,22 @@ pub struct ServerCommand {
 }
 
 /// Read back a `llama-server` argv as qtune renders it ([`Engine::parse_command`]): as
-/// ik_llama.cpp's where the binary is qtune's ik build (its path names `ik_llama`) or only
-/// ik's dialect reads it (`--fit --fit-margin`, `--no-mmap`, `-no-fmoe`, `-amb`, `-rtr`),
-/// else as llama.cpp's, whose error is the one said.
+/// ik_llama.cpp's where the binary is qtune's ik build (its path names `ik_llama`) or it
+/// spells a flag only ik has (`--fit-margin`, `-no-fmoe`, `-amb`, `-rtr`: see
+/// [`ik_llama::parse::speaks_only_ik`]), else as llama.cpp's, whose error is the one said.
 pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
     if argv.first().is_some_and(|s| s.contains("ik_llama")) {
         if let Ok(c) = IkLlama.parse_command(argv) {
             return Ok(c);
         }
     }
-    LlamaCpp
-        .parse_command(argv)
-        .or_else(|e| IkLlama.parse_command(argv).map_err(|_| e))
+    LlamaCpp.parse_command(argv).or_else(|e| {
+        if ik_llama::parse::speaks_only_ik(argv) {
+            IkLlama.parse_command(argv)
+        } else {
+            Err(e)
+        }
+    })
 }
 
 /// What a tune's baselines are launched with, from its search space's fixed settings

@@ -74,6 +74,7 @@ mod server_backend;
 mod session_workload;
 mod spec_mtp;
 mod spec_predict;
+mod spec_shapes;
 mod speed_replay;
 mod split_model;
 mod stats_race;

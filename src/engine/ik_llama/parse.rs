@@ -7,6 +7,15 @@ use super::OWN_FLAGS;
 use crate::config::{EngineKind, LaunchConfig};
 use crate::engine::{Engine, ServerCommand};
 
+/// Whether `argv` spells a flag only ik_llama.cpp has (its own levers, `--fit-margin`): a
+/// command that llama.cpp's parser refuses is read as ik's only then. Flags both servers
+/// know (`--mlock`, `--no-mmap`) say nothing of the engine: a llama.cpp command that uses
+/// one qtune does not vary stays llama.cpp's, with llama.cpp's error.
+pub fn speaks_only_ik(argv: &[String]) -> bool {
+    argv.iter()
+        .any(|a| a == "--fit-margin" || OWN_FLAGS.iter().any(|f| f.contains(&a.as_str())))
+}
+
 /// Read back an ik_llama.cpp argv ([`crate::engine::Engine::parse_command`]).
 pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
     let is = |a: &str, k: usize| OWN_FLAGS[k].contains(&a);
@@ -141,5 +150,15 @@ mod tests {
             crate::engine::parse_command(&plain).unwrap().config.engine,
             EngineKind::LlamaCpp
         );
+        // A flag both servers know says nothing of the engine: a llama.cpp command with one
+        // qtune does not vary keeps llama.cpp's error (it was once read as ik's).
+        for flag in ["--mlock", "--no-mmap"] {
+            let argv: Vec<String> = format!("llama-server -m m.gguf -c 2048 -np 1 {flag}")
+                .split(' ')
+                .map(String::from)
+                .collect();
+            let e = crate::engine::parse_command(&argv).unwrap_err();
+            assert!(e.contains(&format!("unknown flag '{flag}'")), "{e}");
+        }
     }
 }
