@@ -160,6 +160,16 @@ fn file_bytes(path: &Path) -> Option<u64> {
     std::fs::metadata(path).ok().map(|m| m.len())
 }
 
+/// `--from-profile`: the earlier winner the search starts from.
+fn from_profile(opts: &TuneOptions) -> Result<Option<crate::config::Base>> {
+    match &opts.from_profile {
+        Some(p) => Ok(Some(
+            crate::profile::resolve_profile(p)?.1.winner.config.base(),
+        )),
+        None => Ok(None),
+    }
+}
+
 /// What a fresh tune starts from, checked before anything is written or launched.
 struct Checked {
     model: PathBuf,
@@ -366,40 +376,27 @@ fn prepare(
             let line = crate::escape::terminal_lines(&line);
             eprintln!("{}", crate::util::fit(&format!("qtune: {line}")))
         })?;
-    let free = hardware.free_vram_mib();
-    let start = match &opts.from_profile {
-        Some(p) => Some(crate::profile::resolve_profile(p)?.1.winner.config.base()),
-        None => None,
-    };
+    let start = from_profile(opts)?;
     let run_dir = match &opts.out {
         Some(out) => out.clone(),
         None => new_default_run_dir(&model, None)?,
     };
     let lock = crate::run::lock(&run_dir)?;
     check_new_run_dir(&run_dir)?;
-    let inputs = RunInputs {
+    let inputs = RunInputs::resolve(crate::run::Resolved {
         model_path: model,
-        server_bytes: if opts.replay.is_some() {
-            None
-        } else {
-            file_bytes(&server_path)
-        },
+        layout: &layout,
         server_path,
         server_version,
+        real_server: opts.replay.is_none(),
+        hardware,
         space,
         headroom_mib: opts.headroom_mib,
-        vram_budget_mib: crate::run::box_vram_budget_mib(&hardware, opts.headroom_mib),
-        gpu_budgets: crate::run::gpu_budgets(&hardware, opts.headroom_mib),
-        hardware,
-        free_vram_at_start_mib: free,
-        started_at: chrono::Local::now().to_rfc3339(),
         host: opts.host.clone(),
         port: opts.port,
         start,
         quality,
-        model_fingerprint: Some(layout.fingerprint.clone()),
-        model_bytes: Some(layout.file_bytes),
-    };
+    });
     crate::run::write_inputs(&run_dir, &inputs)?;
     Ok((run_dir, inputs, layout, lock, notes))
 }
@@ -639,29 +636,21 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| default_run_dir(&c.model, None));
-    let free = c.hardware.free_vram_mib();
-    let inputs = RunInputs {
+    let inputs = RunInputs::resolve(crate::run::Resolved {
         model_path: c.model.clone(),
-        server_bytes: None,
+        layout: &c.layout,
         server_path: c.server_path.clone(),
         server_version: c.server_version.clone(),
+        real_server: opts.replay.is_none(),
+        hardware: c.hardware.clone(),
         space: c.space.clone(),
         headroom_mib: opts.headroom_mib,
-        vram_budget_mib: crate::run::box_vram_budget_mib(&c.hardware, opts.headroom_mib),
-        gpu_budgets: crate::run::gpu_budgets(&c.hardware, opts.headroom_mib),
-        hardware: c.hardware.clone(),
-        free_vram_at_start_mib: free,
-        started_at: chrono::Local::now().to_rfc3339(),
         host: opts.host.clone(),
         port: opts.port,
-        start: match &opts.from_profile {
-            Some(p) => Some(crate::profile::resolve_profile(p)?.1.winner.config.base()),
-            None => None,
-        },
+        start: from_profile(opts)?,
+        // A dry run measures no quality floor.
         quality: None,
-        model_fingerprint: Some(c.layout.fingerprint.clone()),
-        model_bytes: Some(c.layout.file_bytes),
-    };
+    });
     let note = c.notes.join("; ");
     let ctx = crate::search::context(&inputs, &c.layout, crate::clock::system());
     let first = crate::search::first_launches(&ctx);

@@ -6,7 +6,7 @@
 //! (`config`, `hardware`, `model`, `space` and the trial record types), never on a stage that
 //! does work.
 
-use crate::config::{Base, LaunchConfig};
+use crate::config::LaunchConfig;
 use crate::hardware::HardwareProfile;
 use crate::model::ModelLayout;
 use crate::space::SearchSpace;
@@ -17,12 +17,14 @@ use std::path::{Path, PathBuf};
 
 pub mod figures;
 mod folder;
+mod inputs;
 pub mod pareto;
 #[doc(hidden)]
 pub mod sample;
 pub mod schema;
 
 pub use folder::*;
+pub use inputs::*;
 
 pub const RUN_FILE: &str = "run.json";
 pub const RESULTS_FILE: &str = "results.json";
@@ -302,67 +304,6 @@ impl BudgetStop {
             self.race,
             more.join(" ")
         )
-    }
-}
-
-/// The inputs of a tune, written as `run.json` when it starts so `--resume` uses the same ones
-/// (in particular the free VRAM measured before the first trial).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunInputs {
-    pub model_path: PathBuf,
-    pub server_path: PathBuf,
-    pub server_version: String,
-    pub space: SearchSpace,
-    pub headroom_mib: u64,
-    pub hardware: HardwareProfile,
-    pub free_vram_at_start_mib: u64,
-    pub vram_budget_mib: Option<u64>,
-    /// Each card's budget when the box has two GPUs or more (empty otherwise).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub gpu_budgets: Vec<crate::hardware::GpuBudget>,
-    pub started_at: String,
-    pub host: String,
-    pub port: u16,
-    #[serde(default)]
-    pub start: Option<Base>,
-    /// The quality floor's measurement, taken once before the first trial.
-    #[serde(default)]
-    pub quality: Option<crate::quality::floor::QualityGate>,
-    /// The model's header fingerprint and file size when the tune started: `--resume` refuses
-    /// a model file that changed since (None in runs written before qtune checked).
-    #[serde(default)]
-    pub model_fingerprint: Option<String>,
-    #[serde(default)]
-    pub model_bytes: Option<u64>,
-    /// The server binary's size when the tune started (its version is `server_version`).
-    #[serde(default)]
-    pub server_bytes: Option<u64>,
-}
-
-/// The VRAM budget of a tune or a plan: free VRAM minus headroom, never negative; None without
-/// a GPU (nothing to budget).
-pub fn vram_budget_mib(has_gpu: bool, free_vram_mib: u64, headroom_mib: u64) -> Option<u64> {
-    has_gpu.then(|| free_vram_mib.saturating_sub(headroom_mib))
-}
-
-/// The per-card budgets of a tune or a plan on a box with two GPUs or more (free VRAM minus
-/// the headroom, each card); empty with one GPU or none, whose single budget is
-/// [`vram_budget_mib`] as before.
-pub fn gpu_budgets(hw: &HardwareProfile, headroom_mib: u64) -> Vec<crate::hardware::GpuBudget> {
-    if hw.gpus.len() < 2 {
-        return Vec::new();
-    }
-    hw.gpu_budgets(headroom_mib)
-}
-
-/// The VRAM budget of a box: with several GPUs the sum of their own budgets (the headroom
-/// kept on each card), else [`vram_budget_mib`] of the summed free VRAM.
-pub fn box_vram_budget_mib(hw: &HardwareProfile, headroom_mib: u64) -> Option<u64> {
-    let cards = gpu_budgets(hw, headroom_mib);
-    if cards.is_empty() {
-        vram_budget_mib(hw.has_gpu(), hw.free_vram_mib(), headroom_mib)
-    } else {
-        Some(cards.iter().map(|g| g.budget_mib).sum())
     }
 }
 
