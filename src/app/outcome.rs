@@ -64,7 +64,7 @@ pub fn print_outcome(
         }
     }
     if json {
-        if let Some(w) = port_taken_warning(&result.host, result.port) {
+        if let Some(w) = port_taken_warning(&result.inputs.host, result.inputs.port) {
             eprintln!("qtune: warning: {}", crate::escape::terminal_lines(&w));
         }
         println!(
@@ -90,7 +90,7 @@ pub fn print_outcome(
         eprintln!("run directory: {}", crate::escape::terminal_path(run_dir));
     }
     if result.winner.is_some() {
-        if let Some(w) = port_taken_warning(&result.host, result.port) {
+        if let Some(w) = port_taken_warning(&result.inputs.host, result.inputs.port) {
             eprintln!("qtune: warning: {}", crate::escape::terminal_lines(&w));
         }
     }

@@ -56,7 +56,7 @@ pub fn verdict_json(r: &TuneResult) -> serde_json::Value {
     let mine = time(&w.config, w.request_s);
     let picks = r.workload_picks();
     serde_json::json!({
-        "workload": r.space.workload.name(),
+        "workload": r.inputs.space.workload.name(),
         "recommended": {
             "flags": flags(&w.config),
             "command": w.command,

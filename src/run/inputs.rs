@@ -97,6 +97,12 @@ impl RunInputs {
             model_bytes: Some(r.layout.file_bytes),
         }
     }
+
+    /// The launch command of `config` in this run: its server, model, host and port.
+    pub fn command(&self, config: &crate::config::LaunchConfig) -> Vec<String> {
+        use crate::engine::LaunchArgs;
+        config.command(&self.server_path, &self.model_path, &self.host, self.port)
+    }
 }
 
 /// The VRAM budget of a tune or a plan: free VRAM minus headroom, never negative; None without

@@ -19,6 +19,7 @@ pub mod figures;
 mod folder;
 mod inputs;
 pub mod pareto;
+mod result_file;
 #[doc(hidden)]
 pub mod sample;
 pub mod schema;
@@ -138,54 +139,33 @@ fn pooled_sigma<'a>(groups: impl Iterator<Item = &'a [f64]>) -> f64 {
     }
 }
 
-/// Everything a tune produced: written as `results.json` in the run directory.
+/// Everything a tune produced: written as `results.json` in the run directory, where the
+/// fields of its [`RunInputs`] it always carried sit beside the rest ([`result_file`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(into = "result_file::ResultFile", from = "result_file::ResultFile")]
 pub struct TuneResult {
     pub qtune_version: String,
-    pub server_path: PathBuf,
-    pub server_version: String,
-    pub started_at: String,
+    /// What the run started from (its `run.json`). Read back from a results.json, the fields
+    /// only `run.json` holds (`start`, the model's fingerprint and size, the server's size) are
+    /// None.
+    pub inputs: RunInputs,
     pub finished_at: String,
-    pub hardware: HardwareProfile,
-    /// Free VRAM (summed) measured before the tune, MiB.
-    pub free_vram_at_start_mib: u64,
-    pub headroom_mib: u64,
-    /// Free VRAM before the tune minus headroom; None with no GPU. With several GPUs, the sum
-    /// of `gpu_budgets`.
-    pub vram_budget_mib: Option<u64>,
-    /// Each card's budget when the box has two GPUs or more (empty otherwise).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub gpu_budgets: Vec<crate::hardware::GpuBudget>,
-    pub model_path: PathBuf,
     pub model: ModelLayout,
-    pub space: SearchSpace,
     pub trials: Vec<TrialOutcome>,
     pub confirmation: Vec<Confirmed>,
     pub winner: Option<Winner>,
     /// The race of the top candidates against the baseline (paired ABBA rounds), when it ran.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub race: Option<RaceReport>,
     pub warnings: Vec<String>,
     pub minutes_used: f64,
-    /// Host and port the launch command, report and launch script use (`tune --host/--port`).
-    #[serde(default = "default_host")]
-    pub host: String,
-    #[serde(default = "default_port")]
-    pub port: u16,
-    /// What the space's quality floor measured and excluded (None: no floor).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quality: Option<crate::quality::floor::QualityGate>,
     /// The config the speed model rated best on this box, launched right after the baseline
     /// (None: no GPU the model knows, several GPUs, or a tune written before qtune made one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_pick: Option<crate::config::LaunchConfig>,
     /// The best command for each workload measured (the objective's first, then the other
     /// built-ins), from the trials' medians ([`TuneResult::workload_picks`]).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workload_picks: Vec<WorkloadPick>,
     /// The budget that ended the tune before its race decided (None: the tune finished on
     /// its own).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_stop: Option<BudgetStop>,
 }
 
@@ -417,7 +397,10 @@ mod tests {
         // Floats may differ in the last bit after a trip through text; the rest is exact.
         assert_eq!(back.trials.len(), r.trials.len());
         assert_eq!(back.winner.map(|w| w.config), r.winner.map(|w| w.config));
-        assert_eq!((back.host, back.port), (r.host, r.port));
+        assert_eq!(
+            (back.inputs.host, back.inputs.port),
+            (r.inputs.host, r.inputs.port)
+        );
     }
 
     #[test]
@@ -429,7 +412,7 @@ mod tests {
         o.remove("port");
         let back: TuneResult = serde_json::from_value(v).unwrap();
         assert_eq!(
-            (back.host.as_str(), back.port),
+            (back.inputs.host.as_str(), back.inputs.port),
             (DEFAULT_HOST, DEFAULT_PORT)
         );
     }
@@ -575,7 +558,7 @@ impl TuneResult {
     ///   A single fast launch of a config is no evidence: on a noisy box, the fastest of twenty
     ///   single launches is fast by luck.
     pub fn workload_picks(&self) -> Vec<WorkloadPick> {
-        let budget = self.vram_budget_mib;
+        let budget = self.inputs.vram_budget_mib;
         let mut configs: Vec<&LaunchConfig> = Vec::new();
         for t in &self.trials {
             if !configs.contains(&&t.config) {
@@ -588,7 +571,11 @@ impl TuneResult {
             .iter()
             .find(|t| t.role == TrialRole::SecondBaseline)
             .is_some_and(|s| {
-                crate::trial::keeps_more_on_gpu(&self.trials, &s.config, &baseline_of(&self.space))
+                crate::trial::keeps_more_on_gpu(
+                    &self.trials,
+                    &s.config,
+                    &baseline_of(&self.inputs.space),
+                )
             });
         // Both baselines loaded the same buffers: on this card they are one configuration, and
         // any difference measured between them is the launches' noise.
@@ -597,11 +584,20 @@ impl TuneResult {
             .iter()
             .find(|t| t.role == TrialRole::SecondBaseline)
             .is_some_and(|s| {
-                crate::trial::loaded_alike(&self.trials, &s.config, &baseline_of(&self.space))
+                crate::trial::loaded_alike(
+                    &self.trials,
+                    &s.config,
+                    &baseline_of(&self.inputs.space),
+                )
             });
-        let objective = self.space.workload.objective_mix().map(|m| m.name.clone());
+        let objective = self
+            .inputs
+            .space
+            .workload
+            .objective_mix()
+            .map(|m| m.name.clone());
         let mut out = Vec::new();
-        for mix in &self.space.workload.mixes {
+        for mix in &self.inputs.space.workload.mixes {
             // (config, ln times, baseline?)
             let mut measured: Vec<(&LaunchConfig, Vec<f64>, bool)> = Vec::new();
             for &c in &configs {
@@ -720,7 +716,7 @@ impl TuneResult {
     /// placement flags) or `fit-target` (the second baseline the tune launched); None for any
     /// config qtune chose.
     pub fn baseline_name(&self, c: &LaunchConfig) -> Option<&'static str> {
-        if *c == baseline_of(&self.space) {
+        if *c == baseline_of(&self.inputs.space) {
             Some("default")
         } else if self
             .trials
@@ -740,7 +736,7 @@ impl TuneResult {
         let Some(race) = &self.race else {
             return Vec::new();
         };
-        let baseline = baseline_of(&self.space);
+        let baseline = baseline_of(&self.inputs.space);
         let mut picks = Vec::new();
         let verdicts = race.verdicts();
         if let Some(w) = &self.winner {

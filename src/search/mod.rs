@@ -6,7 +6,6 @@
 //! ([`crate::run::TuneResult`]); it never prints and never writes the report.
 
 use crate::clock::Clock;
-use crate::engine::LaunchArgs;
 use crate::model::ModelLayout;
 use crate::run::{RunInputs, TuneResult};
 use crate::trial::{TrialOutcome, TrialRunner};
@@ -161,14 +160,7 @@ pub fn tune(
         })?;
     let history = solver.history.clone();
     let mut warnings = solver.warnings.clone();
-    let command = |c: &crate::config::LaunchConfig| {
-        c.command(
-            &inputs.server_path,
-            &inputs.model_path,
-            &inputs.host,
-            inputs.port,
-        )
-    };
+    let command = |c: &crate::config::LaunchConfig| inputs.command(c);
     let race = solver
         .race_outcome(&ctx)
         .map(|outcome| crate::run::RaceReport {
@@ -239,27 +231,15 @@ pub fn tune(
     }
     let mut result = TuneResult {
         qtune_version: env!("CARGO_PKG_VERSION").to_string(),
-        server_path: inputs.server_path.clone(),
-        server_version: inputs.server_version.clone(),
-        started_at: inputs.started_at.clone(),
+        inputs: inputs.clone(),
         finished_at: clock.timestamp(),
-        hardware: inputs.hardware.clone(),
-        free_vram_at_start_mib: inputs.free_vram_at_start_mib,
-        headroom_mib: inputs.headroom_mib,
-        vram_budget_mib: inputs.vram_budget_mib,
-        gpu_budgets: inputs.gpu_budgets.clone(),
-        model_path: inputs.model_path.clone(),
         model: layout,
-        space: inputs.space.clone(),
         trials: history,
         confirmation,
         winner,
         race,
         warnings,
         minutes_used: solver.elapsed_s(clock.as_ref()) / 60.0,
-        host: inputs.host.clone(),
-        port: inputs.port,
-        quality: inputs.quality.clone(),
         model_pick: solver.model_pick.clone(),
         workload_picks: Vec::new(),
         budget_stop: None,
