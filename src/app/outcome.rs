@@ -69,7 +69,11 @@ pub fn print_outcome(
         }
         println!(
             "{}",
-            serde_json::to_string_pretty(&crate::report::results_document(result, run_dir))?
+            serde_json::to_string_pretty(&crate::run::results_document(
+                result,
+                run_dir,
+                crate::report::verdict_json(result),
+            ))?
         );
         return Ok(());
     }

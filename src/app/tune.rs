@@ -589,7 +589,7 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
             return Err(e);
         }
     };
-    crate::report::write_results(&run_dir, &result)?;
+    crate::run::write_results(&run_dir, &result, crate::report::verdict_json(&result))?;
     crate::report::write_all(&run_dir, &result)?;
     Ok((result, run_dir))
 }

@@ -16,7 +16,7 @@ pub mod summary;
 
 use crate::run::TuneResult;
 use anyhow::{Context, Result};
-pub use document::{results_document, write_results};
+pub use document::verdict_json;
 use std::path::{Path, PathBuf};
 
 /// One rendered file, named relative to the run directory.

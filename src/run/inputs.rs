@@ -1,13 +1,15 @@
-//! What a run starts from ([`RunInputs`], written as `run.json`), built in one place
-//! ([`RunInputs::resolve`]) for a tune and its dry run, and the VRAM budgets derived from the
-//! box and the headroom.
+//! What a run starts from ([`RunInputs`]), built in one place ([`RunInputs::resolve`]) for a
+//! tune and its dry run, written as `run.json` and read back for `--resume`; and the VRAM
+//! budgets derived from the box and the headroom.
 
+use super::{MAX_RUN_FILE_BYTES, RUN_FILE};
 use crate::config::Base;
 use crate::hardware::HardwareProfile;
 use crate::model::ModelLayout;
 use crate::space::SearchSpace;
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// What qtune resolved and measured before a tune starts (the model, the server, the box, the
 /// space), from which [`RunInputs::resolve`] makes the run's inputs.
@@ -103,6 +105,35 @@ impl RunInputs {
         use crate::engine::LaunchArgs;
         config.command(&self.server_path, &self.model_path, &self.host, self.port)
     }
+}
+
+/// Write `run.json` (the inputs of a starting tune).
+pub fn write_inputs(dir: &Path, inputs: &RunInputs) -> Result<()> {
+    crate::util::write_atomic(
+        &dir.join(RUN_FILE),
+        serde_json::to_string_pretty(inputs)?.as_bytes(),
+    )
+}
+
+/// Read `run.json` of a run directory; `why` says what the caller wanted it for.
+pub fn read_inputs(dir: &Path) -> Result<RunInputs> {
+    let path = dir.join(RUN_FILE);
+    let bytes = match crate::util::read_bounded(&path, MAX_RUN_FILE_BYTES) {
+        Ok(b) => b,
+        Err(crate::util::BoundedReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            anyhow::bail!(
+                "{} has no {RUN_FILE} (not a qtune run directory?)",
+                dir.display()
+            )
+        }
+        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
+    };
+    let inputs: RunInputs = serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is unreadable", path.display()))?;
+    inputs
+        .check_schema()
+        .map_err(|e| anyhow::anyhow!("{} is not a valid qtune run: {e}", path.display()))?;
+    Ok(inputs)
 }
 
 /// The VRAM budget of a tune or a plan: free VRAM minus headroom, never negative; None without

@@ -1,9 +1,97 @@
-//! results.json's layout of a [`TuneResult`]: the result's own fields and, beside them, the
-//! fields of its [`RunInputs`] a result always carried (not `start`, nor the fingerprints,
-//! which only `run.json` holds). Published in `docs/results-schema.md`: kept exactly as it was
-//! when the result held copies of those fields.
+//! `results.json`: the one document of a finished run ([`results_document`]), written here
+//! ([`write_results`]) and read back within bounds ([`read_result`]). A [`TuneResult`] is laid
+//! out as [`ResultFile`]: the result's own fields and, beside them, the fields of its
+//! [`RunInputs`] a result always carried (not `start`, nor the fingerprints, which only
+//! `run.json` holds). Published in `docs/results-schema.md`: kept exactly as it was when the
+//! result held copies of those fields.
 
 use super::*;
+
+/// The version of results.json's layout: the [`TuneResult`]'s fields plus `schema_version`,
+/// `run_directory`, `report` and `verdict`. 3: results.json and `--json` became one document;
+/// the verdict's times follow one rule; `measured_not_raced` replaced `workloads`; a
+/// comparison the rounds do not support has no interval.
+pub const JSON_SCHEMA_VERSION: u32 = 3;
+
+/// The one JSON document of a tune, written as `results.json` and printed by
+/// `qtune tune --json`: `schema_version`, `run_directory`, `report` and `verdict` (rendered by
+/// `report::verdict_json`) first, then the run's result, which reading it back takes (the rest
+/// it ignores). Its layout is published in `docs/results-schema.md`.
+pub fn results_document(
+    r: &TuneResult,
+    run_dir: &Path,
+    verdict: serde_json::Value,
+) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    out.insert("schema_version".into(), JSON_SCHEMA_VERSION.into());
+    out.insert(
+        "run_directory".into(),
+        run_dir.to_string_lossy().into_owned().into(),
+    );
+    out.insert(
+        "report".into(),
+        run_dir
+            .join("report.md")
+            .to_string_lossy()
+            .into_owned()
+            .into(),
+    );
+    out.insert("verdict".into(), verdict);
+    if let Ok(serde_json::Value::Object(m)) = serde_json::to_value(r) {
+        out.extend(m);
+    }
+    serde_json::Value::Object(out)
+}
+
+/// Write `results.json` into a run directory, atomically: [`results_document`].
+pub fn write_results(run_dir: &Path, r: &TuneResult, verdict: serde_json::Value) -> Result<()> {
+    crate::util::write_atomic(
+        &run_dir.join(RESULTS_FILE),
+        serde_json::to_string_pretty(&results_document(r, run_dir, verdict))?.as_bytes(),
+    )
+}
+
+/// Read `results.json` from a run directory (or the file itself). Returns the directory too.
+pub fn read_result(dir_or_file: &Path) -> Result<(PathBuf, TuneResult)> {
+    let (dir, file) = if dir_or_file.is_dir() {
+        (dir_or_file.to_path_buf(), dir_or_file.join(RESULTS_FILE))
+    } else if dir_or_file.file_name().is_some_and(|n| n == RESULTS_FILE) {
+        let dir = dir_or_file
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        (dir.to_path_buf(), dir_or_file.to_path_buf())
+    } else {
+        anyhow::bail!(
+            "{} is not a run directory: pass the directory qtune tune wrote (it holds {RESULTS_FILE})",
+            dir_or_file.display()
+        );
+    };
+    let bytes = match crate::util::read_bounded(&file, MAX_RUN_FILE_BYTES) {
+        Ok(t) => t,
+        Err(crate::util::BoundedReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            anyhow::bail!(
+                "no {RESULTS_FILE} in {}: is it a finished qtune run? (qtune tune writes it when a tune \
+                 ends; resume an interrupted one with qtune tune --resume DIR)",
+                dir.display()
+            )
+        }
+        Err(e) => anyhow::bail!("cannot read {}: {e}", file.display()),
+    };
+    let result: TuneResult = serde_json::from_slice(&bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{} is not a valid qtune result ({e}): was it edited, truncated, or written by another qtune version?",
+            file.display()
+        )
+    })?;
+    result.check_schema().map_err(|e| {
+        anyhow::anyhow!(
+            "{} is not a valid qtune result: {e} (was it edited?)",
+            file.display()
+        )
+    })?;
+    Ok((dir, result))
+}
 
 /// What results.json holds, field by field.
 #[derive(Serialize, Deserialize)]
