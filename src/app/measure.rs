@@ -134,7 +134,7 @@ pub fn calibrate(
     out: &Path,
 ) -> Result<()> {
     crate::trial::cleanup::install_handlers();
-    let server = crate::engine::binary::resolve(server)?;
+    let server = crate::run::setup::server(server, crate::run::setup::FindServer::Look)?;
     let ubatches: Vec<Option<u32>> = if ubatches.is_empty() {
         vec![None]
     } else {

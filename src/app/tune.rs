@@ -6,6 +6,7 @@ mod resume;
 mod space;
 use crate::clock::{Clock, ManualClock};
 use crate::config::LaunchConfig;
+use crate::run::setup::FindServer;
 use crate::run::{RunInputs, TuneResult};
 use crate::search::Resume;
 use crate::space::SearchSpace;
@@ -202,14 +203,14 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
             format!("replay of {}", r.journal.display()),
             None,
         ),
-        // A dry run launches nothing, and builds nothing either.
-        None if opts.dry_run => {
-            let s = crate::engine::binary::resolve(opts.server.as_deref())?;
-            (absolute(&s.path)?, s.version.clone(), Some(s))
-        }
         None => {
-            let s =
-                crate::engine::binary::resolve_or_build(opts.server.as_deref(), &super::info::say)?;
+            // A dry run launches nothing, and builds nothing either.
+            let find = if opts.dry_run {
+                FindServer::Look
+            } else {
+                FindServer::OrBuild(&super::info::say)
+            };
+            let s = crate::run::setup::server(opts.server.as_deref(), find)?;
             (absolute(&s.path)?, s.version.clone(), Some(s))
         }
     };
@@ -460,7 +461,7 @@ fn runner_and_clock(
         run_dir,
         journal,
         inputs.vram_budget_mib,
-        crate::search::request_timeout(&inputs.space.workload),
+        crate::run::setup::request_timeout(&inputs.space.workload),
     )?
     .with_first_id(resume.next_id)
     .with_gpu_budgets(inputs.gpu_budgets.iter().map(|g| g.budget_mib).collect())
@@ -690,7 +691,8 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
 /// `qtune demo`: obtain a server (building it if needed), synthesize the tiny MoE model and
 /// run a small tune end to end.
 pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>, allow_busy: bool) -> Result<()> {
-    let server = crate::engine::binary::resolve_or_build(server.as_deref(), &super::info::say)?;
+    let server =
+        crate::run::setup::server(server.as_deref(), FindServer::OrBuild(&super::info::say))?;
     eprintln!(
         "qtune demo: llama-server {} ({})",
         crate::escape::terminal_path(&server.path),

@@ -6,12 +6,13 @@
 //! - `folder.rs`: the run folder's lock and the checks before anything is written there;
 //! - `budget.rs`: [`BudgetStop`], a tune a budget ended; `picks.rs`: the picks of a result;
 //! - `figures.rs`, `pareto.rs`: the numbers the report and summary show; `schema.rs`: the
-//!   checks of values read back.
+//!   checks of values read back;
+//! - `setup.rs`: the server and the workload a tune and a comparison share.
 //!
 //! This module is neutral ground between the stages: `search` produces a [`TuneResult`];
 //! `report`, `profile` and the app layer consume it. It depends only on the shared vocabulary
 //! (`config`, `hardware`, `model`, `space` and the trial record types), never on a stage that
-//! does work.
+//! does work, except in `setup.rs` (finding the server, rendering a session).
 
 use crate::config::LaunchConfig;
 use crate::hardware::HardwareProfile;
@@ -32,6 +33,7 @@ mod result_file;
 #[doc(hidden)]
 pub mod sample;
 pub mod schema;
+pub mod setup;
 
 pub use budget::*;
 pub use folder::*;

@@ -389,15 +389,6 @@ fn trial_warnings(history: &[TrialOutcome]) -> Vec<String> {
     warnings
 }
 
-/// How long one request may take: generous, since a slow box is not a failure.
-pub fn request_timeout(w: &crate::space::Workload) -> std::time::Duration {
-    let tokens = u64::from(w.prompt_tokens)
-        + u64::from(w.gen_tokens)
-        + u64::from(w.context_depth.unwrap_or(0));
-    let tokens = tokens.max(crate::trial::workload::needed_ctx(w));
-    std::time::Duration::from_secs(120 + tokens / 10)
-}
-
 /// Run the whole search (baseline, exploration, confirmation) through argmin's executor.
 /// `replay` holds journaled outcomes of an earlier session; `run_dir` enables checkpointing.
 pub fn run_search(
