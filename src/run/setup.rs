@@ -85,3 +85,34 @@ pub fn request_timeout(w: &Workload) -> std::time::Duration {
     let tokens = tokens.max(crate::trial::workload::needed_ctx(w));
     std::time::Duration::from_secs(120 + tokens / 10)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_without_a_server_to_render_it_is_refused_in_one_line() {
+        let mut w = crate::space::load("demo").unwrap().workload;
+        let e = ask_workload(&mut w, "agent-session", None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot be replayed from a journal"), "{e}");
+        assert_eq!(e.lines().count(), 1, "{e}");
+        // A built-in mix is named as asked, and resolved: the objective's mix first.
+        ask_workload(&mut w, "chat", None).unwrap();
+        assert_eq!(w.mix.as_deref(), Some("chat"));
+        let mut notes = Vec::new();
+        resolve_workload(&mut w, 4096, 32_000, &mut |n| notes.push(n.to_string())).unwrap();
+        assert_eq!(w.mixes.first().map(|m| m.name.as_str()), Some("chat"));
+        assert!(w.mixes.len() > 1, "the other built-ins are measured too");
+    }
+
+    #[test]
+    fn a_request_may_take_longer_for_a_longer_workload() {
+        let mut w = crate::space::load("demo").unwrap().workload;
+        let short = request_timeout(&w);
+        assert!(short >= std::time::Duration::from_secs(120));
+        w.prompt_tokens *= 100;
+        assert!(request_timeout(&w) > short);
+    }
+}
