@@ -4,8 +4,6 @@
 //!
 //! `cargo run --example repick -- RUN_DIR_OR_RESULTS_JSON > results.json`
 
-use qtune::engine::LaunchArgs;
-
 fn main() {
     let Some(path) = std::env::args().nth(1) else {
         eprintln!("usage: repick RUN_DIR_OR_RESULTS_JSON");
@@ -20,9 +18,7 @@ fn main() {
     };
     r.workload_picks = r.workload_picks();
     for p in &mut r.workload_picks {
-        p.command = p
-            .config
-            .command(&r.server_path, &r.model_path, &r.host, r.port);
+        p.command = r.inputs.command(&p.config);
     }
     println!(
         "{}",

@@ -12,6 +12,7 @@ pub mod speculation;
 use crate::config::{split_shell_line, LaunchConfig};
 use crate::engine::parse_command;
 use crate::objective::median;
+use crate::run::setup::FindServer;
 use crate::space::Workload;
 use crate::stats::{abba_order, Band, PairedVerdict, Sample};
 use crate::trial::{TrialOutcome, TrialRole, TrialRunner};
@@ -370,18 +371,14 @@ fn servers_for(
             }
         }
     }
+    // Found and checked as a tune's (a comparison builds nothing).
+    let find = |explicit: Option<&Path>| crate::run::setup::server(explicit, FindServer::Look);
     let servers = if explicit.is_some() {
-        vec![crate::engine::binary::resolve(explicit)?]
+        vec![find(explicit)?]
     } else {
         names
             .iter()
-            .map(|n| {
-                if n.contains('/') {
-                    crate::engine::binary::resolve(Some(Path::new(n)))
-                } else {
-                    crate::engine::binary::resolve(None)
-                }
-            })
+            .map(|n| find(n.contains('/').then_some(Path::new(n))))
             .collect::<Result<Vec<_>>>()?
     };
     for (i, s) in servers.iter().enumerate() {
@@ -529,15 +526,6 @@ fn default_dir(model: &Path) -> PathBuf {
     crate::util::runs_dir().join(format!("{date}-compare-{stem}"))
 }
 
-/// How long one request may take: generous, since a slow box is not a failure.
-fn request_timeout(w: &Workload) -> std::time::Duration {
-    let tokens = u64::from(w.prompt_tokens)
-        + u64::from(w.gen_tokens)
-        + u64::from(w.context_depth.unwrap_or(0));
-    let tokens = tokens.max(crate::trial::workload::needed_ctx(w));
-    std::time::Duration::from_secs(120 + tokens / 10)
-}
-
 /// Run a comparison with the real llama-server; writes `compare.json` (after every launch),
 /// logs and the journal into the output directory, and returns the result with it.
 ///
@@ -580,14 +568,16 @@ pub fn compare(
     let meta = std::fs::metadata(&model)
         .with_context(|| format!("cannot read the model {}", model.display()))?;
     let mut workload = crate::space::load(&opts.space)?.workload;
+    // The shortest context of the commands: a session rendered there, and mixes fitted to it,
+    // every command can replay.
+    let ctx = parsed.iter().map(|p| p.config.ctx).min().unwrap_or(4096);
     if let Some(w) = &opts.workload {
-        workload.mix = Some(w.clone());
-        if crate::trial::session_render::is_session(w) {
-            // Rendered at the shortest context of the commands, so every one can replay it.
-            let ctx = parsed.iter().map(|p| p.config.ctx).min().unwrap_or(4096);
-            let path = crate::trial::session_render::trace_for(w, &server.path, &model, ctx)?;
-            workload.mix = Some(path.display().to_string());
-        }
+        let render = crate::run::setup::Renderer {
+            server: &server.path,
+            model: &model,
+            ctx,
+        };
+        crate::run::setup::ask_workload(&mut workload, w, Some(render))?;
     }
     if let Some(p) = opts.prompt_tokens {
         workload.prompt_tokens = p;
@@ -631,11 +621,9 @@ pub fn compare(
         }
     }
     if workload.mix.is_some() {
-        let ctx = parsed.iter().map(|p| p.config.ctx).min().unwrap_or(4096);
-        for note in workload.resolve(ctx)? {
-            eprintln!("qtune: {note}");
-        }
-        workload.check_vocab(n_vocab)?;
+        crate::run::setup::resolve_workload(&mut workload, ctx, n_vocab, &mut |note| {
+            eprintln!("qtune: {note}")
+        })?;
     }
     let dir = opts.out.clone().unwrap_or_else(|| default_dir(&model));
     if dir.join(RESULT_FILE).exists() {
@@ -659,7 +647,7 @@ pub fn compare(
         &dir,
         journal,
         None,
-        request_timeout(&workload),
+        crate::run::setup::request_timeout(&workload),
     )?;
     for s in &servers[1..] {
         runner = runner.with_engine_server(s.engine, &s.path);

@@ -4,6 +4,7 @@
 
 use crate::engine::select::{select, EngineChoice, EngineServer};
 use crate::engine::ServerBinary;
+use crate::run::setup::FindServer;
 use anyhow::Result;
 
 /// The tune's own server (the first engine's), the other engines' as recorded, and the line
@@ -26,12 +27,15 @@ pub fn resolve(
     let named = server.is_some()
         || std::env::var_os("QTUNE_LLAMA_SERVER").is_some_and(|v| !v.is_empty())
         || rpc;
+    // llama.cpp's server as every run finds it (`run::setup::server`): built where missing,
+    // unless this is a dry run.
     let llama = |explicit: Option<&std::path::Path>| {
-        if build {
-            crate::engine::binary::resolve_or_build(explicit, &super::info::say)
+        let find = if build {
+            FindServer::OrBuild(&super::info::say)
         } else {
-            crate::engine::binary::resolve(explicit)
-        }
+            FindServer::Look
+        };
+        crate::run::setup::server(explicit, find)
     };
     let sel = select(choice, server, named, &llama)?;
     let mut servers = sel.servers.into_iter();

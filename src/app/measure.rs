@@ -92,7 +92,7 @@ pub fn sweep(dir: &Path, from: Option<u32>, to: Option<u32>, step: u32) -> Resul
         );
         result.trials.push(o);
         // Keep results current after every trial: an interrupted sweep loses nothing.
-        crate::report::write_results(dir, &result)?;
+        crate::run::write_results(dir, &result, crate::report::verdict_json(&result))?;
     }
     crate::report::write_all(dir, &result)?;
     println!("{}", dir.join("report.md").display());
@@ -134,7 +134,7 @@ pub fn calibrate(
     out: &Path,
 ) -> Result<()> {
     crate::trial::cleanup::install_handlers();
-    let server = crate::engine::binary::resolve(server)?;
+    let server = crate::run::setup::server(server, crate::run::setup::FindServer::Look)?;
     let ubatches: Vec<Option<u32>> = if ubatches.is_empty() {
         vec![None]
     } else {

@@ -64,12 +64,16 @@ pub fn print_outcome(
         }
     }
     if json {
-        if let Some(w) = port_taken_warning(&result.host, result.port) {
+        if let Some(w) = port_taken_warning(&result.inputs.host, result.inputs.port) {
             eprintln!("qtune: warning: {}", crate::escape::terminal_lines(&w));
         }
         println!(
             "{}",
-            serde_json::to_string_pretty(&crate::report::results_document(result, run_dir))?
+            serde_json::to_string_pretty(&crate::run::results_document(
+                result,
+                run_dir,
+                crate::report::verdict_json(result),
+            ))?
         );
         return Ok(());
     }
@@ -90,7 +94,7 @@ pub fn print_outcome(
         eprintln!("run directory: {}", crate::escape::terminal_path(run_dir));
     }
     if result.winner.is_some() {
-        if let Some(w) = port_taken_warning(&result.host, result.port) {
+        if let Some(w) = port_taken_warning(&result.inputs.host, result.inputs.port) {
             eprintln!("qtune: warning: {}", crate::escape::terminal_lines(&w));
         }
     }

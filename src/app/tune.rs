@@ -6,6 +6,7 @@ mod resume;
 mod space;
 use crate::clock::{Clock, ManualClock};
 use crate::config::LaunchConfig;
+use crate::run::setup::FindServer;
 use crate::run::{RunInputs, TuneResult};
 use crate::search::Resume;
 use crate::space::SearchSpace;
@@ -160,6 +161,16 @@ fn absolute(path: &Path) -> Result<PathBuf> {
 /// The size of a file, when it can be read.
 fn file_bytes(path: &Path) -> Option<u64> {
     std::fs::metadata(path).ok().map(|m| m.len())
+}
+
+/// `--from-profile`: the earlier winner the search starts from.
+fn from_profile(opts: &TuneOptions) -> Result<Option<crate::config::Base>> {
+    match &opts.from_profile {
+        Some(p) => Ok(Some(
+            crate::profile::resolve_profile(p)?.1.winner.config.base(),
+        )),
+        None => Ok(None),
+    }
 }
 
 /// What a fresh tune starts from, checked before anything is written or launched.
@@ -388,41 +399,28 @@ fn prepare(
             let line = crate::escape::terminal_lines(&line);
             eprintln!("{}", crate::util::fit(&format!("qtune: {line}")))
         })?;
-    let free = hardware.free_vram_mib();
-    let start = match &opts.from_profile {
-        Some(p) => Some(crate::profile::resolve_profile(p)?.1.winner.config.base()),
-        None => None,
-    };
+    let start = from_profile(opts)?;
     let run_dir = match &opts.out {
         Some(out) => out.clone(),
         None => new_default_run_dir(&model, None)?,
     };
     let lock = crate::run::lock(&run_dir)?;
     check_new_run_dir(&run_dir)?;
-    let inputs = RunInputs {
+    let inputs = RunInputs::resolve(crate::run::Resolved {
         model_path: model,
-        server_bytes: if opts.replay.is_some() {
-            None
-        } else {
-            file_bytes(&server_path)
-        },
+        layout: &layout,
         server_path,
         server_version,
+        real_server: opts.replay.is_none(),
+        hardware,
         space,
         headroom_mib: opts.headroom_mib,
-        vram_budget_mib: crate::run::box_vram_budget_mib(&hardware, opts.headroom_mib),
-        gpu_budgets: crate::run::gpu_budgets(&hardware, opts.headroom_mib),
-        hardware,
-        free_vram_at_start_mib: free,
-        started_at: chrono::Local::now().to_rfc3339(),
         host: opts.host.clone(),
         port: opts.port,
         start,
         quality,
-        model_fingerprint: Some(layout.fingerprint.clone()),
-        model_bytes: Some(layout.file_bytes),
         engine_servers,
-    };
+    });
     crate::run::write_inputs(&run_dir, &inputs)?;
     Ok((run_dir, inputs, layout, lock, notes))
 }
@@ -487,7 +485,7 @@ fn runner_and_clock(
             run_dir,
             journal,
             inputs.vram_budget_mib,
-            crate::search::request_timeout(&inputs.space.workload),
+            crate::run::setup::request_timeout(&inputs.space.workload),
         )?
         .with_first_id(resume.next_id)
         .with_gpu_budgets(inputs.gpu_budgets.iter().map(|g| g.budget_mib).collect())
@@ -618,7 +616,7 @@ pub fn run_tune(opts: &TuneOptions) -> Result<(TuneResult, PathBuf)> {
             return Err(e);
         }
     };
-    crate::report::write_results(&run_dir, &result)?;
+    crate::run::write_results(&run_dir, &result, crate::report::verdict_json(&result))?;
     crate::report::write_all(&run_dir, &result)?;
     Ok((result, run_dir))
 }
@@ -665,30 +663,22 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| default_run_dir(&c.model, None));
-    let free = c.hardware.free_vram_mib();
-    let inputs = RunInputs {
+    let inputs = RunInputs::resolve(crate::run::Resolved {
         model_path: c.model.clone(),
-        server_bytes: None,
+        layout: &c.layout,
         server_path: c.server_path.clone(),
         server_version: c.server_version.clone(),
+        real_server: opts.replay.is_none(),
+        hardware: c.hardware.clone(),
         space: c.space.clone(),
         headroom_mib: opts.headroom_mib,
-        vram_budget_mib: crate::run::box_vram_budget_mib(&c.hardware, opts.headroom_mib),
-        gpu_budgets: crate::run::gpu_budgets(&c.hardware, opts.headroom_mib),
-        hardware: c.hardware.clone(),
-        free_vram_at_start_mib: free,
-        started_at: chrono::Local::now().to_rfc3339(),
         host: opts.host.clone(),
         port: opts.port,
-        start: match &opts.from_profile {
-            Some(p) => Some(crate::profile::resolve_profile(p)?.1.winner.config.base()),
-            None => None,
-        },
+        start: from_profile(opts)?,
+        // A dry run measures no quality floor.
         quality: None,
-        model_fingerprint: Some(c.layout.fingerprint.clone()),
-        model_bytes: Some(c.layout.file_bytes),
         engine_servers: c.engine_servers.clone(),
-    };
+    });
     let note = c.notes.join("; ");
     let ctx = crate::search::context(&inputs, &c.layout, crate::clock::system());
     let first = crate::search::first_launches(&ctx);
@@ -728,7 +718,8 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
 /// `qtune demo`: obtain a server (building it if needed), synthesize the tiny MoE model and
 /// run a small tune end to end.
 pub fn demo(out: Option<PathBuf>, server: Option<PathBuf>, allow_busy: bool) -> Result<()> {
-    let server = crate::engine::binary::resolve_or_build(server.as_deref(), &super::info::say)?;
+    let server =
+        crate::run::setup::server(server.as_deref(), FindServer::OrBuild(&super::info::say))?;
     eprintln!(
         "qtune demo: llama-server {} ({})",
         crate::escape::terminal_path(&server.path),

@@ -53,7 +53,7 @@ pub(crate) fn sanitize_name(s: &str) -> String {
 pub fn default_name(r: &TuneResult) -> String {
     let model = r.model.name.clone().unwrap_or_else(|| r.model.arch.clone());
     let ft = r.model.file_type.as_deref().unwrap_or_default();
-    let target = match r.hardware.gpus.first() {
+    let target = match r.inputs.hardware.gpus.first() {
         Some(g) => {
             let card: Vec<&str> = g
                 .name
@@ -63,10 +63,10 @@ pub fn default_name(r: &TuneResult) -> String {
             format!(
                 "{} {}gib",
                 card.join(" "),
-                (r.free_vram_at_start_mib as f64 / 1024.0).round()
+                (r.inputs.free_vram_at_start_mib as f64 / 1024.0).round()
             )
         }
-        None => format!("cpu {}t", r.hardware.host.logical_cores),
+        None => format!("cpu {}t", r.inputs.hardware.host.logical_cores),
     };
     sanitize_name(&slug(&format!("{model} {ft} {target}")))
 }
@@ -116,7 +116,7 @@ pub fn from_tune(r: &TuneResult, name: Option<&str>) -> Result<Profile> {
     let w = r.winner.as_ref().ok_or_else(|| {
         anyhow!("this run has no winner (no config finished its trials): nothing to export")
     })?;
-    let hw = &r.hardware;
+    let hw = &r.inputs.hardware;
     let profile = Profile {
         schema: SCHEMA_VERSION,
         name: name.map_or_else(|| default_name(r), sanitize_name),
@@ -125,8 +125,8 @@ pub fn from_tune(r: &TuneResult, name: Option<&str>) -> Result<Profile> {
         // The winner's engine's server (`--engine both` races two).
         llama_cpp_version: sanitize_label(crate::engine::select::version_for(
             w.config.engine,
-            &r.server_version,
-            &r.engine_servers,
+            &r.inputs.server_version,
+            &r.inputs.engine_servers,
         )),
         hardware: ProfileHardware {
             fingerprint: hw.fingerprint.clone(),
@@ -134,7 +134,7 @@ pub fn from_tune(r: &TuneResult, name: Option<&str>) -> Result<Profile> {
                 .gpus
                 .iter()
                 .map(|g| {
-                    let card = r.gpu_budgets.iter().find(|b| b.index == g.index);
+                    let card = r.inputs.gpu_budgets.iter().find(|b| b.index == g.index);
                     ProfileGpu {
                         name: sanitize_label(&g.name),
                         vram_total_mib: g.vram_total_mib,
@@ -143,9 +143,9 @@ pub fn from_tune(r: &TuneResult, name: Option<&str>) -> Result<Profile> {
                     }
                 })
                 .collect(),
-            free_vram_at_start_mib: r.free_vram_at_start_mib,
-            headroom_mib: r.headroom_mib,
-            vram_budget_mib: r.vram_budget_mib,
+            free_vram_at_start_mib: r.inputs.free_vram_at_start_mib,
+            headroom_mib: r.inputs.headroom_mib,
+            vram_budget_mib: r.inputs.vram_budget_mib,
             cpu: sanitize_label(&hw.host.cpu_model),
             physical_cores: hw.host.physical_cores,
             logical_cores: hw.host.logical_cores,
@@ -164,9 +164,9 @@ pub fn from_tune(r: &TuneResult, name: Option<&str>) -> Result<Profile> {
             bytes_by_type: r.model.bytes_by_type.clone(),
         },
         space: ProfileSpace {
-            name: sanitize_name(&r.space.name),
+            name: sanitize_name(&r.inputs.space.name),
             ctx: w.config.ctx,
-            workload: r.space.workload.clone(),
+            workload: r.inputs.space.workload.clone(),
         },
         winner: ProfileWinner {
             config: w.config.clone(),
@@ -176,7 +176,7 @@ pub fn from_tune(r: &TuneResult, name: Option<&str>) -> Result<Profile> {
             gen_gain_pct: w.gen_gain_pct.filter(|g| g.is_finite()),
         },
         front: measured_front(r),
-        quality: r.quality.as_ref().map(quality_for_profile),
+        quality: r.inputs.quality.as_ref().map(quality_for_profile),
     };
     validate(&profile).context("the exported profile would not pass validation")?;
     Ok(profile)

@@ -1,19 +1,12 @@
-//! The one JSON document of a tune: written as `results.json` in the run directory and printed
-//! by `qtune tune --json`, from this one function ([`results_document`]). Its layout is
-//! published in `docs/results-schema.md`.
+//! The verdict of the one JSON document of a tune ([`verdict_json`]): the document is laid out
+//! and written as `results.json` by [`crate::run::results_document`] and printed by
+//! `qtune tune --json`. Its layout is published in `docs/results-schema.md`.
 //!
 //! Every time per request in it is the one rule of [`crate::run::figures`] (the median over a
 //! config's launches), the same number the summary and report.md print.
 
 use super::summary::flags;
 use crate::run::TuneResult;
-use std::path::Path;
-
-/// The version of the document's layout: the [`TuneResult`]'s fields plus `schema_version`,
-/// `run_directory`, `report` and `verdict`. 3: results.json and `--json` became one document;
-/// the verdict's times follow one rule; `measured_not_raced` replaced `workloads`; a
-/// comparison the rounds do not support has no interval.
-pub const JSON_SCHEMA_VERSION: u32 = 3;
 
 /// A paired comparison: its ratio and gain, and either its interval (`interval_pct`, with
 /// `decision`) or why the rounds support no claim (`undecided`, no interval).
@@ -56,7 +49,7 @@ pub fn verdict_json(r: &TuneResult) -> serde_json::Value {
     let mine = time(&w.config, w.request_s);
     let picks = r.workload_picks();
     serde_json::json!({
-        "workload": r.space.workload.name(),
+        "workload": r.inputs.space.workload.name(),
         "recommended": {
             "flags": flags(&w.config),
             "command": w.command,
@@ -86,38 +79,10 @@ pub fn verdict_json(r: &TuneResult) -> serde_json::Value {
     })
 }
 
-/// The document: `schema_version`, `run_directory`, `report` and `verdict` first, then the
-/// run's result ([`TuneResult`], which reading it back takes and the rest it ignores).
-pub fn results_document(r: &TuneResult, run_dir: &Path) -> serde_json::Value {
-    let mut out = serde_json::Map::new();
-    out.insert("schema_version".into(), JSON_SCHEMA_VERSION.into());
-    out.insert(
-        "run_directory".into(),
-        run_dir.to_string_lossy().into_owned().into(),
-    );
-    out.insert(
-        "report".into(),
-        run_dir
-            .join("report.md")
-            .to_string_lossy()
-            .into_owned()
-            .into(),
-    );
-    out.insert("verdict".into(), verdict_json(r));
-    if let Ok(serde_json::Value::Object(m)) = serde_json::to_value(r) {
-        out.extend(m);
-    }
-    serde_json::Value::Object(out)
-}
-
-/// Write `results.json` into the run directory: [`results_document`], atomically.
-pub fn write_results(run_dir: &Path, r: &TuneResult) -> anyhow::Result<()> {
-    crate::run::write_document(run_dir, &results_document(r, run_dir))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn the_json_verdict_names_the_recommendation_its_status_and_the_reference() {
@@ -125,8 +90,8 @@ mod tests {
             std::path::Path::new("/opt/llama-server"),
             std::path::Path::new("/m/model.gguf"),
         );
-        let v = results_document(&r, Path::new("/runs/r1"));
-        assert_eq!(v["schema_version"], JSON_SCHEMA_VERSION);
+        let v = crate::run::results_document(&r, Path::new("/runs/r1"), verdict_json(&r));
+        assert_eq!(v["schema_version"], crate::run::JSON_SCHEMA_VERSION);
         assert_eq!(v["run_directory"], "/runs/r1");
         assert_eq!(v["report"], "/runs/r1/report.md");
         let verdict = &v["verdict"];

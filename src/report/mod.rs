@@ -16,7 +16,7 @@ pub mod summary;
 
 use crate::run::TuneResult;
 use anyhow::{Context, Result};
-pub use document::{results_document, write_results};
+pub use document::verdict_json;
 use std::path::{Path, PathBuf};
 
 /// One rendered file, named relative to the run directory.
@@ -77,7 +77,7 @@ impl Output for LaunchScript {
         }
         Ok(vec![OutFile {
             name: "launch.sh".into(),
-            bytes: script::launch_script(r, &r.host, r.port)?.into_bytes(),
+            bytes: script::launch_script(r, &r.inputs.host, r.inputs.port)?.into_bytes(),
             executable: true,
         }])
     }
@@ -221,7 +221,8 @@ pub fn write_script(
 
 /// The model's file name without `.gguf`.
 pub fn model_stem(r: &crate::run::TuneResult) -> String {
-    r.model_path
+    r.inputs
+        .model_path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| r.model.arch.clone())
@@ -289,8 +290,8 @@ mod tests {
         let (srv, model) = paths();
         let dir = tempfile::tempdir().unwrap();
         let mut r = sample::gpu_result(&srv, &model);
-        r.host = "0.0.0.0".into();
-        r.port = 9137;
+        r.inputs.host = "0.0.0.0".into();
+        r.inputs.port = 9137;
         // As a tune with --host 0.0.0.0 --port 9137 renders its winner's command.
         let w = r.winner.as_mut().unwrap();
         w.command = w.config.command(&srv, &model, "0.0.0.0", 9137);

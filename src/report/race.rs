@@ -62,7 +62,7 @@ pub fn lines(r: &TuneResult, esc: Esc) -> Vec<String> {
     let Some(race) = &r.race else {
         return Vec::new();
     };
-    let by_request = r.space.objective.metric == crate::objective::Metric::Request;
+    let by_request = r.inputs.space.objective.metric == crate::objective::Metric::Request;
     let o = &race.outcome;
     let mut out = Vec::new();
     // The statistic behind the noise goes to the log (-v); the line says it in words.

@@ -82,11 +82,11 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
     };
     let flags = w.config.server_args();
     let alias = model_alias(r);
-    let uses_gpu = r.hardware.has_gpu() && w.config.n_gpu_layers != Some(0);
+    let uses_gpu = r.inputs.hardware.has_gpu() && w.config.n_gpu_layers != Some(0);
     // Two GPUs or more: the winner's measured peak on each card (highest over its ok trials),
     // checked card by card instead of summed.
-    let card_peaks: Vec<u64> = if r.gpu_budgets.len() >= 2 && uses_gpu {
-        let mut peaks = vec![0u64; r.gpu_budgets.len()];
+    let card_peaks: Vec<u64> = if r.inputs.gpu_budgets.len() >= 2 && uses_gpu {
+        let mut peaks = vec![0u64; r.inputs.gpu_budgets.len()];
         for t in r
             .trials
             .iter()
@@ -119,7 +119,7 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
         m,
         "# Written by qtune {} from the tune started {}.",
         one_line(&r.qtune_version),
-        one_line(&r.started_at)
+        one_line(&r.inputs.started_at)
     );
     let _ = writeln!(
         m,
@@ -166,13 +166,13 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
     );
     let _ = writeln!(m, "set -euo pipefail\n");
     m.push_str(&crate::rpc::script_block(&w.config));
-    if r.gpu_budgets.len() >= 2 && uses_gpu {
+    if r.inputs.gpu_budgets.len() >= 2 && uses_gpu {
         // The split (-ts) and any -ot ...=CUDAn name the cards in this order.
         let _ = writeln!(
             m,
             "# The cards, in the order the split names them (CUDA0, CUDA1, ...):"
         );
-        for (i, g) in r.gpu_budgets.iter().enumerate() {
+        for (i, g) in r.inputs.gpu_budgets.iter().enumerate() {
             let _ = writeln!(
                 m,
                 "#   CUDA{i} = GPU {} {} (budget {} MiB at the tune)",
@@ -181,7 +181,7 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
                 g.budget_mib
             );
         }
-        for (k, v) in crate::hardware::cuda_device_env(&r.gpu_budgets) {
+        for (k, v) in crate::hardware::cuda_device_env(&r.inputs.gpu_budgets) {
             let _ = writeln!(m, "export {k}={}", shell_quote(&v));
         }
         let _ = writeln!(m);
@@ -190,15 +190,19 @@ pub fn launch_script(r: &TuneResult, host: &str, port: u16) -> Result<String> {
         m,
         "SERVER={}",
         shell_quote(
-            &crate::engine::select::server_for(w.config.engine, &r.server_path, &r.engine_servers)
-                .display()
-                .to_string()
+            &crate::engine::select::server_for(
+                w.config.engine,
+                &r.inputs.server_path,
+                &r.inputs.engine_servers
+            )
+            .display()
+            .to_string()
         )
     );
     let _ = writeln!(
         m,
         "MODEL={}",
-        shell_quote(&r.model_path.display().to_string())
+        shell_quote(&r.inputs.model_path.display().to_string())
     );
     let _ = writeln!(m, "DEFAULT_HOST={}", shell_quote(host));
     let _ = writeln!(m, "DEFAULT_PORT={port}");
@@ -510,7 +514,7 @@ pub fn compose_file(r: &TuneResult, host: &str, port: u16) -> Result<String> {
         );
     };
     let engine = crate::engine::of(w.config.engine);
-    let uses_gpu = r.hardware.has_gpu() && w.config.n_gpu_layers != Some(0);
+    let uses_gpu = r.inputs.hardware.has_gpu() && w.config.n_gpu_layers != Some(0);
     let Some(image) = engine.server_image(uses_gpu) else {
         bail!(
             "the winner runs on {}, which has no official server image for a compose file: serve it with the launch script (qtune script without --compose, or with --systemd)",
@@ -571,7 +575,7 @@ pub fn compose_file(r: &TuneResult, host: &str, port: u16) -> Result<String> {
     let _ = writeln!(
         m,
         "    volumes:\n      - type: bind\n        source: {}\n        target: {}\n        read_only: true",
-        compose_string(&r.model_path.display().to_string()),
+        compose_string(&r.inputs.model_path.display().to_string()),
         compose_string(IN_MODEL)
     );
     let _ = writeln!(
@@ -579,7 +583,7 @@ pub fn compose_file(r: &TuneResult, host: &str, port: u16) -> Result<String> {
         "    ports:\n      - target: 8080\n        published: \"{port}\"\n        host_ip: {}",
         compose_string(host_ip)
     );
-    let env = crate::hardware::cuda_device_env(&r.gpu_budgets);
+    let env = crate::hardware::cuda_device_env(&r.inputs.gpu_budgets);
     if uses_gpu && !env.is_empty() {
         let _ = writeln!(m, "    environment:");
         for (k, v) in env {
@@ -721,12 +725,12 @@ mod tests {
         for two_gpus in [false, true] {
             let mut r = crate::run::sample::gpu_result(&srv, &model);
             if !two_gpus {
-                r.gpu_budgets.clear();
+                r.inputs.gpu_budgets.clear();
             }
             r.qtune_version = format!("0.1.0{evil}");
-            r.started_at = format!("2025-01-01T00:00:00Z{evil}");
+            r.inputs.started_at = format!("2025-01-01T00:00:00Z{evil}");
             r.model.name = Some(format!("Model {evil}"));
-            for g in &mut r.gpu_budgets {
+            for g in &mut r.inputs.gpu_budgets {
                 g.name = format!("GPU {evil}");
             }
             let s = launch_script(&r, "127.0.0.1", 18080).unwrap();

@@ -17,23 +17,24 @@ pub fn table(r: &TuneResult) -> String {
     out.push_str(&format!(
         "\n{} · {} · {}\n",
         terminal(r.model.name.as_deref().unwrap_or(&r.model.arch)),
-        r.hardware.summary(),
-        match r.vram_budget_mib {
-            Some(b) if !r.gpu_budgets.is_empty() => format!(
+        r.inputs.hardware.summary(),
+        match r.inputs.vram_budget_mib {
+            Some(b) if !r.inputs.gpu_budgets.is_empty() => format!(
                 "VRAM budget {} = {} (free − headroom {} on each card)",
                 fmt_mib(b as f64),
-                r.gpu_budgets
+                r.inputs
+                    .gpu_budgets
                     .iter()
                     .map(|g| format!("CUDA{} {}", g.index, fmt_mib(g.budget_mib as f64)))
                     .collect::<Vec<_>>()
                     .join(" + "),
-                fmt_mib(r.headroom_mib as f64)
+                fmt_mib(r.inputs.headroom_mib as f64)
             ),
             Some(b) => format!(
                 "VRAM budget {} (free {} − headroom {})",
                 fmt_mib(b as f64),
-                fmt_mib(r.free_vram_at_start_mib as f64),
-                fmt_mib(r.headroom_mib as f64)
+                fmt_mib(r.inputs.free_vram_at_start_mib as f64),
+                fmt_mib(r.inputs.headroom_mib as f64)
             ),
             None => "no GPU: CPU only".into(),
         }
@@ -302,10 +303,10 @@ pub struct VerdictText {
 pub fn verdict(r: &TuneResult) -> Option<VerdictText> {
     let w = r.winner.as_ref()?;
     let mut facts = Vec::new();
-    if let Some(m) = r.space.workload.objective_mix() {
+    if let Some(m) = r.inputs.space.workload.objective_mix() {
         facts.push(format!("workload: {}", m.describe()));
     }
-    if let Some(t) = &r.space.workload.replay {
+    if let Some(t) = &r.inputs.space.workload.replay {
         facts.push(format!("workload: {}, {}", t.name, t.plan.describe()));
     }
     if let Some(rf) = &w.reference {
@@ -350,7 +351,7 @@ pub fn verdict(r: &TuneResult) -> Option<VerdictText> {
     };
     facts.push(format!("status: {status}"));
     Some(VerdictText {
-        workload: r.space.workload.name(),
+        workload: r.inputs.space.workload.name(),
         flags: flags(&w.config),
         facts,
     })
@@ -388,7 +389,7 @@ fn replay_p90(
     config: &crate::config::LaunchConfig,
     reference: Option<&crate::config::LaunchConfig>,
 ) -> Option<String> {
-    r.space.workload.replay.as_ref()?;
+    r.inputs.space.workload.replay.as_ref()?;
     let p90 = |c: &crate::config::LaunchConfig| {
         let v: Vec<f64> = r
             .trials
@@ -491,7 +492,12 @@ pub fn not_raced<'a>(
     r: &TuneResult,
     picks: &'a [crate::run::WorkloadPick],
 ) -> Vec<&'a crate::run::WorkloadPick> {
-    let own = r.space.workload.objective_mix().map(|m| m.name.as_str());
+    let own = r
+        .inputs
+        .space
+        .workload
+        .objective_mix()
+        .map(|m| m.name.as_str());
     picks
         .iter()
         .filter(|p| Some(p.workload.as_str()) != own || r.winner.is_none())

@@ -86,8 +86,15 @@ impl TuneResult {
         workload: Option<&str>,
     ) -> Option<RequestTime> {
         let mix = match workload {
-            Some(name) => Some(self.space.workload.mixes.iter().find(|m| m.name == name)?),
-            None => self.space.workload.objective_mix(),
+            Some(name) => Some(
+                self.inputs
+                    .space
+                    .workload
+                    .mixes
+                    .iter()
+                    .find(|m| m.name == name)?,
+            ),
+            None => self.inputs.space.workload.objective_mix(),
         };
         request_time(&self.trials, config, mix)
     }

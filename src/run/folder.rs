@@ -1,91 +1,9 @@
-//! The run directory's own files: `results.json` and `run.json` written atomically and read
-//! within bounds, the lock one tune holds, and the checks that a folder is a run's (no planted
-//! links, nothing foreign) before anything is written into it. Moved out of `run/mod.rs`
-//! whole (issue 55: one job a file); `run::*` re-exports it, so callers are unchanged.
+//! The run directory itself: the lock one tune holds, and the checks that a folder is a run's
+//! (no planted links, nothing foreign) before anything is written into it. Its files are
+//! written by their owners: `run.json` in [`super::inputs`], `results.json` in
+//! [`super::result_file`], the journal by the trial stage.
 
 use super::*;
-
-/// Write `results.json` into a run directory (atomically): the document
-/// `report::results_document` builds (what `qtune tune --json` prints), whose fields past the
-/// [`TuneResult`]'s own (`schema_version`, `run_directory`, `report`, `verdict`) reading
-/// ignores.
-pub fn write_document(dir: &Path, document: &serde_json::Value) -> Result<()> {
-    crate::util::write_atomic(
-        &dir.join(RESULTS_FILE),
-        serde_json::to_string_pretty(document)?.as_bytes(),
-    )
-}
-
-/// Read `results.json` from a run directory (or the file itself). Returns the directory too.
-pub fn read_result(dir_or_file: &Path) -> Result<(PathBuf, TuneResult)> {
-    let (dir, file) = if dir_or_file.is_dir() {
-        (dir_or_file.to_path_buf(), dir_or_file.join(RESULTS_FILE))
-    } else if dir_or_file.file_name().is_some_and(|n| n == RESULTS_FILE) {
-        let dir = dir_or_file
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        (dir.to_path_buf(), dir_or_file.to_path_buf())
-    } else {
-        anyhow::bail!(
-            "{} is not a run directory: pass the directory qtune tune wrote (it holds {RESULTS_FILE})",
-            dir_or_file.display()
-        );
-    };
-    let bytes = match crate::util::read_bounded(&file, MAX_RUN_FILE_BYTES) {
-        Ok(t) => t,
-        Err(crate::util::BoundedReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-            anyhow::bail!(
-                "no {RESULTS_FILE} in {}: is it a finished qtune run? (qtune tune writes it when a tune \
-                 ends; resume an interrupted one with qtune tune --resume DIR)",
-                dir.display()
-            )
-        }
-        Err(e) => anyhow::bail!("cannot read {}: {e}", file.display()),
-    };
-    let result: TuneResult = serde_json::from_slice(&bytes).map_err(|e| {
-        anyhow::anyhow!(
-            "{} is not a valid qtune result ({e}): was it edited, truncated, or written by another qtune version?",
-            file.display()
-        )
-    })?;
-    result.check_schema().map_err(|e| {
-        anyhow::anyhow!(
-            "{} is not a valid qtune result: {e} (was it edited?)",
-            file.display()
-        )
-    })?;
-    Ok((dir, result))
-}
-
-/// Write `run.json` (the inputs of a starting tune).
-pub fn write_inputs(dir: &Path, inputs: &RunInputs) -> Result<()> {
-    crate::util::write_atomic(
-        &dir.join(RUN_FILE),
-        serde_json::to_string_pretty(inputs)?.as_bytes(),
-    )
-}
-
-/// Read `run.json` of a run directory; `why` says what the caller wanted it for.
-pub fn read_inputs(dir: &Path) -> Result<RunInputs> {
-    let path = dir.join(RUN_FILE);
-    let bytes = match crate::util::read_bounded(&path, MAX_RUN_FILE_BYTES) {
-        Ok(b) => b,
-        Err(crate::util::BoundedReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-            anyhow::bail!(
-                "{} has no {RUN_FILE} (not a qtune run directory?)",
-                dir.display()
-            )
-        }
-        Err(e) => anyhow::bail!("cannot read {}: {e}", path.display()),
-    };
-    let inputs: RunInputs = serde_json::from_slice(&bytes)
-        .with_context(|| format!("{} is unreadable", path.display()))?;
-    inputs
-        .check_schema()
-        .map_err(|e| anyhow::anyhow!("{} is not a valid qtune run: {e}", path.display()))?;
-    Ok(inputs)
-}
 
 pub const LOCK_FILE: &str = ".qtune.lock";
 /// The folder of a run's trial logs (`logs/trial-<id>.log`): the trial stage writes them.

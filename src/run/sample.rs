@@ -134,6 +134,36 @@ fn moe(n: u32) -> LaunchConfig {
     }
 }
 
+/// A sample tune's inputs: its server and model, space and box, with 1 GiB of headroom.
+fn inputs(
+    server: &Path,
+    model: &Path,
+    space: SearchSpace,
+    hardware: HardwareProfile,
+    started_at: &str,
+) -> crate::run::RunInputs {
+    crate::run::RunInputs {
+        model_path: model.to_path_buf(),
+        server_path: server.to_path_buf(),
+        server_version: "version: 11434 (abcdef0)".to_string(),
+        space,
+        headroom_mib: 1_024,
+        free_vram_at_start_mib: hardware.free_vram_mib(),
+        vram_budget_mib: crate::run::box_vram_budget_mib(&hardware, 1_024),
+        gpu_budgets: crate::run::gpu_budgets(&hardware, 1_024),
+        hardware,
+        started_at: started_at.to_string(),
+        host: crate::run::DEFAULT_HOST.into(),
+        port: crate::run::DEFAULT_PORT,
+        quality: None,
+        start: None,
+        model_fingerprint: None,
+        model_bytes: None,
+        server_bytes: None,
+        engine_servers: Vec::new(),
+    }
+}
+
 /// A GPU tune on an H200 of which another process held all but 16 GiB (an emulated 16 GiB
 /// card), with a winner, oom-load, oom-runtime, spill, skipped and bad-flag trials.
 pub fn gpu_result(server: &Path, model: &Path) -> TuneResult {
@@ -353,53 +383,46 @@ pub fn gpu_result(server: &Path, model: &Path) -> TuneResult {
     TuneResult {
         race: None,
         qtune_version: env!("CARGO_PKG_VERSION").to_string(),
-        server_path: server.to_path_buf(),
-        server_version: "version: 11434 (abcdef0)".to_string(),
-        started_at: "2025-11-22T14:00:00Z".to_string(),
+        inputs: inputs(
+            server,
+            model,
+            space("moe-gpu", true),
+            HardwareProfile {
+                gpus: vec![GpuInfo {
+                    index: 0,
+                    name: "NVIDIA H200".to_string(),
+                    uuid: "GPU-00000000".to_string(),
+                    vram_total_mib: 143_771,
+                    vram_free_mib: 16_384,
+                    vram_used_mib: 127_387,
+                    pcie: PcieLink {
+                        gen_current: Some(5),
+                        gen_max: Some(5),
+                        width_current: Some(16),
+                        width_max: Some(16),
+                    },
+                    compute_capability: Some((9, 0)),
+                    processes: Vec::new(),
+                    mem_bandwidth_gbs: None,
+                }],
+                no_gpu_reason: None,
+                driver_version: Some("570.86.15".to_string()),
+                cuda_version: Some("12.8".to_string()),
+                host: host(),
+                fingerprint: "hwfp".to_string(),
+            },
+            "2025-11-22T14:00:00Z",
+        ),
         finished_at: "2025-11-22T14:25:00Z".to_string(),
-        hardware: HardwareProfile {
-            gpus: vec![GpuInfo {
-                index: 0,
-                name: "NVIDIA H200".to_string(),
-                uuid: "GPU-00000000".to_string(),
-                vram_total_mib: 143_771,
-                vram_free_mib: 16_384,
-                vram_used_mib: 127_387,
-                pcie: PcieLink {
-                    gen_current: Some(5),
-                    gen_max: Some(5),
-                    width_current: Some(16),
-                    width_max: Some(16),
-                },
-                compute_capability: Some((9, 0)),
-                processes: Vec::new(),
-                mem_bandwidth_gbs: None,
-            }],
-            no_gpu_reason: None,
-            driver_version: Some("570.86.15".to_string()),
-            cuda_version: Some("12.8".to_string()),
-            host: host(),
-            fingerprint: "hwfp".to_string(),
-        },
-        free_vram_at_start_mib: 16_384,
-        headroom_mib: 1_024,
-        vram_budget_mib: Some(15_360),
-        gpu_budgets: Vec::new(),
-        model_path: model.to_path_buf(),
         model: layout("qwen3moe", 48, 128, 18_556_000_000),
-        space: space("moe-gpu", true),
         trials,
         confirmation,
         winner: Some(winner),
         warnings: vec!["the baseline's auto-fit left 1,460 MiB of the budget unused".to_string()],
-        host: crate::run::DEFAULT_HOST.into(),
-        port: crate::run::DEFAULT_PORT,
         minutes_used: 25.0,
-        quality: None,
         model_pick,
         workload_picks: Vec::new(),
         budget_stop: None,
-        engine_servers: Vec::new(),
     }
 }
 
@@ -464,27 +487,24 @@ pub fn cpu_result(server: &Path, model: &Path) -> TuneResult {
         status: None,
     };
     TuneResult {
+        inputs: inputs(
+            server,
+            model,
+            space("cpu", false),
+            HardwareProfile {
+                gpus: Vec::new(),
+                no_gpu_reason: Some("NVML not found (no NVIDIA driver)".to_string()),
+                driver_version: None,
+                cuda_version: None,
+                host: host(),
+                fingerprint: "hwfp-cpu".to_string(),
+            },
+            "2025-11-22T15:00:00Z",
+        ),
         race: None,
         qtune_version: env!("CARGO_PKG_VERSION").to_string(),
-        server_path: server.to_path_buf(),
-        server_version: "version: 11434 (abcdef0)".to_string(),
-        started_at: "2025-11-22T15:00:00Z".to_string(),
         finished_at: "2025-11-22T15:04:00Z".to_string(),
-        hardware: HardwareProfile {
-            gpus: Vec::new(),
-            no_gpu_reason: Some("NVML not found (no NVIDIA driver)".to_string()),
-            driver_version: None,
-            cuda_version: None,
-            host: host(),
-            fingerprint: "hwfp-cpu".to_string(),
-        },
-        free_vram_at_start_mib: 0,
-        headroom_mib: 1_024,
-        vram_budget_mib: None,
-        gpu_budgets: Vec::new(),
-        model_path: model.to_path_buf(),
         model: layout("llama", 30, 0, 91_000_000),
-        space: space("cpu", false),
         trials,
         confirmation: vec![
             Confirmed {
@@ -506,14 +526,10 @@ pub fn cpu_result(server: &Path, model: &Path) -> TuneResult {
         ],
         winner: Some(winner),
         warnings: Vec::new(),
-        host: crate::run::DEFAULT_HOST.into(),
-        port: crate::run::DEFAULT_PORT,
         minutes_used: 4.0,
-        quality: None,
         model_pick: None,
         workload_picks: Vec::new(),
         budget_stop: None,
-        engine_servers: Vec::new(),
     }
 }
 

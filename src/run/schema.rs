@@ -107,22 +107,12 @@ impl TuneResult {
     /// Check every value a script, unit, command or report takes from this result.
     pub fn check_schema(&self) -> Result<()> {
         check_version("qtune_version", &self.qtune_version)?;
-        check_timestamp("started_at", &self.started_at)?;
+        self.inputs.check_schema()?;
         check_timestamp("finished_at", &self.finished_at)?;
-        check_text("server_version", &self.server_version, 4096, true)?;
-        check_path("server_path", &self.server_path)?;
-        check_path("model_path", &self.model_path)?;
-        check_host("host", &self.host)?;
         // A model's name is whatever its file says (qtune shows it escaped): any length the
         // file's size allows, so only the file bound limits it.
         if let Some(n) = &self.model.name {
             check_text("model.name", n, MAX_NAME_BYTES, false)?;
-        }
-        for g in &self.gpu_budgets {
-            check_text("gpu_budgets[].name", &g.name, 4096, false)?;
-        }
-        for g in &self.hardware.gpus {
-            check_text("hardware.gpus[].name", &g.name, 4096, false)?;
         }
         if let Some(w) = &self.winner {
             for word in &w.command {
@@ -196,21 +186,21 @@ mod tests {
         let mut r =
             crate::run::sample::gpu_result(Path::new("/s/llama-server"), Path::new("/m\tx.gguf"));
         r.model.name = Some(format!("{evil}{}", "n".repeat(2000)));
-        r.hardware.gpus[0].name = evil.into();
-        r.server_version = "version: 1 (\u{1b}[31mabc\r)".into();
+        r.inputs.hardware.gpus[0].name = evil.into();
+        r.inputs.server_version = "version: 1 (\u{1b}[31mabc\r)".into();
         if let Some(w) = &mut r.winner {
             w.command[0] = "/s/llama\tserver \u{1b}x".into();
         }
         r.check_schema().unwrap();
         for bad in ["/m\n.gguf", "/m\r.gguf", "/m\0.gguf"] {
             let mut b = r.clone();
-            b.model_path = bad.into();
+            b.inputs.model_path = bad.into();
             let e = b.check_schema().unwrap_err().to_string();
             assert!(e.starts_with("model_path holds "), "{e}");
             assert_eq!(e.lines().count(), 1, "{e}");
         }
         let mut b = r.clone();
-        b.server_version = "b1\ntouch PWNED".into();
+        b.inputs.server_version = "b1\ntouch PWNED".into();
         assert!(b.check_schema().is_err());
     }
 

@@ -6,7 +6,6 @@
 //! ([`crate::run::TuneResult`]); it never prints and never writes the report.
 
 use crate::clock::Clock;
-use crate::engine::LaunchArgs;
 use crate::model::ModelLayout;
 use crate::run::{RunInputs, TuneResult};
 use crate::trial::{TrialOutcome, TrialRunner};
@@ -165,18 +164,7 @@ pub fn tune(
         })?;
     let history = solver.history.clone();
     let mut warnings = solver.warnings.clone();
-    let command = |c: &crate::config::LaunchConfig| {
-        c.command(
-            crate::engine::select::server_for(
-                c.engine,
-                &inputs.server_path,
-                &inputs.engine_servers,
-            ),
-            &inputs.model_path,
-            &inputs.host,
-            inputs.port,
-        )
-    };
+    let command = |c: &crate::config::LaunchConfig| inputs.command(c);
     let race = solver
         .race_outcome(&ctx)
         .map(|outcome| crate::run::RaceReport {
@@ -255,31 +243,18 @@ pub fn tune(
     }
     let mut result = TuneResult {
         qtune_version: env!("CARGO_PKG_VERSION").to_string(),
-        server_path: inputs.server_path.clone(),
-        server_version: inputs.server_version.clone(),
-        started_at: inputs.started_at.clone(),
+        inputs: inputs.clone(),
         finished_at: clock.timestamp(),
-        hardware: inputs.hardware.clone(),
-        free_vram_at_start_mib: inputs.free_vram_at_start_mib,
-        headroom_mib: inputs.headroom_mib,
-        vram_budget_mib: inputs.vram_budget_mib,
-        gpu_budgets: inputs.gpu_budgets.clone(),
-        model_path: inputs.model_path.clone(),
         model: layout,
-        space: inputs.space.clone(),
         trials: history,
         confirmation,
         winner,
         race,
         warnings,
         minutes_used: solver.elapsed_s(clock.as_ref()) / 60.0,
-        host: inputs.host.clone(),
-        port: inputs.port,
-        quality: inputs.quality.clone(),
         model_pick: solver.model_pick.clone(),
         workload_picks: Vec::new(),
         budget_stop: None,
-        engine_servers: inputs.engine_servers.clone(),
     };
     result.budget_stop = budget_stop(&solver, &ctx, result.race.as_ref(), clock.as_ref());
     result.workload_picks = result.workload_picks();
@@ -424,15 +399,6 @@ fn trial_warnings(history: &[TrialOutcome]) -> Vec<String> {
         ));
     }
     warnings
-}
-
-/// How long one request may take: generous, since a slow box is not a failure.
-pub fn request_timeout(w: &crate::space::Workload) -> std::time::Duration {
-    let tokens = u64::from(w.prompt_tokens)
-        + u64::from(w.gen_tokens)
-        + u64::from(w.context_depth.unwrap_or(0));
-    let tokens = tokens.max(crate::trial::workload::needed_ctx(w));
-    std::time::Duration::from_secs(120 + tokens / 10)
 }
 
 /// Run the whole search (baseline, exploration, confirmation) through argmin's executor.

@@ -587,7 +587,7 @@ mod tests {
     fn ctx() -> SearchContext {
         let r = crate::run::sample::gpu_result(Path::new("/s"), Path::new("/m"));
         SearchContext {
-            space: r.space.clone(),
+            space: r.inputs.space.clone(),
             layout: r.model.clone(),
             gpu_moe: true,
             has_gpu: true,
@@ -1109,7 +1109,11 @@ mod tests {
         assert_eq!(Some(&named.config), race.candidates.first());
 
         let mut w = Vec::new();
-        assert_eq!(headline(&race, &t.space.objective, &mut w), None, "{w:?}");
+        assert_eq!(
+            headline(&race, &t.inputs.space.objective, &mut w),
+            None,
+            "{w:?}"
+        );
         assert!(
             w.iter()
                 .any(|w| w.contains("the reference stays") && w.contains("+1.4 %")),
@@ -1117,9 +1121,9 @@ mod tests {
         );
 
         let ctx = SearchContext {
-            space: t.space.clone(),
+            space: t.inputs.space.clone(),
             layout: t.model.clone(),
-            budget_mib: t.vram_budget_mib.map(|b| b as f64),
+            budget_mib: t.inputs.vram_budget_mib.map(|b| b as f64),
             ..ctx()
         };
         let mut w = Vec::new();
@@ -1127,7 +1131,7 @@ mod tests {
         let (_, winner) = decide(
             &ctx,
             &t.trials,
-            t.vram_budget_mib,
+            t.inputs.vram_budget_mib,
             &command,
             &mut w,
             t.race.as_ref(),

@@ -128,7 +128,7 @@ fn launches_on_a_box_that_got_busy_are_noted_in_the_journal_results_and_verdict(
         Some("other processes used 1.9 of 2 cores (load average 3.3)")
     );
 
-    qtune::report::write_results(dir.path(), &result).unwrap();
+    qtune::run::write_results(dir.path(), &result, qtune::report::verdict_json(&result)).unwrap();
     let results: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("results.json")).unwrap())
             .unwrap();

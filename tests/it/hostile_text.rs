@@ -608,17 +608,17 @@ fn result_with(s: &str) -> TuneResult {
     let server = PathBuf::from(format!("/opt/{path_text}/llama-server"));
     let mut r = qtune::run::sample::gpu_result(&server, &model);
     r.model.name = Some(s.to_string());
-    r.server_version = format!("version: {}", s.replace('\n', " "));
-    for g in &mut r.hardware.gpus {
+    r.inputs.server_version = format!("version: {}", s.replace('\n', " "));
+    for g in &mut r.inputs.hardware.gpus {
         g.name = s.to_string();
     }
-    for g in &mut r.gpu_budgets {
+    for g in &mut r.inputs.gpu_budgets {
         g.name = s.to_string();
     }
-    r.hardware.host.cpu_model = s.to_string();
-    r.hardware.host.os = s.to_string();
-    r.hardware.driver_version = Some(s.to_string());
-    r.space.description = s.to_string();
+    r.inputs.hardware.host.cpu_model = s.to_string();
+    r.inputs.hardware.host.os = s.to_string();
+    r.inputs.hardware.driver_version = Some(s.to_string());
+    r.inputs.space.description = s.to_string();
     r.warnings.push(s.to_string());
     for t in &mut r.trials {
         t.message = s.to_string();
@@ -648,17 +648,17 @@ proptest! {
 
         let term = |r: &TuneResult| -> Vec<String> {
             let inspect = qtune::model::inspect::build(
-                &r.model_path,
+                &r.inputs.model_path,
                 &r.model,
                 4096,
                 qtune::config::KvType::F16,
                 Some(20_000.0),
-                r.hardware.summary(),
+                r.inputs.hardware.summary(),
             );
             vec![
                 qtune::escape::terminal_lines(&qtune::report::summary::table(r)),
                 qtune::escape::terminal_lines(&qtune::model::inspect::render_text(&inspect)),
-                qtune::escape::terminal_lines(&qtune::hardware::render_text(&r.hardware)),
+                qtune::escape::terminal_lines(&qtune::hardware::render_text(&r.inputs.hardware)),
             ]
         };
         for (got, want) in term(&r).iter().zip(term(&plain)) {

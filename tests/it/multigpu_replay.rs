@@ -34,8 +34,9 @@ fn layout() -> ModelLayout {
 
 /// The sample GPU box with these cards' free VRAM (MiB), in device order.
 fn hardware(free: &[u64]) -> HardwareProfile {
-    let mut hw =
-        qtune::run::sample::gpu_result(Path::new("llama-server"), Path::new("m.gguf")).hardware;
+    let mut hw = qtune::run::sample::gpu_result(Path::new("llama-server"), Path::new("m.gguf"))
+        .inputs
+        .hardware;
     let card = hw.gpus[0].clone();
     hw.gpus = free
         .iter()
@@ -145,7 +146,7 @@ fn a_two_gpu_tune_respects_each_card_searches_the_split_and_keeps_the_budget() {
     let r = tune(tmp.path(), &inputs);
 
     // The budget of launches: every launch counts, at most the space's 20 (and the 25).
-    assert_launch_budget(&r.trials, &r.space);
+    assert_launch_budget(&r.trials, &r.inputs.space);
 
     // Each card against its own budget: no ok trial has a card over it, and the trials that
     // went over on GPU 1 (where the prediction is 400 MiB short) were not ok.
@@ -329,7 +330,7 @@ fn one_gpu_of_the_same_size_keeps_the_single_gpu_path() {
     );
     let inputs = inputs(hw);
     let r = tune(tmp.path(), &inputs);
-    assert!(r.gpu_budgets.is_empty());
+    assert!(r.inputs.gpu_budgets.is_empty());
     let json = serde_json::to_string(&r).unwrap();
     for absent in ["gpu_budgets", "tensor_split", "split_mode", "gpu_experts"] {
         assert!(!json.contains(absent), "{absent} in a one-GPU result");

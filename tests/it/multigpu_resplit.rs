@@ -39,31 +39,11 @@ fn read(fixture: &str) -> TuneResult {
 
 /// The inputs the fixture's tune started from.
 fn inputs(r: &TuneResult) -> RunInputs {
-    RunInputs {
-        model_path: r.model_path.clone(),
-        server_path: r.server_path.clone(),
-        server_version: r.server_version.clone(),
-        // The fixture's tune ran with the default as its only baseline.
-        space: {
-            let mut s = r.space.clone();
-            s.objective.second_baseline = false;
-            s
-        },
-        headroom_mib: r.headroom_mib,
-        hardware: r.hardware.clone(),
-        free_vram_at_start_mib: r.free_vram_at_start_mib,
-        vram_budget_mib: r.vram_budget_mib,
-        gpu_budgets: r.gpu_budgets.clone(),
-        started_at: r.started_at.clone(),
-        host: r.host.clone(),
-        port: r.port,
-        start: None,
-        quality: None,
-        model_fingerprint: None,
-        model_bytes: None,
-        server_bytes: None,
-        engine_servers: Vec::new(),
-    }
+    let mut inputs = r.inputs.clone();
+    // The fixture's tune ran with the default as its only baseline.
+    inputs.space.objective.second_baseline = false;
+    inputs.quality = None;
+    inputs
 }
 
 fn context(r: &TuneResult) -> SearchContext {
@@ -71,7 +51,7 @@ fn context(r: &TuneResult) -> SearchContext {
 }
 
 fn budgets(r: &TuneResult) -> Vec<u64> {
-    r.gpu_budgets.iter().map(|g| g.budget_mib).collect()
+    r.inputs.gpu_budgets.iter().map(|g| g.budget_mib).collect()
 }
 
 /// Each card's peak minus its predicted buffers in a measured trial.
@@ -92,7 +72,7 @@ fn landscape(r: &TuneResult) -> ReplayRunner {
         .filter(|t| t.role == TrialRole::Search || t.role == TrialRole::Baseline)
         .cloned()
         .collect();
-    let free: Vec<u64> = r.gpu_budgets.iter().map(|g| g.free_mib).collect();
+    let free: Vec<u64> = r.inputs.gpu_budgets.iter().map(|g| g.free_mib).collect();
     let answer = move |t: &TrialOutcome, peaks: Vec<u64>, cpu_blocks: f64| {
         let m = t.metrics.as_ref().expect("measured");
         // One block's experts on the CPU cost 9.5 % of generation, 5.7 % of prompt speed
@@ -147,7 +127,7 @@ fn landscape(r: &TuneResult) -> ReplayRunner {
     runner
         .with_noise(2.0, 11)
         .with_seconds_per_trial(10.0)
-        .with_vram_budget(r.vram_budget_mib)
+        .with_vram_budget(r.inputs.vram_budget_mib)
         .with_gpu_budgets(budgets(r))
 }
 
@@ -241,7 +221,7 @@ fn after_the_ubatch_2048_spill_the_layers_move_to_gpu1_before_any_expert_goes_to
         assert!(*p <= budgets[i], "GPU {i}: {p}");
     }
     // The tune keeps the launch budget.
-    assert_launch_budget(&done.history, &r.space);
+    assert_launch_budget(&done.history, &r.inputs.space);
 }
 
 #[test]
@@ -334,7 +314,7 @@ fn the_first_split_leaves_both_cards_room_and_ubatch_2048_runs_without_cpu_exper
         .all(|o| ctx.cpu_blocks_of(&o.config) == 0));
     // Each card within its own budget in every trial that ran ok; the launch budget holds.
     assert_ok_trials_within_each_card(&t.trials, &budgets);
-    assert_launch_budget(&t.trials, &t.space);
+    assert_launch_budget(&t.trials, &t.inputs.space);
 }
 
 #[test]
@@ -358,5 +338,5 @@ fn where_the_whole_model_fits_both_cards_every_config_keeps_its_experts_on_the_g
         assert_eq!(ctx.cpu_blocks_of(&o.config), 0, "{}", o.config.label());
     }
     assert_ok_trials_within_each_card(&t.trials, &budgets);
-    assert_launch_budget(&t.trials, &t.space);
+    assert_launch_budget(&t.trials, &t.inputs.space);
 }

@@ -60,12 +60,12 @@ fn profile_from(layout: &ModelLayout, card: &str, free_mib: u64, winner: LaunchC
         Path::new("/models/m.gguf"),
     );
     r.model = layout.clone();
-    r.hardware.fingerprint = "00000000000000aa".into();
-    r.hardware.gpus[0].name = card.into();
-    r.hardware.gpus[0].vram_free_mib = free_mib;
-    r.free_vram_at_start_mib = free_mib;
-    r.headroom_mib = 512;
-    r.vram_budget_mib = Some(free_mib - 512);
+    r.inputs.hardware.fingerprint = "00000000000000aa".into();
+    r.inputs.hardware.gpus[0].name = card.into();
+    r.inputs.hardware.gpus[0].vram_free_mib = free_mib;
+    r.inputs.free_vram_at_start_mib = free_mib;
+    r.inputs.headroom_mib = 512;
+    r.inputs.vram_budget_mib = Some(free_mib - 512);
     let w = r.winner.as_mut().unwrap();
     w.config = winner;
     from_tune(&r, Some("test profile")).unwrap()

@@ -255,7 +255,9 @@ fn regenerate_replay_fixture() {
     let _ = std::fs::remove_file(dir.join("journal.jsonl"));
     let _ = std::fs::remove_file(dir.join("checkpoint.json"));
     let mut hardware =
-        qtune::run::sample::gpu_result(Path::new("llama-server"), Path::new("m.gguf")).hardware;
+        qtune::run::sample::gpu_result(Path::new("llama-server"), Path::new("m.gguf"))
+            .inputs
+            .hardware;
     hardware.fingerprint = "0f1e2d3c4b5a6978".into();
     let layout = qtune::model::load(&model()).unwrap();
     let space = qtune::space::load("quick").unwrap();
@@ -338,7 +340,7 @@ fn the_race_reports_intervals_holds_the_budget_and_resumes_identically() {
     let rf = result(&full);
     let race = rf.race.as_ref().expect("the race ran");
     assert!(!race.candidates.is_empty());
-    let budget = rf.space.budget.trials as usize;
+    let budget = rf.inputs.space.budget.trials as usize;
     assert!(rf.trials.len() <= budget, "{} > {budget}", rf.trials.len());
     let confirm = rf
         .trials

@@ -211,10 +211,10 @@ fn result_of(
         std::path::Path::new("/srv/llama-server"),
         std::path::Path::new("/m/model.gguf"),
     );
-    r.space = ctx.space.clone();
+    r.inputs.space = ctx.space.clone();
     r.trials = history;
     r.winner = Some(winner);
-    r.vram_budget_mib = Some(15_800);
+    r.inputs.vram_budget_mib = Some(15_800);
     r
 }
 

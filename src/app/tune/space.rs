@@ -46,26 +46,22 @@ pub(super) fn space_for(
         space.budget.minutes = m;
     }
     if let Some(w) = &opts.workload {
-        space.workload.mix = Some(w.clone());
+        // A session is rendered at the context the tune will use (the model's trained one at
+        // most).
+        let ctx = match layout.ctx_train {
+            0 => space.fixed.ctx,
+            t => space.fixed.ctx.min(t),
+        };
+        let render =
+            server_model.map(|(server, model)| crate::run::setup::Renderer { server, model, ctx });
+        crate::run::setup::ask_workload(&mut space.workload, w, render)?;
         space.objective.metric = crate::objective::Metric::Request;
-        if crate::trial::session_render::is_session(w) {
-            let Some((server, model)) = server_model else {
-                anyhow::bail!("--workload {w} is rendered by a real llama-server: it cannot be replayed from a journal");
-            };
-            // The context the tune will use (the model's trained one at most).
-            let ctx = match layout.ctx_train {
-                0 => space.fixed.ctx,
-                t => space.fixed.ctx.min(t),
-            };
-            let path = crate::trial::session_render::trace_for(w, server, model, ctx)?;
-            space.workload.mix = Some(path.display().to_string());
-        }
     }
     crate::space::validate(&space).map_err(|(_, msg)| anyhow::anyhow!("{msg}"))?;
-    for note in space.workload.resolve(space.fixed.ctx)? {
-        let note = crate::escape::terminal_lines(&note);
+    let ctx = space.fixed.ctx;
+    crate::run::setup::resolve_workload(&mut space.workload, ctx, layout.n_vocab, &mut |note| {
+        let note = crate::escape::terminal_lines(note);
         eprintln!("{}", crate::util::fit(&format!("qtune: {note}")));
-    }
-    space.workload.check_vocab(layout.n_vocab)?;
+    })?;
     Ok((space, note))
 }

@@ -4,7 +4,7 @@
 use super::*;
 
 pub(super) fn hardware(m: &mut String, r: &TuneResult) {
-    let hw = &r.hardware;
+    let hw = &r.inputs.hardware;
     let _ = writeln!(m, "## Hardware\n");
     if hw.gpus.is_empty() {
         let _ = writeln!(
@@ -52,21 +52,21 @@ pub(super) fn hardware(m: &mut String, r: &TuneResult) {
                 .unwrap_or_default()
         );
     }
-    if let Some(b) = r.vram_budget_mib {
+    if let Some(b) = r.inputs.vram_budget_mib {
         let _ = writeln!(
             m,
             "- **VRAM budget:** {} (free at start {} − headroom {})",
             fmt_mib(b as f64),
-            fmt_mib(r.free_vram_at_start_mib as f64),
-            fmt_mib(r.headroom_mib as f64)
+            fmt_mib(r.inputs.free_vram_at_start_mib as f64),
+            fmt_mib(r.inputs.headroom_mib as f64)
         );
     }
-    if !r.gpu_budgets.is_empty() {
+    if !r.inputs.gpu_budgets.is_empty() {
         let _ = writeln!(
             m,
             "- **Cards** (device order, `CUDA_DEVICE_ORDER=PCI_BUS_ID`; the headroom is kept on each):"
         );
-        for g in &r.gpu_budgets {
+        for g in &r.inputs.gpu_budgets {
             let _ = writeln!(
                 m,
                 "  - CUDA{}: {} · budget {} (free at start {})",
@@ -118,18 +118,20 @@ pub(super) fn model(m: &mut String, r: &TuneResult) {
         experts,
         text(l.file_type.as_deref().unwrap_or("?")),
         l.file_bytes as f64 / (1024.0 * 1024.0 * 1024.0),
-        code(&r.model_path.display().to_string())
+        code(&r.inputs.model_path.display().to_string())
     );
     let _ = writeln!(
         m,
         "Server: {} ({})\n",
-        code(&r.server_path.display().to_string()),
-        text(&crate::engine::binary::short_version(&r.server_version))
+        code(&r.inputs.server_path.display().to_string()),
+        text(&crate::engine::binary::short_version(
+            &r.inputs.server_version
+        ))
     );
 }
 
 pub(super) fn search(m: &mut String, r: &TuneResult) {
-    let s = &r.space;
+    let s = &r.inputs.space;
     let _ = writeln!(m, "## Search space and budget\n");
     let _ = writeln!(
         m,
@@ -267,10 +269,10 @@ pub(super) fn trials(m: &mut String, r: &TuneResult) {
         "| # | time per request (s) | role | config | outcome | generation (tok/s) | prompt (tok/s) | tg % of bound | peak VRAM | time | note |"
     );
     let _ = writeln!(m, "|---:|---:|---|---|---|---:|---:|---:|---:|---:|---|");
-    let sb = crate::model::speed::SpeedBox::from_hardware(&r.hardware);
+    let sb = crate::model::speed::SpeedBox::from_hardware(&r.inputs.hardware);
     // The tune's objective first: each launch's own time per request (the numbers the
     // summary's medians are taken over), the lowest first; launches without one after.
-    let mix = r.space.workload.objective_mix();
+    let mix = r.inputs.space.workload.objective_mix();
     let mut sorted: Vec<(&TrialOutcome, Option<f64>)> = r
         .trials
         .iter()
@@ -335,8 +337,8 @@ pub(super) fn speed_of(
     sb: &crate::model::speed::SpeedBox,
     cfg: &LaunchConfig,
 ) -> Option<crate::model::speed::SpeedPrediction> {
-    let prompt_tokens = r.space.workload.prompt_tokens;
-    if let [gpu] = r.hardware.gpus.as_slice() {
+    let prompt_tokens = r.inputs.space.workload.prompt_tokens;
+    if let [gpu] = r.inputs.hardware.gpus.as_slice() {
         let free = gpu.vram_free_mib as f64;
         if let Some((_, p)) = crate::search::candidates::predict_server_default(
             &r.model,
@@ -352,7 +354,7 @@ pub(super) fn speed_of(
         &r.model,
         cfg,
         sb,
-        r.hardware.has_gpu(),
+        r.inputs.hardware.has_gpu(),
         prompt_tokens,
         &crate::model::speed::FITTED,
     )
@@ -361,7 +363,7 @@ pub(super) fn speed_of(
 /// The placement the server's own fit is expected to choose for `cfg` (one GPU, a config with
 /// no placement flags), as explicit flags.
 pub(super) fn server_placement(r: &TuneResult, cfg: &LaunchConfig) -> Option<LaunchConfig> {
-    let [gpu] = r.hardware.gpus.as_slice() else {
+    let [gpu] = r.inputs.hardware.gpus.as_slice() else {
         return None;
     };
     crate::search::candidates::server_default_stand_in(&r.model, cfg, gpu.vram_free_mib as f64)
@@ -371,7 +373,7 @@ pub(super) fn server_placement(r: &TuneResult, cfg: &LaunchConfig) -> Option<Lau
 /// its bound, and the model's split of one token's time.
 pub(super) fn time_split(m: &mut String, r: &TuneResult) {
     let Some(w) = &r.winner else { return };
-    let sb = crate::model::speed::SpeedBox::from_hardware(&r.hardware);
+    let sb = crate::model::speed::SpeedBox::from_hardware(&r.inputs.hardware);
     let _ = writeln!(m, "## Where the time goes (speed model)\n");
     let Some(sp) = speed_of(r, &sb, &w.config) else {
         let _ = writeln!(
@@ -456,7 +458,7 @@ pub(super) fn model_pick(m: &mut String, r: &TuneResult) {
     let ok: Vec<&&TrialOutcome> = launched.iter().filter(|t| t.kind.is_ok()).collect();
     let tg = median(ok.iter().filter_map(|t| t.gen_tps()).collect());
     let pp = median(ok.iter().filter_map(|t| t.prompt_tps()).collect());
-    let sb = crate::model::speed::SpeedBox::from_hardware(&r.hardware);
+    let sb = crate::model::speed::SpeedBox::from_hardware(&r.inputs.hardware);
     let pred = speed_of(r, &sb, pick);
     let err = |p: f64, x: Option<f64>| {
         x.map_or(String::new(), |x| {

@@ -161,11 +161,11 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
         m,
         "# qtune report: {} — {}\n",
         text(&title),
-        text(&date(&r.started_at))
+        text(&date(&r.inputs.started_at))
     );
 
     // The answer first: in the tune's objective.
-    if r.space.objective.metric == Metric::Request {
+    if r.inputs.space.objective.metric == Metric::Request {
         workload_first(m, r, plots);
     } else {
         generation_first(m, r);
@@ -189,7 +189,7 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
     hardware(m, r);
     model(m, r);
     search(m, r);
-    if let Some(g) = &r.quality {
+    if let Some(g) = &r.inputs.quality {
         m.push_str(&crate::quality::floor::markdown(g));
     }
     confirmation(m, r);
@@ -224,8 +224,10 @@ pub fn render(r: &TuneResult, plots: &[(&str, &str)]) -> String {
         m,
         "\n<sub>qtune {} · {} · started {} · finished {}</sub>",
         r.qtune_version,
-        text(&crate::engine::binary::short_version(&r.server_version)),
-        r.started_at,
+        text(&crate::engine::binary::short_version(
+            &r.inputs.server_version
+        )),
+        r.inputs.started_at,
         r.finished_at
     );
     md
@@ -313,6 +315,7 @@ fn workload_picks(m: &mut String, r: &TuneResult) {
     let _ = writeln!(m, "|---|---|---:|---|---:|---:|---:|---|");
     for p in &picks {
         let workload = r
+            .inputs
             .space
             .workload
             .mixes
@@ -350,27 +353,23 @@ fn baselines(m: &mut String, r: &TuneResult) {
         let bcfg = r
             .baseline()
             .map(|b| b.config)
-            .unwrap_or_else(|| LaunchConfig::baseline(r.space.fixed.ctx));
+            .unwrap_or_else(|| LaunchConfig::baseline(r.inputs.space.fixed.ctx));
         let _ = writeln!(m, "### The baseline (what you get without qtune)\n");
-        let _ = writeln!(
-            m,
-            "{}",
-            command_block(&bcfg.command(&r.server_path, &r.model_path, &r.host, r.port))
-        );
+        let _ = writeln!(m, "{}", command_block(&r.inputs.command(&bcfg)));
         return;
     };
     let mut both: Vec<(&crate::run::Reference, bool)> = vec![(rf, true)];
     both.extend(rf.other.as_deref().map(|o| (o, false)));
     both.sort_by_key(|(b, _)| b.name != "default");
     let _ = writeln!(m, "### The baselines (what you get without qtune)\n");
-    let workload = text(&r.space.workload.name());
+    let workload = text(&r.inputs.space.workload.name());
     for (b, is_reference) in both {
         let time = r
             .objective_time(&b.config, b.request_s)
             .map_or("not measured".to_string(), |t| {
                 format!("{} per request on {workload}", super::summary::fmt_time(t))
             });
-        let over = match (b.over_budget, r.vram_budget_mib) {
+        let over = match (b.over_budget, r.inputs.vram_budget_mib) {
             (true, Some(budget)) => {
                 format!(", **over the VRAM budget** of {}", fmt_mib(budget as f64))
             }
@@ -488,11 +487,7 @@ fn generation_first(m: &mut String, r: &TuneResult) {
     let bcfg = base
         .as_ref()
         .map(|b| b.config.clone())
-        .unwrap_or_else(|| LaunchConfig::baseline(r.space.fixed.ctx));
+        .unwrap_or_else(|| LaunchConfig::baseline(r.inputs.space.fixed.ctx));
     let _ = writeln!(m, "### The baseline (what you get without qtune)\n");
-    let _ = writeln!(
-        m,
-        "{}",
-        command_block(&bcfg.command(&r.server_path, &r.model_path, &r.host, r.port))
-    );
+    let _ = writeln!(m, "{}", command_block(&r.inputs.command(&bcfg)));
 }

@@ -69,7 +69,7 @@ fn gpu_report_has_the_commands_every_trial_and_the_emulated_card_note() {
 #[test]
 fn a_winner_that_places_itself_is_modelled_as_its_fit_would_place_it() {
     let mut r = sample::gpu_result(Path::new("/s"), Path::new("/m.gguf"));
-    let base = LaunchConfig::baseline(r.space.fixed.ctx);
+    let base = LaunchConfig::baseline(r.inputs.space.fixed.ctx);
     r.winner.as_mut().unwrap().config = base.clone();
     let md = render(&r, &[]);
     assert!(
@@ -77,14 +77,14 @@ fn a_winner_that_places_itself_is_modelled_as_its_fit_would_place_it() {
         "{md}"
     );
     assert!(!md.contains("No model prediction for the winner"), "{md}");
-    let sb = crate::model::speed::SpeedBox::from_hardware(&r.hardware);
+    let sb = crate::model::speed::SpeedBox::from_hardware(&r.inputs.hardware);
     let stand_in = server_placement(&r, &base).expect("one GPU, a MoE model");
     assert!(!stand_in.is_auto_placement(), "{}", stand_in.label());
     assert!(speed_of(&r, &sb, &base).is_some());
     // Two GPUs: the split is the server's too; not modelled.
     let mut two = r.clone();
-    let g = two.hardware.gpus[0].clone();
-    two.hardware.gpus.push(g);
+    let g = two.inputs.hardware.gpus[0].clone();
+    two.inputs.hardware.gpus.push(g);
     assert!(server_placement(&two, &base).is_none());
 }
 
@@ -106,7 +106,7 @@ fn cpu_report_says_no_gpu_and_no_winner_is_explained() {
 #[test]
 fn a_card_with_most_vram_free_is_not_called_emulated() {
     let mut r = sample::gpu_result(Path::new("/s"), Path::new("/m.gguf"));
-    r.hardware.gpus[0].vram_total_mib = 24_576;
-    r.hardware.gpus[0].vram_free_mib = 23_000;
+    r.inputs.hardware.gpus[0].vram_total_mib = 24_576;
+    r.inputs.hardware.gpus[0].vram_free_mib = 23_000;
     assert!(!render(&r, &[]).contains("Emulated card"));
 }

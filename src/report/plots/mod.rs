@@ -320,7 +320,7 @@ impl PlotData {
             .as_ref()
             .filter(|w| w.config.n_cpu_moe.is_some() && w.config.cpu_experts.is_none())
             .map(|w| {
-                let sb = crate::model::speed::SpeedBox::from_hardware(&r.hardware);
+                let sb = crate::model::speed::SpeedBox::from_hardware(&r.inputs.hardware);
                 (0..=r.model.n_blocks)
                     .filter_map(|n| {
                         let cfg = w.config.clone().with_experts_on_cpu(n);
@@ -328,8 +328,8 @@ impl PlotData {
                             &r.model,
                             &cfg,
                             &sb,
-                            r.hardware.has_gpu(),
-                            r.space.workload.prompt_tokens,
+                            r.inputs.hardware.has_gpu(),
+                            r.inputs.space.workload.prompt_tokens,
                             &crate::model::speed::FITTED,
                         )?;
                         Some((n, sp.tg.tps, sp.tg_bound_tps))
@@ -339,7 +339,7 @@ impl PlotData {
             .unwrap_or_default();
         PlotData {
             objective: objective::workload_bars(r),
-            replay: r.space.workload.replay.is_some(),
+            replay: r.inputs.space.workload.replay.is_some(),
             modelled,
             // Drawn text from outside: no control character (an SVG could not hold it).
             model: crate::escape::terminal(
@@ -350,8 +350,8 @@ impl PlotData {
             winner,
             baselines,
             picks,
-            budget: r.vram_budget_mib.map(|v| v as f64),
-            has_gpu: r.hardware.has_gpu(),
+            budget: r.inputs.vram_budget_mib.map(|v| v as f64),
+            has_gpu: r.inputs.hardware.has_gpu(),
         }
     }
 

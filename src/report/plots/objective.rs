@@ -21,10 +21,15 @@ pub struct WorkloadBars {
 
 /// The bars of every workload the tune measured, the tune's own first.
 pub fn workload_bars(r: &TuneResult) -> Vec<WorkloadBars> {
-    if let Some(t) = &r.space.workload.replay {
+    if let Some(t) = &r.inputs.space.workload.replay {
         return trace_bars(r, &t.name).into_iter().collect();
     }
-    let own = r.space.workload.objective_mix().map(|m| m.name.clone());
+    let own = r
+        .inputs
+        .space
+        .workload
+        .objective_mix()
+        .map(|m| m.name.clone());
     r.workload_picks()
         .iter()
         .map(|p| {
