@@ -61,8 +61,66 @@ fn mix(mut z: u64) -> u64 {
 
 fn config_hash(c: &LaunchConfig) -> u64 {
     // DefaultHasher::new() uses fixed keys: stable within a build, which is all tests need.
+    // The fields are hashed one by one, as `#[derive(Hash)]` does, and a field added with a
+    // default (`engine_opts`, issue 56) only where it is set: a config that did not change
+    // keeps its noise, so a new lever does not redraw every replayed landscape (it did, and
+    // three workload_replay tests met other luck). The destructuring fails to compile when a
+    // field is added: decide there whether the new one is hashed always or only when set.
+    let LaunchConfig {
+        ctx,
+        parallel,
+        n_gpu_layers,
+        n_cpu_moe,
+        threads,
+        batch,
+        ubatch,
+        cache_type_k,
+        cache_type_v,
+        flash_attn,
+        load_mode,
+        fit,
+        fit_target_mib,
+        cpu_experts,
+        op_offload,
+        split_mode,
+        tensor_split,
+        gpu_experts,
+        rpc,
+        rpc_experts,
+        spec_type,
+        checkpoint_min_step,
+        kv_unified,
+        engine,
+        engine_opts,
+    } = c;
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    c.hash(&mut h);
+    ctx.hash(&mut h);
+    parallel.hash(&mut h);
+    n_gpu_layers.hash(&mut h);
+    n_cpu_moe.hash(&mut h);
+    threads.hash(&mut h);
+    batch.hash(&mut h);
+    ubatch.hash(&mut h);
+    cache_type_k.hash(&mut h);
+    cache_type_v.hash(&mut h);
+    flash_attn.hash(&mut h);
+    load_mode.hash(&mut h);
+    fit.hash(&mut h);
+    fit_target_mib.hash(&mut h);
+    cpu_experts.hash(&mut h);
+    op_offload.hash(&mut h);
+    split_mode.hash(&mut h);
+    tensor_split.hash(&mut h);
+    gpu_experts.hash(&mut h);
+    rpc.hash(&mut h);
+    rpc_experts.hash(&mut h);
+    spec_type.hash(&mut h);
+    checkpoint_min_step.hash(&mut h);
+    kv_unified.hash(&mut h);
+    engine.hash(&mut h);
+    if !engine_opts.is_default() {
+        engine_opts.hash(&mut h);
+    }
     h.finish()
 }
 
