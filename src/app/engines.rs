@@ -24,9 +24,8 @@ pub fn resolve(
     rpc: bool,
     build: bool,
 ) -> Result<TuneServers> {
-    let named = server.is_some()
-        || std::env::var_os("QTUNE_LLAMA_SERVER").is_some_and(|v| !v.is_empty())
-        || rpc;
+    let named =
+        server.is_some() || crate::engine::llama_cpp::server::named_in_env().is_some() || rpc;
     // llama.cpp's server as every run finds it (`run::setup::server`): built where missing,
     // unless this is a dry run.
     let llama = |explicit: Option<&std::path::Path>| {

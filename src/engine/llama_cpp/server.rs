@@ -73,12 +73,17 @@ pub fn cached_server(cuda: bool) -> PathBuf {
     build_dir(cuda).join("bin").join("llama-server")
 }
 
+/// The server `QTUNE_LLAMA_SERVER` names, where it names one (an empty value names none).
+pub fn named_in_env() -> Option<std::ffi::OsString> {
+    std::env::var_os("QTUNE_LLAMA_SERVER").filter(|p| !p.is_empty())
+}
+
 /// Which server would be used, without checking it.
 pub fn locate(explicit: Option<&Path>) -> Option<(PathBuf, Source)> {
     if let Some(p) = explicit {
         return Some((p.to_path_buf(), Source::Flag));
     }
-    if let Some(p) = std::env::var_os("QTUNE_LLAMA_SERVER").filter(|p| !p.is_empty()) {
+    if let Some(p) = named_in_env() {
         return Some((PathBuf::from(p), Source::Env));
     }
     if let Some(p) = find_on_path("llama-server") {
