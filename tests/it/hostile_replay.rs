@@ -319,7 +319,7 @@ fn a_speculative_config_whose_greedy_answers_differ_is_never_recommended() {
     let (all, r) = tune(false);
     assert_eq!(r["winner"]["config"]["spec_type"], "ngram-mod", "{all}");
     // The verdict names the acceptance and the check beside the gain.
-    let flat = all.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat = support::flat(&all);
     assert!(
         flat.contains("speculative decoding: ngram-mod: 50 % of drafted tokens accepted"),
         "{all}"

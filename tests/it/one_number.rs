@@ -76,8 +76,9 @@ fn a_workload_tune_prints_one_time_per_request_everywhere_and_the_workloads_verd
     let secs = |v: &serde_json::Value| format!("{:.2}", v.as_f64().expect("a time"));
     let mine = secs(&verdict["time_per_request_s"]);
     let fact = |text: &str| -> String {
-        let line = text
-            .lines()
+        let lines = support::unwrapped(text);
+        let line = lines
+            .iter()
             .find(|l| l.contains("time per request: "))
             .unwrap_or_else(|| panic!("no time per request in:\n{text}"));
         number_after(line, "time per request: ").unwrap()
@@ -91,8 +92,11 @@ fn a_workload_tune_prints_one_time_per_request_everywhere_and_the_workloads_verd
     if let Some(t) = verdict["reference"]["time_per_request_s"].as_f64() {
         let theirs = format!("{t:.2}");
         for (what, text) in [("summary", &stderr), ("report.md", &md)] {
-            let line = text
-                .lines()
+            // Its logical line: a wrap after the measured numbers may carry the
+            // reference's time onto a continuation line.
+            let lines = support::unwrapped(text);
+            let line = lines
+                .iter()
                 .find(|l| l.contains("time per request: "))
                 .unwrap();
             if line.contains("against the reference's ") {

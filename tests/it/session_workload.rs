@@ -153,7 +153,8 @@ fn a_tune_on_the_agent_session_tries_the_levers_and_reports_the_session_request_
     );
     assert!(!journal.contains("\"checkpoint_min_step\""), "{text}");
     assert!(
-        text.contains("context checkpoints: not tried, this replay cannot show them"),
+        support::flat(&text)
+            .contains("context checkpoints: not tried, this replay cannot show them"),
         "{text}"
     );
     // The report shows the session request by request, and the summary what was read again.
@@ -163,14 +164,15 @@ fn a_tune_on_the_agent_session_tries_the_levers_and_reports_the_session_request_
         "{report}"
     );
     assert!(report.contains("| request | prompt tokens | from the cache | read again |"));
+    let flat = support::flat(&text);
     assert!(
-        text.contains("prompt tokens per request, of"),
+        flat.contains("prompt tokens per request, of"),
         "the summary names the tokens read again: {text}"
     );
     // And the aggregate generation of the replay (issue 42), in both.
     assert!(
-        text.contains("aggregate generation: ")
-            && text.contains("all generated tokens over the replay's wall time"),
+        flat.contains("aggregate generation: ")
+            && flat.contains("all generated tokens over the replay's wall time"),
         "{text}"
     );
     assert!(report.contains("Aggregate generation: "), "{report}");
@@ -247,7 +249,7 @@ fn a_speculative_launch_records_the_servers_drafted_and_accepted_tokens() {
     assert_eq!(s["reference"], 0, "{s}");
     let same = &s["check"]["same"];
     assert_eq!(same["requests"].as_u64(), Some(checked.len() as u64), "{s}");
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat = support::flat(&text);
     assert!(
         flat.contains("B ngram-mod: ") && flat.contains("answers identical to A's"),
         "{text}"

@@ -34,16 +34,17 @@ fn three_sub_agents_replay_at_once_and_compare_reports_the_aggregate() {
         .unwrap();
     let text = output_text(&o);
     assert!(o.status.success(), "{text}");
+    let flat = support::flat(&text);
     assert!(
-        text.contains("verdict on subagents-session.jsonl"),
+        flat.contains("verdict on subagents-session.jsonl"),
         "{text}"
     );
     assert!(
-        text.contains("aggregate generation (all generated tokens over the replay's wall time"),
+        flat.contains("aggregate generation (all generated tokens over the replay's wall time"),
         "{text}"
     );
     assert!(
-        text.contains("B generated ") && text.contains("the aggregate tokens/s of A"),
+        flat.contains("B generated ") && flat.contains("the aggregate tokens/s of A"),
         "{text}"
     );
 

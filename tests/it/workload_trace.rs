@@ -55,8 +55,9 @@ fn compare(
         .unwrap();
     let text = output_text(&o);
     assert!(o.status.success(), "{text}");
-    assert!(text.contains("time per request, "), "{text}");
-    assert!(text.contains("90th percentile"), "{text}");
+    let flat = support::flat(&text);
+    assert!(flat.contains("time per request, "), "{text}");
+    assert!(flat.contains("90th percentile"), "{text}");
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("compare.json")).unwrap()).unwrap();
     // Privacy: nothing of the prompts in the comparison's folder (its JSON, journal and the

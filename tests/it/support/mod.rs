@@ -112,6 +112,15 @@ pub fn unwrapped(text: &str) -> Vec<String> {
     out
 }
 
+/// `text` with every run of whitespace as one space: what a `contains` check reads when the
+/// phrase may be wrapped at 100 columns. Where a measured number sits earlier on the line, its
+/// width moves the wrap from one run to the next, so a phrase checked on the raw text passes or
+/// fails by luck (CI: "over the\n    replay's wall time").
+#[allow(dead_code)]
+pub fn flat(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// The real qtune binary, without the caller's `QTUNE_LOG` (its log lines would mix into the
 /// output a test reads).
 pub fn qtune() -> Command {
