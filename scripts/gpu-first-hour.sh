@@ -59,6 +59,19 @@ PY
   say "ballast: $(cat "$W/ballast.out")"
 }
 
+# A later lease's kit: the kept CUDA build unpacked where it was built (its RPATH), the release
+# binary on PATH as `cargo install` puts it, the vocabulary the synthetic 35B renders with.
+unpack_kit() {
+  local b="$HOME/.cache/qtune/llama.cpp/b11434-cuda"
+  mkdir -p "$b" "$HOME/.cargo/bin"
+  if [ ! -x "$b/bin/llama-server" ]; then
+    cat .gpu2/cuda/cuda-bin.tar.xz.part-* | tar xJf - -C "$b" || exit 1
+  fi
+  xz -dc .gpu2/qtune.xz > "$HOME/.cargo/bin/qtune" && chmod +x "$HOME/.cargo/bin/qtune" || exit 1
+  export QTUNE_VOCAB_DIR="$ROOT/.gpu2/vocab"
+  qtune server check || exit 1
+}
+
 case "${1:-}" in
   demo)
     mkdir -p "$HOME/.cargo/bin" "$HOME/.cache/qtune/src"
@@ -114,6 +127,62 @@ case "${1:-}" in
     fi
     ls -la "$OUT"
     ;;
+  tune)
+    # Issue 52's done-when on a lease with the kept CUDA build: the README's 16 GiB tune, then
+    # the `--resume` command it prints when its budget ended the race undecided, run as printed
+    # (RESUMES times, default once), all under setsid so that it outlives the call. `wait` follows it.
+    unpack_kit
+    [ -f "$MODEL" ] || qtune synth "$MODEL" --shape qwen3.5-35b-a3b --ftype q4_k_m > /dev/null || exit 1
+    start_ballast $((GIB * 1024))
+    echo "emulated card: ${GIB} GiB free of $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)" > "$W/card.txt"
+    say "tune: qtune --model 35B --workload agent-session --ctx $CTX --budget-minutes $BUDGET, then its --resume line"
+    rm -f "$W/tune.rc" "$W/chain.end"
+    setsid bash "$ROOT/scripts/gpu-first-hour.sh" chain < /dev/null > "$W/chain.out" 2>&1 &
+    sleep 30
+    tail -5 "$W/tune.stderr"
+    ;;
+  chain)
+    export QTUNE_VOCAB_DIR="$ROOT/.gpu2/vocab"
+    cd "$W" || exit 1
+    date -u +%s > tune.start
+    qtune --model "$MODEL" --workload agent-session --ctx "$CTX" --budget-minutes "$BUDGET" \
+      --out "$W/tune" > tune.stdout 2> >(stamp > tune.stderr)
+    echo $? > tune.rc
+    date -u +%s > tune.end
+    prev=tune.stderr
+    for i in $(seq 1 "${RESUMES:-1}"); do
+      sleep 1
+      # The printed command: its first line starts `qtune tune --resume`; a line wider than
+      # 100 columns goes on after a trailing `\`, as a shell reads it.
+      cmd=$(cut -d' ' -f2- "$prev" | awk '/^qtune tune --resume /{on=1} on{print; if ($0 !~ /\\$/) exit}')
+      [ -n "$cmd" ] || break
+      echo "$cmd" > "resume$i.cmd"
+      date -u +%s > "resume$i.start"
+      bash -c "$cmd" > "resume$i.stdout" 2> >(stamp > "resume$i.stderr")
+      echo $? > "resume$i.rc"
+      date -u +%s > "resume$i.end"
+      prev="resume$i.stderr"
+    done
+    date -u +%s > chain.end
+    ;;
+  follow)
+    # Waits for the chain (at most WAIT_S, default 560 s), then brings back what it wrote.
+    deadline=$((SECONDS + ${WAIT_S:-560}))
+    while [ ! -f "$W/chain.end" ] && [ $SECONDS -lt $deadline ]; do sleep 10; done
+    for f in tune resume1 resume2; do
+      [ -f "$W/$f.stderr" ] || continue
+      echo "--- $f: $(cat "$W/$f.cmd" 2>/dev/null)"
+      tail -c 5000 "$W/$f.stderr" | cut -c1-200
+      [ -f "$W/$f.rc" ] && echo "$f exit $(cat "$W/$f.rc") after $(( $(cat "$W/$f.end") - $(cat "$W/$f.start") )) s"
+    done
+    [ -f "$W/chain.end" ] || echo "chain still running"
+    if [ -f "$W/chain.end" ] || [ -n "${PACK:-}" ]; then
+      cp "$W/card.txt" "$W/tune/" 2>/dev/null
+      tar -C "$W" -cJf "$OUT/tune-chain.tar.xz" first-hour.log card.txt chain.out \
+        $(cd "$W" && ls tune.* resume* 2>/dev/null) tune 2>/dev/null
+      ls -la "$OUT"
+    fi
+    ;;
   compare)
     # A later lease: the tune's raced candidate against the better baseline, ROUNDS paired
     # rounds of `qtune compare --workload agent-session` (CAND and REF: flags after the model;
@@ -122,12 +191,8 @@ case "${1:-}" in
     # what it adds is the drafting and the verify batches).
     # Carried: .gpu2/qtune.xz, .gpu2/cuda/cuda-bin.tar.xz.part-* (the pack phase's pieces, unpacked
     # where they were built: their RPATH) and .gpu2/vocab/ggml-vocab-qwen35.gguf.
+    unpack_kit
     b="$HOME/.cache/qtune/llama.cpp/b11434-cuda"
-    mkdir -p "$b" "$HOME/.cargo/bin"
-    cat .gpu2/cuda/cuda-bin.tar.xz.part-* | tar xJf - -C "$b" || exit 1
-    xz -dc .gpu2/qtune.xz > "$HOME/.cargo/bin/qtune" && chmod +x "$HOME/.cargo/bin/qtune" || exit 1
-    export QTUNE_VOCAB_DIR="$ROOT/.gpu2/vocab"
-    qtune server check || exit 1
     [ -f "$MODEL" ] || qtune synth "$MODEL" --shape qwen3.5-35b-a3b --ftype q4_k_m > /dev/null || exit 1
     start_ballast $((GIB * 1024))
     card="emulated card: ${GIB} GiB free of $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)"
@@ -145,7 +210,7 @@ case "${1:-}" in
     ls -la "$dir"
     ;;
   *)
-    echo "usage: scripts/gpu-first-hour.sh demo|wait|pack|compare" >&2
+    echo "usage: scripts/gpu-first-hour.sh demo|wait|pack|tune|follow|compare" >&2
     exit 2
     ;;
 esac
