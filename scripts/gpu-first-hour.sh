@@ -154,7 +154,7 @@ case "${1:-}" in
       sleep 1
       # The printed command: its first line starts `qtune tune --resume`; a line wider than
       # 100 columns goes on after a trailing `\`, as a shell reads it.
-      cmd=$(cut -d' ' -f2- "$prev" | awk '/^qtune tune --resume /{on=1} on{print; if ($0 !~ /\\$/) exit}')
+      cmd=$(cut -d' ' -f2- "$prev" | awk '/^ *qtune tune --resume /{on=1} on{print; if ($0 !~ /\\$/) exit}')
       [ -n "$cmd" ] || break
       echo "$cmd" > "resume$i.cmd"
       date -u +%s > "resume$i.start"
