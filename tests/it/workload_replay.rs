@@ -32,7 +32,17 @@ fn tune(
     speeds: Box_,
     noise_pct: f64,
 ) -> (Winner, Vec<qtune::trial::TrialOutcome>) {
-    let (w, history, _) = tune_reporting(ctx, speeds, noise_pct, None);
+    tune_seeded(ctx, speeds, noise_pct, 7)
+}
+
+/// [`tune`] with the replay's noise drawn from `seed`.
+fn tune_seeded(
+    ctx: &SearchContext,
+    speeds: Box_,
+    noise_pct: f64,
+    seed: u64,
+) -> (Winner, Vec<qtune::trial::TrialOutcome>) {
+    let (w, history, _) = tune_reporting(ctx, speeds, noise_pct, None, seed);
     (w, history)
 }
 
@@ -44,6 +54,7 @@ fn tune_reporting(
     speeds: Box_,
     noise_pct: f64,
     on_card_mib: Option<(f64, f64)>,
+    seed: u64,
 ) -> (Winner, Vec<qtune::trial::TrialOutcome>, Option<RaceReport>) {
     struct Reporting {
         replay: ReplayRunner,
@@ -77,7 +88,7 @@ fn tune_reporting(
         }
     })
     .with_workload(ctx.space.workload.clone())
-    .with_noise(noise_pct, 7);
+    .with_noise(noise_pct, seed);
     let runner = Reporting {
         replay,
         on_card_mib,
@@ -248,41 +259,56 @@ fn one_tune_names_a_command_for_every_workload_and_luck_is_not_a_lead() {
     assert!(picks[2].request_s < picks[2].reference_request_s.unwrap());
 }
 
+/// Leads named for the agent workload over `draws` chat tunes on `speeds` at `noise` %, each
+/// with its own noise draw.
+fn agent_leads(speeds: Box_, noise: f64, draws: u64) -> usize {
+    let ctx = context("chat");
+    (0..draws)
+        .filter(|seed| {
+            let (w, history) = tune_seeded(&ctx, speeds, noise, 1_000 + seed);
+            let pick = result_of(&ctx, w, history).workload_picks()[1].clone();
+            pick.basis == Some(qtune::run::PickBasis::Lead)
+        })
+        .count()
+}
+
 #[test]
 fn a_lead_must_pass_the_noise_and_the_fastest_of_many_equals_is_not_one() {
-    use qtune::run::PickBasis;
-    fn agent_pick(speeds: Box_, noise: f64) -> qtune::run::WorkloadPick {
-        let ctx = context("chat");
-        let (w, history) = tune(&ctx, speeds, noise);
-        result_of(&ctx, w, history).workload_picks()[1].clone()
-    }
-    // Every tuned config generates 5 % faster than fit-target at the same prompt speed.
-    fn faster(c: &LaunchConfig) -> (f64, f64) {
+    // Every tuned config generates `gain` times as fast as fit-target at the same prompt speed;
+    // the default 10 % slower than fit-target.
+    fn with_gain<const PERMILLE: u32>(c: &LaunchConfig) -> (f64, f64) {
         if is_default(c) {
             (90.0, 1500.0)
         } else if is_fit_baseline(c) {
             (100.0, 1500.0)
         } else {
-            (105.0, 1500.0)
+            (f64::from(PERMILLE) / 10.0, 1500.0)
         }
     }
-    // Every tuned config is exactly as fast as fit-target.
-    fn equal(c: &LaunchConfig) -> (f64, f64) {
-        if is_default(c) {
-            (90.0, 1500.0)
-        } else {
-            (100.0, 1500.0)
-        }
-    }
-    assert_eq!(agent_pick(faster, 0.2).basis, Some(PickBasis::Lead));
-    for seed_noise in [6.0, 8.0, 12.0] {
-        let p = agent_pick(equal, seed_noise);
-        assert_eq!(
-            p.basis,
-            Some(PickBasis::Kept),
-            "noise {seed_noise} %: {p:?}"
+    // Every tuned config exactly as fast as fit-target: on a box as noisy as the lent GPU
+    // machine, one is the fastest of many equals in every draw, and at most 5 of 200 draws
+    // (the nominal 5 % over 2.5 %) may call it a lead. The rule before (a normal z, the mean's
+    // standard error, the reference alone) named 10, 12 and 18 at 6, 8 and 12 %.
+    for noise in [6.0, 8.0, 12.0] {
+        let leads = agent_leads(with_gain::<1000>, noise, 200);
+        assert!(
+            leads <= 5,
+            "{leads} leads in 200 equal landscapes at {noise} % noise"
         );
     }
+    // A real gain is still a lead: 5 % at 0.2 % noise in every draw, 15 % and 10 % at 6 %
+    // noise (3 launches a side or more) in nearly every and most draws.
+    assert_eq!(agent_leads(with_gain::<1050>, 0.2, 20), 20);
+    let leads = agent_leads(with_gain::<1170>, 6.0, 100);
+    assert!(
+        leads >= 95,
+        "a 15 % gain at 6 % noise led in {leads} of 100"
+    );
+    let leads = agent_leads(with_gain::<1110>, 6.0, 100);
+    assert!(
+        leads >= 75,
+        "a 10 % gain at 6 % noise led in {leads} of 100"
+    );
 }
 
 #[test]
@@ -364,7 +390,7 @@ fn a_fit_target_that_loaded_the_same_buffers_is_not_raced_again() {
         }
     }
     let ctx = context("long-doc");
-    let (w, history, race) = tune_reporting(&ctx, same, 0.5, Some((19_858.0, 19_858.0)));
+    let (w, history, race) = tune_reporting(&ctx, same, 0.5, Some((19_858.0, 19_858.0)), 7);
     assert!(
         history
             .iter()
@@ -409,7 +435,7 @@ fn a_fit_target_that_loaded_the_same_buffers_is_not_raced_again() {
     assert!(json["vs_reference"]["time_per_request"].is_object());
 
     // fit-target kept 572 MiB more of the model on the card: it races beside the default.
-    let (_, history, race) = tune_reporting(&ctx, trade, 0.5, Some((13_569.0, 14_141.0)));
+    let (_, history, race) = tune_reporting(&ctx, trade, 0.5, Some((13_569.0, 14_141.0)), 7);
     assert!(history
         .iter()
         .any(|o| o.role == TrialRole::Confirm && is_fit_baseline(&o.config)));
