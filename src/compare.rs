@@ -85,6 +85,10 @@ pub struct CompareLaunch {
     /// A replayed trace (`--workload FILE.jsonl`): each request's counts and times.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<crate::trial::replay_trace::ReplayTiming>,
+    /// Speculative decoding on the fixed request (no `--workload`): the drafted and accepted
+    /// tokens of its measured repetitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drafts: Option<crate::trial::acceptance::Acceptance>,
 }
 
 /// One round: every command launched once, in `order`.
@@ -420,6 +424,7 @@ fn launch_of(command: usize, o: &TrialOutcome) -> CompareLaunch {
             (Some(_), Some(m)) => m.replay.clone(),
             _ => None,
         },
+        drafts: sample.and(o.metrics.as_ref()).and_then(|m| m.drafts),
     }
 }
 

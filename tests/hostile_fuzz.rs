@@ -369,6 +369,7 @@ fn launch(gen0: f64, pp0: f64, gen: f64, pp: f64) -> qtune::trial::Metrics {
         draft_n_accepted: None,
     };
     Metrics {
+        drafts: None,
         gen_tps: Stat::from_samples(&[gen0 * 0.99, gen0, gen0 * 1.01]).unwrap(),
         prompt_tps: Stat::from_samples(&[pp0 * 0.99, pp0, pp0 * 1.01]).unwrap(),
         ttft_ms: Stat::from_samples(&[100.0]).unwrap(),

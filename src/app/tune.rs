@@ -488,6 +488,7 @@ fn runner_and_clock(
             crate::run::setup::request_timeout(&inputs.space.workload),
         )?
         .with_first_id(resume.next_id)
+        .with_reference_answers(&resume.done)
         .with_gpu_budgets(inputs.gpu_budgets.iter().map(|g| g.budget_mib).collect())
         .with_env(crate::hardware::cuda_device_env(&inputs.gpu_budgets))
         .with_free_vram_at_start(hw.has_gpu().then_some(inputs.free_vram_at_start_mib))

@@ -25,18 +25,10 @@ pub struct SpeculationCheck {
     /// never `ok`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_measured: Vec<String>,
-    /// Its launches that measured a trace's replay or the request shapes (their drafts are
-    /// counted in `acceptance`).
+    /// Its launches that measured something: a trace's replay, the request shapes or the
+    /// fixed request (their drafts are counted in `acceptance`).
     #[serde(default)]
     pub measured: u32,
-    /// Its ok launches that measured only the fixed request (no trace, no `--workload`
-    /// shapes): their drafts are not kept.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub uncounted: u32,
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
 }
 
 /// The speculative commands' acceptance and losslessness over `rounds`.
@@ -69,22 +61,22 @@ pub fn checks(commands: &[ComparedCommand], rounds: &[CompareRound]) -> Vec<Spec
             })
             .unwrap_or_default();
         let mut not_measured: Vec<String> = Vec::new();
-        let (mut measured, mut uncounted) = (0u32, 0u32);
+        let mut measured = 0u32;
         let mut drafted = Vec::new();
         for l in rounds.iter().flat_map(|r| &r.launches) {
             if l.command != i {
                 continue;
             }
-            // A launch with numbers measured (a trace's replay or the request shapes) counts
-            // its drafts; one without says why once (its outcome, never `ok`).
-            if l.replay.is_some() || !l.shapes.is_empty() {
+            // A launch with numbers measured (a trace's replay, the request shapes, else the
+            // fixed request) counts its drafts; one without says why once (its outcome, never
+            // `ok`).
+            if l.replay.is_some() || !l.shapes.is_empty() || l.gen_tps.is_some() {
                 measured += 1;
                 drafted.extend(match &l.replay {
                     Some(r) => r.drafted(),
-                    None => acceptance::of_shapes(&l.shapes),
+                    None if !l.shapes.is_empty() => acceptance::of_shapes(&l.shapes),
+                    None => l.drafts,
                 });
-            } else if l.gen_tps.is_some() {
-                uncounted += 1;
             } else if !not_measured.contains(&l.outcome) {
                 not_measured.push(l.outcome.clone());
             }
@@ -92,7 +84,6 @@ pub fn checks(commands: &[ComparedCommand], rounds: &[CompareRound]) -> Vec<Spec
         out.push(SpeculationCheck {
             not_measured,
             measured,
-            uncounted,
             command: i,
             spec_type: spec.as_str().to_string(),
             acceptance: Acceptance::sum(drafted),
@@ -117,10 +108,6 @@ pub fn lines(checks: &[SpeculationCheck]) -> Vec<String> {
         .map(|s| {
             let drafted = match (s.acceptance, s.measured) {
                 (Some(a), _) => a.line(&s.spec_type),
-                (None, 0) if s.uncounted > 0 => format!(
-                    "{}: drafts not counted on the fixed request (--workload chat counts them)",
-                    s.spec_type
-                ),
                 (None, 0) if !s.not_measured.is_empty() => format!(
                     "{}: no launch measured ({}; see the warnings)",
                     s.spec_type,
@@ -161,7 +148,6 @@ mod tests {
             check,
             not_measured: not_measured.iter().map(|s| s.to_string()).collect(),
             measured: u32::from(not_measured.is_empty()),
-            uncounted: 0,
         };
         let a = Acceptance {
             drafted: 200,
@@ -222,6 +208,7 @@ mod tests {
             peak_vram_per_gpu_mib: Vec::new(),
             message: String::new(),
             replay: None,
+            drafts: None,
         };
         let rounds = |drafts| {
             vec![CompareRound {
@@ -235,15 +222,17 @@ mod tests {
         assert_eq!((a.drafted, a.accepted, a.requests), (375, 150, 1));
         assert!(c[0].not_measured.is_empty(), "{:?}", c[0].not_measured);
         assert!(lines(&c)[0].starts_with("B  ngram-mod: 40 % of drafted tokens accepted"));
-        // An ok launch of the fixed request alone: its drafts are not kept, and it says so.
-        let mut fixed = rounds(Some((1, 1)));
+        // An ok launch of the fixed request alone counts its repetitions' drafts (on main it
+        // said "drafts not counted on the fixed request").
+        let mut fixed = rounds(None);
         fixed[0].launches[1].shapes.clear();
+        fixed[0].launches[1].drafts = Acceptance::of([(Some(96), Some(40)), (Some(64), Some(24))]);
         let c = checks(&commands, &fixed);
         assert!(c[0].not_measured.is_empty(), "{:?}", c[0].not_measured);
-        assert!(
-            lines(&c)[0].starts_with("B  ngram-mod: drafts not counted on the fixed request"),
-            "{}",
-            lines(&c)[0]
+        assert_eq!(
+            lines(&c)[0],
+            "B  ngram-mod: 40 % of drafted tokens accepted (64 of 160, 2 requests); answers not \
+             compared (no launch of A and B both kept answers)"
         );
         // An ok launch that drafted nothing says so.
         let c = checks(&commands, &rounds(None));

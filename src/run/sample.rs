@@ -21,6 +21,7 @@ pub fn stat(median: f64, spread_pct: f64) -> Stat {
 
 fn metrics(tg: f64, pp: f64) -> Metrics {
     Metrics {
+        drafts: None,
         gen_tps: stat(tg, 2.0),
         prompt_tps: stat(pp, 3.0),
         ttft_ms: stat(512.0 / pp * 1000.0, 3.0),

@@ -622,6 +622,7 @@ mod tests {
             config,
             kind,
             metrics: (kind.is_ok() || kind == OutcomeKind::Spill).then(|| Metrics {
+                drafts: None,
                 gen_tps: s(tg),
                 prompt_tps: s(tg * 10.0),
                 ttft_ms: s(100.0),

@@ -89,11 +89,13 @@ impl Acceptance {
 }
 
 /// The launch's acceptance, where the server drafted: over its replayed requests, else (a
-/// request-shape workload, no trace) over its measured shapes.
+/// request-shape workload, no trace) over its measured shapes, else over the fixed request's
+/// repetitions.
 pub fn of_metrics(m: &Metrics) -> Option<Acceptance> {
     match &m.replay {
         Some(r) => r.drafted(),
-        None => of_shapes(&m.shapes),
+        None if !m.shapes.is_empty() => of_shapes(&m.shapes),
+        None => m.drafts,
     }
 }
 
@@ -216,6 +218,7 @@ mod tests {
         let shape = shape_drafting;
         let stat = super::super::Stat::from_samples(&[1.0]).unwrap();
         let m = Metrics {
+            drafts: None,
             gen_tps: stat.clone(),
             prompt_tps: stat.clone(),
             ttft_ms: stat,
@@ -231,6 +234,7 @@ mod tests {
         let a = of_metrics(&m).expect("the shapes drafted");
         assert_eq!((a.drafted, a.accepted, a.requests), (400, 20, 2));
         let none = Metrics {
+            drafts: None,
             shapes: vec![shape(None, None)],
             ..m
         };
@@ -242,6 +246,7 @@ mod tests {
         use crate::config::SpecType;
         let stat = super::super::Stat::from_samples(&[1.0]).unwrap();
         let m = Metrics {
+            drafts: None,
             gen_tps: stat.clone(),
             prompt_tps: stat.clone(),
             ttft_ms: stat,

@@ -273,6 +273,22 @@ pub fn reference_replay<'a>(
         .find(|r| r.requests.iter().any(|q| q.answer.is_some()))
 }
 
+/// Each config without speculation in `history` with its first ok replay that kept answers
+/// (what [`reference_replay`] finds for it): the references a runner probes against, as the
+/// launches of a tune resumed from its journal left them.
+pub fn references(history: &[TrialOutcome]) -> Vec<(LaunchConfig, ReplayTiming)> {
+    let mut out: Vec<(LaunchConfig, ReplayTiming)> = Vec::new();
+    for o in history.iter().filter(|o| o.config.spec_type.is_none()) {
+        if out.iter().any(|(c, _)| *c == o.config) {
+            continue;
+        }
+        if let Some(r) = reference_replay(&o.config, history) {
+            out.push((o.config.clone(), r.clone()));
+        }
+    }
+    out
+}
+
 /// The check of a speculative launch's metrics against its reference in `history`, with the
 /// probes of every launch of the config there; None for a launch without `--spec-type`, or
 /// where nothing could be compared.

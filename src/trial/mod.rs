@@ -169,6 +169,10 @@ pub struct Metrics {
     /// tokens), their mean (`request_s`) and 90th percentile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<replay_trace::ReplayTiming>,
+    /// Speculative decoding on the fixed request (no trace, no shapes): the server's drafted
+    /// and accepted tokens summed over its measured repetitions; absent where it drafted none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drafts: Option<acceptance::Acceptance>,
 }
 
 impl Metrics {

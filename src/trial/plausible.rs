@@ -376,6 +376,7 @@ mod tests {
     fn implausible_speeds() {
         use super::super::{Metrics, Stat};
         let m = |g: f64, p: f64| Metrics {
+            drafts: None,
             gen_tps: Stat::from_samples(&[g]).unwrap(),
             prompt_tps: Stat::from_samples(&[p]).unwrap(),
             ttft_ms: Stat::from_samples(&[10.0]).unwrap(),
@@ -428,6 +429,7 @@ mod tests {
             draft_n_accepted: None,
         };
         let m = |s: ShapeTiming| Metrics {
+            drafts: None,
             gen_tps: Stat::from_samples(&[50.0]).unwrap(),
             prompt_tps: Stat::from_samples(&[1000.0]).unwrap(),
             ttft_ms: Stat::from_samples(&[10.0]).unwrap(),
@@ -482,6 +484,7 @@ mod tests {
                 answer: None,
             };
             Metrics {
+                drafts: None,
                 gen_tps: Stat::from_samples(&[50.0]).unwrap(),
                 prompt_tps: Stat::from_samples(&[1000.0]).unwrap(),
                 ttft_ms: Stat::from_samples(&[10.0]).unwrap(),

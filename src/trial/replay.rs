@@ -428,6 +428,7 @@ impl TrialRunner for ReplayRunner {
                         .single_request_s(gen_tps.median, prompt_tps.median),
                 };
                 let metrics = Metrics {
+                    drafts: None,
                     gen_tps,
                     prompt_tps,
                     ttft_ms: Stat::from_samples(&ttft).expect("samples"),

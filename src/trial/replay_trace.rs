@@ -499,6 +499,7 @@ pub async fn measure(
         ));
     }
     let metrics = Metrics {
+        drafts: None,
         gen_tps: stat(&gen, "generation speed")?,
         prompt_tps: stat(&pp, "prompt speed")?,
         ttft_ms: stat(&ttft, "time to first token")?,

@@ -414,6 +414,8 @@ impl ServerSession<'_> {
         }
         let reps = w.repetitions.max(1) as usize;
         let (mut gen, mut pp, mut ttft) = (Vec::new(), Vec::new(), Vec::new());
+        let clamp = |x: i64| u32::try_from(x.max(0)).unwrap_or(u32::MAX);
+        let mut drafted = Vec::new();
         let mut prompt_mismatch = None;
         for k in 1..=reps {
             self.say(format!(
@@ -428,6 +430,7 @@ impl ServerSession<'_> {
             gen.push(t.predicted_per_second);
             pp.push(t.prompt_per_second);
             ttft.push(t.prompt_ms);
+            drafted.push((t.draft_n.map(clamp), t.draft_n_accepted.map(clamp)));
         }
         if let Some(n) = prompt_mismatch {
             warnings.push(format!(
@@ -486,6 +489,7 @@ impl ServerSession<'_> {
             shapes,
             request_s,
             replay: None,
+            drafts: super::acceptance::Acceptance::of(drafted),
         };
         for (name, s) in [
             ("generation tok/s", &metrics.gen_tps),

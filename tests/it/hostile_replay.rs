@@ -329,3 +329,146 @@ fn a_speculative_config_whose_greedy_answers_differ_is_never_recommended() {
         "{all}"
     );
 }
+
+/// A tune of the speculative space above interrupted once its third launch (the config the
+/// speculative one adds `--spec-type ngram-mod` to) is journaled, then `--resume`d: the
+/// speculative config is first launched by the resumed process, its reference's answers only
+/// in the journal. The fake changes token 5 of its answers and answers the probe with the two
+/// tokens `tie_nats` apart. Returns the resumed tune's output and results.json.
+fn interrupted_then_resumed(tie_nats: &str) -> (String, serde_json::Value) {
+    let model = support::smollm2().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let m = tmp.path().join("model.gguf");
+    std::fs::copy(&model, &m).unwrap();
+    let trace = write_trace(&tmp.path().join("session.jsonl"), 8);
+    let space = tmp.path().join("spec.yaml");
+    std::fs::write(
+        &space,
+        "name: spec\nvary:\n  threads: [auto]\n  levers:\n    speculative: [ngram-mod]\n\
+         fixed:\n  ctx: 4096\n  parallel: 1\nworkload:\n  prompt_tokens: 32\n  \
+         gen_tokens: 8\n  repetitions: 1\nbudget:\n  trials: 12\n  minutes: 5\n  \
+         confirm_top: 1\n  confirm_rounds: 3\n",
+    )
+    .unwrap();
+    let out = tmp.path().join("run");
+    let env = |cmd: &mut std::process::Command| {
+        cmd.env("QTUNE_ALLOW_BUSY", "1")
+            .env("QTUNE_MAX_THREADS", "1")
+            .env("FAKE_MODE", "slow-ok")
+            .env("FAKE_DELAY_S", "0.3")
+            .env("FAKE_FAST_ARG", "--spec-type")
+            .env("FAKE_LOSSY_TOKEN", "5")
+            .env("FAKE_TIE_NATS", tie_nats);
+    };
+    let mut first = qtune();
+    first
+        .args(["tune", "--allow-dense", "--model"])
+        .arg(&m)
+        .arg("--server")
+        .arg(fake_server())
+        .arg("--space")
+        .arg(&space)
+        .arg("--workload")
+        .arg(&trace)
+        .arg("--out")
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    env(&mut first);
+    let mut child = first.spawn().unwrap();
+    let journal = out.join("journal.jsonl");
+    let lines = || {
+        std::fs::read_to_string(&journal)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while lines() < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    support::record::signal(&child, libc::SIGINT);
+    let status = support::record::wait_exit(&mut child, 60);
+    assert!(!status.success(), "the first tune was not interrupted");
+    let before = std::fs::read_to_string(&journal).unwrap();
+    assert!(
+        before.lines().count() >= 3 && !before.contains("ngram-mod"),
+        "the interrupt came too late (the speculative launch is in the journal):\n{before}"
+    );
+    let mut again = qtune();
+    again.args(["tune", "--resume"]).arg(&out);
+    env(&mut again);
+    let o = again.output().unwrap();
+    let all = text(&o);
+    assert!(o.status.success(), "{all}");
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    (all, r)
+}
+
+/// The speculative launches of `r`, each with how many divergences its server was probed at.
+fn spec_launches(r: &serde_json::Value) -> Vec<(serde_json::Value, usize)> {
+    r["trials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["config"]["spec_type"] == "ngram-mod")
+        .map(|t| {
+            let probes = t["metrics"]["replay"]["probes"]
+                .as_array()
+                .map_or(0, Vec::len);
+            (t.clone(), probes)
+        })
+        .collect()
+}
+
+/// After `--resume`, a speculative launch is checked and probed as in a fresh tune: the
+/// runner of the resumed process had no reference answers (they lived in the first process's
+/// memory), so its speculative launch was never probed and a near-tie there was called lossy.
+/// A probe that finds the two tokens 2 nats apart keeps it lossy, named by request and token.
+#[test]
+fn a_resumed_tune_probes_its_new_speculative_launches() {
+    if support::smollm2().is_none() {
+        return;
+    }
+    // A near-tie (0.1 nats): tolerated after --resume too, so speculation is recommended.
+    let (all, r) = interrupted_then_resumed("0.1");
+    let spec = spec_launches(&r);
+    assert!(!spec.is_empty(), "speculation was not launched:\n{all}");
+    for (t, probes) in &spec {
+        assert_eq!(t["kind"], "ok", "{t}");
+        assert_eq!(
+            *probes, 4,
+            "a speculative launch after --resume was not probed: {t}"
+        );
+    }
+    assert_eq!(r["winner"]["config"]["spec_type"], "ngram-mod", "{all}");
+    assert!(
+        support::flat(&all).contains("only at a near-tie (request 1, token 5, margin 0.10"),
+        "{all}"
+    );
+    // Probed and too far apart: lossy, never recommended, the request and token named.
+    let (all, r) = interrupted_then_resumed("2.0");
+    let spec = spec_launches(&r);
+    assert!(!spec.is_empty(), "speculation was not launched:\n{all}");
+    for (t, probes) in &spec {
+        assert_eq!(t["kind"], "lossy", "{t}");
+        assert_eq!(
+            *probes, 4,
+            "a speculative launch after --resume was not probed: {t}"
+        );
+        let msg = t["message"].as_str().unwrap();
+        assert!(
+            msg.contains("request 1's answer differs at token 5"),
+            "{msg}"
+        );
+    }
+    assert!(
+        r["winner"]["config"]["spec_type"].is_null(),
+        "{}",
+        r["winner"]
+    );
+    assert!(
+        support::flat(&all).contains("not lossless: request 1's answer differs at token 5"),
+        "{all}"
+    );
+}

@@ -159,6 +159,14 @@ impl LlamaServerRunner {
         self
     }
 
+    /// The reference answers of the launches a resumed tune already made (`history`, its
+    /// journal): without them a speculative launch after `--resume` had nothing to probe
+    /// against, and a near-tie there was called lossy ([`crate::trial::lossless::references`]).
+    pub fn with_reference_answers(mut self, history: &[super::TrialOutcome]) -> Self {
+        self.reference_answers = crate::trial::lossless::references(history);
+        self
+    }
+
     /// Say each launch's step (loading, the request being measured) in `cell`, which the
     /// tune's heartbeat reads.
     pub fn with_phase(mut self, cell: super::phase::PhaseCell) -> Self {
