@@ -5,7 +5,7 @@
 
 use crate::config::LaunchConfig;
 use crate::engine::LaunchArgs;
-use crate::search::progress::role_word;
+use crate::search::progress::launch_word;
 use crate::trial::TrialRole;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,7 +29,7 @@ struct State {
     started: Instant,
     /// The launch now running (1-based over the whole tune), its role and start.
     launch: u32,
-    current: Option<(Instant, TrialRole)>,
+    current: Option<(Instant, String)>,
     /// Wall time of each launch finished in this session, seconds.
     durations: Vec<f64>,
     last_line: Instant,
@@ -74,19 +74,14 @@ pub use crate::util::duration_text;
 pub fn launch_line(
     launch: u32,
     budget: u32,
-    (role, race): (TrialRole, Option<&crate::search::progress::RaceStep>),
+    (word, race): (&str, Option<&crate::search::progress::RaceStep>),
     elapsed_s: f64,
     eta_s: Option<f64>,
     flags: &str,
 ) -> String {
     let phase = match race {
-        Some(r) => format!(
-            "{}, round {} of at most {}",
-            role_word(role),
-            r.round,
-            r.rounds_at_most
-        ),
-        None => role_word(role).to_string(),
+        Some(r) => format!("{word}, round {} of at most {}", r.round, r.rounds_at_most),
+        None => word.to_string(),
     };
     format!(
         "launch {launch}/{budget} · {phase} · {} elapsed · ETA {} · {flags}",
@@ -102,7 +97,7 @@ pub fn launch_line(
 pub fn heartbeat_line(
     launch: u32,
     budget: u32,
-    role: TrialRole,
+    word: &str,
     running_s: f64,
     race: Option<&str>,
     doing: Option<&str>,
@@ -114,8 +109,7 @@ pub fn heartbeat_line(
         (None, None) => "loading the model or measuring".to_string(),
     };
     format!(
-        "  launch {launch}/{budget} · {} · still running after {}: {what}",
-        role_word(role),
+        "  launch {launch}/{budget} · {word} · still running after {}: {what}",
         duration_text(running_s),
     )
 }
@@ -239,14 +233,14 @@ impl Progress {
                 std::thread::sleep(Duration::from_millis(250));
                 let line = {
                     let Ok(mut s) = state.lock() else { return };
-                    match s.current {
-                        Some((t0, role)) if s.last_line.elapsed() >= HEARTBEAT => {
+                    match s.current.clone() {
+                        Some((t0, word)) if s.last_line.elapsed() >= HEARTBEAT => {
                             s.last_line = Instant::now();
                             let doing = s.doing.as_ref().and_then(|d| d.describe());
                             Some(heartbeat_line(
                                 s.launch,
                                 s.budget.launches,
-                                role,
+                                &word,
                                 t0.elapsed().as_secs_f64(),
                                 s.race.as_deref(),
                                 doing.as_deref(),
@@ -331,12 +325,13 @@ impl crate::search::Watch for Progress {
             let Ok(mut s) = self.state.lock() else { return };
             s.launch += 1;
             s.race = race.map(|r| r.describe(&config.label()));
-            s.current = Some((Instant::now(), role));
+            let word = launch_word(role, config);
+            s.current = Some((Instant::now(), word.clone()));
             s.last_line = Instant::now();
             launch_line(
                 s.launch,
                 s.budget.launches,
-                (role, race),
+                (&word, race),
                 s.elapsed_s(),
                 s.eta_s(),
                 &flags,
@@ -371,6 +366,7 @@ impl crate::search::Watch for Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::search::progress::role_word;
 
     #[test]
     fn eta_is_the_mean_launch_times_the_launches_left_capped_by_the_minutes() {
@@ -386,7 +382,7 @@ mod tests {
         let l = launch_line(
             5,
             20,
-            (TrialRole::Search, None),
+            (role_word(TrialRole::Search), None),
             192.0,
             Some(540.0),
             "-c 4096",
@@ -395,7 +391,14 @@ mod tests {
             l,
             "launch 5/20 · search · 3m12s elapsed · ETA 9m00s · -c 4096"
         );
-        let first = launch_line(1, 20, (TrialRole::Baseline, None), 0.4, None, "-c 4096");
+        let first = launch_line(
+            1,
+            20,
+            (role_word(TrialRole::Baseline), None),
+            0.4,
+            None,
+            "-c 4096",
+        );
         assert_eq!(
             first,
             "launch 1/20 · baseline · 0s elapsed · ETA - · -c 4096"
@@ -407,7 +410,14 @@ mod tests {
             arm: "the baseline",
         };
         assert_eq!(
-            launch_line(9, 20, (TrialRole::Confirm, Some(&step)), 60.0, None, "-t 1"),
+            launch_line(
+                9,
+                20,
+                (role_word(TrialRole::Confirm), Some(&step)),
+                60.0,
+                None,
+                "-t 1"
+            ),
             "launch 9/20 · confirm, round 2 of at most 5 · 1m00s elapsed · ETA - · -t 1"
         );
     }
@@ -418,15 +428,17 @@ mod tests {
             heartbeat_line(
                 3,
                 20,
-                TrialRole::Search,
+                role_word(TrialRole::Search),
                 45.0,
                 None,
                 Some("loading the model, 1.2 of 3.4 GB in memory")
             ),
             "  launch 3/20 · search · still running after 45s: loading the model, 1.2 of 3.4 GB in memory"
         );
-        assert!(heartbeat_line(3, 20, TrialRole::Confirm, 45.0, None, None)
-            .ends_with(": loading the model or measuring"));
+        assert!(
+            heartbeat_line(3, 20, role_word(TrialRole::Confirm), 45.0, None, None)
+                .ends_with(": loading the model or measuring")
+        );
     }
 
     #[test]
@@ -441,17 +453,22 @@ mod tests {
             heartbeat_line(
                 14,
                 20,
-                TrialRole::Confirm,
+                role_word(TrialRole::Confirm),
                 30.0,
                 Some(&race),
                 Some("measuring the chat request")
             ),
             "  launch 14/20 · confirm · still running after 30s: racing round 2 of at most 5, a candidate (-t 1 -ub 256): measuring the chat request"
         );
-        assert!(
-            heartbeat_line(14, 20, TrialRole::Confirm, 30.0, Some(&race), None)
-                .ends_with(": racing round 2 of at most 5, a candidate (-t 1 -ub 256)")
-        );
+        assert!(heartbeat_line(
+            14,
+            20,
+            role_word(TrialRole::Confirm),
+            30.0,
+            Some(&race),
+            None
+        )
+        .ends_with(": racing round 2 of at most 5, a candidate (-t 1 -ub 256)"));
     }
 
     fn box_now(others: f64, gpu: &[&str]) -> crate::hardware::busy::Busy {

@@ -708,7 +708,7 @@ fn dry_run(opts: &TuneOptions) -> Result<()> {
         println!(
             "{:>2}. {:<8} {}  # {}",
             i + 1,
-            crate::search::progress::role_word(l.role),
+            crate::search::progress::launch_word(l.role, &l.config),
             super::preflight::flags(&l.config),
             l.why
         );

@@ -38,7 +38,7 @@ pub trait Watch {
 /// One finished trial as one line for people. The launch count and ETA are on the line the
 /// app prints as each launch starts; this one says how it went.
 pub fn line(outcome: &TrialOutcome, _search_trials: u32, _budget_trials: u32) -> String {
-    let counter = role_word(outcome.role);
+    let counter = launch_word(outcome.role, &outcome.config);
     let speeds = match &outcome.metrics {
         Some(m) => format!(
             "tg {:>7.1} t/s ±{:<4.1}%  pp {:>8.1} t/s",
@@ -61,6 +61,21 @@ pub fn line(outcome: &TrialOutcome, _search_trials: u32, _budget_trials: u32) ->
 }
 
 /// The word for a trial's role.
+/// How a launch of `config` in `role` is named on its lines: the role, with the engine where it
+/// is not llama.cpp (`--engine both`); another engine's default is a "baseline", not a
+/// "baseline (fit-target)".
+pub fn launch_word(role: TrialRole, config: &crate::config::LaunchConfig) -> String {
+    let word = match role {
+        TrialRole::SecondBaseline if config.fit != Some(true) => "baseline",
+        r => role_word(r),
+    };
+    if config.engine == crate::config::EngineKind::default() {
+        word.to_string()
+    } else {
+        format!("{word} · {}", config.engine.name())
+    }
+}
+
 pub fn role_word(role: TrialRole) -> &'static str {
     match role {
         TrialRole::Search => "search",

@@ -482,3 +482,54 @@ fn engine_both_races_llama_cpp_and_ik() {
         "{winner}: {server_line}"
     );
 }
+
+/// `--dry-run --engine both` (issue 56) lists ik_llama.cpp's baselines among the first
+/// launches, as the tune launches them after llama.cpp's: nothing is launched.
+#[test]
+fn a_dry_run_with_both_engines_lists_each_engines_baselines() {
+    let Some(ik) = require::or_skip(require::ik_server(), "the real CPU ik_llama.cpp server")
+    else {
+        return;
+    };
+    let Some(llama) = require::or_skip(require::server(), "the real CPU llama-server") else {
+        return;
+    };
+    let Some(model) = require::or_skip(
+        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
+        "the tiny-qwen3moe test model (`qtune synth --test-models`)",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let m = model_in(dir.path(), &model, "dry-both-tiny-qwen3moe.gguf");
+    let out = qtune()
+        .current_dir(dir.path())
+        .env("QTUNE_ALLOW_BUSY", "1")
+        .env("QTUNE_IK_SERVER", &ik)
+        .args(["tune", "--dry-run", "--engine", "both", "--server"])
+        .arg(&llama)
+        .arg("--model")
+        .arg(&m)
+        .output()
+        .unwrap();
+    let text = support::output_text(&out);
+    assert!(out.status.success(), "{text}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().filter(|l| !l.starts_with('#')).collect();
+    let ik_lines: Vec<&&str> = lines
+        .iter()
+        .filter(|l| l.contains("baseline · ik_llama.cpp "))
+        .collect();
+    assert_eq!(ik_lines.len(), 1, "one ik baseline on a CPU box: {stdout}");
+    assert!(
+        ik_lines[0].contains("its server's default") && ik_lines[0].contains("both engines tuned"),
+        "{stdout}"
+    );
+    // After llama.cpp's own baseline, before the search.
+    let at = |needle: &str| lines.iter().position(|l| l.contains(needle));
+    assert!(
+        at("baseline · ik_llama.cpp ") > at("without qtune's flags: the reference"),
+        "{stdout}"
+    );
+    assert!(!dir.path().join("run").exists());
+}

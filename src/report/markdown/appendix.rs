@@ -308,7 +308,7 @@ pub(super) fn trials(m: &mut String, r: &TuneResult) {
             "| {} | {} | {} | `{}` | {} | {} | {} | {} | {} | {:.0} s | {} |",
             t.id,
             time.map_or("–".to_string(), |x| format!("{x:.2}")),
-            role(t.role),
+            crate::search::progress::launch_word(t.role, &t.config),
             cell(&t.config.label()),
             outcome_cell(t),
             g,

@@ -131,16 +131,6 @@ fn ids(v: &[u32]) -> String {
         .join(", ")
 }
 
-fn role(r: TrialRole) -> &'static str {
-    match r {
-        TrialRole::Search => "search",
-        TrialRole::Baseline => "baseline",
-        TrialRole::Confirm => "confirm",
-        TrialRole::Sweep => "sweep",
-        TrialRole::SecondBaseline => "baseline (fit-target)",
-    }
-}
-
 fn outcome_cell(t: &TrialOutcome) -> String {
     if t.kind == OutcomeKind::Ok {
         "ok".to_string()

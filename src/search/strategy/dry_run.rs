@@ -39,6 +39,22 @@ pub fn first_launches(ctx: &SearchContext) -> Vec<PlannedLaunch> {
                 .to_string(),
         });
     }
+    // `--engine both`: every other engine's baselines, once each, as the tune launches them.
+    for config in super::super::engines::other_baselines(ctx) {
+        let what = if config.fit == Some(true) {
+            "its own auto-fit at the headroom"
+        } else {
+            "its server's default"
+        };
+        out.push(PlannedLaunch {
+            role: TrialRole::SecondBaseline,
+            why: format!(
+                "{what} (both engines tuned: the engine whose baselines measure better \
+                 gives the reference)"
+            ),
+            config,
+        });
+    }
     if let Some(pick) = super::super::pick::model_pick(ctx, 0.0) {
         out.push(PlannedLaunch {
             role: TrialRole::Search,
