@@ -140,13 +140,25 @@ impl QtuneSearch {
 
     /// A finished search given a larger budget (`--resume DIR --budget-trials N`): the race
     /// goes on where it has candidates; else the exploration goes on from where it stopped.
+    /// Variants the first budget left no room for (speculative decoding, a load mode) are
+    /// measured first where no race round ran yet, and the race is planned again with them.
     pub fn reopen(&mut self) {
         if self.phase != SearchPhase::Done {
             return;
         }
+        let raced = self.history.iter().any(|o| o.role == TrialRole::Confirm);
+        let dropped: VecDeque<LaunchConfig> = self
+            .variant_configs
+            .iter()
+            .filter(|c| !self.history.iter().any(|o| &o.config == *c))
+            .cloned()
+            .collect();
         if self.race_candidates.is_empty() {
             self.phase = SearchPhase::Explore;
             self.variants = None;
+        } else if !raced && !dropped.is_empty() {
+            self.phase = SearchPhase::Variants;
+            self.variants = Some(dropped);
         } else {
             self.phase = SearchPhase::Confirm;
         }
@@ -422,5 +434,50 @@ impl Solver<TuneProblem, TuneState> for QtuneSearch {
         } else {
             TerminationStatus::NotTerminated
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(config: &LaunchConfig, role: TrialRole) -> TrialOutcome {
+        let mut o = TrialOutcome::skipped(config, role, "test".into());
+        o.kind = crate::trial::OutcomeKind::Ok;
+        o
+    }
+
+    /// A tune whose first budget left no room for a variant (the speculative launch), given
+    /// more launches before any race round: the variant is measured, then the race is planned.
+    #[test]
+    fn a_reopened_search_measures_the_variants_its_first_budget_dropped() {
+        let base = LaunchConfig::baseline(4096);
+        let spec = LaunchConfig {
+            threads: Some(3),
+            ..base.clone()
+        };
+        let mut s = QtuneSearch::new();
+        s.history.push(outcome(&base, TrialRole::Baseline));
+        s.variant_configs = vec![base.clone(), spec.clone()];
+        s.variants = Some(VecDeque::new());
+        s.race_candidates = vec![base.clone()];
+        s.phase = SearchPhase::Done;
+        s.reopen();
+        assert_eq!(s.phase, SearchPhase::Variants);
+        assert_eq!(s.variants, Some(VecDeque::from([spec.clone()])));
+
+        // Once a race round ran, the race goes on as planned.
+        let mut s2 = s.clone();
+        s2.phase = SearchPhase::Done;
+        s2.history.push(outcome(&base, TrialRole::Confirm));
+        s2.reopen();
+        assert_eq!(s2.phase, SearchPhase::Confirm);
+
+        // Nothing dropped: the race goes on.
+        let mut s3 = s.clone();
+        s3.phase = SearchPhase::Done;
+        s3.history.push(outcome(&spec, TrialRole::Search));
+        s3.reopen();
+        assert_eq!(s3.phase, SearchPhase::Confirm);
     }
 }
