@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Issue 56 on the GPU machine: ik_llama.cpp's CUDA build, then the engines raced. One phase per
+# device call (each call is at most 10 minutes; the machine stays warm ~30 s between calls, and
+# what a phase leaves in $W is there for the next):
+#
+#   scripts/gpu-ik.sh build    `qtune server build --engine ik --cuda` in a fresh HOME (its time
+#                              is the README's figure for a GPU box), under setsid; waits at
+#                              most WAIT_S (default 540 s), then packs the build in pieces
+#                              under 16 MiB into $OUT (for later leases) once it is done.
+#                              Carried: .gpu-ik/qtune.xz and .gpu-ik/ik_llama_cpp_python-0.1.5.tar.gz
+#                              (the pinned sdist: the GPU machine has no network).
+#   scripts/gpu-ik.sh wait     waits for that build (WAIT_S), then packs it.
+#   scripts/gpu-ik.sh tune     llama.cpp's kept CUDA build (.gpu2/cuda, as for
+#                              scripts/gpu-first-hour.sh) beside ik's, the 35B synthesized, a
+#                              ballast leaving GIB GiB (default 16), then
+#                              `qtune --model 35B --engine both --workload WORKLOAD --ctx CTX
+#                              --budget-minutes BUDGET` under setsid. Carried: .gpu2.
+#   scripts/gpu-ik.sh follow   waits for the tune (WAIT_S), then brings back its run folder.
+#   scripts/gpu-ik.sh compare  a later lease: ik's pick (CAND, flags) against llama.cpp's pick
+#                              (REF), ROUNDS paired rounds of `qtune compare --workload
+#                              WORKLOAD`, written straight into $OUT/$CMP. Carried: .gpu2 and
+#                              .gpu-ik/cuda (ik's pieces from `build`).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+OUT=${OUT:-/tmp/qtune-out}
+W=${QTUNE_GPU_WORK:-/tmp/qtune-ik}
+mkdir -p "$OUT" "$W"
+LOG="$W/gpu-ik.log"
+exec > >(tee -a "$LOG") 2>&1
+say() { echo "== $(date -u +%T) $*"; }
+while IFS= read -r var; do unset "$var"; done < <(env | sed -n 's/^\(QTUNE_[A-Za-z0-9_]*\)=.*/\1/p')
+unset XDG_CACHE_HOME XDG_DATA_HOME
+export HOME="$W/home"
+export PATH="$HOME/.cargo/bin:$PATH"
+export CUDA_DEVICE_ORDER=PCI_BUS_ID
+MODEL="$W/qwen3.5-35b-a3b-q4_k_m.gguf"
+GIB=${GIB:-16}
+CTX=${CTX:-16384}
+BUDGET=${BUDGET:-12}
+WORKLOAD=${WORKLOAD:-agent-session}
+IK="$HOME/.cache/qtune/ik_llama.cpp/0.1.5-cuda"
+LL="$HOME/.cache/qtune/llama.cpp/b11434-cuda"
+
+qtune_from() { # the release binary on PATH, as `cargo install` puts it
+  mkdir -p "$HOME/.cargo/bin"
+  [ -x "$HOME/.cargo/bin/qtune" ] && return 0
+  xz -dc "$1" > "$HOME/.cargo/bin/qtune" && chmod +x "$HOME/.cargo/bin/qtune"
+}
+
+pack_build() {
+  if [ -f "$W/build.rc" ] && [ "$(cat "$W/build.rc")" = 0 ] && [ -x "$IK/bin/llama-server" ]; then
+    echo "ik CUDA build at $IK ($(du -sh "$IK/bin" | cut -f1))"
+    # The binaries' RPATH is the build folder: unpack at the same absolute path. Only the
+    # server, its shared libraries and the build's stamp: a later lease carries these beside
+    # llama.cpp's build, within the 64 MiB a call carries.
+    (cd "$IK" && find bin -maxdepth 1 -type f \( -name llama-server -o -name '*.so*' \) -print0 \
+      | tar --null -T - -cf - qtune-built) | xz -T0 -6 | split -b 15M - "$OUT/ik-cuda-bin.tar.xz.part-"
+    du -ch "$OUT"/ik-cuda-bin.tar.xz.part-* | tail -1
+  fi
+  cp "$LOG" "$W/build.stderr" "$OUT/" 2>/dev/null
+  ls -la "$OUT"
+}
+
+wait_for() { # $1: the file that says the job ended
+  local deadline=$((SECONDS + ${WAIT_S:-540}))
+  while [ ! -f "$1" ] && [ $SECONDS -lt $deadline ]; do sleep 10; done
+}
+
+# The ballast: a process holding all but $1 MiB of the GPU (see scripts/gpu-first-hour.sh).
+start_ballast() {
+  cat > "$W/ballast.py" <<'PY'
+import sys, time, torch
+keep = int(sys.argv[1]) << 20
+free, total = torch.cuda.mem_get_info()
+x = torch.empty(free - keep, dtype=torch.uint8, device="cuda")
+x.fill_(1)
+torch.cuda.synchronize()
+print(f"ready free={torch.cuda.mem_get_info()[0] >> 20} MiB", flush=True)
+time.sleep(1e9)
+PY
+  setsid python3 -u "$W/ballast.py" "$1" > "$W/ballast.out" 2>&1 < /dev/null &
+  for _ in $(seq 1 120); do grep -q ready "$W/ballast.out" 2>/dev/null && break; sleep 0.5; done
+  say "ballast: $(cat "$W/ballast.out")"
+}
+
+kit() { # llama.cpp's kept CUDA build and ik's, where this lease lacks them
+  mkdir -p "$LL" "$IK"
+  [ -x "$LL/bin/llama-server" ] || { cat .gpu2/cuda/cuda-bin.tar.xz.part-* | tar xJf - -C "$LL" || exit 1; }
+  if [ ! -x "$IK/bin/llama-server" ]; then
+    cat .gpu-ik/cuda/ik-cuda-bin.tar.xz.part-* | tar xJf - -C "$IK" || exit 1
+  fi
+  qtune_from .gpu2/qtune.xz || exit 1
+  export QTUNE_VOCAB_DIR="$ROOT/.gpu2/vocab"
+  qtune server check || exit 1
+  qtune server path --engine ik || exit 1
+}
+
+case "${1:-}" in
+  build)
+    qtune_from .gpu-ik/qtune.xz || exit 1
+    mkdir -p "$HOME/.cache/qtune/src"
+    cp .gpu-ik/ik_llama_cpp_python-0.1.5.tar.gz "$HOME/.cache/qtune/src/" || exit 1
+    nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+    echo "cores: $(nproc); nvcc: $(command -v nvcc); cmake: $(command -v cmake)"
+    say "qtune server build --engine ik --cuda"
+    rm -f "$W/build.rc"
+    setsid bash -c "cd '$W' && date -u +%s > build.start && qtune server build --engine ik --cuda \
+      > build.stdout 2> build.stderr; echo \$? > build.rc; date -u +%s > build.end" \
+      < /dev/null > /dev/null 2>&1 &
+    wait_for "$W/build.rc"
+    tail -15 "$W/build.stderr" | cut -c1-200
+    if [ -f "$W/build.rc" ]; then
+      echo "build exit $(cat "$W/build.rc") after $(( $(cat "$W/build.end") - $(cat "$W/build.start") )) s"
+      pack_build
+    else
+      echo "build still running"
+    fi
+    ;;
+  wait)
+    wait_for "$W/build.rc"
+    tail -15 "$W/build.stderr" | cut -c1-200
+    [ -f "$W/build.rc" ] && echo "build exit $(cat "$W/build.rc") after $(( $(cat "$W/build.end") - $(cat "$W/build.start") )) s" && pack_build
+    ;;
+  tune)
+    kit
+    [ -f "$MODEL" ] || qtune synth "$MODEL" --shape qwen3.5-35b-a3b --ftype q4_k_m > /dev/null || exit 1
+    start_ballast $((GIB * 1024))
+    echo "emulated card: ${GIB} GiB free of $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)" > "$W/card.txt"
+    say "qtune --model 35B --engine both --workload $WORKLOAD --ctx $CTX --budget-minutes $BUDGET"
+    rm -f "$W/tune.rc"
+    setsid bash -c "cd '$W' && export QTUNE_VOCAB_DIR='$QTUNE_VOCAB_DIR' && date -u +%s > tune.start && \
+      qtune --model '$MODEL' --engine both --workload $WORKLOAD --ctx $CTX --budget-minutes $BUDGET \
+      --out '$W/tune' > tune.stdout 2> >(while IFS= read -r l; do printf '%s %s\n' \"\$(date -u +%T)\" \"\$l\"; done > tune.stderr); \
+      echo \$? > tune.rc; date -u +%s > tune.end" < /dev/null > /dev/null 2>&1 &
+    sleep 30
+    tail -5 "$W/tune.stderr"
+    ;;
+  follow)
+    wait_for "$W/tune.rc"
+    tail -c 6000 "$W/tune.stderr" | cut -c1-200
+    if [ -f "$W/tune.rc" ]; then
+      echo "tune exit $(cat "$W/tune.rc") after $(( $(cat "$W/tune.end") - $(cat "$W/tune.start") )) s"
+      cp "$W/card.txt" "$W/tune/" 2>/dev/null
+      tar -C "$W" -cJf "$OUT/ik-tune.tar.xz" gpu-ik.log card.txt tune.stderr tune.stdout tune 2>/dev/null
+      ls -la "$OUT"
+    else
+      echo "tune still running"
+    fi
+    ;;
+  compare)
+    kit
+    [ -f "$MODEL" ] || qtune synth "$MODEL" --shape qwen3.5-35b-a3b --ftype q4_k_m > /dev/null || exit 1
+    start_ballast $((GIB * 1024))
+    dir="$OUT/${CMP:-ik-compare}"
+    echo "emulated card: ${GIB} GiB free of $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)" > "$OUT/${CMP:-ik-compare}-card.txt"
+    say "compare, ${ROUNDS:-4} rounds: A=llama.cpp $REF B=ik_llama.cpp $CAND ($WORKLOAD)"
+    # shellcheck disable=SC2086 # REF and CAND are lists of flags
+    qtune compare "$LL/bin/llama-server -m $MODEL -c $CTX -np 1 $REF" \
+      "$IK/bin/llama-server -m $MODEL -c $CTX -np 1 $CAND" --workload "$WORKLOAD" \
+      --rounds "${ROUNDS:-4}" --out "$dir" 2>&1 | cut -c1-200 | tail -40
+    pkill -f ballast.py
+    cp "$LOG" "$OUT/"
+    ;;
+  *)
+    echo "usage: scripts/gpu-ik.sh build|wait|tune|follow|compare" >&2
+    exit 2
+    ;;
+esac
