@@ -25,52 +25,13 @@ W=${QTUNE_GPU_WORK:-/tmp/qtune-first}
 mkdir -p "$OUT" "$W"
 LOG="$W/first-hour.log"
 exec > >(tee -a "$LOG") 2>&1
-say() { echo "== $(date -u +%T) $*"; }
-# Every QTUNE_* variable unset and a fresh HOME: nothing of a developer's set-up is used.
-while IFS= read -r var; do unset "$var"; done < <(env | sed -n 's/^\(QTUNE_[A-Za-z0-9_]*\)=.*/\1/p')
-unset XDG_CACHE_HOME XDG_DATA_HOME
-export HOME="$W/home"
-export PATH="$HOME/.cargo/bin:$PATH"
-export CUDA_DEVICE_ORDER=PCI_BUS_ID
+# shellcheck source=scripts/gpu-common.sh
+. "$ROOT/scripts/gpu-common.sh"
+fresh_home
 MODEL="$W/qwen3.5-35b-a3b-q4_k_m.gguf"
 GIB=${GIB:-16}
 CTX=${CTX:-16384}
 BUDGET=${BUDGET:-9}
-
-stamp() { # prefix each line with the UTC time (the phases' times are read off it)
-  while IFS= read -r l; do printf '%s %s\n' "$(date -u +%T)" "$l"; done
-}
-
-# The ballast: a process holding all but $1 MiB of the GPU, so qtune, --fit and llama-server see
-# that much free (it says "ready", then sleeps).
-start_ballast() {
-  cat > "$W/ballast.py" <<'PY'
-import sys, time, torch
-keep = int(sys.argv[1]) << 20
-free, total = torch.cuda.mem_get_info()
-x = torch.empty(free - keep, dtype=torch.uint8, device="cuda")
-x.fill_(1)
-torch.cuda.synchronize()
-print(f"ready free={torch.cuda.mem_get_info()[0] >> 20} MiB", flush=True)
-time.sleep(1e9)
-PY
-  setsid python3 -u "$W/ballast.py" "$1" > "$W/ballast.out" 2>&1 < /dev/null &
-  for _ in $(seq 1 120); do grep -q ready "$W/ballast.out" 2>/dev/null && break; sleep 0.5; done
-  say "ballast: $(cat "$W/ballast.out")"
-}
-
-# A later lease's kit: the kept CUDA build unpacked where it was built (its RPATH), the release
-# binary on PATH as `cargo install` puts it, the vocabulary the synthetic 35B renders with.
-unpack_kit() {
-  local b="$HOME/.cache/qtune/llama.cpp/b11434-cuda"
-  mkdir -p "$b" "$HOME/.cargo/bin"
-  if [ ! -x "$b/bin/llama-server" ]; then
-    cat .gpu2/cuda/cuda-bin.tar.xz.part-* | tar xJf - -C "$b" || exit 1
-  fi
-  xz -dc .gpu2/qtune.xz > "$HOME/.cargo/bin/qtune" && chmod +x "$HOME/.cargo/bin/qtune" || exit 1
-  export QTUNE_VOCAB_DIR="$ROOT/.gpu2/vocab"
-  qtune server check || exit 1
-}
 
 case "${1:-}" in
   demo)

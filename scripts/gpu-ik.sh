@@ -28,12 +28,9 @@ W=${QTUNE_GPU_WORK:-/tmp/qtune-ik}
 mkdir -p "$OUT" "$W"
 LOG="$W/gpu-ik.log"
 exec > >(tee -a "$LOG") 2>&1
-say() { echo "== $(date -u +%T) $*"; }
-while IFS= read -r var; do unset "$var"; done < <(env | sed -n 's/^\(QTUNE_[A-Za-z0-9_]*\)=.*/\1/p')
-unset XDG_CACHE_HOME XDG_DATA_HOME
-export HOME="$W/home"
-export PATH="$HOME/.cargo/bin:$PATH"
-export CUDA_DEVICE_ORDER=PCI_BUS_ID
+# shellcheck source=scripts/gpu-common.sh
+. "$ROOT/scripts/gpu-common.sh"
+fresh_home
 MODEL="$W/qwen3.5-35b-a3b-q4_k_m.gguf"
 GIB=${GIB:-16}
 CTX=${CTX:-16384}
@@ -67,32 +64,12 @@ wait_for() { # $1: the file that says the job ended
   while [ ! -f "$1" ] && [ $SECONDS -lt $deadline ]; do sleep 10; done
 }
 
-# The ballast: a process holding all but $1 MiB of the GPU (see scripts/gpu-first-hour.sh).
-start_ballast() {
-  cat > "$W/ballast.py" <<'PY'
-import sys, time, torch
-keep = int(sys.argv[1]) << 20
-free, total = torch.cuda.mem_get_info()
-x = torch.empty(free - keep, dtype=torch.uint8, device="cuda")
-x.fill_(1)
-torch.cuda.synchronize()
-print(f"ready free={torch.cuda.mem_get_info()[0] >> 20} MiB", flush=True)
-time.sleep(1e9)
-PY
-  setsid python3 -u "$W/ballast.py" "$1" > "$W/ballast.out" 2>&1 < /dev/null &
-  for _ in $(seq 1 120); do grep -q ready "$W/ballast.out" 2>/dev/null && break; sleep 0.5; done
-  say "ballast: $(cat "$W/ballast.out")"
-}
-
-kit() { # llama.cpp's kept CUDA build and ik's, where this lease lacks them
-  mkdir -p "$LL" "$IK"
-  [ -x "$LL/bin/llama-server" ] || { cat .gpu2/cuda/cuda-bin.tar.xz.part-* | tar xJf - -C "$LL" || exit 1; }
+kit() { # llama.cpp's kept CUDA build (unpack_kit) and ik's, where this lease lacks them
+  unpack_kit
+  mkdir -p "$IK"
   if [ ! -x "$IK/bin/llama-server" ]; then
     cat .gpu-ik/cuda/ik-cuda-bin.tar.xz.part-* | tar xJf - -C "$IK" || exit 1
   fi
-  qtune_from .gpu2/qtune.xz || exit 1
-  export QTUNE_VOCAB_DIR="$ROOT/.gpu2/vocab"
-  qtune server check || exit 1
   qtune server path --engine ik || exit 1
 }
 

@@ -33,10 +33,9 @@ W=${QTUNE_GPU_WORK:-/tmp/qtune-rpc}
 mkdir -p "$OUT" "$W"
 LOG="$W/gpu-rpc.log"
 exec > >(tee -a "$LOG") 2>&1
-say() { echo "== $(date -u +%T) $*"; }
-export HOME="$W/home"
-export PATH="$HOME/.cargo/bin:$PATH"
-export CUDA_DEVICE_ORDER=PCI_BUS_ID
+# shellcheck source=scripts/gpu-common.sh
+. "$ROOT/scripts/gpu-common.sh"
+fresh_home
 export QTUNE_VOCAB_DIR="$ROOT/.gpu2/vocab"
 MODEL="$W/qwen3.5-35b-a3b-q8_0.gguf"
 GIB=${GIB:-16}
@@ -54,35 +53,15 @@ link_port() {
   esac
 }
 
-# A ballast on GPU $1 holding all but $2 MiB (it says "ready", then sleeps).
-start_ballast() {
-  cat > "$W/ballast.py" <<'PY'
-import sys, time, torch
-keep = int(sys.argv[1]) << 20
-free, total = torch.cuda.mem_get_info()
-x = torch.empty(free - keep, dtype=torch.uint8, device="cuda")
-x.fill_(1)
-torch.cuda.synchronize()
-print(f"ready free={torch.cuda.mem_get_info()[0] >> 20} MiB", flush=True)
-time.sleep(1e9)
-PY
-  CUDA_VISIBLE_DEVICES=$1 setsid python3 -u "$W/ballast.py" "$2" > "$W/ballast$1.out" 2>&1 < /dev/null &
-  for _ in $(seq 1 120); do grep -q ready "$W/ballast$1.out" 2>/dev/null && break; sleep 0.5; done
-  say "ballast on GPU $1: $(cat "$W/ballast$1.out")"
-}
-
 case "${1:-}" in
   setup)
-    mkdir -p "$B" "$HOME/.cargo/bin"
-    cat .gpu2/cuda/cuda-bin.tar.xz.part-* | tar xJf - -C "$B" || exit 1
-    xz -dc .gpu2/qtune.xz > "$HOME/.cargo/bin/qtune" && chmod +x "$HOME/.cargo/bin/qtune" || exit 1
-    qtune server check || exit 1
+    unpack_kit
     nvidia-smi --query-gpu=index,name,memory.total,memory.free --format=csv
     say "synthesizing the 35B in Q8_0"
     [ -f "$MODEL" ] || qtune synth "$MODEL" --shape qwen3.5-35b-a3b --ftype q8_0 > /dev/null || exit 1
     ls -la "$MODEL"
-    start_ballast 0 $((GIB * 1024))
-    start_ballast 1 $((GIB * 1024))
+    start_ballast $((GIB * 1024)) 0
+    start_ballast $((GIB * 1024)) 1
     for g in 0 1; do
       CUDA_VISIBLE_DEVICES=$g LLAMA_CACHE="$W/rpc-cache$g" setsid qtune rpc serve \
         --port $((50052 + g)) > "$W/worker$g.log" 2>&1 < /dev/null &

@@ -245,18 +245,7 @@ fn a_speculative_config_whose_greedy_answers_differ_is_never_recommended() {
     };
     let tune = |lossy: bool| {
         let tmp = tempfile::tempdir().unwrap();
-        let m = tmp.path().join("model.gguf");
-        std::fs::copy(&model, &m).unwrap();
-        let trace = write_trace(&tmp.path().join("session.jsonl"), 8);
-        let space = tmp.path().join("spec.yaml");
-        std::fs::write(
-            &space,
-            "name: spec\nvary:\n  threads: [auto]\n  levers:\n    speculative: [ngram-mod]\n\
-             fixed:\n  ctx: 4096\n  parallel: 1\nworkload:\n  prompt_tokens: 32\n  \
-             gen_tokens: 8\n  repetitions: 1\nbudget:\n  trials: 12\n  minutes: 5\n  \
-             confirm_top: 1\n  confirm_rounds: 3\n",
-        )
-        .unwrap();
+        let (m, trace, space) = speculative_setup(tmp.path(), &model);
         let out = tmp.path().join("run");
         let mut cmd = qtune();
         cmd.args(["tune", "--allow-dense", "--model"])
@@ -330,18 +319,13 @@ fn a_speculative_config_whose_greedy_answers_differ_is_never_recommended() {
     );
 }
 
-/// A tune of the speculative space above interrupted once its third launch (the config the
-/// speculative one adds `--spec-type ngram-mod` to) is journaled, then `--resume`d: the
-/// speculative config is first launched by the resumed process, its reference's answers only
-/// in the journal. The fake changes token 5 of its answers and answers the probe with the two
-/// tokens `tie_nats` apart. Returns the resumed tune's output and results.json.
-fn interrupted_then_resumed(tie_nats: &str) -> (String, serde_json::Value) {
-    let model = support::smollm2().unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let m = tmp.path().join("model.gguf");
-    std::fs::copy(&model, &m).unwrap();
-    let trace = write_trace(&tmp.path().join("session.jsonl"), 8);
-    let space = tmp.path().join("spec.yaml");
+/// In `dir`: a copy of `model`, an 8-request trace and a space that measures the incumbent with
+/// and without `--spec-type ngram-mod` (12 launches, a race of up to 3 rounds).
+fn speculative_setup(dir: &Path, model: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let m = dir.join("model.gguf");
+    std::fs::copy(model, &m).unwrap();
+    let trace = write_trace(&dir.join("session.jsonl"), 8);
+    let space = dir.join("spec.yaml");
     std::fs::write(
         &space,
         "name: spec\nvary:\n  threads: [auto]\n  levers:\n    speculative: [ngram-mod]\n\
@@ -350,6 +334,18 @@ fn interrupted_then_resumed(tie_nats: &str) -> (String, serde_json::Value) {
          confirm_top: 1\n  confirm_rounds: 3\n",
     )
     .unwrap();
+    (m, trace, space)
+}
+
+/// A tune of the speculative space above interrupted once its third launch (the config the
+/// speculative one adds `--spec-type ngram-mod` to) is journaled, then `--resume`d: the
+/// speculative config is first launched by the resumed process, its reference's answers only
+/// in the journal. The fake changes token 5 of its answers and answers the probe with the two
+/// tokens `tie_nats` apart. Returns the resumed tune's output and results.json.
+fn interrupted_then_resumed(tie_nats: &str) -> (String, serde_json::Value) {
+    let model = support::smollm2().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let (m, trace, space) = speculative_setup(tmp.path(), &model);
     let out = tmp.path().join("run");
     let env = |cmd: &mut std::process::Command| {
         cmd.env("QTUNE_ALLOW_BUSY", "1")

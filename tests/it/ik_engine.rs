@@ -364,27 +364,30 @@ fn a_short_tune_runs_on_the_ik_server() {
     assert!(!run2.exists(), "{text}");
 }
 
+/// Both CPU servers (ik_llama.cpp's, llama.cpp's) and the tiny MoE copied into `dir` as
+/// `name`; None (the test skips, or fails under QTUNE_REQUIRE_SERVER) where one is missing.
+fn both_servers_and_tiny_moe(dir: &Path, name: &str) -> Option<(PathBuf, PathBuf, PathBuf)> {
+    let ik = require::or_skip(require::ik_server(), "the real CPU ik_llama.cpp server")?;
+    let llama = require::or_skip(require::server(), "the real CPU llama-server")?;
+    let model = require::or_skip(
+        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
+        "the tiny-qwen3moe test model (`qtune synth --test-models`)",
+    )?;
+    Some((ik, llama, model_in(dir, &model, name)))
+}
+
 /// `--engine both` (issue 56): a short tune launches on both engines, measures each engine's
 /// baseline, tries the search's best on ik with ik's own lever (fused MoE off), says why its
 /// other levers were skipped on a CPU box, records both servers, and the launch script starts
 /// the server of the winner's engine.
 #[test]
 fn engine_both_races_llama_cpp_and_ik() {
-    let Some(ik) = require::or_skip(require::ik_server(), "the real CPU ik_llama.cpp server")
+    let dir = tempfile::tempdir().unwrap();
+    let Some((ik, llama, m)) =
+        both_servers_and_tiny_moe(dir.path(), "both-tune-tiny-qwen3moe.gguf")
     else {
         return;
     };
-    let Some(llama) = require::or_skip(require::server(), "the real CPU llama-server") else {
-        return;
-    };
-    let Some(model) = require::or_skip(
-        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
-        "the tiny-qwen3moe test model (`qtune synth --test-models`)",
-    ) else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let m = model_in(dir.path(), &model, "both-tune-tiny-qwen3moe.gguf");
     let run = dir.path().join("run");
     let out = qtune()
         .current_dir(dir.path())
@@ -487,21 +490,11 @@ fn engine_both_races_llama_cpp_and_ik() {
 /// launches, as the tune launches them after llama.cpp's: nothing is launched.
 #[test]
 fn a_dry_run_with_both_engines_lists_each_engines_baselines() {
-    let Some(ik) = require::or_skip(require::ik_server(), "the real CPU ik_llama.cpp server")
+    let dir = tempfile::tempdir().unwrap();
+    let Some((ik, llama, m)) = both_servers_and_tiny_moe(dir.path(), "dry-both-tiny-qwen3moe.gguf")
     else {
         return;
     };
-    let Some(llama) = require::or_skip(require::server(), "the real CPU llama-server") else {
-        return;
-    };
-    let Some(model) = require::or_skip(
-        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
-        "the tiny-qwen3moe test model (`qtune synth --test-models`)",
-    ) else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let m = model_in(dir.path(), &model, "dry-both-tiny-qwen3moe.gguf");
     let out = qtune()
         .current_dir(dir.path())
         .env("QTUNE_ALLOW_BUSY", "1")
