@@ -273,26 +273,9 @@ fn a_speculative_config_whose_greedy_answers_differ_is_never_recommended() {
         (all, r)
     };
     let (all, r) = tune(true);
-    let spec: Vec<&serde_json::Value> = r["trials"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|t| t["config"]["spec_type"] == "ngram-mod")
-        .collect();
+    let spec = spec_launches(&r);
     assert!(!spec.is_empty(), "speculation was not launched:\n{all}");
-    for t in &spec {
-        assert_eq!(t["kind"], "lossy", "{t}");
-        let msg = t["message"].as_str().unwrap();
-        assert!(
-            msg.contains("request 1's answer differs at token 5"),
-            "{msg}"
-        );
-    }
-    assert!(
-        r["winner"]["config"]["spec_type"].is_null(),
-        "{}",
-        r["winner"]
-    );
+    assert_lossy_and_not_recommended(spec.iter().map(|(t, _)| t), &r);
     let warnings = r["warnings"].to_string();
     assert!(
         warnings.contains("not lossless: request 1's answer differs at token 5"),
@@ -316,6 +299,27 @@ fn a_speculative_config_whose_greedy_answers_differ_is_never_recommended() {
     assert!(
         flat.contains("answers identical to the same config's without it (4 requests, 32 tokens"),
         "{all}"
+    );
+}
+
+/// Every speculative launch `spec` is `lossy`, its message naming request 1's token 5 (where
+/// the fake changes its answers), and the tune's winner does not speculate.
+fn assert_lossy_and_not_recommended<'a>(
+    spec: impl Iterator<Item = &'a serde_json::Value>,
+    r: &serde_json::Value,
+) {
+    for t in spec {
+        assert_eq!(t["kind"], "lossy", "{t}");
+        let msg = t["message"].as_str().unwrap();
+        assert!(
+            msg.contains("request 1's answer differs at token 5"),
+            "{msg}"
+        );
+    }
+    assert!(
+        r["winner"]["config"]["spec_type"].is_null(),
+        "{}",
+        r["winner"]
     );
 }
 
@@ -447,22 +451,12 @@ fn a_resumed_tune_probes_its_new_speculative_launches() {
     let spec = spec_launches(&r);
     assert!(!spec.is_empty(), "speculation was not launched:\n{all}");
     for (t, probes) in &spec {
-        assert_eq!(t["kind"], "lossy", "{t}");
         assert_eq!(
             *probes, 4,
             "a speculative launch after --resume was not probed: {t}"
         );
-        let msg = t["message"].as_str().unwrap();
-        assert!(
-            msg.contains("request 1's answer differs at token 5"),
-            "{msg}"
-        );
     }
-    assert!(
-        r["winner"]["config"]["spec_type"].is_null(),
-        "{}",
-        r["winner"]
-    );
+    assert_lossy_and_not_recommended(spec.iter().map(|(t, _)| t), &r);
     assert!(
         support::flat(&all).contains("not lossless: request 1's answer differs at token 5"),
         "{all}"
