@@ -51,6 +51,9 @@ unpack_kit() {
   if [ ! -x "$b/bin/llama-server" ]; then
     cat .gpu2/cuda/cuda-bin.tar.xz.part-* | tar xJf - -C "$b" || exit 1
   fi
+  # Its RPATH names the folder it was built in (/tmp/qtune-first/home/...): a run in another
+  # work folder finds its libraries beside it.
+  export LD_LIBRARY_PATH="$b/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   xz -dc .gpu2/qtune.xz > "$HOME/.cargo/bin/qtune" && chmod +x "$HOME/.cargo/bin/qtune" || exit 1
   export QTUNE_VOCAB_DIR="$ROOT/.gpu2/vocab"
   qtune server check || exit 1

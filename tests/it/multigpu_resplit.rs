@@ -340,3 +340,49 @@ fn where_the_whole_model_fits_both_cards_every_config_keeps_its_experts_on_the_g
     assert_ok_trials_within_each_card(&t.trials, &budgets);
     assert_launch_budget(&t.trials, &t.inputs.space);
 }
+
+/// tests/fixtures/gpu-x2/two35-12-8-results.json(.gz): the synthetic 35B Q4_K_M on two H200s
+/// emulated at 12 + 8 GiB, the built-in agent session, `--budget-minutes 9` (20 launches). Its
+/// one exploration launch spilled on GPU 0 by 59 MiB; the reserves for the race and the
+/// variants then held the other 16 launches, the variants had nothing to vary but `-np 2` on
+/// the reference, and the tune ended after 5 launches with no searched config run.
+#[test]
+fn a_first_placement_that_spills_does_not_end_the_exploration() {
+    let r = read("tests/fixtures/gpu-x2/two35-12-8-results.json");
+    let mut ctx = qtune::search::context(&r.inputs, &r.model, qtune::clock::system());
+    // The trace's traits as that tune read them (its file is not kept): requests in flight at
+    // once (so `-np 2` was the one lever) on a random-weight model.
+    ctx.workload_traits.real_text = true;
+    ctx.workload_traits.max_overlap = 2;
+    ctx.workload_traits.synthetic = true;
+    let history: Vec<TrialOutcome> = r.trials.iter().take(4).cloned().collect();
+    assert_eq!(history[3].kind, OutcomeKind::Spill, "the fixture's trial 4");
+    let mut search = QtuneSearch::new();
+    search.search_trials = 1;
+    search.history = history;
+    let runner = landscape(&r).with_first_id(5);
+    let problem = TuneProblem::new(ctx, Box::new(runner), Vec::new(), None);
+    let s = argmin::core::Executor::new(problem, search)
+        .run()
+        .unwrap()
+        .solver()
+        .clone();
+    s.history.iter().for_each(print_trial);
+    let searched_ok = s
+        .history
+        .iter()
+        .filter(|o| o.role == TrialRole::Search && o.kind.is_ok())
+        .count();
+    assert!(searched_ok >= 3, "{searched_ok} searched configs ran");
+    assert!(
+        s.history.len() >= 15,
+        "the tune ended after {} of 20 launches",
+        s.history.len()
+    );
+    // The first launch after the spill keeps the experts and moves the layers.
+    assert_eq!(s.history[4].role, TrialRole::Search);
+    assert_ne!(
+        s.history[4].config.tensor_split,
+        s.history[3].config.tensor_split
+    );
+}

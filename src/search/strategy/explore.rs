@@ -264,9 +264,23 @@ impl QtuneSearch {
         }
     }
 
+    /// Launches are left for the exploration: past the race's and the variants' reserves, and
+    /// within three quarters of the minutes. The variants' reserve holds only once a searched
+    /// config ran: before that there is nothing to vary but the levers on a baseline, and a
+    /// first placement that spilled ended the tune with three quarters of its budget unspent
+    /// (two H200s at 12 + 8 GiB, 2026-11-28: 5 launches of 20, no searched config ran).
     pub(super) fn budget_left(&self, ctx: &SearchContext) -> bool {
         let b = &ctx.space.budget;
-        self.launches() + Self::race_reserve(ctx) + self.variant_reserve(ctx) < b.trials
+        let searched_one = self
+            .history
+            .iter()
+            .any(|o| o.role == TrialRole::Search && o.kind.is_ok());
+        let variants = if searched_one {
+            self.variant_reserve(ctx)
+        } else {
+            0
+        };
+        self.launches() + Self::race_reserve(ctx) + variants < b.trials
             && self.elapsed_s(ctx.clock.as_ref()) < b.minutes * 60.0 * 0.75
     }
 }
