@@ -10,7 +10,8 @@
 #   scripts/gpu-two.sh follow        waits for that tune (at most WAIT_S, default 560 s) and
 #                                    brings back its run folder and log
 #   scripts/gpu-two.sh compare CASE  a later lease: the default, `--fit-target 512,512` and CAND
-#                                    (flags after the model, e.g. the tune's pick) in ROUNDS
+#                                    (flags after the model, e.g. the tune's pick; CAND2 a second,
+#                                    quoted as a shell reads them) in ROUNDS
 #                                    (default 4) paired rounds of `qtune compare --workload W`
 #                                    for each W in WORKLOADS (default agent-session)
 #
@@ -54,8 +55,11 @@ prepare() {
     || { echo "two cards needed: run this on the nvidia-h200-x2 machine"; exit 1; }
   MODEL="$W/$shape-$ftype.gguf"
   [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$shape" --ftype "$ftype" > /dev/null || exit 1
-  start_ballast $((g0 * 1024)) 0
-  start_ballast $((g1 * 1024)) 1
+  # A later phase on the same lease finds the ballasts still holding their cards.
+  if ! pgrep -f "$W/ballast.py" > /dev/null; then
+    start_ballast $((g0 * 1024)) 0
+    start_ballast $((g1 * 1024)) 1
+  fi
   echo "emulated cards: $g0 + $g1 GiB free of two $(nvidia-smi --query-gpu=name \
     --format=csv,noheader | head -1), $(nproc) cores, $(date -u +%F)" | tee "$W/card-$1.txt"
   qtune hw --no-bandwidth | tail -6
@@ -97,6 +101,7 @@ case "${1:-}" in
     s="$B/bin/llama-server -m $MODEL -c $CTX -np 1"
     cmds=("$s" "$s --fit-target 512,512")
     [ -n "${CAND:-}" ] && cmds+=("$s $CAND")
+    [ -n "${CAND2:-}" ] && cmds+=("$s $CAND2")
     for wl in ${WORKLOADS:-agent-session}; do
       dir="$W/compare-$c-$wl"
       say "compare $c on $wl, ${ROUNDS:-4} rounds: default | fit-target 512,512 | ${CAND:-(no CAND)}"
