@@ -60,8 +60,9 @@ prepare() {
     start_ballast $((g0 * 1024)) 0
     start_ballast $((g1 * 1024)) 1
   fi
-  echo "emulated cards: $g0 + $g1 GiB free of two $(nvidia-smi --query-gpu=name \
-    --format=csv,noheader | head -1), $(nproc) cores, $(date -u +%F)" | tee "$W/card-$1.txt"
+  # "GPU 1" in card.txt tells tests/it's replays of the evidence a two-card run.
+  echo "emulated cards: GPU 0 $g0 GiB + GPU 1 $g1 GiB free of $(nvidia-smi --query-gpu=name \
+    --format=csv,noheader | head -1) x2, $(nproc) cores, $(date -u +%F)" | tee "$W/card-$1.txt"
   qtune hw --no-bandwidth | tail -6
 }
 
