@@ -354,10 +354,12 @@ impl std::str::FromStr for SpecType {
     }
 }
 
+mod answers;
 mod engine_kind;
 mod parse;
 mod placement;
 pub mod rpc;
+pub use answers::AnswerLever;
 pub use engine_kind::EngineKind;
 pub use parse::*;
 pub use placement::*;
@@ -453,7 +455,7 @@ pub struct LaunchConfig {
     #[serde(default, skip_serializing_if = "EngineKind::is_default")]
     pub engine: EngineKind,
     /// An engine's own levers (ik_llama.cpp's fused MoE, attention batch cap, run-time
-    /// repack); absent: none, the engine's defaults.
+    /// repack, expert reduction); absent: none, the engine's defaults.
     #[serde(default, skip_serializing_if = "EngineOpts::is_default")]
     pub engine_opts: EngineOpts,
 }
@@ -473,6 +475,10 @@ pub struct EngineOpts {
     /// Repack the weights at load into the engine's interleaved layouts (no mmap).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub run_time_repack: bool,
+    /// Smart expert reduction: at most this many routed experts per token, fewer than the
+    /// model's own (ik_llama.cpp). It changes the model's answers ([`AnswerLever`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert_reduction: Option<u32>,
 }
 
 impl EngineOpts {

@@ -252,6 +252,11 @@ pub struct LeverContext {
     pub experts_on_cpu: bool,
     /// The model has routed experts.
     pub moe: bool,
+    /// The routed experts the model computes a token (0: dense).
+    pub experts_used: u32,
+    /// Why the model's answers cannot be checked against a reference's on this tune (random
+    /// weights, no replayed answers): a lever that changes them is not tried. None: they can.
+    pub answers_unchecked: Option<&'static str>,
 }
 
 /// [`Engine::own_levers`]: the configs to measure, and the levers skipped with their reason.
@@ -284,7 +289,7 @@ pub struct Caps {
     /// `--spec-type draft-mtp`: drafting with the model's own MTP layer (issue 54).
     pub draft_mtp: bool,
     /// The levers of [`crate::config::EngineOpts`] (ik_llama.cpp's own: fused MoE off, the
-    /// attention batch cap, run-time repack).
+    /// attention batch cap, run-time repack, smart expert reduction).
     pub own_levers: bool,
 }
 
@@ -340,7 +345,7 @@ impl Caps {
             out.push("--spec-type draft-mtp");
         }
         if !self.own_levers && !c.engine_opts.is_default() {
-            out.push("ik_llama.cpp's fused MoE, attention batch or repack");
+            out.push("ik_llama.cpp's fused MoE, attention batch, repack or expert reduction");
         }
         out
     }

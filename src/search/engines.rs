@@ -10,7 +10,7 @@
 use super::context::SearchContext;
 use super::rank::{better, Speeds};
 use crate::config::{EngineKind, LaunchConfig};
-use crate::trial::{TrialOutcome, TrialRole};
+use crate::trial::{lossless, TrialOutcome, TrialRole};
 
 /// The other engines the tune races (none: one engine).
 pub fn others(ctx: &SearchContext) -> &[EngineKind] {
@@ -153,12 +153,27 @@ pub fn variants(ctx: &SearchContext, best: &LaunchConfig) -> (Vec<LaunchConfig>,
     (out, skipped)
 }
 
-/// What an engine's own levers need to know of the box and the config.
+/// What an engine's own levers need to know of the box, the model, the workload and the
+/// config.
 fn lever_context(ctx: &SearchContext, c: &LaunchConfig) -> crate::engine::LeverContext {
     crate::engine::LeverContext {
         has_gpu: ctx.has_gpu,
         experts_on_cpu: ctx.has_gpu && !c.no_experts_on_cpu(),
         moe: ctx.layout.is_moe(),
+        experts_used: ctx.layout.n_experts_used,
+        answers_unchecked: answers_unchecked(&ctx.workload_traits),
+    }
+}
+
+/// Why this tune cannot check a launch's answers against its reference's: a random-weight
+/// model's text means nothing, and only a replayed trace keeps greedy answers to compare.
+pub fn answers_unchecked(traits: &super::levers::WorkloadTraits) -> Option<&'static str> {
+    if traits.synthetic {
+        Some("the model has random weights (qtune synth), so what it costs in quality cannot be checked")
+    } else if !traits.real_text {
+        Some("this workload keeps no answers to check it against (--workload agent, or a trace from qtune record, does)")
+    } else {
+        None
     }
 }
 
@@ -166,4 +181,63 @@ fn lever_context(ctx: &SearchContext, c: &LaunchConfig) -> crate::engine::LeverC
 pub fn variant_count(ctx: &SearchContext) -> u32 {
     let probe = ctx.config(&ctx.start_base(), 0);
     variants(ctx, &probe).0.len() as u32
+}
+
+/// A line for each config lossy by design the tune measured (ik_llama.cpp's smart expert
+/// reduction): its generation speed beside the same config's without it, and what the
+/// losslessness check found ("lossy: request 1's answer differs at token 5 ...").
+pub fn lossy_lever_lines(history: &[TrialOutcome]) -> Vec<String> {
+    let gen = |c: &LaunchConfig, kinds: &dyn Fn(&TrialOutcome) -> bool| {
+        let s: Vec<f64> = history
+            .iter()
+            .filter(|o| &o.config == c && kinds(o))
+            .filter_map(|o| o.metrics.as_ref())
+            .flat_map(|m| m.gen_tps.samples.iter().copied())
+            .collect();
+        crate::trial::Stat::from_samples(&s).map(|s| s.median)
+    };
+    let mut seen: Vec<&LaunchConfig> = Vec::new();
+    let mut out = Vec::new();
+    for o in history {
+        let Some(lever) = o.config.answer_lever().filter(|l| l.lossy_by_design()) else {
+            continue;
+        };
+        if seen.contains(&&o.config) {
+            continue;
+        }
+        seen.push(&o.config);
+        let launches: Vec<&TrialOutcome> =
+            history.iter().filter(|t| t.config == o.config).collect();
+        let ids: Vec<String> = launches.iter().map(|t| t.id.to_string()).collect();
+        let measured = |t: &TrialOutcome| t.metrics.is_some();
+        let Some(mine) = gen(&o.config, &measured) else {
+            continue;
+        };
+        let theirs = gen(&o.config.answer_reference(), &|t| t.kind.is_ok());
+        let checks: Vec<lossless::Check> = launches
+            .iter()
+            .filter_map(|t| lossless::check(&t.config, t.metrics.as_ref()?, history))
+            .collect();
+        let check = checks
+            .iter()
+            .find(|c| matches!(c, lossless::Check::Differs(_)))
+            .or(checks.first());
+        let found = match check {
+            Some(c @ lossless::Check::Differs(_)) => format!(
+                "{}, so it is not recommended",
+                lossless::check_phrase_of(c, lever)
+            ),
+            Some(c) => lossless::check_phrase_of(c, lever),
+            None => "its answers could not be compared with the same config's without it, so it is not recommended".to_string(),
+        };
+        out.push(format!(
+            "{} {} ({} {}): generation {mine:.1} tok/s{}; {found}",
+            o.config.engine,
+            lever.name(),
+            if ids.len() == 1 { "trial" } else { "trials" },
+            ids.join(", "),
+            theirs.map_or(String::new(), |t| format!(" ({t:.1} tok/s without it)")),
+        ));
+    }
+    out
 }

@@ -189,6 +189,7 @@ pub fn tune(
     }
     warnings.extend(trial_warnings(&history));
     warnings.extend(levers::acceptance_lines(&history));
+    warnings.extend(engines::lossy_lever_lines(&history));
     // A trace whose clients sampled is replayed greedily: one line says so, and why.
     warnings.extend(
         ctx.space

@@ -1,8 +1,11 @@
 //! Losslessness, checked (issue 54): greedy speculative decoding must not change a token. Every
 //! replay is greedy (temperature 0, a fixed seed) and keeps the answer tokens of its first
 //! [`CHECKED_REQUESTS`] requests that overlapped no other request in the recording
-//! (`ReplayedRequest::answer`, the server's `return_tokens`). A launch with `--spec-type` is
-//! compared with the same config without it, request by request and token by token.
+//! (`ReplayedRequest::answer`, the server's `return_tokens`). A launch of a config that may
+//! change its answers ([`LaunchConfig::may_change_answers`]: speculative decoding, and
+//! ik_llama.cpp's smart expert reduction, lossy by design) is compared with the same config
+//! without that setting ([`LaunchConfig::answer_reference`]), request by request and token
+//! by token. One that is lossy by design and could not be compared is never ranked either.
 //!
 //! The tolerance is a near-tie, and nothing else. Verifying drafts in batches computes the
 //! same logits with other kernels and another summation order than decoding one token at a
@@ -32,7 +35,7 @@ use super::replay_trace::ReplayTiming;
 pub use super::replay_trace::{Candidate, TieProbe};
 use super::workload::ServerSession;
 use super::{Metrics, OutcomeKind, TrialOutcome};
-use crate::config::LaunchConfig;
+use crate::config::{AnswerLever, LaunchConfig};
 use serde::{Deserialize, Serialize};
 
 pub use super::replay_trace::CHECKED_REQUESTS;
@@ -252,12 +255,9 @@ fn parse_top(text: &str) -> Result<Vec<Candidate>, Failure> {
     Ok(top)
 }
 
-/// The config `c` without speculation: the reference its answers must equal.
+/// The config `c` without what may change its answers: the reference they must equal.
 pub fn reference_of(c: &LaunchConfig) -> LaunchConfig {
-    LaunchConfig {
-        spec_type: None,
-        ..c.clone()
-    }
+    c.answer_reference()
 }
 
 /// The first ok launch in `history` of `config`'s reference whose replay kept answers.
@@ -273,12 +273,12 @@ pub fn reference_replay<'a>(
         .find(|r| r.requests.iter().any(|q| q.answer.is_some()))
 }
 
-/// Each config without speculation in `history` with its first ok replay that kept answers
+/// Each config that keeps the model's answers in `history` with its first ok replay that kept answers
 /// (what [`reference_replay`] finds for it): the references a runner probes against, as the
 /// launches of a tune resumed from its journal left them.
 pub fn references(history: &[TrialOutcome]) -> Vec<(LaunchConfig, ReplayTiming)> {
     let mut out: Vec<(LaunchConfig, ReplayTiming)> = Vec::new();
-    for o in history.iter().filter(|o| o.config.spec_type.is_none()) {
+    for o in history.iter().filter(|o| !o.config.may_change_answers()) {
         if out.iter().any(|(c, _)| *c == o.config) {
             continue;
         }
@@ -289,11 +289,13 @@ pub fn references(history: &[TrialOutcome]) -> Vec<(LaunchConfig, ReplayTiming)>
     out
 }
 
-/// The check of a speculative launch's metrics against its reference in `history`, with the
-/// probes of every launch of the config there; None for a launch without `--spec-type`, or
-/// where nothing could be compared.
+/// The check of a launch's metrics against its reference in `history`, with the probes of
+/// every launch of the config there; None for a config that keeps the model's answers by
+/// construction, or where nothing could be compared.
 pub fn check(config: &LaunchConfig, m: &Metrics, history: &[TrialOutcome]) -> Option<Check> {
-    config.spec_type?;
+    if !config.may_change_answers() {
+        return None;
+    }
     let mine = m.replay.as_ref()?;
     let mut probes = mine.probes.clone();
     probes.extend(
@@ -308,9 +310,14 @@ pub fn check(config: &LaunchConfig, m: &Metrics, history: &[TrialOutcome]) -> Op
 
 /// "request 3's answer differs at token 57 (id 1234 without speculation, 987 with it)".
 pub fn divergence_phrase(d: &Divergence) -> String {
+    divergence_phrase_of(d, "speculation")
+}
+
+/// [`divergence_phrase`] naming what the launch had (`lever`: "expert reduction").
+fn divergence_phrase_of(d: &Divergence, lever: &str) -> String {
     let id = |t: Option<u32>| t.map_or("its end".to_string(), |t| format!("id {t}"));
     format!(
-        "request {}'s answer differs at token {} ({} without speculation, {} with it)",
+        "request {}'s answer differs at token {} ({} without {lever}, {} with it)",
         d.request,
         d.token,
         id(d.reference),
@@ -318,20 +325,32 @@ pub fn divergence_phrase(d: &Divergence) -> String {
     )
 }
 
-/// The [`OutcomeKind::Lossy`] verdict for a speculative launch whose greedy answers differ
-/// from the same config's without speculation; None for any other.
+/// The [`OutcomeKind::Lossy`] verdict for a launch whose greedy answers differ from the same
+/// config's without what may change them ([`LaunchConfig::answer_lever`]), or, for one lossy
+/// by design (smart expert reduction), whose answers could not be compared; None for any
+/// other.
 pub fn lossy(config: &LaunchConfig, m: &Metrics, history: &[TrialOutcome]) -> Option<Verdict> {
-    let spec = config.spec_type?;
-    let Check::Differs(d) = check(config, m, history)? else {
-        return None;
-    };
-    Some(Verdict {
-        kind: OutcomeKind::Lossy,
-        message: format!(
+    let lever = config.answer_lever()?;
+    let message = match (check(config, m, history), lever) {
+        (Some(Check::Differs(d)), AnswerLever::Speculation(spec)) => format!(
             "{}: {} at temperature 0, so it is not recommended (greedy speculation must not change a token)",
             spec.as_str(),
             divergence_phrase(&d)
         ),
+        (Some(Check::Differs(d)), _) => format!(
+            "lossy: {}: {} at temperature 0, so it is not recommended",
+            lever.name(),
+            divergence_phrase_of(&d, lever.noun())
+        ),
+        (None, _) if lever.lossy_by_design() => format!(
+            "lossy: {}: its answers could not be compared with the same config's without it, so it is not recommended",
+            lever.name()
+        ),
+        _ => return None,
+    };
+    Some(Verdict {
+        kind: OutcomeKind::Lossy,
+        message,
         evidence: Vec::new(),
     })
 }
@@ -357,6 +376,17 @@ pub fn classify(mut outcome: TrialOutcome, history: &[TrialOutcome]) -> TrialOut
 /// 0)", or where they first differ.
 pub fn check_phrase(c: &Check) -> String {
     check_phrase_against(c, "the same config's without it")
+}
+
+/// [`check_phrase`] of a launch with `lever`: a difference is named as lossy, not as a fault
+/// of speculation, where the lever is lossy by design.
+pub fn check_phrase_of(c: &Check, lever: AnswerLever) -> String {
+    match c {
+        Check::Differs(d) if lever.lossy_by_design() => {
+            format!("lossy: {}", divergence_phrase_of(d, lever.noun()))
+        }
+        _ => check_phrase(c),
+    }
 }
 
 /// [`check_phrase`] naming the reference's answers (`"A's"`).
@@ -537,6 +567,67 @@ mod tests {
             compare_with(&unprobed, &reference, &mine.probes),
             Some(Check::NearTie { .. })
         ));
+    }
+
+    /// A launch lossy by design (ik_llama.cpp's smart expert reduction) is checked like a
+    /// speculative one: `lossy` where its answers differ, named so; also where nothing kept
+    /// answers to compare with; not where they are the same. A plain config is never checked.
+    #[test]
+    fn expert_reduction_is_checked_and_lossy_where_its_answers_differ() {
+        use crate::trial::{TrialOutcome, TrialRole};
+        let plain = LaunchConfig::baseline(2048);
+        let ser = LaunchConfig {
+            engine_opts: crate::config::EngineOpts {
+                expert_reduction: Some(6),
+                ..Default::default()
+            },
+            ..plain.clone()
+        };
+        let metrics = |r: ReplayTiming| {
+            let stat = super::super::Stat::from_samples(&[1.0]).unwrap();
+            Metrics {
+                gen_tps: stat.clone(),
+                prompt_tps: stat.clone(),
+                ttft_ms: stat,
+                gen_tps_at_depth: None,
+                shapes: Vec::new(),
+                request_s: Some(0.1),
+                replay: Some(r),
+                drafts: None,
+            }
+        };
+        let launch = |c: &LaunchConfig, r: ReplayTiming| TrialOutcome {
+            kind: OutcomeKind::Ok,
+            metrics: Some(metrics(r)),
+            ..TrialOutcome::skipped(c, TrialRole::Search, "ok".into())
+        };
+        let history = vec![launch(&plain, replay(&[(1, Some(vec![5, 6, 7]))]))];
+        let differs = metrics(replay(&[(1, Some(vec![5, 9, 7]))]));
+        let v = lossy(&ser, &differs, &history).expect("its answers differ");
+        assert_eq!(v.kind, OutcomeKind::Lossy);
+        assert_eq!(
+            v.message,
+            "lossy: smart expert reduction to 6 experts: request 1's answer differs at token 2 \
+             (id 6 without expert reduction, id 9 with it) at temperature 0, so it is not \
+             recommended"
+        );
+        let same = metrics(replay(&[(1, Some(vec![5, 6, 7]))]));
+        assert!(lossy(&ser, &same, &history).is_none());
+        // Nothing to compare with: not ranked either (speculation is, its answers the model's).
+        let v = lossy(&ser, &same, &[]).expect("unchecked");
+        assert!(v.message.contains("could not be compared"), "{}", v.message);
+        let spec = LaunchConfig {
+            spec_type: Some(crate::config::SpecType::NgramMod),
+            ..plain.clone()
+        };
+        assert!(lossy(&spec, &same, &[]).is_none());
+        assert!(lossy(&plain, &differs, &history).is_none());
+        // The references a resumed runner probes against are the plain configs only.
+        let mut both = history.clone();
+        both.push(launch(&ser, replay(&[(1, Some(vec![5, 9, 7]))])));
+        let refs = references(&both);
+        assert_eq!(refs.len(), 1);
+        assert_eq!(refs[0].0, plain);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use qtune::trial::llama_runner::LlamaServerRunner;
 use qtune::trial::{OutcomeKind, TrialOutcome, TrialRole, TrialRunner};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+use support::require;
 use support::trial::*;
 
 const CTX: u32 = 32768;
@@ -459,6 +460,125 @@ fn a_resumed_tune_probes_its_new_speculative_launches() {
     assert_lossy_and_not_recommended(spec.iter().map(|(t, _)| t), &r);
     assert!(
         support::flat(&all).contains("not lossless: request 1's answer differs at token 5"),
+        "{all}"
+    );
+}
+
+/// In `dir`: the tiny MoE (2 of 8 experts a token) with its name no longer saying it has
+/// random weights (`named_real`, a real MoE model's stand-in: the fake server answers), an
+/// 8-request trace and a space with no lever of its own: ik_llama.cpp's own levers follow
+/// the search's best config.
+fn ser_setup(dir: &Path, moe: &Path, named_real: bool) -> (PathBuf, PathBuf, PathBuf) {
+    let m = dir.join("moe.gguf");
+    let mut bytes = std::fs::read(moe).unwrap();
+    if named_real {
+        let from = b"qtune synthetic";
+        let at = bytes.windows(from.len()).position(|w| w == from).unwrap();
+        bytes[at..at + from.len()].copy_from_slice(b"qtune-synthetic");
+    }
+    std::fs::write(&m, bytes).unwrap();
+    let trace = write_trace(&dir.join("session.jsonl"), 8);
+    let space = dir.join("ser.yaml");
+    std::fs::write(
+        &space,
+        "name: ser\nvary:\n  threads: [auto]\nfixed:\n  ctx: 4096\n  parallel: 1\n\
+         workload:\n  prompt_tokens: 32\n  gen_tokens: 8\n  repetitions: 1\nbudget:\n  \
+         trials: 12\n  minutes: 5\n  confirm_top: 1\n  confirm_rounds: 3\n",
+    )
+    .unwrap();
+    (m, trace, space)
+}
+
+/// A tune on the fake server as ik_llama.cpp (FAKE_IK) of a MoE model with real weights:
+/// `-ser 1,1` (smart expert reduction to one of its two experts a token) is tried as ik's own
+/// lever, answers at once where the other configs take 0.3 s a request, and its greedy
+/// answers differ at token 5 (FAKE_LOSSY_ARG). It is `lossy`, named with the first
+/// difference, its speed still said, and never recommended (issue 56). On the same model
+/// with random weights it is not tried, one line saying why.
+#[test]
+fn smart_expert_reduction_is_checked_and_never_recommended_where_lossy() {
+    let Some(moe) = require::or_skip(
+        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
+        "the tiny-qwen3moe test model (`qtune synth --test-models`)",
+    ) else {
+        return;
+    };
+    let tune = |named_real: bool| {
+        let tmp = tempfile::tempdir().unwrap();
+        let (m, trace, space) = ser_setup(tmp.path(), &moe, named_real);
+        let out = tmp.path().join("run");
+        let o = qtune()
+            .args(["tune", "--model"])
+            .arg(&m)
+            .arg("--server")
+            .arg(fake_server())
+            .arg("--space")
+            .arg(&space)
+            .arg("--workload")
+            .arg(&trace)
+            .arg("--out")
+            .arg(&out)
+            .env("QTUNE_ALLOW_BUSY", "1")
+            .env("FAKE_IK", "1")
+            .env("FAKE_MODE", "slow-ok")
+            .env("FAKE_DELAY_S", "0.3")
+            .env("FAKE_FAST_ARG", "-ser")
+            .env("FAKE_LOSSY_ARG", "-ser")
+            .env("FAKE_LOSSY_TOKEN", "5")
+            .output()
+            .unwrap();
+        let all = text(&o);
+        assert!(o.status.success(), "{all}");
+        let r: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+        (all, r)
+    };
+    let (all, r) = tune(true);
+    let ser: Vec<&serde_json::Value> = r["trials"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["config"]["engine_opts"]["expert_reduction"] == 1)
+        .collect();
+    assert!(!ser.is_empty(), "-ser was not launched:\n{all}");
+    for t in &ser {
+        assert_eq!(t["config"]["engine"], "ik_llama.cpp", "{t}");
+        assert_eq!(t["kind"], "lossy", "{t}");
+        let msg = t["message"].as_str().unwrap();
+        assert!(
+            msg.contains(
+                "smart expert reduction to 1 expert: request 1's answer differs at token 5"
+            ),
+            "{msg}"
+        );
+    }
+    let winner = &r["winner"]["config"];
+    assert!(
+        winner["engine_opts"]["expert_reduction"].is_null(),
+        "{winner}"
+    );
+    // The summary names it lossy beside its speed.
+    let flat = support::flat(&all);
+    assert!(
+        flat.contains("ik_llama.cpp smart expert reduction to 1 expert (trial")
+            && flat.contains("tok/s without it); lossy: request 1's answer differs at token 5"),
+        "{all}"
+    );
+    // Random weights: the answers mean nothing, so -ser is not tried, and the tune says why.
+    let (all, r) = tune(false);
+    assert!(
+        r["trials"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["config"]["engine_opts"]["expert_reduction"].is_null()),
+        "{all}"
+    );
+    assert!(
+        support::flat(&all).contains(
+            "ik_llama.cpp's -ser (smart expert reduction): not tried, it changes the model's \
+             answers (lossy) and the model has random weights"
+        ),
         "{all}"
     );
 }

@@ -187,6 +187,46 @@ fn compare_runs_on_the_ik_server() {
     assert_eq!(j["server_path"], ik.display().to_string());
 }
 
+/// The real ik server accepts `-ser 1,1` (smart expert reduction, issue 56) on the tiny MoE:
+/// `qtune compare` of the command with and without it launches and measures both, the second
+/// read and recorded with its expert reduction.
+#[test]
+fn the_ik_server_accepts_smart_expert_reduction() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(ik) = require::or_skip(require::ik_server(), "the real CPU ik_llama.cpp server")
+    else {
+        return;
+    };
+    let Some(model) = require::or_skip(
+        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
+        "the tiny-qwen3moe test model (`qtune synth --test-models`)",
+    ) else {
+        return;
+    };
+    let m = model_in(dir.path(), &model, "ik-ser-tiny-qwen3moe.gguf");
+    let out_dir = dir.path().join("cmp");
+    let a = format!("llama-server -m {} -c 512 -np 1 -t 1", m.display());
+    let b = format!("{a} -ser 1,1");
+    short_compare(
+        &[&a, &b, "--server", &ik.display().to_string()],
+        &out_dir,
+        &m,
+    );
+    let j = json(&out_dir.join("compare.json"));
+    let commands = j["commands"].as_array().unwrap();
+    assert_eq!(
+        commands[1]["config"]["engine_opts"]["expert_reduction"], 1,
+        "{}",
+        commands[1]
+    );
+    for r in j["rounds"].as_array().unwrap() {
+        for l in r["launches"].as_array().unwrap() {
+            assert_eq!(l["outcome"], "ok", "{l}");
+            assert!(l["gen_tps"].as_f64().unwrap() > 0.0, "{l}");
+        }
+    }
+}
+
 /// `qtune compare ARGS` of two rounds of one short request each, into `out_dir`; it must
 /// succeed and leave no server of model `m` behind. Its output.
 fn short_compare(args: &[&str], out_dir: &Path, m: &Path) -> String {
@@ -421,7 +461,10 @@ fn engine_both_races_llama_cpp_and_ik() {
     );
     assert!(text.contains("ik_llama.cpp's -rtr: not tried"), "{text}");
     assert!(
-        text.contains("-ser (smart expert reduction): not tried, it is lossy"),
+        support::flat(&text).contains(
+            "-ser (smart expert reduction): not tried, it changes the model's answers (lossy) \
+             and the model has random weights"
+        ),
         "{text}"
     );
     let journal = std::fs::read_to_string(run.join("journal.jsonl")).unwrap();

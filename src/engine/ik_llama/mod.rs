@@ -10,8 +10,10 @@
 //! - `-fa` takes `on`, `off` (and `auto`, read as `on`; on is its default);
 //! - there is no `--no-op-offload` (its `-op` is a per-op policy), no
 //!   `--checkpoint-min-step`, no `-kvu`/`-no-kvu`, and no `-sm row`/`tensor`;
-//! - fused MoE is on by default (`-no-fmoe` turns it off); `-rtr` repacks and implies no mmap.
-//!   qtune passes neither yet.
+//! - fused MoE is on by default (`-no-fmoe` turns it off); `-rtr` repacks and implies no mmap;
+//! - `-ser K,T` (smart expert reduction): past the top K routed experts of a token, an expert
+//!   whose router weight is below T times the top one's is skipped (`ggml_argsort_thresh`), so
+//!   `K,1` computes K experts a token; `-1,0`, its default, turns it off.
 
 use super::log::LogDialect;
 use super::{BaselineInputs, Caps, Engine, EngineKind, ServerBinary};
@@ -24,8 +26,8 @@ pub mod server;
 
 /// ik's own levers, in its spellings (read from the pinned `common/common.cpp`): run-time
 /// repack, fused MoE off, the attention batch cap, smart expert reduction (lossy), huge
-/// pages. qtune passes none of them yet (issue 56, part 4); they are named here so that the
-/// seam check (`scripts/engine-seam.py`) keeps them inside `src/engine/`.
+/// pages. qtune passes the first four (issue 56, part 4; not `-thp`); they are named here so
+/// that the seam check (`scripts/engine-seam.py`) keeps them inside `src/engine/`.
 pub const OWN_FLAGS: &[&[&str]] = &[
     &["-rtr", "--run-time-repack"],
     &["-no-fmoe", "--no-fused-moe"],
@@ -90,13 +92,17 @@ impl Engine for IkLlama {
         if o.run_time_repack {
             a.push(OWN_FLAGS[0][0].to_string());
         }
+        if let Some(k) = o.expert_reduction {
+            push_pair(&mut a, OWN_FLAGS[3][0], format!("{k},{SER_THRESHOLD}"));
+        }
         a
     }
 
     /// Fused MoE off (on by default: measured, not assumed, on a MoE model); `-amb` where
     /// attention's compute buffer sits on a GPU; `-rtr` only where prompt processing stays on
     /// the GPU (its repacked layouts have no CUDA kernels, so experts on the CPU would lose
-    /// op offload's prompt speed); `-ser` never (lossy: see [`own_levers`]).
+    /// op offload's prompt speed); `-ser` where its answers can be checked (lossy: see
+    /// [`own_levers`]).
     fn own_levers(&self, c: &LaunchConfig, ctx: &super::LeverContext) -> super::OwnLevers {
         own_levers(c, ctx)
     }
@@ -235,12 +241,39 @@ pub fn own_levers(c: &LaunchConfig, ctx: &super::LeverContext) -> super::OwnLeve
             }
         ));
     }
-    out.skipped.push(
-        "ik_llama.cpp's -ser (smart expert reduction): not tried, it is lossy (it changes the model's answers) and qtune's quality guard does not measure it yet"
-            .into(),
-    );
+    match expert_reduction(ctx) {
+        Ok(k) => out.configs.push(with(&|o| o.expert_reduction = Some(k))),
+        Err(why) => out.skipped.push(format!(
+            "ik_llama.cpp's -ser (smart expert reduction): not tried, {why}"
+        )),
+    }
     out.configs.retain(|v| v != c);
     out
+}
+
+/// `-ser K,T`'s threshold qtune passes: past the top K experts every expert is below the
+/// top one's weight, so `K,1` computes exactly K experts a token.
+pub const SER_THRESHOLD: u32 = 1;
+
+/// The experts a token `-ser` keeps on this model: two fewer than the model's own, at least
+/// one; or why it is not tried. It changes the model's answers, so it is tried only where
+/// they are checked against the same config's without it ([`crate::trial::lossless`]):
+/// the launch is `lossy` where they differ (measured, never recommended).
+fn expert_reduction(ctx: &super::LeverContext) -> Result<u32, String> {
+    if !ctx.moe {
+        return Err("the model has no experts".into());
+    }
+    if let Some(why) = ctx.answers_unchecked {
+        return Err(format!("it changes the model's answers (lossy) and {why}"));
+    }
+    let k = ctx.experts_used.saturating_sub(2).max(1);
+    if k >= ctx.experts_used {
+        return Err(format!(
+            "the model computes {} a token, none to spare",
+            crate::util::count(u64::from(ctx.experts_used), "expert", "experts")
+        ));
+    }
+    Ok(k)
 }
 
 fn push_pair(a: &mut Vec<String>, k: &str, v: String) {
@@ -363,8 +396,8 @@ mod tests {
     }
 
     /// ik's own levers by the box (issue 56): fused MoE off on a MoE model, `-amb` only with a
-    /// GPU, `-rtr` only where prompt processing stays on the GPU; `-ser` always skipped as
-    /// lossy. llama.cpp has none of them (its caps lack them: the search never proposes one).
+    /// GPU, `-rtr` only where prompt processing stays on the GPU, `-ser` where the answers are
+    /// checked. llama.cpp has none of them (its caps lack them: the search never proposes one).
     #[test]
     fn iks_own_levers_follow_the_box() {
         use crate::engine::LeverContext;
@@ -383,34 +416,66 @@ mod tests {
             has_gpu: false,
             experts_on_cpu: false,
             moe: true,
+            experts_used: 8,
+            answers_unchecked: None,
         };
-        assert_eq!(args(&cpu), vec!["-no-fmoe"]);
+        assert_eq!(args(&cpu), vec!["-no-fmoe", "-ser 6,1"]);
         let skipped = own_levers(&c, &cpu).skipped.join("\n");
         assert!(
             skipped.contains("-amb: not tried") && skipped.contains("-rtr: not tried"),
             "{skipped}"
         );
-        assert!(
-            skipped.contains("-ser (smart expert reduction): not tried, it is lossy"),
-            "{skipped}"
-        );
+        // -ser changes the answers: not tried where they cannot be checked, saying why.
+        let unchecked = LeverContext {
+            answers_unchecked: Some("the model has random weights"),
+            ..cpu
+        };
+        assert_eq!(args(&unchecked), vec!["-no-fmoe"]);
+        assert!(own_levers(&c, &unchecked).skipped.contains(
+            &"ik_llama.cpp's -ser (smart expert reduction): not tried, it changes the model's \
+              answers (lossy) and the model has random weights"
+                .to_string()
+        ));
+        // Two fewer experts than the model's own, at least one; none where it uses one.
+        for (used, want) in [(2, Some("-ser 1,1")), (3, Some("-ser 1,1")), (1, None)] {
+            let a = args(&LeverContext {
+                experts_used: used,
+                ..cpu
+            });
+            assert_eq!(
+                a.last()
+                    .map(String::as_str)
+                    .filter(|a| a.starts_with("-ser")),
+                want
+            );
+        }
         let gpu = LeverContext {
             has_gpu: true,
             experts_on_cpu: false,
             moe: true,
+            experts_used: 8,
+            answers_unchecked: None,
         };
-        assert_eq!(args(&gpu), vec!["-no-fmoe", "-amb 512", "-rtr"]);
+        assert_eq!(args(&gpu), vec!["-no-fmoe", "-amb 512", "-rtr", "-ser 6,1"]);
         let hybrid = LeverContext {
             experts_on_cpu: true,
             ..gpu
         };
-        assert_eq!(args(&hybrid), vec!["-no-fmoe", "-amb 512"]);
+        assert_eq!(args(&hybrid), vec!["-no-fmoe", "-amb 512", "-ser 6,1"]);
         assert!(own_levers(&c, &hybrid)
             .skipped
             .join(" ")
             .contains("no CUDA kernels"));
-        let dense = LeverContext { moe: false, ..gpu };
-        assert!(!args(&dense).contains(&"-no-fmoe".to_string()));
+        let dense = LeverContext {
+            moe: false,
+            experts_used: 0,
+            ..gpu
+        };
+        assert_eq!(args(&dense), vec!["-amb 512", "-rtr"]);
+        assert!(own_levers(&c, &dense).skipped.contains(
+            &"ik_llama.cpp's -ser (smart expert reduction): not tried, the model has no experts"
+                .to_string()
+        ));
         // llama.cpp has none of ik's levers: such a config is not proposed on it.
         let on_llama = LaunchConfig {
             engine: EngineKind::LlamaCpp,

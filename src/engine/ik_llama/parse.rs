@@ -1,7 +1,7 @@
 //! An ik_llama.cpp command as qtune renders it ([`super::IkLlama`]'s `server_args`) read back
 //! into a [`LaunchConfig`]: its own spellings turned into llama.cpp's (`--fit` /
 //! `--fit-margin`, `--no-mmap` / `--mlock`), read by llama.cpp's parser, then its own levers
-//! (`-no-fmoe`, `-amb`, `-rtr`) set on the config.
+//! (`-no-fmoe`, `-amb`, `-rtr`, `-ser`) set on the config.
 
 use super::OWN_FLAGS;
 use crate::config::{EngineKind, LaunchConfig};
@@ -40,6 +40,10 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
             }
             _ if is(a, 1) => opts.no_fused_moe = true,
             _ if is(a, 0) => opts.run_time_repack = true,
+            _ if is(a, 3) => {
+                opts.expert_reduction = parse_ser(a, &value()?)?;
+                i += 1;
+            }
             _ if is(a, 2) => {
                 let v = value()?;
                 opts.attn_max_batch = Some(
@@ -79,6 +83,21 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
     Ok(cmd)
 }
 
+/// `-ser K,T` as qtune renders it (`K,1`: K experts a token) or ik's default (`-1,0`: off);
+/// another threshold is ik's but not a setting qtune reads.
+fn parse_ser(flag: &str, v: &str) -> Result<Option<u32>, String> {
+    let bad = || format!("{flag} takes K,1 (K experts a token) or -1,0 (off), not '{v}'");
+    let (k, t) = v.split_once(',').ok_or_else(bad)?;
+    let t: f64 = t.trim().parse().map_err(|_| bad())?;
+    match k.trim().parse::<i64>().map_err(|_| bad())? {
+        k if k <= 0 && t <= 0.0 => Ok(None),
+        k if k >= 1 && t == f64::from(super::SER_THRESHOLD) => {
+            Ok(Some(u32::try_from(k).map_err(|_| bad())?))
+        }
+        _ => Err(bad()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +126,7 @@ mod tests {
                     no_fused_moe: true,
                     attn_max_batch: Some(512),
                     run_time_repack: true,
+                    expert_reduction: Some(6),
                 },
                 ..base.clone()
             },
@@ -131,6 +151,26 @@ mod tests {
             .to_vec();
         let e = IkLlama.parse_command(&bad).unwrap_err();
         assert!(e.contains("-amb takes a number"), "{e}");
+        // -ser: qtune's K,1, ik's default -1,0 (off); any other threshold is one line.
+        let ser = |v: &str| {
+            let argv: Vec<String> = format!("ik -m m -c 1 -np 1 --smart-expert-reduction {v}")
+                .split(' ')
+                .map(String::from)
+                .collect();
+            IkLlama.parse_command(&argv)
+        };
+        assert_eq!(
+            ser("4,1").unwrap().config.engine_opts.expert_reduction,
+            Some(4)
+        );
+        assert_eq!(
+            ser("-1,0").unwrap().config.engine_opts.expert_reduction,
+            None
+        );
+        for v in ["4,0.5", "4", "x,1", "0,1"] {
+            let e = ser(v).unwrap_err();
+            assert!(e.contains("takes K,1 (K experts a token)"), "{v}: {e}");
+        }
         // What `qtune compare` and profiles read: ik's dialect is told from the words.
         let argv: Vec<String> =
             "llama-server -m m.gguf -c 2048 -np 1 --fit --fit-margin 512 -no-fmoe"

@@ -352,8 +352,9 @@ impl LlamaServerRunner {
         });
         let want = crate::trial::lossless::reference_of(config);
         let reference = config
-            .spec_type
-            .and(self.reference_answers.iter().find(|(c, _)| *c == want))
+            .may_change_answers()
+            .then(|| self.reference_answers.iter().find(|(c, _)| *c == want))
+            .flatten()
             .map(|(_, r)| r);
         let result: Result<Result<Measured, String>, Failure> = {
             let mut exited = || proc.try_exit();
@@ -424,7 +425,7 @@ impl LlamaServerRunner {
             Ok(m) => {
                 let exit = proc.stop(STOP_GRACE);
                 if let Some(r) = m.metrics.replay.as_ref().filter(|r| {
-                    config.spec_type.is_none()
+                    !config.may_change_answers()
                         && r.requests.iter().any(|q| q.answer.is_some())
                         && !self.reference_answers.iter().any(|(c, _)| c == config)
                 }) {

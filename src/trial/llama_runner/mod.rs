@@ -82,8 +82,8 @@ pub struct LlamaServerRunner {
     busy: super::phase::BusyNote,
     /// A tune of a random-weight model ([`Self::with_random_weights`]).
     random_weights: bool,
-    /// The first replay with kept answers of each config without speculation: where a
-    /// speculative launch's answers leave them, its server is probed for a near-tie
+    /// The first replay with kept answers of each config that keeps the model's answers: where
+    /// the answers of a launch that may change them leave them, its server is probed for a near-tie
     /// ([`crate::trial::lossless::probe`]) before it stops.
     reference_answers: Vec<(LaunchConfig, crate::trial::replay_trace::ReplayTiming)>,
 }
