@@ -326,9 +326,9 @@ fn divergence_phrase_of(d: &Divergence, lever: &str) -> String {
 }
 
 /// The [`OutcomeKind::Lossy`] verdict for a launch whose greedy answers differ from the same
-/// config's without what may change them ([`LaunchConfig::answer_lever`]), or, for one lossy
-/// by design (smart expert reduction), whose answers could not be compared; None for any
-/// other.
+/// config's without what may change them ([`LaunchConfig::answer_lever`]), and for every
+/// launch of a lever lossy by design (smart expert reduction), whatever its check found;
+/// None for any other.
 pub fn lossy(config: &LaunchConfig, m: &Metrics, history: &[TrialOutcome]) -> Option<Verdict> {
     let lever = config.answer_lever()?;
     let message = match (check(config, m, history), lever) {
@@ -345,6 +345,14 @@ pub fn lossy(config: &LaunchConfig, m: &Metrics, history: &[TrialOutcome]) -> Op
         (None, _) if lever.lossy_by_design() => format!(
             "lossy: {}: its answers could not be compared with the same config's without it, so it is not recommended",
             lever.name()
+        ),
+        // Answers that matched do not make a lever that drops experts lossless: they matched on
+        // these few requests, or the server did not apply it (ik_llama.cpp 0.1.5 parses -ser
+        // and leaves it out of its expert selection). Named, measured, never recommended.
+        (Some(c), _) if lever.lossy_by_design() => format!(
+            "lossy: {}: {}, yet it drops experts by design, so it is not recommended",
+            lever.name(),
+            check_phrase(&c)
         ),
         _ => return None,
     };
@@ -611,8 +619,18 @@ mod tests {
              (id 6 without expert reduction, id 9 with it) at temperature 0, so it is not \
              recommended"
         );
+        // Answers that matched (a server that did not apply it, or too few requests to show
+        // it) do not make it lossless: still lossy, saying what the check found.
         let same = metrics(replay(&[(1, Some(vec![5, 6, 7]))]));
-        assert!(lossy(&ser, &same, &history).is_none());
+        let v = lossy(&ser, &same, &history).expect("lossy by design");
+        assert_eq!(v.kind, OutcomeKind::Lossy);
+        assert!(
+            v.message
+                .contains("answers identical to the same config's without it")
+                && v.message.contains("yet it drops experts by design"),
+            "{}",
+            v.message
+        );
         // Nothing to compare with: not ranked either (speculation is, its answers the model's).
         let v = lossy(&ser, &same, &[]).expect("unchecked");
         assert!(v.message.contains("could not be compared"), "{}", v.message);
