@@ -153,6 +153,17 @@ pub fn variants(ctx: &SearchContext, best: &LaunchConfig) -> (Vec<LaunchConfig>,
     (out, skipped)
 }
 
+/// Another engine's translation of the search's best placed one block further (its own
+/// boundary: [`super::strategy::QtuneSearch`] asks for it when the translation ran out of
+/// memory), then that engine's own levers on it.
+pub fn placed_further(ctx: &SearchContext, failed: &LaunchConfig, n: u32) -> Vec<LaunchConfig> {
+    let moved = failed.clone().with_experts_on_cpu(n);
+    let levers = crate::engine::of(moved.engine)
+        .own_levers(&moved, &lever_context(ctx, &moved))
+        .configs;
+    std::iter::once(moved).chain(levers).collect()
+}
+
 /// What an engine's own levers need to know of the box, the model, the workload and the
 /// config.
 fn lever_context(ctx: &SearchContext, c: &LaunchConfig) -> crate::engine::LeverContext {

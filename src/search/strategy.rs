@@ -292,6 +292,7 @@ impl QtuneSearch {
                         self.variant_configs = v.iter().cloned().collect();
                         self.variants = Some(v);
                     }
+                    self.place_other_engine_further(ctx);
                     let room = self.launches() + Self::race_reserve(ctx) < ctx.space.budget.trials
                         && self.elapsed_s(ctx.clock.as_ref())
                             < ctx.space.budget.minutes * 60.0 * 0.75;

@@ -625,3 +625,81 @@ fn the_speed_models_pick_is_launched_first_and_raced_unless_measured_clearly_slo
         }
     }
 }
+
+/// ik_llama.cpp raced beside llama.cpp (issue 56) where ik's buffers are larger: the search's
+/// best config, translated to ik, runs out of memory at llama.cpp's boundary. ik's own
+/// boundary is then found (one more CPU block at a time) before its own levers are measured,
+/// and none of them is launched on a placement ik could not hold.
+#[test]
+fn another_engine_that_needs_more_room_is_placed_at_its_own_boundary() {
+    use qtune::config::EngineKind;
+    let mut ctx = context(15_800.0);
+    ctx.space.fixed.also_engines = vec![EngineKind::IkLlama];
+    ctx.space.budget.trials = 30;
+    ctx.space.budget.minutes = 60.0;
+    // ik holds two blocks' experts fewer on the GPU than llama.cpp.
+    const IK_EXTRA: u32 = 2;
+    let llama = ctx.clone();
+    let mut on_llama = landscape_fn(&llama, 0);
+    let runner = ReplayRunner::from_fn(move |c: &LaunchConfig| {
+        if c.engine != EngineKind::IkLlama {
+            return on_llama(c);
+        }
+        let Some(n) = c.n_cpu_moe else {
+            return ReplayAnswer::Ok {
+                gen_tps: 38.0,
+                prompt_tps: 280.0,
+                peak_vram_mib: Some(14_000),
+            };
+        };
+        let as_llama = LaunchConfig {
+            engine: EngineKind::LlamaCpp,
+            engine_opts: Default::default(),
+            ..c.clone()
+        };
+        if n < true_boundary(&llama, &as_llama, 0) + IK_EXTRA {
+            return ReplayAnswer::Fail(OutcomeKind::OomLoad);
+        }
+        ReplayAnswer::Ok {
+            gen_tps: 80.0,
+            prompt_tps: 900.0,
+            peak_vram_mib: Some(15_000),
+        }
+    });
+    let search = run_search(ctx.clone(), Box::new(runner), Vec::new(), None).unwrap();
+    let ik: Vec<_> = search
+        .history
+        .iter()
+        .filter(|o| o.role == TrialRole::Search && o.config.engine == EngineKind::IkLlama)
+        .collect();
+    for o in &ik {
+        println!(
+            "{} {} {}",
+            o.kind.as_str(),
+            o.config.n_cpu_moe.unwrap_or(0),
+            o.config.label()
+        );
+    }
+    let first = ik.first().expect("the best config was tried on ik");
+    let n = first.config.n_cpu_moe.expect("an explicit placement");
+    assert!(
+        first.kind.is_memory_failure(),
+        "at llama.cpp's boundary ik runs out of memory"
+    );
+    let ran = ik
+        .iter()
+        .find(|o| o.kind.is_ok())
+        .expect("ik ran at its own boundary");
+    assert_eq!(ran.config.n_cpu_moe, Some(n + IK_EXTRA));
+    assert!(
+        ik.iter()
+            .filter(|o| o.config.engine_opts != Default::default())
+            .all(|o| o.config.n_cpu_moe == Some(n + IK_EXTRA)),
+        "ik's own levers only on the placement it holds"
+    );
+    assert!(
+        ik.iter()
+            .any(|o| o.config.engine_opts != Default::default() && o.kind.is_ok()),
+        "ik's own levers measured"
+    );
+}

@@ -271,6 +271,56 @@ impl QtuneSearch {
 
     /// The variants (and the model's pick) measured so far, with their pooled speeds (ok ones
     /// only).
+    /// Another engine's translation of the best config ran out of memory or spilled: that
+    /// engine's buffers are not the first engine's, so the exploration's boundary is not its
+    /// boundary (issue 56, ik's own exploration). The same config with one more block's
+    /// experts on the CPU goes first, with the engine's own levers on it, and the levers queued
+    /// on the placement that failed are dropped (each would fail the same way). Called after
+    /// every variant; one GPU and a `--n-cpu-moe` placement, up to the space's bound.
+    pub(super) fn place_other_engine_further(&mut self, ctx: &SearchContext) {
+        let Some(last) = self.history.last() else {
+            return;
+        };
+        let c = &last.config;
+        let plain = c.engine_opts == crate::config::EngineOpts::default();
+        if last.role != TrialRole::Search
+            || c.engine == ctx.space.fixed.engine
+            || !last.kind.is_memory_failure()
+            || !plain
+            || ctx.multi_gpu()
+            || c.cpu_experts.is_some()
+            || !self.variant_configs.contains(c)
+        {
+            return;
+        }
+        let (Some(n), (_, hi)) = (c.n_cpu_moe, ctx.ncmoe_bounds()) else {
+            return;
+        };
+        if n >= hi {
+            return;
+        }
+        let further = crate::search::engines::placed_further(ctx, c, n + 1);
+        let failed = c.clone();
+        let Some(queue) = self.variants.as_mut() else {
+            return;
+        };
+        queue.retain(|v| {
+            let without_own = LaunchConfig {
+                engine_opts: Default::default(),
+                ..v.clone()
+            };
+            without_own != failed
+        });
+        let new: Vec<LaunchConfig> = further
+            .into_iter()
+            .filter(|v| !self.history.iter().any(|o| &o.config == v) && !queue.contains(v))
+            .collect();
+        for v in new.iter().rev() {
+            queue.push_front(v.clone());
+        }
+        self.variant_configs.extend(new);
+    }
+
     pub(super) fn variant_outcomes(&self) -> Vec<(LaunchConfig, Speeds)> {
         let mut out: Vec<(LaunchConfig, Speeds)> = Vec::new();
         for o in self.history.iter().filter(|o| {
