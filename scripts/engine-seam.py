@@ -38,6 +38,8 @@ strip_tests = _mod['strip_tests']
 # (`qtune tune --server`, `--rpc`; `qtune rpc serve --threads`): not one engine's spelling.
 GENERIC = {'--help', '-h', '--version', '--host', '--port', '-m', '--model', '--server', '--rpc',
            '--threads'}
+# The mark that exempts the literals starting on its line (the reason follows it).
+MARK = '// not a server flag:'
 # A server flag: lowercase after the dashes (cmake's -S, -B, -G, -D... are not the server's).
 FLAG = re.compile(r'^(--?[a-z][a-z0-9-]*)(?:$|[ =])')
 # The literals outside src/engine/ that spelled a flag when the check came (issue 56), counted
@@ -102,6 +104,11 @@ def main():
         whole = open(p).read()
         text = strip_tests(whole)
         for at, body in literals(text):
+            # A literal on a line marked `// not a server flag: WHY` is another program's flag
+            # of the same spelling (Python's `-c`), or no flag at all (a file name's `-c{ctx}`).
+            line_end = text.find('\n', at)
+            if MARK in text[text.rfind('\n', 0, at) + 1:line_end if line_end >= 0 else None]:
+                continue
             for m in word.finditer(body):
                 # The line in the file itself (test modules left in), where the text is unique.
                 found = whole.find('"' + body + '"')

@@ -32,7 +32,7 @@ pub fn llama_cpp_spelling(flag: Flag) -> &'static str {
 
 impl fmt::Display for Flag {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(llama_cpp_spelling(*self))
+        f.pad(llama_cpp_spelling(*self))
     }
 }
 
@@ -44,6 +44,8 @@ mod tests {
     #[test]
     fn a_flag_displays_as_llama_cpp_spells_it_and_ik_spells_its_own() {
         assert_eq!(Flag::NCpuMoe.to_string(), "--n-cpu-moe");
+        // Padded as a column head is.
+        assert_eq!(format!("{:>5}|", Flag::Threads), "   -t|");
         assert_eq!(LlamaCpp.spelling(Flag::FitTarget), "--fit-target");
         assert_eq!(IkLlama.spelling(Flag::FitTarget), "--fit-margin");
         assert_eq!(IkLlama.spelling(Flag::OverrideTensor), "-ot");
