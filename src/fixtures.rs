@@ -51,7 +51,7 @@ pub(crate) fn cached_wheel(spec: &str, file_prefix: &str, size: &str) -> Result<
                 ":all:",
             ])
             .arg(spec)
-            .arg("-d")
+            .arg("-d") // not a server flag: pip's
             .arg(&dl)
             .status()
             .context("cannot run pip (install python3-pip)")?;
