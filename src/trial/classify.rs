@@ -708,7 +708,19 @@ ggml/src/ggml-cuda/ggml-cuda.cu:101: CUDA error
             "{:?}",
             v.evidence
         );
-        assert!(v.message.contains("--n-cpu-moe"));
+        // Word for word as before the engine spelled the flags (issue 56).
+        assert_eq!(
+            v.message,
+            "out of memory while loading: raise --n-cpu-moe (more experts on the CPU), lower the \
+             context or quantize the KV cache"
+        );
+        let spill = classify_spill_cards(&[9000, 100], &[8000, 8000])
+            .unwrap()
+            .message;
+        assert!(
+            spill.ends_with("shift the split (-ts) toward the other card, or lower the context"),
+            "{spill}"
+        );
         let v = obs(Phase::Load, EXIT1, CUDA_KV_OOM, Failure::Exited);
         assert_eq!(v.kind, OutcomeKind::OomLoad);
     }
