@@ -10,19 +10,20 @@ shares are not an engine's (GENERIC, below). Then every string literal in the re
 a word is an error: `file:line: "literal" spells FLAG`. A third engine with other spellings is
 then an edit under src/engine/ only.
 
-Exit 1 when there is any, 0 otherwise (it prints how many spellings it checked).
+Exit 1 when there is any, 0 otherwise (it prints how many spellings it checked). There is no
+allowance: the 77 literals outside src/engine/ that spelled a flag when the check came (issue
+56) now name it through `crate::engine::Flag`, whose spelling is the engine's; a new one fails.
+A literal marked `// not a server flag: WHY` (on its line or the line above) is another
+program's flag of the same spelling (Python's `-c`, pip's and docker compose's `-d`) or no flag.
 
-Literals there when the check came are counted per flag in scripts/engine-seam-allowed.txt:
-more than counted fails, fewer asks for the count to be lowered (`--update` rewrites it).
-
-usage: scripts/engine-seam.py [SRC_DIR] [--update]
+usage: scripts/engine-seam.py [SRC_DIR]
 """
 import importlib.util
 import os
 import re
 import sys
 
-SRC = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] != '--update' else os.path.join(os.path.dirname(__file__), '..', 'src')
+SRC = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), '..', 'src')
 ENGINE = os.path.join(SRC, 'engine')
 
 # The import graph's test-module stripper: the same notion of "test code".
@@ -38,12 +39,10 @@ strip_tests = _mod['strip_tests']
 # (`qtune tune --server`, `--rpc`; `qtune rpc serve --threads`): not one engine's spelling.
 GENERIC = {'--help', '-h', '--version', '--host', '--port', '-m', '--model', '--server', '--rpc',
            '--threads'}
+# The mark that exempts the literals starting on its line (the reason follows it).
+MARK = '// not a server flag:'
 # A server flag: lowercase after the dashes (cmake's -S, -B, -G, -D... are not the server's).
 FLAG = re.compile(r'^(--?[a-z][a-z0-9-]*)(?:$|[ =])')
-# The literals outside src/engine/ that spelled a flag when the check came (issue 56), counted
-# per flag: a ratchet. More than this many of a flag is an error; fewer is said, so that the
-# count is lowered in the same commit. Not per file, so that splitting a file moves nothing.
-ALLOWED = os.path.join(os.path.dirname(__file__), 'engine-seam-allowed.txt')
 # "..." literals (escapes skipped) and raw r"..." / r#"..."# literals.
 LITERAL = re.compile(r'r(#*)"(.*?)"\1|"((?:\\.|[^"\\])*)"', re.S)
 
@@ -102,6 +101,14 @@ def main():
         whole = open(p).read()
         text = strip_tests(whole)
         for at, body in literals(text):
+            # A literal marked `// not a server flag: WHY` on the line it starts on, or on the
+            # line above, is another program's flag of the same spelling (Python's `-c`,
+            # docker compose's `-d`), or no flag at all (a file name's `-c{ctx}`).
+            start = text.rfind('\n', 0, at) + 1
+            above = text.rfind('\n', 0, max(start - 1, 0)) + 1
+            line_end = text.find('\n', at)
+            if MARK in text[above:line_end if line_end >= 0 else None]:
+                continue
             for m in word.finditer(body):
                 # The line in the file itself (test modules left in), where the text is unique.
                 found = whole.find('"' + body + '"')
@@ -109,41 +116,16 @@ def main():
                 shown = body if len(body) <= 60 else body[:57] + '...'
                 where = os.path.relpath(p, os.path.join(SRC, '..'))
                 hits.append((m.group(1), f'{where}:{line}: "{shown}" spells {m.group(1)}'))
-    count = {}
-    for f, _ in hits:
-        count[f] = count.get(f, 0) + 1
-    if '--update' in sys.argv:
-        with open(ALLOWED, 'w') as out:
-            out.write('# scripts/engine-seam.py: string literals outside src/engine/ that spell an engine\n'
-                      '# flag, per flag, as the tree had them (a ratchet: lower a count when one goes).\n')
-            for f in sorted(count):
-                out.write(f'{f} {count[f]}\n')
-        print(f'engine-seam: wrote {ALLOWED} ({len(hits)} literals)')
-        return 0
-    allowed = {}
-    if os.path.exists(ALLOWED):
-        for line in open(ALLOWED):
-            line = line.split('#')[0].split()
-            if len(line) == 2:
-                allowed[line[0]] = int(line[1])
-    over = sorted(f for f in count if count[f] > allowed.get(f, 0))
-    under = sorted(f for f in allowed if count.get(f, 0) < allowed[f])
-    for f in under:
-        print(f'engine-seam: {f} is spelled {count.get(f, 0)} times outside src/engine/, '
-              f'{allowed[f]} allowed: lower its count in {os.path.basename(ALLOWED)}')
-    if over:
-        for f in over:
-            for g, text in hits:
-                if g == f:
-                    print(text)
-        print(f'engine-seam: {", ".join(over)} spelled outside src/engine/ more often than '
-              f'{os.path.basename(ALLOWED)} allows (of {len(flags)} spellings the engines use): '
-              f'render or name the flag through crate::engine')
+    if hits:
+        for _, text in hits:
+            print(text)
+        print(f'engine-seam: {len(hits)} string literal(s) outside src/engine/ spell an engine flag '
+              f'(of {len(flags)} spellings the engines use): name the flag through '
+              f'crate::engine::Flag, or mark another program\'s flag `{MARK} WHY`')
         return 1
-    print(f'engine-seam: {len(hits)} known literals outside src/engine/ spell an engine flag '
-          f'({len(flags)} spellings checked), none new')
+    print(f'engine-seam: no literal outside src/engine/ spells an engine flag '
+          f'({len(flags)} spellings checked)')
     return 0
-
 
 if __name__ == '__main__':
     sys.exit(main())

@@ -10,7 +10,7 @@
 mod render;
 pub mod speculation;
 use crate::config::{split_shell_line, LaunchConfig};
-use crate::engine::parse_command;
+use crate::engine::{parse_command, Flag};
 use crate::objective::median;
 use crate::run::setup::FindServer;
 use crate::space::Workload;
@@ -567,7 +567,11 @@ pub fn compare(
             crate::engine::mtp::unavailable(&layout.arch, layout.details.mtp_layers, offers)
         {
             let why = why.trim_start_matches("MTP: not tried, ");
-            bail!("--spec-type draft-mtp cannot run in `{}`: {why}", p.line);
+            bail!(
+                "{} draft-mtp cannot run in `{}`: {why}",
+                Flag::SpecType,
+                p.line
+            );
         }
     }
     let meta = std::fs::metadata(&model)
@@ -617,9 +621,10 @@ pub fn compare(
             > u64::from(p.config.ctx)
         {
             bail!(
-                "the workload ({} prompt + {} generated tokens) does not fit -c {} of `{}`",
+                "the workload ({} prompt + {} generated tokens) does not fit {} {} of `{}`",
                 workload.prompt_tokens,
                 workload.gen_tokens,
+                Flag::Ctx,
                 p.config.ctx,
                 p.line
             );
@@ -755,9 +760,10 @@ fn busy_check() -> Result<()> {
     }
     if b.is_busy() {
         eprintln!(
-            "qtune: warning: the box is busy: {}: each command runs as typed, and one with more threads than the {} free cores (llama-server's default is the physical cores) will collapse; add -t {} to compare at the free cores",
+            "qtune: warning: the box is busy: {}: each command runs as typed, and one with more threads than the {} free cores (llama-server's default is the physical cores) will collapse; add {} {} to compare at the free cores",
             b.describe(),
             b.free_cores(),
+            Flag::Threads,
             b.free_cores()
         );
     }

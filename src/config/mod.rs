@@ -348,7 +348,8 @@ impl std::str::FromStr for SpecType {
             .find(|t| t.as_str() == s)
             .ok_or_else(|| {
                 format!(
-                    "--spec-type: qtune tunes ngram-mod, ngram-simple, ngram-map-k or draft-mtp (no separate draft model), not '{s}'"
+                    "{}: qtune tunes ngram-mod, ngram-simple, ngram-map-k or draft-mtp (no separate draft model), not '{s}'",
+                    Flag::SpecType
                 )
             })
     }
@@ -356,11 +357,13 @@ impl std::str::FromStr for SpecType {
 
 mod answers;
 mod engine_kind;
+mod flag;
 mod parse;
 mod placement;
 pub mod rpc;
 pub use answers::AnswerLever;
 pub use engine_kind::EngineKind;
+pub use flag::Flag;
 pub use parse::*;
 pub use placement::*;
 
@@ -621,22 +624,34 @@ impl LaunchConfig {
                 || self.n_cpu_moe.is_some()
                 || self.cpu_experts.is_some())
         {
-            return Err("--fit on cannot be combined with -ngl, --n-cpu-moe or -ot rules: fit refuses to run with placement set".into());
+            return Err(format!(
+                "{} on cannot be combined with {}, {} or {} rules: fit refuses to run with placement set",
+                Flag::Fit, Flag::GpuLayers, Flag::NCpuMoe, Flag::OverrideTensor
+            ));
         }
         if self.fit == Some(true)
             && (!self.tensor_split.is_empty()
                 || !self.gpu_experts.is_empty()
                 || matches!(self.split_mode, Some(SplitMode::Row | SplitMode::Tensor)))
         {
-            return Err("--fit on cannot be combined with -ts, -sm row|tensor or -ot rules naming a GPU: fit refuses to run with a split set".into());
+            return Err(format!(
+                "{} on cannot be combined with {}, {} row|tensor or {} rules naming a GPU: fit refuses to run with a split set",
+                Flag::Fit, Flag::TensorSplit, Flag::SplitMode, Flag::OverrideTensor
+            ));
         }
         if self.split_mode == Some(SplitMode::Tensor)
             && (self.cache_type_k.is_quantized() || self.cache_type_v.is_quantized())
         {
-            return Err("-sm tensor needs an unquantized KV cache (f16, bf16 or f32): llama-server refuses a quantized one with it".into());
+            return Err(format!(
+                "{} tensor needs an unquantized KV cache (f16, bf16 or f32): llama-server refuses a quantized one with it",
+                Flag::SplitMode
+            ));
         }
         if !self.tensor_split.is_empty() && self.tensor_split.iter().all(|&p| p == 0) {
-            return Err("-ts gives every GPU a share of 0".into());
+            return Err(format!(
+                "{} gives every GPU a share of 0",
+                Flag::TensorSplit
+            ));
         }
         let mut seen = BlockSet::default();
         for g in &self.gpu_experts {
@@ -652,7 +667,7 @@ impl LaunchConfig {
             seen = BlockSet::new(seen.iter().chain(g.blocks.iter()));
         }
         if !self.fit_target_mib.is_empty() && self.fit == Some(false) {
-            return Err("--fit-target needs --fit on".into());
+            return Err(format!("{} needs {} on", Flag::FitTarget, Flag::Fit));
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! Where the routed experts sit: block sets, partial boundary blocks, and the `-ot` rules that
 //! place them (one regex per rule).
 
+use super::Flag;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -395,7 +396,8 @@ impl CpuExperts {
         let foreign = |r: &str| {
             let r = crate::escape::excerpt(r, 80);
             format!(
-                "-ot '{r}' is not an expert placement qtune renders (blk\\.(N|M)\\.ffn_..._exps=CPU)"
+                "{} '{r}' is not an expert placement qtune renders (blk\\.(N|M)\\.ffn_..._exps=CPU)",
+                Flag::OverrideTensor
             )
         };
         let mut out = CpuExperts::default();
@@ -411,7 +413,10 @@ impl CpuExperts {
                 .and_then(|b| b.strip_suffix(')'))
             {
                 if whole {
-                    return Err("two whole-block -ot rules: qtune renders one".into());
+                    return Err(format!(
+                        "two whole-block {} rules: qtune renders one",
+                        Flag::OverrideTensor
+                    ));
                 }
                 whole = true;
                 out.blocks = parse_alternation(alt).ok_or_else(|| foreign(rule))?;
@@ -432,7 +437,10 @@ impl CpuExperts {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             if part {
-                return Err("two partial-block -ot rules: qtune renders one".into());
+                return Err(format!(
+                    "two partial-block {} rules: qtune renders one",
+                    Flag::OverrideTensor
+                ));
             }
             part = true;
             out.partial = Some(PartialBlock::new(block, cpu));
@@ -517,7 +525,12 @@ impl GpuExperts {
         let (body, dev) = rule.rsplit_once("=CUDA")?;
         let device: u32 = match dev.parse() {
             Ok(d) => d,
-            Err(_) => return Some(Err(format!("-ot '{rule}': CUDA{dev} is not a device name"))),
+            Err(_) => {
+                let ot = Flag::OverrideTensor;
+                return Some(Err(format!(
+                    "{ot} '{rule}': CUDA{dev} is not a device name"
+                )));
+            }
         };
         let blocks = body
             .strip_prefix(r"blk\.(")
@@ -527,7 +540,8 @@ impl GpuExperts {
         Some(blocks.map(|blocks| GpuExperts { device, blocks }).ok_or_else(|| {
             let rule = crate::escape::excerpt(rule, 80);
             format!(
-                "-ot '{rule}' is not an expert placement qtune renders (blk\\.(N|M)\\.ffn_..._exps=CUDAn)"
+                "{} '{rule}' is not an expert placement qtune renders (blk\\.(N|M)\\.ffn_..._exps=CUDAn)",
+                Flag::OverrideTensor
             )
         }))
     }

@@ -151,7 +151,8 @@ impl RpcExperts {
                 .ok_or_else(|| {
                     let rule = crate::escape::excerpt(rule, 80);
                     format!(
-                        "-ot '{rule}' is not an expert placement qtune renders (blk\\.(N|M)\\.ffn_..._exps=RPCn[host:port])"
+                        "{} '{rule}' is not an expert placement qtune renders (blk\\.(N|M)\\.ffn_..._exps=RPCn[host:port])",
+                        crate::config::Flag::OverrideTensor
                     )
                 }),
         )

@@ -589,3 +589,42 @@ fn the_levers_render_and_read_back_as_the_server_spells_them() {
         c.label()
     );
 }
+
+/// The refusals name their flags as llama.cpp spells them, word for word as before the flags
+/// came from the engine (issue 56).
+#[test]
+fn the_checks_refusals_read_as_before_the_engine_spelled_them() {
+    let fit = LaunchConfig::baseline(4096).with_fit_placement(512);
+    let placed = LaunchConfig {
+        n_cpu_moe: Some(3),
+        ..fit.clone()
+    };
+    assert_eq!(
+        placed.check().unwrap_err(),
+        "--fit on cannot be combined with -ngl, --n-cpu-moe or -ot rules: fit refuses to run \
+         with placement set"
+    );
+    let split = LaunchConfig {
+        tensor_split: vec![1, 1],
+        ..fit.clone()
+    };
+    assert_eq!(
+        split.check().unwrap_err(),
+        "--fit on cannot be combined with -ts, -sm row|tensor or -ot rules naming a GPU: fit \
+         refuses to run with a split set"
+    );
+    let zero = LaunchConfig {
+        tensor_split: vec![0, 0],
+        ..LaunchConfig::baseline(4096)
+    };
+    assert_eq!(
+        zero.check().unwrap_err(),
+        "-ts gives every GPU a share of 0"
+    );
+    let target = LaunchConfig {
+        fit: Some(false),
+        fit_target_mib: vec![512],
+        ..LaunchConfig::baseline(4096)
+    };
+    assert_eq!(target.check().unwrap_err(), "--fit-target needs --fit on");
+}

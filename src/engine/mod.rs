@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 pub mod answer;
 pub mod binary;
 pub mod build;
+pub mod flag;
 pub mod ik_llama;
 pub mod llama_cpp;
 pub mod log;
@@ -28,6 +29,7 @@ pub mod mtp;
 pub mod select;
 pub mod server;
 
+pub use flag::Flag;
 pub use llama_cpp::parse::{canonical_flag, FLAG_SPELLINGS};
 pub use server::ServerBinary;
 
@@ -139,6 +141,11 @@ pub struct BaselineInputs {
 pub trait Engine {
     /// The engine's name, as the user reads it (`llama.cpp`).
     fn name(&self) -> &'static str;
+
+    /// How this engine spells `flag` (llama.cpp's spelling unless it has its own).
+    fn spelling(&self, flag: Flag) -> &'static str {
+        flag::llama_cpp_spelling(flag)
+    }
 
     /// The server's flags for `config`, in a stable order: the one place flags are rendered.
     fn server_args(&self, config: &LaunchConfig) -> Vec<String>;

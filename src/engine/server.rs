@@ -1,6 +1,7 @@
 //! A server binary of any engine: run it, check it is a `llama-server` that knows every flag
 //! qtune passes to its engine, and read its version and devices. Where each engine's server is
-//! found and how it is built is the engine's own (`llama_cpp::server`, `ik_llama::server`).
+//! found and how it is built is the engine's own (`llama_cpp::server`, `ik_llama::server`),
+//! over the paths and the search order they share ([`CacheLayout`], [`locate_in`]).
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -30,6 +31,75 @@ impl Source {
             Source::Cache => "qtune's cache",
         }
     }
+}
+
+/// Where one engine keeps its pinned build in qtune's cache, `~/.cache/qtune/<folder>/`: the
+/// extracted source in `src-<tag>/`, each flavour's build in `<tag>-cpu/` or `<tag>-cuda/`, its
+/// server in that folder's `bin/`, and the stamp written once a build succeeded beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheLayout {
+    /// The engine's folder in qtune's cache (`llama.cpp`, `ik_llama.cpp`).
+    pub folder: &'static str,
+    /// The pinned source's tag in folder names (`b11434`, `0.1.5`).
+    pub tag: &'static str,
+}
+
+impl CacheLayout {
+    /// `~/.cache/qtune/<folder>`.
+    pub fn dir(&self) -> PathBuf {
+        crate::util::cache_dir().join(self.folder)
+    }
+
+    /// The extracted pinned source tree.
+    pub fn source_dir(&self) -> PathBuf {
+        self.dir().join(format!("src-{}", self.tag))
+    }
+
+    /// The build directory of a flavour (`cuda`: the CUDA build); binaries land in its `bin/`.
+    pub fn build_dir(&self, cuda: bool) -> PathBuf {
+        let flavour = if cuda { "cuda" } else { "cpu" };
+        self.dir().join(format!("{}-{flavour}", self.tag))
+    }
+
+    /// The cached server of a flavour (may not exist).
+    pub fn cached_server(&self, cuda: bool) -> PathBuf {
+        self.build_dir(cuda).join("bin").join("llama-server")
+    }
+
+    /// Written once the build of a flavour succeeded.
+    pub fn stamp(&self, cuda: bool) -> PathBuf {
+        self.build_dir(cuda).join("qtune-built")
+    }
+}
+
+/// The path the environment variable `var` names, where it names one (an empty value names
+/// none).
+pub fn named_in(var: &str) -> Option<std::ffi::OsString> {
+    std::env::var_os(var).filter(|p| !p.is_empty())
+}
+
+/// Which server an engine would use, without checking it: `explicit` (`--server`), then the
+/// one its variable `env` names (`source`: how to say so), then `on_path` on PATH where the
+/// engine looks there, then the first cached flavour `cached` finds (the CUDA build first).
+pub fn locate_in(
+    explicit: Option<&Path>,
+    (env, source): (&str, Source),
+    on_path: Option<&str>,
+    cached: impl Fn(bool) -> Option<PathBuf>,
+) -> Option<(PathBuf, Source)> {
+    if let Some(p) = explicit {
+        return Some((p.to_path_buf(), Source::Flag));
+    }
+    if let Some(p) = named_in(env) {
+        return Some((PathBuf::from(p), source));
+    }
+    if let Some(p) = on_path.and_then(find_on_path) {
+        return Some((p, Source::Path));
+    }
+    [true, false]
+        .into_iter()
+        .find_map(cached)
+        .map(|p| (p, Source::Cache))
 }
 
 /// A server version as llama.cpp names its releases: `version: 11434 (abcdef0)` (the first
@@ -256,4 +326,57 @@ pub(crate) fn help_has_flag(help: &str, flag: &str) -> bool {
         let after_ok = matches!(after, None | Some(b' ' | b',' | b'=' | b'\n' | b'\t'));
         before_ok && after_ok
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The two engines' caches: one layout each, the server and stamp in its flavour's folder.
+    #[test]
+    fn each_engine_caches_its_build_in_its_own_folder() {
+        let ik = crate::engine::ik_llama::server::CACHE;
+        let base = crate::util::cache_dir();
+        assert_eq!(ik.source_dir(), base.join("ik_llama.cpp/src-0.1.5"));
+        assert_eq!(
+            ik.cached_server(true),
+            base.join("ik_llama.cpp/0.1.5-cuda/bin/llama-server")
+        );
+        assert_eq!(
+            ik.stamp(false),
+            base.join("ik_llama.cpp/0.1.5-cpu/qtune-built")
+        );
+        let llama = crate::engine::llama_cpp::server::CACHE;
+        assert_eq!(llama.build_dir(false), base.join("llama.cpp/b11434-cpu"));
+    }
+
+    /// `--server`, then the engine's variable, then PATH where the engine looks there, then
+    /// the cache's CUDA build before its CPU one.
+    #[test]
+    fn a_server_is_located_in_order() {
+        let var = "QTUNE_TEST_LOCATE_IN_UNSET";
+        let both = |cuda: bool| Some(PathBuf::from(if cuda { "/c/cuda" } else { "/c/cpu" }));
+        let cpu_only = |cuda: bool| (!cuda).then(|| PathBuf::from("/c/cpu"));
+        let at = |e: Option<&Path>, c: &dyn Fn(bool) -> Option<PathBuf>| {
+            locate_in(e, (var, Source::IkEnv), None, c)
+        };
+        assert_eq!(
+            at(Some(Path::new("/x")), &both),
+            Some((PathBuf::from("/x"), Source::Flag))
+        );
+        assert_eq!(
+            at(None, &both),
+            Some((PathBuf::from("/c/cuda"), Source::Cache))
+        );
+        assert_eq!(
+            at(None, &cpu_only),
+            Some((PathBuf::from("/c/cpu"), Source::Cache))
+        );
+        assert_eq!(at(None, &|_| None), None);
+        // A name PATH lacks is passed over.
+        let none = locate_in(None, (var, Source::Env), Some("qtune-no-such-bin"), |_| {
+            None
+        });
+        assert_eq!(none, None);
+    }
 }

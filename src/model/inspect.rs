@@ -3,6 +3,7 @@
 use super::memory::{self, MemoryPrediction};
 use super::ModelLayout;
 use crate::config::{KvType, LaunchConfig};
+use crate::engine::Flag;
 use crate::escape::terminal;
 use crate::util::fmt_mib;
 use serde::Serialize;
@@ -199,7 +200,9 @@ pub fn render_text(r: &InspectReport) -> String {
     } else {
         let _ = writeln!(
             s,
-            "experts   none: a dense model has no expert dimension (--n-cpu-moe does nothing; placement is -ngl only) · per block {}",
+            "experts   none: a dense model has no expert dimension ({} does nothing; placement is {} only) · per block {}",
+            Flag::NCpuMoe,
+            Flag::GpuLayers,
             mib((rest + shared) / nb)
         );
     }
@@ -219,10 +222,11 @@ pub fn render_text(r: &InspectReport) -> String {
     if l.details.mtp_layers > 0 {
         let _ = writeln!(
             s,
-            "MTP       {} block{} · {} · loaded only to draft with it (--spec-type draft-mtp)",
+            "MTP       {} block{} · {} · loaded only to draft with it ({} draft-mtp)",
             l.details.mtp_layers,
             if l.details.mtp_layers == 1 { "" } else { "s" },
-            mib(l.details.mtp_bytes)
+            mib(l.details.mtp_bytes),
+            Flag::SpecType
         );
     }
     let types: Vec<String> = l
@@ -254,9 +258,9 @@ pub fn render_text(r: &InspectReport) -> String {
     }
     let _ = writeln!(s);
     let head = if l.is_moe() {
-        "--n-cpu-moe"
+        Flag::NCpuMoe.to_string()
     } else {
-        "placement"
+        "placement".to_string()
     };
     let _ = writeln!(s, "{head:>11}  {:>12}  {:>12}  fits", "VRAM", "host RAM");
     for row in &r.rows {
@@ -281,7 +285,7 @@ pub fn render_text(r: &InspectReport) -> String {
         let _ = writeln!(s);
         match (r.min_n_cpu_moe, l.is_moe()) {
             (Some(n), true) => {
-                let _ = writeln!(s, "smallest --n-cpu-moe predicted to fit: {n}");
+                let _ = writeln!(s, "smallest {} predicted to fit: {n}", Flag::NCpuMoe);
             }
             (Some(_), false) => {
                 let _ = writeln!(s, "the whole model is predicted to fit on the GPU");
@@ -298,9 +302,10 @@ pub fn render_text(r: &InspectReport) -> String {
         let ts: Vec<String> = first.tensor_split.iter().map(|v| v.to_string()).collect();
         let _ = writeln!(
             s,
-            "\n{} GPUs: -ts {} (by budget); the CPU experts are taken from each card's share, \
+            "\n{} GPUs: {} {} (by budget); the CPU experts are taken from each card's share, \
              as the search does. Per card: buffers (each card also holds its CUDA context).",
             first.card_mib.len(),
+            Flag::TensorSplit,
             ts.join(",")
         );
         let mut head = format!("{:>10}", "CPU blocks");

@@ -709,9 +709,11 @@ pub fn host_ram_refusal(pred: &MemoryPrediction, ram_available_mib: f64) -> Opti
     (pred.host_required_mib > ram_available_mib).then(|| {
         format!(
             "predicted host RAM {:.0} MiB (weights loaded or pinned in RAM, KV, buffers) is over \
-             the {:.0} MiB available: it would swap; not launched. Use --load-mode mmap, put \
+             the {:.0} MiB available: it would swap; not launched. Use {} mmap, put \
              fewer experts on the CPU, or free RAM",
-            pred.host_required_mib, ram_available_mib
+            pred.host_required_mib,
+            ram_available_mib,
+            crate::engine::Flag::LoadMode
         )
     })
 }

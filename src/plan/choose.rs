@@ -2,7 +2,7 @@
 //! one, by comparing the default space's batch and KV pairs by predicted speed.
 
 use super::*;
-use crate::engine::LaunchArgs;
+use crate::engine::{Flag, LaunchArgs};
 
 /// Predicted generation speeds within this many percent of the fastest candidate's are a tie,
 /// which predicted prompt speed breaks ([`crate::model::speed::PICK_TIE_PCT`] says why 3 %).
@@ -210,8 +210,9 @@ pub(super) fn place(
                         ),
                     };
                     cfg.place_on_gpus(p.split, p.cpu_blocks);
+                    let ts = Flag::TensorSplit;
                     reasons.push(format!(
-                        "-ts {}: the split that leaves the fullest card the most room, as the \
+                        "{ts} {}: the split that leaves the fullest card the most room, as the \
                          tune splits, on this box's card budgets ({budgets}); {experts}, so \
                          every card's predicted VRAM fits its own budget less its CUDA context \
                          and a margin ({} of room left on the fullest)",
@@ -253,8 +254,9 @@ pub(super) fn place(
             match crate::model::memory::min_n_cpu_moe_that_fits(layout, &cfg, target) {
                 Some(n) => {
                     cfg.n_cpu_moe = Some(n);
+                    let ncm = Flag::NCpuMoe;
                     reasons.push(format!(
-                        "--n-cpu-moe {n}: the fewest blocks' experts on the CPU whose predicted \
+                        "{ncm} {n}: the fewest blocks' experts on the CPU whose predicted \
                          VRAM fits {} of the {} budget (the rest: the CUDA context and a margin)",
                         crate::util::fmt_mib(target),
                         crate::util::fmt_mib(b as f64)
@@ -273,19 +275,19 @@ pub(super) fn place(
             }
             if let (Some(p), Some(n)) = (profile, p_ncmoe(profile)) {
                 if cfg.n_cpu_moe != Some(n) {
+                    let ncm = Flag::NCpuMoe;
                     reasons.push(format!(
-                        "the profile's box used --n-cpu-moe {n} with a budget of {}",
+                        "the profile's box used {ncm} {n} with a budget of {}",
                         profile_budget_mib(p)
                             .map_or("?".into(), |v| crate::util::fmt_mib(v as f64))
                     ));
                 }
             }
         }
-        Some(_) => reasons.push(
-            "dense model: nothing for --n-cpu-moe to move; placement left to the server's \
-             auto-fit"
-                .to_string(),
-        ),
+        Some(_) => reasons.push(format!(
+            "dense model: nothing for {} to move; placement left to the server's auto-fit",
+            Flag::NCpuMoe
+        )),
         None => reasons.push("no GPU on this box: CPU-only config, no placement flags".to_string()),
     }
     Placed {
@@ -304,7 +306,7 @@ pub(super) fn choice_label(c: &LaunchConfig) -> String {
         format!("{}/{} KV", c.cache_type_k, c.cache_type_v)
     };
     match (c.batch, c.ubatch) {
-        (Some(b), Some(ub)) => format!("-b {b} -ub {ub}, {kv}"),
+        (Some(b), Some(ub)) => format!("{} {b} {} {ub}, {kv}", Flag::Batch, Flag::Ubatch),
         _ => kv,
     }
 }
@@ -349,7 +351,7 @@ pub(super) fn styled_placements(
                  rest: the CUDA context and a margin)",
                 match &c.config.cpu_experts {
                     Some(e) => format!("experts of {} on the CPU", e.label()),
-                    None => format!("--n-cpu-moe {}", c.config.n_cpu_moe.unwrap_or(0)),
+                    None => format!("{} {}", Flag::NCpuMoe, c.config.n_cpu_moe.unwrap_or(0)),
                 },
                 c.style.as_str(),
                 crate::util::fmt_mib(target),
@@ -467,25 +469,29 @@ pub(super) fn choose_by_speed(
         .collect::<Vec<_>>()
         .join(", ");
     let styled = placed.len() > candidates.len();
-    let what =
-        match (styled, n_fit == placed.len()) {
-            (false, true) => format!("the {} batch/KV pairs of the 'default' space", n_fit),
-            (false, false) => format!(
-                "the {} of the 'default' space's {} batch/KV pairs that fit",
-                n_fit,
-                candidates.len()
-            ),
-            (true, all) => format!(
-            "{} (the 'default' space's {} batch/KV pairs, each placed with --n-cpu-moe and with \
+    let what = match (styled, n_fit == placed.len()) {
+        (false, true) => format!("the {} batch/KV pairs of the 'default' space", n_fit),
+        (false, false) => format!(
+            "the {} of the 'default' space's {} batch/KV pairs that fit",
+            n_fit,
+            candidates.len()
+        ),
+        (true, all) => format!(
+            "{} (the 'default' space's {} batch/KV pairs, each placed with {} and with \
              its placement styles {styles} filled to the budget)",
             if all {
                 format!("the {} configs compared", placed.len())
             } else {
-                format!("the {} of {} configs compared that fit", n_fit, placed.len())
+                format!(
+                    "the {} of {} configs compared that fit",
+                    n_fit,
+                    placed.len()
+                )
             },
-            candidates.len()
+            candidates.len(),
+            Flag::NCpuMoe
         ),
-        };
+    };
     // With placement styles compared, a choice is named by its placement too.
     let choice_label = |c: &LaunchConfig| -> String {
         if !styled {
@@ -493,7 +499,7 @@ pub(super) fn choose_by_speed(
         }
         match (&c.cpu_experts, c.n_cpu_moe) {
             (Some(e), _) => format!("experts of {} on the CPU, {}", e.label(), choice_label(c)),
-            (None, Some(n)) => format!("--n-cpu-moe {n}, {}", choice_label(c)),
+            (None, Some(n)) => format!("{} {n}, {}", Flag::NCpuMoe, choice_label(c)),
             (None, None) => choice_label(c),
         }
     };

@@ -255,7 +255,7 @@ pub fn experts_text(layout: &ModelLayout, cfg: &LaunchConfig, has_gpu: bool) -> 
 fn cpu_rule(cfg: &LaunchConfig) -> String {
     let mut parts = Vec::new();
     if let Some(n) = cfg.n_cpu_moe.filter(|&n| n > 0) {
-        parts.push(format!("--n-cpu-moe {n}"));
+        parts.push(format!("{} {n}", crate::engine::Flag::NCpuMoe));
     }
     if let Some(e) = &cfg.cpu_experts {
         parts.push(format!("experts of {}", e.label()));

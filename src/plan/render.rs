@@ -88,8 +88,9 @@ pub fn plan_text(plan: &Plan, model: &Path) -> String {
     if let Some(d) = &plan.server_default {
         let _ = writeln!(
             o,
-            "  the server's default (no flags: its own fit, {}, mmap, f16 KV, -ub 512), predicted: tg {}, pp {}",
+            "  the server's default (no flags: its own fit, {}, mmap, f16 KV, {} 512), predicted: tg {}, pp {}",
             d.placement,
+            crate::engine::Flag::Ubatch,
             d.prediction.tg.text(),
             d.prediction.pp.text()
         );

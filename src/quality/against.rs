@@ -165,7 +165,7 @@ fn cache_file(
         .join("quality")
         .join("against")
         .join(quant_key)
-        .join(format!("{reference_key}-{text_sha}-c{ctx}-n{chunks}.json"))
+        .join(format!("{reference_key}-{text_sha}-c{ctx}-n{chunks}.json")) // not a server flag: a name
 }
 
 fn load(path: &Path) -> Option<AgainstReport> {

@@ -165,7 +165,7 @@ pub(crate) fn model_key(path: &Path, fingerprint: &str, file_bytes: u64) -> Resu
 fn cache_path(model_key: &str, text_sha: &str, ctx: u32, chunks: u32) -> PathBuf {
     crate::util::cache_dir()
         .join("quality")
-        .join(format!("{model_key}-{text_sha}-c{ctx}-n{chunks}.json"))
+        .join(format!("{model_key}-{text_sha}-c{ctx}-n{chunks}.json")) // not a server flag: a name
 }
 
 /// A cache entry is reused only when its numbers are ones a measurement gives ([`plausible`]):

@@ -54,7 +54,7 @@ pub fn default_text() -> Result<PathBuf> {
     let tmp = part.path().to_path_buf();
     let script = "import ast, sys, zipfile\nsrc = zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]).decode('utf-8')\ntext = max((n.value for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Constant) and isinstance(n.value, str)), key=len)\ntext = text.replace('[', '').replace(']', '').strip() + '\\n'\nopen(sys.argv[3], 'w', encoding='utf-8').write(text)\n";
     let st = Command::new(&py)
-        .arg("-c")
+        .arg("-c") // not a server flag: Python's
         .arg(script)
         .arg(&whl)
         .arg(KJV_MEMBER)

@@ -537,6 +537,7 @@ pub fn compose_file(r: &TuneResult, host: &str, port: u16) -> Result<String> {
     let mut m = String::new();
     let _ = write!(
         m,
+        // not a server flag: docker compose's -d
         "# docker compose file written by qtune {ver}: serves {model} with the launch flags\n\
          # qtune found fastest on this machine ({label}), in the official llama.cpp server\n\
          # image at the llama.cpp build qtune tuned with ({tag}).\n\

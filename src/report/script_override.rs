@@ -28,7 +28,7 @@ pub fn tuned_flag_function(cfg: &LaunchConfig) -> String {
             continue;
         }
         i += 2;
-        if flag == "-ot" {
+        if flag == crate::engine::of(cfg.engine).spelling(crate::engine::Flag::OverrideTensor) {
             continue;
         }
         let Some(spellings) = FLAG_SPELLINGS.iter().find(|s| s[0] == flag) else {

@@ -18,8 +18,9 @@ pub fn note(c: &crate::config::LaunchConfig) -> Option<String> {
         )
     };
     Some(format!(
-        "this server answers {n} requests at once (-np {n}; {each}); a client that sends more \
+        "this server answers {n} requests at once ({} {n}; {each}); a client that sends more \
          at once waits in the server's queue until a slot is free, so let your agent run at \
-         most {n} requests (sub-agents) in parallel"
+         most {n} requests (sub-agents) in parallel",
+        crate::engine::Flag::Parallel
     ))
 }

@@ -244,7 +244,10 @@ pub fn flags(c: &crate::config::LaunchConfig) -> String {
 /// The default baseline in words; with the tune's thread cap (a busy box) where it had one.
 fn default_phrase(c: &crate::config::LaunchConfig) -> String {
     match c.threads {
-        Some(t) => format!("the bare default at -t {t} (the tune's thread cap)"),
+        Some(t) => format!(
+            "the bare default at {} {t} (the tune's thread cap)",
+            crate::engine::Flag::Threads
+        ),
         None => "the bare default".to_string(),
     }
 }

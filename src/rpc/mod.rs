@@ -7,6 +7,7 @@
 pub mod link;
 
 pub use crate::config::rpc::*;
+pub use crate::engine::llama_cpp::rpc_worker::{serve_argv, ServeOptions};
 pub use crate::hardware::rpc as probe;
 pub use crate::hardware::rpc::{addresses, head_devices, HeadDevices};
 pub use crate::trial::rpc_log::*;
@@ -96,43 +97,6 @@ pub fn bind_policy(host: &str, allow_public: bool) -> Result<Option<String>, Str
             "refusing to bind the worker to {host}: it is a public address (or every interface) and {unauth}; bind a private address (e.g. 192.168.x.y, 10.x.y.z or a VPN's), or pass --allow-public if a firewall guards it"
         )),
     }
-}
-
-/// What `qtune rpc serve` starts.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServeOptions {
-    pub host: String,
-    pub port: u16,
-    /// Device names on the worker (`-d CUDA0,CPU`); empty: every device it has.
-    pub devices: Vec<String>,
-    /// CPU threads of the worker's CPU device (`-t`); None: rpc-server's default.
-    pub threads: Option<u32>,
-    /// The local tensor cache (`-c`): a worker that has seen a large tensor before loads it
-    /// from its own disk instead of the network.
-    pub cache: bool,
-}
-
-/// The worker's command line: `ggml-rpc-server -H HOST -p PORT [-d DEVS] [-t N] [-c]`.
-pub fn serve_argv(rpc_server: &str, o: &ServeOptions) -> Vec<String> {
-    let mut a = vec![
-        rpc_server.to_string(),
-        "-H".into(),
-        o.host.clone(),
-        "-p".into(),
-        o.port.to_string(),
-    ];
-    if !o.devices.is_empty() {
-        a.push("-d".into());
-        a.push(o.devices.join(","));
-    }
-    if let Some(t) = o.threads {
-        a.push("-t".into());
-        a.push(t.to_string());
-    }
-    if o.cache {
-        a.push("-c".into());
-    }
-    a
 }
 
 /// The `qtune rpc serve` line that starts the same worker on its box (what the head's launch

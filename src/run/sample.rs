@@ -302,7 +302,10 @@ pub fn gpu_result(server: &Path, model: &Path) -> TuneResult {
             BadFlag,
             None,
             None,
-            "llama-server rejected '-fa on': error: invalid argument",
+            &format!(
+                "llama-server rejected '{} on': error: invalid argument",
+                crate::engine::Flag::FlashAttn
+            ),
         ),
         trial(
             14,

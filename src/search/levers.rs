@@ -4,7 +4,7 @@
 //!   replayed trace or the built-in session): its drafts are text the model re-emits, and
 //!   cycled filler text would fake their acceptance;
 //! - **context checkpoints** (`--checkpoint-min-step`): never on a replay, which cannot show
-//!   them ([`CHECKPOINTS_NOT_REPLAYED`]); the summary says so where the model has recurrent
+//!   them ([`checkpoints_not_replayed`]); the summary says so where the model has recurrent
 //!   layers (Qwen3.5) and the workload's prompts diverge from the cached one;
 //! - **parallel slots** (`-np N -kvu`), only where requests overlap.
 //!
@@ -99,7 +99,12 @@ pub const SYNTHETIC_MTP_COST_ONLY: &str = "MTP: measured for its cost only, not 
 /// Measured on tiny-qwen35moe (a 7,758-token ChatML history edited at its 4th of 6 user
 /// messages): 7,751 tokens re-read at the default 8,192 and 3,881 at 256 with the chat path's
 /// delimiters; 7,760 at both without them.
-pub const CHECKPOINTS_NOT_REPLAYED: &str = "context checkpoints: not tried, this replay cannot show them (llama.cpp spaces checkpoints by --checkpoint-min-step only at user messages of chat requests, and the trace holds no message delimiters for its chat template, or no chat requests); where your client edits history far back on this model, try --checkpoint-min-step 1024 by hand";
+pub fn checkpoints_not_replayed() -> String {
+    format!(
+        "context checkpoints: not tried, this replay cannot show them (llama.cpp spaces checkpoints by {cms} only at user messages of chat requests, and the trace holds no message delimiters for its chat template, or no chat requests); where your client edits history far back on this model, try {cms} 1024 by hand",
+        cms = crate::engine::Flag::CheckpointMinStep
+    )
+}
 
 /// A prompt that shares a prefix with an earlier one and leaves it more than this many tokens
 /// before the earlier one's end diverges: the server keeps a checkpoint near the end of each
@@ -212,8 +217,8 @@ pub fn propose(levers: &Levers, best: &LaunchConfig, traits: &WorkloadTraits) ->
                 "context checkpoints: not tried, no prompt of the workload diverges from the cached one".to_string(),
             );
         } else if !traits.chat_checkpoints {
-            // The replay cannot show it: see [`CHECKPOINTS_NOT_REPLAYED`].
-            plan.skipped.push(CHECKPOINTS_NOT_REPLAYED.to_string());
+            // The replay cannot show it: see [`checkpoints_not_replayed`].
+            plan.skipped.push(checkpoints_not_replayed());
         } else {
             for &n in &levers.checkpoint_min_step {
                 plan.configs.push(LaunchConfig {
@@ -359,7 +364,7 @@ mod tests {
         let p = propose(&levers(), &best, &traits);
         // Checkpoints are said, not tried: without the chat's message delimiters a replay
         // cannot show them.
-        assert_eq!(p.skipped, vec![CHECKPOINTS_NOT_REPLAYED.to_string()]);
+        assert_eq!(p.skipped, vec![checkpoints_not_replayed()]);
         let args: Vec<String> = p
             .configs
             .iter()

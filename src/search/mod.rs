@@ -238,8 +238,9 @@ pub fn tune(
     let measured = history.iter().any(|o| o.kind.is_ok());
     if let (Some(t), true) = (inputs.space.fixed.threads_cap, measured) {
         warnings.push(format!(
-            "every launch ran with at most -t {t}, the baseline included (the free cores of a busy box, or {}): on this box fewer threads than the server's default is what keeps generation from collapsing (llama.cpp's threads spin on cores other work holds), a finding, not noise; keep -t {t} while the box is this busy, or tune again on a quiet box",
-            crate::hardware::busy::MAX_THREADS_ENV
+            "every launch ran with at most {tf} {t}, the baseline included (the free cores of a busy box, or {}): on this box fewer threads than the server's default is what keeps generation from collapsing (llama.cpp's threads spin on cores other work holds), a finding, not noise; keep {tf} {t} while the box is this busy, or tune again on a quiet box",
+            crate::hardware::busy::MAX_THREADS_ENV,
+            tf = crate::engine::Flag::Threads
         ));
     }
     let mut result = TuneResult {

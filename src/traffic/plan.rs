@@ -223,11 +223,12 @@ pub fn check_context(trace: &Trace, plan: &ReplayPlan, ctx: u32) -> Result<(), T
         if p + g > u64::from(ctx) {
             return Err(TraceError(format!(
                 "request {} needs {} tokens ({} prompt + {} generated), more than the launch's \
-                 context (-c {ctx}): tune with --ctx {} or more",
+                 context ({} {ctx}): tune with --ctx {} or more",
                 r.id,
                 crate::util::fmt_thousands((p + g) as f64),
                 crate::util::fmt_thousands(p as f64),
                 crate::util::fmt_thousands(g as f64),
+                crate::engine::Flag::Ctx,
                 p + g
             )));
         }

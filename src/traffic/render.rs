@@ -115,8 +115,10 @@ pub async fn render(
     let target = match (ctx, n_ctx) {
         (Some(c), Some(n)) if c > n => bail!(
             "--ctx {c} is more than the server's context per slot ({n} tokens): no request that \
-             deep fits; give --ctx {n} or less, or start the server with a larger -c (or fewer \
-             -np)"
+             deep fits; give --ctx {n} or less, or start the server with a larger {} (or fewer \
+             {})",
+            crate::engine::Flag::Ctx,
+            crate::engine::Flag::Parallel
         ),
         (Some(c), _) => c,
         (None, Some(n)) => n,

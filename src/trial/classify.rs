@@ -4,6 +4,7 @@
 //! ggml-alloc.c, llama-model.cpp, llama-context.cpp, llama-kv-cache.cpp and common/arg.cpp).
 
 use super::OutcomeKind;
+use crate::engine::Flag;
 use std::fmt;
 
 /// Where the trial was when it failed.
@@ -285,7 +286,7 @@ pub fn classify(obs: &Observation<'_>) -> Verdict {
             if let Some(ev) = find_oom(log) {
                 return Verdict {
                     kind: OutcomeKind::OomLoad,
-                    message: "out of memory while loading (the server then hung): raise --n-cpu-moe, lower the context or quantize the KV cache".into(),
+                    message: format!("out of memory while loading (the server then hung): raise {}, lower the context or quantize the KV cache", Flag::NCpuMoe),
                     evidence: ev,
                 };
             }
@@ -306,7 +307,8 @@ pub fn classify(obs: &Observation<'_>) -> Verdict {
                 )
             } else {
                 format!(
-                    "not ready within {secs:.0} s: the model loads too slowly (disk, --no-mmap, spilling to swap?); check the log or raise the load timeout"
+                    "not ready within {secs:.0} s: the model loads too slowly (disk, {}, spilling to swap?); check the log or raise the load timeout",
+                    Flag::NoMmap
                 )
             };
             return Verdict {
@@ -349,7 +351,7 @@ pub fn classify(obs: &Observation<'_>) -> Verdict {
             if let Some(ev) = find_oom(log) {
                 return Verdict {
                     kind: OutcomeKind::OomLoad,
-                    message: "out of memory while loading: raise --n-cpu-moe (more experts on the CPU), lower the context or quantize the KV cache".into(),
+                    message: format!("out of memory while loading: raise {} (more experts on the CPU), lower the context or quantize the KV cache", Flag::NCpuMoe),
                     evidence: ev,
                 };
             }
@@ -366,7 +368,7 @@ pub fn classify(obs: &Observation<'_>) -> Verdict {
             if let Some(ev) = find_oom(runtime_log) {
                 return Verdict {
                     kind: OutcomeKind::OomRuntime,
-                    message: "loaded, then ran out of memory serving a request (compute or cuBLAS buffers): raise --n-cpu-moe or lower -ub / the context".into(),
+                    message: format!("loaded, then ran out of memory serving a request (compute or cuBLAS buffers): raise {} or lower {} / the context", Flag::NCpuMoe, Flag::Ubatch),
                     evidence: ev,
                 };
             }
@@ -425,9 +427,10 @@ pub fn classify_spill(peak_mib: u64, budget_mib: Option<u64>) -> Option<Verdict>
     Some(Verdict {
         kind: OutcomeKind::Spill,
         message: format!(
-            "peak VRAM {} over the budget {}: raise --n-cpu-moe or lower the context so the other programs on this GPU keep their memory",
+            "peak VRAM {} over the budget {}: raise {} or lower the context so the other programs on this GPU keep their memory",
             crate::util::fmt_mib(peak_mib as f64),
-            crate::util::fmt_mib(budget as f64)
+            crate::util::fmt_mib(budget as f64),
+            Flag::NCpuMoe
         ),
         evidence: vec![format!(
             "peak VRAM used by this trial: {peak_mib} MiB; budget (free VRAM at start minus headroom): {budget} MiB"
@@ -451,9 +454,10 @@ pub fn classify_spill_cards(peaks_mib: &[u64], budgets_mib: &[u64]) -> Option<Ve
     Some(Verdict {
         kind: OutcomeKind::Spill,
         message: format!(
-            "peak VRAM {} on GPU {first} over its budget {}: put more of that card's experts on the CPU, shift the split (-ts) toward the other card, or lower the context",
+            "peak VRAM {} on GPU {first} over its budget {}: put more of that card's experts on the CPU, shift the split ({}) toward the other card, or lower the context",
             fmt(peak as f64),
-            fmt(budget as f64)
+            fmt(budget as f64),
+            Flag::TensorSplit
         ),
         evidence: over
             .iter()
@@ -489,17 +493,17 @@ pub fn full_gpu_abort(
     let (kind, message) = if runtime {
         (
             OutcomeKind::OomRuntime,
-            "loaded, then the GPU ran out of memory on a request (CUDA abort with VRAM full): raise --n-cpu-moe or lower -ub / the context",
+            format!("loaded, then the GPU ran out of memory on a request (CUDA abort with VRAM full): raise {} or lower {} / the context", Flag::NCpuMoe, Flag::Ubatch),
         )
     } else {
         (
             OutcomeKind::OomLoad,
-            "the GPU ran out of memory while loading or warming up (CUDA abort with VRAM full): raise --n-cpu-moe, lower the context or quantize the KV cache",
+            format!("the GPU ran out of memory while loading or warming up (CUDA abort with VRAM full): raise {}, lower the context or quantize the KV cache", Flag::NCpuMoe),
         )
     };
     Some(Verdict {
         kind,
-        message: message.to_string(),
+        message,
         evidence: vec![
             abort.trim().to_string(),
             format!(
@@ -704,7 +708,19 @@ ggml/src/ggml-cuda/ggml-cuda.cu:101: CUDA error
             "{:?}",
             v.evidence
         );
-        assert!(v.message.contains("--n-cpu-moe"));
+        // Word for word as before the engine spelled the flags (issue 56).
+        assert_eq!(
+            v.message,
+            "out of memory while loading: raise --n-cpu-moe (more experts on the CPU), lower the \
+             context or quantize the KV cache"
+        );
+        let spill = classify_spill_cards(&[9000, 100], &[8000, 8000])
+            .unwrap()
+            .message;
+        assert!(
+            spill.ends_with("shift the split (-ts) toward the other card, or lower the context"),
+            "{spill}"
+        );
         let v = obs(Phase::Load, EXIT1, CUDA_KV_OOM, Failure::Exited);
         assert_eq!(v.kind, OutcomeKind::OomLoad);
     }

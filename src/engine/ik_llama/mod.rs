@@ -45,6 +45,13 @@ impl Engine for IkLlama {
         "ik_llama.cpp"
     }
 
+    fn spelling(&self, flag: crate::engine::Flag) -> &'static str {
+        match flag {
+            crate::engine::Flag::FitTarget => "--fit-margin",
+            f => crate::engine::flag::llama_cpp_spelling(f),
+        }
+    }
+
     fn server_args(&self, c: &LaunchConfig) -> Vec<String> {
         let mut a: Vec<String> = Vec::new();
         let mut push = |k: &str, v: String| {

@@ -11,7 +11,7 @@ use crate::engine::build::{
     build_tools, cuda_architectures, ensure_sdist_source, find_nvcc, require_tool,
     run_build_with_progress, run_configure, SdistSource,
 };
-use crate::engine::server::{check, ServerBinary, Source};
+use crate::engine::server::{check, locate_in, CacheLayout, ServerBinary, Source};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -27,19 +27,26 @@ pub const REQUIRED_FLAGS: [&str; 4] = ["--n-cpu-moe", "--fit-margin", "-ctk", "-
 /// The environment variable naming an ik_llama.cpp server.
 pub const ENV: &str = "QTUNE_IK_SERVER";
 
-/// `~/.cache/qtune/ik_llama.cpp`, beside llama.cpp's.
+/// Where qtune's cache keeps the pinned build: `~/.cache/qtune/ik_llama.cpp/0.1.5-{cpu,cuda}`,
+/// beside llama.cpp's.
+pub const CACHE: CacheLayout = CacheLayout {
+    folder: "ik_llama.cpp",
+    tag: VERSION,
+};
+
+/// `~/.cache/qtune/ik_llama.cpp`.
 pub fn dir() -> PathBuf {
-    crate::util::cache_dir().join("ik_llama.cpp")
+    CACHE.dir()
 }
 
 /// The extracted vendored tree.
 pub fn source_dir() -> PathBuf {
-    dir().join(format!("src-{VERSION}"))
+    CACHE.source_dir()
 }
 
 /// The build directory of a flavour (`cuda`: the CUDA build); the server lands in its `bin/`.
 pub fn build_dir_of(cuda: bool) -> PathBuf {
-    dir().join(format!("{VERSION}-{}", if cuda { "cuda" } else { "cpu" }))
+    CACHE.build_dir(cuda)
 }
 
 /// The CPU build directory.
@@ -49,7 +56,7 @@ pub fn build_dir() -> PathBuf {
 
 /// The cached server of a flavour (may not exist, or be half-built: see [`is_built_of`]).
 pub fn cached_server_of(cuda: bool) -> PathBuf {
-    build_dir_of(cuda).join("bin").join("llama-server")
+    CACHE.cached_server(cuda)
 }
 
 /// The cached CPU server.
@@ -59,7 +66,7 @@ pub fn cached_server() -> PathBuf {
 
 /// Written once the build of a flavour succeeded.
 fn stamp(cuda: bool) -> PathBuf {
-    build_dir_of(cuda).join("qtune-built")
+    CACHE.stamp(cuda)
 }
 
 /// Whether the cached server of a flavour was built to the end.
@@ -75,17 +82,10 @@ pub fn is_built() -> bool {
 /// Which ik_llama.cpp server would be used, without checking it: `--server`, then
 /// `QTUNE_IK_SERVER`, then qtune's cache.
 pub fn locate(explicit: Option<&Path>) -> Option<(PathBuf, Source)> {
-    if let Some(p) = explicit {
-        return Some((p.to_path_buf(), Source::Flag));
-    }
-    if let Some(p) = std::env::var_os(ENV).filter(|p| !p.is_empty()) {
-        return Some((PathBuf::from(p), Source::IkEnv));
-    }
-    // The CUDA build first, as llama.cpp's cache is looked at.
-    [true, false]
-        .into_iter()
-        .find(|&cuda| is_built_of(cuda))
-        .map(|cuda| (cached_server_of(cuda), Source::Cache))
+    // No PATH: a `llama-server` there is llama.cpp's as often as not.
+    locate_in(explicit, (ENV, Source::IkEnv), None, |cuda| {
+        is_built_of(cuda).then(|| cached_server_of(cuda))
+    })
 }
 
 /// Find and check the ik_llama.cpp server: it must be ik_llama.cpp's.

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 pub mod auto;
 pub mod parse;
+pub mod rpc_worker;
 pub mod server;
 
 /// Lines that mean llama-server rejected its command line.

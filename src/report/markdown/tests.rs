@@ -24,7 +24,7 @@ fn gpu_report_has_the_commands_every_trial_and_the_emulated_card_note() {
         Path::new("/m/it's.gguf"),
     );
     let r = sample::gpu_result(srv, model);
-    let md = render(&r, &super::super::plots::PLOTS);
+    let md = render(&r, &*super::super::plots::PLOTS);
     let w = r.winner.as_ref().unwrap();
     assert!(md.contains(&format!("```sh\n{}\n```", shell_line(&w.command))));
     let base = LaunchConfig::baseline(8192).command(srv, model, DEFAULT_HOST, DEFAULT_PORT);

@@ -46,16 +46,23 @@ pub struct RenderedPlot {
     pub png: Vec<u8>,
 }
 
-/// The plots' stems and titles, in report order.
-pub const PLOTS: [(&str, &str); 4] = [
-    (
-        "plot-objective",
-        "Time per request per workload: reference against pick",
-    ),
-    ("plot-vram", "Generation speed vs peak VRAM"),
-    ("plot-tg-pp", "Generation vs prompt speed"),
-    ("plot-ncmoe", "Speed and peak VRAM across --n-cpu-moe"),
-];
+/// The plots' stems and titles, in report order (a title that names a flag has it spelled by
+/// the engine, once).
+pub static PLOTS: std::sync::LazyLock<[(&str, &str); 4]> = std::sync::LazyLock::new(|| {
+    let ncmoe = format!(
+        "Speed and peak VRAM across {}",
+        crate::engine::Flag::NCpuMoe
+    );
+    [
+        (
+            "plot-objective",
+            "Time per request per workload: reference against pick",
+        ),
+        ("plot-vram", "Generation speed vs peak VRAM"),
+        ("plot-tg-pp", "Generation vs prompt speed"),
+        ("plot-ncmoe", Box::leak(ncmoe.into_boxed_str())),
+    ]
+});
 
 const W: u32 = 1200;
 /// Axis text for `--n-cpu-moe` (plotters' glyph layout merges the two leading hyphens).
@@ -424,9 +431,12 @@ impl PlotData {
             }),
             "plot-tg-pp" if self.points.is_empty() => Some("no trial completed".into()),
             "plot-ncmoe" if !self.has_ncmoe() => Some(if self.has_gpu {
-                "this run did not vary --n-cpu-moe (a dense model, or a space without it)".into()
+                format!(
+                    "this run did not vary {} (a dense model, or a space without it)",
+                    crate::engine::Flag::NCpuMoe
+                )
             } else {
-                "no GPU, so --n-cpu-moe was not varied".into()
+                format!("no GPU, so {} was not varied", crate::engine::Flag::NCpuMoe)
             }),
             _ => None,
         }
@@ -460,7 +470,7 @@ pub fn render_all(r: &TuneResult) -> Result<Vec<RenderedPlot>> {
     ensure_font()?;
     let d = PlotData::from_result(r);
     let mut out = Vec::new();
-    for (stem, title) in PLOTS {
+    for (stem, title) in *PLOTS {
         if d.empty_because(stem).is_some() {
             continue;
         }

@@ -34,9 +34,11 @@ pub fn first_launches(ctx: &SearchContext) -> Vec<PlannedLaunch> {
         out.push(PlannedLaunch {
             role: TrialRole::SecondBaseline,
             config: second,
-            why: "the best command you could type without qtune (--fit-target <headroom>): \
-                  the better of the two baselines is the reference"
-                .to_string(),
+            why: format!(
+                "the best command you could type without qtune ({} <headroom>): the better of \
+                 the two baselines is the reference",
+                crate::engine::Flag::FitTarget
+            ),
         });
     }
     // `--engine both`: every other engine's baselines, once each, as the tune launches them.

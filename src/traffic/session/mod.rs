@@ -177,7 +177,7 @@ fn stdlib_dir_with(py: &std::ffi::OsStr) -> Result<PathBuf> {
     let shown = PathBuf::from(&py).display().to_string();
     let o = std::process::Command::new(py)
         .args([
-            "-c",
+            "-c", // not a server flag: Python's
             "import sysconfig; print(sysconfig.get_paths()['stdlib'])",
         ])
         .stdin(std::process::Stdio::null())

@@ -104,7 +104,8 @@ impl LlamaServerRunner {
             return Draft::from_verdict(Verdict {
                 kind: OutcomeKind::BadFlag,
                 message: format!(
-                    "the workload needs {need} tokens of context but this config has -c {}: raise the context or shorten the workload",
+                    "the workload needs {need} tokens of context but this config has {} {}: raise the context or shorten the workload",
+                    crate::engine::Flag::Ctx,
                     config.ctx
                 ),
                 evidence: Vec::new(),
