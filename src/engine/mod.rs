@@ -222,6 +222,12 @@ pub trait Engine {
         raw.to_string()
     }
 
+    /// Whether a server's `--version` (`raw`) is qtune's own build of this engine's pinned
+    /// source. False by default.
+    fn is_pinned_build(&self, _raw: &str) -> bool {
+        false
+    }
+
     /// A server's version in words (`b11434`).
     fn version_text(&self, raw: &str) -> String {
         server::short_version(raw)
@@ -264,6 +270,9 @@ pub struct LeverContext {
     /// Why the model's answers cannot be checked against a reference's on this tune (random
     /// weights, no replayed answers): a lever that changes them is not tried. None: they can.
     pub answers_unchecked: Option<&'static str>,
+    /// The server is qtune's own build of the engine's pinned source
+    /// ([`Engine::is_pinned_build`]): a lever that build parses but does not apply is not tried.
+    pub pinned_build: bool,
 }
 
 /// [`Engine::own_levers`]: the configs to measure, and the levers skipped with their reason.

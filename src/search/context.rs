@@ -34,6 +34,9 @@ pub struct SearchContext {
     pub gpus: Vec<crate::hardware::GpuBudget>,
     /// What the workload can show, for the levers past placement ([`crate::search::levers`]).
     pub workload_traits: crate::search::levers::WorkloadTraits,
+    /// Each engine's server as its `--version` reads (the tune's first, then the others it
+    /// races): what an engine's own levers can do depends on its build.
+    pub server_versions: Vec<(crate::config::EngineKind, String)>,
 }
 
 impl SearchContext {

@@ -173,6 +173,10 @@ fn lever_context(ctx: &SearchContext, c: &LaunchConfig) -> crate::engine::LeverC
         moe: ctx.layout.is_moe(),
         experts_used: ctx.layout.n_experts_used,
         answers_unchecked: answers_unchecked(&ctx.workload_traits),
+        pinned_build: ctx
+            .server_versions
+            .iter()
+            .any(|(e, v)| *e == c.engine && crate::engine::of(*e).is_pinned_build(v)),
     }
 }
 

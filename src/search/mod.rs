@@ -128,6 +128,17 @@ pub fn context(
             }
             traits
         },
+        server_versions: std::iter::once((
+            inputs.space.fixed.engine,
+            inputs.server_version.clone(),
+        ))
+        .chain(
+            inputs
+                .engine_servers
+                .iter()
+                .map(|s| (s.engine, s.version.clone())),
+        )
+        .collect(),
     }
 }
 

@@ -601,6 +601,7 @@ mod tests {
             gpus: Vec::new(),
             speed: None,
             workload_traits: Default::default(),
+            server_versions: Vec::new(),
         }
     }
 

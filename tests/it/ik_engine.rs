@@ -462,8 +462,8 @@ fn engine_both_races_llama_cpp_and_ik() {
     assert!(text.contains("ik_llama.cpp's -rtr: not tried"), "{text}");
     assert!(
         support::flat(&text).contains(
-            "-ser (smart expert reduction): not tried, it changes the model's answers (lossy) \
-             and the model has random weights"
+            "-ser (smart expert reduction): not tried, qtune's build of ik-llama-cpp-python \
+             0.1.5 parses it but does not apply it"
         ),
         "{text}"
     );

@@ -194,8 +194,12 @@ impl Engine for IkLlama {
 
     /// qtune's build has no build number, and reads as its source package
     /// (`ik-llama-cpp-python 0.1.5`).
+    fn is_pinned_build(&self, raw: &str) -> bool {
+        raw.contains(server::VERSION_TAG)
+    }
+
     fn version_text(&self, raw: &str) -> String {
-        if raw.contains(server::VERSION_TAG) {
+        if self.is_pinned_build(raw) {
             return server::SDIST.replace("==", " ");
         }
         super::server::short_version(raw)
@@ -269,6 +273,15 @@ pub const SER_THRESHOLD: u32 = 1;
 fn expert_reduction(ctx: &super::LeverContext) -> Result<u32, String> {
     if !ctx.moe {
         return Err("the model has no experts".into());
+    }
+    if ctx.pinned_build {
+        // src/llama-build-context.cpp: the ggml_top_k_thresh call that applies it is commented
+        // out of the MoE graph; every expert a token is computed whatever -ser says.
+        return Err(format!(
+            "qtune's build of {} parses it but does not apply it (its MoE graph leaves the \
+             call out), so it would change nothing",
+            server::SDIST.replace("==", " ")
+        ));
     }
     if let Some(why) = ctx.answers_unchecked {
         return Err(format!("it changes the model's answers (lossy) and {why}"));
@@ -425,6 +438,7 @@ mod tests {
             moe: true,
             experts_used: 8,
             answers_unchecked: None,
+            pinned_build: false,
         };
         assert_eq!(args(&cpu), vec!["-no-fmoe", "-ser 6,1"]);
         let skipped = own_levers(&c, &cpu).skipped.join("\n");
@@ -443,6 +457,20 @@ mod tests {
               answers (lossy) and the model has random weights"
                 .to_string()
         ));
+        // qtune's build of 0.1.5 parses -ser and leaves it out of its MoE graph: not tried.
+        let pinned = LeverContext {
+            pinned_build: true,
+            ..cpu
+        };
+        assert_eq!(args(&pinned), vec!["-no-fmoe"]);
+        assert!(own_levers(&c, &pinned).skipped.contains(
+            &"ik_llama.cpp's -ser (smart expert reduction): not tried, qtune's build of \
+              ik-llama-cpp-python 0.1.5 parses it but does not apply it (its MoE graph leaves \
+              the call out), so it would change nothing"
+                .to_string()
+        ));
+        assert!(IkLlama.is_pinned_build("version: 0 (ik-llama-cpp-python-0.1.5)"));
+        assert!(!IkLlama.is_pinned_build("version: 4012 (abc123)"));
         // Two fewer experts than the model's own, at least one; none where it uses one.
         for (used, want) in [(2, Some("-ser 1,1")), (3, Some("-ser 1,1")), (1, None)] {
             let a = args(&LeverContext {
@@ -462,6 +490,7 @@ mod tests {
             moe: true,
             experts_used: 8,
             answers_unchecked: None,
+            pinned_build: false,
         };
         assert_eq!(args(&gpu), vec!["-no-fmoe", "-amb 512", "-rtr", "-ser 6,1"]);
         let hybrid = LeverContext {

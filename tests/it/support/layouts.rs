@@ -62,5 +62,6 @@ pub fn one_gpu_context(
         gpus: Vec::new(),
         workload_traits: Default::default(),
         speed: None,
+        server_versions: Vec::new(),
     }
 }
