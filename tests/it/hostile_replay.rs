@@ -497,10 +497,7 @@ fn ser_setup(dir: &Path, moe: &Path, named_real: bool) -> (PathBuf, PathBuf, Pat
 /// with random weights it is not tried, one line saying why.
 #[test]
 fn smart_expert_reduction_is_checked_and_never_recommended_where_lossy() {
-    let Some(moe) = require::or_skip(
-        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
-        "the tiny-qwen3moe test model (`qtune synth --test-models`)",
-    ) else {
+    let Some(moe) = require::tiny_qwen3moe() else {
         return;
     };
     let tune = |named_real: bool| {

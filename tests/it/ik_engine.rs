@@ -197,10 +197,7 @@ fn the_ik_server_accepts_smart_expert_reduction() {
     else {
         return;
     };
-    let Some(model) = require::or_skip(
-        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
-        "the tiny-qwen3moe test model (`qtune synth --test-models`)",
-    ) else {
+    let Some(model) = require::tiny_qwen3moe() else {
         return;
     };
     let m = model_in(dir.path(), &model, "ik-ser-tiny-qwen3moe.gguf");
@@ -308,10 +305,7 @@ fn a_short_tune_runs_on_the_ik_server() {
     else {
         return;
     };
-    let Some(model) = require::or_skip(
-        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
-        "the tiny-qwen3moe test model (`qtune synth --test-models`)",
-    ) else {
+    let Some(model) = require::tiny_qwen3moe() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

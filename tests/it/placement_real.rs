@@ -20,10 +20,7 @@ use std::time::{Duration, Instant};
 
 fn setup() -> Option<(PathBuf, PathBuf)> {
     let server = require::or_skip(require::server(), "the real CPU llama-server")?;
-    let model = require::or_skip(
-        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
-        "the tiny-qwen3moe fixture",
-    )?;
+    let model = require::tiny_qwen3moe()?;
     Some((server, model))
 }
 

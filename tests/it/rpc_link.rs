@@ -107,10 +107,7 @@ fn a_compare_across_a_slow_link_runs_and_the_proxy_holds_its_rate() {
         return;
     };
     let bin: PathBuf = server.with_file_name("ggml-rpc-server");
-    let Some(model) = support::require::or_skip(
-        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
-        "the test model (`qtune synth --test-models` prepares it)",
-    ) else {
+    let Some(model) = support::require::tiny_qwen3moe() else {
         return;
     };
     assert!(

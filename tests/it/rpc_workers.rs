@@ -247,10 +247,7 @@ fn trials(run: &Path) -> Vec<(String, String, String)> {
 fn a_tune_places_the_model_over_two_workers_against_the_naive_split_and_goes_on_past_a_killed_worker(
 ) {
     let Some(bin) = rpc_server() else { return };
-    let Some(model) = support::require::or_skip(
-        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
-        "the test model (`qtune synth --test-models` prepares it)",
-    ) else {
+    let Some(model) = support::require::tiny_qwen3moe() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -298,10 +298,7 @@ fn real_servers_are_gone_after_every_kill_and_interrupt_cycle() {
     let Some(server) = require::or_skip(require::server(), "the CPU llama-server") else {
         return;
     };
-    let Some(tiny) = require::or_skip(
-        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
-        "the tiny MoE model",
-    ) else {
+    let Some(tiny) = require::tiny_qwen3moe() else {
         return;
     };
     let seed = seed();

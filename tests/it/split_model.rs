@@ -8,10 +8,7 @@ use support::{qtune, require, servers};
 use std::path::Path;
 
 fn tiny() -> Option<std::path::PathBuf> {
-    require::or_skip(
-        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
-        "the tiny-qwen3moe fixture",
-    )
+    require::tiny_qwen3moe()
 }
 
 fn plan_ram(model: &Path) -> String {

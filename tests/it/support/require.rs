@@ -89,3 +89,12 @@ pub fn ik_server() -> Result<PathBuf, String> {
         ))
     }
 }
+
+/// The tiny synthetic Qwen3 MoE test model (`qtune synth --test-models` prepares it), or
+/// `None` after [`missing`].
+pub fn tiny_qwen3moe() -> Option<PathBuf> {
+    or_skip(
+        qtune::fixtures::tiny_moe("tiny-qwen3moe"),
+        "the tiny-qwen3moe test model (`qtune synth --test-models`)",
+    )
+}
