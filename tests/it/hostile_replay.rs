@@ -246,32 +246,12 @@ fn a_speculative_config_whose_greedy_answers_differ_is_never_recommended() {
     };
     let tune = |lossy: bool| {
         let tmp = tempfile::tempdir().unwrap();
-        let (m, trace, space) = speculative_setup(tmp.path(), &model);
-        let out = tmp.path().join("run");
-        let mut cmd = qtune();
-        cmd.args(["tune", "--allow-dense", "--model"])
-            .arg(&m)
-            .arg("--server")
-            .arg(fake_server())
-            .arg("--space")
-            .arg(&space)
-            .arg("--workload")
-            .arg(&trace)
-            .arg("--out")
-            .arg(&out)
-            .env("QTUNE_ALLOW_BUSY", "1")
-            .env("FAKE_MODE", "slow-ok")
-            .env("FAKE_DELAY_S", "0.3")
-            .env("FAKE_FAST_ARG", "--spec-type");
+        let setup = speculative_setup(tmp.path(), &model);
+        let mut env = vec![("FAKE_FAST_ARG", "--spec-type")];
         if lossy {
-            cmd.env("FAKE_LOSSY_TOKEN", "5");
+            env.push(("FAKE_LOSSY_TOKEN", "5"));
         }
-        let o = cmd.output().unwrap();
-        let all = text(&o);
-        assert!(o.status.success(), "{all}");
-        let r: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
-        (all, r)
+        fake_tune(tmp.path(), setup, &["--allow-dense"], &env)
     };
     let (all, r) = tune(true);
     let spec = spec_launches(&r);
@@ -326,6 +306,41 @@ fn assert_lossy_and_not_recommended<'a>(
 
 /// In `dir`: a copy of `model`, an 8-request trace and a space that measures the incumbent with
 /// and without `--spec-type ngram-mod` (12 launches, a race of up to 3 rounds).
+/// `qtune tune` of a set-up's model, trace and space (`(model, trace, space)`) on the fake
+/// server answering slowly (0.3 s), with `args` before `--model` and `env` set, its run in
+/// `dir/run`: what it printed, and its results.json. The tune must succeed.
+fn fake_tune(
+    dir: &Path,
+    (m, trace, space): (PathBuf, PathBuf, PathBuf),
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (String, serde_json::Value) {
+    let out = dir.join("run");
+    let mut cmd = qtune();
+    cmd.arg("tune")
+        .args(args)
+        .arg("--model")
+        .arg(&m)
+        .arg("--server")
+        .arg(fake_server())
+        .arg("--space")
+        .arg(&space)
+        .arg("--workload")
+        .arg(&trace)
+        .arg("--out")
+        .arg(&out)
+        .env("QTUNE_ALLOW_BUSY", "1")
+        .env("FAKE_MODE", "slow-ok")
+        .env("FAKE_DELAY_S", "0.3")
+        .envs(env.iter().copied());
+    let o = cmd.output().unwrap();
+    let all = text(&o);
+    assert!(o.status.success(), "{all}");
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
+    (all, r)
+}
+
 fn speculative_setup(dir: &Path, model: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let m = dir.join("model.gguf");
     std::fs::copy(model, &m).unwrap();
@@ -502,33 +517,14 @@ fn smart_expert_reduction_is_checked_and_never_recommended_where_lossy() {
     };
     let tune = |named_real: bool| {
         let tmp = tempfile::tempdir().unwrap();
-        let (m, trace, space) = ser_setup(tmp.path(), &moe, named_real);
-        let out = tmp.path().join("run");
-        let o = qtune()
-            .args(["tune", "--model"])
-            .arg(&m)
-            .arg("--server")
-            .arg(fake_server())
-            .arg("--space")
-            .arg(&space)
-            .arg("--workload")
-            .arg(&trace)
-            .arg("--out")
-            .arg(&out)
-            .env("QTUNE_ALLOW_BUSY", "1")
-            .env("FAKE_IK", "1")
-            .env("FAKE_MODE", "slow-ok")
-            .env("FAKE_DELAY_S", "0.3")
-            .env("FAKE_FAST_ARG", "-ser")
-            .env("FAKE_LOSSY_ARG", "-ser")
-            .env("FAKE_LOSSY_TOKEN", "5")
-            .output()
-            .unwrap();
-        let all = text(&o);
-        assert!(o.status.success(), "{all}");
-        let r: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
-        (all, r)
+        let setup = ser_setup(tmp.path(), &moe, named_real);
+        let env = [
+            ("FAKE_IK", "1"),
+            ("FAKE_FAST_ARG", "-ser"),
+            ("FAKE_LOSSY_ARG", "-ser"),
+            ("FAKE_LOSSY_TOKEN", "5"),
+        ];
+        fake_tune(tmp.path(), setup, &[], &env)
     };
     let (all, r) = tune(true);
     let ser: Vec<&serde_json::Value> = r["trials"]
