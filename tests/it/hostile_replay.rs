@@ -306,39 +306,59 @@ fn assert_lossy_and_not_recommended<'a>(
 
 /// In `dir`: a copy of `model`, an 8-request trace and a space that measures the incumbent with
 /// and without `--spec-type ngram-mod` (12 launches, a race of up to 3 rounds).
+/// The fake server answering slowly (0.3 s) on a box whose load is not checked.
+const FAKE_SLOW: [(&str, &str); 3] = [
+    ("QTUNE_ALLOW_BUSY", "1"),
+    ("FAKE_MODE", "slow-ok"),
+    ("FAKE_DELAY_S", "0.3"),
+];
+
 /// `qtune tune` of a set-up's model, trace and space (`(model, trace, space)`) on the fake
-/// server answering slowly (0.3 s), with `args` before `--model` and `env` set, its run in
-/// `dir/run`: what it printed, and its results.json. The tune must succeed.
-fn fake_tune(
-    dir: &Path,
-    (m, trace, space): (PathBuf, PathBuf, PathBuf),
+/// server ([`FAKE_SLOW`], and `env`), with `args` before `--model`, its run in `out`.
+fn fake_tune_command(
+    out: &Path,
+    (m, trace, space): &(PathBuf, PathBuf, PathBuf),
     args: &[&str],
     env: &[(&str, &str)],
-) -> (String, serde_json::Value) {
-    let out = dir.join("run");
+) -> std::process::Command {
     let mut cmd = qtune();
     cmd.arg("tune")
         .args(args)
         .arg("--model")
-        .arg(&m)
+        .arg(m)
         .arg("--server")
         .arg(fake_server())
         .arg("--space")
-        .arg(&space)
+        .arg(space)
         .arg("--workload")
-        .arg(&trace)
+        .arg(trace)
         .arg("--out")
-        .arg(&out)
-        .env("QTUNE_ALLOW_BUSY", "1")
-        .env("FAKE_MODE", "slow-ok")
-        .env("FAKE_DELAY_S", "0.3")
-        .envs(env.iter().copied());
-    let o = cmd.output().unwrap();
+        .arg(out)
+        .envs(FAKE_SLOW.iter().chain(env).copied());
+    cmd
+}
+
+/// What a finished tune printed, and its results.json in `out`; the tune must have succeeded.
+fn finished(o: std::process::Output, out: &Path) -> (String, serde_json::Value) {
     let all = text(&o);
     assert!(o.status.success(), "{all}");
     let r: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
     (all, r)
+}
+
+/// [`fake_tune_command`] run to its end in `dir/run`: what it printed, and its results.json.
+fn fake_tune(
+    dir: &Path,
+    setup: (PathBuf, PathBuf, PathBuf),
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (String, serde_json::Value) {
+    let out = dir.join("run");
+    finished(
+        fake_tune_command(&out, &setup, args, env).output().unwrap(),
+        &out,
+    )
 }
 
 fn speculative_setup(dir: &Path, model: &Path) -> (PathBuf, PathBuf, PathBuf) {
@@ -365,33 +385,19 @@ fn speculative_setup(dir: &Path, model: &Path) -> (PathBuf, PathBuf, PathBuf) {
 fn interrupted_then_resumed(tie_nats: &str) -> (String, serde_json::Value) {
     let model = support::smollm2().unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let (m, trace, space) = speculative_setup(tmp.path(), &model);
+    let setup = speculative_setup(tmp.path(), &model);
     let out = tmp.path().join("run");
-    let env = |cmd: &mut std::process::Command| {
-        cmd.env("QTUNE_ALLOW_BUSY", "1")
-            .env("QTUNE_MAX_THREADS", "1")
-            .env("FAKE_MODE", "slow-ok")
-            .env("FAKE_DELAY_S", "0.3")
-            .env("FAKE_FAST_ARG", "--spec-type")
-            .env("FAKE_LOSSY_TOKEN", "5")
-            .env("FAKE_TIE_NATS", tie_nats);
-    };
-    let mut first = qtune();
-    first
-        .args(["tune", "--allow-dense", "--model"])
-        .arg(&m)
-        .arg("--server")
-        .arg(fake_server())
-        .arg("--space")
-        .arg(&space)
-        .arg("--workload")
-        .arg(&trace)
-        .arg("--out")
-        .arg(&out)
+    let env = [
+        ("QTUNE_MAX_THREADS", "1"),
+        ("FAKE_FAST_ARG", "--spec-type"),
+        ("FAKE_LOSSY_TOKEN", "5"),
+        ("FAKE_TIE_NATS", tie_nats),
+    ];
+    let mut child = fake_tune_command(&out, &setup, &["--allow-dense"], &env)
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    env(&mut first);
-    let mut child = first.spawn().unwrap();
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     let journal = out.join("journal.jsonl");
     let lines = || {
         std::fs::read_to_string(&journal)
@@ -410,15 +416,13 @@ fn interrupted_then_resumed(tie_nats: &str) -> (String, serde_json::Value) {
         before.lines().count() >= 3 && !before.contains("ngram-mod"),
         "the interrupt came too late (the speculative launch is in the journal):\n{before}"
     );
-    let mut again = qtune();
-    again.args(["tune", "--resume"]).arg(&out);
-    env(&mut again);
-    let o = again.output().unwrap();
-    let all = text(&o);
-    assert!(o.status.success(), "{all}");
-    let r: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(out.join("results.json")).unwrap()).unwrap();
-    (all, r)
+    let again = qtune()
+        .args(["tune", "--resume"])
+        .arg(&out)
+        .envs(FAKE_SLOW.iter().chain(&env).copied())
+        .output()
+        .unwrap();
+    finished(again, &out)
 }
 
 /// The speculative launches of `r`, each with how many divergences its server was probed at.
