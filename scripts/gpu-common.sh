@@ -1,6 +1,18 @@
-# Sourced by scripts/gpu-first-hour.sh, gpu-ik.sh and gpu-rpc.sh (the GPU machine's runs):
-# the fresh set-up every run starts from, and the ballast that emulates a smaller card.
-# Expects $W (the run's work folder) to be set.
+# Sourced by scripts/gpu-first-hour.sh, gpu-ik.sh, gpu-rpc.sh and gpu-two.sh (the GPU machine's
+# runs), from the repository root: the fresh set-up every run starts from (gpu_run), and the
+# ballast that emulates a smaller card.
+
+# A run's start: ROOT (the repository), OUT ($OUT, else /tmp/qtune-out), W (the run's work
+# folder: QTUNE_GPU_WORK, else $1), all output also appended to $W/$2 (LOG), and a fresh HOME.
+gpu_run() {
+  ROOT=$PWD
+  OUT=${OUT:-/tmp/qtune-out}
+  W=${QTUNE_GPU_WORK:-$1}
+  mkdir -p "$OUT" "$W"
+  LOG="$W/$2"
+  exec > >(tee -a "$LOG") 2>&1
+  fresh_home
+}
 
 say() { echo "== $(date -u +%T) $*"; }
 

@@ -19,15 +19,9 @@
 # gets them from PyPI, as scripts/fresh-path.sh shows on the CPU).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-ROOT=$PWD
-OUT=${OUT:-/tmp/qtune-out}
-W=${QTUNE_GPU_WORK:-/tmp/qtune-first}
-mkdir -p "$OUT" "$W"
-LOG="$W/first-hour.log"
-exec > >(tee -a "$LOG") 2>&1
 # shellcheck source=scripts/gpu-common.sh
-. "$ROOT/scripts/gpu-common.sh"
-fresh_home
+. scripts/gpu-common.sh
+gpu_run /tmp/qtune-first first-hour.log
 MODEL="$W/qwen3.5-35b-a3b-q4_k_m.gguf"
 GIB=${GIB:-16}
 CTX=${CTX:-16384}

@@ -22,15 +22,9 @@
 #                              .gpu-ik/cuda (ik's pieces from `build`).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-ROOT=$PWD
-OUT=${OUT:-/tmp/qtune-out}
-W=${QTUNE_GPU_WORK:-/tmp/qtune-ik}
-mkdir -p "$OUT" "$W"
-LOG="$W/gpu-ik.log"
-exec > >(tee -a "$LOG") 2>&1
 # shellcheck source=scripts/gpu-common.sh
-. "$ROOT/scripts/gpu-common.sh"
-fresh_home
+. scripts/gpu-common.sh
+gpu_run /tmp/qtune-ik gpu-ik.log
 MODEL="$W/qwen3.5-35b-a3b-q4_k_m.gguf"
 GIB=${GIB:-16}
 CTX=${CTX:-16384}

@@ -27,15 +27,9 @@
 # holds the model.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-ROOT=$PWD
-OUT=${OUT:-/tmp/qtune-out}
-W=${QTUNE_GPU_WORK:-/tmp/qtune-rpc}
-mkdir -p "$OUT" "$W"
-LOG="$W/gpu-rpc.log"
-exec > >(tee -a "$LOG") 2>&1
 # shellcheck source=scripts/gpu-common.sh
-. "$ROOT/scripts/gpu-common.sh"
-fresh_home
+. scripts/gpu-common.sh
+gpu_run /tmp/qtune-rpc gpu-rpc.log
 export QTUNE_VOCAB_DIR="$ROOT/.gpu2/vocab"
 MODEL="$W/qwen3.5-35b-a3b-q8_0.gguf"
 GIB=${GIB:-16}

@@ -19,19 +19,14 @@
 # and 30-8-8 (Qwen3-30B-A3B, Q4_K_M, on 8 + 8 GiB): GiB free on GPU 0 and on GPU 1.
 #
 # Carried (gitignored): .gpu2/qtune.xz (the release binary), .gpu2/cuda/cuda-bin.tar.xz.part-*
-# (the kept CUDA build, unpacked where it was built: its RPATH) and .gpu2/vocab/ (the
-# vocabularies the synthetic models render with).
+# (the kept CUDA build; unpack_kit points LD_LIBRARY_PATH at it) and the case's vocabulary in
+# .gpu2/vocab/ (ggml-vocab-qwen35.gguf for the 35B, ggml-vocab-qwen2.gguf for the 30B: carry
+# only the one needed, as the tree and the build together come near the 64 MiB a call carries).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-ROOT=$PWD
-OUT=${OUT:-/tmp/qtune-out}
-W=${QTUNE_GPU_WORK:-/tmp/qtune-two}
-mkdir -p "$OUT" "$W"
-LOG="$W/gpu-two.log"
-exec > >(tee -a "$LOG") 2>&1
 # shellcheck source=scripts/gpu-common.sh
-. "$ROOT/scripts/gpu-common.sh"
-fresh_home
+. scripts/gpu-common.sh
+gpu_run /tmp/qtune-two gpu-two.log
 export QTUNE_VOCAB_DIR="$ROOT/.gpu2/vocab"
 CTX=${CTX:-16384}
 BUDGET=${BUDGET:-9}
@@ -49,8 +44,9 @@ case_of() {
 
 # The case's model synthesized and both cards emulated; sets MODEL and writes $W/card-CASE.txt.
 prepare() {
-  local shape ftype g0 g1
-  read -r shape ftype g0 g1 < <(case_of "$1")
+  local spec shape ftype g0 g1
+  spec=$(case_of "$1") || exit 2
+  read -r shape ftype g0 g1 <<< "$spec"
   [ "$(nvidia-smi -L | wc -l)" -ge 2 ] \
     || { echo "two cards needed: run this on the nvidia-h200-x2 machine"; exit 1; }
   MODEL="$W/$shape-$ftype.gguf"
@@ -69,6 +65,7 @@ prepare() {
 case "${1:-}" in
   tune)
     c=${2:?give the case}
+    case_of "$c" > /dev/null || exit 2
     unpack_kit
     prepare "$c"
     rm -f "$W/tune.rc" "$W/tune.end"
@@ -97,6 +94,7 @@ case "${1:-}" in
     ;;
   compare)
     c=${2:?give the case}
+    case_of "$c" > /dev/null || exit 2
     unpack_kit
     prepare "$c"
     s="$B/bin/llama-server -m $MODEL -c $CTX -np 1"
