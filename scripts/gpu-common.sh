@@ -63,9 +63,13 @@ unpack_kit() {
   if [ ! -x "$b/bin/llama-server" ]; then
     cat .gpu2/cuda/cuda-bin.tar.xz.part-* | tar xJf - -C "$b" || exit 1
   fi
-  # Its RPATH names the folder it was built in (/tmp/qtune-first/home/...): a run in another
-  # work folder finds its libraries beside it.
-  export LD_LIBRARY_PATH="$b/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # Its RUNPATH names the folder it was built in: a run in another work folder links that
+  # folder to this one. Not LD_LIBRARY_PATH: that would also hand llama.cpp's libllama.so and
+  # libggml.so to ik_llama.cpp's server, whose libraries have the same names.
+  local built=/tmp/qtune-first/home/.cache/qtune/llama.cpp/b11434-cuda
+  if [ "$b" != "$built" ] && [ ! -e "$built" ]; then
+    mkdir -p "$(dirname "$built")" && ln -s "$b" "$built" || exit 1
+  fi
   xz -dc .gpu2/qtune.xz > "$HOME/.cargo/bin/qtune" && chmod +x "$HOME/.cargo/bin/qtune" || exit 1
   export QTUNE_VOCAB_DIR="$ROOT/.gpu2/vocab"
   qtune server check || exit 1

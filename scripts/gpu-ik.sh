@@ -42,11 +42,12 @@ qtune_from() { # the release binary on PATH, as `cargo install` puts it
 pack_build() {
   if [ -f "$W/build.rc" ] && [ "$(cat "$W/build.rc")" = 0 ] && [ -x "$IK/bin/llama-server" ]; then
     echo "ik CUDA build at $IK ($(du -sh "$IK/bin" | cut -f1))"
-    # The binaries' RPATH is the build folder: unpack at the same absolute path. Only the
-    # server, its shared libraries and the build's stamp: a later lease carries these beside
-    # llama.cpp's build, within the 64 MiB a call carries.
-    (cd "$IK" && find bin -maxdepth 1 -type f \( -name llama-server -o -name '*.so*' \) -print0 \
-      | tar --null -T - -cf - qtune-built) | xz -T0 -6 | split -b 15M - "$OUT/ik-cuda-bin.tar.xz.part-"
+    # The binaries' RUNPATH is the build folder: unpack at the same absolute path. Only the
+    # server, its shared libraries (ik leaves them where cmake made them: src/, ggml/src/) and
+    # the build's stamp: a later lease carries these beside llama.cpp's build.
+    (cd "$IK" && { echo bin/llama-server; find . -name '*.so*' -not -path '*/CMakeFiles/*'; } \
+      | tar -T - -cf - qtune-built) | xz -T0 -6 | split -b 15M - "$OUT/ik-cuda-bin.tar.xz.part-"
+    (cd "$IK" && readelf -d bin/llama-server | grep -E 'NEEDED|RUNPATH|RPATH')
     du -ch "$OUT"/ik-cuda-bin.tar.xz.part-* | tail -1
   fi
   cp "$LOG" "$W/build.stderr" "$OUT/" 2>/dev/null
