@@ -433,3 +433,143 @@ impl LaunchArgs for LaunchConfig {
         of(self.engine).command(self, server, model, host, port)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::rpc::RpcExperts;
+    use crate::config::{BlockSet, CpuExperts, ExpertProj, GpuExperts, PartialBlock};
+    use crate::config::{EngineOpts, FlashAttn, KvType, LoadMode, SpecType, SplitMode};
+
+    /// Both engines' argv, pinned for a config that sets every field and for each value of
+    /// the fields one engine spells its own way: rendering is shared code, and must stay
+    /// byte-for-byte what each engine passed before.
+    #[test]
+    fn both_engines_render_every_field_as_pinned() {
+        let full = LaunchConfig {
+            ctx: 8192,
+            parallel: 2,
+            n_gpu_layers: Some(99),
+            n_cpu_moe: Some(3),
+            threads: Some(4),
+            batch: Some(1024),
+            ubatch: Some(256),
+            cache_type_k: KvType::Q8_0,
+            cache_type_v: KvType::Q4_0,
+            flash_attn: FlashAttn::On,
+            load_mode: LoadMode::Mlock,
+            fit: Some(true),
+            fit_target_mib: vec![512, 1024],
+            cpu_experts: Some(CpuExperts {
+                blocks: BlockSet::new([4, 5]),
+                partial: Some(PartialBlock::new(6, [ExpertProj::Down])),
+            }),
+            op_offload: false,
+            split_mode: Some(SplitMode::Layer),
+            tensor_split: vec![3, 1],
+            gpu_experts: vec![GpuExperts {
+                device: 1,
+                blocks: BlockSet::new([10, 11]),
+            }],
+            rpc: vec!["10.0.0.2:50052".into()],
+            rpc_experts: vec![RpcExperts {
+                device: "RPC0[10.0.0.2:50052]".into(),
+                blocks: BlockSet::new([20]),
+            }],
+            spec_type: Some(SpecType::NgramMod),
+            checkpoint_min_step: Some(1024),
+            kv_unified: Some(true),
+            engine: EngineKind::LlamaCpp,
+            engine_opts: EngineOpts {
+                no_fused_moe: true,
+                attn_max_batch: Some(512),
+                run_time_repack: true,
+                expert_reduction: Some(6),
+            },
+        };
+        let both = |c: &LaunchConfig| [LlamaCpp.server_args(c), IkLlama.server_args(c)];
+        let [l, ik] = both(&full).map(|a| a.join(" "));
+        assert_eq!(
+            l,
+            "-c 8192 -np 2 --rpc 10.0.0.2:50052 -ngl 99 -sm layer -ts 3,1 --n-cpu-moe 3 \
+             -ot blk\\.([4-5])\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU \
+             -ot blk\\.6\\.ffn_(down)_(ch|)exps=CPU \
+             -ot blk\\.(1[0-1])\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CUDA1 \
+             -ot blk\\.(20)\\.ffn_(up|down|gate|gate_up)_(ch|)exps=RPC0[10.0.0.2:50052] \
+             -t 4 -b 1024 -ub 256 -ctk q8_0 -ctv q4_0 -fa on --fit on --fit-target 512,1024 \
+             --load-mode mlock --no-op-offload --spec-type ngram-mod \
+             --checkpoint-min-step 1024 -kvu"
+        );
+        assert_eq!(
+            ik,
+            "-c 8192 -np 2 -ngl 99 -sm layer -ts 3,1 --n-cpu-moe 3 \
+             -ot blk\\.([4-5])\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CPU \
+             -ot blk\\.6\\.ffn_(down)_(ch|)exps=CPU \
+             -ot blk\\.(1[0-1])\\.ffn_(up|down|gate|gate_up)_(ch|)exps=CUDA1 \
+             -t 4 -b 1024 -ub 256 -ctk q8_0 -ctv q4_0 -fa on --fit --fit-margin 1024 \
+             --no-mmap --mlock --spec-type ngram-mod -no-fmoe -amb 512 -rtr -ser 6,1"
+        );
+        // One field at a time over `-c 2048 -np 1`: [llama.cpp's flags, ik's flags].
+        let one = |f: &dyn Fn(&mut LaunchConfig)| {
+            let mut c = LaunchConfig::baseline(2048);
+            f(&mut c);
+            both(&c).map(|a| {
+                a.join(" ")
+                    .replacen("-c 2048 -np 1", "", 1)
+                    .trim()
+                    .to_string()
+            })
+        };
+        let load = [
+            (LoadMode::Auto, ["", ""]),
+            (LoadMode::None, ["--load-mode none", "--no-mmap"]),
+            (LoadMode::Mmap, ["--load-mode mmap", ""]),
+            (LoadMode::Mlock, ["--load-mode mlock", "--no-mmap --mlock"]),
+            (LoadMode::MmapMlock, ["--load-mode mmap+mlock", "--mlock"]),
+            (LoadMode::Dio, ["--load-mode dio", ""]),
+        ];
+        for (m, want) in load {
+            assert_eq!(one(&|c| c.load_mode = m), want, "{m:?}");
+        }
+        let split = [
+            (SplitMode::None, ["-sm none", "-sm none"]),
+            (SplitMode::Layer, ["-sm layer", "-sm layer"]),
+            (SplitMode::Row, ["-sm row", ""]),
+            (SplitMode::Tensor, ["-sm tensor", ""]),
+        ];
+        for (m, want) in split {
+            assert_eq!(one(&|c| c.split_mode = Some(m)), want, "{m:?}");
+        }
+        let fit = [
+            (None, vec![], ["", ""]),
+            (None, vec![512], ["--fit-target 512", ""]),
+            (Some(false), vec![], ["--fit off", ""]),
+            (Some(false), vec![512], ["--fit off --fit-target 512", ""]),
+            (Some(true), vec![], ["--fit on", "--fit"]),
+            (
+                Some(true),
+                vec![1024, 512],
+                ["--fit on --fit-target 1024,512", "--fit --fit-margin 1024"],
+            ),
+        ];
+        for (f, t, want) in fit {
+            let got = one(&|c| {
+                c.fit = f;
+                c.fit_target_mib = t.clone();
+            });
+            assert_eq!(got, want, "{f:?} {t:?}");
+        }
+        assert_eq!(one(&|c| c.kv_unified = Some(false)), ["-no-kvu", ""]);
+        assert_eq!(one(&|c| c.kv_unified = Some(true)), ["-kvu", ""]);
+        assert_eq!(one(&|c| c.op_offload = false), ["--no-op-offload", ""]);
+        assert_eq!(
+            one(&|c| c.engine_opts.no_fused_moe = true),
+            ["", "-no-fmoe"]
+        );
+        assert_eq!(one(&|c| c.engine_opts.run_time_repack = true), ["", "-rtr"]);
+        assert_eq!(
+            one(&|c| c.rpc = vec!["h:1".into(), "h:2".into()]),
+            ["--rpc h:1,h:2", ""]
+        );
+    }
+}
