@@ -3,10 +3,10 @@
 //! an engine what it can do ([`Caps`]), never which one it is.
 //!
 //! Two engines: llama.cpp's `llama-server` ([`LlamaCpp`], the default) and ik_llama.cpp's
-//! ([`IkLlama`]), one folder each (`llama_cpp/`, `ik_llama/`). Each owns rendering a config to
-//! argv, what it can express, the two baselines (the server's default, and its own auto-fit
-//! with the user's headroom), its container image, and finding and building its server
-//! (`<engine>/server.rs`). What every engine's server shares: checking a binary and telling
+//! ([`IkLlama`]), one folder each (`llama_cpp/`, `ik_llama/`). Each owns how it spells what
+//! engines spell apart (a config is rendered to argv by one shared walk, `argv`), what it can
+//! express, the two baselines (the server's default, and its own auto-fit with the user's
+//! headroom), its container image, and finding and building its server (`<engine>/server.rs`). What every engine's server shares: checking a binary and telling
 //! its engine from its `--help` ([`server`]), building from a PyPI sdist ([`build`]), reading
 //! a log in every engine's dialect ([`log`]: buffer sizes, OOM, bad flag, port taken) and a
 //! `/completion` answer ([`answer`]: timings and cached tokens).
@@ -19,6 +19,7 @@ use anyhow::Result;
 use std::path::{Path, PathBuf};
 
 pub mod answer;
+mod argv;
 pub mod binary;
 pub mod build;
 pub mod flag;
@@ -43,51 +44,6 @@ pub fn of(kind: EngineKind) -> &'static dyn Engine {
     match kind {
         EngineKind::LlamaCpp => &LlamaCpp,
         EngineKind::IkLlama => &IkLlama,
-    }
-}
-
-/// The placement flags both engines spell alike, in order: `-ts`, `--n-cpu-moe`, and the
-/// `-ot` rules that put routed experts on the CPU or on a named GPU.
-fn placement_flags(c: &crate::config::LaunchConfig, push: &mut dyn FnMut(&str, String)) {
-    if !c.tensor_split.is_empty() {
-        let t: Vec<String> = c.tensor_split.iter().map(|v| v.to_string()).collect();
-        push("-ts", t.join(","));
-    }
-    if let Some(n) = c.n_cpu_moe {
-        push("--n-cpu-moe", n.to_string());
-    }
-    if let Some(c) = &c.cpu_experts {
-        for rule in c.override_rules() {
-            push("-ot", rule);
-        }
-    }
-    for g in &c.gpu_experts {
-        if let Some(rule) = g.override_rule() {
-            push("-ot", rule);
-        }
-    }
-}
-
-/// The thread, batch, KV-type and flash-attention flags both engines spell alike, in order.
-fn batch_flags(c: &crate::config::LaunchConfig, push: &mut dyn FnMut(&str, String)) {
-    use crate::config::{FlashAttn, KvType};
-    if let Some(t) = c.threads {
-        push("-t", t.to_string());
-    }
-    if let Some(b) = c.batch {
-        push("-b", b.to_string());
-    }
-    if let Some(ub) = c.ubatch {
-        push("-ub", ub.to_string());
-    }
-    if c.cache_type_k != KvType::F16 {
-        push("-ctk", c.cache_type_k.to_string());
-    }
-    if c.cache_type_v != KvType::F16 {
-        push("-ctv", c.cache_type_v.to_string());
-    }
-    if c.flash_attn != FlashAttn::Auto {
-        push("-fa", c.flash_attn.to_string());
     }
 }
 

@@ -15,9 +15,10 @@
 //!   whose router weight is below T times the top one's is skipped (`ggml_argsort_thresh`), so
 //!   `K,1` computes K experts a token; `-1,0`, its default, turns it off.
 
+use super::argv::{render, Dialect};
 use super::log::LogDialect;
 use super::{BaselineInputs, Caps, Engine, EngineKind, ServerBinary};
-use crate::config::{LaunchConfig, LoadMode, SplitMode};
+use crate::config::{LaunchConfig, LoadMode};
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 
@@ -36,6 +37,42 @@ pub const OWN_FLAGS: &[&[&str]] = &[
     &["-thp", "--transparent-huge-pages"],
 ];
 
+/// How ik spells what engines spell apart: `--fit` a switch with one `--fit-margin` (the
+/// largest headroom asked), the load mode as `--no-mmap`/`--mlock`; then its own levers.
+const DIALECT: Dialect = Dialect {
+    fit: |c, a| {
+        if c.fit == Some(true) {
+            a.flag("--fit");
+            if let Some(m) = c.fit_target_mib.iter().max() {
+                a.pair("--fit-margin", m);
+            }
+        }
+    },
+    load_mode: |m, a| match m {
+        LoadMode::Auto | LoadMode::Mmap | LoadMode::Dio => {}
+        LoadMode::None => a.flag("--no-mmap"),
+        LoadMode::Mlock => {
+            a.flag("--no-mmap");
+            a.flag("--mlock");
+        }
+        LoadMode::MmapMlock => a.flag("--mlock"),
+    },
+    own: |o, a| {
+        if o.no_fused_moe {
+            a.flag(OWN_FLAGS[1][0]);
+        }
+        if let Some(n) = o.attn_max_batch {
+            a.pair(OWN_FLAGS[2][0], n);
+        }
+        if o.run_time_repack {
+            a.flag(OWN_FLAGS[0][0]);
+        }
+        if let Some(k) = o.expert_reduction {
+            a.pair(OWN_FLAGS[3][0], format!("{k},{SER_THRESHOLD}"));
+        }
+    },
+};
+
 /// ik_llama.cpp's `llama-server` (`qtune server build --engine ik`, or the user's own).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct IkLlama;
@@ -53,56 +90,7 @@ impl Engine for IkLlama {
     }
 
     fn server_args(&self, c: &LaunchConfig) -> Vec<String> {
-        let mut a: Vec<String> = Vec::new();
-        let mut push = |k: &str, v: String| {
-            a.push(k.to_string());
-            a.push(v);
-        };
-        push("-c", c.ctx.to_string());
-        push("-np", c.parallel.to_string());
-        if let Some(n) = c.n_gpu_layers {
-            push("-ngl", n.to_string());
-        }
-        if let Some(m) = c.split_mode {
-            if matches!(m, SplitMode::None | SplitMode::Layer) {
-                push("-sm", m.to_string());
-            }
-        }
-        super::placement_flags(c, &mut push);
-        super::batch_flags(c, &mut push);
-        if c.fit == Some(true) {
-            a.push("--fit".to_string());
-            if let Some(m) = c.fit_target_mib.iter().max() {
-                push_pair(&mut a, "--fit-margin", m.to_string());
-            }
-        }
-        let mut flag = |k: &str| a.push(k.to_string());
-        match c.load_mode {
-            LoadMode::Auto | LoadMode::Mmap | LoadMode::Dio => {}
-            LoadMode::None => flag("--no-mmap"),
-            LoadMode::Mlock => {
-                flag("--no-mmap");
-                flag("--mlock");
-            }
-            LoadMode::MmapMlock => flag("--mlock"),
-        }
-        if let Some(t) = c.spec_type {
-            push_pair(&mut a, "--spec-type", t.to_string());
-        }
-        let o = &c.engine_opts;
-        if o.no_fused_moe {
-            a.push(OWN_FLAGS[1][0].to_string());
-        }
-        if let Some(n) = o.attn_max_batch {
-            push_pair(&mut a, OWN_FLAGS[2][0], n.to_string());
-        }
-        if o.run_time_repack {
-            a.push(OWN_FLAGS[0][0].to_string());
-        }
-        if let Some(k) = o.expert_reduction {
-            push_pair(&mut a, OWN_FLAGS[3][0], format!("{k},{SER_THRESHOLD}"));
-        }
-        a
+        render(c, &self.caps(), &DIALECT)
     }
 
     /// Fused MoE off (on by default: measured, not assumed, on a MoE model); `-amb` where
@@ -294,11 +282,6 @@ fn expert_reduction(ctx: &super::LeverContext) -> Result<u32, String> {
         ));
     }
     Ok(k)
-}
-
-fn push_pair(a: &mut Vec<String>, k: &str, v: String) {
-    a.push(k.to_string());
-    a.push(v);
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! llama.cpp's `llama-server`: its flags, and the two commands a user could type without qtune.
 
+use super::argv::{render, Dialect};
 use super::log::LogDialect;
 use super::{BaselineInputs, Caps, Engine, ServerBinary, ServerCommand};
 use crate::config::{LaunchConfig, LoadMode};
@@ -43,6 +44,26 @@ pub(crate) const OOM_BENIGN: &[&str] = &[
     "falling back",
 ];
 
+/// How llama.cpp spells what engines spell apart: `--fit on|off` and a `--fit-target` list,
+/// `--load-mode`; it has no levers of its own.
+const DIALECT: Dialect = Dialect {
+    fit: |c, a| {
+        if let Some(fit) = c.fit {
+            a.pair("--fit", if fit { "on" } else { "off" });
+        }
+        if !c.fit_target_mib.is_empty() {
+            let t: Vec<String> = c.fit_target_mib.iter().map(|v| v.to_string()).collect();
+            a.pair("--fit-target", t.join(","));
+        }
+    },
+    load_mode: |m, a| {
+        if m != LoadMode::Auto {
+            a.pair("--load-mode", m);
+        }
+    },
+    own: |_, _| {},
+};
+
 /// llama.cpp's `llama-server` (the pinned build, or the user's own with the flags
 /// `server::check` checks for).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -54,54 +75,7 @@ impl Engine for LlamaCpp {
     }
 
     fn server_args(&self, c: &LaunchConfig) -> Vec<String> {
-        let mut a: Vec<String> = Vec::new();
-        let mut push = |k: &str, v: String| {
-            a.push(k.to_string());
-            a.push(v);
-        };
-        push("-c", c.ctx.to_string());
-        push("-np", c.parallel.to_string());
-        if !c.rpc.is_empty() {
-            push("--rpc", c.rpc.join(","));
-        }
-        if let Some(n) = c.n_gpu_layers {
-            push("-ngl", n.to_string());
-        }
-        if let Some(m) = c.split_mode {
-            push("-sm", m.to_string());
-        }
-        super::placement_flags(c, &mut push);
-        for r in &c.rpc_experts {
-            if let Some(rule) = r.override_rule() {
-                push("-ot", rule);
-            }
-        }
-        super::batch_flags(c, &mut push);
-        if let Some(fit) = c.fit {
-            push("--fit", if fit { "on" } else { "off" }.to_string());
-        }
-        if !c.fit_target_mib.is_empty() {
-            let t: Vec<String> = c.fit_target_mib.iter().map(|v| v.to_string()).collect();
-            push("--fit-target", t.join(","));
-        }
-        if c.load_mode != LoadMode::Auto {
-            push("--load-mode", c.load_mode.to_string());
-        }
-        if !c.op_offload {
-            a.push("--no-op-offload".to_string());
-        }
-        if let Some(t) = c.spec_type {
-            a.push("--spec-type".to_string());
-            a.push(t.to_string());
-        }
-        if let Some(n) = c.checkpoint_min_step {
-            a.push("--checkpoint-min-step".to_string());
-            a.push(n.to_string());
-        }
-        if let Some(u) = c.kv_unified {
-            a.push(if u { "-kvu" } else { "-no-kvu" }.to_string());
-        }
-        a
+        render(c, &self.caps(), &DIALECT)
     }
 
     /// What a user gets without qtune, in this space's context and slots; on a busy box (the
