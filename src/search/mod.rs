@@ -13,6 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub mod candidates;
+pub mod card_experts;
 mod checkpoint;
 pub mod context;
 pub mod engines;

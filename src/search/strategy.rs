@@ -288,7 +288,12 @@ impl QtuneSearch {
                 }
                 SearchPhase::Variants => {
                     if self.variants.is_none() {
-                        let v = self.build_variants(ctx);
+                        let (v, skipped) = self.build_variants(ctx);
+                        for line in skipped {
+                            if !self.warnings.contains(&line) {
+                                self.warnings.push(line);
+                            }
+                        }
                         self.variant_configs = v.iter().cloned().collect();
                         self.variants = Some(v);
                     }

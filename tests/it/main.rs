@@ -49,6 +49,7 @@ mod model_layout;
 mod model_memory;
 mod model_placement;
 mod model_synth;
+mod multigpu_card_experts;
 mod multigpu_replay;
 mod multigpu_resplit;
 mod newcomer;

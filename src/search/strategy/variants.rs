@@ -137,7 +137,12 @@ impl QtuneSearch {
     /// space's placement styles filled to the budget ([`crate::placement::propose`], `fit`
     /// included: `--fit on --fit-target <headroom>` with the incumbent's other choices), and
     /// `--no-op-offload` at a small ubatch. Configs predicted to swap the host are left out.
-    pub(super) fn build_variants(&self, ctx: &SearchContext) -> VecDeque<LaunchConfig> {
+    /// With them, why the placements of experts on the cards ([`crate::search::card_experts`])
+    /// were not proposed, where they were not (two GPUs or more only).
+    pub(super) fn build_variants(
+        &self,
+        ctx: &SearchContext,
+    ) -> (VecDeque<LaunchConfig>, Vec<String>) {
         // The incumbent's best config; when the exploration ended before deciding one, the
         // best measured so far.
         let Some(best) = self
@@ -150,9 +155,9 @@ impl QtuneSearch {
             // Nothing searched ran: the levers still apply to the reference as it is (the
             // baseline the user would run), which is what they are measured against.
             let Some(reference) = self.reference_config(ctx) else {
-                return VecDeque::new();
+                return (VecDeque::new(), Vec::new());
             };
-            return crate::search::levers::propose(
+            let levers = crate::search::levers::propose(
                 &ctx.space.vary.levers,
                 &reference,
                 &ctx.workload_traits,
@@ -161,6 +166,7 @@ impl QtuneSearch {
             .into_iter()
             .filter(|c| !self.history.iter().any(|o| &o.config == c))
             .collect();
+            return (levers, Vec::new());
         };
         // The levers past placement, on the best config as it is.
         let mut levers =
@@ -171,17 +177,31 @@ impl QtuneSearch {
         // The best config on each other engine, and the engines' own levers: first, as the
         // engine is the largest lever left (issue 56).
         let (engines, _) = crate::search::engines::variants(ctx, &best);
+        // Two GPUs or more: the CPU experts moved to a card with room, and the smaller card
+        // holding only experts (each skipped with its reason where it cannot help).
+        let cards = if ctx.multi_gpu() {
+            crate::search::card_experts::propose(ctx, &best, &self.card_extra(ctx))
+        } else {
+            Default::default()
+        };
         if best.no_experts_on_cpu() {
             // Every expert on the GPU (or no GPU): no placement variant but the workers' would
             // change where anything sits.
-            return rpc
+            let v = rpc
                 .into_iter()
                 .chain(engines)
                 .chain(levers)
                 .filter(|c| !self.history.iter().any(|o| &o.config == c))
                 .collect();
+            return (v, cards.skipped);
         }
-        let mut out: Vec<LaunchConfig> = Vec::new();
+        // The CPU experts moved to a card with room first: the best config with fewer experts
+        // on the CPU, in the launches the exploration leaves (no reserve of its own: the
+        // exploration's launches are what find each card's boundary).
+        let (mut out, only): (Vec<LaunchConfig>, Vec<LaunchConfig>) = cards
+            .configs
+            .into_iter()
+            .partition(|c| c.tensor_split == best.tensor_split);
         for m in ctx.space.load_modes().into_iter().skip(1) {
             out.push(LaunchConfig {
                 load_mode: m,
@@ -195,6 +215,7 @@ impl QtuneSearch {
                 &best,
                 &self.history,
             ));
+            out.extend(only);
         }
         if let (true, Some(budget)) = (ctx.gpu_moe && !ctx.multi_gpu(), ctx.budget_mib) {
             let limits = crate::placement::Limits {
@@ -266,7 +287,7 @@ impl QtuneSearch {
         out.splice(at..at, levers);
         out.splice(0..0, engines);
         out.splice(0..0, rpc);
-        out.into()
+        (out.into(), cards.skipped)
     }
 
     /// The variants (and the model's pick) measured so far, with their pooled speeds (ok ones
