@@ -25,7 +25,8 @@ cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=scripts/gpu-common.sh
 . scripts/gpu-common.sh
 gpu_run /tmp/qtune-ik gpu-ik.log
-MODEL="$W/qwen3.5-35b-a3b-q4_k_m.gguf"
+SHAPE=${SHAPE:-qwen3.5-35b-a3b}
+MODEL="$W/$SHAPE-q4_k_m.gguf"
 GIB=${GIB:-16}
 CTX=${CTX:-16384}
 BUDGET=${BUDGET:-12}
@@ -96,7 +97,7 @@ case "${1:-}" in
     ;;
   tune)
     kit
-    [ -f "$MODEL" ] || qtune synth "$MODEL" --shape qwen3.5-35b-a3b --ftype q4_k_m > /dev/null || exit 1
+    [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$SHAPE" --ftype q4_k_m > /dev/null || exit 1
     start_ballast $((GIB * 1024))
     echo "emulated card: ${GIB} GiB free of $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)" > "$W/card.txt"
     say "qtune --model 35B --engine both --workload $WORKLOAD --ctx $CTX --budget-minutes $BUDGET"
@@ -122,7 +123,7 @@ case "${1:-}" in
     ;;
   compare)
     kit
-    [ -f "$MODEL" ] || qtune synth "$MODEL" --shape qwen3.5-35b-a3b --ftype q4_k_m > /dev/null || exit 1
+    [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$SHAPE" --ftype q4_k_m > /dev/null || exit 1
     start_ballast $((GIB * 1024))
     dir="$OUT/${CMP:-ik-compare}"
     echo "emulated card: ${GIB} GiB free of $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)" > "$OUT/${CMP:-ik-compare}-card.txt"

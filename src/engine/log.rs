@@ -40,6 +40,8 @@ pub struct LogDialect {
     pub oom: &'static [&'static str],
     /// Lines that contain an OOM word but are harmless: the server falls back and goes on.
     pub oom_benign: &'static [&'static str],
+    /// Lines printed as the server aborts (matched case-sensitively): nothing serves after one.
+    pub abort: &'static [&'static str],
     /// The server's line when its port is taken.
     pub bind_failed: &'static str,
     /// A log prefix under which `<DEV> buffer size = ...` names the weights' buffers without
@@ -65,6 +67,11 @@ pub fn is_oom_line(line: &str) -> bool {
     let l = line.to_ascii_lowercase();
     dialects().any(|d| d.oom.iter().any(|p| l.contains(p)))
         && !dialects().any(|d| d.oom_benign.iter().any(|p| l.contains(p)))
+}
+
+/// True when one log line says the server is aborting (any engine's line).
+pub fn is_abort_line(line: &str) -> bool {
+    dialects().any(|d| d.abort.iter().any(|p| line.contains(p)))
 }
 
 /// Whether one log line says the server could not listen on its port (any engine's line).

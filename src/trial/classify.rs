@@ -79,6 +79,9 @@ pub enum Failure {
     Connection(String),
     /// The server answered, but not what the workload needs (e.g. fewer tokens generated).
     BadResponse(String),
+    /// The server printed this abort line and kept running without serving (hung in its
+    /// abort); qtune stopped it.
+    Aborted { line: String },
 }
 
 impl std::fmt::Display for Failure {
@@ -99,6 +102,9 @@ impl std::fmt::Display for Failure {
                 write!(f, "the connection failed ({})", first_line(err, 160))
             }
             Failure::BadResponse(why) => write!(f, "it answered, but {why}"),
+            Failure::Aborted { line } => {
+                write!(f, "it printed '{}' and hung", first_line(line, 120))
+            }
         }
     }
 }
@@ -317,6 +323,7 @@ pub fn classify(obs: &Observation<'_>) -> Verdict {
                 evidence: tail_evidence(log),
             };
         }
+        Failure::Aborted { line } => return aborted(obs.phase, line, log, runtime_log),
         Failure::RequestTimeout { secs } if exit.is_none() => {
             return Verdict {
                 kind: OutcomeKind::RequestTimeout,
@@ -470,6 +477,51 @@ pub fn classify_spill_cards(peaks_mib: &[u64], budgets_mib: &[u64]) -> Option<Ve
     })
 }
 
+/// A server that printed its abort and hung in it ([`Failure::Aborted`]; qtune stopped it): out
+/// of memory where the log says so, else a crash that names the abort (a CUDA illegal memory
+/// access is a fault in the server's GPU code, never a shortage).
+fn aborted(phase: Phase, line: &str, log: &str, runtime_log: &str) -> Verdict {
+    let (scope, when) = match phase {
+        Phase::Load => (log, "while loading"),
+        Phase::Measure => (runtime_log, "serving a request"),
+    };
+    if let Some(ev) = find_oom(scope) {
+        let (kind, message) = match phase {
+            Phase::Load => (
+                OutcomeKind::OomLoad,
+                format!("out of memory while loading (the server then hung): raise {}, lower the context or quantize the KV cache", Flag::NCpuMoe),
+            ),
+            Phase::Measure => (
+                OutcomeKind::OomRuntime,
+                format!("loaded, then ran out of memory serving a request (the server then hung): raise {} or lower {} / the context", Flag::NCpuMoe, Flag::Ubatch),
+            ),
+        };
+        return Verdict {
+            kind,
+            message,
+            evidence: ev,
+        };
+    }
+    let what = if line.contains("illegal memory access") {
+        ": a CUDA illegal memory access, a fault in the server's GPU code for this model, \
+         config or card, not a memory shortage"
+    } else {
+        ""
+    };
+    let mut evidence = tail_evidence(scope);
+    if !evidence.iter().any(|l| l.trim() == line) {
+        evidence.truncate(MAX_EVIDENCE - 1);
+        evidence.insert(0, line.to_string());
+    }
+    Verdict {
+        kind: OutcomeKind::Crash,
+        message: format!(
+            "llama-server aborted {when} and hung instead of exiting, so qtune stopped it{what}: read the trial log"
+        ),
+        evidence,
+    }
+}
+
 /// A CUDA abort with the GPU full is an out-of-memory failure. When ggml-cuda aborts, the
 /// "CUDA error: out of memory" text goes through llama.cpp's asynchronous logger and is lost
 /// with the process; only `ggml-cuda.cu:N: CUDA error` reaches stderr (seen on the GPU machine
@@ -483,6 +535,10 @@ pub fn full_gpu_abort(
     free_before_mib: Option<u64>,
 ) -> Option<Verdict> {
     let free = free_before_mib?;
+    // A fault in the server's GPU code, whatever the memory.
+    if log.contains("an illegal memory access") {
+        return None;
+    }
     let abort = log
         .lines()
         .rev()
@@ -899,6 +955,60 @@ ggml/src/ggml-cuda/ggml-cuda.cu:101: CUDA error
             v.evidence
         );
         assert!(full_gpu_abort_cards(log, true, &[4_000, 9_000], &[40_000, 12_288]).is_none());
+        // An illegal memory access is the server's fault, even on a full card.
+        let illegal = format!("CUDA error: an illegal memory access was encountered\n{log}");
+        assert!(full_gpu_abort(&illegal, true, 16_288, Some(16_291)).is_none());
+    }
+
+    /// A server hung in its abort (qtune stopped it): out of memory where the phase's log says
+    /// so, else a crash that names the abort; only the measure phase's lines count there.
+    #[test]
+    fn a_server_hung_in_its_abort_is_oom_only_where_its_log_says_so() {
+        let obs = |phase, log: &'static str, healthy_at, line: &str| {
+            classify(&Observation {
+                phase,
+                exit: None,
+                log,
+                healthy_at,
+                failure: Failure::Aborted {
+                    line: line.to_string(),
+                },
+            })
+        };
+        let oom = "E ggml_backend_cuda_buffer_type_alloc_buffer: allocating 512.00 MiB on device 0: cudaMalloc failed: out of memory\nCUDA error: out of memory\n";
+        let v = obs(Phase::Load, oom, None, "CUDA error: out of memory");
+        assert_eq!(v.kind, OutcomeKind::OomLoad);
+        assert!(v.message.contains("the server then hung"), "{}", v.message);
+        let v = obs(Phase::Measure, oom, Some(0), "CUDA error: out of memory");
+        assert_eq!(v.kind, OutcomeKind::OomRuntime);
+        // The OOM line came before the server was healthy: not this request's.
+        let late =
+            "cudaMalloc failed: out of memory\nI srv listening\nggml.c:1: GGML_ASSERT(x) failed\n";
+        let v = obs(
+            Phase::Measure,
+            late,
+            Some(33),
+            "ggml.c:1: GGML_ASSERT(x) failed",
+        );
+        assert_eq!(v.kind, OutcomeKind::Crash, "{}", v.message);
+        assert!(v
+            .message
+            .starts_with("llama-server aborted serving a request and hung"));
+        assert!(
+            !v.message.contains("illegal memory access"),
+            "{}",
+            v.message
+        );
+        assert_eq!(v.evidence.first().unwrap(), "I srv listening");
+        let illegal = "I init\nCUDA error: an illegal memory access was encountered\n";
+        let v = obs(
+            Phase::Load,
+            illegal,
+            None,
+            "CUDA error: an illegal memory access was encountered",
+        );
+        assert_eq!(v.kind, OutcomeKind::Crash);
+        assert!(v.message.contains("not a memory shortage"), "{}", v.message);
     }
 
     #[test]

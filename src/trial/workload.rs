@@ -5,7 +5,7 @@
 //! every request of the workload's mixes, whole, with the prompt cache as a user's server
 //! uses it ([`ServerSession::measure_shape`]). Speeds come from the server's own `timings`.
 
-use super::classify::{ExitInfo, Failure};
+use super::classify::Failure;
 use super::{Metrics, Stat};
 use crate::space::Workload;
 use serde::Deserialize;
@@ -207,8 +207,9 @@ pub struct ServerSession<'a> {
     pub pace: Option<Pace>,
     /// No request waits past this (the end of the tune's minutes budget).
     pub deadline: Option<std::time::Instant>,
-    /// Says whether the server process has exited; polled while a request is in flight.
-    pub exited: &'a mut dyn FnMut() -> Option<ExitInfo>,
+    /// Says whether the server is gone (it exited, or it hangs in its abort); polled while a
+    /// request is in flight.
+    pub gone: &'a mut dyn FnMut() -> bool,
     /// Where each request is named as it starts (the tune's heartbeat reads it).
     pub doing: Option<&'a super::phase::PhaseCell>,
 }
@@ -224,10 +225,10 @@ impl ServerSession<'_> {
             let now = std::time::Instant::now();
             timeout = timeout.min(d.saturating_duration_since(now).max(AFTER_DEADLINE_WAIT));
         }
-        let exited = &mut *self.exited;
+        let gone = &mut *self.gone;
         let watch = async move {
             loop {
-                if exited().is_some() || super::cleanup::interrupted().is_some() {
+                if gone() || super::cleanup::interrupted().is_some() {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;

@@ -146,6 +146,44 @@ fn death_mid_request_without_oom_text_is_a_crash_with_the_signal() {
         .any(|l| l.contains("processing task")));
 }
 
+/// ik_llama.cpp's CUDA build printed its abort and hung in it for minutes (the GPU machine,
+/// 2026-11-28): the trial ends a few seconds after the abort line, not at its load timeout,
+/// and says what the server printed.
+#[test]
+fn a_server_hung_in_its_abort_while_loading_is_a_crash_not_a_load_timeout() {
+    let r = run_fake("abort-load", Duration::from_secs(300), REQ);
+    check_common(&r, OutcomeKind::Crash);
+    let o = &r.outcome;
+    assert!(
+        o.message.contains("aborted while loading and hung"),
+        "{}",
+        o.message
+    );
+    assert!(o.message.contains("illegal memory access"), "{}", o.message);
+    assert!(o
+        .evidence
+        .iter()
+        .any(|l| l == "CUDA error: an illegal memory access was encountered"));
+    assert!(r.elapsed < Duration::from_secs(60), "{:?}", r.elapsed);
+}
+
+#[test]
+fn a_server_hung_in_its_abort_mid_request_is_a_crash_not_a_request_timeout() {
+    let r = run_fake("abort-mid", LOAD, Duration::from_secs(300));
+    check_common(&r, OutcomeKind::Crash);
+    let o = &r.outcome;
+    assert!(
+        o.message.contains("aborted serving a request and hung"),
+        "{}",
+        o.message
+    );
+    assert!(o
+        .evidence
+        .iter()
+        .any(|l| l.ends_with("ggml-cuda.cu:132: CUDA error")));
+    assert!(r.elapsed < Duration::from_secs(60), "{:?}", r.elapsed);
+}
+
 #[test]
 fn slow_request_is_a_request_timeout() {
     let r = run_fake("slow", LOAD, Duration::from_secs(2));

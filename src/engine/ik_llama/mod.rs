@@ -151,11 +151,12 @@ impl Engine for IkLlama {
     /// ik's load and memory lines are llama.cpp's own, but for its weights' buffers
     /// (`llm_load_tensors:        CPU buffer size = ...`, no "model") and its port line.
     fn log_dialect(&self) -> LogDialect {
-        use super::llama_cpp::{BAD_FLAG, OOM, OOM_BENIGN};
+        use super::llama_cpp::{ABORT, BAD_FLAG, OOM, OOM_BENIGN};
         LogDialect {
             bad_flag: BAD_FLAG,
             oom: OOM,
             oom_benign: OOM_BENIGN,
+            abort: ABORT,
             // examples/server/server.cpp
             bind_failed: "couldn't bind to server socket",
             weights_buffer_prefix: Some("llm_load_tensors:"),

@@ -44,6 +44,12 @@ pub(crate) const OOM_BENIGN: &[&str] = &[
     "falling back",
 ];
 
+/// Lines ggml prints as it aborts the server (its `GGML_ABORT` and `GGML_ASSERT` paths, and the
+/// CUDA error that calls them: `CUDA error: an illegal memory access was encountered`,
+/// `ggml-cuda.cu:132: CUDA error`). Nothing serves after one; a server that printed one and
+/// still runs is hung in its abort (seen with ik_llama.cpp's CUDA build on the GPU machine).
+pub(crate) const ABORT: &[&str] = &["CUDA error", "GGML_ASSERT("];
+
 /// How llama.cpp spells what engines spell apart: `--fit on|off` and a `--fit-target` list,
 /// `--load-mode`; it has no levers of its own.
 const DIALECT: Dialect = Dialect {
@@ -114,6 +120,7 @@ impl Engine for LlamaCpp {
             bad_flag: BAD_FLAG,
             oom: OOM,
             oom_benign: OOM_BENIGN,
+            abort: ABORT,
             // tools/server/server-http.cpp
             bind_failed: "couldn't bind HTTP server socket",
             weights_buffer_prefix: None,

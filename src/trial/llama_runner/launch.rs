@@ -2,6 +2,7 @@
 //! waited for, the workload measured, the failure classified (moved out of `llama_runner.rs`
 //! whole, issue 55).
 
+use super::abort::{AbortWatch, ABORT_GRACE};
 use super::{free_port, vram_drift_warning, LlamaServerRunner, ServerProcess, PAST_BUDGET_WALL};
 use crate::config::{shell_line, LaunchConfig};
 use crate::trial::classify::{self, Failure, Observation, Phase, Verdict};
@@ -230,7 +231,8 @@ impl LlamaServerRunner {
                 pid: proc.pid(),
                 model_bytes: self.model_bytes,
             }));
-            let healthy = self.wait_healthy(&mut proc, &base_url);
+            let mut watch = AbortWatch::new(log_path, log_len(log_path), ABORT_GRACE);
+            let healthy = self.wait_healthy(&mut proc, &base_url, &mut watch);
             self.doing.set(None);
             match healthy {
                 Ok(()) => {
@@ -246,7 +248,8 @@ impl LlamaServerRunner {
                 }
                 Err(failure) => {
                     let exit = match failure {
-                        Failure::LoadTimeout { .. } => {
+                        // Hung: qtune ends it, which says nothing of how it failed.
+                        Failure::LoadTimeout { .. } | Failure::Aborted { .. } => {
                             proc.stop(Duration::from_millis(500));
                             None
                         }
@@ -289,7 +292,12 @@ impl LlamaServerRunner {
         self.deadline.map(|d| d + PAST_BUDGET_WALL)
     }
 
-    fn wait_healthy(&self, proc: &mut ServerProcess, base_url: &str) -> Result<(), Failure> {
+    fn wait_healthy(
+        &self,
+        proc: &mut ServerProcess,
+        base_url: &str,
+        watch: &mut AbortWatch,
+    ) -> Result<(), Failure> {
         let url = format!("{base_url}/health");
         let client = &self.client;
         let now = Instant::now();
@@ -307,6 +315,9 @@ impl LlamaServerRunner {
             loop {
                 if proc.try_exit().is_some() {
                     return Err(Failure::Exited);
+                }
+                if let Some(line) = watch.hung() {
+                    return Err(Failure::Aborted { line });
                 }
                 if crate::trial::cleanup::interrupted().is_some() {
                     // qtune is being interrupted: stop waiting; the caller ends the server.
@@ -342,7 +353,10 @@ impl LlamaServerRunner {
         config: &LaunchConfig,
     ) -> Draft {
         // Everything the server logs from here on belongs to the measure phase.
-        let healthy_at = std::fs::metadata(log_path).map(|m| m.len()).unwrap_or(0) as usize;
+        let healthy_at = log_len(log_path) as usize;
+        let mut watch = AbortWatch::new(log_path, healthy_at as u64, ABORT_GRACE);
+        // The abort line of a server that hung in its abort while a request was in flight.
+        let mut aborted: Option<String> = None;
         let request_timeout = self.request_timeout;
         let workload = self.workload.clone();
         let client = &self.client;
@@ -358,14 +372,20 @@ impl LlamaServerRunner {
             .flatten()
             .map(|(_, r)| r);
         let result: Result<Result<Measured, String>, Failure> = {
-            let mut exited = || proc.try_exit();
+            let mut gone = || {
+                if proc.try_exit().is_some() {
+                    return true;
+                }
+                aborted = watch.hung();
+                aborted.is_some()
+            };
             let mut session = ServerSession {
                 client,
                 base_url: base_url.to_string(),
                 request_timeout,
                 pace,
                 deadline: self.deadline,
-                exited: &mut exited,
+                gone: &mut gone,
                 doing: Some(&self.doing),
             };
             let job = async {
@@ -420,6 +440,12 @@ impl LlamaServerRunner {
                 });
             }
             Ok(Ok(m)) => Ok(m),
+            // The process still runs, hung in its abort.
+            Err(Failure::Exited) if aborted.is_some() && proc.try_exit().is_none() => {
+                Err(Failure::Aborted {
+                    line: aborted.unwrap_or_default(),
+                })
+            }
             Err(f) => Err(f),
         };
         match result {
@@ -453,6 +479,7 @@ impl LlamaServerRunner {
                 let exit = match failure {
                     _ if crate::trial::cleanup::interrupted().is_some() => None,
                     Failure::RequestTimeout { .. } => proc.try_exit(),
+                    Failure::Aborted { .. } => None,
                     _ => proc.wait_exit(Duration::from_secs(3)),
                 };
                 proc.stop(STOP_GRACE);
@@ -469,6 +496,11 @@ impl LlamaServerRunner {
             }
         }
     }
+}
+
+/// How long the trial log is now (where a phase's lines begin).
+fn log_len(log_path: &Path) -> u64 {
+    std::fs::metadata(log_path).map(|m| m.len()).unwrap_or(0)
 }
 
 /// One line naming the processes a server left running outside its group (it daemonized),

@@ -2,6 +2,7 @@
 //! `/health`, runs the workload, samples VRAM, classifies and journals the outcome, and ends
 //! the server's process group on every path.
 
+mod abort;
 mod launch;
 
 use super::classify::Verdict;
