@@ -53,8 +53,18 @@ pub fn table(r: &TuneResult) -> String {
     // Every config once, in the tune's objective: the lowest time per request first (the
     // number the verdict prints, [`TuneResult::objective_time`]), the ones that failed last.
     let mut rows: Vec<(Option<f64>, f64, Vec<String>)> = Vec::new();
+    // Where the tune raced two engines, the other engine's configs say whose they are (its
+    // `server defaults` is not the first engine's).
+    let first_engine = r.trials.first().map(|t| t.config.engine);
     let label = |baseline: bool, c: &crate::config::LaunchConfig| {
-        format!("{}{}", if baseline { "[baseline] " } else { "" }, c.label())
+        let engine = (first_engine.is_some_and(|e| e != c.engine)).then(|| c.engine.to_string());
+        let tag = match (engine, baseline) {
+            (Some(e), true) => format!("[{e} baseline] "),
+            (Some(e), false) => format!("[{e}] "),
+            (None, true) => "[baseline] ".to_string(),
+            (None, false) => String::new(),
+        };
+        format!("{tag}{}", c.label())
     };
     let time = |c: &crate::config::LaunchConfig, stored: Option<f64>| {
         r.objective_time(c, stored).map(|t| t.seconds)
@@ -186,7 +196,9 @@ fn pooled_configs(r: &TuneResult) -> Vec<Pooled> {
                     .join(", "),
             };
             Pooled {
-                baseline: ts.iter().any(|t| t.role == TrialRole::Baseline),
+                baseline: ts
+                    .iter()
+                    .any(|t| matches!(t.role, TrialRole::Baseline | TrialRole::SecondBaseline)),
                 gen: samples(&|m| &m.gen_tps),
                 prompt: samples(&|m| &m.prompt_tps),
                 peak_vram_mib: ts.iter().filter_map(|t| t.peak_vram_total_mib()).max(),
@@ -592,6 +604,31 @@ mod tests {
         // The 35B on 16 GiB: fit-target put more experts on the card.
         let line = reference_line("gpu-h100-workload3/work35-16");
         assert!(line.contains("the better of it and"), "{line}");
+    }
+
+    /// Issue 56 on the GPU: a tune that raced two engines printed ik_llama.cpp's crashed
+    /// `server defaults` as a second, untagged `server defaults` row. The other engine's rows
+    /// say whose they are, and its auto-fit baseline is called one.
+    #[test]
+    fn the_other_engines_rows_say_whose_they_are() {
+        let r = crate::run::sample::committed("gpu-h200-ik56/tune35-16");
+        let t = table(&r);
+        assert!(t.contains("[baseline] server defaults"), "{t}");
+        assert!(t.contains("[ik_llama.cpp baseline] server defaults"), "{t}");
+        assert!(
+            t.contains("[ik_llama.cpp baseline] --fit --fit-margin 512"),
+            "{t}"
+        );
+        assert!(t.contains("[ik_llama.cpp] -ngl 999 --n-cpu-moe 13"), "{t}");
+        assert!(!t.contains("[llama.cpp"), "{t}");
+        // One engine: no engine tags.
+        let one = table(&crate::run::sample::committed(
+            "gpu-h100-workload3/work35-16",
+        ));
+        assert!(
+            !one.contains("[llama.cpp") && one.contains("[baseline]"),
+            "{one}"
+        );
     }
 
     #[test]
