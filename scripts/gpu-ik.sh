@@ -10,6 +10,8 @@
 #                              Carried: .gpu-ik/qtune.xz and .gpu-ik/ik_llama_cpp_python-0.1.5.tar.gz
 #                              (the pinned sdist: the GPU machine has no network).
 #   scripts/gpu-ik.sh wait     waits for that build (WAIT_S), then packs it.
+#   SHAPE (default qwen3.5-35b-a3b; qwen3-30b-a3b carries .gpu2/vocab/ggml-vocab-qwen2.gguf)
+#   and NO_MTP=1 (the 35B without its MTP block) pick the model of tune and compare.
 #   scripts/gpu-ik.sh tune     llama.cpp's kept CUDA build (.gpu2/cuda, as for
 #                              scripts/gpu-first-hour.sh) beside ik's, the 35B synthesized, a
 #                              ballast leaving GIB GiB (default 16), then
@@ -26,7 +28,9 @@ cd "$(dirname "$0")/.." || exit 1
 . scripts/gpu-common.sh
 gpu_run /tmp/qtune-ik gpu-ik.log
 SHAPE=${SHAPE:-qwen3.5-35b-a3b}
-MODEL="$W/$SHAPE-q4_k_m.gguf"
+# NO_MTP=1: the 35B without its MTP block (`qtune synth --no-mtp`), the layout ik 0.1.5 loads.
+MTP_ARG=${NO_MTP:+--no-mtp}
+MODEL="$W/$SHAPE${NO_MTP:+-no-mtp}-q4_k_m.gguf"
 GIB=${GIB:-16}
 CTX=${CTX:-16384}
 BUDGET=${BUDGET:-12}
@@ -97,7 +101,7 @@ case "${1:-}" in
     ;;
   tune)
     kit
-    [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$SHAPE" --ftype q4_k_m > /dev/null || exit 1
+    [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$SHAPE" --ftype q4_k_m $MTP_ARG > /dev/null || exit 1
     start_ballast $((GIB * 1024))
     echo "emulated card: ${GIB} GiB free of $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)" > "$W/card.txt"
     say "qtune --model 35B --engine both --workload $WORKLOAD --ctx $CTX --budget-minutes $BUDGET"
@@ -123,7 +127,7 @@ case "${1:-}" in
     ;;
   compare)
     kit
-    [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$SHAPE" --ftype q4_k_m > /dev/null || exit 1
+    [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$SHAPE" --ftype q4_k_m $MTP_ARG > /dev/null || exit 1
     start_ballast $((GIB * 1024))
     dir="$OUT/${CMP:-ik-compare}"
     echo "emulated card: ${GIB} GiB free of $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)" > "$OUT/${CMP:-ik-compare}-card.txt"

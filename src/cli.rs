@@ -541,6 +541,11 @@ pub struct SynthArgs {
     /// --quant` lays out).
     #[arg(long, default_value = "q4_k_m")]
     pub ftype: String,
+    /// Leave out the MTP block a Qwen3.5 GGUF carries as llama.cpp's converter writes it: the
+    /// layout of GGUFs made without it (the 35B's 733 tensors, not 753), the only one
+    /// ik_llama.cpp 0.1.5 loads.
+    #[arg(long)]
+    pub no_mtp: bool,
 }
 
 #[derive(Debug, Subcommand)]

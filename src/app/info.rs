@@ -94,10 +94,17 @@ pub fn inspect(
     Ok(())
 }
 
-/// `qtune synth OUT --shape S --ftype F`: write a random-weight GGUF of a real MoE shape.
-pub fn synth(out: &Path, shape: &str, ftype: &str) -> Result<()> {
+/// `qtune synth OUT --shape S --ftype F [--no-mtp]`: write a random-weight GGUF of a real MoE
+/// shape (without its MTP block where asked).
+pub fn synth(out: &Path, shape: &str, ftype: &str, no_mtp: bool) -> Result<()> {
     use crate::model::synth;
-    let shape = synth::shape_by_name(shape)?;
+    let mut shape = synth::shape_by_name(shape)?;
+    if no_mtp {
+        if shape.nextn_layers == 0 {
+            anyhow::bail!("--no-mtp: the shape {} has no MTP block", shape.name);
+        }
+        shape.nextn_layers = 0;
+    }
     let ftype = synth::SynthFtype::parse_flag(ftype, "--ftype")?;
     // One file written: a new path or a regular file to replace, never a link or a device
     // (a folder is named by the writer).

@@ -39,7 +39,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             test_models: true, ..
         }) => app::info::test_models(),
         Command::Synth(s) => match (s.out, s.shape) {
-            (Some(out), Some(shape)) => app::info::synth(&out, &shape, &s.ftype),
+            (Some(out), Some(shape)) => app::info::synth(&out, &shape, &s.ftype, s.no_mtp),
             _ => anyhow::bail!("qtune synth needs OUT.gguf and --shape (or --test-models)"),
         },
         Command::Server(ServerSubcommand::Path {

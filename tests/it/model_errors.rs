@@ -141,6 +141,56 @@ fn synth_rejects_bad_requests_without_leaving_files() {
     assert!(files_in(&sub).is_empty());
 }
 
+/// `--no-mtp` writes the Qwen3.5 layout without its MTP block (GGUFs made without it, the only
+/// one ik_llama.cpp 0.1.5 loads: on the GPU machine it stopped at `blk.40.attn_qkv.weight`);
+/// a shape without one is refused in one line.
+#[test]
+fn synth_leaves_the_mtp_block_out_where_asked() {
+    if !support::vocab() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let read = |args: &[&str]| {
+        let out = dir.path().join("m.gguf");
+        let mut a = vec!["synth", out.to_str().unwrap(), "--shape", "tiny-qwen35moe"];
+        a.extend_from_slice(args);
+        let (code, _, err) = qtune(&a);
+        assert_eq!(code, 0, "{err}");
+        qtune::model::gguf::read(&out).unwrap()
+    };
+    let blocks = |g: &qtune::model::gguf::GgufFile| {
+        let mtp = g
+            .tensors
+            .iter()
+            .filter(|t| t.name.starts_with("blk.4."))
+            .count();
+        let nextn = g.tensors.iter().any(|t| t.name.contains("nextn"));
+        (g.tensors.len(), mtp, nextn)
+    };
+    let with = read(&[]);
+    let without = read(&["--no-mtp"]);
+    let (n_with, mtp, nextn) = blocks(&with);
+    assert!(mtp > 0 && nextn, "{n_with} tensors");
+    let (n_without, mtp, nextn) = blocks(&without);
+    assert_eq!((mtp, nextn), (0, false));
+    assert_eq!(n_with - n_without, 20);
+    let l = qtune::model::load(&dir.path().join("m.gguf")).unwrap();
+    assert_eq!(l.n_blocks, 4);
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("q3.gguf");
+    fails_with_one_line(
+        &[
+            "synth",
+            out.to_str().unwrap(),
+            "--shape",
+            "tiny-qwen3moe",
+            "--no-mtp",
+        ],
+        "--no-mtp: the shape tiny-qwen3moe has no MTP block",
+    );
+    assert!(files_in(d.path()).is_empty());
+}
+
 #[test]
 fn synth_writes_a_loadable_tiny_model() {
     if !support::vocab() {
