@@ -18,6 +18,10 @@
 #                              `qtune --model 35B --engine both --workload WORKLOAD --ctx CTX
 #                              --budget-minutes BUDGET` under setsid. Carried: .gpu2.
 #   scripts/gpu-ik.sh follow   waits for the tune (WAIT_S), then brings back its run folder.
+#   scripts/gpu-ik.sh probe    which ik configs run at all: llama.cpp and ik at one placement
+#                              (--n-cpu-moe NCMOE, default 30), ik with its fused ops off one
+#                              by one and all at once; one round of short requests. Carried:
+#                              .gpu2 (ik's build from `build` on the same lease).
 #   scripts/gpu-ik.sh compare  a later lease: ik's pick (CAND, flags) against llama.cpp's pick
 #                              (REF), ROUNDS paired rounds of `qtune compare --workload
 #                              WORKLOAD`, written straight into $OUT/$CMP. Carried: .gpu2 and
@@ -125,6 +129,24 @@ case "${1:-}" in
       echo "tune still running"
     fi
     ;;
+  probe)
+    # Which ik configs run at all (the first lease's ik launches all aborted, fused MoE on):
+    # llama.cpp at a fixed placement (A), then ik at the same placement with its fused ops
+    # left on, each turned off, and all off; one round, short requests.
+    kit
+    [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$SHAPE" --ftype q4_k_m $MTP_ARG > /dev/null || exit 1
+    start_ballast $((GIB * 1024))
+    P="-m $MODEL -c $CTX -np 1 -ngl 999 --n-cpu-moe ${NCMOE:-30} -fa on"
+    say "probe: ik at the placement $P"
+    qtune compare "$LL/bin/llama-server $P" "$IK/bin/llama-server $P" \
+      "$IK/bin/llama-server $P -no-fmoe" "$IK/bin/llama-server $P -no-fug -no-mmad" \
+      "$IK/bin/llama-server $P -no-ooae" \
+      "$IK/bin/llama-server $P -no-fmoe -no-fug -no-mmad -no-ooae" \
+      --rounds 1 --prompt-tokens 512 --gen-tokens 64 --repetitions 2 \
+      --out "$OUT/${CMP:-ik-probe}" 2>&1 | cut -c1-200 | tail -40
+    pkill -f 'python3 -u .*[b]allast'
+    cp "$LOG" "$OUT/"
+    ;;
   compare)
     kit
     [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$SHAPE" --ftype q4_k_m $MTP_ARG > /dev/null || exit 1
@@ -136,11 +158,11 @@ case "${1:-}" in
     qtune compare "$LL/bin/llama-server -m $MODEL -c $CTX -np 1 $REF" \
       "$IK/bin/llama-server -m $MODEL -c $CTX -np 1 $CAND" --workload "$WORKLOAD" \
       --rounds "${ROUNDS:-4}" --out "$dir" 2>&1 | cut -c1-200 | tail -40
-    pkill -f ballast.py
+    pkill -f 'python3 -u .*[b]allast'
     cp "$LOG" "$OUT/"
     ;;
   *)
-    echo "usage: scripts/gpu-ik.sh build|wait|tune|follow|compare" >&2
+    echo "usage: scripts/gpu-ik.sh build|wait|tune|follow|probe|compare" >&2
     exit 2
     ;;
 esac
