@@ -18,7 +18,7 @@ use qtune::run::{RunInputs, TuneResult};
 use qtune::search::strategy::SearchContext;
 use qtune::trial::replay::{ReplayAnswer, ReplayRunner};
 use qtune::trial::{OutcomeKind, TrialRole};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use support::multigpu::{assert_launch_budget, assert_ok_trials_within_each_card, replay_tune};
 
 const HEADROOM: u64 = 512;
@@ -35,49 +35,11 @@ fn layout() -> ModelLayout {
 
 /// The sample GPU box with these cards' free VRAM (MiB), in device order.
 fn hardware(free: &[u64]) -> HardwareProfile {
-    let mut hw = qtune::run::sample::gpu_result(Path::new("llama-server"), Path::new("m.gguf"))
-        .inputs
-        .hardware;
-    let card = hw.gpus[0].clone();
-    hw.gpus = free
-        .iter()
-        .enumerate()
-        .map(|(i, &f)| qtune::hardware::GpuInfo {
-            index: i as u32,
-            name: format!("NVIDIA H200 (emulated {} GiB)", f / 1024),
-            uuid: format!("GPU-{i}"),
-            vram_free_mib: f,
-            vram_used_mib: card.vram_total_mib - f,
-            ..card.clone()
-        })
-        .collect();
-    hw.host.ram_available_mib = 120 * 1024;
-    hw.fingerprint = "0f1e2d3c4b5a6978".into();
-    hw
+    support::multigpu::cards(free)
 }
 
 fn inputs(hw: HardwareProfile) -> RunInputs {
-    let free = hw.free_vram_mib();
-    RunInputs {
-        model_path: PathBuf::from("Qwen3.5-35B-A3B-Q8_0.gguf"),
-        server_path: PathBuf::from("llama-server"),
-        server_version: "synthetic two-GPU landscape".into(),
-        space: qtune::space::load("default").unwrap(),
-        headroom_mib: HEADROOM,
-        vram_budget_mib: qtune::run::box_vram_budget_mib(&hw, HEADROOM),
-        gpu_budgets: qtune::run::gpu_budgets(&hw, HEADROOM),
-        hardware: hw,
-        free_vram_at_start_mib: free,
-        started_at: "2026-11-22T00:00:00Z".into(),
-        host: "127.0.0.1".into(),
-        port: 8080,
-        start: None,
-        quality: None,
-        model_fingerprint: None,
-        model_bytes: None,
-        server_bytes: None,
-        engine_servers: Vec::new(),
-    }
+    support::multigpu::two_card_inputs(hw, HEADROOM)
 }
 
 /// The replayed box (see the module doc); a card over its free VRAM fails to load.

@@ -64,3 +64,59 @@ pub fn assert_ok_trials_within_each_card(trials: &[TrialOutcome], budgets: &[u64
         }
     }
 }
+
+/// The sample GPU box with these cards' free VRAM (MiB), in device order: H200s emulated at
+/// those sizes, 120 GiB of RAM available.
+pub fn cards(free: &[u64]) -> qtune::hardware::HardwareProfile {
+    let mut hw = qtune::run::sample::gpu_result(
+        std::path::Path::new("llama-server"),
+        std::path::Path::new("m.gguf"),
+    )
+    .inputs
+    .hardware;
+    let card = hw.gpus[0].clone();
+    hw.gpus = free
+        .iter()
+        .enumerate()
+        .map(|(i, &f)| qtune::hardware::GpuInfo {
+            index: i as u32,
+            name: format!("NVIDIA H200 (emulated {} GiB)", f / 1024),
+            uuid: format!("GPU-{i}"),
+            vram_free_mib: f,
+            vram_used_mib: card.vram_total_mib - f,
+            ..card.clone()
+        })
+        .collect();
+    hw.host.ram_available_mib = 120 * 1024;
+    hw.fingerprint = "0f1e2d3c4b5a6978".into();
+    hw
+}
+
+/// A tune's inputs on that box: the default space, every card's budget its free VRAM less
+/// `headroom` MiB, a synthetic Q8_0 Qwen3.5-35B-A3B-like model.
+pub fn two_card_inputs(
+    hw: qtune::hardware::HardwareProfile,
+    headroom: u64,
+) -> qtune::run::RunInputs {
+    let free = hw.free_vram_mib();
+    qtune::run::RunInputs {
+        model_path: std::path::PathBuf::from("Qwen3.5-35B-A3B-Q8_0.gguf"),
+        server_path: std::path::PathBuf::from("llama-server"),
+        server_version: "synthetic two-GPU landscape".into(),
+        space: qtune::space::load("default").unwrap(),
+        headroom_mib: headroom,
+        vram_budget_mib: qtune::run::box_vram_budget_mib(&hw, headroom),
+        gpu_budgets: qtune::run::gpu_budgets(&hw, headroom),
+        hardware: hw,
+        free_vram_at_start_mib: free,
+        started_at: "2026-11-22T00:00:00Z".into(),
+        host: "127.0.0.1".into(),
+        port: 8080,
+        start: None,
+        quality: None,
+        model_fingerprint: None,
+        model_bytes: None,
+        server_bytes: None,
+        engine_servers: Vec::new(),
+    }
+}
