@@ -10,7 +10,7 @@
 use super::context::SearchContext;
 use super::rank::{better, Speeds};
 use crate::config::{EngineKind, LaunchConfig};
-use crate::trial::{lossless, TrialOutcome, TrialRole};
+use crate::trial::{lossless, OutcomeKind, TrialOutcome, TrialRole};
 
 /// The other engines the tune races (none: one engine).
 pub fn others(ctx: &SearchContext) -> &[EngineKind] {
@@ -99,8 +99,8 @@ pub fn all_baselines(ctx: &SearchContext) -> Vec<LaunchConfig> {
     out
 }
 
-/// One line per engine raced: its best baseline's generation speed before the race, and
-/// which engine's baselines are the reference. None where one engine is tuned.
+/// One line per engine raced: its best baseline's generation speed before the race (or why it
+/// has none), and which engine's baselines are the reference. None where one engine is tuned.
 pub fn baseline_note(ctx: &SearchContext, history: &[TrialOutcome]) -> Option<String> {
     if others(ctx).is_empty() {
         return None;
@@ -108,33 +108,138 @@ pub fn baseline_note(ctx: &SearchContext, history: &[TrialOutcome]) -> Option<St
     let mut parts = Vec::new();
     for e in std::iter::once(ctx.space.fixed.engine).chain(others(ctx).iter().copied()) {
         let (d, f) = pair_of(ctx, e);
-        let best = std::iter::once(d)
-            .chain(f)
-            .filter_map(|c| before_race(history, &c))
+        let pair: Vec<LaunchConfig> = std::iter::once(d).chain(f).collect();
+        let best = pair
+            .iter()
+            .filter_map(|c| before_race(history, c))
             .map(|s| s.gen.median)
             .fold(None, |a: Option<f64>, g| Some(a.map_or(g, |a| a.max(g))));
-        parts.push(match best {
-            Some(g) => format!("{e} {g:.1} tok/s"),
-            None => format!("{e} not measured"),
+        let launched = pair
+            .iter()
+            .filter(|c| !baseline_launches(history, c).is_empty());
+        parts.push(match (best, launched.count()) {
+            (Some(g), _) => format!("{e} {g:.1} tok/s"),
+            (None, 0) => format!("{e} not measured (its baselines were not launched)"),
+            (None, 1) => format!("{e} not measured (its baseline failed)"),
+            (None, _) => format!("{e} not measured (its baselines failed)"),
         });
     }
     Some(format!(
-        "engines raced: every engine's baselines were measured (generation: {}); the reference is {}'s",
+        "engines raced: generation {}; the reference is {}'s",
         parts.join(", "),
         reference_engine(ctx, history)
     ))
 }
 
+/// A baseline config's launches before the race.
+fn baseline_launches<'a>(history: &'a [TrialOutcome], cfg: &LaunchConfig) -> Vec<&'a TrialOutcome> {
+    history
+        .iter()
+        .filter(|o| {
+            &o.config == cfg && matches!(o.role, TrialRole::Baseline | TrialRole::SecondBaseline)
+        })
+        .collect()
+}
+
+/// An other engine the tune stops trying after its baselines ([`dropped`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dropped<'a> {
+    pub engine: EngineKind,
+    /// Its baselines' launches, every one failed; the first baseline's first.
+    pub failed: Vec<&'a TrialOutcome>,
+}
+
+impl Dropped<'_> {
+    /// The line the tune prints: the engine, and how its first baseline failed (its outcome
+    /// kind and the message's first clause, shortened).
+    pub fn line(&self) -> String {
+        let which = match self.failed.len() {
+            1 => "its baseline".to_string(),
+            2 => "both its baselines".to_string(),
+            n => format!("all {n} of its baselines"),
+        };
+        let first = self.failed[0];
+        format!(
+            "{}: not tried further: {which} failed without running out of memory ({}: {})",
+            self.engine,
+            first.kind,
+            shortened(&first.message, 96)
+        )
+    }
+}
+
+/// The first clause of a trial's message (before its advice: "...: read the trial log"), cut
+/// to `max` characters.
+fn shortened(message: &str, max: usize) -> String {
+    let clause = message.split(": ").next().unwrap_or(message).trim();
+    if clause.chars().count() <= max {
+        return clause.to_string();
+    }
+    let cut: String = clause.chars().take(max.saturating_sub(3)).collect();
+    format!("{}...", cut.trim_end())
+}
+
+/// A baseline failure that says the engine cannot run this model on this box at all, whatever
+/// the placement: it crashed, hung or rejected its command line. Memory failures are not (a
+/// searched placement may fit), nor launches that were never the engine's fault (a lost port,
+/// a lost RPC worker) or never launched (skipped).
+fn fails_whatever_placed(kind: OutcomeKind) -> bool {
+    matches!(
+        kind,
+        OutcomeKind::Crash
+            | OutcomeKind::LoadTimeout
+            | OutcomeKind::RequestTimeout
+            | OutcomeKind::BadFlag
+    )
+}
+
+/// The other engines whose baselines all launched and all failed, none of them for memory
+/// ([`fails_whatever_placed`]): the tune tries none of their variants (issue 56: ik_llama.cpp
+/// could not load the synthetic Qwen3.5-35B at all, and 3 more launches crashed the same way).
+/// Read from the history alone, so a resumed tune decides the same from its journal.
+pub fn dropped<'a>(ctx: &SearchContext, history: &'a [TrialOutcome]) -> Vec<Dropped<'a>> {
+    let mut out = Vec::new();
+    for &engine in others(ctx) {
+        let (d, f) = pair_of(ctx, engine);
+        let mut pair = vec![d];
+        pair.extend(f.filter(|f| !pair.contains(f)));
+        let launches: Vec<Vec<&TrialOutcome>> =
+            pair.iter().map(|c| baseline_launches(history, c)).collect();
+        if launches.iter().any(Vec::is_empty) {
+            continue;
+        }
+        let failed: Vec<&TrialOutcome> = launches.into_iter().flatten().collect();
+        if failed.iter().all(|o| fails_whatever_placed(o.kind)) {
+            out.push(Dropped { engine, failed });
+        }
+    }
+    out
+}
+
+/// Whether [`dropped`] has `engine`.
+pub fn is_dropped(ctx: &SearchContext, history: &[TrialOutcome], engine: EngineKind) -> bool {
+    dropped(ctx, history).iter().any(|d| d.engine == engine)
+}
+
 /// The search's best config on each other engine, where that engine can express it
 /// ([`crate::engine::Caps`]), then that engine's own levers on it
 /// ([`crate::engine::Engine::own_levers`]); and the lines saying which levers were skipped.
-pub fn variants(ctx: &SearchContext, best: &LaunchConfig) -> (Vec<LaunchConfig>, Vec<String>) {
+/// None on an engine whose baselines failed whatever the placement ([`dropped`]).
+pub fn variants(
+    ctx: &SearchContext,
+    history: &[TrialOutcome],
+    best: &LaunchConfig,
+) -> (Vec<LaunchConfig>, Vec<String>) {
     let mut out = Vec::new();
     let mut skipped = Vec::new();
+    let gone = dropped(ctx, history);
     for &e in others(ctx)
         .iter()
         .chain(std::iter::once(&ctx.space.fixed.engine))
     {
+        if gone.iter().any(|d| d.engine == e) {
+            continue;
+        }
         let on = LaunchConfig {
             engine: e,
             ..best.clone()
@@ -192,10 +297,11 @@ pub fn answers_unchecked(traits: &super::levers::WorkloadTraits) -> Option<&'sta
     }
 }
 
-/// How many launches [`variants`] would take, for the reserve the exploration leaves.
-pub fn variant_count(ctx: &SearchContext) -> u32 {
+/// How many launches [`variants`] would take after `history`'s baselines, for the reserve
+/// the exploration leaves (none for an engine [`dropped`]).
+pub fn variant_count(ctx: &SearchContext, history: &[TrialOutcome]) -> u32 {
     let probe = ctx.config(&ctx.start_base(), 0);
-    variants(ctx, &probe).0.len() as u32
+    variants(ctx, history, &probe).0.len() as u32
 }
 
 /// A line for each config lossy by design the tune measured (ik_llama.cpp's smart expert
@@ -255,4 +361,18 @@ pub fn lossy_lever_lines(history: &[TrialOutcome]) -> Vec<String> {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shortened;
+
+    #[test]
+    fn a_failure_is_named_by_its_first_clause_cut_to_fit() {
+        let crash = "llama-server died while loading (killed by signal 11 SIGSEGV) with no \
+                     out-of-memory line: read the trial log";
+        let clause = crash.split(": read").next().unwrap();
+        assert_eq!(shortened(crash, 96), clause);
+        assert_eq!(shortened(crash, 20), "llama-server died...");
+    }
 }

@@ -192,12 +192,14 @@ pub fn tune(
         race.as_ref(),
     );
     warnings.extend(engines::baseline_note(&ctx, &history));
+    // The engines not tried past their baselines, each with how its baselines failed.
+    warnings.extend(engines::dropped(&ctx, &history).iter().map(|d| d.line()));
     if !engines::others(&ctx).is_empty()
         || crate::engine::of(ctx.space.fixed.engine).caps().own_levers
     {
         // The engines' own levers skipped, each with its reason.
         let best = (solver.race_candidates.first().cloned()).unwrap_or_else(|| ctx.baseline());
-        warnings.extend(engines::variants(&ctx, &best).1);
+        warnings.extend(engines::variants(&ctx, &history, &best).1);
     }
     warnings.extend(trial_warnings(&history));
     warnings.extend(levers::acceptance_lines(&history));

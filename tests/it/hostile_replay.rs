@@ -579,3 +579,133 @@ fn smart_expert_reduction_is_checked_and_never_recommended_where_lossy() {
         "{all}"
     );
 }
+
+/// In `dir`: ik_llama.cpp's stand-in, the fake server answering as ik's (FAKE_IK) in the mode
+/// `FAKE_IK_MODE` names, whatever FAKE_MODE the llama.cpp fake has.
+fn fake_ik(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("ik-llama-server");
+    let script = format!(
+        "#!/bin/sh\nFAKE_IK=1 FAKE_MODE=\"$FAKE_IK_MODE\" exec '{}' \"$@\"\n",
+        fake_server().display()
+    );
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// The engine of each journaled launch in `out`, with its role and outcome kind.
+fn journaled(out: &Path) -> Vec<(String, String, String)> {
+    std::fs::read_to_string(out.join("journal.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|t| {
+            let s = |v: &serde_json::Value| v.as_str().unwrap_or("llama.cpp").to_string();
+            (s(&t["config"]["engine"]), s(&t["role"]), s(&t["kind"]))
+        })
+        .collect()
+}
+
+/// `--engine both` where ik_llama.cpp cannot load the model at all (ik 0.1.5 on Qwen3.5-35B:
+/// "check_tensor_dims: tensor ... not found", then SIGSEGV): once its baselines crashed, no
+/// other ik launch follows (the GPU run launched 3 more, each crashing the same way), one line
+/// says why, and the baseline note does not claim every engine's baselines were measured. A
+/// tune interrupted after ik's baseline and resumed decides the same from its journal.
+#[test]
+fn an_engine_whose_baselines_crash_is_not_tried_further() {
+    let Some(moe) = require::tiny_qwen3moe() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let ik = fake_ik(tmp.path());
+    let ik = ik.to_str().unwrap();
+    let env = [("QTUNE_IK_SERVER", ik), ("FAKE_IK_MODE", "crash-load")];
+    let check = |all: &str, out: &Path| {
+        let launches = journaled(out);
+        let ik: Vec<&(String, String, String)> =
+            launches.iter().filter(|l| l.0 == "ik_llama.cpp").collect();
+        assert!(!ik.is_empty(), "ik's baseline was not launched:\n{all}");
+        for l in &ik {
+            assert!(l.1.contains("baseline") && l.2 == "crash", "{l:?}\n{all}");
+        }
+        let flat = support::flat(all);
+        assert!(
+            flat.contains(
+                "ik_llama.cpp: not tried further: its baseline failed without running out of \
+                 memory (crash: llama-server died while loading"
+            ),
+            "{all}"
+        );
+        assert!(
+            flat.contains("ik_llama.cpp not measured (its baseline failed)")
+                && !flat.contains("every engine's baselines were measured"),
+            "{all}"
+        );
+    };
+    let setup = ser_setup(tmp.path(), &moe, false);
+    let (all, _) = fake_tune(tmp.path(), setup.clone(), &["--engine", "both"], &env);
+    check(&all, &tmp.path().join("run"));
+    // Interrupted once ik's baseline is journaled (the third launch), then resumed.
+    let out = tmp.path().join("resumed");
+    let mut child = fake_tune_command(&out, &setup, &["--engine", "both"], &env)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while journaled(&out).len() < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    support::record::signal(&child, libc::SIGINT);
+    let status = support::record::wait_exit(&mut child, 60);
+    let before = journaled(&out);
+    assert!(
+        !status.success(),
+        "the first tune was not interrupted: {before:?}"
+    );
+    assert!(
+        before.iter().any(|l| l.0 == "ik_llama.cpp"),
+        "the interrupt came before ik's baseline: {before:?}"
+    );
+    let again = qtune()
+        .args(["tune", "--resume"])
+        .arg(&out)
+        .envs(FAKE_SLOW.iter().chain(&env).copied())
+        .output()
+        .unwrap();
+    let (all, _) = finished(again, &out);
+    check(&all, &out);
+}
+
+/// `--engine both` where ik_llama.cpp's baseline runs out of memory: a searched placement may
+/// fit, so ik is still tried past its baseline, no line says otherwise, and the baseline note
+/// says why ik has no speed without claiming every engine's baselines were measured.
+#[test]
+fn an_engine_whose_baseline_ran_out_of_memory_is_still_tried() {
+    let Some(moe) = require::tiny_qwen3moe() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let ik = fake_ik(tmp.path());
+    let env = [
+        ("QTUNE_IK_SERVER", ik.to_str().unwrap()),
+        ("FAKE_IK_MODE", "oom-load"),
+    ];
+    let setup = ser_setup(tmp.path(), &moe, false);
+    let (all, _) = fake_tune(tmp.path(), setup, &["--engine", "both"], &env);
+    let launches = journaled(&tmp.path().join("run"));
+    assert!(
+        launches
+            .iter()
+            .any(|l| l.0 == "ik_llama.cpp" && l.1 == "search"),
+        "no ik launch after its baseline: {launches:?}\n{all}"
+    );
+    let flat = support::flat(&all);
+    assert!(!flat.contains("not tried further"), "{all}");
+    assert!(
+        flat.contains("ik_llama.cpp not measured (its baseline failed)")
+            && !flat.contains("every engine's baselines were measured"),
+        "{all}"
+    );
+}

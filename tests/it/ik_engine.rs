@@ -450,7 +450,7 @@ fn engine_both_races_llama_cpp_and_ik() {
     servers::assert_none_left(&m.display().to_string(), "after the tune");
     assert!(text.contains("engine: ik_llama.cpp raced too"), "{text}");
     assert!(
-        text.contains("engines raced: every engine's baselines"),
+        text.contains("engines raced: generation llama.cpp "),
         "{text}"
     );
     assert!(text.contains("ik_llama.cpp's -rtr: not tried"), "{text}");

@@ -703,3 +703,54 @@ fn another_engine_that_needs_more_room_is_placed_at_its_own_boundary() {
         "ik's own levers measured"
     );
 }
+
+/// ik_llama.cpp raced beside llama.cpp on a model it cannot load (issue 56, ik 0.1.5 on
+/// Qwen3.5-35B): both its baselines crash, so no other ik config is launched, the variant
+/// reserve holds no launch for it, and the line saying so names how its first baseline failed.
+#[test]
+fn an_engine_whose_baselines_all_crash_is_not_tried_further() {
+    use qtune::config::EngineKind;
+    use qtune::search::engines;
+    let mut ctx = context(15_800.0);
+    ctx.space.fixed.also_engines = vec![EngineKind::IkLlama];
+    ctx.space.objective.second_baseline = true;
+    ctx.space.budget.trials = 30;
+    ctx.space.budget.minutes = 60.0;
+    assert!(
+        engines::variant_count(&ctx, &[]) > 0,
+        "before its baselines ran, ik's variants are reserved for"
+    );
+    let mut on_llama = landscape_fn(&ctx.clone(), 0);
+    let runner = ReplayRunner::from_fn(move |c: &LaunchConfig| {
+        if c.engine == EngineKind::IkLlama {
+            return ReplayAnswer::Fail(OutcomeKind::Crash);
+        }
+        on_llama(c)
+    });
+    let search = run_search(ctx.clone(), Box::new(runner), Vec::new(), None).unwrap();
+    let ik: Vec<_> = search
+        .history
+        .iter()
+        .filter(|o| o.config.engine == EngineKind::IkLlama)
+        .collect();
+    assert_eq!(ik.len(), 2, "ik's two baselines, and nothing else on ik");
+    assert!(ik.iter().all(|o| o.role == TrialRole::SecondBaseline));
+    assert_eq!(engines::variant_count(&ctx, &search.history), 0);
+    let lines: Vec<String> = engines::dropped(&ctx, &search.history)
+        .iter()
+        .map(|d| d.line())
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].starts_with(
+            "ik_llama.cpp: not tried further: both its baselines failed without running out of \
+             memory (crash: "
+        ),
+        "{lines:?}"
+    );
+    let note = engines::baseline_note(&ctx, &search.history).unwrap();
+    assert!(
+        note.contains("ik_llama.cpp not measured (its baselines failed)"),
+        "{note}"
+    );
+}

@@ -36,7 +36,7 @@ impl QtuneSearch {
         let baselines = Self::probe_launches(ctx)
             + u32::from(ctx.second_baseline().is_some())
             + crate::search::engines::other_baselines(ctx).len() as u32;
-        let wanted = wanted + crate::search::engines::variant_count(ctx);
+        let wanted = wanted + crate::search::engines::variant_count(ctx, &self.history);
         let most = ctx
             .space
             .budget
@@ -176,7 +176,7 @@ impl QtuneSearch {
         let rpc = Self::rpc_placements(ctx, &best);
         // The best config on each other engine, and the engines' own levers: first, as the
         // engine is the largest lever left (issue 56).
-        let (engines, _) = crate::search::engines::variants(ctx, &best);
+        let (engines, _) = crate::search::engines::variants(ctx, &self.history, &best);
         // Two GPUs or more: the CPU experts moved to a card with room, and the smaller card
         // holding only experts (each skipped with its reason where it cannot help).
         let cards = if ctx.multi_gpu() {
@@ -311,6 +311,7 @@ impl QtuneSearch {
             || ctx.multi_gpu()
             || c.cpu_experts.is_some()
             || !self.variant_configs.contains(c)
+            || crate::search::engines::is_dropped(ctx, &self.history, c.engine)
         {
             return;
         }
