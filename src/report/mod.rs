@@ -5,6 +5,7 @@
 //! file atomically, so an error never leaves a half-written report.
 
 pub mod document;
+pub mod engines;
 pub mod markdown;
 pub mod plots;
 pub mod race;

@@ -350,6 +350,7 @@ pub fn verdict(r: &TuneResult) -> Option<VerdictText> {
         )),
     }
     facts.extend(speculation_fact(r));
+    facts.extend(super::engines::lines(r));
     let status = match w.status {
         Some(crate::run::VerdictStatus::Proven) => {
             "proven faster than the reference beyond its interval".to_string()

@@ -100,8 +100,13 @@ pub fn all_baselines(ctx: &SearchContext) -> Vec<LaunchConfig> {
 }
 
 /// One line per engine raced: its best baseline's generation speed before the race (or why it
-/// has none), and which engine's baselines are the reference. None where one engine is tuned.
-pub fn baseline_note(ctx: &SearchContext, history: &[TrialOutcome]) -> Option<String> {
+/// has none, unless `verdict_says`: the verdict's line for that engine says what happened),
+/// and which engine's baselines are the reference. None where one engine is tuned.
+pub fn baseline_note(
+    ctx: &SearchContext,
+    history: &[TrialOutcome],
+    verdict_says: bool,
+) -> Option<String> {
     if others(ctx).is_empty() {
         return None;
     }
@@ -119,6 +124,7 @@ pub fn baseline_note(ctx: &SearchContext, history: &[TrialOutcome]) -> Option<St
             .filter(|c| !baseline_launches(history, c).is_empty());
         parts.push(match (best, launched.count()) {
             (Some(g), _) => format!("{e} {g:.1} tok/s"),
+            (None, _) if verdict_says => continue,
             (None, 0) => format!("{e} not measured (its baselines were not launched)"),
             (None, 1) => format!("{e} not measured (its baseline failed)"),
             (None, _) => format!("{e} not measured (its baselines failed)"),
@@ -170,7 +176,7 @@ impl Dropped<'_> {
 
 /// The first clause of a trial's message (before its advice: "...: read the trial log"), cut
 /// to `max` characters.
-fn shortened(message: &str, max: usize) -> String {
+pub fn shortened(message: &str, max: usize) -> String {
     let clause = message.split(": ").next().unwrap_or(message).trim();
     if clause.chars().count() <= max {
         return clause.to_string();
@@ -183,7 +189,7 @@ fn shortened(message: &str, max: usize) -> String {
 /// the placement: it crashed, hung or rejected its command line. Memory failures are not (a
 /// searched placement may fit), nor launches that were never the engine's fault (a lost port,
 /// a lost RPC worker) or never launched (skipped).
-fn fails_whatever_placed(kind: OutcomeKind) -> bool {
+pub fn fails_whatever_placed(kind: OutcomeKind) -> bool {
     matches!(
         kind,
         OutcomeKind::Crash

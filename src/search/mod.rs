@@ -191,9 +191,14 @@ pub fn tune(
         &mut warnings,
         race.as_ref(),
     );
-    warnings.extend(engines::baseline_note(&ctx, &history));
-    // The engines not tried past their baselines, each with how its baselines failed.
-    warnings.extend(engines::dropped(&ctx, &history).iter().map(|d| d.line()));
+    // With a recommendation, its verdict says how each other engine compared, one that never
+    // measured included (`report::engines`): the note and the warnings leave those out.
+    let verdict_says = winner.is_some();
+    warnings.extend(engines::baseline_note(&ctx, &history, verdict_says));
+    if !verdict_says {
+        // The engines not tried past their baselines, each with how its baselines failed.
+        warnings.extend(engines::dropped(&ctx, &history).iter().map(|d| d.line()));
+    }
     if !engines::others(&ctx).is_empty()
         || crate::engine::of(ctx.space.fixed.engine).caps().own_levers
     {

@@ -581,12 +581,14 @@ fn smart_expert_reduction_is_checked_and_never_recommended_where_lossy() {
 }
 
 /// In `dir`: ik_llama.cpp's stand-in, the fake server answering as ik's (FAKE_IK) in the mode
-/// `FAKE_IK_MODE` names, whatever FAKE_MODE the llama.cpp fake has.
+/// `FAKE_IK_MODE` names, whatever FAKE_MODE the llama.cpp fake has (and after
+/// `FAKE_IK_DELAY_S` seconds a request in `slow-ok`, where that is set).
 fn fake_ik(dir: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let path = dir.join("ik-llama-server");
     let script = format!(
-        "#!/bin/sh\nFAKE_IK=1 FAKE_MODE=\"$FAKE_IK_MODE\" exec '{}' \"$@\"\n",
+        "#!/bin/sh\nFAKE_IK=1 FAKE_MODE=\"$FAKE_IK_MODE\" \
+         FAKE_DELAY_S=\"${{FAKE_IK_DELAY_S:-$FAKE_DELAY_S}}\" exec '{}' \"$@\"\n",
         fake_server().display()
     );
     std::fs::write(&path, script).unwrap();
@@ -630,15 +632,17 @@ fn an_engine_whose_baselines_crash_is_not_tried_further() {
             assert!(l.1.contains("baseline") && l.2 == "crash", "{l:?}\n{all}");
         }
         let flat = support::flat(all);
+        // One line, the verdict's (the baseline note and the warnings leave ik out).
         assert!(
             flat.contains(
-                "ik_llama.cpp: not tried further: its baseline failed without running out of \
-                 memory (crash: llama-server died while loading"
-            ),
+                "ik_llama.cpp: never measured: its baseline failed (crash: llama-server died \
+                 while loading"
+            ) && flat.contains("none for memory, so it was tried no further"),
             "{all}"
         );
         assert!(
-            flat.contains("ik_llama.cpp not measured (its baseline failed)")
+            !flat.contains("ik_llama.cpp not measured")
+                && !flat.contains("not tried further")
                 && !flat.contains("every engine's baselines were measured"),
             "{all}"
         );
@@ -702,10 +706,92 @@ fn an_engine_whose_baseline_ran_out_of_memory_is_still_tried() {
         "no ik launch after its baseline: {launches:?}\n{all}"
     );
     let flat = support::flat(&all);
-    assert!(!flat.contains("not tried further"), "{all}");
     assert!(
-        flat.contains("ik_llama.cpp not measured (its baseline failed)")
+        !flat.contains("tried further") && !flat.contains("tried no further"),
+        "{all}"
+    );
+    assert!(
+        flat.contains("ik_llama.cpp: never measured: all ")
+            && flat.contains(" of its launches failed (oom-load: ")
+            && !flat.contains("ik_llama.cpp not measured")
             && !flat.contains("every engine's baselines were measured"),
         "{all}"
     );
+}
+
+/// The verdict's line for ik_llama.cpp in a finished `--engine both` tune's output, and
+/// whether report.md (its Markdown escapes taken out) carries the same line.
+fn engine_line(all: &str, out: &Path) -> (String, bool) {
+    let flat = support::flat(all);
+    let verdict = &flat[flat.find("recommended for ").expect("a recommendation")..];
+    let at = verdict
+        .find("ik_llama.cpp: ")
+        .unwrap_or_else(|| panic!("no line for ik_llama.cpp:\n{all}"));
+    let line = verdict[at..]
+        .split(" status:")
+        .next()
+        .unwrap()
+        .trim()
+        .to_string();
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let md = support::flat(&md.replace('\\', ""));
+    (line.clone(), md.contains(&format!("- {line}")))
+}
+
+/// `--engine both` where ik_llama.cpp runs but takes 1 s a request against llama.cpp's
+/// 0.3 s (issue 56: "where it loses, the tune says by how much"): the verdict says ik lost,
+/// its best config's time per request against the recommendation's and the ratio, and
+/// whether the two raced; report.md says the same line.
+#[test]
+fn an_engine_that_loses_is_said_to_by_how_much() {
+    let Some(moe) = require::tiny_qwen3moe() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let ik = fake_ik(tmp.path());
+    let env = [
+        ("QTUNE_IK_SERVER", ik.to_str().unwrap()),
+        ("FAKE_IK_MODE", "slow-ok"),
+        ("FAKE_IK_DELAY_S", "1.0"),
+    ];
+    let setup = ser_setup(tmp.path(), &moe, false);
+    let (all, r) = fake_tune(tmp.path(), setup, &["--engine", "both"], &env);
+    assert_ne!(r["winner"]["config"]["engine"], "ik_llama.cpp", "{all}");
+    let (line, in_report) = engine_line(&all, &tmp.path().join("run"));
+    assert!(
+        line.starts_with("ik_llama.cpp: lost: its best (`")
+            && line.contains(" s per request against the recommendation's ")
+            && line.contains("× slower (")
+            && (line.contains("not raced)") || line.contains("(raced ")),
+        "{line}\n{all}"
+    );
+    assert!(in_report, "report.md lacks: {line}");
+}
+
+/// `--engine both` where ik_llama.cpp answers at once and llama.cpp takes 0.3 s a request
+/// (issue 56: "where ik wins, the tune picks it without being told"): the recommendation is
+/// ik's, and the verdict says by how much it beat llama.cpp's best; report.md says the same.
+#[test]
+fn an_engine_that_wins_is_recommended_and_says_by_how_much() {
+    let Some(moe) = require::tiny_qwen3moe() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let ik = fake_ik(tmp.path());
+    let env = [
+        ("QTUNE_IK_SERVER", ik.to_str().unwrap()),
+        ("FAKE_IK_MODE", "ok"),
+    ];
+    let setup = ser_setup(tmp.path(), &moe, false);
+    let (all, r) = fake_tune(tmp.path(), setup, &["--engine", "both"], &env);
+    assert_eq!(r["winner"]["config"]["engine"], "ik_llama.cpp", "{all}");
+    let (line, in_report) = engine_line(&all, &tmp.path().join("run"));
+    assert!(
+        line.starts_with("ik_llama.cpp: recommended: ")
+            && line.contains("× faster than llama.cpp's best (`")
+            && line.contains(" s per request against ")
+            && (line.contains("not raced)") || line.contains("(raced ")),
+        "{line}\n{all}"
+    );
+    assert!(in_report, "report.md lacks: {line}");
 }

@@ -748,9 +748,12 @@ fn an_engine_whose_baselines_all_crash_is_not_tried_further() {
         ),
         "{lines:?}"
     );
-    let note = engines::baseline_note(&ctx, &search.history).unwrap();
+    let note = engines::baseline_note(&ctx, &search.history, false).unwrap();
     assert!(
         note.contains("ik_llama.cpp not measured (its baselines failed)"),
         "{note}"
     );
+    // With a recommendation, its verdict's line for ik says it (report::engines).
+    let note = engines::baseline_note(&ctx, &search.history, true).unwrap();
+    assert!(!note.contains("ik_llama.cpp"), "{note}");
 }

@@ -399,6 +399,14 @@ fn generation_first(m: &mut String, r: &TuneResult) {
         }
         None => no_winner(m),
     }
+    // How the engines compared (the summary's verdict says the same lines).
+    let engines = super::engines::lines(r);
+    for l in &engines {
+        let _ = writeln!(m, "- {}", prose(l));
+    }
+    if !engines.is_empty() {
+        let _ = writeln!(m);
+    }
 
     if let Some(w) = r.winner.as_ref().filter(|w| w.gen_vs_baseline.is_some()) {
         let _ = writeln!(
