@@ -234,7 +234,7 @@ pub fn lines(r: &TuneResult) -> Vec<String> {
                 Some((c, f)) => {
                     let (ratio, basis) = compared(r, (&w.config, rec), (c, f));
                     format!(
-                        "{e}: recommended: {} than {first}'s best (`{}`): {} against {} ({basis})",
+                        "{e}: recommended: {} than {first}'s best (`{}`), {} against {} ({basis})",
                         factor(ratio),
                         c.label(),
                         rec.shown(metric),
@@ -249,7 +249,7 @@ pub fn lines(r: &TuneResult) -> Vec<String> {
             Some((c, f)) => {
                 let (ratio, basis) = compared(r, (c, f), (&w.config, rec));
                 format!(
-                    "{e}: {}: its best (`{}`): {} against the recommendation's {}: {} ({basis})",
+                    "{e}: {}: its best (`{}`) ran {} against the recommendation's {}, {} ({basis})",
                     if ratio < 1.0 {
                         "lost"
                     } else {
