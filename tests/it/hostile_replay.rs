@@ -738,26 +738,39 @@ fn engine_line(all: &str, out: &Path) -> (String, bool) {
     (line.clone(), md.contains(&format!("- {line}")))
 }
 
+/// A fake `--engine both` tune on the tiny MoE with ik_llama.cpp in `mode` (more of its
+/// variables in `ik_env`): the engine the recommendation is on, the verdict's ik line and all
+/// the tune printed; the line must be in report.md too. None where the model is missing.
+fn engine_race(mode: &str, ik_env: &[(&str, &str)]) -> Option<(String, String, String)> {
+    let moe = require::tiny_qwen3moe()?;
+    let tmp = tempfile::tempdir().unwrap();
+    let ik = fake_ik(tmp.path());
+    let mut env = vec![
+        ("QTUNE_IK_SERVER", ik.to_str().unwrap()),
+        ("FAKE_IK_MODE", mode),
+    ];
+    env.extend_from_slice(ik_env);
+    let setup = ser_setup(tmp.path(), &moe, false);
+    let (all, r) = fake_tune(tmp.path(), setup, &["--engine", "both"], &env);
+    let (line, in_report) = engine_line(&all, &tmp.path().join("run"));
+    assert!(in_report, "report.md lacks: {line}");
+    let winner = r["winner"]["config"]["engine"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    Some((winner, line, all))
+}
+
 /// `--engine both` where ik_llama.cpp runs but takes 1 s a request against llama.cpp's
 /// 0.3 s (issue 56: "where it loses, the tune says by how much"): the verdict says ik lost,
 /// its best config's time per request against the recommendation's and the ratio, and
 /// whether the two raced; report.md says the same line.
 #[test]
 fn an_engine_that_loses_is_said_to_by_how_much() {
-    let Some(moe) = require::tiny_qwen3moe() else {
+    let Some((winner, line, all)) = engine_race("slow-ok", &[("FAKE_IK_DELAY_S", "1.0")]) else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let ik = fake_ik(tmp.path());
-    let env = [
-        ("QTUNE_IK_SERVER", ik.to_str().unwrap()),
-        ("FAKE_IK_MODE", "slow-ok"),
-        ("FAKE_IK_DELAY_S", "1.0"),
-    ];
-    let setup = ser_setup(tmp.path(), &moe, false);
-    let (all, r) = fake_tune(tmp.path(), setup, &["--engine", "both"], &env);
-    assert_ne!(r["winner"]["config"]["engine"], "ik_llama.cpp", "{all}");
-    let (line, in_report) = engine_line(&all, &tmp.path().join("run"));
+    assert_ne!(winner, "ik_llama.cpp", "{all}");
     assert!(
         line.starts_with("ik_llama.cpp: lost: its best (`")
             && line.contains(" s per request against the recommendation's ")
@@ -765,7 +778,6 @@ fn an_engine_that_loses_is_said_to_by_how_much() {
             && (line.contains("not raced)") || line.contains("(raced ")),
         "{line}\n{all}"
     );
-    assert!(in_report, "report.md lacks: {line}");
 }
 
 /// `--engine both` where ik_llama.cpp answers at once and llama.cpp takes 0.3 s a request
@@ -773,19 +785,10 @@ fn an_engine_that_loses_is_said_to_by_how_much() {
 /// ik's, and the verdict says by how much it beat llama.cpp's best; report.md says the same.
 #[test]
 fn an_engine_that_wins_is_recommended_and_says_by_how_much() {
-    let Some(moe) = require::tiny_qwen3moe() else {
+    let Some((winner, line, all)) = engine_race("ok", &[]) else {
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let ik = fake_ik(tmp.path());
-    let env = [
-        ("QTUNE_IK_SERVER", ik.to_str().unwrap()),
-        ("FAKE_IK_MODE", "ok"),
-    ];
-    let setup = ser_setup(tmp.path(), &moe, false);
-    let (all, r) = fake_tune(tmp.path(), setup, &["--engine", "both"], &env);
-    assert_eq!(r["winner"]["config"]["engine"], "ik_llama.cpp", "{all}");
-    let (line, in_report) = engine_line(&all, &tmp.path().join("run"));
+    assert_eq!(winner, "ik_llama.cpp", "{all}");
     assert!(
         line.starts_with("ik_llama.cpp: recommended: ")
             && line.contains("× faster than llama.cpp's best (`")
@@ -793,5 +796,4 @@ fn an_engine_that_wins_is_recommended_and_says_by_how_much() {
             && (line.contains("not raced)") || line.contains("(raced ")),
         "{line}\n{all}"
     );
-    assert!(in_report, "report.md lacks: {line}");
 }

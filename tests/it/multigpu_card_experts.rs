@@ -16,7 +16,7 @@ use qtune::hardware::HardwareProfile;
 use qtune::model::ModelLayout;
 use qtune::run::{RunInputs, TuneResult};
 use qtune::search::strategy::SearchContext;
-use qtune::trial::replay::{ReplayAnswer, ReplayRunner};
+use qtune::trial::replay::ReplayRunner;
 use qtune::trial::{OutcomeKind, TrialRole};
 use std::path::Path;
 use support::multigpu::{assert_launch_budget, assert_ok_trials_within_each_card, replay_tune};
@@ -44,49 +44,15 @@ fn inputs(hw: HardwareProfile) -> RunInputs {
 
 /// The replayed box (see the module doc); a card over its free VRAM fails to load.
 fn landscape(inputs: &RunInputs) -> ReplayRunner {
-    let ctx = qtune::search::context(inputs, &layout(), qtune::clock::system());
-    let free: Vec<f64> = inputs
-        .hardware
-        .gpus
-        .iter()
-        .map(|g| g.vram_free_mib as f64)
-        .collect();
-    let runner = ReplayRunner::from_fn(move |c: &LaunchConfig| {
-        let pp = 900.0 + c.ubatch.unwrap_or(512) as f64 / 8.0;
-        if c.is_auto_placement() || c.is_fit_placement() {
-            return ReplayAnswer::OkCards {
-                gen_tps: if c.is_fit_placement() { 52.0 } else { 45.0 },
-                prompt_tps: pp,
-                peak_vram_mib: free.iter().map(|f| (f - 700.0) as u64).collect(),
-            };
-        }
-        let p = ctx.predict_cards(c);
-        let used: Vec<f64> = if p.gpu_devices.is_empty() {
-            vec![p.gpu_mib + CONTEXT_MIB]
-        } else {
-            p.gpu_devices
-                .iter()
-                .map(|d| {
-                    let error = if d.device == 0 { GPU0_ERROR_MIB } else { 0.0 };
-                    d.total_mib + CONTEXT_MIB + error
-                })
-                .collect()
-        };
-        if used.iter().zip(&free).any(|(u, f)| u > f) {
-            return ReplayAnswer::Fail(OutcomeKind::OomLoad);
-        }
-        let cpu = ctx.cpu_blocks_of(c) as f64;
-        ReplayAnswer::OkCards {
-            gen_tps: 80.0 - 1.2 * cpu,
-            prompt_tps: pp - 8.0 * cpu,
-            peak_vram_mib: used.iter().map(|u| *u as u64).collect(),
-        }
-    });
-    runner
-        .with_noise(2.0, 7)
-        .with_seconds_per_trial(20.0)
-        .with_vram_budget(inputs.vram_budget_mib)
-        .with_gpu_budgets(inputs.gpu_budgets.iter().map(|g| g.budget_mib).collect())
+    support::multigpu::landscape(
+        inputs,
+        layout(),
+        support::multigpu::Truth {
+            context_mib: CONTEXT_MIB,
+            error_on: (0, GPU0_ERROR_MIB),
+            q8_kv_gain: 1.0,
+        },
+    )
 }
 
 fn tune(dir: &Path, inputs: &RunInputs) -> TuneResult {

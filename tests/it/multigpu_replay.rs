@@ -10,12 +10,12 @@
 use crate::support;
 use qtune::engine::LaunchArgs;
 
-use qtune::config::{KvType, LaunchConfig};
+use qtune::config::LaunchConfig;
 use qtune::hardware::HardwareProfile;
 use qtune::model::ModelLayout;
 use qtune::placement::FIT_OVERSHOOT_MIB;
 use qtune::run::{RunInputs, TuneResult};
-use qtune::trial::replay::{ReplayAnswer, ReplayRunner};
+use qtune::trial::replay::ReplayRunner;
 use qtune::trial::{OutcomeKind, TrialRole};
 use std::path::Path;
 use support::multigpu::{assert_launch_budget, assert_ok_trials_within_each_card, replay_tune};
@@ -45,53 +45,15 @@ fn inputs(hw: HardwareProfile) -> RunInputs {
 /// on each card (GPU 1 400 MiB more); a card over its free VRAM fails to load. Fewer CPU experts generate faster; q8_0 KV and a
 /// larger ubatch help a little; the server's own placements (default, fit) are slower.
 fn landscape(inputs: &RunInputs) -> ReplayRunner {
-    let ctx = qtune::search::context(inputs, &layout(), qtune::clock::system());
-    let free: Vec<f64> = inputs
-        .hardware
-        .gpus
-        .iter()
-        .map(|g| g.vram_free_mib as f64)
-        .collect();
-    let runner = ReplayRunner::from_fn(move |c: &LaunchConfig| {
-        let pp = 900.0 + c.ubatch.unwrap_or(512) as f64 / 8.0;
-        if c.is_auto_placement() || c.is_fit_placement() {
-            let fit = c.is_fit_placement();
-            return ReplayAnswer::OkCards {
-                gen_tps: if fit { 52.0 } else { 45.0 },
-                prompt_tps: pp,
-                peak_vram_mib: free.iter().map(|f| (f - 700.0) as u64).collect(),
-            };
-        }
-        let p = ctx.predict_cards(c);
-        let used: Vec<f64> = if p.gpu_devices.is_empty() {
-            vec![p.gpu_mib + CONTEXT_MIB]
-        } else {
-            p.gpu_devices
-                .iter()
-                .map(|d| {
-                    d.total_mib + CONTEXT_MIB + if d.device == 1 { GPU1_ERROR_MIB } else { 0.0 }
-                })
-                .collect()
-        };
-        if used.iter().zip(&free).any(|(u, f)| u > f) {
-            return ReplayAnswer::Fail(OutcomeKind::OomLoad);
-        }
-        let cpu = ctx.cpu_blocks_of(c) as f64;
-        let mut tg = 80.0 - 1.2 * cpu;
-        if c.cache_type_k == KvType::Q8_0 {
-            tg *= 1.03;
-        }
-        ReplayAnswer::OkCards {
-            gen_tps: tg,
-            prompt_tps: pp - 8.0 * cpu,
-            peak_vram_mib: used.iter().map(|u| *u as u64).collect(),
-        }
-    });
-    runner
-        .with_noise(2.0, 7)
-        .with_seconds_per_trial(20.0)
-        .with_vram_budget(inputs.vram_budget_mib)
-        .with_gpu_budgets(inputs.gpu_budgets.iter().map(|g| g.budget_mib).collect())
+    support::multigpu::landscape(
+        inputs,
+        layout(),
+        support::multigpu::Truth {
+            context_mib: CONTEXT_MIB,
+            error_on: (1, GPU1_ERROR_MIB),
+            q8_kv_gain: 1.03,
+        },
+    )
 }
 
 fn tune(dir: &Path, inputs: &RunInputs) -> TuneResult {

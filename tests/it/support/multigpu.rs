@@ -120,3 +120,72 @@ pub fn two_card_inputs(
         engine_servers: Vec::new(),
     }
 }
+
+/// What a replayed two-card box really uses and how fast it runs ([`landscape`]).
+pub struct Truth {
+    /// What every card uses beyond its predicted buffers (MiB).
+    pub context_mib: f64,
+    /// One card's extra beyond that: (device, MiB), a prediction error the search must learn.
+    pub error_on: (u32, f64),
+    /// Generation's factor at q8_0 KV (1.0: none).
+    pub q8_kv_gain: f64,
+}
+
+/// The replayed box: explicit placements use what qtune predicts per card plus `truth`'s
+/// context and error; a card over its free VRAM fails to load. Fewer CPU experts generate
+/// faster, a larger ubatch reads prompts a little faster; the server's own placements
+/// (default, fit) are slower.
+pub fn landscape(inputs: &RunInputs, layout: ModelLayout, truth: Truth) -> ReplayRunner {
+    use qtune::trial::replay::ReplayAnswer;
+    let ctx = qtune::search::context(inputs, &layout, qtune::clock::system());
+    let free: Vec<f64> = inputs
+        .hardware
+        .gpus
+        .iter()
+        .map(|g| g.vram_free_mib as f64)
+        .collect();
+    let runner = ReplayRunner::from_fn(move |c: &qtune::config::LaunchConfig| {
+        let pp = 900.0 + c.ubatch.unwrap_or(512) as f64 / 8.0;
+        if c.is_auto_placement() || c.is_fit_placement() {
+            return ReplayAnswer::OkCards {
+                gen_tps: if c.is_fit_placement() { 52.0 } else { 45.0 },
+                prompt_tps: pp,
+                peak_vram_mib: free.iter().map(|f| (f - 700.0) as u64).collect(),
+            };
+        }
+        let p = ctx.predict_cards(c);
+        let used: Vec<f64> = if p.gpu_devices.is_empty() {
+            vec![p.gpu_mib + truth.context_mib]
+        } else {
+            p.gpu_devices
+                .iter()
+                .map(|d| {
+                    let error = if d.device == truth.error_on.0 {
+                        truth.error_on.1
+                    } else {
+                        0.0
+                    };
+                    d.total_mib + truth.context_mib + error
+                })
+                .collect()
+        };
+        if used.iter().zip(&free).any(|(u, f)| u > f) {
+            return ReplayAnswer::Fail(OutcomeKind::OomLoad);
+        }
+        let cpu = ctx.cpu_blocks_of(c) as f64;
+        let mut tg = 80.0 - 1.2 * cpu;
+        if c.cache_type_k == qtune::config::KvType::Q8_0 {
+            tg *= truth.q8_kv_gain;
+        }
+        ReplayAnswer::OkCards {
+            gen_tps: tg,
+            prompt_tps: pp - 8.0 * cpu,
+            peak_vram_mib: used.iter().map(|u| *u as u64).collect(),
+        }
+    });
+    runner
+        .with_noise(2.0, 7)
+        .with_seconds_per_trial(20.0)
+        .with_vram_budget(inputs.vram_budget_mib)
+        .with_gpu_budgets(inputs.gpu_budgets.iter().map(|g| g.budget_mib).collect())
+}
