@@ -54,10 +54,10 @@ pub fn table(r: &TuneResult) -> String {
     // number the verdict prints, [`TuneResult::objective_time`]), the ones that failed last.
     let mut rows: Vec<(Option<f64>, f64, Vec<String>)> = Vec::new();
     // Where the tune raced two engines, the other engine's configs say whose they are (its
-    // `server defaults` is not the first engine's).
-    let first_engine = r.trials.first().map(|t| t.config.engine);
+    // `server defaults` is not the tuned engine's).
+    let first_engine = r.inputs.space.fixed.engine;
     let label = |baseline: bool, c: &crate::config::LaunchConfig| {
-        let engine = (first_engine.is_some_and(|e| e != c.engine)).then(|| c.engine.to_string());
+        let engine = (c.engine != first_engine).then(|| c.engine.to_string());
         let tag = match (engine, baseline) {
             (Some(e), true) => format!("[{e} baseline] "),
             (Some(e), false) => format!("[{e}] "),

@@ -292,7 +292,7 @@ pub fn classify(obs: &Observation<'_>) -> Verdict {
             if let Some(ev) = find_oom(log) {
                 return Verdict {
                     kind: OutcomeKind::OomLoad,
-                    message: format!("out of memory while loading (the server then hung): raise {}, lower the context or quantize the KV cache", Flag::NCpuMoe),
+                    message: oom_load_then_hung(),
                     evidence: ev,
                 };
             }
@@ -477,6 +477,18 @@ pub fn classify_spill_cards(peaks_mib: &[u64], budgets_mib: &[u64]) -> Option<Ve
     })
 }
 
+/// The CUDA runtime's words for a kernel that read or wrote outside its memory: the server's
+/// fault, never a full card.
+const ILLEGAL_ACCESS: &str = "an illegal memory access";
+
+/// A load that ran out of memory and then hung (qtune stopped it).
+fn oom_load_then_hung() -> String {
+    format!(
+        "out of memory while loading (the server then hung): raise {}, lower the context or quantize the KV cache",
+        Flag::NCpuMoe
+    )
+}
+
 /// A server that printed its abort and hung in it ([`Failure::Aborted`]; qtune stopped it): out
 /// of memory where the log says so, else a crash that names the abort (a CUDA illegal memory
 /// access is a fault in the server's GPU code, never a shortage).
@@ -489,7 +501,7 @@ fn aborted(phase: Phase, line: &str, log: &str, runtime_log: &str) -> Verdict {
         let (kind, message) = match phase {
             Phase::Load => (
                 OutcomeKind::OomLoad,
-                format!("out of memory while loading (the server then hung): raise {}, lower the context or quantize the KV cache", Flag::NCpuMoe),
+                oom_load_then_hung(),
             ),
             Phase::Measure => (
                 OutcomeKind::OomRuntime,
@@ -502,7 +514,7 @@ fn aborted(phase: Phase, line: &str, log: &str, runtime_log: &str) -> Verdict {
             evidence: ev,
         };
     }
-    let what = if line.contains("illegal memory access") {
+    let what = if line.contains(ILLEGAL_ACCESS) {
         ": a CUDA illegal memory access, a fault in the server's GPU code for this model, \
          config or card, not a memory shortage"
     } else {
@@ -536,7 +548,7 @@ pub fn full_gpu_abort(
 ) -> Option<Verdict> {
     let free = free_before_mib?;
     // A fault in the server's GPU code, whatever the memory.
-    if log.contains("an illegal memory access") {
+    if log.contains(ILLEGAL_ACCESS) {
         return None;
     }
     let abort = log
