@@ -5,8 +5,9 @@
 #
 #   scripts/gpu-ik.sh build    `qtune server build --engine ik --cuda` in a fresh HOME (its time
 #                              is the README's figure for a GPU box), under setsid; waits at
-#                              most WAIT_S (default 540 s), then packs the build in pieces
-#                              under 16 MiB into $OUT (for later leases) once it is done.
+#                              most WAIT_S (default 540 s); with PACK=1, then packs the build
+#                              in pieces under 16 MiB into $OUT (195 MB: more than one call
+#                              carries back, so by default each lease builds it again).
 #                              Carried: .gpu-ik/qtune.xz and .gpu-ik/ik_llama_cpp_python-0.1.5.tar.gz
 #                              (the pinned sdist: the GPU machine has no network).
 #   scripts/gpu-ik.sh wait     waits for that build (WAIT_S), then packs it.
@@ -49,7 +50,7 @@ qtune_from() { # the release binary on PATH, as `cargo install` puts it
 }
 
 pack_build() {
-  if [ -f "$W/build.rc" ] && [ "$(cat "$W/build.rc")" = 0 ] && [ -x "$IK/bin/llama-server" ]; then
+  if [ -n "${PACK:-}" ] && [ -f "$W/build.rc" ] && [ "$(cat "$W/build.rc")" = 0 ] && [ -x "$IK/bin/llama-server" ]; then
     echo "ik CUDA build at $IK ($(du -sh "$IK/bin" | cut -f1))"
     # The binaries' RUNPATH is the build folder: unpack at the same absolute path. Only the
     # server, its shared libraries (ik leaves them where cmake made them: src/, ggml/src/) and
@@ -132,16 +133,20 @@ case "${1:-}" in
   probe)
     # Which ik configs run at all (the first lease's ik launches all aborted, fused MoE on):
     # llama.cpp at a fixed placement (A), then ik at the same placement with its fused ops
-    # left on, each turned off, and all off; one round, short requests.
+    # left on, each turned off, all off, all off without flash attention, and all off with
+    # nothing offloaded (the first lease's ik default, which aborted too); one round, short
+    # requests.
     kit
     [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$SHAPE" --ftype q4_k_m $MTP_ARG > /dev/null || exit 1
     start_ballast $((GIB * 1024))
-    P="-m $MODEL -c $CTX -np 1 -ngl 999 --n-cpu-moe ${NCMOE:-30} -fa on"
+    B="-m $MODEL -c $CTX -np 1"
+    P="$B -ngl 999 --n-cpu-moe ${NCMOE:-30}"
+    OFF="-no-fmoe -no-fug -no-mmad -no-ooae"
     say "probe: ik at the placement $P"
-    qtune compare "$LL/bin/llama-server $P" "$IK/bin/llama-server $P" \
-      "$IK/bin/llama-server $P -no-fmoe" "$IK/bin/llama-server $P -no-fug -no-mmad" \
-      "$IK/bin/llama-server $P -no-ooae" \
-      "$IK/bin/llama-server $P -no-fmoe -no-fug -no-mmad -no-ooae" \
+    qtune compare "$LL/bin/llama-server $P -fa on" "$IK/bin/llama-server $P -fa on" \
+      "$IK/bin/llama-server $P -fa on -no-fmoe" "$IK/bin/llama-server $P -fa on -no-fug -no-mmad" \
+      "$IK/bin/llama-server $P -fa on -no-ooae" "$IK/bin/llama-server $P -fa on $OFF" \
+      "$IK/bin/llama-server $P -fa off $OFF" "$IK/bin/llama-server $B -ngl 0 -fa on $OFF" \
       --rounds 1 --prompt-tokens 512 --gen-tokens 64 --repetitions 2 \
       --out "$OUT/${CMP:-ik-probe}" 2>&1 | cut -c1-200 | tail -40
     pkill -f 'python3 -u .*[b]allast'

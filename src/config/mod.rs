@@ -471,6 +471,16 @@ pub struct EngineOpts {
     /// Fused MoE turned off (ik_llama.cpp fuses the expert matmuls by default).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub no_fused_moe: bool,
+    /// Fused up-gate matmuls turned off (ik_llama.cpp's `-no-fug`; on by default).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_fused_up_gate: bool,
+    /// Fused mul-multiadd turned off (ik_llama.cpp's `-no-mmad`; on by default).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_fused_mmad: bool,
+    /// Every expert copied to the GPU when a batch's expert matmuls are offloaded, not only
+    /// the batch's active ones (ik_llama.cpp's `-no-ooae`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_only_active_experts: bool,
     /// The most tokens attention computes at once (ik_llama.cpp's attention max batch, MiB
     /// of compute buffer traded for speed); None: the engine's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]

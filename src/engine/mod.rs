@@ -441,6 +441,7 @@ mod tests {
                 attn_max_batch: Some(512),
                 run_time_repack: true,
                 expert_reduction: Some(6),
+                ..Default::default()
             },
         };
         let both = |c: &LaunchConfig| [LlamaCpp.server_args(c), IkLlama.server_args(c)];
@@ -523,6 +524,18 @@ mod tests {
             ["", "-no-fmoe"]
         );
         assert_eq!(one(&|c| c.engine_opts.run_time_repack = true), ["", "-rtr"]);
+        assert_eq!(
+            one(&|c| c.engine_opts.no_fused_up_gate = true),
+            ["", "-no-fug"]
+        );
+        assert_eq!(
+            one(&|c| c.engine_opts.no_fused_mmad = true),
+            ["", "-no-mmad"]
+        );
+        assert_eq!(
+            one(&|c| c.engine_opts.no_only_active_experts = true),
+            ["", "-no-ooae"]
+        );
         assert_eq!(
             one(&|c| c.rpc = vec!["h:1".into(), "h:2".into()]),
             ["--rpc h:1,h:2", ""]

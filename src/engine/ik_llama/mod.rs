@@ -27,14 +27,18 @@ pub mod server;
 
 /// ik's own levers, in its spellings (read from the pinned `common/common.cpp`): run-time
 /// repack, fused MoE off, the attention batch cap, smart expert reduction (lossy), huge
-/// pages. qtune passes the first four (issue 56, part 4; not `-thp`); they are named here so
-/// that the seam check (`scripts/engine-seam.py`) keeps them inside `src/engine/`.
+/// pages, then its other fused ops off (up-gate, mul-multiadd) and offloading every expert,
+/// not only a batch's active ones. qtune passes all but `-thp`; they are named here so that
+/// the seam check (`scripts/engine-seam.py`) keeps them inside `src/engine/`.
 pub const OWN_FLAGS: &[&[&str]] = &[
     &["-rtr", "--run-time-repack"],
     &["-no-fmoe", "--no-fused-moe"],
     &["-amb", "--attention-max-batch"],
     &["-ser", "--smart-expert-reduction"],
     &["-thp", "--transparent-huge-pages"],
+    &["-no-fug", "--no-fused-up-gate"],
+    &["-no-mmad", "--no-fused-mul-multiadd"],
+    &["-no-ooae", "--no-offload-only-active-experts"],
 ];
 
 /// How ik spells what engines spell apart: `--fit` a switch with one `--fit-margin` (the
@@ -60,6 +64,15 @@ const DIALECT: Dialect = Dialect {
     own: |o, a| {
         if o.no_fused_moe {
             a.flag(OWN_FLAGS[1][0]);
+        }
+        if o.no_fused_up_gate {
+            a.flag(OWN_FLAGS[5][0]);
+        }
+        if o.no_fused_mmad {
+            a.flag(OWN_FLAGS[6][0]);
+        }
+        if o.no_only_active_experts {
+            a.flag(OWN_FLAGS[7][0]);
         }
         if let Some(n) = o.attn_max_batch {
             a.pair(OWN_FLAGS[2][0], n);

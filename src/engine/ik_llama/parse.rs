@@ -1,7 +1,7 @@
 //! An ik_llama.cpp command as qtune renders it ([`super::IkLlama`]'s `server_args`) read back
 //! into a [`LaunchConfig`]: its own spellings turned into llama.cpp's (`--fit` /
 //! `--fit-margin`, `--no-mmap` / `--mlock`), read by llama.cpp's parser, then its own levers
-//! (`-no-fmoe`, `-amb`, `-rtr`, `-ser`) set on the config.
+//! (`-no-fmoe`, `-no-fug`, `-no-mmad`, `-no-ooae`, `-amb`, `-rtr`, `-ser`) set on the config.
 
 use super::OWN_FLAGS;
 use crate::config::{EngineKind, LaunchConfig};
@@ -39,6 +39,9 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
                 i += 1;
             }
             _ if is(a, 1) => opts.no_fused_moe = true,
+            _ if is(a, 5) => opts.no_fused_up_gate = true,
+            _ if is(a, 6) => opts.no_fused_mmad = true,
+            _ if is(a, 7) => opts.no_only_active_experts = true,
             _ if is(a, 0) => opts.run_time_repack = true,
             _ if is(a, 3) => {
                 opts.expert_reduction = parse_ser(a, &value()?)?;
@@ -127,6 +130,19 @@ mod tests {
                     attn_max_batch: Some(512),
                     run_time_repack: true,
                     expert_reduction: Some(6),
+                    ..Default::default()
+                },
+                ..base.clone()
+            },
+            // Every fused op off and every expert offloaded (what a GPU that aborts on ik's
+            // defaults is probed with), each spelled as ik spells it.
+            LaunchConfig {
+                engine_opts: crate::config::EngineOpts {
+                    no_fused_moe: true,
+                    no_fused_up_gate: true,
+                    no_fused_mmad: true,
+                    no_only_active_experts: true,
+                    ..Default::default()
                 },
                 ..base.clone()
             },
