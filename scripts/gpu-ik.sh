@@ -11,8 +11,16 @@
 #                              Carried: .gpu-ik/qtune.xz and .gpu-ik/ik_llama_cpp_python-0.1.5.tar.gz
 #                              (the pinned sdist: the GPU machine has no network).
 #   scripts/gpu-ik.sh wait     waits for that build (WAIT_S), then packs it.
-#   SHAPE (default qwen3.5-35b-a3b; qwen3-30b-a3b carries .gpu2/vocab/ggml-vocab-qwen2.gguf)
-#   and NO_MTP=1 (the 35B without its MTP block) pick the model of tune and compare.
+#   SHAPE (default qwen3.5-35b-a3b; qwen3-30b-a3b carries .gpu2/vocab/ggml-vocab-qwen2.gguf),
+#   FTYPE (default q4_k_m: qtune synth's --ftype) and NO_MTP=1 (the 35B without its MTP
+#   block) pick the model of tune, probe and compare.
+#   scripts/gpu-ik.sh kernels  which of ik's CUDA kernels fault (the second lease: Q4_K_M
+#                              faults in mmq_id.cu, Q8_0 answers): ik's server by hand on the
+#                              tiny model in each quantization qtune synth writes, and on Q4_K_M
+#                              with ik's CUDA parameters (-cuda mmq-id-size=0, fusion=0,
+#                              graphs=0), CUDA_LAUNCH_BLOCKING=1, one short request each; one
+#                              line per server into $OUT/kernels.txt. Carried: .gpu2 (qwen2
+#                              vocabulary), ik's build from `build` on the same lease.
 #   scripts/gpu-ik.sh tune     llama.cpp's kept CUDA build (.gpu2/cuda, as for
 #                              scripts/gpu-first-hour.sh) beside ik's, the 35B synthesized, a
 #                              ballast leaving GIB GiB (default 16), then
@@ -35,7 +43,8 @@ gpu_run /tmp/qtune-ik gpu-ik.log
 SHAPE=${SHAPE:-qwen3.5-35b-a3b}
 # NO_MTP=1: the 35B without its MTP block (`qtune synth --no-mtp`), the layout ik 0.1.5 loads.
 MTP_ARG=${NO_MTP:+--no-mtp}
-MODEL="$W/$SHAPE${NO_MTP:+-no-mtp}-q4_k_m.gguf"
+FTYPE=${FTYPE:-q4_k_m}
+MODEL="$W/$SHAPE${NO_MTP:+-no-mtp}-$FTYPE.gguf"
 GIB=${GIB:-16}
 CTX=${CTX:-16384}
 BUDGET=${BUDGET:-12}
@@ -106,7 +115,7 @@ case "${1:-}" in
     ;;
   tune)
     kit
-    [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$SHAPE" --ftype q4_k_m $MTP_ARG > /dev/null || exit 1
+    [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$SHAPE" --ftype "$FTYPE" $MTP_ARG > /dev/null || exit 1
     start_ballast $((GIB * 1024))
     echo "emulated card: ${GIB} GiB free of $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)" > "$W/card.txt"
     say "qtune --model 35B --engine both --workload $WORKLOAD --ctx $CTX --budget-minutes $BUDGET"
@@ -137,7 +146,7 @@ case "${1:-}" in
     # nothing offloaded (the first lease's ik default, which aborted too); one round, short
     # requests.
     kit
-    [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$SHAPE" --ftype q4_k_m $MTP_ARG > /dev/null || exit 1
+    [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$SHAPE" --ftype "$FTYPE" $MTP_ARG > /dev/null || exit 1
     start_ballast $((GIB * 1024))
     B="-m $MODEL -c $CTX -np 1"
     P="$B -ngl 999 --n-cpu-moe ${NCMOE:-30}"
@@ -152,9 +161,30 @@ case "${1:-}" in
     pkill -f 'python3 -u .*[b]allast'
     cp "$LOG" "$OUT/"
     ;;
+  kernels)
+    kit
+    t="$OUT/kernels.txt"
+    echo "# ik_llama.cpp 0.1.5 CUDA ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(nvcc --version | tail -2 | head -1)), tiny-qwen3moe, -c 2048 -np 1 -ngl 999, CUDA_LAUNCH_BLOCKING=1, one request of 8 tokens" > "$t"
+    one() { # $1: the model's ftype, then ik's flags: one line, answered or where it faulted
+      local m="$W/tiny-$1.gguf" port=18181 pid r e
+      [ -f "$m" ] || qtune synth "$m" --shape tiny-qwen3moe --ftype "$1" > /dev/null || return
+      CUDA_LAUNCH_BLOCKING=1 timeout 60 "$IK/bin/llama-server" -m "$m" -c 2048 -np 1 -ngl 999 \
+        "${@:2}" --host 127.0.0.1 --port $port > "$W/kernel.log" 2>&1 &
+      pid=$!
+      for _ in $(seq 80); do curl -s 127.0.0.1:$port/health | grep -q ok && break; sleep 0.25; done
+      r=$(curl -s -m 15 127.0.0.1:$port/completion -d '{"prompt":"Hello there, how are you","n_predict":8}' | grep -c '"content"')
+      kill $pid 2> /dev/null; wait $pid 2> /dev/null
+      e=$(grep -A1 'CUDA error' "$W/kernel.log" | grep -o 'in function [a-z_0-9]* at [^ ]*' | head -1 | sed 's|at .*/ggml/src/|at |')
+      echo "$1${2:+ ${*:2}}: $([ "$r" = 1 ] && echo answered || echo "no answer${e:+, CUDA error $e}")" | tee -a "$t"
+    }
+    for f in q4_k_m q4_k_l mxfp4_moe q8_0; do one "$f"; done
+    for c in mmq-id-size=0 fusion=0 graphs=0 mmq-id-size=0,fusion=0,graphs=0; do one q4_k_m -cuda "$c"; done
+    one q4_k_m --n-cpu-moe 99
+    cp "$LOG" "$OUT/"
+    ;;
   compare)
     kit
-    [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$SHAPE" --ftype q4_k_m $MTP_ARG > /dev/null || exit 1
+    [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$SHAPE" --ftype "$FTYPE" $MTP_ARG > /dev/null || exit 1
     start_ballast $((GIB * 1024))
     dir="$OUT/${CMP:-ik-compare}"
     echo "emulated card: ${GIB} GiB free of $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)" > "$OUT/${CMP:-ik-compare}-card.txt"
@@ -167,7 +197,7 @@ case "${1:-}" in
     cp "$LOG" "$OUT/"
     ;;
   *)
-    echo "usage: scripts/gpu-ik.sh build|wait|tune|follow|probe|compare" >&2
+    echo "usage: scripts/gpu-ik.sh build|wait|tune|follow|probe|kernels|compare" >&2
     exit 2
     ;;
 esac
