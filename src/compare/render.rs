@@ -533,4 +533,29 @@ mod tests {
         assert!(t.matches("round  order").count() >= 2, "{t}");
         assert!(t.contains("H tg t/s"), "{t}");
     }
+
+    /// Two commands that measured but never in one round keep their pair's own line; only
+    /// those that measured nothing are said together.
+    #[test]
+    fn commands_that_measured_but_never_together_keep_their_pair_line() {
+        let mut r = seven_crashed();
+        r.workloads[0].median_request_s[1] = Some(9.0);
+        r.workloads[0].median_request_s[2] = Some(9.5);
+        let t = render_text(&r);
+        let chat: Vec<&str> = t
+            .lines()
+            .skip_while(|l| !l.starts_with("verdict on chat"))
+            .take_while(|l| !l.starts_with("measured, not raced"))
+            .collect();
+        assert_eq!(
+            chat[1..],
+            [
+                "  D, E, F, G, H: measured nothing here, so no paired round (see the warnings)",
+                "  B against A: no paired round",
+                "  C against A: no paired round",
+                "  C against B: no paired round",
+            ],
+            "{t}"
+        );
+    }
 }
