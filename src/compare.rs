@@ -9,6 +9,7 @@
 
 mod render;
 pub mod speculation;
+mod warnings;
 use crate::config::{split_shell_line, LaunchConfig};
 use crate::engine::{parse_command, Flag};
 use crate::objective::median;
@@ -498,18 +499,7 @@ pub fn summarize(
                 .max()
         })
         .collect();
-    let mut warnings = Vec::new();
-    for (i, r) in rounds.iter().enumerate() {
-        for l in r.launches.iter().filter(|l| l.gen_tps.is_none()) {
-            warnings.push(format!(
-                "round {}: {} did not measure ({}: {}); that round has no ratio for it",
-                i + 1,
-                command_name(l.command),
-                l.outcome,
-                l.message
-            ));
-        }
-    }
+    let warnings = warnings::not_measured(rounds);
     (against, peak, warnings)
 }
 
