@@ -169,7 +169,7 @@ case "${1:-}" in
       local m="$W/tiny-$1.gguf" port=18181 pid r e
       [ -f "$m" ] || qtune synth "$m" --shape tiny-qwen3moe --ftype "$1" > /dev/null || return
       CUDA_LAUNCH_BLOCKING=1 timeout 60 "$IK/bin/llama-server" -m "$m" -c 2048 -np 1 -ngl 999 \
-        "${@:2}" --host 127.0.0.1 --port $port > "$W/kernel.log" 2>&1 &
+        "${@:2}" --host 127.0.0.1 --port $port --log-disable > "$W/kernel.log" 2>&1 &
       pid=$!
       for _ in $(seq 80); do curl -s 127.0.0.1:$port/health | grep -q ok && break; sleep 0.25; done
       r=$(curl -s -m 15 127.0.0.1:$port/completion -d '{"prompt":"Hello there, how are you","n_predict":8}' | grep -c '"content"')
