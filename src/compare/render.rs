@@ -11,6 +11,21 @@ fn glued(text: &str) -> String {
     text.replace(' ', &GLUE.to_string())
 }
 
+/// A command whose flags stay on one line with their values when it wraps (`-t 1`, never `-t`
+/// at a line's end and `1` below it).
+fn flags_with_values(line: &str) -> String {
+    let words: Vec<&str> = line.split(' ').collect();
+    let mut out = String::with_capacity(line.len());
+    for (i, w) in words.iter().enumerate() {
+        out.push_str(w);
+        if let Some(next) = words.get(i + 1) {
+            let value = w.starts_with('-') && !w.is_empty() && !next.starts_with('-');
+            out.push(if value { GLUE } else { ' ' });
+        }
+    }
+    out
+}
+
 pub fn fmt_opt(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| shown(v, 1))
 }
@@ -37,8 +52,11 @@ pub fn render_text(r: &CompareResult) -> String {
             rw.plan.describe()
         ),
         None => format!(
-            "{}-token prompts, {} generated tokens, {} requests per launch",
-            r.workload.prompt_tokens, r.workload.gen_tokens, r.workload.repetitions
+            "{}-token prompts, {} generated tokens, {} request{} per launch",
+            r.workload.prompt_tokens,
+            r.workload.gen_tokens,
+            r.workload.repetitions,
+            if r.workload.repetitions == 1 { "" } else { "s" }
         ),
     };
     let _ = writeln!(
@@ -81,7 +99,7 @@ pub fn render_text(r: &CompareResult) -> String {
     for (i, t, _) in order {
         let c = &r.commands[i];
         let engine = if engines {
-            format!(" {GLUE}({})", c.config.engine)
+            format!("{GLUE}{GLUE}({})", c.config.engine)
         } else {
             String::new()
         };
@@ -96,7 +114,7 @@ pub fn render_text(r: &CompareResult) -> String {
                 "{:<name_w$}  {time}",
                 crate::escape::terminal(&c.name)
             )),
-            crate::escape::terminal(&c.line),
+            flags_with_values(&crate::escape::terminal(&c.line)),
             engine
         );
         let _ = writeln!(s, "  {}", crate::util::wrap(&line, COLUMNS - 2, &cont));
@@ -478,6 +496,24 @@ fn aggregate_lines(s: &mut String, w: &WorkloadComparison, indent: &str, nothing
 
 #[cfg(test)]
 mod tests {
+    /// A wrapped command keeps each flag with its value; a switch before a flag stays apart.
+    #[test]
+    fn a_flag_keeps_its_value_on_its_line() {
+        let g = super::flags_with_values("llama-server -m m.gguf -t 1 --mlock -fa on");
+        assert_eq!(
+            g.split(' ').collect::<Vec<_>>(),
+            [
+                "llama-server",
+                "-m\u{1}m.gguf",
+                "-t\u{1}1",
+                "--mlock",
+                "-fa\u{1}on"
+            ]
+        );
+        let wrapped = crate::util::wrap(&g, 20, "  ").replace(super::GLUE, " ");
+        assert_eq!(wrapped, "llama-server\n  -m m.gguf -t 1\n  --mlock -fa on");
+    }
+
     use super::*;
 
     /// Issue 56's GPU probe: 8 commands, one round, A measured and B..H each aborted with the
