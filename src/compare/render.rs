@@ -19,7 +19,7 @@ fn flags_with_values(line: &str) -> String {
     for (i, w) in words.iter().enumerate() {
         out.push_str(w);
         if let Some(next) = words.get(i + 1) {
-            let value = w.starts_with('-') && !w.is_empty() && !next.starts_with('-');
+            let value = w.starts_with('-') && !next.starts_with('-');
             out.push(if value { GLUE } else { ' ' });
         }
     }
