@@ -223,9 +223,7 @@ pub fn render_text(r: &CompareResult) -> String {
             );
         }
         // A command with no time here pairs with none: one line for them all.
-        let nothing: Vec<usize> = (0..w.median_request_s.len())
-            .filter(|&c| w.median_request_s[c].is_none())
-            .collect();
+        let nothing = unmeasured(&w.median_request_s);
         if !nothing.is_empty() {
             let names: Vec<String> = nothing.iter().map(|&c| command_name(c)).collect();
             let _ = writeln!(
@@ -426,6 +424,13 @@ fn per_command_times(times: &[Option<f64>]) -> String {
     each.join(", ")
 }
 
+/// The commands (indices) with no value in `per_command`.
+fn unmeasured(per_command: &[Option<f64>]) -> Vec<usize> {
+    (0..per_command.len())
+        .filter(|&c| per_command[c].is_none())
+        .collect()
+}
+
 /// A replay's aggregate generation (all generated tokens over its wall clock): each command's
 /// median, then every pair's ratio with its interval (shown even where too few rounds support
 /// a claim, marked so).
@@ -450,9 +455,7 @@ fn aggregate_lines(s: &mut String, w: &WorkloadComparison, indent: &str, nothing
         "  aggregate generation (all generated tokens over the replay's wall time, medians, tok/s): {}",
         each.join(", ")
     );
-    let none: Vec<usize> = (0..w.median_aggregate_tps.len())
-        .filter(|&c| w.median_aggregate_tps[c].is_none())
-        .collect();
+    let none = unmeasured(&w.median_aggregate_tps);
     let unsaid: Vec<String> = none
         .iter()
         .filter(|c| !nothing.contains(c))
@@ -496,10 +499,12 @@ fn aggregate_lines(s: &mut String, w: &WorkloadComparison, indent: &str, nothing
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     /// A wrapped command keeps each flag with its value; a switch before a flag stays apart.
     #[test]
     fn a_flag_keeps_its_value_on_its_line() {
-        let g = super::flags_with_values("llama-server -m m.gguf -t 1 --mlock -fa on");
+        let g = flags_with_values("llama-server -m m.gguf -t 1 --mlock -fa on");
         assert_eq!(
             g.split(' ').collect::<Vec<_>>(),
             [
@@ -510,11 +515,9 @@ mod tests {
                 "-fa\u{1}on"
             ]
         );
-        let wrapped = crate::util::wrap(&g, 20, "  ").replace(super::GLUE, " ");
+        let wrapped = crate::util::wrap(&g, 20, "  ").replace(GLUE, " ");
         assert_eq!(wrapped, "llama-server\n  -m m.gguf -t 1\n  --mlock -fa on");
     }
-
-    use super::*;
 
     /// Issue 56's GPU probe: 8 commands, one round, A measured and B..H each aborted with the
     /// same CUDA fault; its warnings summarized again (compare.json keeps the old wording).
