@@ -10,6 +10,9 @@
 #                              carries back, so by default each lease builds it again).
 #                              Carried: .gpu-ik/qtune.xz and .gpu-ik/ik_llama_cpp_python-0.1.5.tar.gz
 #                              (the pinned sdist: the GPU machine has no network).
+#                              With SYNTH=1, also writes the later phases' models (kernels'
+#                              tiny ones, the SHAPE/FTYPE one) on the build's spare cores;
+#                              the later phases wait for them. Carried then: the vocabulary.
 #   scripts/gpu-ik.sh wait     waits for that build (WAIT_S), then packs it.
 #   SHAPE (default qwen3.5-35b-a3b; qwen3-30b-a3b carries .gpu2/vocab/ggml-vocab-qwen2.gguf),
 #   FTYPE (default q4_k_m: qtune synth's --ftype) and NO_MTP=1 (the 35B without its MTP
@@ -78,6 +81,12 @@ wait_for() { # $1: the file that says the job ended
   while [ ! -f "$1" ] && [ $SECONDS -lt $deadline ]; do sleep 10; done
 }
 
+synth_wait() { # the build phase's background synth (SYNTH=1), where one was started
+  [ -f "$W/synth.log" ] && WAIT_S=${SYNTH_WAIT_S:-400} wait_for "$W/synth.done"
+  [ -f "$W/synth.log" ] && say "synth: done at $(cat "$W/synth.done" 2>/dev/null)"
+  return 0
+}
+
 kit() { # llama.cpp's kept CUDA build (unpack_kit) and ik's, where this lease lacks them
   unpack_kit
   mkdir -p "$IK"
@@ -99,7 +108,17 @@ case "${1:-}" in
     setsid bash -c "cd '$W' && date -u +%s > build.start && qtune server build --engine ik --cuda \
       > build.stdout 2> build.stderr; echo \$? > build.rc; date -u +%s > build.end" \
       < /dev/null > /dev/null 2>&1 &
+    if [ -n "${SYNTH:-}" ]; then
+      # The models of the later phases (kernels' tiny ones, then tune's), written on the
+      # build's spare cores rather than on the lease's clock later. Carried: the vocabulary.
+      rm -f "$W/synth.done"
+      setsid bash -c "export QTUNE_VOCAB_DIR='$ROOT/.gpu2/vocab'; for f in q4_k_m q4_k_l mxfp4_moe q8_0; do \
+        [ -f '$W'/tiny-\$f.gguf ] || qtune synth '$W'/tiny-\$f.gguf --shape tiny-qwen3moe --ftype \$f; done; \
+        [ -f '$MODEL' ] || qtune synth '$MODEL' --shape $SHAPE --ftype $FTYPE $MTP_ARG; \
+        date -u +%T > '$W/synth.done'" < /dev/null > "$W/synth.log" 2>&1 &
+    fi
     wait_for "$W/build.rc"
+    [ -f "$W/synth.log" ] && echo "synth: $(tail -c 300 "$W/synth.log" | tr '\n' ' ') done: $(cat "$W/synth.done" 2>/dev/null)"
     tail -15 "$W/build.stderr" | cut -c1-200
     if [ -f "$W/build.rc" ]; then
       echo "build exit $(cat "$W/build.rc") after $(( $(cat "$W/build.end") - $(cat "$W/build.start") )) s"
@@ -115,10 +134,11 @@ case "${1:-}" in
     ;;
   tune)
     kit
+    synth_wait
     [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$SHAPE" --ftype "$FTYPE" $MTP_ARG > /dev/null || exit 1
     start_ballast $((GIB * 1024))
     echo "emulated card: ${GIB} GiB free of $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)" > "$W/card.txt"
-    say "qtune --model 35B --engine both --workload $WORKLOAD --ctx $CTX --budget-minutes $BUDGET"
+    say "qtune --model $SHAPE-$FTYPE --engine both --workload $WORKLOAD --ctx $CTX --budget-minutes $BUDGET"
     rm -f "$W/tune.rc"
     setsid bash -c "cd '$W' && export QTUNE_VOCAB_DIR='$QTUNE_VOCAB_DIR' && date -u +%s > tune.start && \
       qtune --model '$MODEL' --engine both --workload $WORKLOAD --ctx $CTX --budget-minutes $BUDGET \
@@ -146,6 +166,7 @@ case "${1:-}" in
     # nothing offloaded (the first lease's ik default, which aborted too); one round, short
     # requests.
     kit
+    synth_wait
     [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$SHAPE" --ftype "$FTYPE" $MTP_ARG > /dev/null || exit 1
     start_ballast $((GIB * 1024))
     B="-m $MODEL -c $CTX -np 1"
@@ -163,6 +184,7 @@ case "${1:-}" in
     ;;
   kernels)
     kit
+    synth_wait
     t="$OUT/kernels.txt"
     echo "# ik_llama.cpp 0.1.5 CUDA ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(nvcc --version | tail -2 | head -1)), tiny-qwen3moe, -c 2048 -np 1 -ngl 999, CUDA_LAUNCH_BLOCKING=1, one request of 8 tokens" > "$t"
     one() { # $1: the model's ftype, then ik's flags: one line, answered or where it faulted
@@ -184,6 +206,7 @@ case "${1:-}" in
     ;;
   compare)
     kit
+    synth_wait
     [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$SHAPE" --ftype "$FTYPE" $MTP_ARG > /dev/null || exit 1
     start_ballast $((GIB * 1024))
     dir="$OUT/${CMP:-ik-compare}"
