@@ -190,17 +190,22 @@ case "${1:-}" in
     one() { # $1: the model's ftype, then ik's flags: one line, answered or where it faulted
       local m="$W/tiny-$1.gguf" port=18181 pid r e
       [ -f "$m" ] || qtune synth "$m" --shape tiny-qwen3moe --ftype "$1" > /dev/null || return
-      CUDA_LAUNCH_BLOCKING=1 timeout 60 "$IK/bin/llama-server" -m "$m" -c 2048 -np 1 -ngl 999 \
+      CUDA_LAUNCH_BLOCKING=1 timeout -s KILL 40 "$IK/bin/llama-server" -m "$m" -c 2048 -np 1 -ngl 999 \
         "${@:2}" --host 127.0.0.1 --port $port --log-disable > "$W/kernel.log" 2>&1 &
       pid=$!
       for _ in $(seq 80); do curl -s 127.0.0.1:$port/health | grep -q ok && break; sleep 0.25; done
-      r=$(curl -s -m 15 127.0.0.1:$port/completion -d '{"prompt":"Hello there, how are you","n_predict":8}' | grep -c '"content"')
-      kill $pid 2> /dev/null; wait $pid 2> /dev/null
+      r=$(curl -s -m 10 127.0.0.1:$port/completion -d '{"prompt":"Hello there, how are you","n_predict":8}' | grep -c '"content"')
+      # A server that faulted hangs in its abort and ignores SIGTERM (the third lease lost
+      # the phase to one): KILL it, and its `timeout`.
+      pkill -9 -P $pid 2> /dev/null; kill -9 $pid 2> /dev/null; wait $pid 2> /dev/null
       e=$(grep -A1 'CUDA error' "$W/kernel.log" | grep -o 'in function [a-z_0-9]* at [^ ]*' | head -1 | sed 's|at .*/ggml/src/|at |')
       echo "$1${2:+ ${*:2}}: $([ "$r" = 1 ] && echo answered || echo "no answer${e:+, CUDA error $e}")" | tee -a "$t"
     }
-    for f in q4_k_m q4_k_l mxfp4_moe q8_0; do one "$f"; done
+    # The telling ones first: whether Q8_0 answers again, and whether ik's grouped expert
+    # matmul turned off (mmq-id-size=0: each expert through the plain MMQ kernel) mends Q4_K_M.
+    one q8_0
     for c in mmq-id-size=0 fusion=0 graphs=0 mmq-id-size=0,fusion=0,graphs=0; do one q4_k_m -cuda "$c"; done
+    for f in q4_k_m q4_k_l mxfp4_moe; do one "$f"; done
     one q4_k_m --n-cpu-moe 99
     cp "$LOG" "$OUT/"
     ;;
