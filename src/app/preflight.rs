@@ -266,14 +266,17 @@ pub fn banner(
         crate::util::minutes(space.budget.minutes),
         crate::util::minutes(space.budget.minutes)
     ));
+    // Another engine's baselines (`--engine both`) are named by their engine, not as the
+    // first engine's second baseline.
+    let first = baselines.first().map(|b| b.engine);
     for (i, b) in baselines.iter().enumerate() {
+        let which = match i {
+            _ if Some(b.engine) != first => format!("{} baseline", b.engine),
+            0 => "baseline".to_string(),
+            _ => "second baseline".to_string(),
+        };
         out.push(format!(
-            "  {} (what you get without qtune): {}",
-            if i == 0 {
-                "baseline"
-            } else {
-                "second baseline"
-            },
+            "  {which} (what you get without qtune): {}",
             flags(b)
         ));
     }

@@ -178,9 +178,9 @@ fn never_measured(r: &TuneResult, engine: EngineKind) -> String {
         .iter()
         .filter(|t| t.config.engine == engine)
         .collect();
-    let Some(first) = launches.first() else {
+    if launches.is_empty() {
         return format!("{engine}: never launched");
-    };
+    }
     let baselines_only = launches
         .iter()
         .all(|t| matches!(t.role, TrialRole::Baseline | TrialRole::SecondBaseline));
@@ -189,6 +189,14 @@ fn never_measured(r: &TuneResult, engine: EngineKind) -> String {
         (2, true) => "both its baselines".to_string(),
         (n, true) => format!("all {n} of its baselines"),
         (n, false) => format!("all {n} of its launches"),
+    };
+    // Launches the minutes budget cut were no failure of the engine's: where every one was,
+    // the line says so; else it names the first real failure.
+    let Some(first) = launches.iter().find(|t| !t.kind.budget_ended()) else {
+        return format!(
+            "{engine}: never measured: the minutes budget ended before {which} measured \
+             (raise --budget-minutes)"
+        );
     };
     let dropped = baselines_only
         && launches

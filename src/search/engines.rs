@@ -119,12 +119,18 @@ pub fn baseline_note(
             .filter_map(|c| before_race(history, c))
             .map(|s| s.gen.median)
             .fold(None, |a: Option<f64>, g| Some(a.map_or(g, |a| a.max(g))));
+        let launches: Vec<&TrialOutcome> = pair
+            .iter()
+            .flat_map(|c| baseline_launches(history, c))
+            .collect();
         let launched = pair
             .iter()
             .filter(|c| !baseline_launches(history, c).is_empty());
+        let cut = !launches.is_empty() && launches.iter().all(|o| o.kind.budget_ended());
         parts.push(match (best, launched.count()) {
             (Some(g), _) => format!("{e} {g:.1} tok/s"),
             (None, _) if verdict_says => continue,
+            (None, _) if cut => format!("{e} not measured (the minutes budget ended first)"),
             (None, 0) => format!("{e} not measured (its baselines were not launched)"),
             (None, 1) => format!("{e} not measured (its baseline failed)"),
             (None, _) => format!("{e} not measured (its baselines failed)"),

@@ -183,6 +183,7 @@ pub fn decide(
         !matches!(
             o.kind,
             crate::trial::OutcomeKind::RequestTimeout
+                | crate::trial::OutcomeKind::BudgetEnded
                 | crate::trial::OutcomeKind::PortConflict
                 | crate::trial::OutcomeKind::RpcWorkerLost
                 | crate::trial::OutcomeKind::Implausible

@@ -72,7 +72,8 @@ pub enum Failure {
     /// `budget`: the wait was cut short by the end of the tune's minutes budget.
     LoadTimeout { secs: f64, budget: bool },
     /// A request did not finish within this many seconds.
-    RequestTimeout { secs: f64 },
+    /// `budget`: the wait was cut short by the end of the tune's minutes budget.
+    RequestTimeout { secs: f64, budget: bool },
     /// The server answered a request with an error status.
     Http { status: u16, body: String },
     /// The connection failed or dropped (reqwest's message).
@@ -92,7 +93,7 @@ impl std::fmt::Display for Failure {
             Failure::LoadTimeout { secs, .. } => {
                 write!(f, "/health was not ready within {secs:.0} s")
             }
-            Failure::RequestTimeout { secs } => {
+            Failure::RequestTimeout { secs, .. } => {
                 write!(f, "a request did not finish within {secs:.0} s")
             }
             Failure::Http { status, body } => {
@@ -307,11 +308,16 @@ pub fn classify(obs: &Observation<'_>) -> Verdict {
                     evidence: vec![line],
                 };
             }
-            let message = if *budget {
-                format!(
-                    "not ready when the tune's minutes budget ran out ({secs:.0} s of loading): raise --budget-minutes to give it time"
-                )
-            } else {
+            if *budget {
+                return Verdict {
+                    kind: OutcomeKind::BudgetEnded,
+                    message: format!(
+                        "not ready when the tune's minutes budget ran out ({secs:.0} s of loading): raise --budget-minutes to give it time"
+                    ),
+                    evidence: tail_evidence(log),
+                };
+            }
+            let message = {
                 format!(
                     "not ready within {secs:.0} s: the model loads too slowly (disk, {}, spilling to swap?); check the log or raise the load timeout",
                     Flag::NoMmap
@@ -324,7 +330,16 @@ pub fn classify(obs: &Observation<'_>) -> Verdict {
             };
         }
         Failure::Aborted { line } => return aborted(obs.phase, line, log, runtime_log),
-        Failure::RequestTimeout { secs } if exit.is_none() => {
+        Failure::RequestTimeout { secs, budget: true } if exit.is_none() => {
+            return Verdict {
+                kind: OutcomeKind::BudgetEnded,
+                message: format!(
+                    "still measuring when the tune's minutes budget ran out (cut after {secs:.0} s): not a verdict on this config; raise --budget-minutes to measure it"
+                ),
+                evidence: tail_evidence(runtime_log),
+            };
+        }
+        Failure::RequestTimeout { secs, .. } if exit.is_none() => {
             return Verdict {
                 kind: OutcomeKind::RequestTimeout,
                 message: format!(
@@ -630,7 +645,11 @@ mod tests {
                 budget: false,
             }
             .to_string(),
-            Failure::RequestTimeout { secs: 12.0 }.to_string(),
+            Failure::RequestTimeout {
+                secs: 12.0,
+                budget: false,
+            }
+            .to_string(),
             Failure::Http {
                 status: 500,
                 body: "boom".into(),
@@ -872,15 +891,39 @@ ggml/src/ggml-cuda/ggml-cuda.cu:101: CUDA error
             Phase::Measure,
             None,
             "x\n",
-            Failure::RequestTimeout { secs: 5.0 },
+            Failure::RequestTimeout {
+                secs: 5.0,
+                budget: false,
+            },
         );
         assert_eq!(v.kind, OutcomeKind::RequestTimeout);
+        assert!(v.message.contains("far too slow"), "{}", v.message);
+        // Cut by the minutes budget's end: the budget's doing, not the config's.
+        let v = obs(
+            Phase::Measure,
+            None,
+            "x\n",
+            Failure::RequestTimeout {
+                secs: 18.0,
+                budget: true,
+            },
+        );
+        assert_eq!(v.kind, OutcomeKind::BudgetEnded);
+        assert!(
+            v.message.contains("minutes budget ran out"),
+            "{}",
+            v.message
+        );
+        assert!(!v.message.contains("too slow"), "{}", v.message);
         // A request timeout where the server died under it is a crash, not a timeout.
         let v = obs(
             Phase::Measure,
             ABRT,
             "x\n",
-            Failure::RequestTimeout { secs: 5.0 },
+            Failure::RequestTimeout {
+                secs: 5.0,
+                budget: false,
+            },
         );
         assert_eq!(v.kind, OutcomeKind::Crash);
     }
@@ -1049,6 +1092,7 @@ ggml/src/ggml-cuda/ggml-cuda.cu:101: CUDA error
             .message
             .contains("loads too slowly"));
         let v = classify(&obs("loading\n", true));
+        assert_eq!(v.kind, OutcomeKind::BudgetEnded);
         assert!(
             v.message.contains("minutes budget ran out"),
             "{}",

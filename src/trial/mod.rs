@@ -59,6 +59,10 @@ pub enum OutcomeKind {
     /// the head): no measurement of the config, and not its fault. The message names the
     /// worker.
     RpcWorkerLost,
+    /// The tune's minutes budget ended while the trial loaded or measured, and qtune stopped
+    /// it: nothing measured, and not the config's fault. It never takes an engine out of a
+    /// tune, nor the reference out of the race.
+    BudgetEnded,
     /// Speculative decoding whose drafts were accepted at or above
     /// [`acceptance::LOOP_ACCEPTANCE`] over the launch: the model's answers loop (a
     /// random-weight model does), and n-gram drafts predict a loop perfectly. Measured, never
@@ -85,6 +89,7 @@ impl OutcomeKind {
             OutcomeKind::Implausible => "implausible",
             OutcomeKind::PortConflict => "port-conflict",
             OutcomeKind::RpcWorkerLost => "rpc-worker-lost",
+            OutcomeKind::BudgetEnded => "budget-ended",
             OutcomeKind::Degenerate => "degenerate",
             OutcomeKind::Lossy => "lossy",
         }
@@ -92,6 +97,11 @@ impl OutcomeKind {
 
     pub fn is_ok(self) -> bool {
         self == OutcomeKind::Ok
+    }
+
+    /// Ended by the tune's minutes budget, not by the config ([`OutcomeKind::BudgetEnded`]).
+    pub fn budget_ended(self) -> bool {
+        self == OutcomeKind::BudgetEnded
     }
 
     /// Failures caused by memory: the config is too big for this box.

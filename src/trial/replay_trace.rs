@@ -296,6 +296,7 @@ pub async fn replay(
                         .await
                         .unwrap_or(Err(Failure::RequestTimeout {
                             secs: timeout.as_secs_f64(),
+                            budget: false,
                         }));
                     (i, r)
                 });

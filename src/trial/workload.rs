@@ -221,9 +221,15 @@ impl ServerSession<'_> {
         mut timeout: Duration,
         fut: impl std::future::Future<Output = Result<T, Failure>>,
     ) -> Result<T, Failure> {
+        // Whether the budget's end, not the request's own timeout, sets the wait.
+        let mut budget = false;
         if let Some(d) = self.deadline {
             let now = std::time::Instant::now();
-            timeout = timeout.min(d.saturating_duration_since(now).max(AFTER_DEADLINE_WAIT));
+            let cap = d.saturating_duration_since(now).max(AFTER_DEADLINE_WAIT);
+            if cap < timeout {
+                timeout = cap;
+                budget = true;
+            }
         }
         let gone = &mut *self.gone;
         let watch = async move {
@@ -237,7 +243,10 @@ impl ServerSession<'_> {
         tokio::select! {
             r = tokio::time::timeout(timeout, fut) => match r {
                 Ok(r) => r,
-                Err(_) => Err(Failure::RequestTimeout { secs: timeout.as_secs_f64() }),
+                Err(_) => Err(Failure::RequestTimeout {
+                    secs: timeout.as_secs_f64(),
+                    budget,
+                }),
             },
             _ = watch => Err(Failure::Exited),
         }

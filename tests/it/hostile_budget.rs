@@ -118,6 +118,10 @@ fn tune_ends_in_time(mode: &str, space: &str, budget_minutes: &str) -> std::proc
 fn a_server_that_never_loads_cannot_overrun_the_minutes_budget() {
     let o = tune_ends_in_time("hang-load", "demo", "0.25");
     assert!(!o.status.success());
+    // The budget ended the load: said so, never "loads too slowly".
+    let all = String::from_utf8_lossy(&o.stderr);
+    assert!(all.contains("budget-ended"), "{all}");
+    assert!(!all.contains("loads too slowly"), "{all}");
 }
 
 /// A workload of 10,000 repetitions (the most a space may ask for) against a server that answers each request after a
@@ -130,11 +134,23 @@ fn ten_thousand_slow_repetitions_cannot_overrun_the_minutes_budget() {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("search-spaces/demo.yaml"),
     )
     .unwrap();
+    // Whatever repetitions the demo space asks for (the test once replaced a line the space
+    // no longer had, and measured nothing slow).
+    let reps = demo
+        .lines()
+        .find(|l| l.trim_start().starts_with("repetitions:"))
+        .expect("the demo space's repetitions");
     std::fs::write(
         &space,
-        demo.replace("repetitions: 3", "repetitions: 10000")
+        demo.replace(reps, "  repetitions: 10000")
             .replace("name: demo", "name: reps"),
     )
     .unwrap();
-    tune_ends_in_time("slow-ok", space.to_str().unwrap(), "0.25");
+    let o = tune_ends_in_time("slow-ok", space.to_str().unwrap(), "0.25");
+    // The budget's end cut the measurement: a launch the budget ended, never a config "far
+    // too slow" (issue 56's GPU tune read its last launch that way).
+    let all = String::from_utf8_lossy(&o.stderr);
+    assert!(all.contains("budget-ended"), "{all}");
+    assert!(all.contains("minutes budget ran out"), "{all}");
+    assert!(!all.contains("far too slow"), "{all}");
 }

@@ -449,6 +449,12 @@ fn engine_both_races_llama_cpp_and_ik() {
     assert!(out.status.success(), "{text}");
     servers::assert_none_left(&m.display().to_string(), "after the tune");
     assert!(text.contains("engine: ik_llama.cpp raced too"), "{text}");
+    // ik's baseline is named by its engine in the header, not as llama.cpp's second one.
+    assert!(
+        text.contains("  ik_llama.cpp baseline (what you get without qtune): "),
+        "{text}"
+    );
+    assert!(!text.contains("second baseline (what you get"), "{text}");
     assert!(
         text.contains("engines raced: generation llama.cpp "),
         "{text}"

@@ -757,3 +757,42 @@ fn an_engine_whose_baselines_all_crash_is_not_tried_further() {
     let note = engines::baseline_note(&ctx, &search.history, true).unwrap();
     assert!(!note.contains("ik_llama.cpp"), "{note}");
 }
+
+/// An engine whose baselines the minutes budget cut (issue 56's third GPU lease: ik's
+/// `--fit` baseline was still measuring when 8 minutes ran out) is no failed engine: it is not
+/// dropped, its variants stay reserved for, and the note says the budget ended first.
+#[test]
+fn an_engine_whose_baselines_the_budget_cut_is_not_dropped() {
+    use qtune::config::EngineKind;
+    use qtune::search::engines;
+    let mut ctx = context(15_800.0);
+    ctx.space.fixed.also_engines = vec![EngineKind::IkLlama];
+    ctx.space.objective.second_baseline = true;
+    ctx.space.budget.trials = 30;
+    ctx.space.budget.minutes = 60.0;
+    let mut on_llama = landscape_fn(&ctx.clone(), 0);
+    let runner = ReplayRunner::from_fn(move |c: &LaunchConfig| {
+        if c.engine == EngineKind::IkLlama {
+            return ReplayAnswer::Fail(OutcomeKind::BudgetEnded);
+        }
+        on_llama(c)
+    });
+    let search = run_search(ctx.clone(), Box::new(runner), Vec::new(), None).unwrap();
+    let ik_baselines = search
+        .history
+        .iter()
+        .filter(|o| o.config.engine == EngineKind::IkLlama && o.role == TrialRole::SecondBaseline)
+        .count();
+    assert_eq!(ik_baselines, 2, "both ik baselines launched");
+    assert!(engines::dropped(&ctx, &search.history).is_empty());
+    assert!(!engines::is_dropped(
+        &ctx,
+        &search.history,
+        EngineKind::IkLlama
+    ));
+    let note = engines::baseline_note(&ctx, &search.history, false).unwrap();
+    assert!(
+        note.contains("ik_llama.cpp not measured (the minutes budget ended first)"),
+        "{note}"
+    );
+}

@@ -423,6 +423,7 @@ impl LlamaServerRunner {
                         .block_on(async { tokio::time::timeout(left, job).await })
                         .unwrap_or(Err(Failure::RequestTimeout {
                             secs: left.as_secs_f64(),
+                            budget: true,
                         }))
                 }
                 None => self.rt.block_on(job),
