@@ -492,6 +492,11 @@ pub struct EngineOpts {
     /// model's own (ik_llama.cpp). It changes the model's answers ([`AnswerLever`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expert_reduction: Option<u32>,
+    /// The CUDA back end's run-time parameters, as ik_llama.cpp's `-cuda` takes them
+    /// (`mmq-id-size=0`: each routed expert through the plain quantized matmul, not the
+    /// grouped one that faulted on Q4_K_M on the GPU machine; `fusion=0`; `graphs=0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_params: Option<String>,
 }
 
 impl EngineOpts {

@@ -537,6 +537,10 @@ mod tests {
             ["", "-no-ooae"]
         );
         assert_eq!(
+            one(&|c| c.engine_opts.cuda_params = Some("mmq-id-size=0".into())),
+            ["", "-cuda mmq-id-size=0"]
+        );
+        assert_eq!(
             one(&|c| c.rpc = vec!["h:1".into(), "h:2".into()]),
             ["--rpc h:1,h:2", ""]
         );

@@ -167,7 +167,12 @@ fn compare_runs_on_the_ik_server() {
     let m = model_in(dir.path(), &model, "ik-compare-smollm2.gguf");
     let out_dir = dir.path().join("cmp");
     let a = format!("llama-server -m {} -c 512 -np 1 -t 1", m.display());
-    let b = format!("llama-server -m {} -c 512 -np 1 -t 1 -ub 256", m.display());
+    // ik's `-cuda` (its CUDA back end's run-time parameters, issue 56) is read back and
+    // passed on; a CPU build parses it and runs.
+    let b = format!(
+        "llama-server -m {} -c 512 -np 1 -t 1 -ub 256 -cuda mmq-id-size=0",
+        m.display()
+    );
     let text = short_compare(
         &[&a, &b, "--server", &ik.display().to_string()],
         &out_dir,
@@ -178,6 +183,10 @@ fn compare_runs_on_the_ik_server() {
     for c in j["commands"].as_array().unwrap() {
         assert_eq!(c["config"]["engine"], "ik_llama.cpp", "{c}");
     }
+    assert_eq!(
+        j["commands"][1]["config"]["engine_opts"]["cuda_params"],
+        "mmq-id-size=0"
+    );
     for r in j["rounds"].as_array().unwrap() {
         for l in r["launches"].as_array().unwrap() {
             assert_eq!(l["outcome"], "ok", "{l}");

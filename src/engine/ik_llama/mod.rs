@@ -27,8 +27,9 @@ pub mod server;
 
 /// ik's own levers, in its spellings (read from the pinned `common/common.cpp`): run-time
 /// repack, fused MoE off, the attention batch cap, smart expert reduction (lossy), huge
-/// pages, then its other fused ops off (up-gate, mul-multiadd) and offloading every expert,
-/// not only a batch's active ones. qtune passes all but `-thp`; they are named here so that
+/// pages, then its other fused ops off (up-gate, mul-multiadd), offloading every expert, not
+/// only a batch's active ones, and the CUDA back end's run-time parameters (`-cuda
+/// mmq-id-size=0,fusion=0`). qtune passes all but `-thp`; they are named here so that
 /// the seam check (`scripts/engine-seam.py`) keeps them inside `src/engine/`.
 pub const OWN_FLAGS: &[&[&str]] = &[
     &["-rtr", "--run-time-repack"],
@@ -39,6 +40,7 @@ pub const OWN_FLAGS: &[&[&str]] = &[
     &["-no-fug", "--no-fused-up-gate"],
     &["-no-mmad", "--no-fused-mul-multiadd"],
     &["-no-ooae", "--no-offload-only-active-experts"],
+    &["-cuda", "--cuda-params"],
 ];
 
 /// How ik spells what engines spell apart: `--fit` a switch with one `--fit-margin` (the
@@ -82,6 +84,9 @@ const DIALECT: Dialect = Dialect {
         }
         if let Some(k) = o.expert_reduction {
             a.pair(OWN_FLAGS[3][0], format!("{k},{SER_THRESHOLD}"));
+        }
+        if let Some(p) = &o.cuda_params {
+            a.pair(OWN_FLAGS[8][0], p);
         }
     },
 };

@@ -1,7 +1,8 @@
 //! An ik_llama.cpp command as qtune renders it ([`super::IkLlama`]'s `server_args`) read back
 //! into a [`LaunchConfig`]: its own spellings turned into llama.cpp's (`--fit` /
 //! `--fit-margin`, `--no-mmap` / `--mlock`), read by llama.cpp's parser, then its own levers
-//! (`-no-fmoe`, `-no-fug`, `-no-mmad`, `-no-ooae`, `-amb`, `-rtr`, `-ser`) set on the config.
+//! (`-no-fmoe`, `-no-fug`, `-no-mmad`, `-no-ooae`, `-amb`, `-rtr`, `-ser`, `-cuda`) set on the
+//! config.
 
 use super::OWN_FLAGS;
 use crate::config::{EngineKind, LaunchConfig};
@@ -43,6 +44,10 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
             _ if is(a, 6) => opts.no_fused_mmad = true,
             _ if is(a, 7) => opts.no_only_active_experts = true,
             _ if is(a, 0) => opts.run_time_repack = true,
+            _ if is(a, 8) => {
+                opts.cuda_params = Some(cuda_params(a, &value()?)?);
+                i += 1;
+            }
             _ if is(a, 3) => {
                 opts.expert_reduction = parse_ser(a, &value()?)?;
                 i += 1;
@@ -84,6 +89,29 @@ pub fn parse_command(argv: &[String]) -> Result<ServerCommand, String> {
         ..cmd.config
     };
     Ok(cmd)
+}
+
+/// `-cuda KEY=VALUE[,KEY=VALUE...]` (ik's `ggml_backend_cuda_init` reads the keys; one it does
+/// not know stops nothing there, so only the shape is checked here).
+fn cuda_params(flag: &str, v: &str) -> Result<String, String> {
+    let ok = !v.is_empty()
+        && v.split(',').all(|kv| {
+            kv.split_once('=').is_some_and(|(k, x)| {
+                !k.is_empty()
+                    && !x.is_empty()
+                    && k.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                    && x.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+            })
+        });
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err(format!(
+            "{flag} takes KEY=VALUE pairs split by commas (mmq-id-size=0,fusion=0), not '{v}'"
+        ))
+    }
 }
 
 /// `-ser K,T` as qtune renders it (`K,1`: K experts a token) or ik's default (`-1,0`: off);
@@ -146,6 +174,14 @@ mod tests {
                 },
                 ..base.clone()
             },
+            // ik's grouped expert matmul and its fusion turned off through `-cuda`.
+            LaunchConfig {
+                engine_opts: crate::config::EngineOpts {
+                    cuda_params: Some("mmq-id-size=0,fusion=0".to_string()),
+                    ..Default::default()
+                },
+                ..base.clone()
+            },
             LaunchConfig {
                 load_mode: LoadMode::MmapMlock,
                 ..base.clone().with_fit_targets(vec![1024])
@@ -186,6 +222,27 @@ mod tests {
         for v in ["4,0.5", "4", "x,1", "0,1"] {
             let e = ser(v).unwrap_err();
             assert!(e.contains("takes K,1 (K experts a token)"), "{v}: {e}");
+        }
+        // -cuda: KEY=VALUE pairs, as ik's CUDA back end splits them; anything else, one line.
+        let cuda = |v: &str| {
+            let argv: Vec<String> = ["ik", "-m", "m", "-c", "1", "-np", "1", "--cuda-params", v]
+                .map(String::from)
+                .to_vec();
+            IkLlama.parse_command(&argv)
+        };
+        assert_eq!(
+            cuda("mmq-id-size=0,graphs=0")
+                .unwrap()
+                .config
+                .engine_opts
+                .cuda_params
+                .as_deref(),
+            Some("mmq-id-size=0,graphs=0")
+        );
+        for v in ["", "mmq-id-size", "=0", "a=1,", "a=1;rm -rf", "a=b=c"] {
+            let e = cuda(v).unwrap_err();
+            assert!(e.contains("takes KEY=VALUE pairs"), "{v:?}: {e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
         }
         // What `qtune compare` and profiles read: ik's dialect is told from the words.
         let argv: Vec<String> =
