@@ -34,10 +34,11 @@
 #                              (--n-cpu-moe NCMOE, default 30), ik with its fused ops off one
 #                              by one and all at once; one round of short requests. Carried:
 #                              .gpu2 (ik's build from `build` on the same lease).
-#   scripts/gpu-ik.sh compare  a later lease: ik's pick (CAND, flags) against llama.cpp's pick
-#                              (REF), ROUNDS paired rounds of `qtune compare --workload
-#                              WORKLOAD`, written straight into $OUT/$CMP. Carried: .gpu2 and
-#                              .gpu-ik/cuda (ik's pieces from `build`).
+#   scripts/gpu-ik.sh compare  ik (CAND, flags) against llama.cpp (REF), ROUNDS paired rounds
+#                              of `qtune compare --workload WORKLOAD` under setsid into
+#                              $W/$CMP; `follow-compare` waits (WAIT_S) and brings it back
+#                              as $OUT/$CMP.tar.xz. Carried: .gpu2 (ik's build from `build`
+#                              on the same lease).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 # shellcheck source=scripts/gpu-common.sh
@@ -210,22 +211,41 @@ case "${1:-}" in
     cp "$LOG" "$OUT/"
     ;;
   compare)
+    # Under setsid, like the tune: ROUNDS rounds of two launches of a 30 GiB model outlast one
+    # call (each launch loads it and replays the workload, about 80 s). `follow-compare`
+    # waits for it and brings back its folder.
     kit
     synth_wait
     [ -f "$MODEL" ] || qtune synth "$MODEL" --shape "$SHAPE" --ftype "$FTYPE" $MTP_ARG > /dev/null || exit 1
-    start_ballast $((GIB * 1024))
-    dir="$OUT/${CMP:-ik-compare}"
-    echo "emulated card: ${GIB} GiB free of $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)" > "$OUT/${CMP:-ik-compare}-card.txt"
+    pgrep -f '[b]allast.py' > /dev/null || start_ballast $((GIB * 1024))
+    c=${CMP:-ik-compare}
+    echo "emulated card: ${GIB} GiB free of $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F)" > "$W/$c-card.txt"
     say "compare, ${ROUNDS:-4} rounds: A=llama.cpp $REF B=ik_llama.cpp $CAND ($WORKLOAD)"
+    rm -rf "$W/$c" "$W/$c.rc"
     # shellcheck disable=SC2086 # REF and CAND are lists of flags
-    qtune compare "$LL/bin/llama-server -m $MODEL -c $CTX -np 1 $REF" \
-      "$IK/bin/llama-server -m $MODEL -c $CTX -np 1 $CAND" --workload "$WORKLOAD" \
-      --rounds "${ROUNDS:-4}" --out "$dir" 2>&1 | cut -c1-200 | tail -40
-    pkill -f 'python3 -u .*[b]allast'
-    cp "$LOG" "$OUT/"
+    setsid bash -c "cd '$W' && date -u +%s > $c.start && qtune compare \
+      \"$LL/bin/llama-server -m $MODEL -c $CTX -np 1 $REF\" \
+      \"$IK/bin/llama-server -m $MODEL -c $CTX -np 1 $CAND\" --workload $WORKLOAD \
+      --rounds ${ROUNDS:-4} --out '$W/$c' > $c.stdout 2> $c.stderr; echo \$? > $c.rc; \
+      date -u +%s > $c.end" < /dev/null > /dev/null 2>&1 &
+    sleep 20
+    tail -5 "$W/$c.stderr"
+    ;;
+  follow-compare)
+    c=${CMP:-ik-compare}
+    wait_for "$W/$c.rc"
+    tail -c 5000 "$W/$c.stderr" | cut -c1-200
+    if [ -f "$W/$c.rc" ]; then
+      echo "compare exit $(cat "$W/$c.rc") after $(( $(cat "$W/$c.end") - $(cat "$W/$c.start") )) s"
+      cp "$W/$c-card.txt" "$W/$c/card.txt" 2> /dev/null
+      tar -C "$W" -cJf "$OUT/$c.tar.xz" --exclude='*.lock' "$c" "$c.stderr" "$c.stdout" 2> /dev/null
+      ls -la "$OUT"
+    else
+      echo "compare still running"
+    fi
     ;;
   *)
-    echo "usage: scripts/gpu-ik.sh build|wait|tune|follow|probe|kernels|compare" >&2
+    echo "usage: scripts/gpu-ik.sh build|wait|tune|follow|probe|kernels|compare|follow-compare" >&2
     exit 2
     ;;
 esac
