@@ -265,6 +265,19 @@ pub struct Budget {
     /// Interleaved rounds (A B A B ...) of the confirmation.
     #[serde(default = "default_confirm_rounds")]
     pub confirm_rounds: u32,
+    /// The space's own launches and minutes, where the tune grew them to race other engines
+    /// (`--engine both` with no budget asked for); None: the budget is the space's or the
+    /// user's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_engines: Option<BudgetBase>,
+}
+
+/// A budget's launches and minutes ([`Budget::before_engines`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetBase {
+    pub trials: u32,
+    pub minutes: f64,
 }
 
 fn default_confirm_top() -> u32 {
@@ -281,6 +294,7 @@ impl Default for Budget {
             minutes: 15.0,
             confirm_top: 2,
             confirm_rounds: default_confirm_rounds(),
+            before_engines: None,
         }
     }
 }

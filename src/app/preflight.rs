@@ -260,10 +260,27 @@ pub fn banner(
             crate::hardware::busy::MAX_THREADS_ENV
         ));
     }
+    // Grown for other engines: from what, for whom, and how to set it.
+    let grown = space.budget.before_engines.map(|b| {
+        let names: Vec<String> = space
+            .fixed
+            .also_engines
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
+        format!(
+            "the space's {} and {}, plus {}'s baselines and variants; --budget-minutes sets \
+             it; ",
+            b.trials,
+            crate::util::minutes(b.minutes),
+            names.join(" and ")
+        )
+    });
     out.push(format!(
-        "  budget: at most {} and {} (the tune ends within {}: no launch starts once they are spent)",
+        "  budget: at most {} and {} ({}the tune ends within {}: no launch starts once they are spent)",
         crate::util::count(space.budget.trials as u64, "launch", "launches"),
         crate::util::minutes(space.budget.minutes),
+        grown.unwrap_or_default(),
         crate::util::minutes(space.budget.minutes)
     ));
     // Another engine's baselines (`--engine both`) are named by their engine, not as the

@@ -15,7 +15,7 @@ use crate::trial::journal::Journal;
 use crate::trial::TrialRunner;
 use anyhow::{bail, Context, Result};
 use resume::{extend_budget, resume_command, verify_resume};
-use space::space_for;
+use space::{room_for_engines, space_for};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -272,6 +272,7 @@ fn preflight(opts: &TuneOptions) -> Result<Checked> {
         ));
     }
     space.fixed.also_engines = engine_servers.iter().map(|s| s.engine).collect();
+    room_for_engines(opts, &mut space, hardware.has_gpu());
     if let Some(s) = server.as_ref().filter(|s| !s.engine.is_default()) {
         // Every launch of the tune, baselines included, in the server's own dialect.
         space.fixed.engine = s.engine;

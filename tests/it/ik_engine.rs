@@ -577,4 +577,46 @@ fn a_dry_run_with_both_engines_lists_each_engines_baselines() {
         "{stdout}"
     );
     assert!(!dir.path().join("run").exists());
+    // No budget asked for: the space's grows by ik's baseline and its 3 variants, at the
+    // space's pace, and the header says from what (issue 56: two engines' baselines of a
+    // 30 GiB model spent an 8-minute budget on the GPU machine).
+    let space = qtune::space::load("cpu-only").unwrap().budget;
+    let t = space.trials + 4;
+    let mins = qtune::util::minutes(space.minutes * f64::from(t) / f64::from(space.trials));
+    assert!(
+        stdout.contains(&format!("within {t} launches and {mins}:")),
+        "{t} launches, {mins}: {stdout}"
+    );
+    assert!(
+        support::flat(&text).contains(&format!(
+            "(the space's {} and {}, plus ik_llama.cpp's baselines and variants; \
+             --budget-minutes sets it;",
+            space.trials,
+            qtune::util::minutes(space.minutes)
+        )),
+        "{text}"
+    );
+    // A budget asked for is the budget.
+    let out = qtune()
+        .current_dir(dir.path())
+        .env("QTUNE_ALLOW_BUSY", "1")
+        .env("QTUNE_IK_SERVER", &ik)
+        .args([
+            "tune",
+            "--dry-run",
+            "--engine",
+            "both",
+            "--budget-trials",
+            "9",
+            "--server",
+        ])
+        .arg(&llama)
+        .arg("--model")
+        .arg(&m)
+        .output()
+        .unwrap();
+    let text = support::output_text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("plus ik_llama.cpp's baselines"), "{text}");
+    assert!(text.contains("budget: at most 9 launches"), "{text}");
 }

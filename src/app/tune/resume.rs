@@ -117,6 +117,10 @@ pub(super) fn extend_budget(opts: &TuneOptions, inputs: &mut RunInputs) -> Resul
         &mut budget.minutes,
         opts.budget_minutes,
     );
+    if !notes.is_empty() {
+        // The user's new total: no longer the space's grown for other engines.
+        budget.before_engines = None;
+    }
     crate::space::validate(&inputs.space).map_err(|(_, msg)| anyhow::anyhow!("{msg}"))?;
     Ok(notes)
 }

@@ -65,3 +65,34 @@ pub(super) fn space_for(
     })?;
     Ok((space, note))
 }
+
+/// Launches each other engine a tune races (`--engine both`) adds besides its baselines: the
+/// search's best config on it and its own levers on that (ik_llama.cpp: fused MoE off, `-amb`,
+/// `-rtr`; [`crate::search::engines::variants`]).
+const OTHER_ENGINE_VARIANTS: u32 = 3;
+
+/// With no budget asked for (`--budget-trials`, `--budget-minutes`), each other engine raced
+/// adds its baselines (its default, and its auto-fit where the space races one on a GPU) and
+/// its variants to the space's launches, and the minutes grow at the space's pace: the space's
+/// budget is sized for one engine, and on the GPU machine a 30 GiB model's two engines spent 8
+/// minutes on their baselines alone (issue 56). The header's budget line says so
+/// ([`crate::space::Budget::before_engines`]).
+pub(super) fn room_for_engines(opts: &TuneOptions, space: &mut SearchSpace, has_gpu: bool) {
+    let others = space.fixed.also_engines.len() as u32;
+    if others == 0 || opts.budget_trials.is_some() || opts.budget_minutes.is_some() {
+        return;
+    }
+    let baselines = if has_gpu && space.objective.second_baseline {
+        2
+    } else {
+        1
+    };
+    let (trials, minutes) = (space.budget.trials, space.budget.minutes);
+    if trials == 0 || minutes <= 0.0 {
+        return;
+    }
+    let more = others * (baselines + OTHER_ENGINE_VARIANTS);
+    space.budget.trials = trials + more;
+    space.budget.minutes = minutes * f64::from(trials + more) / f64::from(trials);
+    space.budget.before_engines = Some(crate::space::BudgetBase { trials, minutes });
+}
