@@ -547,19 +547,25 @@ fn a_dry_run_with_both_engines_lists_each_engines_baselines() {
     else {
         return;
     };
-    let out = qtune()
-        .current_dir(dir.path())
-        .env("QTUNE_ALLOW_BUSY", "1")
-        .env("QTUNE_IK_SERVER", &ik)
-        .args(["tune", "--dry-run", "--engine", "both", "--server"])
-        .arg(&llama)
-        .arg("--model")
-        .arg(&m)
-        .output()
-        .unwrap();
-    let text = support::output_text(&out);
-    assert!(out.status.success(), "{text}");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    // A dry run with both engines (and `more` arguments): its text, and its stdout.
+    let dry = |more: &[&str]| {
+        let out = qtune()
+            .current_dir(dir.path())
+            .env("QTUNE_ALLOW_BUSY", "1")
+            .env("QTUNE_IK_SERVER", &ik)
+            .args(["tune", "--dry-run", "--engine", "both"])
+            .args(more)
+            .arg("--server")
+            .arg(&llama)
+            .arg("--model")
+            .arg(&m)
+            .output()
+            .unwrap();
+        let text = support::output_text(&out);
+        assert!(out.status.success(), "{text}");
+        (text, String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (text, stdout) = dry(&[]);
     let lines: Vec<&str> = stdout.lines().filter(|l| !l.starts_with('#')).collect();
     let ik_lines: Vec<&&str> = lines
         .iter()
@@ -597,26 +603,7 @@ fn a_dry_run_with_both_engines_lists_each_engines_baselines() {
         "{text}"
     );
     // A budget asked for is the budget.
-    let out = qtune()
-        .current_dir(dir.path())
-        .env("QTUNE_ALLOW_BUSY", "1")
-        .env("QTUNE_IK_SERVER", &ik)
-        .args([
-            "tune",
-            "--dry-run",
-            "--engine",
-            "both",
-            "--budget-trials",
-            "9",
-            "--server",
-        ])
-        .arg(&llama)
-        .arg("--model")
-        .arg(&m)
-        .output()
-        .unwrap();
-    let text = support::output_text(&out);
-    assert!(out.status.success(), "{text}");
+    let (text, _) = dry(&["--budget-trials", "9"]);
     assert!(!text.contains("plus ik_llama.cpp's baselines"), "{text}");
     assert!(text.contains("budget: at most 9 launches"), "{text}");
 }

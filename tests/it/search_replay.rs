@@ -704,6 +704,33 @@ fn another_engine_that_needs_more_room_is_placed_at_its_own_boundary() {
     );
 }
 
+/// A search on the 16 GiB landscape that races ik_llama.cpp beside llama.cpp (its auto-fit
+/// baseline too), every ik launch ending as `kind`; ik's variants are reserved for before its
+/// baselines run.
+fn raced_with_ik_failing(
+    kind: OutcomeKind,
+) -> (SearchContext, qtune::search::strategy::QtuneSearch) {
+    use qtune::config::EngineKind;
+    let mut ctx = context(15_800.0);
+    ctx.space.fixed.also_engines = vec![EngineKind::IkLlama];
+    ctx.space.objective.second_baseline = true;
+    ctx.space.budget.trials = 30;
+    ctx.space.budget.minutes = 60.0;
+    assert!(
+        qtune::search::engines::variant_count(&ctx, &[]) > 0,
+        "before its baselines ran, ik's variants are reserved for"
+    );
+    let mut on_llama = landscape_fn(&ctx.clone(), 0);
+    let runner = ReplayRunner::from_fn(move |c: &LaunchConfig| {
+        if c.engine == EngineKind::IkLlama {
+            return ReplayAnswer::Fail(kind);
+        }
+        on_llama(c)
+    });
+    let search = run_search(ctx.clone(), Box::new(runner), Vec::new(), None).unwrap();
+    (ctx, search)
+}
+
 /// ik_llama.cpp raced beside llama.cpp on a model it cannot load (issue 56, ik 0.1.5 on
 /// Qwen3.5-35B): both its baselines crash, so no other ik config is launched, the variant
 /// reserve holds no launch for it, and the line saying so names how its first baseline failed.
@@ -711,23 +738,7 @@ fn another_engine_that_needs_more_room_is_placed_at_its_own_boundary() {
 fn an_engine_whose_baselines_all_crash_is_not_tried_further() {
     use qtune::config::EngineKind;
     use qtune::search::engines;
-    let mut ctx = context(15_800.0);
-    ctx.space.fixed.also_engines = vec![EngineKind::IkLlama];
-    ctx.space.objective.second_baseline = true;
-    ctx.space.budget.trials = 30;
-    ctx.space.budget.minutes = 60.0;
-    assert!(
-        engines::variant_count(&ctx, &[]) > 0,
-        "before its baselines ran, ik's variants are reserved for"
-    );
-    let mut on_llama = landscape_fn(&ctx.clone(), 0);
-    let runner = ReplayRunner::from_fn(move |c: &LaunchConfig| {
-        if c.engine == EngineKind::IkLlama {
-            return ReplayAnswer::Fail(OutcomeKind::Crash);
-        }
-        on_llama(c)
-    });
-    let search = run_search(ctx.clone(), Box::new(runner), Vec::new(), None).unwrap();
+    let (ctx, search) = raced_with_ik_failing(OutcomeKind::Crash);
     let ik: Vec<_> = search
         .history
         .iter()
@@ -765,19 +776,7 @@ fn an_engine_whose_baselines_all_crash_is_not_tried_further() {
 fn an_engine_whose_baselines_the_budget_cut_is_not_dropped() {
     use qtune::config::EngineKind;
     use qtune::search::engines;
-    let mut ctx = context(15_800.0);
-    ctx.space.fixed.also_engines = vec![EngineKind::IkLlama];
-    ctx.space.objective.second_baseline = true;
-    ctx.space.budget.trials = 30;
-    ctx.space.budget.minutes = 60.0;
-    let mut on_llama = landscape_fn(&ctx.clone(), 0);
-    let runner = ReplayRunner::from_fn(move |c: &LaunchConfig| {
-        if c.engine == EngineKind::IkLlama {
-            return ReplayAnswer::Fail(OutcomeKind::BudgetEnded);
-        }
-        on_llama(c)
-    });
-    let search = run_search(ctx.clone(), Box::new(runner), Vec::new(), None).unwrap();
+    let (ctx, search) = raced_with_ik_failing(OutcomeKind::BudgetEnded);
     let ik_baselines = search
         .history
         .iter()
