@@ -36,19 +36,38 @@ pub struct CompletionResponse {
     /// The whole prompt's tokens (ik_llama.cpp's answer; llama.cpp's has it too).
     #[serde(default)]
     tokens_evaluated: Option<i64>,
+    /// The answer's token ids (asked for with `return_tokens`); a reply without a readable
+    /// list has none.
+    #[serde(default, deserialize_with = "token_ids")]
+    tokens: Option<Vec<u32>>,
+}
+
+/// A list of token ids, or None for anything else (a server's odd reply is not an error).
+fn token_ids<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<u32>>, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    Ok(v.as_array().and_then(|a| {
+        a.iter()
+            .map(|x| x.as_u64().and_then(|x| u32::try_from(x).ok()))
+            .collect()
+    }))
 }
 
 impl CompletionResponse {
     /// The timings, with `cache_n` where the server left it out: the prompt's tokens it did
     /// not read (ik_llama.cpp), else none.
     pub fn into_timings(self) -> RequestTimings {
+        self.into_parts().0
+    }
+
+    /// [`Self::into_timings`], and the answer's token ids where the reply has them.
+    pub fn into_parts(self) -> (RequestTimings, Option<Vec<u32>>) {
         let mut t = self.timings;
         if t.cache_n < 0 {
             t.cache_n = self
                 .tokens_evaluated
                 .map_or(0, |all| (all - t.prompt_n).max(0));
         }
-        t
+        (t, self.tokens)
     }
 }
 

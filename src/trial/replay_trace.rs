@@ -20,8 +20,9 @@
 //! the answer tokens of the few requests the losslessness check compares.
 
 use super::classify::Failure;
-use super::workload::{Measured, RequestTimings, ServerSession};
+use super::workload::{Measured, ServerSession};
 use super::{Metrics, Stat};
+use crate::engine::answer::CompletionResponse;
 use crate::traffic::plan::ReplayPlan;
 use crate::traffic::trace::{Request, Trace};
 use serde::{Deserialize, Serialize};
@@ -156,24 +157,6 @@ pub fn p90(v: &[f64]) -> Option<f64> {
     s.sort_by(|a, b| a.total_cmp(b));
     let rank = ((0.9 * s.len() as f64).ceil() as usize).clamp(1, s.len());
     Some(s[rank - 1])
-}
-
-#[derive(Deserialize)]
-struct CompletionResponse {
-    timings: RequestTimings,
-    /// The answer's token ids (with `return_tokens`); a reply without a readable list has none.
-    #[serde(default, deserialize_with = "token_ids")]
-    tokens: Option<Vec<u32>>,
-}
-
-/// A list of token ids, or None for anything else (a server's odd reply is not an error).
-fn token_ids<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<u32>>, D::Error> {
-    let v = serde_json::Value::deserialize(d)?;
-    Ok(v.as_array().and_then(|a| {
-        a.iter()
-            .map(|x| x.as_u64().and_then(|x| u32::try_from(x).ok()))
-            .collect()
-    }))
 }
 
 /// The `tokenizer_sha256` of the launched server, as the recorder computes it.
@@ -392,13 +375,13 @@ async fn one(
     let reply = serde_json::from_str::<CompletionResponse>(&text).map_err(|e| {
         Failure::BadResponse(format!("/completion returned no readable timings: {e}"))
     })?;
-    let t = reply.timings;
+    // Read in the engine's answer dialect: ik_llama.cpp's timings have no `cache_n` (read
+    // as 0 here once, every replayed request then "differed" from the recorded length).
+    let (t, tokens) = reply.into_parts();
     // The answer's tokens where asked for; a server that sends none (or a bad list) leaves
     // the request unchecked.
     let answer = if keep_answer {
-        reply
-            .tokens
-            .filter(|a| a.len() as u64 == u64::from(n_predict))
+        tokens.filter(|a| a.len() as u64 == u64::from(n_predict))
     } else {
         None
     };

@@ -607,3 +607,73 @@ fn a_dry_run_with_both_engines_lists_each_engines_baselines() {
     assert!(!text.contains("plus ik_llama.cpp's baselines"), "{text}");
     assert!(text.contains("budget: at most 9 launches"), "{text}");
 }
+
+/// A session replayed on the ik server is read in ik's answer dialect (issue 56's GPU tune):
+/// its timings have no `cache_n`, and the replay once read every cached token as 0, so each
+/// request "differed from the recorded length" and the prompt cache looked unused. Both
+/// engines' launches now account for every prompt token, cached or read.
+#[test]
+fn a_replayed_session_counts_iks_cached_tokens() {
+    let Some(ik) = require::or_skip(require::ik_server(), "the real CPU ik_llama.cpp server")
+    else {
+        return;
+    };
+    let Some(llama) = require::or_skip(require::server(), "the real CPU llama-server") else {
+        return;
+    };
+    let Some(model) = require::or_skip(qtune::fixtures::smollm2(), "the SmolLM2 fixture") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let m = model_in(dir.path(), &model, "ik-session-smollm2.gguf");
+    let out_dir = dir.path().join("cmp");
+    let out = qtune()
+        .env("QTUNE_ALLOW_BUSY", "1")
+        .env("QTUNE_DATA_DIR", dir.path().join("data"))
+        .args([
+            "compare",
+            "--rounds",
+            "1",
+            "--workload",
+            "agent-session",
+            "--out",
+        ])
+        .arg(&out_dir)
+        .arg(format!(
+            "{} -m {} -c 2048 -np 1 -t 1",
+            llama.display(),
+            m.display()
+        ))
+        .arg(format!(
+            "{} -m {} -c 2048 -np 1 -t 1",
+            ik.display(),
+            m.display()
+        ))
+        .output()
+        .unwrap();
+    let text = support::output_text(&out);
+    assert!(out.status.success(), "{text}");
+    servers::assert_none_left(&m.display().to_string(), "after the compare");
+    assert!(!text.contains("prompt length differs"), "{text}");
+    let j = json(&out_dir.join("compare.json"));
+    let launches = j["rounds"][0]["launches"].as_array().unwrap();
+    assert_eq!(launches.len(), 2, "{j}");
+    for l in launches {
+        assert_eq!(l["outcome"], "ok", "{l}");
+        let reqs = l["replay"]["requests"].as_array().unwrap();
+        let n = |r: &serde_json::Value, k: &str| r[k].as_u64().unwrap();
+        for r in reqs {
+            assert_eq!(
+                n(r, "cache_n") + n(r, "prompt_n"),
+                n(r, "prompt_tokens"),
+                "command {}: {r}",
+                l["command"]
+            );
+        }
+        assert!(
+            reqs.iter().any(|r| n(r, "cache_n") > 0),
+            "command {}: the session's turns reuse the prompt cache: {l}",
+            l["command"]
+        );
+    }
+}
