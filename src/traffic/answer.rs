@@ -147,7 +147,7 @@ impl Observed {
         {
             self.prompt_counted = Some(n);
         }
-        if let Some(t) = timings_of(&v["timings"]) {
+        if let Some(t) = timings_of(v) {
             self.timings = Some(t);
             self.n_generated = Some(t.predicted_n);
             self.prompt_counted = t.cache_n.checked_add(t.prompt_n);
@@ -238,10 +238,20 @@ fn prompt_count(u: &serde_json::Value) -> Option<u64> {
     }
 }
 
-fn timings_of(v: &serde_json::Value) -> Option<Timings> {
+/// An answer's (or a stream event's) `timings`. ik_llama.cpp's have no `cache_n`: the
+/// prompt's tokens it did not read are the cached ones, its `tokens_evaluated` less
+/// `prompt_n` (as [`crate::engine::answer`] reads a replayed request's).
+fn timings_of(answer: &serde_json::Value) -> Option<Timings> {
+    let v = &answer["timings"];
+    let prompt_n = v["prompt_n"].as_u64()?;
+    let cache_n = v["cache_n"].as_u64().or_else(|| {
+        answer["tokens_evaluated"]
+            .as_u64()
+            .map(|all| all.saturating_sub(prompt_n))
+    })?;
     Some(Timings {
-        cache_n: v["cache_n"].as_u64()?,
-        prompt_n: v["prompt_n"].as_u64()?,
+        cache_n,
+        prompt_n,
         prompt_ms: v["prompt_ms"].as_f64()?,
         predicted_n: v["predicted_n"].as_u64()?,
         predicted_ms: v["predicted_ms"].as_f64()?,
@@ -251,6 +261,24 @@ fn timings_of(v: &serde_json::Value) -> Option<Timings> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// ik_llama.cpp's `/completion` answer (its real body, from the CPU server: a second
+    /// request of the same 401-token prompt read 1 token) has no `cache_n`: the recorder
+    /// counts the cached tokens from its `tokens_evaluated`, and the prompt whole.
+    #[test]
+    fn an_ik_llama_answer_keeps_its_timings_and_cached_tokens() {
+        let room = Room::new(1 << 20);
+        let mut o = Observed::within(&room);
+        let body = r#"{"content":"x","tokens_evaluated":401,"tokens_cached":405,
+            "timings":{"prompt_n":1,"prompt_ms":1.451,"prompt_per_token_ms":1.451,
+            "prompt_per_second":689.18,"predicted_n":4,"predicted_ms":4.24,
+            "predicted_per_token_ms":1.06,"predicted_per_second":943.40,"n_ctx":2048,"n_past":405}}"#;
+        o.feed(false, body.as_bytes());
+        o.end(false);
+        let t = o.timings.expect("ik's timings kept");
+        assert_eq!((t.cache_n, t.prompt_n, t.predicted_n), (400, 1, 4));
+        assert_eq!(o.prompt_counted, Some(401));
+    }
 
     #[test]
     fn stream_events_are_read_across_chunk_boundaries() {
