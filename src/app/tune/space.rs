@@ -92,7 +92,9 @@ pub(super) fn room_for_engines(opts: &TuneOptions, space: &mut SearchSpace, has_
         return;
     }
     let more = others * (baselines + OTHER_ENGINE_VARIANTS);
-    space.budget.trials = trials + more;
-    space.budget.minutes = minutes * f64::from(trials + more) / f64::from(trials);
+    space.budget.trials = trials.saturating_add(more);
+    // Never past the longest budget a space may ask for (a week).
+    space.budget.minutes = (minutes * f64::from(space.budget.trials) / f64::from(trials))
+        .min(crate::space::MAX_BUDGET_MINUTES.max(minutes));
     space.budget.before_engines = Some(crate::space::BudgetBase { trials, minutes });
 }
