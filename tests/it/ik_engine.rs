@@ -262,18 +262,11 @@ fn short_compare(args: &[&str], out_dir: &Path, m: &Path) -> String {
 /// launched by its own, in its own dialect.
 #[test]
 fn compare_runs_llama_cpp_against_ik() {
-    let Some(ik) = require::or_skip(require::ik_server(), "the real CPU ik_llama.cpp server")
+    let dir = tempfile::tempdir().unwrap();
+    let Some((ik, llama, m)) = both_servers_and_smollm2(dir.path(), "ik-vs-llama-smollm2.gguf")
     else {
         return;
     };
-    let Some(llama) = require::or_skip(require::server(), "the real CPU llama-server") else {
-        return;
-    };
-    let Some(model) = require::or_skip(qtune::fixtures::smollm2(), "the SmolLM2 fixture") else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let m = model_in(dir.path(), &model, "ik-vs-llama-smollm2.gguf");
     let out_dir = dir.path().join("cmp");
     let a = format!("{} -m {} -c 512 -np 1 -t 1", llama.display(), m.display());
     let b = format!("{} -m {} -c 512 -np 1 -t 1", ik.display(), m.display());
@@ -410,12 +403,28 @@ fn a_short_tune_runs_on_the_ik_server() {
 /// Both CPU servers (ik_llama.cpp's, llama.cpp's) and the tiny MoE copied into `dir` as
 /// `name`; None (the test skips, or fails under QTUNE_REQUIRE_SERVER) where one is missing.
 fn both_servers_and_tiny_moe(dir: &Path, name: &str) -> Option<(PathBuf, PathBuf, PathBuf)> {
-    let ik = require::or_skip(require::ik_server(), "the real CPU ik_llama.cpp server")?;
-    let llama = require::or_skip(require::server(), "the real CPU llama-server")?;
-    let model = require::or_skip(
+    both_servers_and(
+        dir,
+        name,
         qtune::fixtures::tiny_moe("tiny-qwen3moe"),
         "the tiny-qwen3moe test model (`qtune synth --test-models`)",
-    )?;
+    )
+}
+
+/// [`both_servers_and_tiny_moe`] with SmolLM2 (real weights).
+fn both_servers_and_smollm2(dir: &Path, name: &str) -> Option<(PathBuf, PathBuf, PathBuf)> {
+    both_servers_and(dir, name, qtune::fixtures::smollm2(), "the SmolLM2 fixture")
+}
+
+fn both_servers_and(
+    dir: &Path,
+    name: &str,
+    model: anyhow::Result<PathBuf>,
+    what: &str,
+) -> Option<(PathBuf, PathBuf, PathBuf)> {
+    let ik = require::or_skip(require::ik_server(), "the real CPU ik_llama.cpp server")?;
+    let llama = require::or_skip(require::server(), "the real CPU llama-server")?;
+    let model = require::or_skip(model, what)?;
     Some((ik, llama, model_in(dir, &model, name)))
 }
 
@@ -614,18 +623,11 @@ fn a_dry_run_with_both_engines_lists_each_engines_baselines() {
 /// engines' launches now account for every prompt token, cached or read.
 #[test]
 fn a_replayed_session_counts_iks_cached_tokens() {
-    let Some(ik) = require::or_skip(require::ik_server(), "the real CPU ik_llama.cpp server")
+    let dir = tempfile::tempdir().unwrap();
+    let Some((ik, llama, m)) = both_servers_and_smollm2(dir.path(), "ik-session-smollm2.gguf")
     else {
         return;
     };
-    let Some(llama) = require::or_skip(require::server(), "the real CPU llama-server") else {
-        return;
-    };
-    let Some(model) = require::or_skip(qtune::fixtures::smollm2(), "the SmolLM2 fixture") else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let m = model_in(dir.path(), &model, "ik-session-smollm2.gguf");
     let out_dir = dir.path().join("cmp");
     let out = qtune()
         .env("QTUNE_ALLOW_BUSY", "1")
