@@ -317,15 +317,12 @@ pub fn classify(obs: &Observation<'_>) -> Verdict {
                     evidence: tail_evidence(log),
                 };
             }
-            let message = {
-                format!(
-                    "not ready within {secs:.0} s: the model loads too slowly (disk, {}, spilling to swap?); check the log or raise the load timeout",
-                    Flag::NoMmap
-                )
-            };
             return Verdict {
                 kind: OutcomeKind::LoadTimeout,
-                message,
+                message: format!(
+                    "not ready within {secs:.0} s: the model loads too slowly (disk, {}, spilling to swap?); check the log or raise the load timeout",
+                    Flag::NoMmap
+                ),
                 evidence: tail_evidence(log),
             };
         }
