@@ -312,6 +312,23 @@ mod tests {
                     .to_string()
             ]
         );
+        // The same launches cut by the minutes budget instead: no failure of the engine's.
+        let mut r = r;
+        for t in r
+            .trials
+            .iter_mut()
+            .filter(|t| t.config.engine == EngineKind::IkLlama)
+        {
+            t.kind = crate::trial::OutcomeKind::BudgetEnded;
+        }
+        assert_eq!(
+            lines(&r),
+            vec![
+                "ik_llama.cpp: never measured: the minutes budget ended before both its \
+                 baselines measured (raise --budget-minutes)"
+                    .to_string()
+            ]
+        );
     }
 
     /// The ratio of two raced configs is read from the race's rounds by each one's arm: the
